@@ -1,0 +1,271 @@
+"""The compiled artifact: MacroMeta + TileMeta (+ the weights and the DRAM plan).
+
+* **MacroMeta**: reusable instruction templates, one entry per distinct
+  kernel instance. Each template holds its constant ISA fields, its
+  variable fields as postfix affine programs over (grid dims, symbols), a
+  `when` guard, and which tensor slot its DRAM address is relative to.
+  Layers with equal shapes share one entry.
+* **TileMeta**: one entry per macro in program order: which MacroMeta, the
+  grid extents as expressions of the symbols, and each tensor slot's DRAM
+  base. Nothing in either part grows with the length.
+
+The file format is `NVLA` + version + a JSON header (sizes and checksums)
++ the metadata JSON + the raw fp32 weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from torch_mlir import ir
+
+from simulator import isa
+
+from . import symbolic as sy
+from .errors import ArtifactError
+from .runtime import expr
+from .transforms.common import attr_dict, body_ops, from_attr, functions
+
+FORMAT_VERSION = 1
+MAGIC = b"NVLA"
+_ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
+
+
+@dataclass
+class InstTemplate:
+    opcode: str
+    const: dict
+    var: dict  # field -> [postfix, ...] (min of the results)
+    when: list  # [["eq"|"ge", postfix], ...]
+    tensor: int | None = None  # slot whose base is added to dram_base; -1 = result
+
+
+@dataclass
+class MacroMeta:
+    kernel: str
+    n_dims: int
+    insts: list
+
+
+@dataclass
+class TileMeta:
+    macro: int
+    name: str
+    grid: list  # [postfix, ...]
+    bases: dict  # slot (str) -> postfix
+
+
+@dataclass
+class TensorMeta:
+    shape: list  # [postfix, ...]
+    dram: list  # postfix
+
+
+@dataclass
+class Artifact:
+    version: int
+    config: dict
+    config_fingerprint: str
+    symbols: list  # [[name, lo, hi], ...]
+    inputs: list
+    outputs: list
+    dram_size: list
+    weight_layout: dict  # name -> [offset, shape]
+    macros: list
+    tiles: list
+    weights: dict = field(default_factory=dict, repr=False)
+
+    def metadata(self) -> dict:
+        d = asdict(self)
+        d.pop("weights")
+        return d
+
+    def _section_bytes(self, key: str) -> int:
+        return len(json.dumps(self.metadata()[key], separators=(",", ":")).encode())
+
+    @property
+    def macro_nbytes(self) -> int:
+        """Bytes of MacroMeta (the instruction templates)."""
+        return self._section_bytes("macros")
+
+    @property
+    def tile_nbytes(self) -> int:
+        """Bytes of TileMeta (grids, bases)."""
+        return self._section_bytes("tiles")
+
+    @property
+    def nbytes(self) -> int:
+        """MacroMeta + TileMeta bytes: what the JIT needs besides weights and I/O layout."""
+        return self.macro_nbytes + self.tile_nbytes
+
+    @property
+    def weight_nbytes(self) -> int:
+        return sum(a.nbytes for a in self.weights.values())
+
+    def save(self, path) -> None:
+        meta = json.dumps(self.metadata(), separators=(",", ":")).encode()
+        blob = b"".join(np.ascontiguousarray(self.weights[n], np.float32).tobytes() for n in sorted(self.weights))
+        header = json.dumps(
+            {"meta_bytes": len(meta), "blob_bytes": len(blob), "sha256": hashlib.sha256(meta + blob).hexdigest()}
+        ).encode()
+        with open(path, "wb") as f:
+            f.write(MAGIC + struct.pack("<II", FORMAT_VERSION, len(header)) + header + meta + blob)
+
+
+def load(path, config=None) -> Artifact:
+    """Reads an artifact; refuses corrupted, truncated, foreign-version or foreign-config files."""
+    data = Path(path).read_bytes()
+    where = f"artifact '{path}'"
+    if len(data) < 12 or data[:4] != MAGIC:
+        raise ArtifactError(f"{where} is not a novella artifact (bad magic); recompile the model")
+    version, hlen = struct.unpack("<II", data[4:12])
+    if version != FORMAT_VERSION:
+        raise ArtifactError(f"{where} has format version {version}, this novella-mlir reads {FORMAT_VERSION}")
+    try:
+        header = json.loads(data[12 : 12 + hlen])
+        body = data[12 + hlen :]
+        meta_b, blob = body[: header["meta_bytes"]], body[header["meta_bytes"] :]
+    except (ValueError, KeyError):
+        raise ArtifactError(f"{where} has a corrupted header") from None
+    if len(meta_b) != header["meta_bytes"] or len(blob) != header["blob_bytes"]:
+        raise ArtifactError(f"{where} is truncated ({len(data)} bytes); recompile or copy it again")
+    if hashlib.sha256(meta_b + blob).hexdigest() != header["sha256"]:
+        raise ArtifactError(f"{where} is corrupted (checksum mismatch); recompile or copy it again")
+    art = _from_metadata(json.loads(meta_b), blob, where)
+    if config is not None and art.config_fingerprint != config.fingerprint():
+        raise ArtifactError(f"{where} was compiled for another hardware config; recompile for this one")
+    return art
+
+
+def _from_metadata(m: dict, blob: bytes, where: str) -> Artifact:
+    try:
+        m["macros"] = [MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]]) for x in m["macros"]]
+        m["tiles"] = [TileMeta(**t) for t in m["tiles"]]
+        m["inputs"] = [TensorMeta(**t) for t in m["inputs"]]
+        m["outputs"] = [TensorMeta(**t) for t in m["outputs"]]
+        art = Artifact(**m)
+        _validate(art)
+    except (TypeError, KeyError, ValueError, IndexError) as e:
+        raise ArtifactError(f"{where} has malformed metadata: {e}") from None
+    off = 0
+    for name in sorted(art.weight_layout):
+        shape = art.weight_layout[name][1]
+        n = int(np.prod(shape)) * 4
+        art.weights[name] = np.frombuffer(blob[off : off + n], np.float32).reshape(shape)
+        off += n
+    return art
+
+
+def _validate(art: Artifact) -> None:
+    for t in art.tiles:
+        for p in t.grid + list(t.bases.values()):
+            expr.validate(p)
+        if not 0 <= t.macro < len(art.macros):
+            raise ValueError(f"tile '{t.name}' names macro {t.macro}")
+    for mm in art.macros:
+        for inst in mm.insts:
+            isa.Opcode[inst.opcode]
+            for progs in inst.var.values():
+                for p in progs:
+                    expr.validate(p)
+
+
+# ------------------------------------------------------------------ extraction
+
+
+def extract(module: ir.Module, weights: dict, config) -> Artifact:
+    """Builds the artifact from a module after `--novella-inst-gen`."""
+    mop = module.operation
+    fn = functions(mop)[0]
+    block = fn.regions[0].blocks[0]
+    dram = _dram_of(fn)
+    macros, index, tiles, layout = [], {}, [], {}
+    for op in body_ops(fn):
+        name = op.operation.name
+        if name == "novella.weight":
+            wname = ir.StringAttr(op.attributes["name"]).value
+            layout[wname] = [sy.evaluate(_dram_expr(op), []), list(weights[wname].shape)]
+        elif name == "novella.macro":
+            mm, bases = _macro(op, dram)
+            key = json.dumps(asdict(mm), sort_keys=True)
+            idx = index.setdefault(key, len(macros))
+            if idx == len(macros):
+                macros.append(mm)
+            tiles.append(TileMeta(idx, f"{mm.kernel.split('.')[1]}_{len(tiles)}", _grid(op), bases))
+    ret = list(block.operations)[-1]
+    return Artifact(
+        version=FORMAT_VERSION,
+        config=config.to_dict(),
+        config_fingerprint=config.fingerprint(),
+        symbols=[[s.name, s.lo, s.hi] for s in sy.read_symbols(mop)],
+        inputs=[_tensor_meta(a, dram) for a in block.arguments],
+        outputs=[_tensor_meta(v, dram) for v in ret.operands],
+        dram_size=sy.to_postfix(sy.map_results(fn.attributes["novella.dram_size"])[0]),
+        weight_layout=layout,
+        macros=macros,
+        tiles=tiles,
+        weights={k: np.ascontiguousarray(v, np.float32) for k, v in weights.items()},
+    )
+
+
+def _dram_expr(op) -> ir.AffineExpr:
+    return sy.map_results(op.attributes["novella.dram"])[0]
+
+
+def _dram_of(fn):
+    """value -> DRAM offset expression, for block arguments and op results."""
+    block = fn.regions[0].blocks[0]
+    arg_attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
+    out = {}
+    for a, d in zip(block.arguments, arg_attrs):
+        out[a] = sy.map_results(ir.DictAttr(d)["novella.dram"])[0]
+    for op in body_ops(fn):
+        if "novella.dram" in op.attributes:
+            out[op.results[0]] = _dram_expr(op)
+    return out
+
+
+def _tensor_meta(v, dram) -> TensorMeta:
+    shape = sy.shape_of(ir.RankedTensorType(v.type))
+    return TensorMeta([sy.to_postfix(e) for e in shape], sy.to_postfix(dram[v]))
+
+
+def _grid(macro) -> list:
+    return [sy.to_postfix(e) for e in sy.map_results(macro.attributes["grid"])]
+
+
+def _macro(macro, dram) -> tuple[MacroMeta, dict]:
+    n_dims = len(sy.map_results(macro.attributes["grid"]))
+    bases = {"-1": sy.to_postfix(dram[macro.results[0]])}
+    insts = []
+    for inst in macro.regions[0].blocks[0].operations:
+        t = _template(inst)
+        if t.tensor is not None and t.tensor >= 0:
+            bases[str(t.tensor)] = sy.to_postfix(dram[inst.operands[0]])
+        insts.append(t)
+    kernel = ir.StringAttr(macro.attributes["kernel"]).value
+    return MacroMeta(kernel, n_dims, insts), bases
+
+
+def _template(inst) -> InstTemplate:
+    attrs = attr_dict(inst)
+    opcode = ir.StringAttr(attrs.pop("opcode")).value
+    tensor = from_attr(attrs.pop("tensor")) if "tensor" in attrs else None
+    if opcode == "STORE":
+        tensor = -1
+    when = sy.integer_set_constraints(attrs.pop("when")) if "when" in attrs else []
+    when = [[kind, sy.to_postfix(e)] for kind, e in when]
+    const, var = {}, {}
+    for k, a in attrs.items():
+        if isinstance(a, ir.AffineMapAttr):
+            var[k] = [sy.to_postfix(e) for e in a.value.results]
+        else:
+            v = from_attr(a)
+            const[k] = int(_ENUMS[k][v]) if k in _ENUMS else v
+    return InstTemplate(opcode, const, var, when, tensor)
+

@@ -1,0 +1,365 @@
+"""The `novella` dialect, defined in Python on IRDL (`torch_mlir.dialects.ext`).
+
+Three layers of ops live here:
+
+* tensor ops (`novella.linear`, `novella.add`, ...) produced by the frontend;
+* `novella.macro`, one per tiled kernel, whose region holds tile-level ops
+  (`novella.dma_load`, `novella.mma`, `novella.vop`, `novella.dma_store`);
+* `novella.inst`, one NPU instruction template, produced by inst-gen.
+
+Every dynamic dim of a tensor value carries its symbolic size as the tensor
+encoding: ``tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>``. The
+symbols' names and bounds live in the module attribute ``novella.symbols``.
+"""
+
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch_mlir import ir
+from torch_mlir.dialects import ext
+
+Tensor = ir.RankedTensorType
+
+
+class Novella(ext.Dialect, name="novella"):
+    """The Novella NPU dialect."""
+
+
+def _fail(op, message: str) -> bool:
+    op.location.emit_error(f"'{op.operation.name}' op {message}")
+    return False
+
+
+def _static_dims(t: ir.RankedTensorType) -> list[int | None]:
+    return [None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank)]
+
+
+def _dims_compatible(a: int | None, b: int | None) -> bool:
+    return a is None or b is None or a == b
+
+
+def _broadcast_ok(a: ir.RankedTensorType, b: ir.RankedTensorType, out) -> bool:
+    da, db, do = _static_dims(a), _static_dims(b), _static_dims(out)
+    rank = len(do)
+    if len(da) > rank or len(db) > rank:
+        return False
+    da = [1] * (rank - len(da)) + da
+    db = [1] * (rank - len(db)) + db
+    for x, y, z in zip(da, db, do):
+        want = y if x == 1 else x
+        if x not in (1, None) and y not in (1, None) and x != y:
+            return False
+        if not _dims_compatible(want, z) and not (x == 1 and y == 1 and z == 1):
+            return False
+    return True
+
+
+def _f32(*types) -> bool:
+    return all(isinstance(t.element_type, ir.F32Type) for t in types)
+
+
+class WeightOp(Novella.Operation, name="weight"):
+    """A constant tensor (parameter, buffer or folded literal) living in DRAM.
+
+    The data is held outside the IR, in the model's weight table, by `name`."""
+
+    name: ir.StringAttr
+    result: ext.Result[Any]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        t = op.results[0].type
+        if not isinstance(t, ir.RankedTensorType):
+            return True  # a !torch.vtensor while the module is still in the torch dialect
+        if any(d is None for d in _static_dims(t)):
+            return _fail(op, f"weight must have a static shape, got {t}")
+        return True
+
+
+class LinearOp(Novella.Operation, name="linear"):
+    """`act(input @ weight^T + bias)` over the last dim, PyTorch `nn.Linear` layout.
+
+    input: [..., K], weight: [N, K], bias: [N], result: [..., N].
+    `act` is "none", "relu" or "gelu"; legalize fuses activations into it."""
+
+    input: ext.Operand[Tensor]
+    weight: ext.Operand[Tensor]
+    bias: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    act: ir.StringAttr = ext.attribute(default_factory=lambda: ir.StringAttr.get("none"))
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        x, w, b = (v.type for v in op.operands)
+        y = op.results[0].type
+        if not _f32(x, w, b, y):
+            return _fail(op, "supports only f32 tensors")
+        if w.rank != 2 or b.rank != 1:
+            return _fail(op, f"expects weight [N, K] and bias [N], got {w} and {b}")
+        n, k = w.get_dim_size(0), w.get_dim_size(1)
+        if not _dims_compatible(_static_dims(x)[-1], k):
+            return _fail(op, f"input inner dim must be {k} (weight is {n}x{k}), got {x}")
+        if b.get_dim_size(0) != n or _static_dims(y)[-1] != n or y.rank != x.rank:
+            return _fail(op, f"result must be [..., {n}] with bias [{n}], got {y}")
+        act = ir.StringAttr(op.attributes["act"]).value
+        if act not in ("none", "relu", "gelu"):
+            return _fail(op, f"unknown activation '{act}' (expected none, relu or gelu)")
+        return True
+
+
+class MatmulOp(Novella.Operation, name="matmul"):
+    """Batched matmul `lhs @ rhs` (or `lhs @ rhs^T` with `transpose_rhs`).
+
+    lhs: [..., M, K], rhs: [..., K, N] ([..., N, K] if transposed)."""
+
+    lhs: ext.Operand[Tensor]
+    rhs: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    transpose_rhs: ir.IntegerAttr = ext.attribute(default_factory=lambda: ir.BoolAttr.get(False))
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        a, b = (v.type for v in op.operands)
+        y = op.results[0].type
+        if not _f32(a, b, y):
+            return _fail(op, "supports only f32 tensors")
+        if a.rank < 2 or b.rank != a.rank or y.rank != a.rank:
+            return _fail(op, f"expects operands of equal rank >= 2, got {a} and {b}")
+        tr = bool(ir.IntegerAttr(op.attributes["transpose_rhs"]).value)
+        k_b = _static_dims(b)[-1 if tr else -2]
+        if not _dims_compatible(_static_dims(a)[-1], k_b):
+            return _fail(op, f"contraction dims differ: {a} @ {b}")
+        return True
+
+
+class _ElementwiseBinary:
+    """Shared verifier: f32 operands that broadcast to the result shape."""
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        a, b = (v.type for v in op.operands)
+        y = op.results[0].type
+        if not _f32(a, b, y):
+            return _fail(op, "supports only f32 tensors")
+        if not _broadcast_ok(a, b, y):
+            return _fail(op, f"operands {a} and {b} do not broadcast to {y}")
+        return True
+
+
+class AddOp(Novella.Operation, name="add"):
+    """Elementwise `lhs + rhs` with NumPy broadcasting."""
+
+    lhs: ext.Operand[Tensor]
+    rhs: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    verify_invariants = _ElementwiseBinary.verify_invariants
+
+
+class SubOp(Novella.Operation, name="sub"):
+    """Elementwise `lhs - rhs` with NumPy broadcasting."""
+
+    lhs: ext.Operand[Tensor]
+    rhs: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    verify_invariants = _ElementwiseBinary.verify_invariants
+
+
+class MulOp(Novella.Operation, name="mul"):
+    """Elementwise `lhs * rhs` with NumPy broadcasting."""
+
+    lhs: ext.Operand[Tensor]
+    rhs: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    verify_invariants = _ElementwiseBinary.verify_invariants
+
+
+class DivOp(Novella.Operation, name="div"):
+    """Elementwise `lhs / rhs` with NumPy broadcasting."""
+
+    lhs: ext.Operand[Tensor]
+    rhs: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    verify_invariants = _ElementwiseBinary.verify_invariants
+
+
+class _SameShapeUnary:
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        x, y = op.operands[0].type, op.results[0].type
+        if not _f32(x, y):
+            return _fail(op, "supports only f32 tensors")
+        if _static_dims(x) != _static_dims(y):
+            return _fail(op, f"result {y} must have the operand's shape {x}")
+        return True
+
+
+class ScalarOp(Novella.Operation, name="scalar"):
+    """Elementwise op with a compile-time scalar: `fn` is add, sub, mul, div or rsub."""
+
+    input: ext.Operand[Tensor]
+    fn: ir.StringAttr
+    value: ir.FloatAttr
+    result: ext.Result[Tensor]
+    verify_invariants = _SameShapeUnary.verify_invariants
+
+
+class ReluOp(Novella.Operation, name="relu"):
+    """Elementwise `max(x, 0)`."""
+
+    input: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    verify_invariants = _SameShapeUnary.verify_invariants
+
+
+class GeluOp(Novella.Operation, name="gelu"):
+    """Elementwise GELU, erf form: `0.5 * x * (1 + erf(x / sqrt(2)))`."""
+
+    input: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    verify_invariants = _SameShapeUnary.verify_invariants
+
+
+class SoftmaxOp(Novella.Operation, name="softmax"):
+    """Softmax over the last dim (which may be dynamic)."""
+
+    input: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    verify_invariants = _SameShapeUnary.verify_invariants
+
+
+class LayerNormOp(Novella.Operation, name="layer_norm"):
+    """Layer normalization over the last dim with affine `weight` and `bias`."""
+
+    input: ext.Operand[Tensor]
+    weight: ext.Operand[Tensor]
+    bias: ext.Operand[Tensor]
+    eps: ir.FloatAttr
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        x, w, b = (v.type for v in op.operands)
+        c = _static_dims(x)[-1]
+        if c is None or _static_dims(w) != [c] or _static_dims(b) != [c]:
+            return _fail(op, f"needs a static last dim matching weight/bias, got {x}, {w}, {b}")
+        return _SameShapeUnary.verify_invariants(op)
+
+
+class TransposeOp(Novella.Operation, name="transpose"):
+    """Permutes dims: result dim i is input dim `perm[i]`."""
+
+    input: ext.Operand[Tensor]
+    perm: Any
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        x, y = op.operands[0].type, op.results[0].type
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["perm"]))
+        if sorted(perm) != list(range(x.rank)) or y.rank != x.rank:
+            return _fail(op, f"perm {perm} is not a permutation of rank {x.rank}")
+        dx, dy = _static_dims(x), _static_dims(y)
+        if any(not _dims_compatible(dx[p], dy[i]) for i, p in enumerate(perm)):
+            return _fail(op, f"result {y} is not {x} permuted by {perm}")
+        return True
+
+
+class ReshapeOp(Novella.Operation, name="reshape"):
+    """Row-major reshape; the result's symbolic shape is its type encoding."""
+
+    input: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+
+
+class SliceOp(Novella.Operation, name="slice"):
+    """`input[start : start + size]` along `dim`; the size is the result's (possibly symbolic) dim."""
+
+    input: ext.Operand[Tensor]
+    dim: ir.IntegerAttr
+    start: ir.IntegerAttr
+    result: ext.Result[Tensor]
+
+
+class Conv1dOp(Novella.Operation, name="conv1d"):
+    """1-D convolution, NCW layout: input [N, Cin, L], weight [Cout, Cin, K], bias [Cout]."""
+
+    input: ext.Operand[Tensor]
+    weight: ext.Operand[Tensor]
+    bias: ext.Operand[Tensor]
+    stride: ir.IntegerAttr
+    padding: ir.IntegerAttr
+    result: ext.Result[Tensor]
+
+
+class AttentionOp(Novella.Operation, name="attention"):
+    """Scaled dot-product attention `softmax(q @ k^T * scale) @ v` over [..., L, D] operands."""
+
+    query: ext.Operand[Tensor]
+    key: ext.Operand[Tensor]
+    value: ext.Operand[Tensor]
+    scale: ir.FloatAttr
+    result: ext.Result[Tensor]
+
+
+class MacroOp(Novella.Operation, name="macro", traits=[ir.NoTerminatorTrait]):
+    """One tiled kernel: its region runs once per point of the tile `grid`.
+
+    `grid` maps the symbols to the loop extents (one result per loop dim,
+    outermost first). Tile ops in the region read tensors through their SSA
+    operand (captured from above), write the macro's result, and address
+    SRAM by buffer name; `novella-inst-gen` turns them into `novella.inst`."""
+
+    kernel: ir.StringAttr
+    grid: ir.AffineMapAttr
+    result: ext.Result[Tensor]
+    body: ext.Region
+
+
+class DmaLoadOp(Novella.Operation, name="dma_load"):
+    """Tile load: rows of tensor `src` into SRAM `buffer`; `tensor` is its operand slot in the kernel.
+
+    Address attributes are affine maps over (grid dims)[symbols]."""
+
+    src: ext.Operand[Tensor]
+    buffer: ir.StringAttr
+    tensor: ir.IntegerAttr
+
+
+class DmaStoreOp(Novella.Operation, name="dma_store"):
+    """Tile store: rows of SRAM `buffer` into the enclosing macro's result tensor."""
+
+    buffer: ir.StringAttr
+
+
+class MmaOp(Novella.Operation, name="mma"):
+    """Tile matmul on the MAC array: `acc (+)= lhs @ rhs`, buffers named by attribute."""
+
+    acc: ir.StringAttr
+    lhs: ir.StringAttr
+    rhs: ir.StringAttr
+
+
+class VopOp(Novella.Operation, name="vop"):
+    """Tile vector op `fn` on SRAM buffers (`dst`, `a`, optional `b` or `imm`)."""
+
+    fn: ir.StringAttr
+    dst: ir.StringAttr
+
+
+class InstOp(Novella.Operation, name="inst"):
+    """One NPU instruction template. Each ISA field is an integer (constant),
+    or an affine map over (grid dims)[symbols] whose results are combined
+    with `min`. `when` (an integer set over the same dims) guards it. A LOAD
+    has the tensor it reads as operand; `dram_base` is relative to it."""
+
+    src: Sequence[ext.Operand[Tensor]]
+    opcode: ir.StringAttr
+
+
+def load(context: ir.Context | None = None) -> None:
+    """Registers the dialect in the current (or given) context, once."""
+    ctx = context or ir.Context.current
+    if not ctx.is_dialect_loaded(Novella.DIALECT_NAMESPACE):
+        with ctx:
+            Novella.load()

@@ -1,0 +1,129 @@
+"""Shape rules of the novella tensor ops: the core of the shape mutator.
+
+Each rule maps the operands' symbolic shapes (lists of `AffineExpr`) and the
+op's attributes to the result's symbolic shape. The frontend calls them as it
+builds ops; `--novella-shape-infer` re-runs them over a whole module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch_mlir import ir
+
+from .. import symbolic as sy
+
+Shape = list[ir.AffineExpr]
+_RULES: dict[str, Callable] = {}
+
+
+class ShapeError(ValueError):
+    """A shape rule found operands whose symbolic shapes do not fit."""
+
+
+def rule(*names: str):
+    def register(fn):
+        for n in names:
+            _RULES[f"novella.{n}"] = fn
+        return fn
+
+    return register
+
+
+def has_rule(op_name: str) -> bool:
+    return op_name in _RULES
+
+
+def infer(op_name: str, shapes: list[Shape], attrs, result_type) -> Shape:
+    """Result shape of `op_name`; `result_type` gives static dims and, for
+    ops whose size is not a function of operands (reshape, slice), the encoding."""
+    return _RULES[op_name](shapes, attrs, result_type)
+
+
+def _same(a: ir.AffineExpr, b: ir.AffineExpr) -> bool:
+    return str(a) == str(b)
+
+
+def broadcast(a: Shape, b: Shape) -> Shape:
+    rank = max(len(a), len(b))
+    a = [sy.const(1)] * (rank - len(a)) + a
+    b = [sy.const(1)] * (rank - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if sy.as_int(x) == 1:
+            out.append(y)
+        elif sy.as_int(y) == 1 or _same(x, y):
+            out.append(x)
+        else:
+            raise ShapeError(f"cannot broadcast size {x} against {y}")
+    return out
+
+
+@rule("add", "sub", "mul", "div")
+def _binary(shapes, attrs, rt):
+    return broadcast(shapes[0], shapes[1])
+
+
+@rule("scalar", "relu", "gelu", "softmax", "layer_norm")
+def _unary(shapes, attrs, rt):
+    return list(shapes[0])
+
+
+@rule("linear")
+def _linear(shapes, attrs, rt):
+    x, w = shapes[0], shapes[1]
+    if not _same(x[-1], w[1]):
+        raise ShapeError(f"linear contracts {x[-1]} with weight dim {w[1]}")
+    return x[:-1] + [w[0]]
+
+
+@rule("matmul")
+def _matmul(shapes, attrs, rt):
+    a, b = shapes
+    tr = bool(ir.IntegerAttr(attrs["transpose_rhs"]).value)
+    k, n = (b[-1], b[-2]) if tr else (b[-2], b[-1])
+    if not _same(a[-1], k):
+        raise ShapeError(f"matmul contracts {a[-1]} with {k}")
+    return broadcast(a[:-2], b[:-2]) + [a[-2], n]
+
+
+@rule("attention")
+def _attention(shapes, attrs, rt):
+    q, k, v = shapes
+    if not _same(k[-2], v[-2]):
+        raise ShapeError(f"attention key length {k[-2]} differs from value length {v[-2]}")
+    return q[:-1] + [v[-1]]
+
+
+@rule("transpose")
+def _transpose(shapes, attrs, rt):
+    perm = list(ir.DenseI64ArrayAttr(attrs["perm"]))
+    return [shapes[0][p] for p in perm]
+
+
+@rule("conv1d")
+def _conv1d(shapes, attrs, rt):
+    x, w = shapes[0], shapes[1]
+    stride = ir.IntegerAttr(attrs["stride"]).value
+    pad = ir.IntegerAttr(attrs["padding"]).value
+    k = sy.as_int(w[2])
+    length = sy.floordiv(x[2] + sy.const(2 * pad - k), stride) + sy.const(1)
+    return [x[0], w[0], length]
+
+
+@rule("reshape", "slice")
+def _from_result(shapes, attrs, rt):
+    exprs = sy.shape_of(rt)
+    if exprs is None:
+        raise ShapeError(f"result type {rt} must carry its symbolic shape as encoding")
+    if "dim" not in attrs:
+        _check_same_numel(shapes[0], exprs)
+    return exprs
+
+
+def _check_same_numel(a: Shape, b: Shape) -> None:
+    na, nb = sy.numel(a), sy.numel(b)
+    for v in (1, 2, 3, 7, 64, 1001):
+        syms = [v] * 8
+        if sy.evaluate(na, syms) != sy.evaluate(nb, syms):
+            raise ShapeError(f"reshape changes the element count: {na} vs {nb}")

@@ -1,0 +1,188 @@
+"""Registry-driven lowering from the torch dialect to the novella dialect.
+
+A lowering is a function registered for one or more torch op names::
+
+    @lowers("torch.aten.relu")
+    def relu(cx: LoweringContext):
+        return cx.emit(ReluOp, input=cx.operand(0))
+
+`cx.emit` builds the novella op and computes its result type with the shape
+mutator's rule for that op, so every `?` carries its symbolic size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from torch_mlir import ir
+from torch_mlir.dialects import func
+
+from ... import symbolic as sy
+from ...dialects import shapes
+from ...dialects.novella import WeightOp
+from ...errors import NovellaError, UnsupportedOpError
+
+_LOWERINGS: dict[str, Callable] = {}
+
+
+def lowers(*op_names: str):
+    """Registers a lowering for the given torch op names."""
+
+    def register(fn):
+        for name in op_names:
+            _LOWERINGS[name] = fn
+        return fn
+
+    return register
+
+
+def supported_ops() -> list[str]:
+    return sorted(_LOWERINGS)
+
+
+def source_location(loc: ir.Location) -> str:
+    """The innermost user frame (`file:line`) of an FX-imported op location."""
+    frames = re.findall(r'"([^"]+)":(\d+)', str(loc))
+    user = [f for f in frames if "site-packages" not in f[0]] or frames
+    return f"{user[0][0]}:{user[0][1]}" if user else "<unknown location>"
+
+
+class LoweringContext:
+    """What a lowering sees: the torch op, its converted operands, and a builder."""
+
+    def __init__(self, op, values: dict, n_syms: int, weights: dict):
+        self.op = op
+        self._values = values
+        self.n_syms = n_syms
+        self._weights = weights
+
+    def add_weight(self, hint: str, array) -> ir.Value:
+        """A new constant tensor (e.g. a folded or zero bias) in the weight table."""
+        name = f"{hint}_{len(self._weights)}"
+        self._weights[name] = array.astype("float32")
+        t = ir.RankedTensorType.get(list(array.shape), ir.F32Type.get())
+        return WeightOp(ir.StringAttr.get(name), t, loc=self.op.location).result
+
+    def value(self, v):
+        return self._values[v]
+
+    def operand(self, i: int) -> ir.Value:
+        v = self._values[self.op.operands[i]]
+        if not isinstance(v, ir.Value):
+            raise self.error(f"operand #{i} must be a tensor, got {v!r}")
+        return v
+
+    def const(self, i: int):
+        """A compile-time operand: int, float, bool, str, None, list or a symbolic size."""
+        v = self._values[self.op.operands[i]]
+        if isinstance(v, ir.Value):
+            raise self.error(f"operand #{i} must be a compile-time constant")
+        return v
+
+    @property
+    def num_operands(self) -> int:
+        return len(self.op.operands)
+
+    def shape(self, v: ir.Value) -> list:
+        return sy.shape_of(ir.RankedTensorType(v.type))
+
+    def torch_result_dims(self) -> list[int | None]:
+        t = str(self.op.results[0].type)
+        dims = re.match(r"!torch.vtensor<\[([^\]]*)\]", t).group(1)
+        return [None if d == "?" else int(d) for d in dims.split(",")] if dims else []
+
+    def emit(self, op_cls, result_shape=None, **fields) -> ir.Value:
+        """Builds `op_cls` with the result type from the shape rule (or `result_shape`)."""
+        attrs = {k: v for k, v in fields.items() if isinstance(v, ir.Attribute)}
+        operands = [v for v in fields.values() if isinstance(v, ir.Value)]
+        if result_shape is None:
+            hint = ir.RankedTensorType.get([1], ir.F32Type.get())
+            result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
+        self._check_static(result_shape)
+        rtype = sy.tensor_type(result_shape, ir.F32Type.get(), self.n_syms)
+        return op_cls(**fields, result=rtype, loc=self.op.location).result
+
+    def _check_static(self, exprs):
+        want = self.torch_result_dims()
+        got = [sy.as_int(e) for e in exprs]
+        if len(want) != len(got) or any(w is not None and w != g for w, g in zip(want, got)):
+            raise self.error(f"shape mismatch: torch says {want}, the shape rule gives {[str(e) for e in exprs]}")
+
+    def error(self, message: str) -> NovellaError:
+        return NovellaError(f"{source_location(self.op.location)}: '{self.op.name}': {message}")
+
+
+def convert(torch_module: ir.Module, imported) -> ir.Module:
+    """Converts the imported torch-dialect module to a new novella-dialect module."""
+    from . import activation, elementwise, linear, shape_ops  # noqa: F401  (registers)
+
+    src = next(op for op in torch_module.body.operations if op.operation.name == "func.func")
+    n_syms = len(imported.symbols)
+    with ir.Location.unknown():
+        module = ir.Module.create()
+        sy.write_symbols(module.operation, imported.symbols)
+        arg_types = [_arg_type(s, imported.positions, n_syms) for s in imported.arg_shapes]
+        values: dict = {}
+        with ir.InsertionPoint(module.body):
+            fn = func.FuncOp("forward", (arg_types, []))
+            entry = fn.add_entry_block()
+        for targ, narg in zip(src.regions[0].blocks[0].arguments, entry.arguments):
+            values[targ] = narg
+        with ir.InsertionPoint(entry):
+            results = _convert_block(src.regions[0].blocks[0], values, n_syms, imported.weights)
+            func.ReturnOp(results)
+        fn.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(arg_types, [r.type for r in results])
+        )
+    return module
+
+
+def _arg_type(dims, positions, n_syms):
+    exprs = [sy.const(d) if isinstance(d, int) else sy.from_sympy(d, positions) for d in dims]
+    return sy.tensor_type(exprs, ir.F32Type.get(), n_syms)
+
+
+def _convert_block(block, values, n_syms, weights):
+    for op in block.operations:
+        name = op.operation.name
+        if name == "func.return":
+            return [values[v] for v in op.operands]
+        if name == "novella.weight":
+            t = _vtensor_to_builtin(op.results[0].type)
+            values[op.results[0]] = WeightOp(op.attributes["name"], t, loc=op.location).result
+            continue
+        if name.startswith("torch.constant.") or name == "torch.prim.ListConstruct":
+            values[op.results[0]] = _constant(op, values)
+            continue
+        fn = _LOWERINGS.get(name)
+        if fn is None:
+            raise UnsupportedOpError(
+                f"{source_location(op.location)}: unsupported op '{name}': the novella frontend has no "
+                f"lowering for it. Rewrite the model to avoid it, or register one with "
+                f'@lowers("{name}") in novella_mlir/frontend/lowering/.'
+            )
+        result = fn(LoweringContext(op, values, n_syms, weights))
+        for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
+            values[r] = v
+    raise NovellaError("torch function has no return")
+
+
+def _constant(op, values):
+    if op.name == "torch.prim.ListConstruct":
+        return [values[v] for v in op.operands]
+    if op.name == "torch.constant.none":
+        return None
+    a = op.attributes["value"]
+    if isinstance(a, (ir.BoolAttr, ir.IntegerAttr, ir.FloatAttr, ir.StringAttr)):
+        v = a.value
+        return bool(v) if op.name == "torch.constant.bool" else v
+    raise NovellaError(f"{source_location(op.location)}: unsupported constant {op}")
+
+
+def _vtensor_to_builtin(t) -> ir.RankedTensorType:
+    m = re.match(r"!torch.vtensor<\[([^\]]*)\],f32>", str(t))
+    if not m:
+        raise NovellaError(f"only f32 tensors are supported, got {t}")
+    dims = [int(d) for d in m.group(1).split(",")] if m.group(1) else []
+    return ir.RankedTensorType.get(dims, ir.F32Type.get())

@@ -1,0 +1,19 @@
+"""Lowerings of activations."""
+
+from __future__ import annotations
+
+from ...dialects.novella import GeluOp, ReluOp
+from . import lowers
+
+
+@lowers("torch.aten.relu")
+def relu(cx):
+    return cx.emit(ReluOp, input=cx.operand(0))
+
+
+@lowers("torch.aten.gelu")
+def gelu(cx):
+    approximate = cx.const(1) if cx.num_operands > 1 else "none"
+    if approximate != "none":
+        raise cx.error(f"gelu(approximate='{approximate}') is not supported; use the erf form")
+    return cx.emit(GeluOp, input=cx.operand(0))

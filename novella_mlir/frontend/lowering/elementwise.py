@@ -1,0 +1,32 @@
+"""Lowerings of elementwise arithmetic with broadcasting."""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from ...dialects.novella import AddOp, DivOp, MulOp, ScalarOp, SubOp
+from . import lowers
+
+_BINARY = {"add": AddOp, "sub": SubOp, "mul": MulOp, "div": DivOp}
+
+
+def _scalar(cx, fn: str, x, value: float):
+    return cx.emit(ScalarOp, input=x, fn=ir.StringAttr.get(fn), value=ir.FloatAttr.get_f32(float(value)))
+
+
+def _binary(kind: str):
+    def lower(cx):
+        x = cx.operand(0)
+        alpha = cx.const(2) if kind in ("add", "sub") and cx.num_operands > 2 else 1
+        other = cx.value(cx.op.operands[1])
+        if not isinstance(other, ir.Value):
+            return _scalar(cx, kind, x, other * alpha)
+        if alpha != 1:
+            other = _scalar(cx, "mul", other, alpha)
+        return cx.emit(_BINARY[kind], lhs=x, rhs=other)
+
+    return lower
+
+
+for _kind in _BINARY:
+    lowers(f"torch.aten.{_kind}.Tensor", f"torch.aten.{_kind}.Scalar")(_binary(_kind))

@@ -1,0 +1,3 @@
+"""Lowerings of shape and data-movement ops (view, permute, transpose, slice, ...)."""
+
+from __future__ import annotations

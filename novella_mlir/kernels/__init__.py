@@ -1,0 +1,171 @@
+"""The kernel library: how each novella tensor op is tiled and turned into a macro.
+
+A kernel is registered per op name and provides two steps, used by the
+passes of the same name:
+
+* `tile(op, tv, budget, options) -> Tiling`: tile sizes, the tile grid (one
+  extent expression per loop, outermost first) and the SRAM buffers
+  (`--novella-tile`);
+* `macro(op, tv, tiling, b: MacroBuilder)`: the tile-level ops of one grid
+  step, with addresses as affine expressions of the grid dims `d0, d1, ...`
+  and the symbols `s0, ...` (`--novella-macro-gen`).
+
+Tensors are seen as row-major 2-D views `[rows, cols]` where `cols` is the
+(static) last dim and `rows` the product of the others (symbolic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from ..errors import TileFitError
+
+_KERNELS: dict[str, object] = {}
+
+
+def kernel(*op_names: str):
+    """Registers a kernel class for the given novella op names."""
+
+    def register(cls):
+        for n in op_names:
+            _KERNELS[n] = cls()
+        return cls
+
+    return register
+
+
+def get_kernel(op_name: str):
+    _load_all()
+    return _KERNELS.get(op_name)
+
+
+def _load_all():
+    from . import elementwise, linear  # noqa: F401
+
+    try:
+        from . import transformer  # noqa: F401
+    except ImportError:
+        pass
+
+
+@dataclass
+class Buffer:
+    """A named SRAM buffer of one kernel: `mem` is "spad" or "acc"; sizes in elements."""
+
+    name: str
+    mem: str
+    offset: int
+    size: int
+
+
+@dataclass
+class Tiling:
+    """The result of tiling one op."""
+
+    tiles: dict[str, int]
+    grid: list[ir.AffineExpr]
+    buffers: list[Buffer] = field(default_factory=list)
+
+
+class BufferPlan:
+    """Packs named buffers into the SPAD and ACC budgets, or raises TileFitError."""
+
+    def __init__(self, op_desc: str, budget: dict[str, int]):
+        self.op_desc = op_desc
+        self.budget = budget
+        self.used = {"spad": 0, "acc": 0}
+        self.buffers: list[Buffer] = []
+
+    def add(self, name: str, mem: str, size: int) -> None:
+        self.buffers.append(Buffer(name, mem, self.used[mem], size))
+        self.used[mem] += size
+
+    def fits(self) -> bool:
+        return all(self.used[m] <= self.budget[m] for m in self.used)
+
+    def check(self) -> list[Buffer]:
+        if not self.fits():
+            need = ", ".join(f"{m} {self.used[m]} of {self.budget[m]} elements" for m in self.used)
+            raise TileFitError(
+                f"{self.op_desc}: the smallest tile does not fit the SRAM of this config ({need}). "
+                "Use a config with a larger scratchpad/accumulator, or smaller model dims."
+            )
+        return self.buffers
+
+
+class TensorView:
+    """Symbolic 2-D view of the operands and result of one op."""
+
+    def __init__(self, op):
+        self.op = op
+        self.types = [ir.RankedTensorType(v.type) for v in op.operands] + [
+            ir.RankedTensorType(op.results[0].type)
+        ]
+        self.shapes = [sy.shape_of(t) for t in self.types]
+
+    def shape(self, i: int) -> list[ir.AffineExpr]:
+        """Symbolic shape of operand `i` (-1: the result)."""
+        return self.shapes[i]
+
+    def rows(self, i: int) -> ir.AffineExpr:
+        return sy.numel(self.shapes[i][:-1])
+
+    def cols(self, i: int) -> int:
+        c = sy.as_int(self.shapes[i][-1])
+        if c is None:
+            return None
+        return c
+
+    def static(self, i: int, d: int) -> int | None:
+        return sy.as_int(self.shapes[i][d])
+
+
+class MacroBuilder:
+    """Collects the tile ops of one macro step; the macro-gen pass materializes them."""
+
+    def __init__(self, n_dims: int, n_syms: int):
+        self.n_dims = n_dims
+        self.n_syms = n_syms
+        self.ops: list[tuple[str, dict]] = []
+
+    def d(self, i: int) -> ir.AffineExpr:
+        return sy.dim(i)
+
+    def s(self, i: int = 0) -> ir.AffineExpr:
+        return sy.sym(i)
+
+    def load(self, buffer: str, tensor: int, **f) -> None:
+        """DMA rows of `tensor` (operand index, -1 = result) into `buffer`; see LOAD in docs/isa.md."""
+        self.ops.append(("novella.dma_load", dict(buffer=buffer, tensor=tensor, **f)))
+
+    def store(self, buffer: str, tensor: int = -1, **f) -> None:
+        self.ops.append(("novella.dma_store", dict(buffer=buffer, tensor=tensor, **f)))
+
+    def mma(self, acc: str, lhs: str, rhs: str, **f) -> None:
+        self.ops.append(("novella.mma", dict(acc=acc, lhs=lhs, rhs=rhs, **f)))
+
+    def vop(self, fn: str, dst: str, a: str | None = None, b: str | None = None, **f) -> None:
+        f = dict(fn=fn, dst=dst, **f)
+        if a is not None:
+            f["a"] = a
+        if b is not None:
+            f["b"] = b
+        self.ops.append(("novella.vop", f))
+
+
+def first(dim: int) -> list:
+    """`when` condition: grid dim `dim` is 0."""
+    return [("eq", sy.dim(dim))]
+
+
+def last(dim: int, extent: ir.AffineExpr) -> list:
+    """`when` condition: grid dim `dim` is extent - 1."""
+    return [("eq", extent - sy.const(1) - sy.dim(dim))]
+
+
+def tile_rows(dim: int, tm: int, total: ir.AffineExpr) -> list[ir.AffineExpr]:
+    """Rows of tile `d<dim>` of `tm`: min(tm, total - d*tm), the partial last tile."""
+    return [sy.const(tm), total - sy.dim(dim) * tm]

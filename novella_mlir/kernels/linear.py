@@ -1,0 +1,67 @@
+"""Linear layers on the MAC array: weight-stationary tiles with a fused epilogue."""
+
+from __future__ import annotations
+
+from .. import symbolic as sy
+from . import BufferPlan, Tiling, first, kernel, last, tile_rows
+from .elementwise import emit_act
+
+
+def _divisors(n: int, step: int = 16) -> list[int]:
+    out = [d for d in range(n, 0, -1) if n % d == 0 and (d % step == 0 or d == n)]
+    return out or [n]
+
+
+@kernel("novella.linear")
+class Linear:
+    """`y[M, N] = act(x[M, K] @ W[N, K]^T + b)`.
+
+    Grid (n, m, k): the weight slab W[n-block, :] and the bias block stay in
+    the scratchpad while the row tiles of x stream through; the K loop
+    accumulates in the accumulator and the epilogue (bias, activation,
+    store) runs on its last step."""
+
+    def _plan(self, op, budget, tm, tn, tk, k, act):
+        plan = BufferPlan(op.name, budget)
+        plan.add("w", "spad", tn * k)
+        plan.add("a", "spad", tm * tk)
+        plan.add("bias", "spad", tn)
+        plan.add("out", "spad", tm * tn)
+        if act == "gelu":
+            plan.add("tmp", "spad", tm * tn)
+        plan.add("acc", "acc", tm * tn)
+        return plan
+
+    def tile(self, op, tv, budget, options):
+        k, n = tv.cols(0), tv.static(1, 0)
+        act = op.attributes["act"].value
+        tms = [options["tile-m"]] if options.get("tile-m") else [64, 32, 16]
+        plan = None
+        for tm in tms:
+            for tn in _divisors(n):
+                for tk in _divisors(k):
+                    plan = self._plan(op, budget, tm, tn, tk, k, act)
+                    if plan.fits():
+                        grid = [sy.const(n // tn), sy.ceildiv(tv.rows(0), tm), sy.const(k // tk)]
+                        return Tiling({"tm": tm, "tn": tn, "tk": tk}, grid, plan.buffers)
+        plan.check()
+
+    def macro(self, op, tv, t, b):
+        tm, tn, tk = t.tiles["tm"], t.tiles["tn"], t.tiles["tk"]
+        k, n, m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
+        rows = tile_rows(1, tm, m_total)
+        resident = first(1) + first(2)
+        b.load("w", 1, dram_offset=b.d(0) * (tn * k), dram_stride=k, row_start=0, row_step=1,
+               row_bound=tn, rows=tn, cols=k, sram_stride=k, when=resident)
+        b.load("bias", 2, dram_offset=b.d(0) * tn, dram_stride=tn, row_start=0, row_step=1,
+               row_bound=1, rows=1, cols=tn, sram_stride=tn, when=resident)
+        b.load("a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(1) * tm, row_step=1,
+               row_bound=m_total, rows=rows, cols=tk, sram_stride=tk)
+        b.mma("acc", "a", "w", rhs_offset=b.d(2) * tk, a_stride=tk, b_stride=k, acc_stride=tn,
+              m=rows, k=tk, n=tn, accumulate=[b.d(2), sy.const(1)], transpose_b=1)
+        epilogue = last(2, sy.const(k // tk))
+        geo = dict(rows=rows, cols=tn, dst_stride=tn, a_stride=tn, b_stride=tn, when=epilogue)
+        b.vop("ADD", "out", "acc", "bias", mode="ROW", **geo)
+        emit_act(b, op.attributes["act"].value, "out", "tmp", rows, tn, tn, when=epilogue)
+        b.store("out", -1, dram_offset=b.d(0) * tn, dram_stride=n, row_start=b.d(1) * tm, row_step=1,
+                row_bound=m_total, rows=rows, cols=tn, sram_stride=tn, when=epilogue)

@@ -1,0 +1,143 @@
+"""`compile_torch`: the whole pipeline, as one straight list of stages."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_mlir import ir
+
+from simulator import load_config
+
+from . import artifact as art_mod
+from .context import make_context
+from .errors import CompileError
+from .frontend import importer
+from .frontend.lowering import convert
+from .runtime.executor import Executor
+from .transforms.registry import BACKEND_PIPELINE, run_passes
+
+
+class Stages:
+    """IR text after each stage, optionally dumped as numbered files."""
+
+    def __init__(self, dump_dir=None):
+        self.texts: dict[str, str] = {}
+        self.seconds: dict[str, float] = {}
+        self.dump_dir = Path(dump_dir) if dump_dir else None
+        self._t = time.perf_counter()
+        if self.dump_dir:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+
+    def record(self, name: str, module: ir.Module) -> None:
+        _verify(module, name)
+        now = time.perf_counter()
+        self.seconds[name], self._t = now - self._t, now
+        self.texts[name] = str(module)
+        if self.dump_dir:
+            (self.dump_dir / f"{len(self.texts) - 1:02d}-{name}.mlir").write_text(self.texts[name])
+
+
+def _verify(module: ir.Module, stage: str) -> None:
+    try:
+        module.operation.verify()
+    except ir.MLIRError as e:
+        raise CompileError(f"IR after stage '{stage}' does not verify:\n{e}") from None
+
+
+def compile_torch(
+    module: torch.nn.Module,
+    *example_args,
+    dynamic_dim: int = 1,
+    min_len: int = 1,
+    max_len: int = 2048,
+    config=None,
+    dump_dir=None,
+    decomposition_table=None,
+    pass_options: dict | None = None,
+) -> "CompiledModel":
+    """Compiles `module` once, with dim `dynamic_dim` of its inputs symbolic in [min_len, max_len]."""
+    config = config or load_config()
+    ctx = make_context()
+    stages = Stages(dump_dir)
+    # torch.export with a symbolic length, then the torch-mlir FX importer (torch dialect, `?` dims)
+    prog = importer.export(module, example_args, dynamic_dim, min_len, max_len)
+    imported = importer.import_program(ctx, prog, decomposition_table)
+    with ctx, ir.Location.unknown():
+        stages.record("torch", imported.module)
+        # frontend: registry-driven lowering to the novella dialect; the shape mutator types every `?`
+        mod = convert(imported.module, imported)
+        stages.record("novella", mod)
+        # backend: shape-infer, legalize, allocate, tile, macro-gen, inst-gen (each verified)
+        for flag in BACKEND_PIPELINE:
+            _run(mod, flag, config, (pass_options or {}).get(flag, {}))
+            stages.record(flag, mod)
+        # artifact: MacroMeta + TileMeta (+ weights and DRAM plan)
+        artifact = art_mod.extract(mod, imported.weights, config)
+    model = CompiledModel(artifact, config, stages)
+    if dump_dir:
+        artifact.save(Path(dump_dir) / "model.nvla")
+        (Path(dump_dir) / "summary.json").write_text(json.dumps(model.summary(), indent=2))
+    return model
+
+
+def _run(module, flag, config, options) -> None:
+    try:
+        run_passes(module, [(flag, options)], config)
+    except ir.MLIRError as e:
+        raise CompileError(f"pass '{flag}' failed:\n{e}") from None
+
+
+class CompiledModel:
+    """A model compiled once for every length in bounds; call it like the nn.Module."""
+
+    def __init__(self, artifact, config=None, stages: Stages | None = None):
+        self.artifact = artifact
+        self.config = config or load_config()
+        self.stages = stages
+        self.executor = Executor(artifact, self.config)
+
+    def __call__(self, *inputs, trace: bool = False):
+        arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in inputs]
+        outs = self.executor.run(arrays, trace=trace)
+        outs = [torch.from_numpy(o) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @property
+    def last_run(self):
+        return self.executor.last_run
+
+    @property
+    def jit(self):
+        return self.executor.jit
+
+    def ir(self, stage: str) -> str:
+        """IR text after `stage` ("torch", "novella", or a pass flag such as "novella-tile")."""
+        if not self.stages or stage not in self.stages.texts:
+            known = ", ".join(self.stages.texts) if self.stages else "none (loaded from a file)"
+            raise KeyError(f"no IR for stage '{stage}'; stages: {known}")
+        return self.stages.texts[stage]
+
+    def summary(self) -> dict:
+        a = self.artifact
+        return {
+            "symbols": a.symbols,
+            "macro_meta_bytes": a.macro_nbytes,
+            "tile_meta_bytes": a.tile_nbytes,
+            "weight_bytes": a.weight_nbytes,
+            "macros": len(a.macros),
+            "tiles": len(a.tiles),
+            "stage_seconds": self.stages.seconds if self.stages else {},
+        }
+
+    def save(self, path) -> None:
+        self.artifact.save(path)
+
+
+def load(path, config=None) -> CompiledModel:
+    """Loads a saved artifact as a runnable model."""
+    config = config or load_config()
+    return CompiledModel(art_mod.load(path, config), config)

@@ -1,0 +1,94 @@
+"""Running a compiled model: bind the inputs, JIT the program, simulate, read the outputs."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator import Simulator, load_config
+from simulator.config import NovellaConfig
+
+from ..errors import InputError
+from . import expr
+from .jit import Jit, Program
+
+
+@dataclass
+class RunResult:
+    """What one call did: the program, the simulator's stats, host times, and the trace if asked."""
+
+    symbols: dict
+    program: Program
+    stats: object
+    jit_seconds: float
+    sim_seconds: float
+    trace: object = None
+
+
+class Executor:
+    """Runs an artifact on the Novella simulator."""
+
+    def __init__(self, artifact, config: NovellaConfig | None = None):
+        self.art = artifact
+        self.config = config or NovellaConfig(**_config_fields(artifact.config))
+        self.jit = Jit(artifact)
+        self.last_run: RunResult | None = None
+
+    def bind(self, inputs: list[np.ndarray]) -> list[int]:
+        """Symbol values from the input shapes; refuses wrong ranks, static dims and lengths out of bounds."""
+        if len(inputs) != len(self.art.inputs):
+            raise InputError(f"expected {len(self.art.inputs)} inputs, got {len(inputs)}")
+        syms = [None] * len(self.art.symbols)
+        for i, (x, meta) in enumerate(zip(inputs, self.art.inputs)):
+            if x.ndim != len(meta.shape):
+                raise InputError(f"input #{i} has rank {x.ndim}, the model was compiled for rank {len(meta.shape)}")
+            for d, prog in enumerate(meta.shape):
+                if len(prog) == 1 and isinstance(prog[0], str) and prog[0].startswith("s"):
+                    syms[int(prog[0][1:])] = int(x.shape[d])
+        for pos, (name, lo, hi) in enumerate(self.art.symbols):
+            v = syms[pos]
+            if v is None or not lo <= v <= hi:
+                raise InputError(
+                    f"length {name}={v} is outside the compiled bounds [{lo}, {hi}]; "
+                    f"recompile with min_len <= {v} <= max_len"
+                )
+        for i, (x, meta) in enumerate(zip(inputs, self.art.inputs)):
+            want = [int(expr.evaluate(p, syms)) for p in meta.shape]
+            if list(x.shape) != want:
+                raise InputError(f"input #{i} has shape {list(x.shape)}, expected {want} for {self._named(syms)}")
+        return syms
+
+    def _named(self, syms) -> str:
+        return ", ".join(f"{s[0]}={v}" for s, v in zip(self.art.symbols, syms))
+
+    def run(self, inputs: list[np.ndarray], *, trace: bool = False, check_hazards: bool = True) -> list[np.ndarray]:
+        inputs = [np.ascontiguousarray(x, np.float32) for x in inputs]
+        syms = self.bind(inputs)
+        t0 = time.perf_counter()
+        program = self.jit.instantiate(syms)
+        t1 = time.perf_counter()
+        sim = Simulator(self.config, int(expr.evaluate(self.art.dram_size, syms)), check_hazards=check_hazards, trace=trace)
+        for name, (offset, _) in self.art.weight_layout.items():
+            sim.dram.write(offset, self.art.weights[name].ravel())
+        for x, meta in zip(inputs, self.art.inputs):
+            sim.dram.write(int(expr.evaluate(meta.dram, syms)), x.ravel())
+        stats = sim.run(program.words)
+        outs = []
+        for meta in self.art.outputs:
+            shape = [int(expr.evaluate(p, syms)) for p in meta.shape]
+            off = int(expr.evaluate(meta.dram, syms))
+            outs.append(sim.dram.read(off, int(np.prod(shape))).reshape(shape).copy())
+        t2 = time.perf_counter()
+        named = {s[0]: v for s, v in zip(self.art.symbols, syms)}
+        self.last_run = RunResult(named, program, stats, t1 - t0, t2 - t1, sim.trace if trace else None)
+        return outs
+
+
+def _config_fields(d: dict) -> dict:
+    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
+
+
+def default_config():
+    return load_config()

@@ -1,0 +1,119 @@
+"""--novella-allocate: DRAM placement and SRAM budgets.
+
+Every tensor gets a DRAM offset (in fp32 elements) that is an affine
+expression of the symbols: `novella.dram` on the defining op, and in the
+argument attributes of the function. Weights come first (static offsets),
+then inputs, then intermediates and results; a buffer whose last reader has
+run is reused by a later tensor whose size it covers at every length in
+bounds. `novella.reshape` aliases its input. Each op with a kernel also
+gets `novella.sram_budget`, the SRAM it may tile into."""
+
+from __future__ import annotations
+
+import numpy as np
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from ..runtime import expr
+from .common import body_ops, functions, is_tensor_op, set_attr
+
+ALIGN = 16
+
+
+def _aligned(size: ir.AffineExpr) -> ir.AffineExpr:
+    return sy.ceildiv(size, ALIGN) * ALIGN
+
+
+class _Arena:
+    """Bump allocator with first-fit reuse of freed blocks that dominate the request."""
+
+    def __init__(self, symbols):
+        self.symbols = symbols
+        self.top = sy.const(0)
+        self.free: list[tuple[ir.AffineExpr, ir.AffineExpr]] = []
+
+    def _covers(self, big, small) -> bool:
+        """big >= small at every length in bounds (checked exhaustively for one symbol)."""
+        if str(big) == str(small):
+            return True
+        if len(self.symbols) != 1:
+            return False
+        s = self.symbols[0]
+        grid = [np.arange(s.lo, s.hi + 1, dtype=np.int64)]
+        diff = expr.evaluate(sy.to_postfix(big), grid) - expr.evaluate(sy.to_postfix(small), grid)
+        return bool(np.all(diff >= 0))
+
+    def alloc(self, size: ir.AffineExpr) -> ir.AffineExpr:
+        size = _aligned(size)
+        for i, (off, blk) in enumerate(self.free):
+            if self._covers(blk, size):
+                del self.free[i]
+                return off
+        off = self.top
+        self.top = self.top + size
+        return off
+
+    def release(self, off, size) -> None:
+        self.free.append((off, _aligned(size)))
+
+
+def run(module_op, options, config) -> None:
+    symbols = sy.read_symbols(module_op)
+    n = len(symbols)
+    budget = {"spad": config.spad_elems, "acc": config.acc_elems}
+    for fn in functions(module_op):
+        _place(fn, symbols, n, budget)
+
+
+def _size(v) -> ir.AffineExpr:
+    return sy.numel(sy.shape_of(ir.RankedTensorType(v.type)))
+
+
+def _place(fn, symbols, n, budget) -> None:
+    ops = body_ops(fn)
+    block = fn.regions[0].blocks[0]
+    arena = _Arena(symbols)
+    offsets: dict = {}
+    for op in ops:
+        if op.operation.name == "novella.weight":
+            offsets[op.results[0]] = arena.alloc(_size(op.results[0]))
+            set_attr(op, "novella.dram", sy.make_map([offsets[op.results[0]]], n))
+    for arg in block.arguments:
+        offsets[arg] = arena.alloc(_size(arg))
+    last_use = _last_uses(ops)
+    outputs = set(list(ops[-1].operands))
+    for i, op in enumerate(ops):
+        if not is_tensor_op(op) or op.operation.name == "func.return":
+            continue
+        res = op.results[0]
+        if op.operation.name == "novella.reshape":
+            offsets[res] = offsets[op.operands[0]]
+        else:
+            offsets[res] = arena.alloc(_size(res))
+            set_attr(op, "novella.sram_budget", dict(budget))
+        set_attr(op, "novella.dram", sy.make_map([offsets[res]], n))
+        for v in op.operands:
+            if last_use.get(v) == i and v not in outputs and _is_activation(v):
+                arena.release(offsets[v], _size(v))
+    fn.attributes["arg_attrs"] = ir.ArrayAttr.get(
+        [ir.DictAttr.get({"novella.dram": sy.make_map([offsets[a]], n)}) for a in block.arguments]
+    )
+    set_attr(fn, "novella.dram_size", sy.make_map([arena.top], n))
+
+
+def _is_activation(v) -> bool:
+    owner = v.owner
+    return isinstance(owner, ir.OpView) and owner.operation.name not in ("novella.weight", "novella.reshape")
+
+
+def _last_uses(ops) -> dict:
+    last = {}
+    alias = {}
+    for i, op in enumerate(ops):
+        for v in op.operands:
+            root = alias.get(v, v)
+            last[root] = i
+            last[v] = i
+        if op.operation.name == "novella.reshape":
+            alias[op.results[0]] = alias.get(op.operands[0], op.operands[0])
+    return {v: max(i, last.get(alias.get(v, v), i)) for v, i in last.items()}

@@ -1,0 +1,137 @@
+"""--novella-inst-gen: lowers tile ops to `novella.inst` NPU instruction templates.
+
+Buffer names become SRAM addresses, tensor references stay as an operand
+index (`tensor`, -1 = the result) plus a DRAM offset relative to that
+tensor's base, so one template serves every layer that has the same shape.
+Fields that are constants are range-checked against the ISA now; the others
+are affine maps that the JIT evaluates per grid point."""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from simulator import isa
+
+from .. import symbolic as sy
+from .common import PassError, attr_dict, body_ops, from_attr, functions
+from .novella_macro_gen import tiling_of
+
+_DMA = ("sram_stride", "dram_stride", "row_start", "row_step", "row_bound", "rows", "cols")
+_MMA = ("a_stride", "b_stride", "acc_stride", "m", "k", "n", "accumulate", "transpose_b")
+_VEC = ("dst_stride", "a_stride", "b_stride", "rows", "cols")
+
+
+def run(module_op, options, config) -> None:
+    for fn in functions(module_op):
+        for op in body_ops(fn):
+            if op.operation.name == "novella.macro":
+                _lower_macro(op)
+
+
+def _lower_macro(macro) -> None:
+    buffers = {b.name: b for b in tiling_of(macro).buffers}
+    block = macro.regions[0].blocks[0]
+    for tile_op in list(block.operations):
+        attrs = attr_dict(tile_op)
+        try:
+            fields = _LOWER[tile_op.operation.name](attrs, buffers)
+        except KeyError as e:
+            raise PassError(macro, f"{tile_op.operation.name} refers to unknown buffer or field {e}") from None
+        if "when" in attrs:
+            fields["when"] = attrs["when"]
+        _check_constants(macro, fields)
+        with tile_op.location, ir.InsertionPoint(tile_op):
+            ir.Operation.create("novella.inst", operands=list(tile_op.operands), attributes=fields)
+        tile_op.operation.erase()
+
+
+def _addr(buf, offset_attr):
+    """Buffer base + relative offset, as an int or an affine map attribute."""
+    if offset_attr is None:
+        return _i64(buf.offset)
+    if isinstance(offset_attr, ir.IntegerAttr):
+        return _i64(buf.offset + offset_attr.value)
+    m = ir.AffineMapAttr(offset_attr).value
+    shifted = [e + sy.const(buf.offset) for e in m.results]
+    return ir.AffineMapAttr.get(ir.AffineMap.get(m.n_dims, m.n_symbols, shifted))
+
+
+def _i64(v: int) -> ir.Attribute:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v))
+
+
+def _copy(attrs, names, out):
+    for n in names:
+        if n in attrs:
+            out[n] = attrs[n]
+    return out
+
+
+def _mem(buf) -> ir.Attribute:
+    return _i64(isa.Mem.SPAD if buf.mem == "spad" else isa.Mem.ACC)
+
+
+def _dma(opcode):
+    def lower(attrs, buffers):
+        buf = buffers[ir.StringAttr(attrs["buffer"]).value]
+        out = {"opcode": ir.StringAttr.get(opcode), "mem": _mem(buf)}
+        if "tensor" in attrs:
+            out["tensor"] = attrs["tensor"]
+        out["sram_addr"] = _addr(buf, attrs.get("buf_offset"))
+        out["dram_base"] = attrs["dram_offset"]
+        return _copy(attrs, _DMA, out)
+
+    return lower
+
+
+def _mma(attrs, buffers):
+    bufs = {k: buffers[ir.StringAttr(attrs[k]).value] for k in ("acc", "lhs", "rhs")}
+    if bufs["acc"].mem != "acc" or bufs["lhs"].mem != "spad" or bufs["rhs"].mem != "spad":
+        raise KeyError("mma needs acc in the accumulator and lhs/rhs in the scratchpad")
+    out = {"opcode": ir.StringAttr.get("MATMUL")}
+    out["acc_addr"] = _addr(bufs["acc"], attrs.get("acc_offset"))
+    out["a_addr"] = _addr(bufs["lhs"], attrs.get("lhs_offset"))
+    out["b_addr"] = _addr(bufs["rhs"], attrs.get("rhs_offset"))
+    return _copy(attrs, _MMA, out)
+
+
+def _vop(attrs, buffers):
+    out = {"opcode": ir.StringAttr.get("VEC"), "fn": attrs["fn"]}
+    out["mode"] = attrs.get("mode", ir.StringAttr.get("TENSOR"))
+    for role in ("dst", "a", "b"):
+        if role in attrs:
+            buf = buffers[ir.StringAttr(attrs[role]).value]
+            out[f"{role}_mem"] = _mem(buf)
+            out[f"{role}_addr"] = _addr(buf, attrs.get(f"{role}_offset"))
+    if "imm" in attrs:
+        out["imm"] = attrs["imm"]
+    return _copy(attrs, _VEC, out)
+
+
+_LOWER = {
+    "novella.dma_load": _dma("LOAD"),
+    "novella.dma_store": _dma("STORE"),
+    "novella.mma": _mma,
+    "novella.vop": _vop,
+}
+
+
+def _check_constants(macro, fields) -> None:
+    opcode = isa.Opcode[ir.StringAttr(fields["opcode"]).value]
+    layout = {f.name: f for f in isa.LAYOUT[opcode]}
+    for name, attr in fields.items():
+        if name in ("opcode", "tensor", "when", "fn", "mode", "imm") or not isinstance(attr, ir.IntegerAttr):
+            continue
+        f = layout.get(name)
+        if f is None:
+            raise PassError(macro, f"{opcode.name} has no field '{name}'")
+        lo, hi = (-(1 << (f.bits - 1)), (1 << (f.bits - 1)) - 1) if f.signed else (0, (1 << f.bits) - 1)
+        if not lo <= attr.value <= hi:
+            raise PassError(
+                macro, f"{opcode.name}.{name} = {attr.value} does not fit its {f.bits}-bit field [{lo}, {hi}]"
+            )
+
+
+def inst_fields(inst) -> dict:
+    """The fields of a `novella.inst` as Python values / affine maps (for the artifact)."""
+    return {k: from_attr(v) for k, v in attr_dict(inst).items()}

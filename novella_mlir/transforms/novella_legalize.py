@@ -1,0 +1,47 @@
+"""--novella-legalize: rewrites the tensor ops into the forms the NPU kernels run.
+
+Patterns (greedy, registered from Python):
+  * `relu`/`gelu` of a single-use `linear` folds into the linear's epilogue;
+then every tensor op must have a kernel, or the pass fails naming the op."""
+
+from __future__ import annotations
+
+from torch_mlir import ir, rewrite
+
+from ..dialects.novella import GeluOp, LinearOp, ReluOp
+from ..kernels import get_kernel
+from .common import PassError, body_ops, functions, is_tensor_op
+
+NO_KERNEL_NEEDED = ("novella.reshape", "func.return")
+
+
+def _fuse_activation(act: str):
+    def pattern(op, rewriter):
+        producer = op.operands[0].owner
+        if not isinstance(producer, ir.OpView) or producer.operation.name != "novella.linear":
+            return True
+        if ir.StringAttr(producer.attributes["act"]).value != "none":
+            return True
+        if len(list(producer.results[0].uses)) != 1:
+            return True
+        with rewriter.ip, op.location:
+            fused = LinearOp(
+                *producer.operands, op.results[0].type, act=ir.StringAttr.get(act), loc=producer.location
+            )
+        rewriter.replace_op(op, fused.operation)
+        rewriter.erase_op(producer)
+        return False
+
+    return pattern
+
+
+def run(module_op, options, config) -> None:
+    patterns = rewrite.RewritePatternSet()
+    patterns.add(ReluOp, _fuse_activation("relu"))
+    patterns.add(GeluOp, _fuse_activation("gelu"))
+    rewrite.apply_patterns_and_fold_greedily(module_op, patterns.freeze())
+    for fn in functions(module_op):
+        for op in body_ops(fn):
+            name = op.operation.name
+            if is_tensor_op(op) and name not in NO_KERNEL_NEEDED and get_kernel(name) is None:
+                raise PassError(op, f"has no NPU kernel; legalize it into supported ops first")

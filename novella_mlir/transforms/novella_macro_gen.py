@@ -1,0 +1,100 @@
+"""--novella-macro-gen: replaces each tiled op by a `novella.macro`.
+
+The macro keeps the op's operands and result (so the function stays SSA),
+and its region holds the tile ops of one grid step (`novella.dma_load`,
+`novella.mma`, `novella.vop`, `novella.dma_store`), with addresses and
+sizes as affine maps over (grid dims)[symbols] and `when` integer sets for
+steps that only some grid points run (first/last tile of a loop)."""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from ..kernels import Buffer, MacroBuilder, TensorView, Tiling, get_kernel
+from .common import PassError, body_ops, from_attr, functions, n_symbols
+
+CARRIED = ("novella.dram", "novella.tiles", "novella.buffers")
+
+
+def tile_attr(value, n_dims: int, n_syms: int) -> ir.Attribute:
+    """A tile-op field: int, float, str, affine expr, or list of exprs (their min)."""
+    if isinstance(value, ir.AffineExpr):
+        value = [value]
+    if isinstance(value, list) and value and isinstance(value[0], (ir.AffineExpr, int)):
+        exprs = [sy.const(v) if isinstance(v, int) else v for v in value]
+        if len(exprs) == 1 and sy.as_int(exprs[0]) is not None:
+            return tile_attr(sy.as_int(exprs[0]), n_dims, n_syms)
+        return sy.make_map(exprs, n_syms, n_dims)
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, int):
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+    if isinstance(value, float):
+        return ir.FloatAttr.get_f32(value)
+    if isinstance(value, str):
+        return ir.StringAttr.get(value)
+    raise TypeError(f"bad tile op field {value!r}")
+
+
+def when_attr(conds, n_dims: int, n_syms: int) -> ir.Attribute:
+    """[("eq"|"ge", expr), ...] -> affine_set (expr == 0 / expr >= 0)."""
+    exprs = [e for _, e in conds]
+    eq = [kind == "eq" for kind, _ in conds]
+    return ir.IntegerSetAttr.get(ir.IntegerSet.get(n_dims, n_syms, exprs, eq))
+
+
+def tiling_of(op) -> Tiling:
+    grid = sy.map_results(op.attributes["grid" if "grid" in op.attributes else "novella.grid"])
+    bufs = [Buffer(k, *v) for k, v in from_attr(op.attributes["novella.buffers"]).items()]
+    return Tiling(from_attr(op.attributes["novella.tiles"]), grid, bufs)
+
+
+def run(module_op, options, config) -> None:
+    n_syms = n_symbols(module_op)
+    for fn in functions(module_op):
+        for op in body_ops(fn):
+            if "novella.tiles" in op.attributes:
+                _expand(op, n_syms)
+
+
+def _expand(op, n_syms: int) -> None:
+    tiling = tiling_of(op)
+    n_dims = len(tiling.grid)
+    builder = MacroBuilder(n_dims, n_syms)
+    try:
+        get_kernel(op.operation.name).macro(op, TensorView(op), tiling, builder)
+    except (ValueError, KeyError) as e:
+        raise PassError(op, f"macro generation failed: {e}") from None
+    with op.location, ir.InsertionPoint(op):
+        macro = ir.Operation.create(
+            "novella.macro",
+            results=[op.results[0].type],
+            attributes={"kernel": ir.StringAttr.get(op.operation.name)},
+            regions=1,
+        )
+        for name in CARRIED:
+            macro.attributes[name] = op.attributes[name]
+        macro.attributes["grid"] = op.attributes["novella.grid"]
+        for k in ("act", "fn", "value", "eps", "scale", "perm", "stride", "padding", "transpose_rhs"):
+            if k in op.attributes:
+                macro.attributes[k] = op.attributes[k]
+        block = macro.regions[0].blocks.append()
+        with ir.InsertionPoint(block):
+            for name, fields in builder.ops:
+                operands = [op.operands[fields["tensor"]]] if name == "novella.dma_load" else []
+                if name == "novella.dma_store":
+                    fields = {k: v for k, v in fields.items() if k != "tensor"}
+                ir.Operation.create(name, operands=operands, attributes=_fields(fields, n_dims, n_syms))
+    op.results[0].replace_all_uses_with(macro.results[0])
+    op.operation.erase()
+
+
+def _fields(fields: dict, n_dims: int, n_syms: int) -> dict:
+    out = {}
+    for k, v in fields.items():
+        if v is None:
+            continue
+        out[k] = when_attr(v, n_dims, n_syms) if k == "when" else tile_attr(v, n_dims, n_syms)
+    return out
+

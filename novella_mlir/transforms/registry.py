@@ -1,0 +1,107 @@
+"""The pass registry: one explicit table from flag to pass.
+
+Python passes cannot be named in MLIR textual pipelines, so `novella-opt`
+and the pipeline look them up here and add them to a `PassManager` as
+Python callables (so MLIR's verifier and IR printing run around them)."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass, field
+
+from torch_mlir import ir, passmanager
+
+from . import (
+    novella_allocate,
+    novella_inst_gen,
+    novella_legalize,
+    novella_macro_gen,
+    novella_shape_infer,
+    novella_tile,
+)
+from .common import PassError
+
+
+@dataclass(frozen=True)
+class PassInfo:
+    flag: str
+    run: object
+    description: str
+    options: dict = field(default_factory=dict)  # name -> (type, default, help)
+
+
+def _info(flag, module, options=None) -> PassInfo:
+    doc = (module.__doc__ or "").split("\n\n")[0].split(":", 1)[-1].strip().replace("\n", " ")
+    return PassInfo(flag, module.run, doc, options or {})
+
+
+PASSES: dict[str, PassInfo] = {
+    p.flag: p
+    for p in (
+        _info("novella-shape-infer", novella_shape_infer),
+        _info("novella-legalize", novella_legalize),
+        _info("novella-allocate", novella_allocate),
+        _info("novella-tile", novella_tile, novella_tile.OPTIONS),
+        _info("novella-macro-gen", novella_macro_gen),
+        _info("novella-inst-gen", novella_inst_gen),
+    )
+}
+
+# The backend stages in pipeline order (after the frontend's conversion).
+BACKEND_PIPELINE = (
+    "novella-shape-infer",
+    "novella-legalize",
+    "novella-allocate",
+    "novella-tile",
+    "novella-macro-gen",
+    "novella-inst-gen",
+)
+
+
+def parse_options(flag: str, given: dict) -> dict:
+    """Typed options for `flag`, defaults filled in; unknown names raise ValueError."""
+    info = PASSES[flag]
+    out = {name: default for name, (_, default, _) in info.options.items()}
+    for name, value in given.items():
+        if name not in info.options:
+            known = ", ".join(info.options) or "none"
+            raise ValueError(f"pass '{flag}' has no option '{name}' (options: {known})")
+        typ = info.options[name][0]
+        try:
+            out[name] = typ(value)
+        except ValueError:
+            raise ValueError(f"option '{name}' of pass '{flag}' expects {typ.__name__}, got '{value}'") from None
+    return out
+
+
+def add_pass(pm: passmanager.PassManager, flag: str, config, options: dict | None = None) -> None:
+    """Adds the pass `flag` (with options) to a pass manager."""
+    info = PASSES[flag]
+    opts = parse_options(flag, options or {})
+
+    def run(op, pass_):
+        try:
+            with ir.Location.unknown(op.context):
+                info.run(op, opts, config)
+        except PassError as e:
+            e.op.location.emit_error(f"'{e.op.operation.name}' op {e.message}")
+            pass_.signal_pass_failure()
+        except Exception as e:  # an internal error must still come out as a diagnostic
+            if os.environ.get("NOVELLA_DEBUG"):
+                traceback.print_exc()
+            op.location.emit_error(f"internal error in pass '{flag}': {type(e).__name__}: {e}")
+            pass_.signal_pass_failure()
+
+    pm.add(run, name=flag, argument=flag, description=info.description)
+
+
+def run_passes(module: ir.Module, flags, config, print_ir_after_all: bool = False) -> None:
+    """Runs `flags` (names, or (name, options) pairs) on `module`; raises ir.MLIRError."""
+    pm = passmanager.PassManager("builtin.module", context=module.context)
+    for f in flags:
+        name, opts = (f, {}) if isinstance(f, str) else f
+        add_pass(pm, name, config, opts)
+    if print_ir_after_all:
+        pm.enable_ir_printing(print_after_all=True)
+    pm.run(module.operation)

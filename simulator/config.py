@@ -1,0 +1,123 @@
+"""Hardware configuration of the Novella NPU, loaded from TOML."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_CONFIG_PATH = Path(__file__).parent / "configs" / "default.toml"
+
+_KEYS: dict[str, tuple[str, str, type]] = {
+    "clock_ghz": ("clock", "ghz", float),
+    "matrix_rows": ("matrix", "rows", int),
+    "matrix_cols": ("matrix", "cols", int),
+    "matmul_latency": ("matrix", "latency", int),
+    "spad_bytes": ("scratchpad", "bytes", int),
+    "acc_bytes": ("accumulator", "bytes", int),
+    "vector_lanes": ("vector", "lanes", int),
+    "vector_latency": ("vector", "latency", int),
+    "vector_functions": ("vector", "functions", tuple),
+    "dram_bytes_per_cycle": ("dram", "bytes_per_cycle", int),
+    "dma_latency": ("dram", "dma_latency", int),
+}
+
+
+class ConfigError(ValueError):
+    """A config file with a missing, unknown or invalid key."""
+
+
+_MAY_BE_ZERO = {"matmul_latency", "vector_latency", "dma_latency"}
+
+
+@dataclass(frozen=True)
+class NovellaConfig:
+    """Immutable hardware parameters. Memory sizes are in bytes."""
+
+    clock_ghz: float
+    matrix_rows: int
+    matrix_cols: int
+    matmul_latency: int
+    spad_bytes: int
+    acc_bytes: int
+    vector_lanes: int
+    vector_latency: int
+    vector_functions: tuple[str, ...]
+    dram_bytes_per_cycle: int
+    dma_latency: int
+
+    @property
+    def spad_elems(self) -> int:
+        return self.spad_bytes // 4
+
+    @property
+    def acc_elems(self) -> int:
+        return self.acc_bytes // 4
+
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.matrix_rows * self.matrix_cols
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["vector_functions"] = list(self.vector_functions)
+        return d
+
+    def fingerprint(self) -> str:
+        """Stable sha256 hex digest of the canonical field values."""
+        canon = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from e
+
+
+def _flatten(raw: dict, path: Path) -> dict:
+    known = {(sec, key): name for name, (sec, key, _) in _KEYS.items()}
+    out = {}
+    for sec, table in raw.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: top-level key '{sec}' must be a table")
+        for key, value in table.items():
+            if (sec, key) not in known:
+                raise ConfigError(f"{path}: unknown config key '{sec}.{key}'")
+            out[known[(sec, key)]] = value
+    return out
+
+
+def _check(name: str, value, path: Path):
+    sec, key, kind = _KEYS[name]
+    where = f"{path}: config key '{sec}.{key}'"
+    if kind is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+        return tuple(v.lower() for v in value)
+    ok_type = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, ok_type):
+        raise ConfigError(f"{where} must be {kind.__name__}, got {value!r}")
+    if value < 0 or (value == 0 and name not in _MAY_BE_ZERO):
+        raise ConfigError(f"{where} must be positive, got {value!r}")
+    if name in ("spad_bytes", "acc_bytes") and value % 4:
+        raise ConfigError(f"{where} must be a multiple of 4 bytes, got {value}")
+    return kind(value)
+
+
+def load_config(path: str | Path | None = None) -> NovellaConfig:
+    """Load a config TOML; keys missing from `path` take the default values."""
+    values = _flatten(_read_toml(DEFAULT_CONFIG_PATH), DEFAULT_CONFIG_PATH)
+    src = DEFAULT_CONFIG_PATH
+    if path is not None:
+        src = Path(path)
+        values.update(_flatten(_read_toml(src), src))
+    missing = set(_KEYS) - set(values)
+    if missing:
+        raise ConfigError(f"{src}: missing config keys {sorted(missing)}")
+    return NovellaConfig(**{n: _check(n, values[n], src) for n in _KEYS})

@@ -1,0 +1,331 @@
+"""Novella NPU instruction set: opcodes, bit layout, encoder, decoder.
+
+Words are 256 bits, stored as four uint64 lanes (lane 0 least significant).
+All addresses, strides and sizes count fp32 elements, never bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+WORD_BITS = 256
+WORD_BYTES = 32
+LANES = 4
+
+
+class EncodingError(ValueError):
+    """A field value that does not fit its bit field, or an undecodable word."""
+
+
+class Opcode(IntEnum):
+    NOP = 0
+    LOAD = 1
+    STORE = 2
+    MATMUL = 3
+    VEC = 4
+
+
+class VecFn(IntEnum):
+    ADD = 0
+    SUB = 1
+    MUL = 2
+    DIV = 3
+    MAX = 4
+    EXP = 5
+    RSQRT = 6
+    TANH = 7
+    ERF = 8
+    RELU = 9
+    COPY = 10
+    ROWSUM = 11
+    ROWMAX = 12
+    FILL = 13
+
+
+class VecMode(IntEnum):
+    TENSOR = 0
+    ROW = 1
+    COL = 2
+    SCALAR = 3
+
+
+class Mem(IntEnum):
+    SPAD = 0
+    ACC = 1
+
+
+BINARY_FNS = frozenset({VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV, VecFn.MAX})
+UNARY_FNS = frozenset(
+    {VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY}
+)
+REDUCE_FNS = frozenset({VecFn.ROWSUM, VecFn.ROWMAX})
+
+QUEUES = ("load", "compute", "store")
+QUEUE_OF = {
+    Opcode.NOP: "compute",
+    Opcode.LOAD: "load",
+    Opcode.STORE: "store",
+    Opcode.MATMUL: "compute",
+    Opcode.VEC: "compute",
+}
+FLOAT_FIELDS = frozenset({"imm"})
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    lane: int
+    offset: int
+    bits: int
+    signed: bool = False
+
+    @property
+    def lo(self) -> int:
+        return -(1 << (self.bits - 1)) if self.signed else 0
+
+    @property
+    def hi(self) -> int:
+        return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
+
+    @property
+    def mask(self) -> int:
+        return (1 << self.bits) - 1
+
+
+def _fields(*specs) -> tuple[Field, ...]:
+    return tuple(Field(*s) for s in specs)
+
+
+HEADER = _fields(
+    ("opcode", 0, 0, 4),
+    ("pop_prev", 0, 4, 1),
+    ("pop_next", 0, 5, 1),
+    ("push_prev", 0, 6, 1),
+    ("push_next", 0, 7, 1),
+)
+_DMA = _fields(
+    ("mem", 0, 8, 1),
+    ("sram_addr", 0, 9, 18),
+    ("sram_stride", 0, 27, 16),
+    ("row_step", 0, 43, 4),
+    ("rows", 0, 47, 12),
+    ("dram_base", 1, 0, 32),
+    ("dram_stride", 1, 32, 24),
+    ("row_start", 2, 0, 24, True),
+    ("row_bound", 2, 24, 24),
+    ("cols", 2, 48, 12),
+)
+_MATMUL = _fields(
+    ("acc_addr", 0, 8, 14),
+    ("acc_stride", 0, 22, 14),
+    ("m", 0, 36, 12),
+    ("accumulate", 0, 48, 1),
+    ("transpose_b", 0, 49, 1),
+    ("a_addr", 1, 0, 16),
+    ("a_stride", 1, 16, 16),
+    ("b_addr", 1, 32, 16),
+    ("b_stride", 1, 48, 16),
+    ("k", 2, 0, 12),
+    ("n", 2, 12, 12),
+)
+_VEC = _fields(
+    ("fn", 0, 8, 5),
+    ("mode", 0, 13, 2),
+    ("dst_mem", 0, 15, 1),
+    ("dst_addr", 0, 16, 18),
+    ("dst_stride", 0, 34, 16),
+    ("rows", 0, 50, 12),
+    ("a_mem", 1, 0, 1),
+    ("a_addr", 1, 1, 18),
+    ("a_stride", 1, 19, 16),
+    ("b_mem", 1, 35, 1),
+    ("b_addr", 1, 36, 18),
+    ("b_stride", 2, 0, 16),
+    ("cols", 2, 16, 12),
+    ("imm", 2, 32, 32),
+)
+
+LAYOUT: dict[Opcode, tuple[Field, ...]] = {
+    Opcode.NOP: HEADER,
+    Opcode.LOAD: HEADER + _DMA,
+    Opcode.STORE: HEADER + _DMA,
+    Opcode.MATMUL: HEADER + _MATMUL,
+    Opcode.VEC: HEADER + _VEC,
+}
+_BY_NAME = {op: {f.name: f for f in fs} for op, fs in LAYOUT.items()}
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """A decoded instruction; `fields` holds every field except `opcode`."""
+
+    opcode: Opcode
+    fields: dict[str, int | float]
+
+    @property
+    def queue(self) -> str:
+        return QUEUE_OF[self.opcode]
+
+    @property
+    def mnemonic(self) -> str:
+        return self.opcode.name
+
+    def __getitem__(self, name: str) -> int | float:
+        return self.fields[name]
+
+
+def _float_bits(value: float) -> int:
+    return int(np.array(value, dtype=np.float32).view(np.uint32))
+
+
+def _check_names(op: Opcode, names) -> None:
+    for name in names:
+        if name == "opcode" or name not in _BY_NAME[op]:
+            raise EncodingError(f"{op.name}: unknown field '{name}'")
+
+
+def _range_error(op: Opcode, f: Field, value) -> EncodingError:
+    return EncodingError(
+        f"{op.name}: field '{f.name}' value {value} out of range [{f.lo}, {f.hi}]"
+    )
+
+
+def encode(opcode: Opcode | int, **fields: float) -> np.ndarray:
+    """Encode one instruction into a (4,) uint64 word. Missing fields are 0."""
+    op = Opcode(opcode)
+    _check_names(op, fields)
+    lanes = [0] * LANES
+    values = dict(fields, opcode=int(op))
+    for f in LAYOUT[op]:
+        v = values.get(f.name, 0)
+        if f.name in FLOAT_FIELDS:
+            v = _float_bits(v)
+        elif not isinstance(v, (int, np.integer)) or not (f.lo <= int(v) <= f.hi):
+            raise _range_error(op, f, v)
+        lanes[f.lane] |= (int(v) & f.mask) << f.offset
+    return np.array(lanes, dtype=np.uint64)
+
+
+def _batch_values(op: Opcode, f: Field, n: int, value) -> np.ndarray:
+    if f.name in FLOAT_FIELDS:
+        bits = np.asarray(value, dtype=np.float32).view(np.uint32)
+        return np.broadcast_to(bits.astype(np.uint64), (n,))
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iub":
+        raise EncodingError(f"{op.name}: field '{f.name}' needs integers")
+    arr = np.broadcast_to(arr.astype(np.int64), (n,))
+    bad = (arr < f.lo) | (arr > f.hi)
+    if bad.any():
+        raise _range_error(op, f, int(arr[np.argmax(bad)]))
+    return (arr & f.mask).astype(np.uint64)
+
+
+def encode_batch(opcode: Opcode | int, n: int, fields: dict) -> np.ndarray:
+    """Encode `n` instructions of one opcode; each field is a scalar or (n,) array."""
+    op = Opcode(opcode)
+    _check_names(op, fields)
+    words = np.zeros((n, LANES), dtype=np.uint64)
+    words[:, 0] = np.uint64(int(op))
+    for f in LAYOUT[op][1:]:
+        if f.name in fields:
+            vals = _batch_values(op, f, n, fields[f.name])
+            words[:, f.lane] |= vals << np.uint64(f.offset)
+    return words
+
+
+def decode(word) -> Instruction:
+    """Decode one (4,) uint64 word."""
+    lanes = [int(x) for x in np.asarray(word, dtype=np.uint64).reshape(LANES)]
+    code = lanes[0] & 0xF
+    if code not in Opcode._value2member_map_:
+        raise EncodingError(f"unknown opcode {code}")
+    op = Opcode(code)
+    fields: dict[str, int | float] = {}
+    for f in LAYOUT[op][1:]:
+        v = (lanes[f.lane] >> f.offset) & f.mask
+        if f.signed and v > f.hi:
+            v -= 1 << f.bits
+        if f.name in FLOAT_FIELDS:
+            v = float(np.array(v, dtype=np.uint32).view(np.float32))
+        fields[f.name] = v
+    return Instruction(op, fields)
+
+
+def decode_program(words) -> list[Instruction]:
+    """Decode an (n, 4) uint64 program; errors name the instruction index."""
+    prog = np.asarray(words, dtype=np.uint64).reshape(-1, LANES)
+    out = []
+    for i, w in enumerate(prog):
+        try:
+            out.append(decode(w))
+        except EncodingError as e:
+            raise EncodingError(f"instruction {i}: {e}") from None
+    return out
+
+
+def _flags(f: dict) -> str:
+    names = ("pop_prev", "pop_next", "push_prev", "push_next")
+    on = [n for n in names if f.get(n)]
+    return f"  [{' '.join(on)}]" if on else ""
+
+
+def _mem(code: int) -> str:
+    return "acc" if code else "spad"
+
+
+def _fn_name(code: int) -> str:
+    return VecFn(code).name if code in VecFn._value2member_map_ else f"FN{code}"
+
+
+def _dis_dma(inst: Instruction) -> str:
+    f = inst.fields
+    sram = f"{_mem(f['mem'])}[{f['sram_addr']} +{f['sram_stride']}]"
+    dram = f"dram[{f['dram_base']} +{f['dram_stride']}]"
+    arrow = f"{sram} <- {dram}" if inst.opcode == Opcode.LOAD else f"{sram} -> {dram}"
+    return (
+        f"{arrow} rows={f['rows']}/step{f['row_step']} start={f['row_start']} "
+        f"bound={f['row_bound']} cols={f['cols']}"
+    )
+
+
+def _dis_matmul(f: dict) -> str:
+    op = "+=" if f["accumulate"] else "="
+    t = "^T" if f["transpose_b"] else ""
+    return (
+        f"acc[{f['acc_addr']} +{f['acc_stride']}] {op} spad[{f['a_addr']} "
+        f"+{f['a_stride']}] @ spad[{f['b_addr']} +{f['b_stride']}]{t} "
+        f"m={f['m']} k={f['k']} n={f['n']}"
+    )
+
+
+def _dis_vec(f: dict) -> str:
+    mode = VecMode(f["mode"]).name.lower()
+    dst = f"{_mem(f['dst_mem'])}[{f['dst_addr']} +{f['dst_stride']}]"
+    a = f"{_mem(f['a_mem'])}[{f['a_addr']} +{f['a_stride']}]"
+    b = f"{_mem(f['b_mem'])}[{f['b_addr']} +{f['b_stride']}]"
+    return (
+        f"{_fn_name(f['fn'])}.{mode} {dst} <- {a}, {b} imm={f['imm']:g} "
+        f"rows={f['rows']} cols={f['cols']}"
+    )
+
+
+def format_instruction(inst: Instruction) -> str:
+    """One readable line for a decoded instruction."""
+    f = inst.fields
+    if inst.opcode in (Opcode.LOAD, Opcode.STORE):
+        body = _dis_dma(inst)
+    elif inst.opcode == Opcode.MATMUL:
+        body = _dis_matmul(f)
+    elif inst.opcode == Opcode.VEC:
+        body = _dis_vec(f)
+    else:
+        body = ""
+    return f"{inst.mnemonic:<5} {body}".rstrip() + _flags(f)
+
+
+def disassemble(words) -> str:
+    """One readable line per instruction word."""
+    return "\n".join(format_instruction(x) for x in decode_program(words))
