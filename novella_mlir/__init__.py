@@ -1,7 +1,9 @@
-"""novella-mlir: compile PyTorch models with a symbolic length for the Novella NPU."""
+"""novella-mlir: compile PyTorch models with a symbolic length for the Novella NPU.
+
+`compile_torch` and `load` import torch lazily, so tools such as
+`novella-opt` start without it."""
 
 from .errors import ArtifactError, CompileError, InputError, NovellaError, TileFitError, UnsupportedOpError
-from .pipeline import CompiledModel, compile_torch, load
 
 __all__ = [
     "ArtifactError",
@@ -14,3 +16,11 @@ __all__ = [
     "compile_torch",
     "load",
 ]
+
+
+def __getattr__(name):
+    if name in ("compile_torch", "load", "CompiledModel"):
+        from . import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(name)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-import sympy
 from torch_mlir import ir
 
 DYN = ir.ShapedType.get_dynamic_size() if hasattr(ir, "ShapedType") else -(2**63)
@@ -192,6 +191,8 @@ def from_sympy(expr, positions: dict) -> ir.AffineExpr:
     `positions` maps sympy symbols to affine symbol positions. Handles the
     forms torch emits for conv/pool output sizes: Add, Mul, Integer,
     FloorDiv and CeilDiv."""
+    import sympy
+
     if isinstance(expr, int) or getattr(expr, "is_Integer", False):
         return const(int(expr))
     if isinstance(expr, sympy.Symbol):

@@ -102,7 +102,7 @@ class LinearOp(Novella.Operation, name="linear"):
             return _fail(op, f"input inner dim must be {k} (weight is {n}x{k}), got {x}")
         if b.get_dim_size(0) != n or _static_dims(y)[-1] != n or y.rank != x.rank:
             return _fail(op, f"result must be [..., {n}] with bias [{n}], got {y}")
-        act = ir.StringAttr(op.attributes["act"]).value
+        act = ir.StringAttr(op.attributes["act"]).value if "act" in op.attributes else "none"
         if act not in ("none", "relu", "gelu"):
             return _fail(op, f"unknown activation '{act}' (expected none, relu or gelu)")
         return True
@@ -126,7 +126,7 @@ class MatmulOp(Novella.Operation, name="matmul"):
             return _fail(op, "supports only f32 tensors")
         if a.rank < 2 or b.rank != a.rank or y.rank != a.rank:
             return _fail(op, f"expects operands of equal rank >= 2, got {a} and {b}")
-        tr = bool(ir.IntegerAttr(op.attributes["transpose_rhs"]).value)
+        tr = "transpose_rhs" in op.attributes and bool(ir.IntegerAttr(op.attributes["transpose_rhs"]).value)
         k_b = _static_dims(b)[-1 if tr else -2]
         if not _dims_compatible(_static_dims(a)[-1], k_b):
             return _fail(op, f"contraction dims differ: {a} @ {b}")

@@ -1,0 +1,35 @@
+// RUN: novella-opt %s --novella-legalize --split-input-file | FileCheck %s
+
+// An activation after a single-use linear folds into the linear's epilogue.
+// CHECK-LABEL: func.func @fuse_relu
+// CHECK-SAME: (%[[X:.*]]: tensor<?x64xf32
+// CHECK: %[[W:.*]] = "novella.weight"() {name = "w"}
+// CHECK: %[[B:.*]] = "novella.weight"() {name = "b"}
+// CHECK: %[[Y:.*]] = "novella.linear"(%[[X]], %[[W]], %[[B]]) {act = "relu"}
+// CHECK-NOT: novella.relu
+// CHECK: return %[[Y]]
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @fuse_relu(%x: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x32xf32, affine_map<()[s0] -> (s0, 32)>> {
+    %w = "novella.weight"() {name = "w"} : () -> tensor<32x64xf32>
+    %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "none"} : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<?x32xf32, affine_map<()[s0] -> (s0, 32)>>
+    %1 = "novella.relu"(%0) : (tensor<?x32xf32, affine_map<()[s0] -> (s0, 32)>>) -> tensor<?x32xf32, affine_map<()[s0] -> (s0, 32)>>
+    return %1 : tensor<?x32xf32, affine_map<()[s0] -> (s0, 32)>>
+  }
+}
+
+// -----
+
+// A linear with two users keeps its activation separate.
+// CHECK-LABEL: func.func @two_users
+// CHECK: %[[L:.*]] = "novella.linear"({{.*}}) {act = "none"}
+// CHECK: "novella.gelu"(%[[L]])
+// CHECK: "novella.add"
+func.func @two_users(%x: tensor<4x64xf32>) -> tensor<4x32xf32> {
+  %w = "novella.weight"() {name = "w"} : () -> tensor<32x64xf32>
+  %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>
+  %0 = "novella.linear"(%x, %w, %b) {act = "none"} : (tensor<4x64xf32>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<4x32xf32>
+  %1 = "novella.gelu"(%0) : (tensor<4x32xf32>) -> tensor<4x32xf32>
+  %2 = "novella.add"(%0, %1) : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32>
+  return %2 : tensor<4x32xf32>
+}
