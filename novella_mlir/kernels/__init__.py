@@ -24,6 +24,7 @@ from .. import symbolic as sy
 from ..errors import TileFitError
 
 _KERNELS: dict[str, object] = {}
+_PATTERNS: list[tuple[object, object]] = []
 
 
 def kernel(*op_names: str):
@@ -37,18 +38,30 @@ def kernel(*op_names: str):
     return register
 
 
+def legalize_pattern(root):
+    """Registers a rewrite pattern (fn(op, rewriter) -> falsy on success) for --novella-legalize.
+
+    `root` is an op class or op name, as for `RewritePatternSet.add`."""
+
+    def register(fn):
+        _PATTERNS.append((root, fn))
+        return fn
+
+    return register
+
+
+def legalize_patterns() -> list:
+    _load_all()
+    return list(_PATTERNS)
+
+
 def get_kernel(op_name: str):
     _load_all()
     return _KERNELS.get(op_name)
 
 
 def _load_all():
-    from . import elementwise, linear  # noqa: F401
-
-    try:
-        from . import transformer  # noqa: F401
-    except ImportError:
-        pass
+    from . import attention, conv, data_movement, elementwise, linear, normalization  # noqa: F401
 
 
 @dataclass

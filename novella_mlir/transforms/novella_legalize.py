@@ -2,6 +2,7 @@
 
 Patterns (greedy, registered from Python):
   * `relu`/`gelu` of a single-use `linear` folds into the linear's epilogue;
+  * the patterns kernels register with `@legalize_pattern`;
 then every tensor op must have a kernel, or the pass fails naming the op."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from torch_mlir import ir, rewrite
 
 from ..dialects.novella import GeluOp, LinearOp, ReluOp
-from ..kernels import get_kernel
+from ..kernels import get_kernel, legalize_patterns
 from .common import PassError, body_ops, functions, is_tensor_op
 
 NO_KERNEL_NEEDED = ("novella.reshape", "func.return")
@@ -39,6 +40,8 @@ def run(module_op, options, config) -> None:
     patterns = rewrite.RewritePatternSet()
     patterns.add(ReluOp, _fuse_activation("relu"))
     patterns.add(GeluOp, _fuse_activation("gelu"))
+    for root, fn in legalize_patterns():
+        patterns.add(root, fn)
     rewrite.apply_patterns_and_fold_greedily(module_op, patterns.freeze())
     for fn in functions(module_op):
         for op in body_ops(fn):

@@ -115,7 +115,7 @@ class LoweringContext:
 
 def convert(torch_module: ir.Module, imported) -> ir.Module:
     """Converts the imported torch-dialect module to a new novella-dialect module."""
-    from . import activation, elementwise, linear, shape_ops  # noqa: F401  (registers)
+    from . import activation, attention, elementwise, linear, nn, shape_ops  # noqa: F401  (registers)
 
     src = next(op for op in torch_module.body.operations if op.operation.name == "func.func")
     n_syms = len(imported.symbols)

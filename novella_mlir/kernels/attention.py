@@ -1,0 +1,3 @@
+"""Batched matmul, softmax and attention kernels."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""1-D convolution kernels."""
+
+from __future__ import annotations

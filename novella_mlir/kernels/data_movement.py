@@ -1,0 +1,3 @@
+"""Transpose, reshape and slice kernels."""
+
+from __future__ import annotations

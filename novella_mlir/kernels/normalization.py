@@ -1,0 +1,3 @@
+"""Layer normalization kernels."""
+
+from __future__ import annotations
