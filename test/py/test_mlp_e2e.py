@@ -1,0 +1,131 @@
+"""The vertical slice: MLPs compiled once with a symbolic length, run on the simulator at many lengths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from novella_mlir import CompileError, InputError, UnsupportedOpError, compile_torch, load
+from simulator import load_config
+
+LENGTHS = (1, 7, 16, 17, 63, 64, 65, 100, 1000, 2048)
+
+
+def _mlp(d_in=64, d_hidden=256, d_out=64):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(d_in, d_hidden), torch.nn.GELU(), torch.nn.Linear(d_hidden, d_out), torch.nn.ReLU()
+    ).eval()
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    model = _mlp()
+    return model, compile_torch(model, torch.randn(1, 16, 64), dynamic_dim=1, min_len=1, max_len=2048)
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_mlp_matches_pytorch(mlp, length):
+    model, npu = mlp
+    x = torch.randn(1, length, 64)
+    y = npu(x)
+    assert y.shape == (1, length, 64)
+    torch.testing.assert_close(y, model(x).detach(), rtol=1e-4, atol=1e-4)
+    assert npu.last_run.symbols == {"T": length}
+
+
+def test_compiled_once_program_grows_with_length(mlp):
+    _, npu = mlp
+    counts = {}
+    for length in (1, 64, 65, 2048):
+        npu(torch.randn(1, length, 64))
+        counts[length] = npu.last_run.program.n_words
+    assert counts[1] == counts[64] < counts[65] < counts[2048]
+    assert npu.last_run.stats.macs == 2 * 2048 * 64 * 256
+
+
+def test_stats_are_consistent(mlp):
+    _, npu = mlp
+    npu(torch.randn(1, 300, 64))
+    s = npu.last_run.stats
+    assert s.cycles >= s.roofline_cycles > 0
+    assert 0 < s.mac_utilization <= 1
+    assert s.instructions == npu.last_run.program.n_words == sum(s.by_mnemonic.values())
+    assert s.dma_bytes_loaded >= 300 * 64 * 4 + 256 * 64 * 4
+
+
+@pytest.mark.parametrize(
+    "dims,length",
+    [((32, 48, 16), 33), ((128, 512, 96), 130), ((16, 16, 16), 5), ((384, 1536, 384), 70)],
+)
+def test_mlp_shapes(dims, length):
+    model = _mlp(*dims)
+    npu = compile_torch(model, torch.randn(1, 8, dims[0]), dynamic_dim=1, min_len=1, max_len=512)
+    for t in (1, length):
+        x = torch.randn(1, t, dims[0])
+        torch.testing.assert_close(npu(x), model(x).detach(), rtol=1e-4, atol=1e-4)
+
+
+def test_ir_after_every_stage(mlp):
+    _, npu = mlp
+    assert "torch.aten.linear" in npu.ir("torch")
+    assert "affine_map<()[s0] -> (1, s0, 64)>" in npu.ir("novella")
+    assert 'act = "gelu"' in npu.ir("novella-legalize")
+    assert "s0 ceildiv 64" in npu.ir("novella-tile")
+    assert '"novella.dma_load"' in npu.ir("novella-macro-gen")
+    assert '"novella.inst"' in npu.ir("novella-inst-gen")
+    with pytest.raises(KeyError, match="stages"):
+        npu.ir("no-such-stage")
+
+
+def test_artifact_round_trip(mlp, tmp_path):
+    model, npu = mlp
+    path = tmp_path / "mlp.nvla"
+    npu.save(path)
+    again = load(path)
+    assert again.artifact.nbytes == npu.artifact.nbytes > 0
+    x = torch.randn(1, 77, 64)
+    assert torch.equal(again(x), npu(x))
+
+
+def test_length_out_of_bounds(mlp):
+    _, npu = mlp
+    with pytest.raises(InputError, match=r"T=2049 is outside the compiled bounds \[1, 2048\]"):
+        npu(torch.randn(1, 2049, 64))
+
+
+def test_wrong_static_dim(mlp):
+    _, npu = mlp
+    with pytest.raises(InputError, match=r"shape \[1, 10, 65\], expected \[1, 10, 64\]"):
+        npu(torch.randn(1, 10, 65))
+    with pytest.raises(InputError, match="rank 2"):
+        npu(torch.randn(10, 64))
+
+
+class _Sin(torch.nn.Module):
+    def forward(self, x):
+        return torch.sin(x) + 1.0
+
+
+def test_unsupported_op_names_op_and_line():
+    with pytest.raises(UnsupportedOpError, match=r"test_mlp_e2e.py:\d+: unsupported op 'torch.aten.sin'"):
+        compile_torch(_Sin(), torch.randn(1, 8, 16), dynamic_dim=1, max_len=64)
+
+
+def test_config_that_cannot_fit_a_tile(tmp_path):
+    toml = tmp_path / "tiny.toml"
+    toml.write_text("[scratchpad]\nbytes = 4096\n\n[accumulator]\nbytes = 4096\n")
+    cfg = load_config(toml)
+    with pytest.raises(CompileError, match="does not fit the SRAM of this config"):
+        compile_torch(_mlp(), torch.randn(1, 8, 64), dynamic_dim=1, max_len=64, config=cfg)
+
+
+def test_hazard_free_and_deterministic(mlp):
+    _, npu = mlp
+    x = np.random.default_rng(1).standard_normal((1, 129, 64)).astype(np.float32)
+    a = npu(torch.from_numpy(x))
+    words = npu.last_run.program.words.copy()
+    b = npu(torch.from_numpy(x))
+    assert torch.equal(a, b)
+    assert np.array_equal(words, npu.last_run.program.words)
