@@ -16,7 +16,7 @@ from . import artifact as art_mod
 from .context import make_context
 from .errors import CompileError
 from .frontend import importer
-from .frontend.lowering import convert
+from .frontend.lowering import convert, source_location
 from .runtime.executor import Executor
 from .transforms.registry import BACKEND_PIPELINE, run_passes
 
@@ -88,7 +88,8 @@ def _run(module, flag, config, options) -> None:
     try:
         run_passes(module, [(flag, options)], config)
     except ir.MLIRError as e:
-        raise CompileError(f"pass '{flag}' failed:\n{e}") from None
+        lines = [f"{source_location(d.location)}: error: {d.message}" for d in e.error_diagnostics]
+        raise CompileError(f"pass '{flag}' failed:\n" + ("\n".join(lines) or str(e))) from None
 
 
 class CompiledModel:

@@ -164,7 +164,7 @@ class FunctionalModel:
             ].T
         else:
             b = self.spad.data[self._tile(self.spad, f["b_addr"], f["b_stride"], k, n)]
-        out = np.matmul(a, b, dtype=F32)
+        out = np.matmul(a, np.ascontiguousarray(b))
         if f["accumulate"]:
             out += self.acc.data[
                 self._tile(self.acc, f["acc_addr"], f["acc_stride"], m, n)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from .config import NovellaConfig, load_config
 from .errors import DeadlockError, SimulatorError
@@ -74,8 +75,9 @@ class Simulator:
         for i, inst in enumerate(self._insts):
             self._queues[inst.queue].append(i)
         self._reset()
-        while (q := self._pick()) is not None:
-            self._step(q)
+        with threadpool_limits(1, user_api="blas"):
+            while (q := self._pick()) is not None:
+                self._step(q)
         if any(self._head[q] < len(self._queues[q]) for q in QUEUES):
             raise DeadlockError(self._blocked())
         return self.stats

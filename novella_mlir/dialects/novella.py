@@ -111,7 +111,8 @@ class LinearOp(Novella.Operation, name="linear"):
 class MatmulOp(Novella.Operation, name="matmul"):
     """Batched matmul `lhs @ rhs` (or `lhs @ rhs^T` with `transpose_rhs`).
 
-    lhs: [..., M, K], rhs: [..., K, N] ([..., N, K] if transposed)."""
+    lhs: [..., M, K], rhs: [..., K, N] ([..., N, K] if transposed), result:
+    [..., M, N]. Batch dims are equal or 1 (broadcast); M, K, N may be dynamic."""
 
     lhs: ext.Operand[Tensor]
     rhs: ext.Operand[Tensor]
@@ -125,11 +126,14 @@ class MatmulOp(Novella.Operation, name="matmul"):
         if not _f32(a, b, y):
             return _fail(op, "supports only f32 tensors")
         if a.rank < 2 or b.rank != a.rank or y.rank != a.rank:
-            return _fail(op, f"expects operands of equal rank >= 2, got {a} and {b}")
+            return _fail(op, f"expects operands and result of equal rank >= 2, got {a}, {b} -> {y}")
         tr = "transpose_rhs" in op.attributes and bool(ir.IntegerAttr(op.attributes["transpose_rhs"]).value)
-        k_b = _static_dims(b)[-1 if tr else -2]
+        db, dy = _static_dims(b), _static_dims(y)
+        k_b, n_b = (db[-1], db[-2]) if tr else (db[-2], db[-1])
         if not _dims_compatible(_static_dims(a)[-1], k_b):
             return _fail(op, f"contraction dims differ: {a} @ {b}")
+        if not _dims_compatible(_static_dims(a)[-2], dy[-2]) or not _dims_compatible(n_b, dy[-1]):
+            return _fail(op, f"result {y} is not [..., M, N] of {a} @ {b}")
         return True
 
 
@@ -293,13 +297,31 @@ class Conv1dOp(Novella.Operation, name="conv1d"):
 
 
 class AttentionOp(Novella.Operation, name="attention"):
-    """Scaled dot-product attention `softmax(q @ k^T * scale) @ v` over [..., L, D] operands."""
+    """Scaled dot-product attention `softmax(q @ k^T * scale) @ v` over [..., L, D] operands.
+
+    query: [..., Lq, D], key: [..., Lk, D], value: [..., Lk, Dv], result: [..., Lq, Dv];
+    no mask, no dropout, not causal."""
 
     query: ext.Operand[Tensor]
     key: ext.Operand[Tensor]
     value: ext.Operand[Tensor]
     scale: ir.FloatAttr
     result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        q, k, v = (x.type for x in op.operands)
+        y = op.results[0].type
+        if not _f32(q, k, v, y):
+            return _fail(op, "supports only f32 tensors")
+        if not q.rank == k.rank == v.rank == y.rank or q.rank < 2:
+            return _fail(op, f"expects query, key, value and result of equal rank >= 2, got {q}, {k}, {v}")
+        dq, dk, dv, dy = (_static_dims(t) for t in (q, k, v, y))
+        if not _dims_compatible(dq[-1], dk[-1]) or not _dims_compatible(dk[-2], dv[-2]):
+            return _fail(op, f"query/key head dims or key/value lengths differ: {q}, {k}, {v}")
+        if not _dims_compatible(dq[-2], dy[-2]) or not _dims_compatible(dv[-1], dy[-1]):
+            return _fail(op, f"result {y} must be [..., Lq, Dv] for query {q} and value {v}")
+        return True
 
 
 class MacroOp(Novella.Operation, name="macro", traits=[ir.NoTerminatorTrait]):

@@ -80,7 +80,9 @@ def _linear(shapes, attrs, rt):
 @rule("matmul")
 def _matmul(shapes, attrs, rt):
     a, b = shapes
-    tr = bool(ir.IntegerAttr(attrs["transpose_rhs"]).value)
+    if len(a) < 2 or len(b) != len(a):
+        raise ShapeError(f"matmul needs operands of equal rank >= 2, got ranks {len(a)} and {len(b)}")
+    tr = "transpose_rhs" in attrs and bool(ir.IntegerAttr(attrs["transpose_rhs"]).value)
     k, n = (b[-1], b[-2]) if tr else (b[-2], b[-1])
     if not _same(a[-1], k):
         raise ShapeError(f"matmul contracts {a[-1]} with {k}")
@@ -90,9 +92,13 @@ def _matmul(shapes, attrs, rt):
 @rule("attention")
 def _attention(shapes, attrs, rt):
     q, k, v = shapes
+    if not len(q) == len(k) == len(v) or len(q) < 2:
+        raise ShapeError("attention needs query, key and value of equal rank >= 2")
+    if not _same(q[-1], k[-1]):
+        raise ShapeError(f"attention query dim {q[-1]} differs from key dim {k[-1]}")
     if not _same(k[-2], v[-2]):
         raise ShapeError(f"attention key length {k[-2]} differs from value length {v[-2]}")
-    return q[:-1] + [v[-1]]
+    return broadcast(q[:-2], broadcast(k[:-2], v[:-2])) + [q[-2], v[-1]]
 
 
 @rule("transpose")

@@ -103,7 +103,7 @@ class BufferPlan:
         if not self.fits():
             need = ", ".join(f"{m} {self.used[m]} of {self.budget[m]} elements" for m in self.used)
             raise TileFitError(
-                f"{self.op_desc}: the smallest tile does not fit the SRAM of this config ({need}). "
+                f"the smallest tile does not fit the SRAM of this config ({need}). "
                 "Use a config with a larger scratchpad/accumulator, or smaller model dims."
             )
         return self.buffers

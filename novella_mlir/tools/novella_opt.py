@@ -1,116 +1,267 @@
-"""novella-opt: parse MLIR with novella ops, run passes given as flags, print the result.
+"""novella-opt: parse MLIR with novella ops, run passes, print the result.
 
-Follows mlir-opt: `novella-opt in.mlir --novella-legalize --novella-tile`,
-`--split-input-file`, `-o`, stdin when no file (or `-`). Errors are
-printed as `file:line:col: error: ...` diagnostics, never tracebacks.
+Follows mlir-opt: passes as flags (`--novella-tile="tile-m=32"`) or as a
+textual pipeline (`-p 'builtin.module(novella-tile{tile-m=32})'`),
+`--split-input-file`, `--verify-diagnostics`, `--mlir-print-ir-after-all`,
+`-o`, and stdin when no file (or `-`) is given. Every error is printed as a
+`file:line:col: error: ...` diagnostic, never as a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
+from dataclasses import dataclass
 
-from torch_mlir import ir
+from torch_mlir import ir, passmanager
 
 from simulator import load_config
 from simulator.config import ConfigError
 
 from ..context import make_context
-from ..transforms.registry import PASSES, run_passes
+from ..transforms.registry import PASSES, add_pass
+from . import diagnostics as dg
+from .pass_pipeline import PipelineError, check_upstream, novella_item, parse_pipeline, passes_help
 
 SPLIT_MARKER = "// -----"
+_PASS_FLAG = re.compile(r"^--?([A-Za-z][\w.-]*)(?:=(.*))?$", re.S)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="novella-opt", description=__doc__.split("\n\n")[0])
+class UsageError(Exception):
+    def __init__(self, message: str, col: int):
+        super().__init__(message)
+        self.message, self.col = message, col
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message, 1)
+
+
+def _parser() -> _Parser:
+    p = _Parser(
+        prog="novella-opt",
+        description=__doc__.split("\n\n")[0],
+        epilog="passes (in the order given; options as --pass=\"name=value ...\"):\n" + passes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("input", nargs="?", default="-", help="input .mlir file (default: stdin)")
     p.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
+    p.add_argument("-p", "--pass-pipeline", help="textual pipeline, e.g. 'builtin.module(novella-tile{tile-m=32})'")
     p.add_argument("--split-input-file", action="store_true", help="split the input on '// -----' lines")
+    p.add_argument("--verify-diagnostics", action="store_true", help="check diagnostics against expected-* comments")
     p.add_argument("--config", help="hardware config TOML (default: the built-in Novella config)")
-    p.add_argument("--mlir-print-ir-after-all", action="store_true", help="print the IR after every pass to stderr")
-    for flag, info in PASSES.items():
-        p.add_argument(
-            f"--{flag}",
-            dest="passes",
-            action="append_const",
-            const=flag,
-            help=info.description,
-        )
+    p.add_argument("--list-passes", action="store_true", help="list the passes and their options, then exit")
+    p.add_argument("--allow-unregistered-dialect", action="store_true", help="accept ops of unknown dialects")
+    for flag, help_ in (
+        ("--mlir-print-ir-before-all", "print the IR before every pass to stderr"),
+        ("--mlir-print-ir-after-all", "print the IR after every pass to stderr"),
+        ("--mlir-print-ir-after-change", "print the IR after every pass that changed it"),
+        ("--mlir-print-ir-after-failure", "print the IR after a pass fails"),
+        ("--mlir-print-op-generic", "print ops in the generic form"),
+        ("--mlir-print-debuginfo", "print locations"),
+    ):
+        p.add_argument(flag, action="store_true", help=help_)
     return p
 
 
-def _split(text: str, split: bool) -> list[tuple[int, str]]:
-    """(first line number - 1, chunk) pairs; line numbers stay those of the file."""
+def _columns(argv: list[str]) -> list[int]:
+    cols, pos = [], 1
+    for a in argv:
+        cols.append(pos)
+        pos += len(a) + 1
+    return cols
+
+
+def parse_args(argv: list[str]):
+    """argparse for the fixed options; pass flags (with `=options`) are taken out first, in order."""
+    cols = _columns(argv)
+    items, rest, rest_cols = [], [], []
+    for arg, col in zip(argv, cols):
+        m = _PASS_FLAG.match(arg)
+        if m and m.group(1) in PASSES:
+            opt_col = col + (m.start(2) if m.group(2) is not None else len(arg))
+            try:
+                items.append(novella_item(m.group(1), m.group(2) or "", col, opt_col))
+            except PipelineError as e:
+                raise UsageError(e.message, e.col) from None
+        else:
+            rest.append(arg)
+            rest_cols.append(col)
+    parser = _parser()
+    args, unknown = parser.parse_known_args(rest)
+    if unknown:
+        raise UsageError(_unknown_message(parser, unknown[0]), rest_cols[rest.index(unknown[0])])
+    args.passes, args.argv, args.cols = items, argv, cols
+    return args
+
+
+def _unknown_message(parser, arg: str) -> str:
+    known = [s for a in parser._actions for s in a.option_strings] + [f"--{f}" for f in PASSES]
+    close = difflib.get_close_matches(arg.split("=")[0], known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else "; see 'novella-opt --help'"
+    return f"unknown command line argument '{arg}'{hint}"
+
+
+@dataclass
+class Chunk:
+    text: str
+    offset: int  # file line of the chunk's line 0
+
+    @property
+    def last_line(self) -> int:
+        return self.offset + self.text.count("\n") + 1
+
+
+def split_chunks(text: str, split: bool) -> list[Chunk]:
+    """The input, or its `// -----` separated chunks; line numbers stay those of the file."""
     if not split:
-        return [(0, text)]
+        return [Chunk(text, 0)]
     chunks, start, cur = [], 0, []
     for i, line in enumerate(text.split("\n")):
         if line.strip() == SPLIT_MARKER:
-            chunks.append((start, "\n".join(cur)))
+            chunks.append(Chunk("\n".join(cur), start))
             start, cur = i + 1, []
         else:
             cur.append(line)
-    chunks.append((start, "\n".join(cur)))
+    chunks.append(Chunk("\n".join(cur), start))
     return chunks
 
 
-def _relocate(message: str, filename: str, line_offset: int) -> str:
-    """Rewrites the parser's `"-":L:C` / `loc("-":L:C)` into `file:L':C`."""
+class Opt:
+    """One novella-opt invocation: config, pipeline, and per-chunk processing."""
 
-    def fix(m):
-        return f"{filename}:{int(m.group(1)) + line_offset}:{m.group(2)}"
+    def __init__(self, args, source: dg.Source, config):
+        self.args, self.source, self.config = args, source, config
 
-    message = re.sub(r'loc\("-":(\d+):(\d+)\)', fix, message)
-    return re.sub(r'"-":(\d+):(\d+)', fix, message)
+    def pass_manager(self, ctx) -> passmanager.PassManager:
+        pm = passmanager.PassManager("builtin.module", context=ctx)
+        for item in self.args.passes:
+            if item.is_novella:
+                add_pass(pm, item.name, self.config, item.options)
+            else:
+                pm.add(item.text)
+        a = self.args
+        after = a.mlir_print_ir_after_all or a.mlir_print_ir_after_change or a.mlir_print_ir_after_failure
+        if after or a.mlir_print_ir_before_all:
+            pm.enable_ir_printing(
+                print_before_all=a.mlir_print_ir_before_all,
+                print_after_all=after,
+                print_after_change=a.mlir_print_ir_after_change,
+                print_after_failure=a.mlir_print_ir_after_failure,
+                enable_debug_info=a.mlir_print_debuginfo,
+                print_generic_op_form=a.mlir_print_op_generic,
+            )
+        return pm
+
+    def process(self, chunk: Chunk) -> tuple[str | None, list[dg.Diag]]:
+        ctx = make_context()
+        ctx.allow_unregistered_dialects = self.args.allow_unregistered_dialect
+        seen = []
+        ctx.attach_diagnostic_handler(lambda d: seen.append(dg.from_mlir(d, self.source, chunk.offset)) or True)
+        with ctx, ir.Location.unknown():
+            try:
+                module = ir.Module.parse(chunk.text)
+                self.pass_manager(ctx).run(module.operation)
+            except ir.MLIRError as e:
+                return None, seen + dg.from_mlir_error(e, self.source, chunk.offset)
+            text = module.operation.get_asm(
+                enable_debug_info=self.args.mlir_print_debuginfo,
+                print_generic_op_form=self.args.mlir_print_op_generic,
+            )
+            return text, seen
+
+    def report(self, chunk: Chunk, diags: list[dg.Diag]) -> bool:
+        """Prints the chunk's diagnostics (or verifies them); True if it failed."""
+        if self.args.verify_diagnostics:
+            expected = dg.expectations(self.source, chunk.offset + 1, chunk.last_line)
+            errors = dg.verify(diags, expected)
+            for e in errors:
+                print(e, file=sys.stderr)
+            return bool(errors)
+        for d in diags:
+            print(self.source.render(d), file=sys.stderr)
+        return any(d.severity == "error" for d in diags)
+
+    def run(self) -> tuple[list[str], bool]:
+        outputs, failed = [], False
+        for chunk in split_chunks("\n".join(self.source.lines), self.args.split_input_file):
+            out, diags = self.process(chunk)
+            failed |= self.report(chunk, diags)
+            if out is not None:
+                outputs.append(out)
+        return outputs, failed
 
 
-def _format_error(e: ir.MLIRError, filename: str, line_offset: int) -> str:
-    lines = []
-    for d in e.error_diagnostics:
-        loc = _relocate(str(d.location), filename, line_offset)
-        loc = loc[4:-1] if loc.startswith("loc(") else loc
-        lines.append(f"{loc}: error: {_relocate(d.message, filename, line_offset)}")
-        for note in d.notes:
-            nloc = _relocate(str(note.location), filename, line_offset)
-            lines.append(f"{nloc}: note: {_relocate(note.message, filename, line_offset)}")
-    return "\n".join(lines) or _relocate(str(e), filename, line_offset)
+def _error(source: dg.Source, col: int, message: str, line: int = 1) -> int:
+    print(source.render(dg.Diag("error", source.name, line, col, message)), file=sys.stderr)
+    return 1
 
 
-def _process(chunk: str, args, config, filename: str, offset: int) -> tuple[str | None, str | None]:
-    ctx = make_context()
-    with ctx, ir.Location.unknown():
+def _setup(args):
+    """(source, config) or an exit code after printing the diagnostic."""
+    cmd = dg.Source("<command-line>", " ".join(args.argv))
+    if args.pass_pipeline is not None:
+        if args.passes:
+            return _error(cmd, args.passes[0].col, "a pass flag cannot be combined with -p/--pass-pipeline")
         try:
-            module = ir.Module.parse(chunk)
-            run_passes(module, args.passes or [], config, print_ir_after_all=args.mlir_print_ir_after_all)
-        except ir.MLIRError as e:
-            return None, _format_error(e, filename, offset)
-        return str(module), None
+            args.passes = parse_pipeline(args.pass_pipeline)
+            check_upstream(args.passes, make_context())
+        except PipelineError as e:
+            return _error(dg.Source("<pass-pipeline>", args.pass_pipeline), e.col, e.message)
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        d = dg.config_diag(e, args.config)
+        print(dg.Source(args.config, open(args.config).read()).render(d), file=sys.stderr)
+        return 1
+    except OSError as e:
+        return _error(cmd, _col_of(args, args.config), f"cannot read config '{args.config}': {e.strerror}")
+    name = "<stdin>" if args.input == "-" else args.input
+    try:
+        text = sys.stdin.read() if args.input == "-" else open(args.input).read()
+    except (OSError, UnicodeDecodeError) as e:
+        return _error(cmd, _col_of(args, args.input), f"cannot open input file '{args.input}': {getattr(e, 'strerror', None) or e}")
+    return dg.Source(name, text), config
+
+
+def _col_of(args, value: str) -> int:
+    for arg, col in zip(args.argv, args.cols):
+        if arg.endswith(value):
+            return col + len(arg) - len(value)
+    return 1
+
+
+def _write(path: str, outputs: list[str]) -> None:
+    result = f"\n{SPLIT_MARKER}\n".join(o.rstrip("\n") for o in outputs) + "\n" if outputs else ""
+    if path == "-":
+        sys.stdout.write(result)
+    else:
+        with open(path, "w") as f:
+            f.write(result)
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    filename = "<stdin>" if args.input == "-" else args.input
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        text = sys.stdin.read() if args.input == "-" else open(args.input).read()
-        config = load_config(args.config)
-    except (OSError, ConfigError) as e:
-        print(f"novella-opt: error: {e}", file=sys.stderr)
-        return 1
-    outputs, failed = [], False
-    for offset, chunk in _split(text, args.split_input_file):
-        out, err = _process(chunk, args, config, filename, offset)
-        if err:
-            print(err, file=sys.stderr)
-            failed = True
-        else:
-            outputs.append(out)
-    result = f"\n{SPLIT_MARKER}\n".join(o.rstrip("\n") for o in outputs) + "\n"
-    if args.output == "-":
-        sys.stdout.write(result)
-    else:
-        with open(args.output, "w") as f:
-            f.write(result)
+        args = parse_args(argv)
+    except UsageError as e:
+        return _error(dg.Source("<command-line>", " ".join(argv)), e.col, e.message)
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    if args.list_passes:
+        print("Available passes:\n" + passes_help())
+        return 0
+    setup = _setup(args)
+    if isinstance(setup, int):
+        return setup
+    outputs, failed = Opt(args, *setup).run()
+    try:
+        _write(args.output, outputs)
+    except OSError as e:
+        return _error(dg.Source("<command-line>", " ".join(argv)), _col_of(args, args.output), str(e))
     return 1 if failed else 0
 
 

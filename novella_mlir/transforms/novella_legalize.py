@@ -47,4 +47,4 @@ def run(module_op, options, config) -> None:
         for op in body_ops(fn):
             name = op.operation.name
             if is_tensor_op(op) and name not in NO_KERNEL_NEEDED and get_kernel(name) is None:
-                raise PassError(op, f"has no NPU kernel; legalize it into supported ops first")
+                raise PassError(op, "has no NPU kernel; legalize it into supported ops first")

@@ -93,7 +93,19 @@ def add_pass(pm: passmanager.PassManager, flag: str, config, options: dict | Non
             op.location.emit_error(f"internal error in pass '{flag}': {type(e).__name__}: {e}")
             pass_.signal_pass_failure()
 
-    pm.add(run, name=flag, argument=flag, description=info.description)
+    pm.add(run, name=pass_name(flag), argument=pass_argument(flag, opts), description=info.description)
+
+
+def pass_name(flag: str) -> str:
+    """The pass's class-style name, as MLIR prints it (`novella-tile` -> `NovellaTile`)."""
+    return "".join(w.capitalize() for w in flag.split("-"))
+
+
+def pass_argument(flag: str, opts: dict) -> str:
+    """The flag with its options, as MLIR prints a configured pass (`novella-tile{tile-m=32}`)."""
+    if not opts:
+        return flag
+    return flag + "{" + " ".join(f"{k}={v}" for k, v in opts.items()) + "}"
 
 
 def run_passes(module: ir.Module, flags, config, print_ir_after_all: bool = False) -> None:

@@ -1,0 +1,230 @@
+"""Three ways to get the instruction stream for length T, to compare them bit for bit.
+
+* **static**: compile the model with T fixed (`torch.export` without a
+  dynamic dim; no symbols), and expand that artifact (`static_words`).
+* **per-length**: compile once with `?` and pre-generate, store and ship the
+  expanded stream of every length in a set (`PerLength`). The streams are
+  expanded by `reference_words`, a deliberately naive loop per grid point and
+  per instruction (scalar expression evaluation, `isa.encode`, tokens by the
+  rule written out step by step), so it is an independent check of the
+  vectorized JIT. For the whole range [1, max], `count_words` counts the
+  words of one length without encoding them.
+* **jit**: MacroMeta + TileMeta instantiated for T (`Jit.instantiate`).
+
+All three must give identical words for every T in bounds.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from simulator import isa
+
+from . import expr
+from .jit import Jit
+
+_SCALAR_OPS = {
+    "+": lambda a, b: a + b,
+    "*": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,
+    "ceildiv": lambda a, b: -(-a // b),
+    "mod": lambda a, b: a % b,
+}
+
+
+# ------------------------------------------------------------------ static
+
+
+def compile_static(module, *example_args, config=None):
+    """Compiles `module` for the exact shapes of `example_args` (no symbolic dim).
+
+    `compile_torch` cannot do this itself (`min_len == max_len` makes
+    `torch.export.Dim` fail), so this runs the same stages on a static export."""
+    import torch
+    from torch_mlir import ir
+
+    from simulator import load_config
+
+    from .. import artifact as art_mod
+    from .. import pipeline
+    from ..context import make_context
+    from ..frontend import importer
+    from ..frontend.lowering import convert
+    from ..transforms.registry import BACKEND_PIPELINE
+
+    config = config or load_config()
+    ctx = make_context()
+    stages = pipeline.Stages()
+    prog = torch.export.export(module.eval(), tuple(example_args), strict=False)
+    imported = importer.import_program(ctx, prog)
+    with ctx, ir.Location.unknown():
+        stages.record("torch", imported.module)
+        mod = convert(imported.module, imported)
+        stages.record("novella", mod)
+        for flag in BACKEND_PIPELINE:
+            pipeline._run(mod, flag, config, {})
+            stages.record(flag, mod)
+        artifact = art_mod.extract(mod, imported.weights, config)
+    return pipeline.CompiledModel(artifact, config, stages)
+
+
+def static_words(module, *example_args, config=None) -> np.ndarray:
+    """The fully expanded words of a static compile for the shapes of `example_args`."""
+    model = compile_static(module, *example_args, config=config)
+    return model.jit.instantiate([0] * len(model.artifact.symbols)).words
+
+
+# ------------------------------------------------------------------ per-length
+
+
+class PerLength:
+    """Pre-generated streams for a set of lengths (what shipping every length would store)."""
+
+    def __init__(self, artifact, lengths):
+        self.art = artifact
+        self.streams = {int(t): reference_words(artifact, [int(t)]) for t in lengths}
+
+    def words(self, length: int) -> np.ndarray:
+        return self.streams[int(length)]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(w.nbytes for w in self.streams.values())
+
+
+def count_words(artifact, syms) -> int:
+    """Words of the program for `syms`, counted from grid extents and guards without encoding."""
+    total, n_macros = 0, 0
+    for tile in artifact.tiles:
+        n = _count_macro(artifact.macros[tile.macro], tile, syms)
+        total += n
+        n_macros += n > 0
+    return total + max(n_macros - 1, 0)
+
+
+def _count_macro(mm, tile, syms) -> int:
+    extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
+    n = int(np.prod(extents)) if extents else 1
+    if n <= 0:
+        return 0
+    dims = np.unravel_index(np.arange(n, dtype=np.int64), extents) if extents else ()
+    total = 0
+    for t in mm.insts:
+        m = np.ones(n, bool)
+        for kind, prog in t.when:
+            v = expr.evaluate(prog, syms, dims)
+            m &= (v == 0) if kind == "eq" else (v >= 0)
+        total += int(m.sum())
+    return total
+
+
+def per_length_nbytes(artifact, lo: int, hi: int) -> int:
+    """Bytes of storing the stream of every length in [lo, hi] (one symbol), counted."""
+    return sum(count_words(artifact, [t]) for t in range(lo, hi + 1)) * isa.WORD_BYTES
+
+
+# ------------------------------------------------------------------ reference expansion
+
+
+def _eval(program, syms, point) -> int:
+    stack = []
+    for tok in program:
+        if isinstance(tok, int):
+            stack.append(tok)
+        elif tok in _SCALAR_OPS:
+            b = stack.pop()
+            stack.append(_SCALAR_OPS[tok](stack.pop(), b))
+        else:
+            stack.append((syms if tok[0] == "s" else point)[int(tok[1:])])
+    (value,) = stack
+    return int(value)
+
+
+def _guard(t, syms, point) -> bool:
+    for kind, prog in t.when:
+        v = _eval(prog, syms, point)
+        if (kind == "eq" and v != 0) or (kind != "eq" and v < 0):
+            return False
+    return True
+
+
+def _step_insts(mm, syms, point, bases) -> list:
+    """[(queue, fields, opcode), ...] of one grid point, in template order."""
+    out = []
+    for t in mm.insts:
+        if not _guard(t, syms, point):
+            continue
+        fields = dict(t.const)
+        for name, progs in t.var.items():
+            fields[name] = min(_eval(p, syms, point) for p in progs)
+        if t.tensor is not None:
+            fields["dram_base"] = fields.get("dram_base", 0) + bases[t.tensor]
+        op = isa.Opcode[t.opcode]
+        out.append((isa.QUEUE_OF[op], fields, op))
+    return out
+
+
+def reference_steps(artifact, syms) -> list[list]:
+    """The program as a list of steps (grid points with instructions; barrier NOPs between macros)."""
+    steps = []
+    for tile in artifact.tiles:
+        mm = artifact.macros[tile.macro]
+        extents = [_eval(g, syms, ()) for g in tile.grid]
+        bases = {int(k): _eval(p, syms, ()) for k, p in tile.bases.items()}
+        macro = []
+        for point in itertools.product(*(range(e) for e in extents)):
+            insts = _step_insts(mm, syms, point, bases)
+            if insts:
+                macro.append(insts)
+        if macro and steps:
+            steps.append([("compute", {}, isa.Opcode.NOP)])
+        steps.extend(macro)
+    return steps
+
+
+def _step_tokens(steps, k) -> list[dict]:
+    """Token flags of each instruction of step k, by the rule in `runtime/jit.py`."""
+    queues = [q for q, _, _ in steps[k]]
+    has = {q: q in queues for q in ("load", "compute", "store")}
+    nxt = steps[k + 1] if k + 1 < len(steps) else []
+    next_loads = any(q == "load" for q, _, _ in nxt)
+    prev_stored = k > 0 and any(q == "store" for q, _, _ in steps[k - 1])
+    first = {q: queues.index(q) for q in has if has[q]}
+    last = {q: len(queues) - 1 - queues[::-1].index(q) for q in has if has[q]}
+    flags = [dict() for _ in queues]
+    if has["load"]:
+        flags[first["load"]]["pop_next"] = int(k > 0)
+        flags[last["load"]]["push_next"] = 1
+        flags[first["compute"]]["pop_prev"] = 1
+    if prev_stored:
+        flags[first["compute"]]["pop_next"] = 1
+    if next_loads:
+        flags[last["compute"]]["push_prev"] = 1
+    if has["store"]:
+        flags[last["compute"]]["push_next"] = 1
+        flags[first["store"]]["pop_prev"] = 1
+        flags[last["store"]]["push_prev"] = int(k + 1 < len(steps))
+    return flags
+
+
+def reference_words(artifact, syms) -> np.ndarray:
+    """Naive expansion: one `isa.encode` per instruction word."""
+    steps = reference_steps(artifact, syms)
+    words = []
+    for k, step in enumerate(steps):
+        if not any(q == "compute" for q, _, _ in step):
+            raise RuntimeError(f"step {k} has no compute instruction")
+        for (_, fields, op), flags in zip(step, _step_tokens(steps, k)):
+            words.append(isa.encode(op, **fields, **{f: v for f, v in flags.items() if v}))
+    return np.array(words, np.uint64).reshape(-1, isa.LANES)
+
+
+def three_streams(static_model, dynamic_artifact, length: int) -> dict:
+    """{"static", "per_length", "jit"} words for `length` (the static model compiled for it)."""
+    return {
+        "static": static_model.jit.instantiate([0] * len(static_model.artifact.symbols)).words,
+        "per_length": PerLength(dynamic_artifact, [length]).words(length),
+        "jit": Jit(dynamic_artifact).instantiate([length]).words,
+    }

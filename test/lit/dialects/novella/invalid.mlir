@@ -1,0 +1,117 @@
+// RUN: novella-opt %s --split-input-file --verify-diagnostics
+
+func.func @linear_k_mismatch(%x: tensor<4x64xf32>) -> tensor<4x32xf32> {
+  %w = "novella.weight"() {name = "w"} : () -> tensor<32x48xf32>
+  %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>
+  // expected-error @+1 {{'novella.linear' op input inner dim must be 48 (weight is 32x48), got tensor<4x64xf32>}}
+  %0 = "novella.linear"(%x, %w, %b) {act = "none"} : (tensor<4x64xf32>, tensor<32x48xf32>, tensor<32xf32>) -> tensor<4x32xf32>
+  return %0 : tensor<4x32xf32>
+}
+
+// -----
+
+func.func @linear_bad_activation(%x: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x32xf32, affine_map<()[s0] -> (s0, 32)>> {
+  %w = "novella.weight"() {name = "w"} : () -> tensor<32x64xf32>
+  %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>
+  %0 = "novella.linear"(%x, %w, %b) {act = "swish"} : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<?x32xf32, affine_map<()[s0] -> (s0, 32)>>
+  // expected-error @above {{unknown activation 'swish' (expected none, relu or gelu)}}
+  return %0 : tensor<?x32xf32, affine_map<()[s0] -> (s0, 32)>>
+}
+
+// -----
+
+func.func @linear_bias_size(%x: tensor<4x64xf32>) -> tensor<4x32xf32> {
+  %w = "novella.weight"() {name = "w"} : () -> tensor<32x64xf32>
+  %b = "novella.weight"() {name = "b"} : () -> tensor<16xf32>
+  // expected-error @below {{result must be [..., 32] with bias [32]}}
+  %0 = "novella.linear"(%x, %w, %b) : (tensor<4x64xf32>, tensor<32x64xf32>, tensor<16xf32>) -> tensor<4x32xf32>
+  return %0 : tensor<4x32xf32>
+}
+
+// -----
+
+func.func @linear_f16(%x: tensor<4x64xf16>, %w: tensor<32x64xf16>, %b: tensor<32xf16>) -> tensor<4x32xf16> {
+  // expected-error @+1 {{'novella.linear' op supports only f32 tensors}}
+  %0 = "novella.linear"(%x, %w, %b) : (tensor<4x64xf16>, tensor<32x64xf16>, tensor<32xf16>) -> tensor<4x32xf16>
+  return %0 : tensor<4x32xf16>
+}
+
+// -----
+
+func.func @matmul_contraction(%a: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %b: tensor<2x32x16xf32>) -> tensor<2x?x16xf32, affine_map<()[s0] -> (2, s0, 16)>> {
+  // expected-error @+1 {{'novella.matmul' op contraction dims differ}}
+  %0 = "novella.matmul"(%a, %b) : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x32x16xf32>) -> tensor<2x?x16xf32, affine_map<()[s0] -> (2, s0, 16)>>
+  return %0 : tensor<2x?x16xf32, affine_map<()[s0] -> (2, s0, 16)>>
+}
+
+// -----
+
+func.func @matmul_transposed_contraction(%a: tensor<?x64xf32>, %b: tensor<64x16xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{contraction dims differ: tensor<?x64xf32> @ tensor<64x16xf32>}}
+  %0 = "novella.matmul"(%a, %b) {transpose_rhs = true} : (tensor<?x64xf32>, tensor<64x16xf32>) -> tensor<?x64xf32>
+  return %0 : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @matmul_rank(%a: tensor<64xf32>, %b: tensor<64x16xf32>) -> tensor<16xf32> {
+  // expected-error @+1 {{of equal rank >= 2}}
+  %0 = "novella.matmul"(%a, %b) : (tensor<64xf32>, tensor<64x16xf32>) -> tensor<16xf32>
+  return %0 : tensor<16xf32>
+}
+
+// -----
+
+func.func @add_no_broadcast(%a: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, %b: tensor<3x32xf32>) -> tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>> {
+  // expected-error-re @+1 {{'novella.add' op operands tensor<?x64xf32, {{.*}}> and tensor<3x32xf32> do not broadcast}}
+  %0 = "novella.add"(%a, %b) : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, tensor<3x32xf32>) -> tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>
+  return %0 : tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>
+}
+
+// -----
+
+func.func @mul_result_shape(%a: tensor<4x64xf32>, %b: tensor<64xf32>) -> tensor<4x32xf32> {
+  // expected-error @+1 {{'novella.mul' op operands tensor<4x64xf32> and tensor<64xf32> do not broadcast to tensor<4x32xf32>}}
+  %0 = "novella.mul"(%a, %b) : (tensor<4x64xf32>, tensor<64xf32>) -> tensor<4x32xf32>
+  return %0 : tensor<4x32xf32>
+}
+
+// -----
+
+func.func @weight_dynamic() -> tensor<?x64xf32> {
+  // expected-error @+1 {{'novella.weight' op weight must have a static shape, got tensor<?x64xf32>}}
+  %w = "novella.weight"() {name = "w"} : () -> tensor<?x64xf32>
+  return %w : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @relu_shape(%x: tensor<4x64xf32>) -> tensor<4x32xf32> {
+  // expected-error @+1 {{'novella.relu' op result tensor<4x32xf32> must have the operand's shape tensor<4x64xf32>}}
+  %0 = "novella.relu"(%x) : (tensor<4x64xf32>) -> tensor<4x32xf32>
+  return %0 : tensor<4x32xf32>
+}
+
+// -----
+
+func.func @layer_norm_weight(%x: tensor<?x64xf32>, %w: tensor<32xf32>, %b: tensor<64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{'novella.layer_norm' op needs a static last dim matching weight/bias}}
+  %0 = "novella.layer_norm"(%x, %w, %b) {eps = 1.0e-05 : f32} : (tensor<?x64xf32>, tensor<32xf32>, tensor<64xf32>) -> tensor<?x64xf32>
+  return %0 : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @transpose_perm(%x: tensor<2x?x64xf32>) -> tensor<2x64x?xf32> {
+  // expected-error @+1 {{'novella.transpose' op perm [0, 2, 2] is not a permutation of rank 3}}
+  %0 = "novella.transpose"(%x) {perm = array<i64: 0, 2, 2>} : (tensor<2x?x64xf32>) -> tensor<2x64x?xf32>
+  return %0 : tensor<2x64x?xf32>
+}
+
+// -----
+
+func.func @transpose_result(%x: tensor<2x?x64xf32>) -> tensor<2x32x?xf32> {
+  // expected-error @+1 {{result tensor<2x32x?xf32> is not tensor<2x?x64xf32> permuted by [0, 2, 1]}}
+  %0 = "novella.transpose"(%x) {perm = array<i64: 0, 2, 1>} : (tensor<2x?x64xf32>) -> tensor<2x32x?xf32>
+  return %0 : tensor<2x32x?xf32>
+}
