@@ -1,3 +1,342 @@
-"""Batched matmul, softmax and attention kernels."""
+"""Batched matmul, softmax and attention kernels, and their legalize patterns.
+
+Dynamic dims may appear anywhere in a matmul (M, N and the contraction K:
+the K loop runs over a symbolic number of k-tiles, the last one partial)
+and in the softmax's reduced last dim (tiled over column chunks with an
+online max/sum when a row does not fit the scratchpad)."""
 
 from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from ..dialects import shapes
+from ..dialects.novella import AttentionOp, MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
+from . import BufferPlan, Tiling, first, kernel, last, legalize_pattern, tile_rows
+
+MAX_FIELD = 4095
+TILE_SIZES = (256, 128, 64, 32, 16)
+K_TILES = (512, 256, 128, 64, 32, 16)
+
+
+def _module_symbols(op) -> list[sy.Symbol]:
+    mod = op.operation
+    while mod.name != "builtin.module":
+        mod = mod.parent
+    return sy.read_symbols(mod)
+
+
+def upper(e: ir.AffineExpr, symbols) -> int:
+    """The largest value of a size expression over the symbols' bounds."""
+    return sy.value_range(e, symbols)[1]
+
+
+def _flag(op, name: str) -> bool:
+    return name in op.attributes and bool(ir.IntegerAttr(op.attributes[name]).value)
+
+
+def _candidates(extent: ir.AffineExpr, symbols, sizes) -> list[int]:
+    """Tile sizes for a dim: the whole dim if static and small enough, then `sizes` below its maximum."""
+    hi = upper(extent, symbols)
+    out = [s for s in sizes if s < hi]
+    if hi <= sizes[0] and (sy.as_int(extent) is not None or not out):
+        out.insert(0, hi)
+    return out or [min(hi, sizes[-1])]
+
+
+# ------------------------------------------------------------------ matmul
+
+
+@dataclass
+class MatmulDims:
+    """A batched matmul as `batch` independent [M, K] @ [K, N] products."""
+
+    batch: int
+    m: ir.AffineExpr
+    k: ir.AffineExpr
+    n: ir.AffineExpr
+    transpose: bool
+    lhs_batch_stride: ir.AffineExpr
+    rhs_batch_stride: ir.AffineExpr
+
+
+def _static_numel(exprs) -> int | None:
+    values = [sy.as_int(e) for e in exprs]
+    return None if None in values else math.prod(values)
+
+
+def matmul_dims(op, tv) -> MatmulDims:
+    a, b, y = tv.shape(0), tv.shape(1), tv.shape(-1)
+    batch = _static_numel(y[:-2])
+    if batch is None:
+        raise ValueError(f"matmul batch dims {[str(e) for e in y[:-2]]} must be static")
+    strides = []
+    for name, s in (("lhs", a), ("rhs", b)):
+        nb = _static_numel(s[:-2])
+        if nb not in (1, batch):
+            raise ValueError(f"matmul {name} batch dims {[str(e) for e in s[:-2]]} must equal the result's or be 1")
+        strides.append(sy.const(0) if nb == 1 and batch > 1 else s[-1] * s[-2])
+    return MatmulDims(batch, a[-2], a[-1], y[-1], _flag(op, "transpose_rhs"), *strides)
+
+
+def _matmul_plan(op, budget, tm, tn, tk) -> BufferPlan:
+    plan = BufferPlan(op.name, budget)
+    plan.add("a", "spad", tm * tk)
+    plan.add("b", "spad", tk * tn)
+    plan.add("acc", "acc", tm * tn)
+    return plan
+
+
+@kernel("novella.matmul")
+class Matmul:
+    """`y[b] = lhs[b] @ rhs[b]` (rhs optionally stored transposed).
+
+    Grid (batch, m, n, k): each step loads an lhs tile [tm, tk] and an rhs
+    tile, accumulates into the accumulator, and the last k step stores the
+    accumulator tile. With a single k step the lhs tile stays resident
+    across the n loop. Every extent may be symbolic; edge tiles are partial."""
+
+    def tile(self, op, tv, budget, options):
+        dims = matmul_dims(op, tv)
+        syms = _module_symbols(op)
+        tms = [options["tile-m"]] if options.get("tile-m") else _candidates(dims.m, syms, TILE_SIZES)
+        tns = _candidates(dims.n, syms, TILE_SIZES)
+        tks = _candidates(dims.k, syms, K_TILES)
+        best, plan = None, None
+        for tm, tn, tk in itertools.product(tms, tns, tks):
+            plan = _matmul_plan(op, budget, tm, tn, tk)
+            if not plan.fits():
+                continue
+            steps = [-(-upper(e, syms) // t) for e, t in ((dims.m, tm), (dims.n, tn), (dims.k, tk))]
+            key = (steps[0] * steps[1] * steps[2], -min(tm, tn), -tk)
+            if best is None or key < best[0]:
+                best = (key, (tm, tn, tk), plan)
+        if best is None:
+            plan.check()
+        (tm, tn, tk), plan = best[1], best[2]
+        grid = [sy.const(dims.batch), sy.ceildiv(dims.m, tm), sy.ceildiv(dims.n, tn), sy.ceildiv(dims.k, tk)]
+        return Tiling({"tm": tm, "tn": tn, "tk": tk}, grid, plan.buffers)
+
+    def macro(self, op, tv, t, b):
+        dims = matmul_dims(op, tv)
+        tm, tn, tk = t.tiles["tm"], t.tiles["tn"], t.tiles["tk"]
+        bi, mi, ni, ki = (b.d(i) for i in range(4))
+        rows, cols, kk = tile_rows(1, tm, dims.m), tile_rows(2, tn, dims.n), tile_rows(3, tk, dims.k)
+        k_steps = sy.ceildiv(dims.k, tk)
+        reuse_lhs = first(2) if sy.as_int(k_steps) == 1 else None
+        b.load("a", 0, dram_offset=bi * dims.lhs_batch_stride + ki * tk, dram_stride=dims.k, row_start=mi * tm,
+               row_step=1, row_bound=dims.m, rows=rows, cols=kk, sram_stride=tk, when=reuse_lhs)
+        if dims.transpose:
+            b.load("b", 1, dram_offset=bi * dims.rhs_batch_stride + ki * tk, dram_stride=dims.k,
+                   row_start=ni * tn, row_step=1, row_bound=dims.n, rows=cols, cols=kk, sram_stride=tk)
+        else:
+            b.load("b", 1, dram_offset=bi * dims.rhs_batch_stride + ni * tn, dram_stride=dims.n,
+                   row_start=ki * tk, row_step=1, row_bound=dims.k, rows=kk, cols=cols, sram_stride=tn)
+        b.mma("acc", "a", "b", a_stride=tk, b_stride=tk if dims.transpose else tn, acc_stride=tn,
+              m=rows, k=kk, n=cols, accumulate=[ki, sy.const(1)], transpose_b=int(dims.transpose))
+        b.store("acc", -1, dram_offset=bi * (dims.m * dims.n) + ni * tn, dram_stride=dims.n, row_start=mi * tm,
+                row_step=1, row_bound=dims.m, rows=rows, cols=cols, sram_stride=tn, when=last(3, k_steps))
+
+
+# ------------------------------------------------------------------ softmax
+
+
+def _softmax_plan(op, budget, tm, tc, chunked) -> BufferPlan:
+    plan = BufferPlan(op.name, budget)
+    plan.add("in", "spad", tm * tc)
+    plan.add("out", "spad", tm * tc)
+    for name in ("m", "l") + (("cm", "t") if chunked else ()):
+        plan.add(name, "spad", tm)
+    return plan
+
+
+def _softmax_cost(rows_max: int, cols_max: int, tm: int, tc: int) -> int:
+    """Estimated instruction count: 7 per row tile in one pass, ~20 per chunk when chunked."""
+    row_tiles = -(-rows_max // tm)
+    chunks = -(-cols_max // tc)
+    return row_tiles * (7 if chunks == 1 else 20 * chunks)
+
+
+@kernel("novella.softmax")
+class Softmax:
+    """Softmax over the last dim of a [rows, cols] view; cols may be symbolic.
+
+    A row tile whose rows fit the scratchpad whole is done in one step
+    (max, exp, sum, normalize). Otherwise the grid is (row tile, pass,
+    column chunk): pass 0 keeps a running max `m` and a rescaled running
+    sum `l` per row (online softmax), pass 1 writes exp(x - m) / l."""
+
+    def tile(self, op, tv, budget, options):
+        syms = _module_symbols(op)
+        rows, cols = tv.rows(0), tv.shape(0)[-1]
+        rows_max, cols_max = upper(rows, syms), upper(cols, syms)
+        tms = [options["tile-m"]] if options.get("tile-m") else [*TILE_SIZES, 8, 4, 2, 1]
+        tcs = [cols_max] if cols_max <= MAX_FIELD else []
+        tcs += [c for c in (2048, 1024, 512, 256, 128, 64, 32, 16) if c < cols_max]
+        best, plan = None, None
+        for tm, tc in itertools.product(tms, tcs):
+            plan = _softmax_plan(op, budget, tm, tc, tc < cols_max)
+            if plan.fits():
+                key = (_softmax_cost(rows_max, cols_max, tm, tc), -tm)
+                if best is None or key < best[0]:
+                    best = (key, tm, tc, plan)
+        if best is None:
+            plan.check()
+        _, tm, tc, plan = best
+        chunked = tc < cols_max
+        grid = [sy.ceildiv(rows, tm)]
+        if chunked:
+            grid += [sy.const(2), sy.ceildiv(cols, tc)]
+        return Tiling({"tm": tm, "tc": tc, "chunked": int(chunked)}, grid, plan.buffers)
+
+    def macro(self, op, tv, t, b):
+        tm, tc = t.tiles["tm"], t.tiles["tc"]
+        rows_total, cols_total = tv.rows(0), tv.shape(0)[-1]
+        rows = tile_rows(0, tm, rows_total)
+        chunk = 2 if t.tiles["chunked"] else None
+        cols = tile_rows(chunk, tc, cols_total) if chunk else cols_total
+        col0 = b.d(2) * tc if chunk else sy.const(0)
+        io = dict(dram_offset=col0, dram_stride=cols_total, row_start=b.d(0) * tm, row_step=1,
+                  row_bound=rows_total, rows=rows, cols=cols, sram_stride=tc)
+        b.load("in", 0, **io)
+        g = _Geo(b, rows, cols, tc)
+        if chunk:
+            _online_pass(g, start=first(1) + first(2), rest=first(1) + [("ge", b.d(2) - 1)])
+            g.normalize(when=[("eq", b.d(1) - 1)])
+            b.store("out", -1, when=[("eq", b.d(1) - 1)], **io)
+        else:
+            g.exp_shifted(when=None)
+            g.rowop("ROWSUM", "l", "out", when=None)
+            g.col("DIV", "out", "out", "l", when=None)
+            b.store("out", -1, **io)
+
+
+class _Geo:
+    """VEC ops on a [rows, cols] tile (`in`/`out`, row stride `stride`) and its per-row columns."""
+
+    def __init__(self, b, rows, cols, stride):
+        self.b, self.rows, self.cols, self.stride = b, rows, cols, stride
+
+    def rowop(self, fn, dst, src, when):
+        self.b.vop(fn, dst, src, rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.stride, when=when)
+
+    def col(self, fn, dst, a, column, when):
+        s = self.stride
+        self.b.vop(fn, dst, a, column, mode="COL", rows=self.rows, cols=self.cols, dst_stride=s, a_stride=s,
+                   b_stride=1, when=when)
+
+    def vec(self, fn, dst, a, other=None, when=None):
+        """Elementwise on per-row columns ([rows, 1], stride 1)."""
+        self.b.vop(fn, dst, a, other, rows=self.rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, when=when)
+
+    def exp_shifted(self, when):
+        """m = rowmax(in); out = exp(in - m)."""
+        self.rowop("ROWMAX", "m", "in", when)
+        self.col("SUB", "out", "in", "m", when)
+        self.b.vop("EXP", "out", "out", rows=self.rows, cols=self.cols, dst_stride=self.stride,
+                   a_stride=self.stride, when=when)
+
+    def normalize(self, when):
+        """out = exp(in - m) / l."""
+        self.col("SUB", "out", "in", "m", when)
+        self.b.vop("EXP", "out", "out", rows=self.rows, cols=self.cols, dst_stride=self.stride,
+                   a_stride=self.stride, when=when)
+        self.col("DIV", "out", "out", "l", when)
+
+
+def _online_pass(g: _Geo, start, rest) -> None:
+    """Pass 0 of the chunked softmax: running max `m` and running sum `l` of exp(x - m)."""
+    g.exp_shifted(when=start)
+    g.rowop("ROWSUM", "l", "out", when=start)
+    g.rowop("ROWMAX", "cm", "in", when=rest)
+    g.vec("MAX", "cm", "cm", "m", when=rest)
+    g.vec("SUB", "t", "m", "cm", when=rest)
+    g.vec("EXP", "t", "t", when=rest)
+    g.vec("MUL", "l", "l", "t", when=rest)
+    g.vec("COPY", "m", "cm", when=rest)
+    g.col("SUB", "out", "in", "m", when=rest)
+    g.b.vop("EXP", "out", "out", rows=g.rows, cols=g.cols, dst_stride=g.stride, a_stride=g.stride, when=rest)
+    g.rowop("ROWSUM", "t", "out", when=rest)
+    g.vec("ADD", "l", "l", "t", when=rest)
+
+
+# ------------------------------------------------------------------ legalize patterns
+
+
+def _n_syms(op) -> int:
+    return len(_module_symbols(op))
+
+
+def _typed(op_name: str, operands, attrs: dict, n_syms: int) -> ir.RankedTensorType:
+    exprs = shapes.infer(op_name, [sy.shape_of(ir.RankedTensorType(v.type)) for v in operands], attrs, None)
+    return sy.tensor_type(exprs, ir.F32Type.get(), n_syms)
+
+
+def _swaps_last_two(op) -> bool:
+    if op.operation.name != "novella.transpose":
+        return False
+    perm = list(ir.DenseI64ArrayAttr(op.attributes["perm"]))
+    r = len(perm)
+    return r >= 2 and perm == list(range(r - 2)) + [r - 1, r - 2]
+
+
+def _untransposed_rhs(rhs: ir.Value, n_syms: int):
+    """(value, dead ops) if `rhs` is a last-two-dims transpose, possibly followed by a reshape of batch dims."""
+    owner = rhs.owner
+    if not isinstance(owner, ir.OpView):
+        return None
+    if _swaps_last_two(owner):
+        return owner.operands[0], [owner]
+    if owner.operation.name != "novella.reshape":
+        return None
+    inner = owner.operands[0].owner
+    if not isinstance(inner, ir.OpView) or not _swaps_last_two(inner):
+        return None
+    src, out = sy.shape_of(ir.RankedTensorType(inner.operands[0].type)), sy.shape_of(ir.RankedTensorType(rhs.type))
+    if len(out) < 2 or str(out[-2:]) != str(sy.shape_of(ir.RankedTensorType(inner.results[0].type))[-2:]):
+        return None
+    new_type = sy.tensor_type(out[:-2] + src[-2:], ir.F32Type.get(), n_syms)
+    reshaped = ReshapeOp(input=inner.operands[0], result=new_type, loc=owner.location).result
+    return reshaped, [owner, inner]
+
+
+@legalize_pattern(MatmulOp)
+def fold_transpose_into_matmul(op, rewriter):
+    """matmul(a, transpose(b, last two dims)) -> matmul(a, b, transpose_rhs = !transpose_rhs)."""
+    owner = op.operands[1].owner
+    if not isinstance(owner, ir.OpView) or owner.operation.name not in ("novella.transpose", "novella.reshape"):
+        return True
+    with rewriter.ip, op.location:
+        found = _untransposed_rhs(op.operands[1], _n_syms(op))
+        if found is None:
+            return True
+        rhs, dead = found
+        tr = ir.BoolAttr.get(not _flag(op, "transpose_rhs"))
+        new = MatmulOp(lhs=op.operands[0], rhs=rhs, result=op.results[0].type, transpose_rhs=tr)
+    rewriter.replace_op(op, new.operation)
+    for d in dead:
+        if not list(d.results[0].uses):
+            rewriter.erase_op(d)
+    return False
+
+
+@legalize_pattern(AttentionOp)
+def decompose_attention(op, rewriter):
+    """attention(q, k, v) -> matmul(softmax(matmul(q * scale, k, transpose_rhs)), v)."""
+    q, k, v = op.operands
+    scale = ir.FloatAttr(op.attributes["scale"]).value
+    n = _n_syms(op)
+    with rewriter.ip, op.location:
+        if scale != 1.0:
+            q = ScalarOp(input=q, fn=ir.StringAttr.get("mul"), value=ir.FloatAttr.get_f32(scale), result=q.type).result
+        tr = {"transpose_rhs": ir.BoolAttr.get(True)}
+        s = MatmulOp(lhs=q, rhs=k, result=_typed("novella.matmul", [q, k], tr, n), **tr).result
+        p = SoftmaxOp(input=s, result=s.type).result
+        out = MatmulOp(lhs=p, rhs=v, result=op.results[0].type, transpose_rhs=ir.BoolAttr.get(False))
+    rewriter.replace_op(op, out.operation)
+    return False
+

@@ -129,3 +129,27 @@ def test_hazard_free_and_deterministic(mlp):
     b = npu(torch.from_numpy(x))
     assert torch.equal(a, b)
     assert np.array_equal(words, npu.last_run.program.words)
+
+
+def _clear_flag(words, opcode, flag):
+    from simulator import isa
+
+    f = {x.name: x for x in isa.LAYOUT[opcode]}[flag]
+    op = words[:, 0] & np.uint64(0xF)
+    sel = op == np.uint64(int(opcode))
+    words[sel, f.lane] &= ~np.uint64(1 << f.offset)
+
+
+def test_dropped_token_is_a_hazard(mlp):
+    """Without the load->compute tokens, a MATMUL reads SPAD the LOAD may still be writing."""
+    from simulator import HazardError, Simulator, isa
+
+    _, npu = mlp
+    npu(torch.randn(1, 200, 64))
+    words = npu.last_run.program.words.copy()
+    _clear_flag(words, isa.Opcode.LOAD, "push_next")
+    for opcode in (isa.Opcode.MATMUL, isa.Opcode.VEC, isa.Opcode.NOP):
+        _clear_flag(words, opcode, "pop_prev")
+    sim = Simulator(npu.config, 1 << 20)
+    with pytest.raises(HazardError, match="RAW hazard"):
+        sim.run(words)

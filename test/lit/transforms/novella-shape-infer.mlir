@@ -1,0 +1,80 @@
+// RUN: novella-opt %s --novella-shape-infer --split-input-file --verify-diagnostics | FileCheck %s
+
+// The symbolic length flows from the argument through linear and gelu to the
+// function result: every `?` gets the affine map of its size.
+// CHECK-DAG: #[[$X:.*]] = affine_map<()[s0] -> (1, s0, 64)>
+// CHECK-DAG: #[[$Y:.*]] = affine_map<()[s0] -> (1, s0, 32)>
+// CHECK-LABEL: func.func @mlp
+// CHECK-SAME: (%[[ARG:.*]]: tensor<1x?x64xf32, #[[$X]]>) -> tensor<1x?x32xf32, #[[$Y]]>
+// CHECK: %[[L:.*]] = "novella.linear"(%[[ARG]], {{.*}}) -> tensor<1x?x32xf32, #[[$Y]]>
+// CHECK: %[[G:.*]] = "novella.gelu"(%[[L]]) : (tensor<1x?x32xf32, #[[$Y]]>) -> tensor<1x?x32xf32, #[[$Y]]>
+// CHECK: return %[[G]] : tensor<1x?x32xf32, #[[$Y]]>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @mlp(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x32xf32> {
+    %w = "novella.weight"() {name = "w"} : () -> tensor<32x64xf32>
+    %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "none"} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<1x?x32xf32>
+    %1 = "novella.gelu"(%0) : (tensor<1x?x32xf32>) -> tensor<1x?x32xf32>
+    return %1 : tensor<1x?x32xf32>
+  }
+}
+
+// -----
+
+// A stride-2 convolution halves the length: floor((T + 2*pad - k) / 2) + 1,
+// and the transpose moves that size to dim 1.
+// CHECK-DAG: #[[$CONV:.*]] = affine_map<()[s0] -> (1, 384, (s0 - 1) floordiv 2 + 1)>
+// CHECK-DAG: #[[$TR:.*]] = affine_map<()[s0] -> (1, (s0 - 1) floordiv 2 + 1, 384)>
+// CHECK-LABEL: func.func @conv_stride2
+// CHECK-SAME: -> tensor<1x?x384xf32, #[[$TR]]>
+// CHECK: %[[C:.*]] = "novella.conv1d"({{.*}}) {padding = 1 : i64, stride = 2 : i64} : ({{.*}}) -> tensor<1x384x?xf32, #[[$CONV]]>
+// CHECK: %[[T:.*]] = "novella.transpose"(%[[C]]) {{.*}} -> tensor<1x?x384xf32, #[[$TR]]>
+// CHECK: return %[[T]]
+module attributes {novella.symbols = {s0 = ["T", 3, 3000]}} {
+  func.func @conv_stride2(%x: tensor<1x80x?xf32, affine_map<()[s0] -> (1, 80, s0)>>) -> tensor<1x?x384xf32> {
+    %w = "novella.weight"() {name = "w"} : () -> tensor<384x80x3xf32>
+    %b = "novella.weight"() {name = "b"} : () -> tensor<384xf32>
+    %0 = "novella.conv1d"(%x, %w, %b) {stride = 2 : i64, padding = 1 : i64} : (tensor<1x80x?xf32, affine_map<()[s0] -> (1, 80, s0)>>, tensor<384x80x3xf32>, tensor<384xf32>) -> tensor<1x384x?xf32>
+    %1 = "novella.transpose"(%0) {perm = array<i64: 0, 2, 1>} : (tensor<1x384x?xf32>) -> tensor<1x?x384xf32>
+    return %1 : tensor<1x?x384xf32>
+  }
+}
+
+// -----
+
+// Broadcasting a static row keeps the symbolic rows; q @ k^T is [T, T].
+// CHECK-DAG: #[[$ROWS:.*]] = affine_map<()[s0] -> (s0, 64)>
+// CHECK-DAG: #[[$SQ:.*]] = affine_map<()[s0] -> (s0, s0)>
+// CHECK-LABEL: func.func @scores
+// CHECK: %[[A:.*]] = "novella.add"({{.*}}) : (tensor<?x64xf32, #[[$ROWS]]>, tensor<64xf32>) -> tensor<?x64xf32, #[[$ROWS]]>
+// CHECK: %[[S:.*]] = "novella.matmul"(%[[A]], {{.*}}) {transpose_rhs = true} : {{.*}} -> tensor<?x?xf32, #[[$SQ]]>
+// CHECK: "novella.softmax"(%[[S]]) : (tensor<?x?xf32, #[[$SQ]]>) -> tensor<?x?xf32, #[[$SQ]]>
+module attributes {novella.symbols = {s0 = ["T", 1, 512]}} {
+  func.func @scores(%q: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, %k: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, %bias: tensor<64xf32>) -> tensor<?x?xf32> {
+    %0 = "novella.add"(%q, %bias) : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, tensor<64xf32>) -> tensor<?x64xf32>
+    %1 = "novella.matmul"(%0, %k) {transpose_rhs = true} : (tensor<?x64xf32>, tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x?xf32>
+    %2 = "novella.softmax"(%1) : (tensor<?x?xf32>) -> tensor<?x?xf32>
+    return %2 : tensor<?x?xf32>
+  }
+}
+
+// -----
+
+// A `?` argument needs its symbolic size.
+module attributes {novella.symbols = {s0 = ["T", 1, 512]}} {
+  // expected-error @+1 {{argument #0 (tensor<?x64xf32>) has a '?' dim without a symbolic size}}
+  func.func @no_encoding(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
+    return %x : tensor<?x64xf32>
+  }
+}
+
+// -----
+
+// A static result dim that contradicts the shape rule is rejected.
+module attributes {novella.symbols = {s0 = ["T", 1, 512]}} {
+  func.func @static_mismatch(%x: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, %y: tensor<64xf32>) -> tensor<3x64xf32> {
+    // expected-error @+1 {{result dim 0 is 3 but the shape rule gives s0}}
+    %0 = "novella.add"(%x, %y) : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, tensor<64xf32>) -> tensor<3x64xf32>
+    return %0 : tensor<3x64xf32>
+  }
+}
