@@ -127,7 +127,8 @@ class Matmul:
         bi, mi, ni, ki = (b.d(i) for i in range(4))
         rows, cols, kk = tile_rows(1, tm, dims.m), tile_rows(2, tn, dims.n), tile_rows(3, tk, dims.k)
         k_steps = sy.ceildiv(dims.k, tk)
-        reuse_lhs = first(2) if sy.as_int(k_steps) == 1 else None
+        k_static = sy.as_int(dims.k)
+        reuse_lhs = first(2) if k_static is not None and k_static <= tk else None
         b.load("a", 0, dram_offset=bi * dims.lhs_batch_stride + ki * tk, dram_stride=dims.k, row_start=mi * tm,
                row_step=1, row_bound=dims.m, rows=rows, cols=kk, sram_stride=tk, when=reuse_lhs)
         if dims.transpose:

@@ -54,7 +54,11 @@ class Program:
 
 
 class _Plan:
-    """One template, prepared for encoding: its base word and its variable fields."""
+    """One template, prepared for encoding: its base word and its variable fields.
+
+    A tensor-relative `dram_base` is left out of the words: the JIT adds each
+    tile's tensor base to it afterwards, so macros shared by several tiles
+    (layers of the same shape) are expanded once per length."""
 
     def __init__(self, t):
         self.t = t
@@ -65,35 +69,32 @@ class _Plan:
         self.ok = all(n in layout and n != "opcode" for n in names)
         self.base = np.zeros(isa.LANES, np.uint64)
         self.base[0] = np.uint64(int(self.op))
-        const = {k: v for k, v in t.const.items() if not (k == "dram_base" and t.tensor is not None)}
-        for name, v in const.items():
-            bits = _bits(layout[name], v) if self.ok else None
-            self.ok = self.ok and bits is not None
-            if self.ok:
-                self.base[layout[name].lane] |= np.uint64(bits)
-        self.var = [(layout[n], p) for n, p in t.var.items() if self.ok and n != "dram_base"]
-        self.dram = layout.get("dram_base") if t.tensor is not None or "dram_base" in t.var else None
+        self.relative = t.tensor is not None
+        for name, v in t.const.items():
+            if self.ok and not (self.relative and name == "dram_base"):
+                bits = _bits(layout[name], v)
+                self.ok = bits is not None
+                self.base[layout[name].lane] |= np.uint64(bits or 0)
+        skip = "dram_base" if self.relative else None
+        self.var = [(layout[n], p) for n, p in t.var.items() if self.ok and n != skip]
+        self.dram = layout.get("dram_base") if self.relative else None
 
-    def encode(self, syms, dims, count, bases) -> np.ndarray | None:
+    def encode(self, syms, dims, count) -> np.ndarray | None:
         """Words for the `count` selected grid points, or None if a field is out of range."""
         lanes = list(self.base)
         for f, progs in self.var:
             if not _put(lanes, f, expr.evaluate_min(progs, syms, dims)):
                 return None
-        if self.dram is not None and not _put(lanes, self.dram, self._dram_base(syms, dims, bases)):
-            return None
         out = np.empty((count, isa.LANES), np.uint64)
         for i, v in enumerate(lanes):
             out[:, i] = v
         return out
 
-    def _dram_base(self, syms, dims, bases):
-        t = self.t
-        if "dram_base" in t.var:
-            v = expr.evaluate_min(t.var["dram_base"], syms, dims)
-        else:
-            v = t.const.get("dram_base", 0)
-        return v + bases[t.tensor] if t.tensor is not None else v
+    def relative_dram(self, syms, dims):
+        """The tensor-relative `dram_base` value(s)."""
+        if "dram_base" in self.t.var:
+            return np.asarray(expr.evaluate_min(self.t.var["dram_base"], syms, dims), np.int64)
+        return np.asarray(self.t.const.get("dram_base", 0), np.int64)
 
 
 def _bits(f, v) -> int | None:
@@ -118,6 +119,20 @@ def _put(lanes, f, v) -> bool:
     return True
 
 
+@dataclass
+class _Expansion:
+    """One macro expanded over its grid for one length, without the tiles' tensor bases."""
+
+    words: np.ndarray
+    step: np.ndarray
+    queue: np.ndarray
+    n_steps: int
+    dram: list  # [(word positions, Field, relative values, min, max, tensor slot), ...]
+
+
+_EMPTY = _Expansion(np.zeros((0, isa.LANES), np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64), 0, [])
+
+
 class Jit:
     """Instantiates programs from an artifact, with a per-length cache."""
 
@@ -126,7 +141,7 @@ class Jit:
         self.cache: OrderedDict = OrderedDict()
         self.cache_size = cache_size
         self.queues = [[_QUEUE[isa.QUEUE_OF[isa.Opcode[t.opcode]]] for t in m.insts] for m in artifact.macros]
-        self._plans: dict = {}
+        self._plans = [[None] * len(m.insts) for m in artifact.macros]
 
     def instantiate(self, symbols) -> Program:
         key = tuple(int(s) for s in symbols)
@@ -140,70 +155,104 @@ class Jit:
         return prog
 
     def _build(self, syms) -> Program:
-        words, steps, queues, spans = [], [], [], []
+        parts, spans, expanded = [], [], {}
         n_steps, start = 0, 0
         for tile in self.art.tiles:
-            w, st, q, k = self._macro(tile, syms)
-            if not len(w):
+            extents = tuple(int(expr.evaluate(g, syms)) for g in tile.grid)
+            key = (tile.macro, extents)
+            if key not in expanded:
+                expanded[key] = self._expand(tile.macro, syms, extents)
+            ex = expanded[key]
+            bases = {int(k): int(expr.evaluate(p, syms)) for k, p in tile.bases.items()}
+            if ex is None or not _bases_fit(ex, bases):
+                _raise_encoding_error(self.art.macros[tile.macro], syms, extents, bases)
+            if not len(ex.words):
                 continue
-            if words:
-                words.append(_NOP[None, :])
-                steps.append(np.array([n_steps]))
-                queues.append(np.array([1]))
-                n_steps += 1
-                start += 1
-            words.append(w)
-            steps.append(st + n_steps)
-            queues.append(q)
-            n_steps += k
-            spans.append((tile.name, start, start + len(w)))
-            start += len(w)
-        if not words:
+            if parts:
+                parts.append((_BARRIER, n_steps, None))
+                n_steps, start = n_steps + 1, start + 1
+            parts.append((ex, n_steps, bases))
+            n_steps += ex.n_steps
+            spans.append((tile.name, start, start + len(ex.words)))
+            start += len(ex.words)
+        if not parts:
             return Program(np.zeros((0, isa.LANES), np.uint64), syms, spans, 0)
-        words = np.concatenate(words)
-        _set_tokens(words, np.concatenate(steps), np.concatenate(queues), n_steps)
+        words = np.concatenate([ex.words for ex, _, _ in parts])
+        _add_bases(words, parts)
+        step = np.concatenate([ex.step + s for ex, s, _ in parts])
+        _set_tokens(words, step, np.concatenate([ex.queue for ex, _, _ in parts]), n_steps)
         return Program(words, syms, spans, n_steps)
 
     def _plan(self, macro: int, j: int) -> _Plan:
-        key = (macro, j)
-        if key not in self._plans:
-            self._plans[key] = _Plan(self.art.macros[macro].insts[j])
-        return self._plans[key]
+        plan = self._plans[macro][j]
+        if plan is None:
+            plan = self._plans[macro][j] = _Plan(self.art.macros[macro].insts[j])
+        return plan
 
-    def _macro(self, tile, syms):
-        """(words, step of each word, queue of each word, number of steps) of one macro."""
-        mm = self.art.macros[tile.macro]
-        extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
+    def _expand(self, macro: int, syms, extents) -> _Expansion | None:
+        """The words of one macro over its grid; None if a field does not encode."""
+        mm = self.art.macros[macro]
         n = int(np.prod(extents)) if extents else 1
         if n <= 0:
-            return np.zeros((0, isa.LANES), np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+            return _EMPTY
         dims = np.unravel_index(np.arange(n, dtype=np.int64), extents) if extents else ()
-        bases = {int(k): int(expr.evaluate(p, syms)) for k, p in tile.bases.items()}
         masks = np.stack([_mask(t, syms, dims, n) for t in mm.insts], axis=1)
         per_point = masks.sum(axis=1)
         pos = (np.cumsum(masks.ravel()) - 1).reshape(masks.shape)
         nonempty = per_point > 0
         step = np.repeat(np.cumsum(nonempty) - 1, per_point)
-        out = np.zeros((int(per_point.sum()), isa.LANES), np.uint64)
-        queue = np.zeros(len(out), np.int64)
+        out = np.empty((len(step), isa.LANES), np.uint64)
+        queue = np.empty(len(step), np.int64)
+        dram = []
         for j, t in enumerate(mm.insts):
             m = masks[:, j]
             count = int(m.sum()) if t.when else n
             if count == 0:
                 continue
+            plan = self._plan(macro, j)
             sel = tuple(d[m] for d in dims) if t.when else dims
             at = pos[m, j] if t.when else pos[:, j]
-            out[at] = self._encode(tile.macro, j, syms, sel, count, bases)
-            queue[at] = self.queues[tile.macro][j]
-        return out, step, queue, int(nonempty.sum())
+            words = plan.encode(syms, sel, count) if plan.ok else None
+            if words is None:
+                return None
+            out[at] = words
+            queue[at] = plan.queue
+            if plan.dram is not None:
+                rel = plan.relative_dram(syms, sel)
+                dram.append((at, plan.dram, rel, int(rel.min()), int(rel.max()), t.tensor))
+        return _Expansion(out, step, queue, int(nonempty.sum()), dram)
 
-    def _encode(self, macro, j, syms, dims, count, bases) -> np.ndarray:
-        plan = self._plan(macro, j)
-        words = plan.encode(syms, dims, count, bases) if plan.ok else None
-        if words is None:  # out of range: the encoder names the field and value
-            t = plan.t
-            words = isa.encode_batch(plan.op, count, _fields(t, syms, dims, bases))
-        return words
+
+_BARRIER = _Expansion(_NOP[None, :], np.zeros(1, np.int64), np.ones(1, np.int64), 1, [])
+
+
+def _bases_fit(ex: _Expansion, bases) -> bool:
+    for _, f, rel, lo, hi, slot in ex.dram:
+        if rel.dtype.kind not in "iu" or lo + bases[slot] < f.lo or hi + bases[slot] > f.hi:
+            return False
+    return True
+
+
+def _add_bases(words, parts) -> None:
+    """ORs each tile's tensor-relative `dram_base` plus its tensor base into the words."""
+    start = 0
+    for ex, _, bases in parts:
+        for at, f, rel, _, _, slot in ex.dram:
+            bits = ((rel + bases[slot]) & f.mask).astype(np.uint64) << np.uint64(f.offset)
+            words[start + at, f.lane] |= bits
+        start += len(ex.words)
+
+
+def _raise_encoding_error(mm, syms, extents, bases) -> None:
+    """Encodes the macro the plain way, which raises the encoder's error for the first bad field."""
+    n = int(np.prod(extents)) if extents else 1
+    dims = np.unravel_index(np.arange(n, dtype=np.int64), extents) if extents else ()
+    for t in mm.insts:
+        m = _mask(t, syms, dims, n)
+        if m.any():
+            sel = tuple(d[m] for d in dims)
+            isa.encode_batch(isa.Opcode[t.opcode], int(m.sum()), _fields(t, syms, sel, bases))
+    raise RuntimeError(f"macro {mm.kernel}: a field does not encode, but the encoder accepts every value")
 
 
 def _mask(t, syms, dims, n) -> np.ndarray:
