@@ -125,54 +125,100 @@ def load(path, config=None) -> Artifact:
         raise ArtifactError(f"{where} is not a novella artifact (bad magic); recompile the model")
     version, hlen = struct.unpack("<II", data[4:12])
     if version != FORMAT_VERSION:
-        raise ArtifactError(f"{where} has format version {version}, this novella-mlir reads {FORMAT_VERSION}")
-    try:
-        header = json.loads(data[12 : 12 + hlen])
-        body = data[12 + hlen :]
-        meta_b, blob = body[: header["meta_bytes"]], body[header["meta_bytes"] :]
-    except (ValueError, KeyError):
-        raise ArtifactError(f"{where} has a corrupted header") from None
-    if len(meta_b) != header["meta_bytes"] or len(blob) != header["blob_bytes"]:
-        raise ArtifactError(f"{where} is truncated ({len(data)} bytes); recompile or copy it again")
-    if hashlib.sha256(meta_b + blob).hexdigest() != header["sha256"]:
-        raise ArtifactError(f"{where} is corrupted (checksum mismatch); recompile or copy it again")
-    art = _from_metadata(json.loads(meta_b), blob, where)
+        raise ArtifactError(
+            f"{where} has format version {version}, this novella-mlir reads {FORMAT_VERSION}; recompile the model"
+        )
+    meta_b, blob = _split(data, hlen, where)
+    art = _from_metadata(meta_b, blob, where)
     if config is not None and art.config_fingerprint != config.fingerprint():
         raise ArtifactError(f"{where} was compiled for another hardware config; recompile for this one")
     return art
 
 
-def _from_metadata(m: dict, blob: bytes, where: str) -> Artifact:
+def _split(data: bytes, hlen: int, where: str) -> tuple[bytes, bytes]:
+    """(metadata, weights blob), checked against the header's sizes and checksum."""
+    truncated = ArtifactError(f"{where} is truncated ({len(data)} bytes); recompile or copy it again")
+    if len(data) < 12 + hlen:
+        raise truncated
     try:
-        m["macros"] = [MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]]) for x in m["macros"]]
+        header = json.loads(data[12 : 12 + hlen])
+        meta_n, blob_n, digest = header["meta_bytes"], header["blob_bytes"], header["sha256"]
+        if not (isinstance(meta_n, int) and isinstance(blob_n, int) and isinstance(digest, str)):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        raise ArtifactError(f"{where} has a corrupted header") from None
+    body = data[12 + hlen :]
+    if min(meta_n, blob_n) < 0 or len(body) < meta_n + blob_n:
+        raise truncated
+    if len(body) != meta_n + blob_n:
+        raise ArtifactError(f"{where} has {len(body) - meta_n - blob_n} unexpected trailing bytes; copy it again")
+    if hashlib.sha256(body).hexdigest() != digest:
+        raise ArtifactError(f"{where} is corrupted (checksum mismatch); recompile or copy it again")
+    return body[:meta_n], body[meta_n:]
+
+
+def _from_metadata(meta_b: bytes, blob: bytes, where: str) -> Artifact:
+    try:
+        m = json.loads(meta_b)
+        m["macros"] = [
+            MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]]) for x in m["macros"]
+        ]
         m["tiles"] = [TileMeta(**t) for t in m["tiles"]]
         m["inputs"] = [TensorMeta(**t) for t in m["inputs"]]
         m["outputs"] = [TensorMeta(**t) for t in m["outputs"]]
         art = Artifact(**m)
         _validate(art)
-    except (TypeError, KeyError, ValueError, IndexError) as e:
+        art.weights = _weights(art.weight_layout, blob)
+    except (TypeError, KeyError, ValueError, IndexError, AttributeError) as e:
         raise ArtifactError(f"{where} has malformed metadata: {e}") from None
-    off = 0
-    for name in sorted(art.weight_layout):
-        shape = art.weight_layout[name][1]
-        n = int(np.prod(shape)) * 4
-        art.weights[name] = np.frombuffer(blob[off : off + n], np.float32).reshape(shape)
-        off += n
     return art
 
 
+def _weights(layout: dict, blob: bytes) -> dict:
+    sizes = {name: int(np.prod(layout[name][1])) * 4 for name in sorted(layout)}
+    if sum(sizes.values()) != len(blob):
+        raise ValueError(f"the weight layout needs {sum(sizes.values())} bytes, the blob has {len(blob)}")
+    out, off = {}, 0
+    for name, n in sizes.items():
+        out[name] = np.frombuffer(blob[off : off + n], np.float32).reshape(layout[name][1])
+        off += n
+    return out
+
+
+def _check(prog, n_syms: int, n_dims: int = 0) -> None:
+    """A well-formed postfix program whose symbols and grid dims exist."""
+    expr.validate(prog)
+    for tok in prog:
+        if isinstance(tok, str) and tok[0] in "sd" and int(tok[1:]) >= (n_syms if tok[0] == "s" else n_dims):
+            raise ValueError(f"expression {prog} refers to {tok}, which does not exist")
+
+
 def _validate(art: Artifact) -> None:
-    for t in art.tiles:
-        for p in t.grid + list(t.bases.values()):
-            expr.validate(p)
-        if not 0 <= t.macro < len(art.macros):
-            raise ValueError(f"tile '{t.name}' names macro {t.macro}")
+    if art.version != FORMAT_VERSION:
+        raise ValueError(f"metadata version {art.version}")
+    n = len(art.symbols)
+    if any(not (isinstance(lo, int) and isinstance(hi, int) and lo <= hi) for _, lo, hi in art.symbols):
+        raise ValueError(f"bad symbol bounds {art.symbols}")
+    for p in [art.dram_size] + [p for t in art.inputs + art.outputs for p in t.shape + [t.dram]]:
+        _check(p, n)
     for mm in art.macros:
         for inst in mm.insts:
             isa.Opcode[inst.opcode]
-            for progs in inst.var.values():
-                for p in progs:
-                    expr.validate(p)
+            if any(kind not in ("eq", "ge") for kind, _ in inst.when):
+                raise ValueError(f"bad guard {inst.when} in {mm.kernel}")
+            for p in [p for progs in inst.var.values() for p in progs] + [p for _, p in inst.when]:
+                _check(p, n, mm.n_dims)
+    for t in art.tiles:
+        if not 0 <= t.macro < len(art.macros):
+            raise ValueError(f"tile '{t.name}' names macro {t.macro}")
+        mm = art.macros[t.macro]
+        if len(t.grid) != mm.n_dims:
+            raise ValueError(f"tile '{t.name}' has {len(t.grid)} grid dims, its macro {mm.n_dims}")
+        for p in t.grid + list(t.bases.values()):
+            _check(p, n)
+        slots = {str(i.tensor) for i in mm.insts if i.tensor is not None}
+        if not slots <= set(t.bases):
+            raise ValueError(f"tile '{t.name}' has no DRAM base for tensor slots {sorted(slots - set(t.bases))}")
 
 
 # ------------------------------------------------------------------ extraction
@@ -268,4 +314,3 @@ def _template(inst) -> InstTemplate:
             v = from_attr(a)
             const[k] = int(_ENUMS[k][v]) if k in _ENUMS else v
     return InstTemplate(opcode, const, var, when, tensor)
-

@@ -47,8 +47,14 @@ def floordiv(a: ir.AffineExpr, b: int) -> ir.AffineExpr:
     return ir.AffineExpr.get_floor_div(a, const(b))
 
 
+def canon(e: ir.AffineExpr) -> ir.AffineExpr:
+    """`e` as its real subclass: the bindings type `c1 * c2` as a product even when MLIR folded it."""
+    return e.maybe_downcast()
+
+
 def as_int(e: ir.AffineExpr) -> int | None:
     """The value of a constant expression, else None."""
+    e = canon(e)
     return e.value if isinstance(e, ir.AffineConstantExpr) else None
 
 
@@ -130,6 +136,7 @@ def numel(exprs: list[ir.AffineExpr]) -> ir.AffineExpr:
 
 def evaluate(e: ir.AffineExpr, syms, dims=()) -> int:
     """Evaluates `e` at integer symbol (and dim) values."""
+    e = canon(e)
     if isinstance(e, ir.AffineConstantExpr):
         return e.value
     if isinstance(e, ir.AffineSymbolExpr):
@@ -173,6 +180,7 @@ _TOKENS = {
 
 def to_postfix(e: ir.AffineExpr) -> list:
     """Serializes `e` as a postfix program: ints are constants, "s<i>"/"d<i>" operands, then ops."""
+    e = canon(e)
     if isinstance(e, ir.AffineConstantExpr):
         return [e.value]
     if isinstance(e, ir.AffineSymbolExpr):

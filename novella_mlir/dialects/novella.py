@@ -189,6 +189,12 @@ class DivOp(Novella.Operation, name="div"):
 
 class _SameShapeUnary:
     @staticmethod
+    def verify_f32(op) -> bool:
+        if not _f32(op.operands[0].type, op.results[0].type):
+            return _fail(op, "supports only f32 tensors")
+        return True
+
+    @staticmethod
     def verify_invariants(op) -> bool:
         x, y = op.operands[0].type, op.results[0].type
         if not _f32(x, y):
@@ -274,6 +280,7 @@ class ReshapeOp(Novella.Operation, name="reshape"):
 
     input: ext.Operand[Tensor]
     result: ext.Result[Tensor]
+    verify_invariants = _SameShapeUnary.verify_f32
 
 
 class SliceOp(Novella.Operation, name="slice"):
@@ -284,9 +291,28 @@ class SliceOp(Novella.Operation, name="slice"):
     start: ir.IntegerAttr
     result: ext.Result[Tensor]
 
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        x, y = op.operands[0].type, op.results[0].type
+        d = ir.IntegerAttr(op.attributes["dim"]).value
+        start = ir.IntegerAttr(op.attributes["start"]).value
+        if y.rank != x.rank or not 0 <= d < x.rank or start < 0:
+            return _fail(op, f"dim {d} / start {start} do not slice {x} to {y}")
+        dx, dy = _static_dims(x), _static_dims(y)
+        if any(i != d and not _dims_compatible(a, b) for i, (a, b) in enumerate(zip(dx, dy))):
+            return _fail(op, f"result {y} may differ from {x} only in dim {d}")
+        if None not in (dx[d], dy[d]) and start + dy[d] > dx[d]:
+            return _fail(op, f"slice [{start}, {start + dy[d]}) is out of bounds of dim {d} of {x}")
+        return _SameShapeUnary.verify_f32(op)
+
 
 class Conv1dOp(Novella.Operation, name="conv1d"):
-    """1-D convolution, NCW layout: input [N, Cin, L], weight [Cout, Cin, K], bias [Cout]."""
+    """`act(conv1d(input, weight) + bias)`, PyTorch semantics (no dilation, groups = 1).
+
+    weight is [Cout, Cin, K] and bias [Cout]. `layout` "ncw": input [N, Cin, L],
+    result [N, Cout, L'] (PyTorch); "nwc" (channels-last, what the kernel runs):
+    input [N, L, Cin], result [N, L', Cout]. L' = (L + 2*padding - K) floordiv stride + 1.
+    `act` is "none" or "gelu" (legalize fuses it)."""
 
     input: ext.Operand[Tensor]
     weight: ext.Operand[Tensor]
@@ -294,6 +320,28 @@ class Conv1dOp(Novella.Operation, name="conv1d"):
     stride: ir.IntegerAttr
     padding: ir.IntegerAttr
     result: ext.Result[Tensor]
+    layout: ir.StringAttr = ext.attribute(default_factory=lambda: ir.StringAttr.get("ncw"))
+    act: ir.StringAttr = ext.attribute(default_factory=lambda: ir.StringAttr.get("none"))
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        x, w, b = (v.type for v in op.operands)
+        y = op.results[0].type
+        if not _f32(x, w, b, y):
+            return _fail(op, "supports only f32 tensors")
+        layout = ir.StringAttr(op.attributes["layout"]).value
+        act = ir.StringAttr(op.attributes["act"]).value
+        if layout not in ("ncw", "nwc") or act not in ("none", "gelu"):
+            return _fail(op, f"layout must be ncw or nwc and act none or gelu, got {layout}, {act}")
+        if x.rank != 3 or w.rank != 3 or b.rank != 1 or y.rank != 3:
+            return _fail(op, f"expects a rank-3 input, weight and result and a rank-1 bias, got {x}, {w}, {b}")
+        ch = 1 if layout == "ncw" else 2
+        cout, cin = w.get_dim_size(0), w.get_dim_size(1)
+        if not _dims_compatible(_static_dims(x)[ch], cin) or _static_dims(y)[ch] != cout:
+            return _fail(op, f"channels of {x} -> {y} do not match weight {w} ({layout})")
+        if b.get_dim_size(0) != cout:
+            return _fail(op, f"bias must be [{cout}], got {b}")
+        return True
 
 
 class AttentionOp(Novella.Operation, name="attention"):

@@ -113,8 +113,12 @@ def _conv1d(shapes, attrs, rt):
     stride = ir.IntegerAttr(attrs["stride"]).value
     pad = ir.IntegerAttr(attrs["padding"]).value
     k = sy.as_int(w[2])
-    length = sy.floordiv(x[2] + sy.const(2 * pad - k), stride) + sy.const(1)
-    return [x[0], w[0], length]
+    nwc = "layout" in attrs and ir.StringAttr(attrs["layout"]).value == "nwc"
+    length_in, cin = (x[1], x[2]) if nwc else (x[2], x[1])
+    if not _same(cin, w[1]):
+        raise ShapeError(f"conv1d input has {cin} channels, the weight expects {w[1]}")
+    length = sy.floordiv(length_in + sy.const(2 * pad - k), stride) + sy.const(1)
+    return [x[0], length, w[0]] if nwc else [x[0], w[0], length]
 
 
 @rule("reshape", "slice")
@@ -124,7 +128,14 @@ def _from_result(shapes, attrs, rt):
         raise ShapeError(f"result type {rt} must carry its symbolic shape as encoding")
     if "dim" not in attrs:
         _check_same_numel(shapes[0], exprs)
+    else:
+        _check_slice(shapes[0], exprs, ir.IntegerAttr(attrs["dim"]).value)
     return exprs
+
+
+def _check_slice(a: Shape, b: Shape, dim: int) -> None:
+    if len(a) != len(b) or any(i != dim and not _same(x, y) for i, (x, y) in enumerate(zip(a, b))):
+        raise ShapeError(f"slice along dim {dim} changes another dim: {[str(e) for e in a]} -> {[str(e) for e in b]}")
 
 
 def _check_same_numel(a: Shape, b: Shape) -> None:

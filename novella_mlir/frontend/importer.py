@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch.export import Dim
+from torch.fx.experimental import _config as fx_config
 from torch_mlir import ir
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
@@ -75,17 +76,37 @@ def default_decomposition_table() -> dict:
 
 
 def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int):
-    """torch.export with dim `dynamic_dim` of every tensor argument symbolic in [min, max]."""
-    length = Dim("T", min=min_len, max=max_len)
+    """torch.export with dim `dynamic_dim` of every tensor argument symbolic in [min, max].
+
+    The dim is a `Dim.DYNAMIC` hint traced size-obliviously: sizes derived
+    from it (e.g. a strided conv's `(T - 1) // 2 + 1`) may be 1 at the low
+    end without torch's 0/1 specialization narrowing the range, and
+    divisibility guards of views (`384*n % (64*n) == 0`) need no named-Dim
+    solver. If torch still narrows the range, the export is refused."""
+    length = Dim.DYNAMIC(min=min_len, max=max_len)
     dyn = tuple({dynamic_dim: length} if isinstance(a, torch.Tensor) else None for a in args)
     try:
-        return torch.export.export(module.eval(), tuple(args), dynamic_shapes=dyn, strict=False)
+        with fx_config.patch(backed_size_oblivious=True):
+            prog = torch.export.export(module.eval(), tuple(args), dynamic_shapes=dyn, strict=False)
     except Exception as e:  # torch raises many kinds; keep the message, drop the trace
         raise NovellaError(
             f"torch.export failed with dim {dynamic_dim} dynamic in [{min_len}, {max_len}]: "
             f"{str(e).splitlines()[0]}\nCheck that the model does not specialize on the length "
             "(e.g. asserts on the size) and that the example input is within the bounds."
         ) from None
+    _check_range(prog, dynamic_dim, min_len, max_len)
+    return prog
+
+
+def _check_range(prog, dynamic_dim: int, lo: int, hi: int) -> None:
+    ranges = [(int(r.lower), int(r.upper)) for r in prog.range_constraints.values()]
+    if not ranges:
+        raise NovellaError(f"torch.export specialized dim {dynamic_dim}: the model is static in it")
+    if any(r != (lo, hi) for r in ranges):
+        raise NovellaError(
+            f"torch.export narrowed dim {dynamic_dim} from [{lo}, {hi}] to {ranges}: the model "
+            "specializes on the length in part of the range (e.g. a check or a size-dependent branch)."
+        )
 
 
 def import_program(ctx: ir.Context, prog, decomposition_table=None) -> Imported:

@@ -35,6 +35,33 @@ def upper(e: ir.AffineExpr, symbols) -> int:
     return sy.value_range(e, symbols)[1]
 
 
+def mul(*factors: ir.AffineExpr) -> ir.AffineExpr:
+    """Product with the constants folded in Python (the bindings mistype a folded const * const)."""
+    c, out = 1, None
+    for f in factors:
+        v = sy.as_int(f)
+        if v is not None:
+            c *= v
+        else:
+            out = f if out is None else out * f
+    if out is None:
+        return sy.const(c)
+    return out if c == 1 else out * c
+
+
+def ceildiv(e: ir.AffineExpr, t: int) -> ir.AffineExpr:
+    v = sy.as_int(e)
+    return sy.const(-(-v // t)) if v is not None else sy.ceildiv(e, t)
+
+
+def extent(dim: int, t: int, total: ir.AffineExpr):
+    """Size of tile `d<dim>` of `t` along `total`: `t` if every tile is full, else min(t, total - d*t)."""
+    v = sy.as_int(total)
+    if v is not None and (v % t == 0 or v < t):
+        return min(v, t)
+    return tile_rows(dim, t, total)
+
+
 def _flag(op, name: str) -> bool:
     return name in op.attributes and bool(ir.IntegerAttr(op.attributes[name]).value)
 
@@ -79,7 +106,7 @@ def matmul_dims(op, tv) -> MatmulDims:
         nb = _static_numel(s[:-2])
         if nb not in (1, batch):
             raise ValueError(f"matmul {name} batch dims {[str(e) for e in s[:-2]]} must equal the result's or be 1")
-        strides.append(sy.const(0) if nb == 1 and batch > 1 else s[-1] * s[-2])
+        strides.append(sy.const(0) if nb == 1 and batch > 1 else mul(s[-1], s[-2]))
     return MatmulDims(batch, a[-2], a[-1], y[-1], _flag(op, "transpose_rhs"), *strides)
 
 
@@ -118,29 +145,82 @@ class Matmul:
         if best is None:
             plan.check()
         (tm, tn, tk), plan = best[1], best[2]
-        grid = [sy.const(dims.batch), sy.ceildiv(dims.m, tm), sy.ceildiv(dims.n, tn), sy.ceildiv(dims.k, tk)]
+        grid = [sy.const(dims.batch), ceildiv(dims.m, tm), ceildiv(dims.n, tn), ceildiv(dims.k, tk)]
         return Tiling({"tm": tm, "tn": tn, "tk": tk}, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
         dims = matmul_dims(op, tv)
         tm, tn, tk = t.tiles["tm"], t.tiles["tn"], t.tiles["tk"]
         bi, mi, ni, ki = (b.d(i) for i in range(4))
-        rows, cols, kk = tile_rows(1, tm, dims.m), tile_rows(2, tn, dims.n), tile_rows(3, tk, dims.k)
-        k_steps = sy.ceildiv(dims.k, tk)
+        rows, cols, kk = extent(1, tm, dims.m), extent(2, tn, dims.n), extent(3, tk, dims.k)
+        k_steps = ceildiv(dims.k, tk)
         k_static = sy.as_int(dims.k)
         reuse_lhs = first(2) if k_static is not None and k_static <= tk else None
-        b.load("a", 0, dram_offset=bi * dims.lhs_batch_stride + ki * tk, dram_stride=dims.k, row_start=mi * tm,
-               row_step=1, row_bound=dims.m, rows=rows, cols=kk, sram_stride=tk, when=reuse_lhs)
+        b.load(
+            "a",
+            0,
+            dram_offset=bi * dims.lhs_batch_stride + ki * tk,
+            dram_stride=dims.k,
+            row_start=mi * tm,
+            row_step=1,
+            row_bound=dims.m,
+            rows=rows,
+            cols=kk,
+            sram_stride=tk,
+            when=reuse_lhs,
+        )
         if dims.transpose:
-            b.load("b", 1, dram_offset=bi * dims.rhs_batch_stride + ki * tk, dram_stride=dims.k,
-                   row_start=ni * tn, row_step=1, row_bound=dims.n, rows=cols, cols=kk, sram_stride=tk)
+            b.load(
+                "b",
+                1,
+                dram_offset=bi * dims.rhs_batch_stride + ki * tk,
+                dram_stride=dims.k,
+                row_start=ni * tn,
+                row_step=1,
+                row_bound=dims.n,
+                rows=cols,
+                cols=kk,
+                sram_stride=tk,
+            )
         else:
-            b.load("b", 1, dram_offset=bi * dims.rhs_batch_stride + ni * tn, dram_stride=dims.n,
-                   row_start=ki * tk, row_step=1, row_bound=dims.k, rows=kk, cols=cols, sram_stride=tn)
-        b.mma("acc", "a", "b", a_stride=tk, b_stride=tk if dims.transpose else tn, acc_stride=tn,
-              m=rows, k=kk, n=cols, accumulate=[ki, sy.const(1)], transpose_b=int(dims.transpose))
-        b.store("acc", -1, dram_offset=bi * (dims.m * dims.n) + ni * tn, dram_stride=dims.n, row_start=mi * tm,
-                row_step=1, row_bound=dims.m, rows=rows, cols=cols, sram_stride=tn, when=last(3, k_steps))
+            b.load(
+                "b",
+                1,
+                dram_offset=bi * dims.rhs_batch_stride + ni * tn,
+                dram_stride=dims.n,
+                row_start=ki * tk,
+                row_step=1,
+                row_bound=dims.k,
+                rows=kk,
+                cols=cols,
+                sram_stride=tn,
+            )
+        b.mma(
+            "acc",
+            "a",
+            "b",
+            a_stride=tk,
+            b_stride=tk if dims.transpose else tn,
+            acc_stride=tn,
+            m=rows,
+            k=kk,
+            n=cols,
+            accumulate=[ki, sy.const(1)],
+            transpose_b=int(dims.transpose),
+        )
+        b.store(
+            "acc",
+            -1,
+            dram_offset=bi * mul(dims.m, dims.n) + ni * tn,
+            dram_stride=dims.n,
+            row_start=mi * tm,
+            row_step=1,
+            row_bound=dims.m,
+            rows=rows,
+            cols=cols,
+            sram_stride=tn,
+            when=last(3, k_steps),
+        )
 
 
 # ------------------------------------------------------------------ softmax
@@ -162,6 +242,14 @@ def _softmax_cost(rows_max: int, cols_max: int, tm: int, tc: int) -> int:
     return row_tiles * (7 if chunks == 1 else 20 * chunks)
 
 
+SCALE_ATTR = "novella.scale"
+
+
+def softmax_scale(op) -> float:
+    """The factor of a softmax's fused input scaling, `softmax(scale * x)` (discardable attribute)."""
+    return ir.FloatAttr(op.attributes[SCALE_ATTR]).value if SCALE_ATTR in op.attributes else 1.0
+
+
 @kernel("novella.softmax")
 class Softmax:
     """Softmax over the last dim of a [rows, cols] view; cols may be symbolic.
@@ -173,9 +261,10 @@ class Softmax:
 
     def tile(self, op, tv, budget, options):
         syms = _module_symbols(op)
-        rows, cols = tv.rows(0), tv.shape(0)[-1]
+        rows, cols = mul(*tv.shape(0)[:-1]), tv.shape(0)[-1]
         rows_max, cols_max = upper(rows, syms), upper(cols, syms)
         tms = [options["tile-m"]] if options.get("tile-m") else [*TILE_SIZES, 8, 4, 2, 1]
+        tms = sorted({min(tm, rows_max) for tm in tms}, reverse=True)
         tcs = [cols_max] if cols_max <= MAX_FIELD else []
         tcs += [c for c in (2048, 1024, 512, 256, 128, 64, 32, 16) if c < cols_max]
         best, plan = None, None
@@ -189,27 +278,36 @@ class Softmax:
             plan.check()
         _, tm, tc, plan = best
         chunked = tc < cols_max
-        grid = [sy.ceildiv(rows, tm)]
+        grid = [ceildiv(rows, tm)]
         if chunked:
-            grid += [sy.const(2), sy.ceildiv(cols, tc)]
+            grid += [sy.const(2), ceildiv(cols, tc)]
         return Tiling({"tm": tm, "tc": tc, "chunked": int(chunked)}, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
         tm, tc = t.tiles["tm"], t.tiles["tc"]
-        rows_total, cols_total = tv.rows(0), tv.shape(0)[-1]
-        rows = tile_rows(0, tm, rows_total)
+        rows_total, cols_total = mul(*tv.shape(0)[:-1]), tv.shape(0)[-1]
+        rows = extent(0, tm, rows_total)
         chunk = 2 if t.tiles["chunked"] else None
-        cols = tile_rows(chunk, tc, cols_total) if chunk else cols_total
+        cols = extent(chunk, tc, cols_total) if chunk else cols_total
         col0 = b.d(2) * tc if chunk else sy.const(0)
-        io = dict(dram_offset=col0, dram_stride=cols_total, row_start=b.d(0) * tm, row_step=1,
-                  row_bound=rows_total, rows=rows, cols=cols, sram_stride=tc)
+        io = dict(
+            dram_offset=col0,
+            dram_stride=cols_total,
+            row_start=b.d(0) * tm,
+            row_step=1,
+            row_bound=rows_total,
+            rows=rows,
+            cols=cols,
+            sram_stride=tc,
+        )
         b.load("in", 0, **io)
-        g = _Geo(b, rows, cols, tc)
+        g = _Geo(b, rows, cols, tc, softmax_scale(op))
         if chunk:
             _online_pass(g, start=first(1) + first(2), rest=first(1) + [("ge", b.d(2) - 1)])
             g.normalize(when=[("eq", b.d(1) - 1)])
             b.store("out", -1, when=[("eq", b.d(1) - 1)], **io)
         else:
+            g.rowop("ROWMAX", "m", "in", when=None)
             g.exp_shifted(when=None)
             g.rowop("ROWSUM", "l", "out", when=None)
             g.col("DIV", "out", "out", "l", when=None)
@@ -219,48 +317,64 @@ class Softmax:
 class _Geo:
     """VEC ops on a [rows, cols] tile (`in`/`out`, row stride `stride`) and its per-row columns."""
 
-    def __init__(self, b, rows, cols, stride):
-        self.b, self.rows, self.cols, self.stride = b, rows, cols, stride
+    def __init__(self, b, rows, cols, stride, scale):
+        self.b, self.rows, self.cols, self.stride, self.scale = b, rows, cols, stride, scale
 
     def rowop(self, fn, dst, src, when):
         self.b.vop(fn, dst, src, rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.stride, when=when)
 
     def col(self, fn, dst, a, column, when):
         s = self.stride
-        self.b.vop(fn, dst, a, column, mode="COL", rows=self.rows, cols=self.cols, dst_stride=s, a_stride=s,
-                   b_stride=1, when=when)
+        self.b.vop(
+            fn,
+            dst,
+            a,
+            column,
+            mode="COL",
+            rows=self.rows,
+            cols=self.cols,
+            dst_stride=s,
+            a_stride=s,
+            b_stride=1,
+            when=when,
+        )
 
-    def vec(self, fn, dst, a, other=None, when=None):
+    def vec(self, fn, dst, a, other=None, when=None, **f):
         """Elementwise on per-row columns ([rows, 1], stride 1)."""
-        self.b.vop(fn, dst, a, other, rows=self.rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, when=when)
+        self.b.vop(fn, dst, a, other, rows=self.rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, when=when, **f)
+
+    def scaled_exp(self, when):
+        """out = exp(scale * out)."""
+        geo = dict(rows=self.rows, cols=self.cols, dst_stride=self.stride, a_stride=self.stride, when=when)
+        if self.scale != 1.0:
+            self.b.vop("MUL", "out", "out", mode="SCALAR", imm=self.scale, **geo)
+        self.b.vop("EXP", "out", "out", **geo)
 
     def exp_shifted(self, when):
-        """m = rowmax(in); out = exp(in - m)."""
-        self.rowop("ROWMAX", "m", "in", when)
+        """out = exp(scale * (in - m))."""
         self.col("SUB", "out", "in", "m", when)
-        self.b.vop("EXP", "out", "out", rows=self.rows, cols=self.cols, dst_stride=self.stride,
-                   a_stride=self.stride, when=when)
+        self.scaled_exp(when)
 
     def normalize(self, when):
-        """out = exp(in - m) / l."""
-        self.col("SUB", "out", "in", "m", when)
-        self.b.vop("EXP", "out", "out", rows=self.rows, cols=self.cols, dst_stride=self.stride,
-                   a_stride=self.stride, when=when)
+        """out = exp(scale * (in - m)) / l."""
+        self.exp_shifted(when)
         self.col("DIV", "out", "out", "l", when)
 
 
 def _online_pass(g: _Geo, start, rest) -> None:
-    """Pass 0 of the chunked softmax: running max `m` and running sum `l` of exp(x - m)."""
+    """Pass 0 of the chunked softmax: running max `m` and running sum `l` of exp(scale * (x - m))."""
+    g.rowop("ROWMAX", "m", "in", when=start)
     g.exp_shifted(when=start)
     g.rowop("ROWSUM", "l", "out", when=start)
     g.rowop("ROWMAX", "cm", "in", when=rest)
     g.vec("MAX", "cm", "cm", "m", when=rest)
     g.vec("SUB", "t", "m", "cm", when=rest)
+    if g.scale != 1.0:
+        g.vec("MUL", "t", "t", mode="SCALAR", imm=g.scale, when=rest)
     g.vec("EXP", "t", "t", when=rest)
     g.vec("MUL", "l", "l", "t", when=rest)
     g.vec("COPY", "m", "cm", when=rest)
-    g.col("SUB", "out", "in", "m", when=rest)
-    g.b.vop("EXP", "out", "out", rows=g.rows, cols=g.cols, dst_stride=g.stride, a_stride=g.stride, when=rest)
+    g.exp_shifted(when=rest)
     g.rowop("ROWSUM", "t", "out", when=rest)
     g.vec("ADD", "l", "l", "t", when=rest)
 
@@ -327,17 +441,21 @@ def fold_transpose_into_matmul(op, rewriter):
 
 @legalize_pattern(AttentionOp)
 def decompose_attention(op, rewriter):
-    """attention(q, k, v) -> matmul(softmax(matmul(q * scale, k, transpose_rhs)), v)."""
+    """attention(q, k, v) -> matmul(softmax(scale * matmul(q, k, transpose_rhs)), v).
+
+    A positive scale is fused into the softmax (`novella.scale`); max(scale * x) = scale * max(x)."""
     q, k, v = op.operands
     scale = ir.FloatAttr(op.attributes["scale"]).value
     n = _n_syms(op)
     with rewriter.ip, op.location:
-        if scale != 1.0:
+        if scale <= 0.0:
             q = ScalarOp(input=q, fn=ir.StringAttr.get("mul"), value=ir.FloatAttr.get_f32(scale), result=q.type).result
         tr = {"transpose_rhs": ir.BoolAttr.get(True)}
         s = MatmulOp(lhs=q, rhs=k, result=_typed("novella.matmul", [q, k], tr, n), **tr).result
-        p = SoftmaxOp(input=s, result=s.type).result
+        softmax = SoftmaxOp(input=s, result=s.type)
+        if scale > 0.0 and scale != 1.0:
+            softmax.operation.attributes[SCALE_ATTR] = ir.FloatAttr.get_f32(scale)
+        p = softmax.result
         out = MatmulOp(lhs=p, rhs=v, result=op.results[0].type, transpose_rhs=ir.BoolAttr.get(False))
     rewriter.replace_op(op, out.operation)
     return False
-

@@ -1,3 +1,289 @@
-"""Transpose, reshape and slice kernels."""
+"""Transpose and slice kernels, and the legalize patterns that remove transposes.
+
+`novella.reshape` needs no kernel (a DRAM alias). A transpose that keeps the
+last dim moves whole rows with strided DMA (one dim is tiled, the static
+others are unrolled into the macro); a transpose of the last two dims runs
+through the MAC array against an identity matrix built in SRAM.
+"""
 
 from __future__ import annotations
+
+import itertools
+from math import prod
+
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from ..dialects import shapes
+from ..dialects.novella import GeluOp, ReluOp, ScalarOp, TransposeOp
+from . import BufferPlan, Tiling, first, kernel, legalize_pattern, tile_rows
+
+ROW_TILES = (512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
+MAX_UNROLL = 64
+
+
+def perm_of(op) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(op.attributes["perm"]))
+
+
+def module_symbols(op) -> list:
+    from ..transforms.common import module_of
+
+    return sy.read_symbols(module_of(op))
+
+
+def typed(op_name: str, operands, attrs: dict, n_syms: int) -> ir.RankedTensorType:
+    """The result type the shape rule gives `op_name` on `operands`."""
+    exprs = shapes.infer(op_name, [sy.shape_of(ir.RankedTensorType(v.type)) for v in operands], attrs, None)
+    return sy.tensor_type(exprs, ir.F32Type.get(), n_syms)
+
+
+def make_transpose(x: ir.Value, perm: list[int], n_syms: int) -> ir.Value:
+    """`x` permuted by `perm` (at the current insertion point), or `x` for the identity."""
+    if perm == list(range(len(perm))):
+        return x
+    attr = ir.DenseI64ArrayAttr.get(perm)
+    return TransposeOp(input=x, perm=attr, result=typed("novella.transpose", [x], {"perm": attr}, n_syms)).result
+
+
+def _stride_exprs(shape) -> list[ir.AffineExpr]:
+    """Row-major element strides of `shape`."""
+    return [sy.numel(shape[i + 1 :]) for i in range(len(shape))]
+
+
+# ------------------------------------------------------------------ transpose
+
+
+@kernel("novella.transpose")
+class Transpose:
+    """`novella.transpose`: row moves if the last dim stays, else a last-two-dims swap.
+
+    Like every kernel here, it never stores from a buffer it loads into: a
+    step's loads are ordered after the previous step's compute, not after its
+    stores, so the compute copies each tile into a store-only buffer."""
+
+    def tile(self, op, tv, budget, options):
+        perm = perm_of(op)
+        r = len(perm)
+        if perm[-1] == r - 1:
+            return _RowMove(tv, perm).tile(op, budget, options)
+        if perm == list(range(r - 2)) + [r - 1, r - 2]:
+            return _swap_tiling(op, tv, budget)
+        raise ValueError(f"transpose {perm} moves the last dim and also others; split it into two transposes")
+
+    def macro(self, op, tv, t, b):
+        perm = perm_of(op)
+        if perm[-1] == len(perm) - 1:
+            _RowMove(tv, perm).macro(t, b)
+        else:
+            _swap_macro(tv, t, b)
+
+
+class _RowMove:
+    """A transpose that keeps the last dim: every [1, C] row moves as a whole.
+
+    One outer dim `g` (the dynamic one) is tiled by the grid; the other
+    outer dims (`units`, static) are unrolled. A side (input or output) on
+    which the units all follow `g` holds one tile as contiguous rows of
+    P*C elements and moves it with a single DMA."""
+
+    def __init__(self, tv, perm):
+        self.cols = tv.cols(0)
+        self.ishape = tv.shape(0)[:-1]
+        self.perm = perm[:-1]
+        self.oshape = [self.ishape[p] for p in self.perm]
+        dyn = [i for i, e in enumerate(self.ishape) if sy.as_int(e) is None]
+        if len(dyn) > 1:
+            raise ValueError(f"transpose of {[str(e) for e in tv.shape(0)]}: more than one dynamic dim")
+        sizes = [sy.as_int(e) or 0 for e in self.ishape]
+        self.g = dyn[0] if dyn else max(range(len(sizes)), key=lambda i: sizes[i])
+        self.units = [i for i in range(len(self.ishape)) if i != self.g and sy.as_int(self.ishape[i]) != 1]
+        self.count = prod(sy.as_int(self.ishape[i]) for i in self.units)
+        if self.count > MAX_UNROLL or self.count * self.cols > 4095:
+            raise ValueError(f"transpose moves {self.count} blocks of {self.cols} per row; too many to unroll")
+        in_strides = _stride_exprs(self.ishape)
+        out_strides = _stride_exprs(self.oshape)
+        self.strides = {
+            "in": [s * self.cols for s in in_strides],
+            "out": [out_strides[self.perm.index(i)] * self.cols for i in range(len(self.ishape))],
+        }
+        self.packed = {"in": self._packed(list(range(len(self.ishape)))), "out": self._packed(self.perm)}
+        self.order = next((o for o in self.packed.values() if o is not None), self.units)
+
+    def _packed(self, dims) -> list[int] | None:
+        """The unit order if every unit follows `g` in this dim order, else None."""
+        dims = [d for d in dims if d == self.g or d in self.units]
+        after = dims[dims.index(self.g) + 1 :]
+        return after if sorted(after) == sorted(self.units) else None
+
+    def tile(self, op, budget, options):
+        width = self.count * self.cols
+        for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
+            plan = BufferPlan(op.name, budget)
+            plan.add("t", "spad", tm * width)
+            plan.add("o", "spad", tm * width)
+            if plan.fits() or options.get("tile-m"):
+                return Tiling({"tm": tm}, [sy.ceildiv(self.ishape[self.g], tm)], plan.check())
+        raise ValueError("unreachable")
+
+    def _blocks(self):
+        """(sram column, {dim: index}) per unit block, in SRAM order."""
+        ranges = [range(sy.as_int(self.ishape[d])) for d in self.order]
+        for k, idx in enumerate(itertools.product(*ranges)):
+            yield k * self.cols, dict(zip(self.order, idx))
+
+    def _dma(self, b, side, tm, rows):
+        width = self.count * self.cols
+        total = self.ishape[self.g]
+        geo = dict(dram_stride=self.strides[side][self.g], row_start=b.d(0) * tm, row_step=1, row_bound=total,
+                   rows=rows, sram_stride=width)
+        move, tensor, buf = (b.load, 0, "t") if side == "in" else (b.store, -1, "o")
+        if self.packed[side] is not None:
+            move(buf, tensor, dram_offset=0, cols=width, **geo)
+            return
+        for col, idx in self._blocks():
+            offset = sum((self.strides[side][d] * i for d, i in idx.items()), sy.const(0))
+            move(buf, tensor, dram_offset=offset, cols=self.cols, buf_offset=col, **geo)
+
+    def macro(self, t, b):
+        tm = t.tiles["tm"]
+        rows = tile_rows(0, tm, self.ishape[self.g])
+        width = self.count * self.cols
+        self._dma(b, "in", tm, rows)
+        b.vop("COPY", "o", "t", rows=rows, cols=width, dst_stride=width, a_stride=width)
+        self._dma(b, "out", tm, rows)
+
+
+def _swap_dims(tv):
+    shape = tv.shape(0)
+    batch = [sy.as_int(e) for e in shape[:-2]]
+    if any(v is None for v in batch):
+        raise ValueError(f"transpose of {[str(e) for e in shape]}: the batch dims must be static")
+    return prod(batch), shape[-2], shape[-1]
+
+
+def _swap_tiling(op, tv, budget):
+    batch, r, c = _swap_dims(tv)
+    tr = min(sy.as_int(r) or 128, 128)
+    for tc in (128, 64, 32, 16):
+        plan = BufferPlan(op.name, budget)
+        plan.add("eye", "spad", tc * tc)
+        plan.add("x", "spad", tr * tc)
+        plan.add("acc", "acc", tc * tr)
+        if plan.fits() or tc == 16:
+            grid = [sy.const(batch), sy.ceildiv(c, tc), sy.ceildiv(r, tr)]
+            return Tiling({"tr": tr, "tc": tc}, grid, plan.check())
+    raise ValueError("unreachable")
+
+
+def _swap_macro(tv, t, b):
+    """out[b, j, i] = in[b, i, j] for a [tr, tc] block: acc = I @ x^T on the MAC array."""
+    _, r, c = _swap_dims(tv)
+    tr, tc = t.tiles["tr"], t.tiles["tc"]
+    rows = tile_rows(2, tr, r)
+    cols = tile_rows(1, tc, c)
+    once = first(0) + first(1) + first(2)
+    b.vop("FILL", "eye", rows=tc, cols=tc, dst_stride=tc, imm=0.0, when=once)
+    b.vop("FILL", "eye", rows=tc, cols=1, dst_stride=tc + 1, imm=1.0, when=once)
+    base = b.d(0) * (r * c)
+    b.load("x", 0, dram_offset=base + b.d(1) * tc, dram_stride=c, row_start=b.d(2) * tr, row_step=1,
+           row_bound=r, rows=rows, cols=cols, sram_stride=tc)
+    b.mma("acc", "eye", "x", a_stride=tc, b_stride=tc, acc_stride=tr, m=cols, k=cols, n=rows,
+          accumulate=0, transpose_b=1)
+    b.store("acc", -1, dram_offset=base + b.d(2) * tr, dram_stride=r, row_start=b.d(1) * tc, row_step=1,
+            row_bound=c, rows=cols, cols=rows, sram_stride=tr)
+
+
+# ------------------------------------------------------------------ slice
+
+
+@kernel("novella.slice")
+class Slice:
+    """`novella.slice` along an outer dim whose leading dims are all 1: a row-range copy."""
+
+    def _geometry(self, op, tv):
+        dim = op.attributes["dim"].value
+        shape = tv.shape(0)
+        if dim == len(shape) - 1 or any(sy.as_int(e) != 1 for e in shape[:dim]):
+            raise ValueError(f"slice along dim {dim} of {[str(e) for e in shape]}: only row ranges are supported")
+        return dim, op.attributes["start"].value, _static_numel(shape[dim + 1 :])
+
+    def tile(self, op, tv, budget, options):
+        dim, start, inner = self._geometry(op, tv)
+        size, have = tv.shape(-1)[dim], tv.shape(0)[dim]
+        symbols = module_symbols(op)
+        if sy.value_range(size + sy.const(start) - have, symbols)[1] > 0:
+            raise ValueError(f"slice [{start}, {start} + {size}) exceeds dim {dim} of size {have} for some lengths")
+        for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
+            plan = BufferPlan(op.name, budget)
+            plan.add("t", "spad", tm * inner)
+            plan.add("o", "spad", tm * inner)
+            if plan.fits() or options.get("tile-m"):
+                return Tiling({"tm": tm}, [sy.ceildiv(size, tm)], plan.check())
+        raise ValueError("unreachable")
+
+    def macro(self, op, tv, t, b):
+        dim, start, inner = self._geometry(op, tv)
+        tm, total = t.tiles["tm"], tv.shape(-1)[dim]
+        rows = tile_rows(0, tm, total)
+        geo = dict(dram_stride=inner, row_start=b.d(0) * tm, row_step=1, row_bound=total, rows=rows,
+                   cols=inner, sram_stride=inner)
+        b.load("t", 0, dram_offset=start * inner, **geo)
+        b.vop("COPY", "o", "t", rows=rows, cols=inner, dst_stride=inner, a_stride=inner)
+        b.store("o", -1, dram_offset=0, **geo)
+
+
+def _static_numel(exprs) -> int:
+    v = 1
+    for e in exprs:
+        if sy.as_int(e) is None:
+            raise ValueError(f"slice rows must have a static size, got {[str(x) for x in exprs]}")
+        v *= sy.as_int(e)
+    return v
+
+
+# ------------------------------------------------------------------ legalize patterns
+
+
+def _producer(v: ir.Value, name: str):
+    owner = v.owner
+    return owner if isinstance(owner, ir.OpView) and owner.operation.name == name else None
+
+
+@legalize_pattern(TransposeOp)
+def compose_transposes(op, rewriter):
+    """transpose(transpose(x, p), q) -> transpose(x, p o q); the identity permutation folds away."""
+    perm = perm_of(op)
+    inner = _producer(op.operands[0], "novella.transpose")
+    if inner is None:
+        if perm != list(range(len(perm))):
+            return True
+        rewriter.replace_op(op, [op.operands[0]])
+        return False
+    p = perm_of(inner)
+    composed = [p[q] for q in perm]
+    with rewriter.ip, op.location:
+        new = make_transpose(inner.operands[0], composed, len(module_symbols(op)))
+    rewriter.replace_op(op, [new])
+    if not list(inner.results[0].uses):
+        rewriter.erase_op(inner)
+    return False
+
+
+def _sink_below_unary(op, rewriter):
+    """unary(transpose(x)) -> transpose(unary(x)), so transposes meet and cancel (conv stem)."""
+    inner = _producer(op.operands[0], "novella.transpose")
+    if inner is None or len(list(inner.results[0].uses)) != 1:
+        return True
+    x = inner.operands[0]
+    attrs = {a.name: a.attr for a in op.attributes}
+    with rewriter.ip, op.location:
+        moved = ir.Operation.create(op.operation.name, results=[x.type], operands=[x], attributes=attrs)
+        new = make_transpose(moved.results[0], perm_of(inner), len(module_symbols(op)))
+    rewriter.replace_op(op, [new])
+    rewriter.erase_op(inner)
+    return False
+
+
+for _unary in (GeluOp, ReluOp, ScalarOp):
+    legalize_pattern(_unary)(_sink_below_unary)

@@ -10,30 +10,35 @@ from . import BufferPlan, Tiling, first, kernel, tile_rows
 ROW_TILES = (64, 32, 16, 8, 4, 2, 1)
 
 
-def emit_act(b, act: str, buf: str, tmp: str, rows, cols: int, stride: int, when=None) -> None:
-    """Applies `act` in place on `buf` ([rows, cols], row stride `stride`); gelu uses `tmp`."""
+def emit_act(b, act: str, buf: str, tmp: str, rows, cols: int, stride: int, when=None, out=None) -> None:
+    """Applies `act` to `buf` ([rows, cols], row stride `stride`) into `out` (default: in
+    place); gelu uses `tmp`, which may be `out`."""
+    out = out or buf
     geo = dict(rows=rows, cols=cols, dst_stride=stride, a_stride=stride, b_stride=stride, when=when)
     if act == "relu":
-        b.vop("RELU", buf, buf, **geo)
+        b.vop("RELU", out, buf, **geo)
     elif act == "gelu":
         b.vop("MUL", tmp, buf, mode="SCALAR", imm=1.0 / math.sqrt(2.0), **geo)
         b.vop("ERF", tmp, tmp, **geo)
         b.vop("ADD", tmp, tmp, mode="SCALAR", imm=1.0, **geo)
         b.vop("MUL", tmp, tmp, mode="SCALAR", imm=0.5, **geo)
-        b.vop("MUL", buf, buf, tmp, **geo)
+        b.vop("MUL", out, buf, tmp, **geo)
     elif act != "none":
         raise ValueError(f"unknown activation {act}")
+    elif out != buf:
+        b.vop("COPY", out, buf, **geo)
 
 
 def row_tiling(op_desc: str, rows, cols: int, budget, n_buffers: int, options, extra=()) -> Tiling:
-    """Largest row tile such that `n_buffers` [tm, cols] SPAD buffers (+ `extra`) fit."""
+    """Largest row tile such that `n_buffers` [tm, cols] SPAD buffers (+ `extra`: (name, size or
+    size(tm))) fit."""
     first = options.get("tile-m")
     for tm in [first] if first else ROW_TILES:
         plan = BufferPlan(op_desc, budget)
         for i in range(n_buffers):
             plan.add(f"t{i}", "spad", tm * cols)
         for name, size in extra:
-            plan.add(name, "spad", size)
+            plan.add(name, "spad", size(tm) if callable(size) else size)
         if plan.fits() or tm == 1 or first:
             return Tiling({"tm": tm}, [sy.ceildiv(rows, tm)], plan.check())
     raise AssertionError("unreachable")
@@ -53,42 +58,101 @@ def _store_rows(b, buf, tm, rows_total, cols, rows):
     )
 
 
+def broadcast_kind(shape, out) -> str | None:
+    """How an operand of `shape` broadcasts to the 2-D view of `out`: "full" (same rows and
+    cols), "row" (one row), "col" (one column, same rows), "scalar", or None (unsupported)."""
+    shape = [sy.const(1)] * (len(out) - len(shape)) + list(shape)
+    lead = [str(a) for a in shape[:-1]]
+    same_rows = lead == [str(o) for o in out[:-1]]
+    one_row = all(x == "1" for x in lead)
+    last = sy.as_int(shape[-1])
+    wide = str(shape[-1]) == str(out[-1])
+    if same_rows and wide:
+        return "full"
+    if one_row and wide:
+        return "row"
+    if last == 1 and same_rows:
+        return "col"
+    if last == 1 and one_row:
+        return "scalar"
+    return None
+
+
+_COMMUTES = ("add", "mul")
+
+
 @kernel("novella.add", "novella.sub", "novella.mul", "novella.div")
 class Binary:
-    """`out = a op b`; b has a's rows, or is one row broadcast over all rows."""
+    """`out = a op b` over row tiles, with NumPy broadcasting of rows (ROW), columns
+    (COL) or a scalar (COL with stride 0) on either side. The right operand is read
+    by the VEC broadcast mode; a broadcast left operand is materialized first (a
+    repeated-row LOAD, or FILL 0 + ADD COL), unless the op commutes. The result
+    goes to `t2`, which no LOAD writes (the next step's loads are ordered after
+    this step's compute, not its stores)."""
 
-    def _row_broadcast(self, tv) -> bool:
-        return str(tv.rows(1)) == "1" and str(tv.rows(0)) != "1"
+    def kinds(self, op, tv):
+        out = tv.shape(-1)
+        ka, kb = broadcast_kind(tv.shape(0), out), broadcast_kind(tv.shape(1), out)
+        if ka is None or kb is None:
+            raise ValueError(
+                f"broadcast of {[str(e) for e in tv.shape(0)]} and {[str(e) for e in tv.shape(1)]} is not "
+                "supported; only equal shapes, a row, a column or a scalar"
+            )
+        swap = ka != "full" and kb == "full" and op.name.split(".")[1] in _COMMUTES
+        return (kb, ka, (1, 0)) if swap else (ka, kb, (0, 1))
 
     def tile(self, op, tv, budget, options):
-        if tv.cols(1) != tv.cols(-1) or (str(tv.rows(1)) != str(tv.rows(-1)) and not self._row_broadcast(tv)):
-            raise ValueError(
-                f"broadcast of {tv.shape(1)} against {tv.shape(0)} is not supported; only equal "
-                "shapes or a single row broadcast over rows"
-            )
-        if str(tv.rows(0)) != str(tv.rows(-1)) or tv.cols(0) != tv.cols(-1):
-            raise ValueError("the left operand must have the result's shape")
-        return row_tiling(op.name, tv.rows(-1), tv.cols(-1), budget, 2, options)
+        self.kinds(op, tv)
+        return row_tiling(op.name, tv.rows(-1), tv.cols(-1), budget, 3, options, extra=(("acol", lambda tm: tm),))
 
     def macro(self, op, tv, t, b):
+        ka, kb, (ia, ib) = self.kinds(op, tv)
         tm, cols, total = t.tiles["tm"], tv.cols(-1), tv.rows(-1)
         rows = tile_rows(0, tm, total)
-        _load_rows(b, "t0", 0, tm, total, cols, rows)
         geo = dict(rows=rows, cols=cols, dst_stride=cols, a_stride=cols, b_stride=cols)
+        _operand_a(b, ka, ia, tm, total, cols, rows, geo)
         fn = op.name.split(".")[1].upper()
-        if self._row_broadcast(tv):
-            b.load("t1", 1, dram_offset=0, dram_stride=cols, row_start=0, row_step=1, row_bound=1,
-                   rows=1, cols=cols, sram_stride=cols, when=first(0))
-            b.vop(fn, "t0", "t0", "t1", mode="ROW", **geo)
+        if kb == "full":
+            _load_rows(b, "t1", ib, tm, total, cols, rows)
+            b.vop(fn, "t2", "t0", "t1", **geo)
+        elif kb == "row":
+            _load_one(b, "t1", ib, 1, cols, cols, when=first(0))
+            b.vop(fn, "t2", "t0", "t1", mode="ROW", **geo)
         else:
-            _load_rows(b, "t1", 1, tm, total, cols, rows)
-            b.vop(fn, "t0", "t0", "t1", **geo)
-        _store_rows(b, "t0", tm, total, cols, rows)
+            stride = 1 if kb == "col" else 0
+            _load_col(b, "t1", ib, kb, tm, total, rows)
+            b.vop(fn, "t2", "t0", "t1", mode="COL", **{**geo, "b_stride": stride})
+        _store_rows(b, "t2", tm, total, cols, rows)
+
+
+def _load_one(b, buf, tensor, rows, cols, stride, **f):
+    b.load(buf, tensor, dram_offset=0, dram_stride=stride, row_start=0, row_step=0, row_bound=1, rows=rows,
+           cols=cols, sram_stride=stride, **f)
+
+
+def _load_col(b, buf, tensor, kind, tm, total, rows):
+    if kind == "col":
+        b.load(buf, tensor, dram_offset=0, dram_stride=1, row_start=b.d(0) * tm, row_step=1, row_bound=total,
+               rows=rows, cols=1, sram_stride=1)
+    else:
+        _load_one(b, buf, tensor, 1, 1, 1, when=first(0))
+
+
+def _operand_a(b, kind, tensor, tm, total, cols, rows, geo):
+    """The left operand as a full [rows, cols] tile in `t0`."""
+    if kind == "full":
+        _load_rows(b, "t0", tensor, tm, total, cols, rows)
+    elif kind == "row":
+        _load_one(b, "t0", tensor, rows, cols, cols)
+    else:
+        _load_col(b, "acol", tensor, kind, tm, total, rows)
+        b.vop("FILL", "t0", rows=rows, cols=cols, dst_stride=cols, imm=0.0)
+        b.vop("ADD", "t0", "t0", "acol", mode="COL", **{**geo, "b_stride": 1 if kind == "col" else 0})
 
 
 @kernel("novella.scalar", "novella.relu", "novella.gelu")
 class Unary:
-    """Activations and ops with a compile-time scalar, in place on a row tile."""
+    """Activations and ops with a compile-time scalar: row tile `t0` in, result in `t1`."""
 
     def tile(self, op, tv, budget, options):
         return row_tiling(op.name, tv.rows(-1), tv.cols(-1), budget, 2, options)
@@ -103,10 +167,10 @@ class Unary:
             fn = op.attributes["fn"].value
             value = op.attributes["value"].value
             if fn == "rsub":
-                b.vop("MUL", "t0", "t0", mode="SCALAR", imm=-1.0, **geo)
-                b.vop("ADD", "t0", "t0", mode="SCALAR", imm=value, **geo)
+                b.vop("MUL", "t1", "t0", mode="SCALAR", imm=-1.0, **geo)
+                b.vop("ADD", "t1", "t1", mode="SCALAR", imm=value, **geo)
             else:
-                b.vop(fn.upper(), "t0", "t0", mode="SCALAR", imm=value, **geo)
+                b.vop(fn.upper(), "t1", "t0", mode="SCALAR", imm=value, **geo)
         else:
-            emit_act(b, kind, "t0", "t1", rows, cols, cols)
-        _store_rows(b, "t0", tm, total, cols, rows)
+            emit_act(b, kind, "t0", "t1", rows, cols, cols, out="t1")
+        _store_rows(b, "t1", tm, total, cols, rows)

@@ -123,14 +123,15 @@ def _put(lanes, f, v) -> bool:
 class _Expansion:
     """One macro expanded over its grid for one length, without the tiles' tensor bases."""
 
-    words: np.ndarray
-    step: np.ndarray
-    queue: np.ndarray
+    words: np.ndarray  # with the tokens of the macro run on its own
     n_steps: int
     dram: list  # [(word positions, Field, relative values, min, max, tensor slot), ...]
+    no_compute: np.ndarray  # steps without a compute instruction (an error)
+    first_load: int | None  # the first LOAD of the first step
+    last_store: int | None  # the last STORE of the last step
 
 
-_EMPTY = _Expansion(np.zeros((0, isa.LANES), np.uint64), np.zeros(0, np.int64), np.zeros(0, np.int64), 0, [])
+_EMPTY = _Expansion(np.zeros((0, isa.LANES), np.uint64), 0, [], np.zeros(0, np.int64), None, None)
 
 
 class Jit:
@@ -155,7 +156,7 @@ class Jit:
         return prog
 
     def _build(self, syms) -> Program:
-        parts, spans, expanded = [], [], {}
+        parts, spans, expanded, missing = [], [], {}, []
         n_steps, start = 0, 0
         for tile in self.art.tiles:
             extents = tuple(int(expr.evaluate(g, syms)) for g in tile.grid)
@@ -169,18 +170,21 @@ class Jit:
             if not len(ex.words):
                 continue
             if parts:
-                parts.append((_BARRIER, n_steps, None))
+                parts.append((_BARRIER, None))
                 n_steps, start = n_steps + 1, start + 1
-            parts.append((ex, n_steps, bases))
+            parts.append((ex, bases))
+            missing.append(ex.no_compute + n_steps)
             n_steps += ex.n_steps
             spans.append((tile.name, start, start + len(ex.words)))
             start += len(ex.words)
         if not parts:
             return Program(np.zeros((0, isa.LANES), np.uint64), syms, spans, 0)
-        words = np.concatenate([ex.words for ex, _, _ in parts])
+        missing = np.concatenate(missing)
+        if len(missing):
+            raise RuntimeError(f"steps {missing[:5]} have no compute instruction")
+        words = np.concatenate([ex.words for ex, _ in parts])
         _add_bases(words, parts)
-        step = np.concatenate([ex.step + s for ex, s, _ in parts])
-        _set_tokens(words, step, np.concatenate([ex.queue for ex, _, _ in parts]), n_steps)
+        _link(words, [ex for ex, _ in parts])
         return Program(words, syms, spans, n_steps)
 
     def _plan(self, macro: int, j: int) -> _Plan:
@@ -220,10 +224,10 @@ class Jit:
             if plan.dram is not None:
                 rel = plan.relative_dram(syms, sel)
                 dram.append((at, plan.dram, rel, int(rel.min()), int(rel.max()), t.tensor))
-        return _Expansion(out, step, queue, int(nonempty.sum()), dram)
+        return _with_tokens(out, step, queue, int(nonempty.sum()), dram)
 
 
-_BARRIER = _Expansion(_NOP[None, :], np.zeros(1, np.int64), np.ones(1, np.int64), 1, [])
+_BARRIER = _Expansion(_NOP[None, :], 1, [], np.zeros(0, np.int64), None, None)
 
 
 def _bases_fit(ex: _Expansion, bases) -> bool:
@@ -236,7 +240,7 @@ def _bases_fit(ex: _Expansion, bases) -> bool:
 def _add_bases(words, parts) -> None:
     """ORs each tile's tensor-relative `dram_base` plus its tensor base into the words."""
     start = 0
-    for ex, _, bases in parts:
+    for ex, bases in parts:
         for at, f, rel, _, _, slot in ex.dram:
             bits = ((rel + bases[slot]) & f.mask).astype(np.uint64) << np.uint64(f.offset)
             words[start + at, f.lane] |= bits
@@ -282,12 +286,11 @@ def _edges(step, queue, q):
     return first, last
 
 
-def _set_tokens(words, step, queue, n_steps) -> None:
+def _with_tokens(words, step, queue, n_steps, dram) -> _Expansion:
+    """Sets the token flags of a macro as if it were the whole program (see `_link`)."""
     n = len(words)
     has = np.zeros((3, n_steps), bool)
     has[queue, step] = True
-    if not has[1].all():
-        raise RuntimeError(f"steps {np.flatnonzero(~has[1])[:5]} have no compute instruction")
     first = np.zeros(n, bool)
     last = np.zeros(n, bool)
     for q in range(3):
@@ -308,3 +311,36 @@ def _set_tokens(words, step, queue, n_steps) -> None:
     for name, mask in flags.items():
         header |= mask.astype(np.uint64) << np.uint64(_HEADER[name].offset)
     words[:, 0] |= header
+    loads = np.flatnonzero(is_l & (step == 0))
+    stores = np.flatnonzero(is_s & (step == n_steps - 1))
+    return _Expansion(
+        words,
+        n_steps,
+        dram,
+        np.flatnonzero(~has[1]),
+        int(loads[0]) if len(loads) else None,
+        int(stores[-1]) if len(stores) else None,
+    )
+
+
+def _bit(name: str) -> np.uint64:
+    return np.uint64(1 << _HEADER[name].offset)
+
+
+def _link(words, parts) -> None:
+    """The tokens across macros: each barrier waits for the previous macro's last stores
+    (S2C) and releases the next macro's first loads (C2L)."""
+    start = 0
+    for i, ex in enumerate(parts):
+        if ex is _BARRIER:
+            prev, nxt = parts[i - 1], parts[i + 1]
+            if prev.last_store is not None:
+                words[start, 0] |= _bit("pop_next")
+            if nxt.first_load is not None:
+                words[start, 0] |= _bit("push_prev")
+        else:
+            if i > 0 and ex.first_load is not None:
+                words[start + ex.first_load, 0] |= _bit("pop_next")
+            if i < len(parts) - 1 and ex.last_store is not None:
+                words[start + ex.last_store, 0] |= _bit("push_prev")
+        start += len(ex.words)

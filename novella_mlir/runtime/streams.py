@@ -98,31 +98,69 @@ def count_words(artifact, syms) -> int:
     """Words of the program for `syms`, counted from grid extents and guards without encoding."""
     total, n_macros = 0, 0
     for tile in artifact.tiles:
-        n = _count_macro(artifact.macros[tile.macro], tile, syms)
+        extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
+        n = sum(_count_points(t, syms, extents) for t in artifact.macros[tile.macro].insts)
         total += n
         n_macros += n > 0
     return total + max(n_macros - 1, 0)
 
 
-def _count_macro(mm, tile, syms) -> int:
-    extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
+def count_words_range(artifact, lo: int, hi: int) -> np.ndarray:
+    """Words of the program for every length in [lo, hi] (one symbol), without expanding any.
+
+    Vectorized over the lengths: a template's count is the product over grid
+    dims of the values of that dim passing the guards that refer to it alone;
+    a template with a guard over several dims is counted point by point."""
+    ts = np.arange(lo, hi + 1, dtype=np.int64)
+    total = np.zeros(len(ts), np.int64)
+    macros = np.zeros(len(ts), np.int64)
+    for tile in artifact.tiles:
+        extents = [np.broadcast_to(expr.evaluate(g, [ts]), ts.shape) for g in tile.grid]
+        words = sum(_count_template(t, ts, extents) for t in artifact.macros[tile.macro].insts)
+        total += words
+        macros += words > 0
+    return total + np.maximum(macros - 1, 0)
+
+
+def _count_template(t, ts, extents) -> np.ndarray:
+    by_dim = [[] for _ in extents]
+    count = np.ones(len(ts), np.int64)
+    for kind, prog in t.when:
+        used = {int(tok[1:]) for tok in prog if isinstance(tok, str) and tok[0] == "d"}
+        if len(used) > 1:
+            return np.array([_count_points(t, [int(x)], [int(e[i]) for e in extents]) for i, x in enumerate(ts)])
+        if used:
+            by_dim[used.pop()].append((kind, prog))
+        else:
+            count *= _holds(kind, np.broadcast_to(expr.evaluate(prog, [ts]), ts.shape))
+    for i, e in enumerate(extents):
+        d = np.arange(max(int(e.max()), 0), dtype=np.int64)[:, None]
+        ok = d < e[None, :]
+        dims = [d if j == i else 0 for j in range(len(extents))]
+        for kind, prog in by_dim[i]:
+            ok &= _holds(kind, expr.evaluate(prog, [ts[None, :]], dims))
+        count *= ok.sum(axis=0)
+    return count
+
+
+def _holds(kind: str, v) -> np.ndarray:
+    return (v == 0) if kind == "eq" else (v >= 0)
+
+
+def _count_points(t, syms, extents) -> int:
     n = int(np.prod(extents)) if extents else 1
     if n <= 0:
         return 0
-    dims = np.unravel_index(np.arange(n, dtype=np.int64), extents) if extents else ()
-    total = 0
-    for t in mm.insts:
-        m = np.ones(n, bool)
-        for kind, prog in t.when:
-            v = expr.evaluate(prog, syms, dims)
-            m &= (v == 0) if kind == "eq" else (v >= 0)
-        total += int(m.sum())
-    return total
+    dims = np.unravel_index(np.arange(n, dtype=np.int64), extents)
+    m = np.ones(n, bool)
+    for kind, prog in t.when:
+        m &= _holds(kind, expr.evaluate(prog, syms, dims))
+    return int(m.sum())
 
 
 def per_length_nbytes(artifact, lo: int, hi: int) -> int:
-    """Bytes of storing the stream of every length in [lo, hi] (one symbol), counted."""
-    return sum(count_words(artifact, [t]) for t in range(lo, hi + 1)) * isa.WORD_BYTES
+    """Bytes of storing the stream of every length in [lo, hi] (one symbol), counted exactly."""
+    return int(count_words_range(artifact, lo, hi).sum()) * isa.WORD_BYTES
 
 
 # ------------------------------------------------------------------ reference expansion

@@ -44,7 +44,7 @@ def _parser() -> _Parser:
     p = _Parser(
         prog="novella-opt",
         description=__doc__.split("\n\n")[0],
-        epilog="passes (in the order given; options as --pass=\"name=value ...\"):\n" + passes_help(),
+        epilog='passes (in the order given; options as --pass="name=value ..."):\n' + passes_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("input", nargs="?", default="-", help="input .mlir file (default: stdin)")
@@ -223,7 +223,11 @@ def _setup(args):
     try:
         text = sys.stdin.read() if args.input == "-" else open(args.input).read()
     except (OSError, UnicodeDecodeError) as e:
-        return _error(cmd, _col_of(args, args.input), f"cannot open input file '{args.input}': {getattr(e, 'strerror', None) or e}")
+        return _error(
+            cmd,
+            _col_of(args, args.input),
+            f"cannot open input file '{args.input}': {getattr(e, 'strerror', None) or e}",
+        )
     return dg.Source(name, text), config
 
 

@@ -7,6 +7,7 @@ import math
 from torch_mlir import ir
 
 from ... import symbolic as sy
+from ...dialects import shapes
 from ...dialects.novella import AttentionOp, MatmulOp, SoftmaxOp
 from . import linear, lowers  # noqa: F401  (linear first: the matmul lowerings below take precedence)
 
@@ -78,4 +79,10 @@ def scaled_dot_product_attention(cx):
     if head_dim is None:
         raise cx.error("scaled_dot_product_attention needs a static head dim")
     scale = opts["scale"] if opts["scale"] is not None else 1.0 / math.sqrt(head_dim)
+    try:
+        shapes.infer("novella.attention", [cx.shape(t) for t in (q, k, v)], {}, None)
+    except shapes.ShapeError as e:
+        raise cx.error(
+            f"{e}; derive query, key and value from one input so their lengths are the same symbol"
+        ) from None
     return cx.emit(AttentionOp, query=q, key=k, value=v, scale=ir.FloatAttr.get_f32(float(scale)))

@@ -8,6 +8,7 @@ from ...dialects.novella import AddOp, DivOp, MulOp, ScalarOp, SubOp
 from . import lowers
 
 _BINARY = {"add": AddOp, "sub": SubOp, "mul": MulOp, "div": DivOp}
+_NEUTRAL = {"add": 0, "sub": 0, "mul": 1, "div": 1}
 
 
 def _scalar(cx, fn: str, x, value: float):
@@ -20,7 +21,10 @@ def _binary(kind: str):
         alpha = cx.const(2) if kind in ("add", "sub") and cx.num_operands > 2 else 1
         other = cx.value(cx.op.operands[1])
         if not isinstance(other, ir.Value):
-            return _scalar(cx, kind, x, other * alpha)
+            value = other * alpha
+            if value == _NEUTRAL[kind]:
+                return x
+            return _scalar(cx, kind, x, value)
         if alpha != 1:
             other = _scalar(cx, "mul", other, alpha)
         return cx.emit(_BINARY[kind], lhs=x, rhs=other)

@@ -1,11 +1,11 @@
-"""Lowerings of contractions: linear, mm, matmul, bmm."""
+"""Lowering of aten.linear (batched matmuls live in attention.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 from torch_mlir import ir
 
-from ...dialects.novella import LinearOp, MatmulOp
+from ...dialects.novella import LinearOp
 from . import lowers
 
 
@@ -22,12 +22,3 @@ def linear(cx):
 
 def _is_tensor(cx, i) -> bool:
     return i < cx.num_operands and isinstance(cx.value(cx.op.operands[i]), ir.Value)
-
-
-@lowers("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul")
-def matmul(cx):
-    a, b = cx.operand(0), cx.operand(1)
-    ra, rb = ir.RankedTensorType(a.type).rank, ir.RankedTensorType(b.type).rank
-    if ra != rb or ra < 2:
-        raise cx.error(f"matmul of rank {ra} by rank {rb} is not supported; use equal ranks >= 2")
-    return cx.emit(MatmulOp, lhs=a, rhs=b)

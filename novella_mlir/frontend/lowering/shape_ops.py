@@ -1,3 +1,217 @@
-"""Lowerings of shape and data-movement ops (view, permute, transpose, slice, ...)."""
+"""Lowerings of shape and data-movement ops (view, permute, transpose, slice, ...).
+
+Symbolic ints (`aten.size.int` and the int arithmetic torch.export emits to
+build view shapes) become affine expressions of the symbols, or Python ints
+when constant. Views are `novella.reshape` (a DRAM alias); ops that only
+change strides or copy (clone, contiguous, same-shape expand, eval dropout)
+forward their operand."""
 
 from __future__ import annotations
+
+from torch_mlir import ir
+
+from ... import symbolic as sy
+from ...dialects.novella import ReshapeOp, SliceOp, TransposeOp
+from . import lowers
+
+
+def affine(v) -> ir.AffineExpr:
+    """An int or affine expression as an affine expression."""
+    return sy.const(v) if isinstance(v, int) else v
+
+
+def canon(e: ir.AffineExpr) -> ir.AffineExpr:
+    """`e` with a constant value as an `AffineConstantExpr` (the bindings type
+    `a * b` as a mul even when MLIR folded it to a constant)."""
+    text = str(e)
+    return sy.const(int(text)) if text.lstrip("-").isdigit() else e
+
+
+def simplify(e: ir.AffineExpr):
+    """A constant expression as a Python int, anything else unchanged."""
+    e = canon(e)
+    v = sy.as_int(e)
+    return e if v is None else v
+
+
+def _int_operand(cx, i: int):
+    v = cx.const(i)
+    if isinstance(v, bool) or not isinstance(v, (int, ir.AffineExpr)):
+        raise cx.error(f"operand #{i} must be an integer or a symbolic size, got {v!r}")
+    return v
+
+
+@lowers("torch.aten.size.int", "torch.aten.sym_size.int")
+def size(cx):
+    shape = cx.shape(cx.operand(0))
+    return simplify(shape[cx.const(1) % len(shape)])
+
+
+def _int_binary(fn):
+    def lower(cx):
+        a, b = _int_operand(cx, 0), _int_operand(cx, 1)
+        if isinstance(a, int) and isinstance(b, int):
+            return fn(a, b)
+        return simplify(fn(affine(a), affine(b)))
+
+    return lower
+
+
+lowers("torch.aten.add.int")(_int_binary(lambda a, b: a + b))
+lowers("torch.aten.sub.int")(_int_binary(lambda a, b: a - b))
+lowers("torch.aten.mul.int")(_int_binary(lambda a, b: a * b))
+
+
+@lowers("torch.aten.floordiv.int")
+def floordiv(cx):
+    a, b = _int_operand(cx, 0), _int_operand(cx, 1)
+    if not isinstance(b, int):
+        raise cx.error("floordiv by a symbolic value is not an affine size")
+    return _floordiv(a, b) if isinstance(a, int) else simplify(sy.floordiv(a, b))
+
+
+@lowers("torch.aten.clone", "torch.aten.contiguous", "torch.aten.alias", "torch.aten.detach", "torch.aten.lift_fresh_copy")
+def identity(cx):
+    return cx.operand(0)
+
+
+@lowers("torch.aten.dropout")
+def dropout(cx):
+    if cx.num_operands > 2 and cx.const(2):
+        raise cx.error("dropout in training mode is not supported; export the model in eval mode")
+    return cx.operand(0)
+
+
+def view_shape(cx, x, sizes) -> list[ir.AffineExpr]:
+    """The symbolic shape of `x` viewed as `sizes` (ints, symbolic sizes, at most one -1)."""
+    sizes = [affine(s) for s in sizes]
+    holes = [i for i, s in enumerate(sizes) if sy.as_int(s) == -1]
+    if len(holes) > 1:
+        raise cx.error("view with more than one -1")
+    if not holes:
+        return [canon(e) for e in sizes]
+    rest = _divide(cx, list(cx.shape(x)), [s for s in sizes if sy.as_int(s) != -1])
+    sizes[holes[0]] = rest
+    return [canon(e) for e in sizes]
+
+
+def _divide(cx, num: list, den: list) -> ir.AffineExpr:
+    """prod(num) / prod(den), cancelling equal symbolic factors first."""
+    num = list(num)
+    static = 1
+    for d in den:
+        if sy.as_int(d) is not None:
+            static *= sy.as_int(d)
+            continue
+        match = next((i for i, n in enumerate(num) if str(n) == str(d)), None)
+        if match is None:
+            raise cx.error(f"cannot infer the -1 of a view: {d} does not divide {[str(n) for n in num]}")
+        num.pop(match)
+    out = canon(sy.numel(num))
+    if sy.as_int(out) is not None:
+        if sy.as_int(out) % static:
+            raise cx.error(f"view: {sy.as_int(out)} elements do not split into blocks of {static}")
+        return sy.const(sy.as_int(out) // static)
+    if static == 1:
+        return out
+    return sy.floordiv(out, static)
+
+
+def reshape(cx, x, shape):
+    if [str(e) for e in shape] == [str(e) for e in cx.shape(x)]:
+        return x
+    return cx.emit(ReshapeOp, result_shape=shape, input=x)
+
+
+@lowers("torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view")
+def view(cx):
+    x = cx.operand(0)
+    return reshape(cx, x, view_shape(cx, x, cx.const(1)))
+
+
+@lowers("torch.aten.unsqueeze")
+def unsqueeze(cx):
+    x = cx.operand(0)
+    shape = list(cx.shape(x))
+    d = cx.const(1)
+    shape.insert(d % (len(shape) + 1), sy.const(1))
+    return reshape(cx, x, shape)
+
+
+@lowers("torch.aten.squeeze.dim")
+def squeeze(cx):
+    x = cx.operand(0)
+    shape = list(cx.shape(x))
+    d = cx.const(1) % len(shape)
+    if sy.as_int(shape[d]) == 1:
+        shape.pop(d)
+    return reshape(cx, x, shape)
+
+
+@lowers("torch.aten.expand")
+def expand(cx):
+    x = cx.operand(0)
+    have = cx.shape(x)
+    want = [affine(s) for s in cx.const(1)]
+    if len(want) == len(have) and all(sy.as_int(w) == -1 or str(w) == str(h) for w, h in zip(want, have)):
+        return x
+    raise cx.error(f"expand of {[str(h) for h in have]} to {[str(w) for w in want]} (a broadcast copy) is not supported")
+
+
+def transpose(cx, x, perm: list[int]):
+    """`x` permuted by `perm`, or `x` itself for the identity permutation."""
+    if perm == list(range(len(perm))):
+        return x
+    return cx.emit(TransposeOp, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
+
+
+@lowers("torch.aten.permute")
+def permute(cx):
+    x = cx.operand(0)
+    rank = len(cx.shape(x))
+    return transpose(cx, x, [p % rank for p in cx.const(1)])
+
+
+@lowers("torch.aten.transpose.int")
+def transpose_int(cx):
+    x = cx.operand(0)
+    rank = len(cx.shape(x))
+    perm = list(range(rank))
+    a, b = cx.const(1) % rank, cx.const(2) % rank
+    perm[a], perm[b] = perm[b], perm[a]
+    return transpose(cx, x, perm)
+
+
+@lowers("torch.aten.slice.Tensor")
+def slice_(cx):
+    x = cx.operand(0)
+    shape = list(cx.shape(x))
+    dim = cx.const(1) % len(shape)
+    start, end = cx.const(2), cx.const(3)
+    step = cx.const(4) if cx.num_operands > 4 else 1
+    if step != 1:
+        raise cx.error(f"slice with step {step} is not supported")
+    start = 0 if start is None else start
+    if not isinstance(start, int):
+        raise cx.error("slice with a symbolic start is not supported")
+    full = sy.as_int(shape[dim])
+    if start < 0 and full is not None:
+        start += full
+    length = canon(_slice_length(cx, shape[dim], start, end))
+    if str(length) == str(shape[dim]):
+        return x
+    shape[dim] = length
+    return cx.emit(SliceOp, result_shape=shape, input=x, dim=_i64(dim), start=_i64(start))
+
+
+def _slice_length(cx, size, start: int, end):
+    full = sy.as_int(size)
+    if end is None or (isinstance(end, int) and full is not None and end >= full):
+        return size - sy.const(start) if full is None else sy.const(full - start)
+    if isinstance(end, int) and end < 0:
+        return size + sy.const(end - start)
+    return affine(end) - sy.const(start)
+
+
+def _i64(v: int) -> ir.IntegerAttr:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)

@@ -33,3 +33,24 @@ func.func @two_users(%x: tensor<4x64xf32>) -> tensor<4x32xf32> {
   %2 = "novella.add"(%0, %1) : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32>
   return %2 : tensor<4x32xf32>
 }
+
+// -----
+
+// GELU fuses too, on a 3-D input whose length is symbolic; a second
+// activation after a fused one stays separate.
+// CHECK-DAG: #[[$Y:.*]] = affine_map<()[s0] -> (1, s0, 32)>
+// CHECK-LABEL: func.func @fuse_gelu_then_relu
+// CHECK: %[[L:.*]] = "novella.linear"({{.*}}) {act = "gelu"} : ({{.*}}) -> tensor<1x?x32xf32, #[[$Y]]>
+// CHECK-NOT: novella.gelu
+// CHECK: %[[R:.*]] = "novella.relu"(%[[L]])
+// CHECK: return %[[R]]
+module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
+  func.func @fuse_gelu_then_relu(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>> {
+    %w = "novella.weight"() {name = "w"} : () -> tensor<32x64xf32>
+    %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "none"} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+    %1 = "novella.gelu"(%0) : (tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+    %2 = "novella.relu"(%1) : (tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+    return %2 : tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+  }
+}

@@ -1,0 +1,309 @@
+"""novella: compile, run and inspect models for the Novella NPU.
+
+novella compile pkg.module:factory --example-shape 1,16,384 --dynamic-dim 1 --max-len 1500 -o model.nvla
+novella run model.nvla --len 500 [--trace trace.json] [--seed 0]
+novella inspect model.nvla
+novella demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from .inspect_artifact import describe, evaluate_shape
+
+
+class CliError(Exception):
+    """A user-facing error: printed as `novella: error: ...`, exit code 1."""
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ compile
+
+
+def load_factory(target: str):
+    """`pkg.module:factory` or `path/to/file.py:factory` -> the callable."""
+    mod_name, sep, attr = target.rpartition(":")
+    if not sep or not mod_name or not attr:
+        raise CliError(f"expected MODULE:FACTORY (e.g. mypkg.models:build), got '{target}'")
+    if mod_name.endswith(".py") or os.sep in mod_name:
+        spec = importlib.util.spec_from_file_location(Path(mod_name).stem, mod_name)
+        if spec is None or not Path(mod_name).exists():
+            raise CliError(f"cannot find '{mod_name}'")
+        module = importlib.util.module_from_spec(spec)
+        _run_user(lambda: spec.loader.exec_module(module), f"importing '{mod_name}'")
+    else:
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        module = _run_user(lambda: importlib.import_module(mod_name), f"importing '{mod_name}'")
+    if not hasattr(module, attr):
+        raise CliError(f"module '{mod_name}' has no attribute '{attr}'")
+    return getattr(module, attr)
+
+
+def _run_user(fn, what: str):
+    try:
+        return fn()
+    except Exception as e:
+        if os.environ.get("NOVELLA_DEBUG"):
+            traceback.print_exc()
+        raise CliError(f"{what} failed: {type(e).__name__}: {e}") from None
+
+
+def _shape(text: str) -> list[int]:
+    try:
+        dims = [int(d) for d in text.replace("x", ",").split(",") if d.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints like 1,16,384, got '{text}'") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"dims must be positive, got '{text}'")
+    return dims
+
+
+def _pass_options(items: list[str]) -> dict:
+    """["novella-tile:tile-m=32", ...] -> {"novella-tile": {"tile-m": "32"}}."""
+    from .pass_pipeline import parse_option_string
+
+    out: dict = {}
+    for item in items:
+        flag, sep, opts = item.partition(":")
+        if not sep:
+            raise CliError(f"expected PASS:name=value for --pass-option, got '{item}'")
+        out.setdefault(flag, {}).update(parse_option_string(opts))
+    return out
+
+
+def cmd_compile(args) -> int:
+    import torch
+
+    from simulator import load_config
+
+    from .. import compile_torch
+
+    t0 = time.perf_counter()
+    config = _config(args.config)
+    _progress(f"[1/3] building {args.target}")
+    model = _run_user(load_factory(args.target), f"calling '{args.target}'")
+    if not isinstance(model, torch.nn.Module):
+        raise CliError(f"'{args.target}' returned {type(model).__name__}, expected a torch.nn.Module")
+    examples = [torch.randn(*s) for s in args.example_shape]
+    _progress(
+        f"[2/3] compiling: torch.export with dim {args.dynamic_dim} in [{args.min_len}, {args.max_len}], "
+        "lowering, backend passes"
+    )
+    npu = compile_torch(
+        model.eval(),
+        *examples,
+        dynamic_dim=args.dynamic_dim,
+        min_len=args.min_len,
+        max_len=args.max_len,
+        config=config or load_config(),
+        dump_dir=args.dump_dir,
+        pass_options=_pass_options(args.pass_option),
+    )
+    for stage, secs in npu.stages.seconds.items():
+        _progress(f"      {stage:<22} {secs:6.2f} s")
+    npu.save(args.output)
+    size = Path(args.output).stat().st_size
+    _progress(f"[3/3] wrote {args.output} ({size} bytes) in {time.perf_counter() - t0:.1f} s")
+    a = npu.artifact
+    print(
+        f"{args.output}: {len(a.macros)} templates ({a.macro_nbytes} B), {len(a.tiles)} tile rules "
+        f"({a.tile_nbytes} B), weights {a.weight_nbytes} B"
+    )
+    return 0
+
+
+def _config(path):
+    if path is None:
+        return None
+    from simulator import load_config
+
+    return load_config(path)
+
+
+# ------------------------------------------------------------------ run / inspect
+
+
+def _load(path: str, config_path: str | None):
+    from simulator.config import NovellaConfig
+
+    from .. import artifact as art_mod
+    from ..pipeline import CompiledModel
+
+    config = _config(config_path)
+    art = art_mod.load(path, config)
+    if config is None:
+        config = NovellaConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in art.config.items()})
+    return CompiledModel(art, config)
+
+
+def symbol_values(spec: str, symbols: list) -> list[int]:
+    """`500` (every symbol) or `T=500,S=3` -> values in symbol order."""
+    names = [s[0] for s in symbols]
+    if "=" not in spec:
+        try:
+            return [int(spec)] * len(names)
+        except ValueError:
+            raise CliError(f"--len expects an int or NAME=INT pairs, got '{spec}'") from None
+    given = {}
+    for part in spec.split(","):
+        name, _, value = part.partition("=")
+        if name.strip() not in names or not value.strip().lstrip("-").isdigit():
+            raise CliError(f"--len: bad '{part}'; the model's symbols are {', '.join(names)}")
+        given[name.strip()] = int(value)
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise CliError(f"--len: no value for {', '.join(missing)}")
+    return [given[n] for n in names]
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    npu = _load(args.model, args.config)
+    art = npu.artifact
+    syms = symbol_values(args.len, art.symbols)
+    rng = np.random.default_rng(args.seed)
+    inputs = [rng.standard_normal(evaluate_shape(m, syms), dtype=np.float32) for m in art.inputs]
+    outs = npu(*inputs, trace=bool(args.trace))
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    run = npu.last_run
+    named = ", ".join(f"{k}={v}" for k, v in run.symbols.items())
+    print(
+        f"{args.model} at {named}: inputs {[list(x.shape) for x in inputs]} -> outputs {[list(o.shape) for o in outs]}"
+    )
+    print(
+        f"program: {run.program.n_words} instruction words ({run.program.nbytes} B), "
+        f"JIT {run.jit_seconds * 1e3:.1f} ms, simulation {run.sim_seconds:.2f} s"
+    )
+    print(run.stats)
+    if args.trace:
+        run.trace.to_json(args.trace)
+        n = sum(1 for e in run.trace.events if e["ph"] == "X")
+        print(f"trace: {args.trace} ({n} events; open in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from .. import artifact as art_mod
+
+    art = art_mod.load(args.model, _config(args.config))
+    print(describe(art, args.model))
+    return 0
+
+
+# ------------------------------------------------------------------ demo
+
+
+def demo_script() -> Path | None:
+    """examples/whisper_encoder.py of the current directory or of the source tree, if present."""
+    here = Path(__file__).resolve().parents[2]
+    for root in (Path.cwd(), here):
+        p = root / "examples" / "whisper_encoder.py"
+        if p.exists():
+            return p
+    return None
+
+
+def cmd_demo(args) -> int:
+    path = demo_script()
+    if path is None:
+        raise CliError(
+            "the demo needs examples/whisper_encoder.py, which is not in this checkout yet "
+            "(run `novella demo` from the repository root once it exists)"
+        )
+    spec = importlib.util.spec_from_file_location("whisper_encoder_demo", path)
+    module = importlib.util.module_from_spec(spec)
+    argv, sys.argv = sys.argv, [str(path), *args.demo_args]
+    try:
+        spec.loader.exec_module(module)
+        if not hasattr(module, "main"):
+            raise CliError(f"{path} has no main()")
+        result = module.main()
+    finally:
+        sys.argv = argv
+    return result if isinstance(result, int) else 0
+
+
+# ------------------------------------------------------------------ main
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="novella",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compile", help="compile an nn.Module factory to an artifact")
+    c.add_argument("target", help="MODULE:FACTORY or path/to/file.py:FACTORY returning an nn.Module")
+    c.add_argument(
+        "--example-shape",
+        type=_shape,
+        action="append",
+        required=True,
+        help="shape of one example input, e.g. 1,16,384 (repeat for several inputs)",
+    )
+    c.add_argument("--dynamic-dim", type=int, default=1, help="the symbolic dim of the inputs (default 1)")
+    c.add_argument("--min-len", type=int, default=1)
+    c.add_argument("--max-len", type=int, default=2048)
+    c.add_argument("--config", help="hardware config TOML")
+    c.add_argument("--dump-dir", help="write the IR after every stage (numbered .mlir) and summary.json here")
+    c.add_argument(
+        "--pass-option",
+        action="append",
+        default=[],
+        metavar="PASS:NAME=VALUE",
+        help="e.g. novella-tile:tile-m=32 (repeatable)",
+    )
+    c.add_argument("-o", "--output", default="model.nvla")
+    r = sub.add_parser("run", help="run an artifact at one length on the simulator with random inputs")
+    r.add_argument("model")
+    r.add_argument("--len", required=True, help="the length: an int, or NAME=INT,... for several symbols")
+    r.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--config", help="hardware config TOML (default: the one the artifact was compiled for)")
+    i = sub.add_parser("inspect", help="show an artifact's templates, tile rules, sizes and config")
+    i.add_argument("model")
+    i.add_argument("--config", help="also check the artifact against this config")
+    sub.add_parser("demo", help="run examples/whisper_encoder.py (extra arguments are passed to it)")
+    return p
+
+
+COMMANDS = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect, "demo": cmd_demo}
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "demo":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.demo_args = extra
+    from simulator import SimulatorError
+    from simulator.config import ConfigError
+
+    from .. import NovellaError
+
+    try:
+        return COMMANDS[args.command](args)
+    except (CliError, NovellaError, ConfigError, SimulatorError, OSError) as e:
+        if os.environ.get("NOVELLA_DEBUG"):
+            traceback.print_exc()
+        print(f"novella {args.command}: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+// RUN: novella-opt %s --novella-tile --novella-macro-gen --split-input-file | FileCheck %s
+// RUN: novella-opt %s --novella-legalize --split-input-file | FileCheck %s --check-prefix=LEGAL
+
+// Q @ K^T: M and N are both the dynamic length, K^T is read in place (transpose_b);
+// the edge tiles are min(128, T - 128 * d).
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 1)>
+// CHECK-DAG: #[[M:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (128, d1 * -128 + s0)>
+// CHECK-DAG: #[[N:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (128, d2 * -128 + s0)>
+// CHECK-DAG: #[[OUT:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (d0 * (s0 * s0) + d2 * 128)>
+// CHECK-LABEL: func.func @scores
+// CHECK-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32
+// CHECK: %[[S:.*]] = "novella.macro"() ({
+// CHECK: "novella.dma_load"(%[[Q]]) {buffer = "a", {{.*}}rows = #[[M]]
+// CHECK: "novella.dma_load"(%[[K]]) {buffer = "b", {{.*}}rows = #[[N]]
+// CHECK: "novella.mma"() {{{.*}}lhs = "a", m = #[[M]], n = #[[N]], rhs = "b", transpose_b = 1 : i64}
+// CHECK: "novella.dma_store"() {buffer = "acc", cols = #[[N]], dram_offset = #[[OUT]]
+// CHECK: }) {grid = #[[GRID]], kernel = "novella.matmul"{{.*}}novella.tiles = {tk = 64 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
+// CHECK: return %[[S]]
+// LEGAL-LABEL: func.func @scores
+// LEGAL: "novella.matmul"{{.*}}transpose_rhs = true
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @scores(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>> {
+    %0 = "novella.matmul"(%q, %k) {transpose_rhs = true, novella.dram = affine_map<()[s0] -> (s0 * 256)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    return %0 : tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+  }
+}
+
+// -----
+
+// P @ V: the contraction dim is dynamic: a symbolic number of k-tiles, the last one
+// partial (k = min(512, T - 512 * d3)); accumulate from the second k-tile on, store on the last.
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, 1, s0 ceildiv 512)>
+// CHECK-DAG: #[[KK:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (512, d3 * -512 + s0)>
+// CHECK-DAG: #[[ACCUM:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (d3, 1)>
+// CHECK-DAG: #[[LASTK:.*]] = affine_set<(d0, d1, d2, d3)[s0] : (-d3 + s0 ceildiv 512 - 1 == 0)>
+// CHECK-LABEL: func.func @context
+// CHECK-SAME: (%[[P:.*]]: tensor<2x?x?xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32
+// CHECK: "novella.dma_load"(%[[P]]) {buffer = "a", cols = #[[KK]]
+// CHECK: "novella.dma_load"(%[[V]]) {buffer = "b", cols = 64 : i64, {{.*}}rows = #[[KK]]
+// CHECK: "novella.mma"() {{{.*}}accumulate = #[[ACCUM]], {{.*}}k = #[[KK]], {{.*}}n = 64 : i64, {{.*}}transpose_b = 0 : i64}
+// CHECK: "novella.dma_store"() {buffer = "acc", {{.*}}when = #[[LASTK]]}
+// CHECK: grid = #[[GRID]], kernel = "novella.matmul"
+// LEGAL-LABEL: func.func @context
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @context(%p: tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>, %v: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>> {
+    %0 = "novella.matmul"(%p, %v) {transpose_rhs = false, novella.dram = affine_map<()[s0] -> (0)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+    return %0 : tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+  }
+}
+
+// -----
+
+// Softmax over a dynamic last dim whose rows fit the scratchpad: one step per row tile,
+// the fused scale (novella.scale) multiplies x - max before the exp.
+// CHECK-DAG: #[[COLS:.*]] = affine_map<(d0)[s0] -> (s0)>
+// CHECK-LABEL: func.func @probs
+// CHECK-SAME: (%[[X:.*]]: tensor<2x?x?xf32
+// CHECK: "novella.dma_load"(%[[X]]) {buffer = "in", cols = #[[COLS]], {{.*}}sram_stride = 1500 : i64
+// CHECK-NEXT: "novella.vop"() {a = "in", {{.*}}dst = "m", dst_stride = 1 : i64, fn = "ROWMAX"
+// CHECK-NEXT: "novella.vop"() {a = "in", {{.*}}b = "m", {{.*}}dst = "out", {{.*}}fn = "SUB", mode = "COL"
+// CHECK-NEXT: "novella.vop"() {{{.*}}fn = "MUL", imm = 1.250000e-01 : f32, mode = "SCALAR"
+// CHECK-NEXT: "novella.vop"() {{{.*}}fn = "EXP"
+// CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}dst = "l", dst_stride = 1 : i64, fn = "ROWSUM"
+// CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}b = "l", {{.*}}fn = "DIV", mode = "COL"
+// CHECK-NEXT: "novella.dma_store"() {buffer = "out"
+// CHECK: kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 0 : i64, tc = 1500 : i64, tm = 16 : i64}
+// LEGAL-LABEL: func.func @probs
+module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
+  func.func @probs(%s: tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>> {
+    %0 = "novella.softmax"(%s) {novella.scale = 1.250000e-01 : f32, novella.dram = affine_map<()[s0] -> (0)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    return %0 : tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+  }
+}
+
+// -----
+
+// Rows longer than a field (4095) are chunked: grid (row tile, pass, chunk); pass 0 keeps
+// the running max and rescaled running sum, pass 1 normalizes and stores.
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (1, 2, s0 ceildiv 2048)>
+// CHECK-DAG: #[[FIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 == 0, d2 == 0)>
+// CHECK-DAG: #[[REST:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 == 0, d2 - 1 >= 0)>
+// CHECK-DAG: #[[NORM:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - 1 == 0)>
+// CHECK-LABEL: func.func @long_rows
+// CHECK: "novella.vop"() {{{.*}}dst = "m", {{.*}}fn = "ROWMAX", rows = 4 : i64, when = #[[FIRST]]}
+// CHECK: "novella.vop"() {{{.*}}dst = "cm", {{.*}}fn = "ROWMAX", rows = 4 : i64, when = #[[REST]]}
+// CHECK: "novella.vop"() {a = "l", {{.*}}b = "t", {{.*}}fn = "MUL", rows = 4 : i64, when = #[[REST]]}
+// CHECK: "novella.vop"() {a = "out", {{.*}}b = "l", {{.*}}fn = "DIV", mode = "COL", rows = 4 : i64, when = #[[NORM]]}
+// CHECK: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[NORM]]}
+// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 4 : i64}
+// LEGAL-LABEL: func.func @long_rows
+module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
+  func.func @long_rows(%x: tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>) -> tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>> {
+    %0 = "novella.softmax"(%x) {novella.dram = affine_map<()[s0] -> (0)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>) -> tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>
+    return %0 : tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>
+  }
+}
+
+// -----
+
+// Legalize: attention decomposes into matmul(transpose_rhs) + softmax (scale fused) + matmul.
+// LEGAL-DAG: #[[SCORES:.*]] = affine_map<()[s0] -> (2, s0, s0)>
+// CHECK-LABEL: func.func @attention
+// LEGAL-LABEL: func.func @attention
+// LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32
+// LEGAL: %[[S:.*]] = "novella.matmul"(%[[Q]], %[[K]]) {transpose_rhs = true} : {{.*}} -> tensor<2x?x?xf32, #[[SCORES]]>
+// LEGAL: %[[P:.*]] = "novella.softmax"(%[[S]]) {novella.scale = 1.250000e-01 : f32}
+// LEGAL: %[[O:.*]] = "novella.matmul"(%[[P]], %[[V]]) {transpose_rhs = false}
+// LEGAL-NOT: novella.attention
+// LEGAL: return %[[O]]
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @attention(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %v: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>> {
+    %0 = "novella.attention"(%q, %k, %v) {scale = 0.125 : f32} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+    return %0 : tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+  }
+}
+
+// -----
+
+// Legalize: a transpose of the last two dims (behind a reshape of the batch dims, as the
+// eager attention exports it) folds into the matmul's transpose_rhs.
+// LEGAL-DAG: #[[KEYS:.*]] = affine_map<()[s0] -> (2, s0, 64)>
+// CHECK-LABEL: func.func @fold_transpose
+// LEGAL-LABEL: func.func @fold_transpose
+// LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<1x2x?x64xf32
+// LEGAL-NOT: novella.transpose
+// LEGAL: %[[R:.*]] = "novella.reshape"(%[[K]]) : {{.*}} -> tensor<2x?x64xf32, #[[KEYS]]>
+// LEGAL: %[[S:.*]] = "novella.matmul"(%[[Q]], %[[R]]) {transpose_rhs = true}
+// LEGAL-NOT: novella.transpose
+// LEGAL: return %[[S]]
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @fold_transpose(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>> {
+    %t = "novella.transpose"(%k) {perm = array<i64: 0, 1, 3, 2>} : (tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>) -> tensor<1x2x64x?xf32, affine_map<()[s0] -> (1, 2, 64, s0)>>
+    %r = "novella.reshape"(%t) : (tensor<1x2x64x?xf32, affine_map<()[s0] -> (1, 2, 64, s0)>>) -> tensor<2x64x?xf32, affine_map<()[s0] -> (2, 64, s0)>>
+    %0 = "novella.matmul"(%q, %r) {transpose_rhs = false} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x64x?xf32, affine_map<()[s0] -> (2, 64, s0)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    return %0 : tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+  }
+}

@@ -1,0 +1,51 @@
+// RUN: novella-opt %s --novella-allocate --split-input-file | FileCheck %s
+// RUN: novella-opt %s --novella-allocate --split-input-file --config %S/../tools/Inputs/small-sram.toml | FileCheck %s --check-prefix=SMALL
+
+// Weights first (static offsets), then the input, then the intermediates at
+// offsets affine in T. The scalar op reuses the linear's buffer, free once
+// relu has read it. Each kernel op gets the SRAM budget of the config.
+// CHECK-DAG: #[[$SIZE:.*]] = affine_map<()[s0] -> (s0 * 128 + 2080)>
+// CHECK-DAG: #[[$W:.*]] = affine_map<()[s0] -> (0)>
+// CHECK-DAG: #[[$B:.*]] = affine_map<()[s0] -> (2048)>
+// CHECK-DAG: #[[$T1:.*]] = affine_map<()[s0] -> (s0 * 64 + 2080)>
+// CHECK-DAG: #[[$T2:.*]] = affine_map<()[s0] -> (s0 * 96 + 2080)>
+// CHECK-LABEL: func.func @chain
+// CHECK-SAME: {novella.dram = affine_map<()[s0] -> (2080)>}
+// CHECK-SAME: attributes {novella.dram_size = #[[$SIZE]]}
+// CHECK: %[[W:.*]] = "novella.weight"() {name = "w", novella.dram = #[[$W]]}
+// CHECK: %[[B:.*]] = "novella.weight"() {name = "b", novella.dram = #[[$B]]}
+// CHECK: %[[L:.*]] = "novella.linear"({{.*}}%[[W]], %[[B]]) {act = "none", novella.dram = #[[$T1]], novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}}
+// CHECK: %[[R:.*]] = "novella.relu"(%[[L]]) {novella.dram = #[[$T2]], novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}}
+// CHECK: %[[S:.*]] = "novella.scalar"(%[[R]]) {fn = "mul", novella.dram = #[[$T1]]
+// CHECK: return %[[S]]
+// SMALL-LABEL: func.func @chain
+// SMALL: "novella.linear"{{.*}}novella.sram_budget = {acc = 1024 : i64, spad = 4096 : i64}
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @chain(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>> {
+    %w = "novella.weight"() {name = "w"} : () -> tensor<32x64xf32>
+    %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "none"} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+    %1 = "novella.relu"(%0) : (tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+    %2 = "novella.scalar"(%1) {fn = "mul", value = 2.0 : f32} : (tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+    return %2 : tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+  }
+}
+
+// -----
+
+// Sizes are aligned to 16 elements with a ceildiv; a reshape aliases its
+// input (same offset, no budget: it moves no data).
+// CHECK-DAG: #[[$SIZE:.*]] = affine_map<()[s0] -> (((s0 * 3) ceildiv 16) * 32)>
+// CHECK-DAG: #[[$OFF:.*]] = affine_map<()[s0] -> (((s0 * 3) ceildiv 16) * 16)>
+// CHECK-LABEL: func.func @odd
+// CHECK-SAME: {novella.dram = affine_map<()[s0] -> (0)>}
+// CHECK-SAME: attributes {novella.dram_size = #[[$SIZE]]}
+// CHECK: %[[R:.*]] = "novella.relu"(%{{.*}}) {novella.dram = #[[$OFF]], novella.sram_budget
+// CHECK: "novella.reshape"(%[[R]]) {novella.dram = #[[$OFF]]} :
+module attributes {novella.symbols = {s0 = ["T", 1, 100]}} {
+  func.func @odd(%x: tensor<?x3xf32, affine_map<()[s0] -> (s0, 3)>>) -> tensor<?x1x3xf32, affine_map<()[s0] -> (s0, 1, 3)>> {
+    %0 = "novella.relu"(%x) : (tensor<?x3xf32, affine_map<()[s0] -> (s0, 3)>>) -> tensor<?x3xf32, affine_map<()[s0] -> (s0, 3)>>
+    %1 = "novella.reshape"(%0) : (tensor<?x3xf32, affine_map<()[s0] -> (s0, 3)>>) -> tensor<?x1x3xf32, affine_map<()[s0] -> (s0, 1, 3)>>
+    return %1 : tensor<?x1x3xf32, affine_map<()[s0] -> (s0, 1, 3)>>
+  }
+}

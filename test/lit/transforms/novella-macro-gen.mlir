@@ -1,0 +1,73 @@
+// RUN: novella-opt %s --novella-macro-gen --split-input-file | FileCheck %s
+
+// The tiled linear becomes a macro whose region is one grid step (n, m, k):
+// the weight and bias loads run only on the first step of each n block, the
+// row tile of x is loaded at row d1 * 64 with min(64, T - 64 * d1) rows (the
+// partial last tile), the matmul accumulates from the second k step on, and
+// the epilogue (bias, relu, store) runs on the last k step.
+// CHECK-DAG: #[[$WOFF:.*]] = affine_map<(d0, d1, d2)[s0] -> (d0 * 2048)>
+// CHECK-DAG: #[[$KOFF:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 64)>
+// CHECK-DAG: #[[$BOUND:.*]] = affine_map<(d0, d1, d2)[s0] -> (s0)>
+// CHECK-DAG: #[[$ROW0:.*]] = affine_map<(d0, d1, d2)[s0] -> (d1 * 64)>
+// CHECK-DAG: #[[$ROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d1 * -64 + s0)>
+// CHECK-DAG: #[[$ACCUM:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2, 1)>
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 64, 1)>
+// CHECK-DAG: #[[$FIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 == 0, d2 == 0)>
+// CHECK-DAG: #[[$LASTK:.*]] = affine_set<(d0, d1, d2)[s0] : (-d2 == 0)>
+// CHECK-LABEL: func.func @linear
+// CHECK-SAME: (%[[X:.*]]: tensor<1x?x64xf32
+// CHECK: %[[W:.*]] = "novella.weight"() {name = "w"
+// CHECK: %[[B:.*]] = "novella.weight"() {name = "b"
+// CHECK: %[[M:.*]] = "novella.macro"() ({
+// CHECK-NEXT: "novella.dma_load"(%[[W]]) {buffer = "w", cols = 64 : i64, dram_offset = #[[$WOFF]], {{.*}}rows = 32 : i64, {{.*}}tensor = 1 : i64, when = #[[$FIRST]]}
+// CHECK-NEXT: "novella.dma_load"(%[[B]]) {buffer = "bias", {{.*}}tensor = 2 : i64, when = #[[$FIRST]]}
+// CHECK-NEXT: "novella.dma_load"(%[[X]]) {buffer = "a", cols = 64 : i64, dram_offset = #[[$KOFF]], dram_stride = 64 : i64, row_bound = #[[$BOUND]], row_start = #[[$ROW0]], row_step = 1 : i64, rows = #[[$ROWS]], sram_stride = 64 : i64, tensor = 0 : i64}
+// CHECK-NEXT: "novella.mma"() {{.*}}acc = "acc", {{.*}}accumulate = #[[$ACCUM]], {{.*}}k = 64 : i64, lhs = "a", m = #[[$ROWS]], n = 32 : i64, rhs = "w", rhs_offset = #[[$KOFF]], transpose_b = 1 : i64}
+// CHECK-NEXT: "novella.vop"() {a = "acc", {{.*}}b = "bias", {{.*}}dst = "out", {{.*}}fn = "ADD", mode = "ROW", rows = #[[$ROWS]], when = #[[$LASTK]]}
+// CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}fn = "RELU", rows = #[[$ROWS]], when = #[[$LASTK]]}
+// CHECK-NEXT: "novella.dma_store"() {buffer = "out", {{.*}}row_bound = #[[$BOUND]], row_start = #[[$ROW0]], {{.*}}rows = #[[$ROWS]], {{.*}}when = #[[$LASTK]]}
+// CHECK-NEXT: }) {act = "relu", grid = #[[$GRID]], kernel = "novella.linear", novella.buffers = {{.*}}, novella.tiles = {tk = 64 : i64, tm = 64 : i64, tn = 32 : i64}} : () -> tensor<1x?x32xf32
+// CHECK-NOT: "novella.linear"
+// CHECK: return %[[M]]
+#map = affine_map<()[s0] -> (1, s0, 64)>
+#map1 = affine_map<()[s0] -> (1, s0, 32)>
+#map2 = affine_map<()[s0] -> (s0 * 96 + 2080)>
+#map3 = affine_map<()[s0] -> (0)>
+#map4 = affine_map<()[s0] -> (2048)>
+#map5 = affine_map<()[s0] -> (s0 * 64 + 2080)>
+#map6 = affine_map<()[s0] -> (1, s0 ceildiv 64, 1)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @linear(%arg0: tensor<1x?x64xf32, #map> {novella.dram = affine_map<()[s0] -> (2080)>}) -> tensor<1x?x32xf32, #map1> attributes {novella.dram_size = #map2} {
+    %0 = "novella.weight"() {name = "w", novella.dram = #map3} : () -> tensor<32x64xf32>
+    %1 = "novella.weight"() {name = "b", novella.dram = #map4} : () -> tensor<32xf32>
+    %2 = "novella.linear"(%arg0, %0, %1) {act = "relu", novella.buffers = {a = ["spad", 2048, 4096], acc = ["acc", 0, 2048], bias = ["spad", 6144, 32], out = ["spad", 6176, 2048], w = ["spad", 0, 2048]}, novella.dram = #map5, novella.grid = #map6, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, novella.tiles = {tk = 64 : i64, tm = 64 : i64, tn = 32 : i64}} : (tensor<1x?x64xf32, #map>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<1x?x32xf32, #map1>
+    return %2 : tensor<1x?x32xf32, #map1>
+  }
+}
+
+// -----
+
+// A row broadcast loads its single row once (first step) and adds it with
+// mode ROW to every row tile of the symbolic-length operand.
+// CHECK-DAG: #[[$ROWS:.*]] = affine_map<(d0)[s0] -> (64, d0 * -64 + s0)>
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (s0 ceildiv 64)>
+// CHECK-DAG: #[[$FIRST:.*]] = affine_set<(d0)[s0] : (d0 == 0)>
+// CHECK-LABEL: func.func @add_row
+// CHECK-SAME: (%[[A:.*]]: tensor<?x64xf32, {{.*}}, %[[B:.*]]: tensor<64xf32>
+// CHECK: %[[M:.*]] = "novella.macro"() ({
+// CHECK-NEXT: "novella.dma_load"(%[[A]]) {buffer = "t0", {{.*}}rows = #[[$ROWS]], {{.*}}tensor = 0 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[B]]) {buffer = "t1", {{.*}}rows = 1 : i64, {{.*}}tensor = 1 : i64, when = #[[$FIRST]]}
+// CHECK-NEXT: "novella.vop"() {a = "t0", {{.*}}b = "t1", {{.*}}fn = "ADD", mode = "ROW", rows = #[[$ROWS]]}
+// CHECK-NEXT: "novella.dma_store"() {buffer = "t0", {{.*}}rows = #[[$ROWS]], sram_stride = 64 : i64}
+// CHECK-NEXT: }) {grid = #[[$GRID]], kernel = "novella.add"
+// CHECK: return %[[M]]
+#map = affine_map<()[s0] -> (s0, 64)>
+#map1 = affine_map<()[s0] -> (s0 * 128 + 64)>
+#map2 = affine_map<()[s0] -> (s0 * 64 + 64)>
+#map3 = affine_map<()[s0] -> (s0 ceildiv 64)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @add_row(%arg0: tensor<?x64xf32, #map> {novella.dram = affine_map<()[s0] -> (0)>}, %arg1: tensor<64xf32> {novella.dram = affine_map<()[s0] -> (s0 * 64)>}) -> tensor<?x64xf32, #map> attributes {novella.dram_size = #map1} {
+    %0 = "novella.add"(%arg0, %arg1) {novella.buffers = {t0 = ["spad", 0, 4096], t1 = ["spad", 4096, 4096]}, novella.dram = #map2, novella.grid = #map3, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, novella.tiles = {tm = 64 : i64}} : (tensor<?x64xf32, #map>, tensor<64xf32>) -> tensor<?x64xf32, #map>
+    return %0 : tensor<?x64xf32, #map>
+  }
+}

@@ -1,0 +1,80 @@
+// RUN: novella-opt %s --novella-tile --split-input-file --verify-diagnostics | FileCheck %s
+// RUN: novella-opt %s --novella-tile=tile-m=16 --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=TM16
+
+// The row tiles of the linear cover the symbolic rows: grid (n, m, k) with a
+// ceildiv of T along m (the last tile may be partial); weight, bias and the
+// accumulator are sized by the tile and packed into the scratchpad.
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 64, 1)>
+// CHECK-LABEL: func.func @linear
+// CHECK: "novella.linear"
+// CHECK-SAME: novella.buffers = {a = ["spad", 2048, 4096], acc = ["acc", 0, 2048], bias = ["spad", 6144, 32], out = ["spad", 6176, 2048], w = ["spad", 0, 2048]}
+// CHECK-SAME: novella.grid = #[[$GRID]]
+// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 64 : i64, tn = 32 : i64}
+// TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 16, 1)>
+// TM16-LABEL: func.func @linear
+// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 32 : i64}
+#x = affine_map<()[s0] -> (1, s0, 64)>
+#y = affine_map<()[s0] -> (1, s0, 32)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @linear(%x: tensor<1x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (2080)>}) -> tensor<1x?x32xf32, #y> {
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<32x64xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (2048)>} : () -> tensor<32xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "relu", novella.dram = affine_map<()[s0] -> (s0 * 64 + 2080)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, #x>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<1x?x32xf32, #y>
+    return %0 : tensor<1x?x32xf32, #y>
+  }
+}
+
+// -----
+
+// A small SRAM budget splits N and K: the weight slab and the accumulator
+// tile shrink until every buffer fits (spad 8192, acc 1024 elements).
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (4, s0 ceildiv 64, 8)>
+// CHECK-LABEL: func.func @small_budget
+// CHECK: novella.buffers = {a = ["spad", 4096, 2048], acc = ["acc", 0, 1024], bias = ["spad", 6144, 16], out = ["spad", 6160, 1024], w = ["spad", 0, 4096]}
+// CHECK-SAME: novella.grid = #[[$GRID]]
+// CHECK-SAME: novella.tiles = {tk = 32 : i64, tm = 64 : i64, tn = 16 : i64}
+// TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (4, s0 ceildiv 16, 2)>
+// TM16-LABEL: func.func @small_budget
+// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tk = 128 : i64, tm = 16 : i64, tn = 16 : i64}
+#x = affine_map<()[s0] -> (s0, 256)>
+#y = affine_map<()[s0] -> (s0, 64)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @small_budget(%x: tensor<?x256xf32, #x> {novella.dram = affine_map<()[s0] -> (16448)>}) -> tensor<?x64xf32, #y> {
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<64x256xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (16384)>} : () -> tensor<64xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 256 + 16448)>, novella.sram_budget = {acc = 1024 : i64, spad = 8192 : i64}} : (tensor<?x256xf32, #x>, tensor<64x256xf32>, tensor<64xf32>) -> tensor<?x64xf32, #y>
+    return %0 : tensor<?x64xf32, #y>
+  }
+}
+
+// -----
+
+// Elementwise ops tile the flattened rows (2 * T) of the row-major view.
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 64)>
+// CHECK-LABEL: func.func @add
+// CHECK: "novella.add"(%{{.*}}, %{{.*}}) {novella.buffers = {t0 = ["spad", 0, 4096], t1 = ["spad", 4096, 4096]}, {{.*}}novella.grid = #[[$GRID]], {{.*}}novella.tiles = {tm = 64 : i64}}
+// TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 16)>
+// TM16-LABEL: func.func @add
+// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tm = 16 : i64}
+#x = affine_map<()[s0] -> (2, s0, 64)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @add(%a: tensor<2x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (0)>}, %b: tensor<2x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (s0 * 128)>}) -> tensor<2x?x64xf32, #x> {
+    %0 = "novella.add"(%a, %b) {novella.dram = affine_map<()[s0] -> (s0 * 256)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<2x?x64xf32, #x>, tensor<2x?x64xf32, #x>) -> tensor<2x?x64xf32, #x>
+    return %0 : tensor<2x?x64xf32, #x>
+  }
+}
+
+// -----
+
+// Nothing fits a 2048-element scratchpad: the pass fails on the op.
+#x = affine_map<()[s0] -> (s0, 256)>
+#y = affine_map<()[s0] -> (s0, 64)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @no_fit(%x: tensor<?x256xf32, #x> {novella.dram = affine_map<()[s0] -> (16448)>}) -> tensor<?x64xf32, #y> {
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<64x256xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (16384)>} : () -> tensor<64xf32>
+    // expected-error @+1 {{does not fit the SRAM of this config}}
+    %0 = "novella.linear"(%x, %w, %b) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 256 + 16448)>, novella.sram_budget = {acc = 1024 : i64, spad = 2048 : i64}} : (tensor<?x256xf32, #x>, tensor<64x256xf32>, tensor<64xf32>) -> tensor<?x64xf32, #y>
+    return %0 : tensor<?x64xf32, #y>
+  }
+}

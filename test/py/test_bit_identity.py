@@ -1,0 +1,78 @@
+"""Static, per-length and JIT instruction streams must be bit-identical for every length in bounds.
+
+* static: the model compiled with T fixed (no symbols), fully expanded;
+* per-length: the `?` artifact expanded by the naive reference expander in
+  `runtime/streams.py` (a loop per word), as a per-length store would ship;
+* jit: the vectorized JIT on MacroMeta + TileMeta.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import models  # noqa: E402
+
+from novella_mlir.runtime import streams  # noqa: E402
+from novella_mlir.runtime.jit import Jit  # noqa: E402
+from simulator import isa  # noqa: E402
+
+MAX = {"mlp": 2048, "mlp384": 1500, "layer": 1500}
+RNG = np.random.default_rng(1234)
+BOUNDARIES = (1, 63, 64, 65, 127, 128, 129)
+STATIC = {
+    "mlp": BOUNDARIES + tuple(int(t) for t in RNG.integers(2, 2048, 2)) + (2048,),
+    "mlp384": (1, 64, 65, 1500),
+    "layer": (1, 64, 65, 129, 1500),
+}
+JIT_VS_REFERENCE = {
+    "mlp": tuple(range(1, 200)) + tuple(int(t) for t in RNG.integers(200, 2048, 20)) + (2047, 2048),
+    "mlp384": tuple(range(1, 131)) + (700,),
+    "layer": BOUNDARIES + (191, 192, 193, 777, 1500),
+}
+
+
+def _diff(a: np.ndarray, b: np.ndarray) -> str:
+    if a.shape != b.shape:
+        return f"{a.shape} words vs {b.shape}"
+    i = int(np.flatnonzero((a != b).any(axis=1))[0])
+    return f"first difference at word {i}:\n  {isa.disassemble(a[i])}\n  {isa.disassemble(b[i])}"
+
+
+def _assert_same(got: dict, length: int) -> None:
+    ref = got["jit"]
+    for name, words in got.items():
+        assert words.dtype == np.uint64 and words.shape[1:] == (isa.LANES,)
+        assert np.array_equal(words, ref), f"T={length}: {name} != jit, {_diff(words, ref)}"
+
+
+@pytest.mark.parametrize("name", ["mlp", "mlp384"])
+def test_static_per_length_jit_identical(name):
+    spec, module, npu = models.compile_model(name, MAX[name])
+    for t in STATIC[name]:
+        static = streams.compile_static(module, spec.example(t))
+        assert static.artifact.symbols == [], "a static compile must have no symbols"
+        _assert_same(streams.three_streams(static, npu.artifact, t), t)
+
+
+@pytest.mark.parametrize("name", ["mlp", "mlp384"])
+def test_jit_matches_reference_expander(name):
+    _, _, npu = models.compile_model(name, MAX[name])
+    lengths = JIT_VS_REFERENCE[name]
+    per_length = streams.PerLength(npu.artifact, lengths)
+    jit = Jit(npu.artifact)
+    for t in lengths:
+        words = jit.instantiate([t]).words
+        _assert_same({"per_length": per_length.words(t), "jit": words}, t)
+        assert streams.count_words(npu.artifact, [t]) == len(words)
+
+
+def test_per_length_bytes_are_counted_exactly():
+    _, _, npu = models.compile_model("mlp", MAX["mlp"])
+    jit = Jit(npu.artifact, cache_size=0)
+    expect = sum(jit.instantiate([t]).nbytes for t in range(1, 300))
+    assert streams.per_length_nbytes(npu.artifact, 1, 299) == expect

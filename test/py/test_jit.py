@@ -1,0 +1,162 @@
+"""The JIT: compact metadata, vectorized instantiation, the per-length cache, and its errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import models  # noqa: E402
+
+from novella_mlir.runtime import expr  # noqa: E402
+from novella_mlir.runtime.jit import Jit  # noqa: E402
+from simulator import isa  # noqa: E402
+
+TOKEN_FIELDS = {"pop_prev", "pop_next", "push_prev", "push_next"}
+
+
+@pytest.fixture(scope="module")
+def art():
+    return models.compile_model("mlp", 2048)[2].artifact
+
+
+def _programs(a) -> list:
+    """Every expression of the artifact: (where, program)."""
+    out = [("tile", p) for t in a.tiles for p in t.grid + list(t.bases.values())]
+    for mm in a.macros:
+        for inst in mm.insts:
+            out += [("macro", p) for progs in inst.var.values() for p in progs]
+            out += [("macro", p) for _, p in inst.when]
+    return out
+
+
+# ------------------------------------------------------------------ compactness
+
+
+def test_metadata_does_not_grow_with_max_len():
+    small = models.compile_model("mlp", 1500)[2].artifact
+    large = models.compile_model("mlp", 15000)[2].artifact
+    assert small.nbytes == large.nbytes
+    assert small.macro_nbytes == large.macro_nbytes and small.tile_nbytes == large.tile_nbytes
+    a, b = small.metadata(), large.metadata()
+    assert (a.pop("symbols"), b.pop("symbols")) == ([["T", 1, 1500]], [["T", 1, 15000]])
+    assert a == b, "only the bounds may differ between max_len 1500 and 15000"
+
+
+def test_tile_meta_has_no_per_tile_entries(art):
+    assert len(art.tiles) == 2, "one TileMeta per linear op, not per tile"
+    assert len(Jit(art).instantiate([2048]).words) > 100 * len(art.tiles)
+    for where, prog in _programs(art):
+        names = {t for t in prog if isinstance(t, str) and t[0] in "sd"}
+        if where == "tile":
+            assert names <= {"s0"}, f"TileMeta expression {prog} depends on a tile index"
+        else:
+            assert all(n[1:].isdigit() for n in names)
+
+
+def test_tokens_are_not_stored(art):
+    for mm in art.macros:
+        for inst in mm.insts:
+            assert not TOKEN_FIELDS & (set(inst.const) | set(inst.var))
+    assert "push_" not in json.dumps(art.metadata()) and "pop_" not in json.dumps(art.metadata())
+
+
+# ------------------------------------------------------------------ vectorization and cache
+
+
+def _count_calls(monkeypatch, module, name) -> list:
+    calls = []
+    real = getattr(module, name)
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_no_python_work_per_word(art, monkeypatch):
+    evals = _count_calls(monkeypatch, expr, "evaluate")
+    encodes = _count_calls(monkeypatch, isa, "encode")
+    counts = {}
+    for t in (65, 2048):
+        evals.clear()
+        words = Jit(art).instantiate([t]).words
+        counts[t] = (len(evals), len(words))
+    assert counts[65][0] == counts[2048][0], f"expression evaluations grow with the length: {counts}"
+    assert counts[2048][1] > 10 * counts[65][1]
+    assert not encodes, "isa.encode (one word) must not be used by the JIT"
+
+
+def test_repeated_length_is_served_from_the_cache(art, monkeypatch):
+    builds = _count_calls(monkeypatch, Jit, "_build")
+    j = Jit(art, cache_size=2)
+    first = j.instantiate([100])
+    assert j.instantiate([100]) is first and len(builds) == 1
+    j.instantiate([101])
+    j.instantiate([102])
+    assert len(builds) == 3
+    again = j.instantiate([100])
+    assert len(builds) == 4 and again is not first
+    assert np.array_equal(again.words, first.words)
+
+
+def test_executor_reuses_the_program_for_a_repeated_length(monkeypatch):
+    spec, _, npu = models.compile_model("mlp", 2048)
+    builds = _count_calls(monkeypatch, Jit, "_build")
+    npu(spec.example(37))
+    program = npu.last_run.program
+    npu(spec.example(37))
+    assert npu.last_run.program is program and len(builds) == 1
+
+
+# ------------------------------------------------------------------ errors are the encoder's
+
+
+def _broken(art, edit):
+    a = copy.deepcopy(art)
+    edit(a)
+    return Jit(a)
+
+
+def _load_x(a):
+    return a.macros[0].insts[2]
+
+
+def test_out_of_range_constant_names_the_field(art):
+    j = _broken(art, lambda a: _load_x(a).const.__setitem__("cols", 5000))
+    with pytest.raises(isa.EncodingError, match=r"LOAD: field 'cols' value 5000 out of range \[0, 4095\]"):
+        j.instantiate([10])
+
+
+def test_out_of_range_variable_names_the_first_bad_value(art):
+    j = _broken(art, lambda a: _load_x(a).var.__setitem__("rows", [["s0", 100, "*"]]))
+    j.instantiate([40])
+    with pytest.raises(isa.EncodingError, match=r"LOAD: field 'rows' value 4100 out of range \[0, 4095\]"):
+        j.instantiate([41])
+
+
+def test_dram_base_overflow_names_the_field(art):
+    j = _broken(art, lambda a: a.tiles[1].bases.__setitem__("1", [2**32 + 6]))
+    with pytest.raises(isa.EncodingError, match=r"LOAD: field 'dram_base' value 4294967302 out of range"):
+        j.instantiate([10])
+
+
+def test_unknown_field_is_refused(art):
+    j = _broken(art, lambda a: _load_x(a).const.__setitem__("m", 1))
+    with pytest.raises(isa.EncodingError, match="LOAD: unknown field 'm'"):
+        j.instantiate([10])
+
+
+def test_step_without_compute_is_refused(art):
+    def drop_compute(a):
+        a.macros[0].insts = [i for i in a.macros[0].insts if i.opcode in ("LOAD", "STORE")]
+
+    with pytest.raises(RuntimeError, match=r"steps \[0 1 2\] have no compute instruction"):
+        _broken(art, drop_compute).instantiate([130])
