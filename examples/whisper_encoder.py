@@ -105,8 +105,12 @@ def main(argv=None) -> None:
     model = build(args.layers)
     t0 = time.perf_counter()
     npu = compile_encoder(model, dump_dir=args.dump_dir)
-    print(f"compiled {args.layers}-layer encoder for T in [{MIN_FRAMES}, {MAX_FRAMES}] in {time.perf_counter() - t0:.1f} s")
-    print(f"{'frames':>6} {'tokens':>6} {'max err':>9} {'ok':>3} {'cycles':>11} {'MAC util':>8} {'insts':>7} {'host s':>7}")
+    print(
+        f"compiled {args.layers}-layer encoder for T in [{MIN_FRAMES}, {MAX_FRAMES}] in {time.perf_counter() - t0:.1f} s"
+    )
+    print(
+        f"{'frames':>6} {'tokens':>6} {'max err':>9} {'ok':>3} {'cycles':>11} {'MAC util':>8} {'insts':>7} {'host s':>7}"
+    )
     for frames in lengths:
         r = run(npu, model, frames)
         print(

@@ -81,19 +81,63 @@ class Conv1d:
         rows = tile_rows(1, tm, out_len)
         resident = first(1)
         _gather_weights(b, cin, k, tn, resident)
-        b.load("bias", 2, dram_offset=b.d(0) * tn, dram_stride=tn, row_start=0, row_step=1, row_bound=1,
-               rows=1, cols=tn, sram_stride=tn, when=resident)
+        b.load(
+            "bias",
+            2,
+            dram_offset=b.d(0) * tn,
+            dram_stride=tn,
+            row_start=0,
+            row_step=1,
+            row_bound=1,
+            rows=1,
+            cols=tn,
+            sram_stride=tn,
+            when=resident,
+        )
         x_rows = [sy.const((tm - 1) * stride + k), (out_len - b.d(1) * tm) * stride + sy.const(k - stride)]
-        b.load("x", 0, dram_offset=0, dram_stride=cin, row_start=b.d(1) * (tm * stride) - sy.const(pad),
-               row_step=1, row_bound=length, rows=x_rows, cols=cin, sram_stride=cin)
+        b.load(
+            "x",
+            0,
+            dram_offset=0,
+            dram_stride=cin,
+            row_start=b.d(1) * (tm * stride) - sy.const(pad),
+            row_step=1,
+            row_bound=length,
+            rows=x_rows,
+            cols=cin,
+            sram_stride=cin,
+        )
         for tap in range(k):
-            b.mma("acc", "x", "w", lhs_offset=tap * cin, rhs_offset=tap * tn * cin, a_stride=stride * cin,
-                  b_stride=cin, acc_stride=tn, m=rows, k=cin, n=tn, accumulate=int(tap > 0), transpose_b=1)
+            b.mma(
+                "acc",
+                "x",
+                "w",
+                lhs_offset=tap * cin,
+                rhs_offset=tap * tn * cin,
+                a_stride=stride * cin,
+                b_stride=cin,
+                acc_stride=tn,
+                m=rows,
+                k=cin,
+                n=tn,
+                accumulate=int(tap > 0),
+                transpose_b=1,
+            )
         geo = dict(rows=rows, cols=tn, dst_stride=tn, a_stride=tn, b_stride=tn)
         b.vop("ADD", "out", "acc", "bias", mode="ROW", **geo)
         emit_act(b, _attr(op, "act"), "out", "tmp", rows, tn, tn)
-        b.store("out", -1, dram_offset=b.d(0) * tn, dram_stride=cout, row_start=b.d(1) * tm, row_step=1,
-                row_bound=out_len, rows=rows, cols=tn, sram_stride=tn)
+        b.store(
+            "out",
+            -1,
+            dram_offset=b.d(0) * tn,
+            dram_stride=cout,
+            row_start=b.d(1) * tm,
+            row_step=1,
+            row_bound=out_len,
+            rows=rows,
+            cols=tn,
+            sram_stride=tn,
+        )
 
 
 def _gather_weights(b, cin: int, k: int, tn: int, when) -> None:
@@ -103,21 +147,43 @@ def _gather_weights(b, cin: int, k: int, tn: int, when) -> None:
     for tap in range(k):
         for c0 in range(0, tn, group):
             n = min(group, tn - c0) * cin
-            b.load("w", 1, dram_offset=(b.d(0) * tn + c0) * (cin * k) + tap, dram_stride=k, row_start=0,
-                   row_step=1, row_bound=n, rows=n, cols=1, sram_stride=1, buf_offset=(tap * tn + c0) * cin,
-                   when=when)
+            b.load(
+                "w",
+                1,
+                dram_offset=(b.d(0) * tn + c0) * (cin * k) + tap,
+                dram_stride=k,
+                row_start=0,
+                row_step=1,
+                row_bound=n,
+                rows=n,
+                cols=1,
+                sram_stride=1,
+                buf_offset=(tap * tn + c0) * cin,
+                when=when,
+            )
 
 
 # ------------------------------------------------------------------ legalize patterns
 
 
 def _conv(op, x, layout: str, act: str, n_syms: int) -> ir.Value:
-    attrs = {"stride": op.attributes["stride"], "padding": op.attributes["padding"],
-             "layout": ir.StringAttr.get(layout)}
+    attrs = {
+        "stride": op.attributes["stride"],
+        "padding": op.attributes["padding"],
+        "layout": ir.StringAttr.get(layout),
+    }
     w, bias = op.operands[1], op.operands[2]
     rt = typed("novella.conv1d", [x, w, bias], attrs, n_syms)
-    return Conv1dOp(input=x, weight=w, bias=bias, result=rt, stride=attrs["stride"], padding=attrs["padding"],
-                    layout=attrs["layout"], act=ir.StringAttr.get(act)).result
+    return Conv1dOp(
+        input=x,
+        weight=w,
+        bias=bias,
+        result=rt,
+        stride=attrs["stride"],
+        padding=attrs["padding"],
+        layout=attrs["layout"],
+        act=ir.StringAttr.get(act),
+    ).result
 
 
 @legalize_pattern(Conv1dOp)

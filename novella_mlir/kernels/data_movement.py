@@ -135,8 +135,14 @@ class _RowMove:
     def _dma(self, b, side, tm, rows):
         width = self.count * self.cols
         total = self.ishape[self.g]
-        geo = dict(dram_stride=self.strides[side][self.g], row_start=b.d(0) * tm, row_step=1, row_bound=total,
-                   rows=rows, sram_stride=width)
+        geo = dict(
+            dram_stride=self.strides[side][self.g],
+            row_start=b.d(0) * tm,
+            row_step=1,
+            row_bound=total,
+            rows=rows,
+            sram_stride=width,
+        )
         move, tensor, buf = (b.load, 0, "t") if side == "in" else (b.store, -1, "o")
         if self.packed[side] is not None:
             move(buf, tensor, dram_offset=0, cols=width, **geo)
@@ -186,12 +192,33 @@ def _swap_macro(tv, t, b):
     b.vop("FILL", "eye", rows=tc, cols=tc, dst_stride=tc, imm=0.0, when=once)
     b.vop("FILL", "eye", rows=tc, cols=1, dst_stride=tc + 1, imm=1.0, when=once)
     base = b.d(0) * (r * c)
-    b.load("x", 0, dram_offset=base + b.d(1) * tc, dram_stride=c, row_start=b.d(2) * tr, row_step=1,
-           row_bound=r, rows=rows, cols=cols, sram_stride=tc)
-    b.mma("acc", "eye", "x", a_stride=tc, b_stride=tc, acc_stride=tr, m=cols, k=cols, n=rows,
-          accumulate=0, transpose_b=1)
-    b.store("acc", -1, dram_offset=base + b.d(2) * tr, dram_stride=r, row_start=b.d(1) * tc, row_step=1,
-            row_bound=c, rows=cols, cols=rows, sram_stride=tr)
+    b.load(
+        "x",
+        0,
+        dram_offset=base + b.d(1) * tc,
+        dram_stride=c,
+        row_start=b.d(2) * tr,
+        row_step=1,
+        row_bound=r,
+        rows=rows,
+        cols=cols,
+        sram_stride=tc,
+    )
+    b.mma(
+        "acc", "eye", "x", a_stride=tc, b_stride=tc, acc_stride=tr, m=cols, k=cols, n=rows, accumulate=0, transpose_b=1
+    )
+    b.store(
+        "acc",
+        -1,
+        dram_offset=base + b.d(2) * tr,
+        dram_stride=r,
+        row_start=b.d(1) * tc,
+        row_step=1,
+        row_bound=c,
+        rows=cols,
+        cols=rows,
+        sram_stride=tr,
+    )
 
 
 # ------------------------------------------------------------------ slice
@@ -226,8 +253,15 @@ class Slice:
         dim, start, inner = self._geometry(op, tv)
         tm, total = t.tiles["tm"], tv.shape(-1)[dim]
         rows = tile_rows(0, tm, total)
-        geo = dict(dram_stride=inner, row_start=b.d(0) * tm, row_step=1, row_bound=total, rows=rows,
-                   cols=inner, sram_stride=inner)
+        geo = dict(
+            dram_stride=inner,
+            row_start=b.d(0) * tm,
+            row_step=1,
+            row_bound=total,
+            rows=rows,
+            cols=inner,
+            sram_stride=inner,
+        )
         b.load("t", 0, dram_offset=start * inner, **geo)
         b.vop("COPY", "o", "t", rows=rows, cols=inner, dst_stride=inner, a_stride=inner)
         b.store("o", -1, dram_offset=0, **geo)

@@ -46,15 +46,31 @@ def row_tiling(op_desc: str, rows, cols: int, budget, n_buffers: int, options, e
 
 def _load_rows(b, buf, tensor, tm, rows_total, cols, rows):
     b.load(
-        buf, tensor, dram_offset=0, dram_stride=cols, row_start=b.d(0) * tm, row_step=1,
-        row_bound=rows_total, rows=rows, cols=cols, sram_stride=cols,
+        buf,
+        tensor,
+        dram_offset=0,
+        dram_stride=cols,
+        row_start=b.d(0) * tm,
+        row_step=1,
+        row_bound=rows_total,
+        rows=rows,
+        cols=cols,
+        sram_stride=cols,
     )
 
 
 def _store_rows(b, buf, tm, rows_total, cols, rows):
     b.store(
-        buf, -1, dram_offset=0, dram_stride=cols, row_start=b.d(0) * tm, row_step=1,
-        row_bound=rows_total, rows=rows, cols=cols, sram_stride=cols,
+        buf,
+        -1,
+        dram_offset=0,
+        dram_stride=cols,
+        row_start=b.d(0) * tm,
+        row_step=1,
+        row_bound=rows_total,
+        rows=rows,
+        cols=cols,
+        sram_stride=cols,
     )
 
 
@@ -126,14 +142,35 @@ class Binary:
 
 
 def _load_one(b, buf, tensor, rows, cols, stride, **f):
-    b.load(buf, tensor, dram_offset=0, dram_stride=stride, row_start=0, row_step=0, row_bound=1, rows=rows,
-           cols=cols, sram_stride=stride, **f)
+    b.load(
+        buf,
+        tensor,
+        dram_offset=0,
+        dram_stride=stride,
+        row_start=0,
+        row_step=0,
+        row_bound=1,
+        rows=rows,
+        cols=cols,
+        sram_stride=stride,
+        **f,
+    )
 
 
 def _load_col(b, buf, tensor, kind, tm, total, rows):
     if kind == "col":
-        b.load(buf, tensor, dram_offset=0, dram_stride=1, row_start=b.d(0) * tm, row_step=1, row_bound=total,
-               rows=rows, cols=1, sram_stride=1)
+        b.load(
+            buf,
+            tensor,
+            dram_offset=0,
+            dram_stride=1,
+            row_start=b.d(0) * tm,
+            row_step=1,
+            row_bound=total,
+            rows=rows,
+            cols=1,
+            sram_stride=1,
+        )
     else:
         _load_one(b, buf, tensor, 1, 1, 1, when=first(0))
 

@@ -69,7 +69,9 @@ class Executor:
         t0 = time.perf_counter()
         program = self.jit.instantiate(syms)
         t1 = time.perf_counter()
-        sim = Simulator(self.config, int(expr.evaluate(self.art.dram_size, syms)), check_hazards=check_hazards, trace=trace)
+        sim = Simulator(
+            self.config, int(expr.evaluate(self.art.dram_size, syms)), check_hazards=check_hazards, trace=trace
+        )
         for name, (offset, _) in self.art.weight_layout.items():
             sim.dram.write(offset, self.art.weights[name].ravel())
         for x, meta in zip(inputs, self.art.inputs):

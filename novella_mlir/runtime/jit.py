@@ -76,15 +76,26 @@ class _Plan:
                 self.ok = bits is not None
                 self.base[layout[name].lane] |= np.uint64(bits or 0)
         skip = "dram_base" if self.relative else None
-        self.var = [(layout[n], p) for n, p in t.var.items() if self.ok and n != skip]
+        self.guard = _key(t.when)
+        self.var = []
+        for name, progs in t.var.items():
+            if name != skip:
+                f = layout.get(name)
+                self.var.append((f, progs, (self.guard, f, _key(progs))))
         self.dram = layout.get("dram_base") if self.relative else None
 
-    def encode(self, syms, dims, count) -> np.ndarray | None:
-        """Words for the `count` selected grid points, or None if a field is out of range."""
+    def encode(self, syms, dims, count, memo: dict) -> np.ndarray | None:
+        """Words for the `count` selected grid points, or None if a field is out of range.
+
+        `memo` holds the encoded bits of (guard, field, expression) within one
+        expansion: templates of a macro share many fields (rows, strides)."""
         lanes = list(self.base)
-        for f, progs in self.var:
-            if not _put(lanes, f, expr.evaluate_min(progs, syms, dims)):
+        for f, progs, key in self.var:
+            if key not in memo:
+                memo[key] = _field_bits(f, expr.evaluate_min(progs, syms, dims))
+            if memo[key] is None:
                 return None
+            lanes[f.lane] = lanes[f.lane] | memo[key]
         out = np.empty((count, isa.LANES), np.uint64)
         for i, v in enumerate(lanes):
             out[:, i] = v
@@ -106,17 +117,19 @@ def _bits(f, v) -> int | None:
     return (int(v) & f.mask) << f.offset
 
 
-def _put(lanes, f, v) -> bool:
-    """ORs the value(s) `v` of field `f` into `lanes`; False if any is out of range."""
+def _field_bits(f, v):
+    """The value(s) `v` of field `f`, masked and shifted into place; None if any is out of range."""
     if f.name in isa.FLOAT_FIELDS:
-        bits = np.asarray(v, np.float32).view(np.uint32).astype(np.uint64)
-    else:
-        a = np.asarray(v)
-        if a.dtype.kind not in "iub" or (a.size and (a.min() < f.lo or a.max() > f.hi)):
-            return False
-        bits = (a.astype(np.int64) & f.mask).astype(np.uint64)
-    lanes[f.lane] = lanes[f.lane] | (bits << np.uint64(f.offset))
-    return True
+        return np.asarray(v, np.float32).view(np.uint32).astype(np.uint64) << np.uint64(f.offset)
+    a = np.asarray(v)
+    if a.dtype.kind not in "iub" or (a.size and (a.min() < f.lo or a.max() > f.hi)):
+        return None
+    return (a.astype(np.int64) & f.mask).astype(np.uint64) << np.uint64(f.offset)
+
+
+def _key(x):
+    """A hashable copy of nested lists."""
+    return tuple(_key(v) for v in x) if isinstance(x, list) else x
 
 
 @dataclass
@@ -143,6 +156,7 @@ class Jit:
         self.cache_size = cache_size
         self.queues = [[_QUEUE[isa.QUEUE_OF[isa.Opcode[t.opcode]]] for t in m.insts] for m in artifact.macros]
         self._plans = [[None] * len(m.insts) for m in artifact.macros]
+        self._ids: dict = {}
 
     def instantiate(self, symbols) -> Program:
         key = tuple(int(s) for s in symbols)
@@ -191,6 +205,7 @@ class Jit:
         plan = self._plans[macro][j]
         if plan is None:
             plan = self._plans[macro][j] = _Plan(self.art.macros[macro].insts[j])
+            plan.var = [(f, p, self._ids.setdefault(key, len(self._ids))) for f, p, key in plan.var]
         return plan
 
     def _expand(self, macro: int, syms, extents) -> _Expansion | None:
@@ -200,23 +215,28 @@ class Jit:
         if n <= 0:
             return _EMPTY
         dims = np.unravel_index(np.arange(n, dtype=np.int64), extents) if extents else ()
-        masks = np.stack([_mask(t, syms, dims, n) for t in mm.insts], axis=1)
+        plans = [self._plan(macro, j) for j in range(len(mm.insts))]
+        guards = {}
+        for p in plans:
+            if p.guard not in guards:
+                guards[p.guard] = _mask(p.t, syms, dims, n)
+        masks = np.stack([guards[p.guard] for p in plans], axis=1)
         per_point = masks.sum(axis=1)
         pos = (np.cumsum(masks.ravel()) - 1).reshape(masks.shape)
         nonempty = per_point > 0
         step = np.repeat(np.cumsum(nonempty) - 1, per_point)
         out = np.empty((len(step), isa.LANES), np.uint64)
         queue = np.empty(len(step), np.int64)
-        dram = []
-        for j, t in enumerate(mm.insts):
+        dram, memo, selected = [], {}, {(): (n, dims)}
+        for j, (t, plan) in enumerate(zip(mm.insts, plans)):
             m = masks[:, j]
-            count = int(m.sum()) if t.when else n
+            if plan.guard not in selected:
+                selected[plan.guard] = (int(m.sum()), tuple(d[m] for d in dims))
+            count, sel = selected[plan.guard]
             if count == 0:
                 continue
-            plan = self._plan(macro, j)
-            sel = tuple(d[m] for d in dims) if t.when else dims
             at = pos[m, j] if t.when else pos[:, j]
-            words = plan.encode(syms, sel, count) if plan.ok else None
+            words = plan.encode(syms, sel, count, memo) if plan.ok else None
             if words is None:
                 return None
             out[at] = words

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import sys
+import traceback
 from dataclasses import dataclass
 
 from torch_mlir import ir, passmanager
@@ -167,6 +169,11 @@ class Opt:
                 self.pass_manager(ctx).run(module.operation)
             except ir.MLIRError as e:
                 return None, seen + dg.from_mlir_error(e, self.source, chunk.offset)
+            except Exception as e:  # a crashing Python verifier must still come out as a diagnostic
+                if os.environ.get("NOVELLA_DEBUG"):
+                    traceback.print_exc()
+                message = f"internal error while processing this input: {type(e).__name__}: {e}"
+                return None, [*seen, dg.Diag("error", self.source.name, chunk.offset + 1, 1, message)]
             text = module.operation.get_asm(
                 enable_debug_info=self.args.mlir_print_debuginfo,
                 print_generic_op_form=self.args.mlir_print_op_generic,

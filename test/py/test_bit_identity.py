@@ -27,13 +27,20 @@ BOUNDARIES = (1, 63, 64, 65, 127, 128, 129)
 STATIC = {
     "mlp": BOUNDARIES + tuple(int(t) for t in RNG.integers(2, 2048, 2)) + (2048,),
     "mlp384": (1, 64, 65, 1500),
-    "layer": (1, 64, 65, 129, 1500),
+    "layer": (2, 64, 65, 129, 1500),
 }
 JIT_VS_REFERENCE = {
     "mlp": tuple(range(1, 200)) + tuple(int(t) for t in RNG.integers(200, 2048, 20)) + (2047, 2048),
     "mlp384": tuple(range(1, 131)) + (700,),
-    "layer": BOUNDARIES + (191, 192, 193, 777, 1500),
+    "layer": (2, 3) + BOUNDARIES[1:] + (191, 192, 193, 777, 1500),
 }
+
+
+LAYER_STATIC = pytest.mark.xfail(
+    strict=True,
+    reason="bound-dependent choices: kernels/attention.py picks matmul/softmax tiles from upper() (the "
+    "symbol bounds, or the static size); novella_allocate reuses DRAM by an exhaustive check over the bounds",
+)
 
 
 def _diff(a: np.ndarray, b: np.ndarray) -> str:
@@ -50,7 +57,7 @@ def _assert_same(got: dict, length: int) -> None:
         assert np.array_equal(words, ref), f"T={length}: {name} != jit, {_diff(words, ref)}"
 
 
-@pytest.mark.parametrize("name", ["mlp", "mlp384"])
+@pytest.mark.parametrize("name", ["mlp", "mlp384", pytest.param("layer", marks=LAYER_STATIC)])
 def test_static_per_length_jit_identical(name):
     spec, module, npu = models.compile_model(name, MAX[name])
     for t in STATIC[name]:
@@ -59,7 +66,7 @@ def test_static_per_length_jit_identical(name):
         _assert_same(streams.three_streams(static, npu.artifact, t), t)
 
 
-@pytest.mark.parametrize("name", ["mlp", "mlp384"])
+@pytest.mark.parametrize("name", ["mlp", "mlp384", "layer"])
 def test_jit_matches_reference_expander(name):
     _, _, npu = models.compile_model(name, MAX[name])
     lengths = JIT_VS_REFERENCE[name]
@@ -71,8 +78,10 @@ def test_jit_matches_reference_expander(name):
         assert streams.count_words(npu.artifact, [t]) == len(words)
 
 
-def test_per_length_bytes_are_counted_exactly():
-    _, _, npu = models.compile_model("mlp", MAX["mlp"])
-    jit = Jit(npu.artifact, cache_size=0)
-    expect = sum(jit.instantiate([t]).nbytes for t in range(1, 300))
-    assert streams.per_length_nbytes(npu.artifact, 1, 299) == expect
+@pytest.mark.parametrize("name, lo, hi", [("mlp", 1, 299), ("layer", 2, 40)])
+def test_per_length_bytes_are_counted_exactly(name, lo, hi):
+    art = models.compile_model(name, MAX[name])[2].artifact
+    jit = Jit(art, cache_size=0)
+    expect = [len(jit.instantiate([t]).words) for t in range(lo, hi + 1)]
+    assert list(streams.count_words_range(art, lo, hi)) == expect
+    assert streams.per_length_nbytes(art, lo, hi) == sum(expect) * isa.WORD_BYTES

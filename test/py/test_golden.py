@@ -24,7 +24,7 @@ import models  # noqa: E402
 
 GOLDEN = ROOT / "test" / "golden"
 KEYS = ("symbols", "inputs", "outputs", "dram_size", "weight_layout", "macros", "tiles")
-MODELS = {"mlp": ("mlp", 2048), "mlp384": ("mlp384", 1500)}
+MODELS = {"mlp": ("mlp", 2048), "mlp384": ("mlp384", 1500), "whisper_layer": ("layer", 1500)}
 UPDATE = os.environ.get("NOVELLA_UPDATE_GOLDEN") == "1"
 
 HOW_TO = """\

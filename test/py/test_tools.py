@@ -259,3 +259,17 @@ def test_cycles_and_roofline_plots(dumped):
     assert all(s.macs / s.cycles <= cfg.macs_per_cycle for s in stats)
     fig = plots.utilization_vs_length(lengths, [s.to_dict() for s in stats])
     np.testing.assert_allclose(fig.axes[0].get_lines()[0].get_ydata(), [s.mac_utilization for s in stats])
+
+
+def test_novella_opt_internal_error_is_a_diagnostic(tmp_path, monkeypatch, capsys):
+    src = tmp_path / "ok.mlir"
+    src.write_text("func.func @f() {\n  return\n}\n")
+
+    def boom(self, ctx):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(novella_opt.Opt, "pass_manager", boom)
+    assert novella_opt.main([str(src), "--novella-legalize"]) == 1
+    err = capsys.readouterr().err
+    assert f"{src}:1:1: error: internal error while processing this input: RuntimeError: kaboom" in err
+    assert "Traceback" not in err

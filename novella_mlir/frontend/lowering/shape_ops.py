@@ -67,10 +67,12 @@ def floordiv(cx):
     a, b = _int_operand(cx, 0), _int_operand(cx, 1)
     if not isinstance(b, int):
         raise cx.error("floordiv by a symbolic value is not an affine size")
-    return _floordiv(a, b) if isinstance(a, int) else simplify(sy.floordiv(a, b))
+    return a // b if isinstance(a, int) else simplify(sy.floordiv(a, b))
 
 
-@lowers("torch.aten.clone", "torch.aten.contiguous", "torch.aten.alias", "torch.aten.detach", "torch.aten.lift_fresh_copy")
+@lowers(
+    "torch.aten.clone", "torch.aten.contiguous", "torch.aten.alias", "torch.aten.detach", "torch.aten.lift_fresh_copy"
+)
 def identity(cx):
     return cx.operand(0)
 
@@ -155,7 +157,9 @@ def expand(cx):
     want = [affine(s) for s in cx.const(1)]
     if len(want) == len(have) and all(sy.as_int(w) == -1 or str(w) == str(h) for w, h in zip(want, have)):
         return x
-    raise cx.error(f"expand of {[str(h) for h in have]} to {[str(w) for w in want]} (a broadcast copy) is not supported")
+    raise cx.error(
+        f"expand of {[str(h) for h in have]} to {[str(w) for w in want]} (a broadcast copy) is not supported"
+    )
 
 
 def transpose(cx, x, perm: list[int]):

@@ -48,17 +48,18 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // A row broadcast loads its single row once (first step) and adds it with
-// mode ROW to every row tile of the symbolic-length operand.
+// mode ROW to every row tile of the symbolic-length operand; the store
+// writes the buffer the add produced.
 // CHECK-DAG: #[[$ROWS:.*]] = affine_map<(d0)[s0] -> (64, d0 * -64 + s0)>
 // CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (s0 ceildiv 64)>
 // CHECK-DAG: #[[$FIRST:.*]] = affine_set<(d0)[s0] : (d0 == 0)>
 // CHECK-LABEL: func.func @add_row
 // CHECK-SAME: (%[[A:.*]]: tensor<?x64xf32, {{.*}}, %[[B:.*]]: tensor<64xf32>
 // CHECK: %[[M:.*]] = "novella.macro"() ({
-// CHECK-NEXT: "novella.dma_load"(%[[A]]) {buffer = "t0", {{.*}}rows = #[[$ROWS]], {{.*}}tensor = 0 : i64}
-// CHECK-NEXT: "novella.dma_load"(%[[B]]) {buffer = "t1", {{.*}}rows = 1 : i64, {{.*}}tensor = 1 : i64, when = #[[$FIRST]]}
-// CHECK-NEXT: "novella.vop"() {a = "t0", {{.*}}b = "t1", {{.*}}fn = "ADD", mode = "ROW", rows = #[[$ROWS]]}
-// CHECK-NEXT: "novella.dma_store"() {buffer = "t0", {{.*}}rows = #[[$ROWS]], sram_stride = 64 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[A]]) {buffer = "[[IN:[a-z0-9_]+]]", {{.*}}rows = #[[$ROWS]], {{.*}}tensor = 0 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[B]]) {buffer = "[[ROW:[a-z0-9_]+]]", {{.*}}rows = 1 : i64, {{.*}}tensor = 1 : i64, when = #[[$FIRST]]}
+// CHECK-NEXT: "novella.vop"() {a = "[[IN]]", {{.*}}b = "[[ROW]]", {{.*}}dst = "[[OUT:[a-z0-9_]+]]", {{.*}}fn = "ADD", mode = "ROW", rows = #[[$ROWS]]}
+// CHECK-NEXT: "novella.dma_store"() {buffer = "[[OUT]]", {{.*}}rows = #[[$ROWS]], sram_stride = 64 : i64}
 // CHECK-NEXT: }) {grid = #[[$GRID]], kernel = "novella.add"
 // CHECK: return %[[M]]
 #map = affine_map<()[s0] -> (s0, 64)>
@@ -67,7 +68,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 #map3 = affine_map<()[s0] -> (s0 ceildiv 64)>
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @add_row(%arg0: tensor<?x64xf32, #map> {novella.dram = affine_map<()[s0] -> (0)>}, %arg1: tensor<64xf32> {novella.dram = affine_map<()[s0] -> (s0 * 64)>}) -> tensor<?x64xf32, #map> attributes {novella.dram_size = #map1} {
-    %0 = "novella.add"(%arg0, %arg1) {novella.buffers = {t0 = ["spad", 0, 4096], t1 = ["spad", 4096, 4096]}, novella.dram = #map2, novella.grid = #map3, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, novella.tiles = {tm = 64 : i64}} : (tensor<?x64xf32, #map>, tensor<64xf32>) -> tensor<?x64xf32, #map>
+    %0 = "novella.add"(%arg0, %arg1) {novella.buffers = {acol = ["spad", 12288, 64], t0 = ["spad", 0, 4096], t1 = ["spad", 4096, 4096], t2 = ["spad", 8192, 4096]}, novella.dram = #map2, novella.grid = #map3, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, novella.tiles = {tm = 64 : i64}} : (tensor<?x64xf32, #map>, tensor<64xf32>) -> tensor<?x64xf32, #map>
     return %0 : tensor<?x64xf32, #map>
   }
 }

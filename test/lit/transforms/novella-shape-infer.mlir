@@ -27,14 +27,14 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-DAG: #[[$TR:.*]] = affine_map<()[s0] -> (1, (s0 - 1) floordiv 2 + 1, 384)>
 // CHECK-LABEL: func.func @conv_stride2
 // CHECK-SAME: -> tensor<1x?x384xf32, #[[$TR]]>
-// CHECK: %[[C:.*]] = "novella.conv1d"({{.*}}) {padding = 1 : i64, stride = 2 : i64} : ({{.*}}) -> tensor<1x384x?xf32, #[[$CONV]]>
+// CHECK: %[[C:.*]] = "novella.conv1d"({{.*}}) {act = "none", layout = "ncw", padding = 1 : i64, stride = 2 : i64} : ({{.*}}) -> tensor<1x384x?xf32, #[[$CONV]]>
 // CHECK: %[[T:.*]] = "novella.transpose"(%[[C]]) {{.*}} -> tensor<1x?x384xf32, #[[$TR]]>
 // CHECK: return %[[T]]
 module attributes {novella.symbols = {s0 = ["T", 3, 3000]}} {
   func.func @conv_stride2(%x: tensor<1x80x?xf32, affine_map<()[s0] -> (1, 80, s0)>>) -> tensor<1x?x384xf32> {
     %w = "novella.weight"() {name = "w"} : () -> tensor<384x80x3xf32>
     %b = "novella.weight"() {name = "b"} : () -> tensor<384xf32>
-    %0 = "novella.conv1d"(%x, %w, %b) {stride = 2 : i64, padding = 1 : i64} : (tensor<1x80x?xf32, affine_map<()[s0] -> (1, 80, s0)>>, tensor<384x80x3xf32>, tensor<384xf32>) -> tensor<1x384x?xf32>
+    %0 = "novella.conv1d"(%x, %w, %b) {stride = 2 : i64, padding = 1 : i64, layout = "ncw", act = "none"} : (tensor<1x80x?xf32, affine_map<()[s0] -> (1, 80, s0)>>, tensor<384x80x3xf32>, tensor<384xf32>) -> tensor<1x384x?xf32>
     %1 = "novella.transpose"(%0) {perm = array<i64: 0, 2, 1>} : (tensor<1x384x?xf32>) -> tensor<1x?x384xf32>
     return %1 : tensor<1x?x384xf32>
   }

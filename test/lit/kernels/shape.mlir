@@ -1,0 +1,92 @@
+// RUN: novella-opt %s --novella-shape-infer --split-input-file | FileCheck %s
+// RUN: novella-opt %s --novella-shape-infer --novella-legalize --novella-allocate --novella-tile --novella-macro-gen --split-input-file | FileCheck %s --check-prefix=MACRO
+
+// Splitting heads: a view (DRAM alias) then a transpose of dims 1 and 2 that keeps the
+// last dim. The result `?` gets its size from the shape rule; the kernel loads each
+// [64, 384] row tile with one DMA and stores head h at h * 64 * s0.
+// CHECK-DAG: #[[HEADS:.*]] = affine_map<()[s0] -> (1, 6, s0, 64)>
+// CHECK-LABEL: func.func @split_heads
+// CHECK-SAME: (%[[X:.*]]: tensor<1x?x384xf32, #{{.*}}>) -> tensor<1x6x?x64xf32, #[[HEADS]]>
+// CHECK: %[[V:.*]] = "novella.reshape"(%[[X]])
+// CHECK: %[[T:.*]] = "novella.transpose"(%[[V]]) {perm = array<i64: 0, 2, 1, 3>} : ({{.*}}) -> tensor<1x6x?x64xf32, #[[HEADS]]>
+// CHECK: return %[[T]]
+// MACRO-DAG: #[[H5:.*]] = affine_map<(d0)[s0] -> (s0 * 320)>
+// MACRO-LABEL: func.func @split_heads
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "t", cols = 384 : i64, dram_offset = 0 : i64, dram_stride = 384 : i64
+// MACRO: "novella.vop"() {a = "t", {{.*}}dst = "o", {{.*}}fn = "COPY"
+// MACRO-COUNT-5: "novella.dma_store"() {buf_offset = {{[0-9]+}} : i64, buffer = "o", cols = 64 : i64
+// MACRO: "novella.dma_store"() {buf_offset = 320 : i64, buffer = "o", cols = 64 : i64, dram_offset = #[[H5]], dram_stride = 64 : i64
+// MACRO: kernel = "novella.transpose"{{.*}}novella.tiles = {tm = 64 : i64}
+module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
+  func.func @split_heads(%x: tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>) -> tensor<1x6x?x64xf32> {
+    %0 = "novella.reshape"(%x) : (tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>) -> tensor<1x?x6x64xf32, affine_map<()[s0] -> (1, s0, 6, 64)>>
+    %1 = "novella.transpose"(%0) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x?x6x64xf32, affine_map<()[s0] -> (1, s0, 6, 64)>>) -> tensor<1x6x?x64xf32>
+    return %1 : tensor<1x6x?x64xf32>
+  }
+}
+
+// -----
+
+// The positional table sliced to the post-conv length (a floordiv of the symbol): the
+// slice's encoding carries the length; the add broadcasts [?, 32] over [1, ?, 32].
+// CHECK-DAG: #[[N:.*]] = affine_map<()[s0] -> ((s0 - 1) floordiv 2 + 1, 32)>
+// CHECK-LABEL: func.func @positions
+// CHECK-SAME: (%[[X:.*]]: tensor<1x?x32xf32, #[[XS:.*]]>)
+// CHECK: %[[W:.*]] = "novella.weight"() {name = "table"}
+// CHECK: %[[S:.*]] = "novella.slice"(%[[W]]) {dim = 0 : i64, start = 0 : i64} : (tensor<1500x32xf32>) -> tensor<?x32xf32, #[[N]]>
+// CHECK: %[[A:.*]] = "novella.add"(%[[X]], %[[S]]) : ({{.*}}) -> tensor<1x?x32xf32, #[[XS]]>
+// CHECK: return %[[A]]
+// MACRO-LABEL: func.func @positions
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "t", cols = 32 : i64, dram_offset = 0 : i64
+// MACRO: kernel = "novella.slice"
+// MACRO: "novella.vop"() {a = "t0", {{.*}}b = "t1", {{.*}}dst = "t2", {{.*}}fn = "ADD", rows
+// MACRO: kernel = "novella.add"
+module attributes {novella.symbols = {s0 = ["T", 2, 3000]}} {
+  func.func @positions(%x: tensor<1x?x32xf32, affine_map<()[s0] -> (1, (s0 - 1) floordiv 2 + 1, 32)>>) -> tensor<1x?x32xf32> {
+    %w = "novella.weight"() {name = "table"} : () -> tensor<1500x32xf32>
+    %0 = "novella.slice"(%w) {dim = 0 : i64, start = 0 : i64} : (tensor<1500x32xf32>) -> tensor<?x32xf32, affine_map<()[s0] -> ((s0 - 1) floordiv 2 + 1, 32)>>
+    %1 = "novella.add"(%x, %0) : (tensor<1x?x32xf32, affine_map<()[s0] -> (1, (s0 - 1) floordiv 2 + 1, 32)>>, tensor<?x32xf32, affine_map<()[s0] -> ((s0 - 1) floordiv 2 + 1, 32)>>) -> tensor<1x?x32xf32>
+    return %1 : tensor<1x?x32xf32>
+  }
+}
+
+// -----
+
+// Swapping the last two dims (a dynamic and a static one) runs on the MAC array: an
+// identity built once with FILLs, times the loaded tile transposed, stored from the accumulator.
+// CHECK-DAG: #[[KT:.*]] = affine_map<()[s0] -> (1, 6, 64, s0)>
+// CHECK-LABEL: func.func @keys_t
+// CHECK: "novella.transpose"({{.*}}) {perm = array<i64: 0, 1, 3, 2>} : ({{.*}}) -> tensor<1x6x64x?xf32, #[[KT]]>
+// MACRO-DAG: #[[ONCE:.*]] = affine_set<(d0, d1, d2)[s0] : (d0 == 0, d1 == 0, d2 == 0)>
+// MACRO-LABEL: func.func @keys_t
+// MACRO: "novella.vop"() {cols = 1 : i64, dst = "eye", dst_stride = 129 : i64, fn = "FILL", imm = 1.000000e+00 : f32, rows = 128 : i64, when = #[[ONCE]]}
+// MACRO: "novella.mma"() {{{.*}}lhs = "eye", {{.*}}rhs = "x", transpose_b = 1 : i64}
+// MACRO: "novella.dma_store"() {buffer = "acc"
+// MACRO: kernel = "novella.transpose"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @keys_t(%k: tensor<1x6x?x64xf32, affine_map<()[s0] -> (1, 6, s0, 64)>>) -> tensor<1x6x64x?xf32> {
+    %0 = "novella.transpose"(%k) {perm = array<i64: 0, 1, 3, 2>} : (tensor<1x6x?x64xf32, affine_map<()[s0] -> (1, 6, s0, 64)>>) -> tensor<1x6x64x?xf32>
+    return %0 : tensor<1x6x64x?xf32>
+  }
+}
+
+// -----
+
+// Broadcasting: a [16] row on the left of a non-commutative op is materialized with a
+// repeated-row LOAD (row_step 0); a [1, ?, 1] column on the right uses VEC COL mode.
+// CHECK-LABEL: func.func @broadcasts
+// CHECK: %[[D:.*]] = "novella.sub"(%{{.*}}, %{{.*}}) : (tensor<16xf32>, {{.*}}) -> tensor<1x?x16xf32, #[[R:.*]]>
+// CHECK: "novella.mul"(%[[D]], %{{.*}}) : ({{.*}}) -> tensor<1x?x16xf32, #[[R]]>
+// MACRO-LABEL: func.func @broadcasts
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "t0", {{.*}}row_bound = 1 : i64, row_start = 0 : i64, row_step = 0 : i64
+// MACRO: fn = "SUB", rows
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "t1", cols = 1 : i64
+// MACRO: "novella.vop"() {a = "t0", a_stride = 16 : i64, b = "t1", b_stride = 1 : i64, {{.*}}fn = "MUL", mode = "COL"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @broadcasts(%x: tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>, %c: tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>) -> tensor<1x?x16xf32> {
+    %r = "novella.weight"() {name = "row"} : () -> tensor<16xf32>
+    %0 = "novella.sub"(%r, %x) : (tensor<16xf32>, tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>) -> tensor<1x?x16xf32>
+    %1 = "novella.mul"(%0, %c) : (tensor<1x?x16xf32>, tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>) -> tensor<1x?x16xf32>
+    return %1 : tensor<1x?x16xf32>
+  }
+}
