@@ -7,8 +7,8 @@
   expanded by `reference_words`, a deliberately naive loop per grid point and
   per instruction (scalar expression evaluation, `isa.encode`, tokens by the
   rule written out step by step), so it is an independent check of the
-  vectorized JIT. For the whole range [1, max], `count_words` counts the
-  words of one length without encoding them.
+  vectorized JIT. For the whole range [1, max], `count_words_range` counts
+  the words of every length exactly, without expanding any.
 * **jit**: MacroMeta + TileMeta instantiated for T (`Jit.instantiate`).
 
 All three must give identical words for every T in bounds.
@@ -72,8 +72,14 @@ def compile_static(module, *example_args, config=None):
 
 def static_words(module, *example_args, config=None) -> np.ndarray:
     """The fully expanded words of a static compile for the shapes of `example_args`."""
-    model = compile_static(module, *example_args, config=config)
-    return model.jit.instantiate([0] * len(model.artifact.symbols)).words
+    return expand_static(compile_static(module, *example_args, config=config))
+
+
+def expand_static(model) -> np.ndarray:
+    """The words of a model compiled without symbols (the JIT with no symbols)."""
+    if model.artifact.symbols:
+        raise ValueError(f"not a static compile: symbols {model.artifact.symbols}")
+    return model.jit.instantiate([]).words
 
 
 # ------------------------------------------------------------------ per-length
@@ -262,7 +268,7 @@ def reference_words(artifact, syms) -> np.ndarray:
 def three_streams(static_model, dynamic_artifact, length: int) -> dict:
     """{"static", "per_length", "jit"} words for `length` (the static model compiled for it)."""
     return {
-        "static": static_model.jit.instantiate([0] * len(static_model.artifact.symbols)).words,
+        "static": expand_static(static_model),
         "per_length": PerLength(dynamic_artifact, [length]).words(length),
         "jit": Jit(dynamic_artifact).instantiate([length]).words,
     }

@@ -1,9 +1,8 @@
-"""--novella-shape-infer: the shape mutator.
+"""--novella-shape-infer: gives every `?` dim of every tensor its symbolic size (the shape mutator).
 
-Gives every `?` dim of every tensor value its symbolic size (an affine
-expression over the model's symbols, carried as the tensor encoding), from
-the function arguments through each op's shape rule, and checks the static
-dims against it."""
+The size is an affine expression over the model's symbols, carried as the
+tensor encoding, propagated from the function arguments through each op's
+shape rule; static dims are checked against it."""
 
 from __future__ import annotations
 

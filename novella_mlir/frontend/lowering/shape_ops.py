@@ -20,16 +20,9 @@ def affine(v) -> ir.AffineExpr:
     return sy.const(v) if isinstance(v, int) else v
 
 
-def canon(e: ir.AffineExpr) -> ir.AffineExpr:
-    """`e` with a constant value as an `AffineConstantExpr` (the bindings type
-    `a * b` as a mul even when MLIR folded it to a constant)."""
-    text = str(e)
-    return sy.const(int(text)) if text.lstrip("-").isdigit() else e
-
-
 def simplify(e: ir.AffineExpr):
     """A constant expression as a Python int, anything else unchanged."""
-    e = canon(e)
+    e = sy.canon(e)
     v = sy.as_int(e)
     return e if v is None else v
 
@@ -91,10 +84,10 @@ def view_shape(cx, x, sizes) -> list[ir.AffineExpr]:
     if len(holes) > 1:
         raise cx.error("view with more than one -1")
     if not holes:
-        return [canon(e) for e in sizes]
+        return [sy.canon(e) for e in sizes]
     rest = _divide(cx, list(cx.shape(x)), [s for s in sizes if sy.as_int(s) != -1])
     sizes[holes[0]] = rest
-    return [canon(e) for e in sizes]
+    return [sy.canon(e) for e in sizes]
 
 
 def _divide(cx, num: list, den: list) -> ir.AffineExpr:
@@ -109,7 +102,7 @@ def _divide(cx, num: list, den: list) -> ir.AffineExpr:
         if match is None:
             raise cx.error(f"cannot infer the -1 of a view: {d} does not divide {[str(n) for n in num]}")
         num.pop(match)
-    out = canon(sy.numel(num))
+    out = sy.canon(sy.numel(num))
     if sy.as_int(out) is not None:
         if sy.as_int(out) % static:
             raise cx.error(f"view: {sy.as_int(out)} elements do not split into blocks of {static}")
@@ -201,7 +194,7 @@ def slice_(cx):
     full = sy.as_int(shape[dim])
     if start < 0 and full is not None:
         start += full
-    length = canon(_slice_length(cx, shape[dim], start, end))
+    length = sy.canon(_slice_length(cx, shape[dim], start, end))
     if str(length) == str(shape[dim]):
         return x
     shape[dim] = length
