@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -59,13 +60,20 @@ def compile_torch(
     decomposition_table=None,
     pass_options: dict | None = None,
 ) -> "CompiledModel":
-    """Compiles `module` once, with dim `dynamic_dim` of its inputs symbolic in [min_len, max_len]."""
+    """Compiles `module` once, with dim `dynamic_dim` of its inputs symbolic in [min_len, max_len].
+
+    `min_len == max_len` compiles for one length (torch.export cannot take
+    such a Dim, so it exports over [T, T + 1] with an example of length
+    T + 1 and the bounds are then fixed to [T, T])."""
     config = config or load_config()
     ctx = make_context()
     stages = Stages(dump_dir)
     # torch.export with a symbolic length, then the torch-mlir FX importer (torch dialect, `?` dims)
-    prog = importer.export(module, example_args, dynamic_dim, min_len, max_len)
+    if min_len == max_len:
+        example_args = tuple(_resized(a, dynamic_dim, max_len + 1) for a in example_args)
+    prog = importer.export(module, example_args, dynamic_dim, min_len, max(max_len, min_len + 1))
     imported = importer.import_program(ctx, prog, decomposition_table)
+    imported.symbols = [dataclasses.replace(s, lo=min_len, hi=max_len) for s in imported.symbols]
     with ctx, ir.Location.unknown():
         stages.record("torch", imported.module)
         # frontend: registry-driven lowering to the novella dialect; the shape mutator types every `?`
@@ -82,6 +90,15 @@ def compile_torch(
         artifact.save(Path(dump_dir) / "model.nvla")
         (Path(dump_dir) / "summary.json").write_text(json.dumps(model.summary(), indent=2))
     return model
+
+
+def _resized(arg, dim: int, length: int):
+    """`arg` with dim `dim` of length `length` (an example for export, values random)."""
+    if not isinstance(arg, torch.Tensor):
+        return arg
+    shape = list(arg.shape)
+    shape[dim] = length
+    return torch.randn(shape, dtype=arg.dtype)
 
 
 def _run(module, flag, config, options) -> None:

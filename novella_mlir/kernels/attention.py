@@ -30,9 +30,17 @@ def _module_symbols(op) -> list[sy.Symbol]:
     return sy.read_symbols(mod)
 
 
+NOMINAL_LENGTH = 4096
+
+
 def upper(e: ir.AffineExpr, symbols) -> int:
-    """The largest value of a size expression over the symbols' bounds."""
-    return sy.value_range(e, symbols)[1]
+    """The size used to plan tiles: the value of a static dim, else its value at
+    every symbol = NOMINAL_LENGTH.
+
+    Deliberately not the symbols' upper bounds: tiling (and so the artifact)
+    must not change with max_len, and a static compile (bounds [T, T]) must
+    give the same instructions as the JIT at T."""
+    return sy.evaluate(e, [NOMINAL_LENGTH] * max(len(symbols), 1))
 
 
 def mul(*factors: ir.AffineExpr) -> ir.AffineExpr:

@@ -1,7 +1,7 @@
 """Three ways to get the instruction stream for length T, to compare them bit for bit.
 
-* **static**: compile the model with T fixed (`torch.export` without a
-  dynamic dim; no symbols), and expand that artifact (`static_words`).
+* **static**: compile the model with T fixed (bounds [T, T]) and expand
+  that artifact (`static_words`).
 * **per-length**: compile once with `?` and pre-generate, store and ship the
   expanded stream of every length in a set (`PerLength`). The streams are
   expanded by `reference_words`, a deliberately naive loop per grid point and
@@ -37,49 +37,32 @@ _SCALAR_OPS = {
 # ------------------------------------------------------------------ static
 
 
-def compile_static(module, *example_args, config=None):
-    """Compiles `module` for the exact shapes of `example_args` (no symbolic dim).
+def compile_static(module, *example_args, dynamic_dim: int = 1, config=None):
+    """Compiles `module` with its length fixed to that of `example_args`: bounds [T, T].
 
-    `compile_torch` cannot do this itself (`min_len == max_len` makes
-    `torch.export.Dim` fail), so this runs the same stages on a static export."""
-    import torch
-    from torch_mlir import ir
+    The dim stays a symbol so that the graph is the one the dynamic compile
+    sees (a truly static export folds size-dependent ops, e.g. a slice of the
+    whole positional table); nothing in the backend may depend on the bounds,
+    which is what the bit-identity tests check."""
+    from ..pipeline import compile_torch
 
-    from simulator import load_config
-
-    from .. import artifact as art_mod
-    from .. import pipeline
-    from ..context import make_context
-    from ..frontend import importer
-    from ..frontend.lowering import convert
-    from ..transforms.registry import BACKEND_PIPELINE
-
-    config = config or load_config()
-    ctx = make_context()
-    stages = pipeline.Stages()
-    prog = torch.export.export(module.eval(), tuple(example_args), strict=False)
-    imported = importer.import_program(ctx, prog)
-    with ctx, ir.Location.unknown():
-        stages.record("torch", imported.module)
-        mod = convert(imported.module, imported)
-        stages.record("novella", mod)
-        for flag in BACKEND_PIPELINE:
-            pipeline._run(mod, flag, config, {})
-            stages.record(flag, mod)
-        artifact = art_mod.extract(mod, imported.weights, config)
-    return pipeline.CompiledModel(artifact, config, stages)
+    length = int(example_args[0].shape[dynamic_dim])
+    return compile_torch(
+        module, *example_args, dynamic_dim=dynamic_dim, min_len=length, max_len=length, config=config
+    )
 
 
-def static_words(module, *example_args, config=None) -> np.ndarray:
+def static_words(module, *example_args, dynamic_dim: int = 1, config=None) -> np.ndarray:
     """The fully expanded words of a static compile for the shapes of `example_args`."""
-    return expand_static(compile_static(module, *example_args, config=config))
+    return expand_static(compile_static(module, *example_args, dynamic_dim=dynamic_dim, config=config))
 
 
 def expand_static(model) -> np.ndarray:
-    """The words of a model compiled without symbols (the JIT with no symbols)."""
-    if model.artifact.symbols:
-        raise ValueError(f"not a static compile: symbols {model.artifact.symbols}")
-    return model.jit.instantiate([]).words
+    """The words of a model compiled for one length (every symbol's bounds are [T, T])."""
+    syms = model.artifact.symbols
+    if any(lo != hi for _, lo, hi in syms):
+        raise ValueError(f"not a static compile: symbols {syms}")
+    return model.jit.instantiate([lo for _, lo, _ in syms]).words
 
 
 # ------------------------------------------------------------------ per-length

@@ -18,6 +18,7 @@ from ..runtime import expr
 from .common import body_ops, functions, is_tensor_op, set_attr
 
 ALIGN = 16
+REUSE_CHECK_LENGTH = 1 << 16
 
 
 def _aligned(size: ir.AffineExpr) -> ir.AffineExpr:
@@ -33,13 +34,16 @@ class _Arena:
         self.free: list[tuple[ir.AffineExpr, ir.AffineExpr]] = []
 
     def _covers(self, big, small) -> bool:
-        """big >= small at every length in bounds (checked exhaustively for one symbol)."""
+        """big >= small at every length from 1 to max(hi, REUSE_CHECK_LENGTH) (exhaustively, one symbol).
+
+        Independent of the lower bound and, below REUSE_CHECK_LENGTH, of the
+        upper bound, so the layout does not change with the compiled bounds."""
         if str(big) == str(small):
             return True
         if len(self.symbols) != 1:
             return False
-        s = self.symbols[0]
-        grid = [np.arange(s.lo, s.hi + 1, dtype=np.int64)]
+        hi = max(self.symbols[0].hi, REUSE_CHECK_LENGTH)
+        grid = [np.arange(1, hi + 1, dtype=np.int64)]
         diff = expr.evaluate(sy.to_postfix(big), grid) - expr.evaluate(sy.to_postfix(small), grid)
         return bool(np.all(diff >= 0))
 

@@ -36,11 +36,6 @@ JIT_VS_REFERENCE = {
 }
 
 
-LAYER_STATIC = pytest.mark.xfail(
-    strict=True,
-    reason="bound-dependent choices: kernels/attention.py picks matmul/softmax tiles from upper() (the "
-    "symbol bounds, or the static size); novella_allocate reuses DRAM by an exhaustive check over the bounds",
-)
 
 
 def _diff(a: np.ndarray, b: np.ndarray) -> str:
@@ -57,12 +52,12 @@ def _assert_same(got: dict, length: int) -> None:
         assert np.array_equal(words, ref), f"T={length}: {name} != jit, {_diff(words, ref)}"
 
 
-@pytest.mark.parametrize("name", ["mlp", "mlp384", pytest.param("layer", marks=LAYER_STATIC)])
+@pytest.mark.parametrize("name", ["mlp", "mlp384", "layer"])
 def test_static_per_length_jit_identical(name):
     spec, module, npu = models.compile_model(name, MAX[name])
     for t in STATIC[name]:
-        static = streams.compile_static(module, spec.example(t))
-        assert static.artifact.symbols == [], "a static compile must have no symbols"
+        static = streams.compile_static(module, spec.example(t), dynamic_dim=spec.dynamic_dim)
+        assert [s[1:] for s in static.artifact.symbols] == [[spec.symbol(t)] * 2], "static: bounds [T, T]"
         _assert_same(streams.three_streams(static, npu.artifact, t), t)
 
 
