@@ -35,7 +35,7 @@ def encoder():
     spec = importlib.util.spec_from_file_location("whisper_encoder", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    model = mod.build_encoder(layers=4)
+    model = mod.build(layers=4)
     return model, torch.randn(1, 80, 100), 2, 2, 3000
 
 

@@ -94,7 +94,7 @@ def qk():
 @pytest.fixture(scope="module")
 def pv():
     p, v = [2, "T", "T"], [2, "T", 64]
-    return IrModel(_module([("a", p), ("b", v)], _mm(p, v, v, False), v))
+    return IrModel(_module([("a", p), ("b", v)], _mm(p, v, v, False), v, max_len=PV_MAX))
 
 
 def test_qk_tiles_both_dynamic_dims(qk):
@@ -112,9 +112,12 @@ def test_matmul_q_kt_scores(qk, length):
     torch.testing.assert_close(y, q @ k.transpose(1, 2), **TOL)
 
 
-@pytest.mark.parametrize("length", lengths(256))
+PV_MAX = 700
+
+
+@pytest.mark.parametrize("length", lengths(512, PV_MAX, 601))
 def test_matmul_p_v_dynamic_contraction(pv, length):
-    assert tiles(pv.ir, "novella.matmul")["tk"] == 256
+    assert tiles(pv.ir, "novella.matmul")["tk"] == 512
     p, v = torch.randn(2, length, length), torch.randn(2, length, 64)
     torch.testing.assert_close(pv(p, v), p @ v, **TOL)
 
@@ -149,10 +152,13 @@ def _softmax_model(shape, max_len, scale=None):
 
 
 def test_softmax_whole_rows_with_fused_scale():
-    model = _softmax_model([2, "T", "T"], MAX_LEN, scale=0.125)
+    """A static row length that fits is done in one pass; a dynamic one is always chunked
+    (the tiling must not depend on max_len)."""
+    model = _softmax_model([2, "T", 96], MAX_LEN, scale=0.125)
     assert tiles(model.ir, "novella.softmax")["chunked"] == 0
+    assert tiles(_softmax_model([2, "T", "T"], MAX_LEN).ir, "novella.softmax")["chunked"] == 1
     for length in (1, 129, MAX_LEN):
-        x = torch.randn(2, length, length) * 8
+        x = torch.randn(2, length, 96) * 8
         torch.testing.assert_close(model(x), torch.softmax(x * 0.125, -1), **TOL)
 
 
