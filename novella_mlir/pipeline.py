@@ -59,7 +59,7 @@ def compile_torch(
     dump_dir=None,
     decomposition_table=None,
     pass_options: dict | None = None,
-) -> "CompiledModel":
+) -> CompiledModel:
     """Compiles `module` once, with dim `dynamic_dim` of its inputs symbolic in [min_len, max_len].
 
     `min_len == max_len` compiles for one length (torch.export cannot take

@@ -24,8 +24,5 @@ class DeadlockError(SimulatorError):
 
     def __init__(self, blocked: list[tuple[str, int, str, list[str]]]):
         self.blocked = blocked
-        parts = [
-            f"{q} queue blocked at instruction {i} ({m}) waiting on {'+'.join(chs)}"
-            for q, i, m, chs in blocked
-        ]
+        parts = [f"{q} queue blocked at instruction {i} ({m}) waiting on {'+'.join(chs)}" for q, i, m, chs in blocked]
         super().__init__(blocked[0][1], blocked[0][2], "deadlock: " + "; ".join(parts))

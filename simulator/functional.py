@@ -117,9 +117,7 @@ class FunctionalModel:
             lo, hi = int(starts.min()), int(starts.max()) + cols
             if lo < 0 or hi > unit.size:
                 kind = "dram" if unit.name == "dram" else "sram"
-                raise self.error(
-                    f"{kind} range [{lo}, {hi}) exceeds {unit.label} size {unit.size}"
-                )
+                raise self.error(f"{kind} range [{lo}, {hi}) exceeds {unit.label} size {unit.size}")
         idx = starts[:, None] + np.arange(cols, dtype=np.int64)
         self.effect.accesses.append(Access(unit.name, write, idx))
         return idx
@@ -135,9 +133,7 @@ class FunctionalModel:
     def exec_load(self, f: dict) -> None:
         inb, r = self._dma_rows(f)
         cols, sram = f["cols"], self._sram(f["mem"])
-        didx = self._rows(
-            self.dram, f["dram_base"] + r[inb] * f["dram_stride"], cols, False
-        )
+        didx = self._rows(self.dram, f["dram_base"] + r[inb] * f["dram_stride"], cols, False)
         sidx = self._tile(sram, f["sram_addr"], f["sram_stride"], f["rows"], cols, True)
         tile = np.zeros(sidx.shape, dtype=F32)
         tile[inb] = self.dram.data[didx]
@@ -149,9 +145,7 @@ class FunctionalModel:
         cols, sram = f["cols"], self._sram(f["mem"])
         j = np.flatnonzero(inb)
         sidx = self._rows(sram, f["sram_addr"] + j * f["sram_stride"], cols, False)
-        didx = self._rows(
-            self.dram, f["dram_base"] + r[inb] * f["dram_stride"], cols, True
-        )
+        didx = self._rows(self.dram, f["dram_base"] + r[inb] * f["dram_stride"], cols, True)
         self.dram.data[didx] = sram.data[sidx]
         self.effect.dma_bytes = didx.size * 4
 
@@ -159,19 +153,13 @@ class FunctionalModel:
         m, k, n = f["m"], f["k"], f["n"]
         a = self.spad.data[self._tile(self.spad, f["a_addr"], f["a_stride"], m, k)]
         if f["transpose_b"]:
-            b = self.spad.data[
-                self._tile(self.spad, f["b_addr"], f["b_stride"], n, k)
-            ].T
+            b = self.spad.data[self._tile(self.spad, f["b_addr"], f["b_stride"], n, k)].T
         else:
             b = self.spad.data[self._tile(self.spad, f["b_addr"], f["b_stride"], k, n)]
         out = np.matmul(a, np.ascontiguousarray(b))
         if f["accumulate"]:
-            out += self.acc.data[
-                self._tile(self.acc, f["acc_addr"], f["acc_stride"], m, n)
-            ]
-        self.acc.data[
-            self._tile(self.acc, f["acc_addr"], f["acc_stride"], m, n, True)
-        ] = out
+            out += self.acc.data[self._tile(self.acc, f["acc_addr"], f["acc_stride"], m, n)]
+        self.acc.data[self._tile(self.acc, f["acc_addr"], f["acc_stride"], m, n, True)] = out
         self.effect.macs = m * k * n
 
     def _operand_b(self, f: dict) -> np.ndarray:
@@ -182,17 +170,13 @@ class FunctionalModel:
             return unit.data[self._tile(unit, f["b_addr"], 0, 1, f["cols"])]
         if mode == VecMode.COL:
             return unit.data[self._tile(unit, f["b_addr"], f["b_stride"], f["rows"], 1)]
-        return unit.data[
-            self._tile(unit, f["b_addr"], f["b_stride"], f["rows"], f["cols"])
-        ]
+        return unit.data[self._tile(unit, f["b_addr"], f["b_stride"], f["rows"], f["cols"])]
 
     def _vec_result(self, fn: VecFn, f: dict) -> np.ndarray:
         if fn == VecFn.FILL:
             return np.full((f["rows"], f["cols"]), f["imm"], dtype=F32)
         unit = self._sram(f["a_mem"])
-        a = unit.data[
-            self._tile(unit, f["a_addr"], f["a_stride"], f["rows"], f["cols"])
-        ]
+        a = unit.data[self._tile(unit, f["a_addr"], f["a_stride"], f["rows"], f["cols"])]
         if fn in BINARY_FNS:
             return BINARY_OPS[fn](a, self._operand_b(f))
         if fn in REDUCE_FNS:

@@ -58,9 +58,7 @@ class Mem(IntEnum):
 
 
 BINARY_FNS = frozenset({VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV, VecFn.MAX})
-UNARY_FNS = frozenset(
-    {VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY}
-)
+UNARY_FNS = frozenset({VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY})
 REDUCE_FNS = frozenset({VecFn.ROWSUM, VecFn.ROWMAX})
 
 QUEUES = ("load", "compute", "store")
@@ -188,9 +186,7 @@ def _check_names(op: Opcode, names) -> None:
 
 
 def _range_error(op: Opcode, f: Field, value) -> EncodingError:
-    return EncodingError(
-        f"{op.name}: field '{f.name}' value {value} out of range [{f.lo}, {f.hi}]"
-    )
+    return EncodingError(f"{op.name}: field '{f.name}' value {value} out of range [{f.lo}, {f.hi}]")
 
 
 def encode(opcode: Opcode | int, **fields: float) -> np.ndarray:
@@ -286,8 +282,7 @@ def _dis_dma(inst: Instruction) -> str:
     dram = f"dram[{f['dram_base']} +{f['dram_stride']}]"
     arrow = f"{sram} <- {dram}" if inst.opcode == Opcode.LOAD else f"{sram} -> {dram}"
     return (
-        f"{arrow} rows={f['rows']}/step{f['row_step']} start={f['row_start']} "
-        f"bound={f['row_bound']} cols={f['cols']}"
+        f"{arrow} rows={f['rows']}/step{f['row_step']} start={f['row_start']} bound={f['row_bound']} cols={f['cols']}"
     )
 
 
@@ -306,10 +301,7 @@ def _dis_vec(f: dict) -> str:
     dst = f"{_mem(f['dst_mem'])}[{f['dst_addr']} +{f['dst_stride']}]"
     a = f"{_mem(f['a_mem'])}[{f['a_addr']} +{f['a_stride']}]"
     b = f"{_mem(f['b_mem'])}[{f['b_addr']} +{f['b_stride']}]"
-    return (
-        f"{_fn_name(f['fn'])}.{mode} {dst} <- {a}, {b} imm={f['imm']:g} "
-        f"rows={f['rows']} cols={f['cols']}"
-    )
+    return f"{_fn_name(f['fn'])}.{mode} {dst} <- {a}, {b} imm={f['imm']:g} rows={f['rows']} cols={f['cols']}"
 
 
 def format_instruction(inst: Instruction) -> str:

@@ -35,11 +35,7 @@ _UNIT_OF = {
 
 def _channels(inst: Instruction, kind: str) -> list[str]:
     """Channels `inst` pops (kind='pop') or pushes (kind='push')."""
-    return [
-        TOKEN_ROUTES[(inst.queue, flag)]
-        for flag in _FLAGS
-        if flag.startswith(kind) and inst.fields[flag]
-    ]
+    return [TOKEN_ROUTES[(inst.queue, flag)] for flag in _FLAGS if flag.startswith(kind) and inst.fields[flag]]
 
 
 def _event_name(inst: Instruction) -> str:

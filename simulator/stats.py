@@ -41,9 +41,7 @@ class RunStats:
 
     @property
     def memory_bound_cycles(self) -> float:
-        return (
-            self.dma_bytes_loaded + self.dma_bytes_stored
-        ) / self.dram_bytes_per_cycle
+        return (self.dma_bytes_loaded + self.dma_bytes_stored) / self.dram_bytes_per_cycle
 
     @property
     def roofline_cycles(self) -> float:
@@ -111,9 +109,5 @@ class RunStats:
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
     def _waits_str(self) -> str:
-        parts = [
-            f"{ch}={w['count']}x/{w['cycles']}cy"
-            for ch, w in self.token_waits.items()
-            if w["count"]
-        ]
+        parts = [f"{ch}={w['count']}x/{w['cycles']}cy" for ch, w in self.token_waits.items() if w["count"]]
         return ", ".join(parts) or "none"

@@ -19,9 +19,7 @@ class MemoryUnit:
 
     def _span(self, addr: int, n: int) -> slice:
         if addr < 0 or addr + n > self.size:
-            raise IndexError(
-                f"{self.label} range [{addr}, {addr + n}) exceeds size {self.size}"
-            )
+            raise IndexError(f"{self.label} range [{addr}, {addr + n}) exceeds size {self.size}")
         return slice(addr, addr + n)
 
     def write(self, addr: int, array) -> None:

@@ -12,7 +12,6 @@ encoding: ``tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>``. The
 symbols' names and bounds live in the module attribute ``novella.symbols``.
 """
 
-
 from collections.abc import Sequence
 from typing import Any
 

@@ -114,9 +114,7 @@ class TensorView:
 
     def __init__(self, op):
         self.op = op
-        self.types = [ir.RankedTensorType(v.type) for v in op.operands] + [
-            ir.RankedTensorType(op.results[0].type)
-        ]
+        self.types = [ir.RankedTensorType(v.type) for v in op.operands] + [ir.RankedTensorType(op.results[0].type)]
         self.shapes = [sy.shape_of(t) for t in self.types]
 
     def shape(self, i: int) -> list[ir.AffineExpr]:

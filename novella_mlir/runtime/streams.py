@@ -47,9 +47,7 @@ def compile_static(module, *example_args, dynamic_dim: int = 1, config=None):
     from ..pipeline import compile_torch
 
     length = int(example_args[0].shape[dynamic_dim])
-    return compile_torch(
-        module, *example_args, dynamic_dim=dynamic_dim, min_len=length, max_len=length, config=config
-    )
+    return compile_torch(module, *example_args, dynamic_dim=dynamic_dim, min_len=length, max_len=length, config=config)
 
 
 def static_words(module, *example_args, dynamic_dim: int = 1, config=None) -> np.ndarray:

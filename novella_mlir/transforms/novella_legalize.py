@@ -26,9 +26,7 @@ def _fuse_activation(act: str):
         if len(list(producer.results[0].uses)) != 1:
             return True
         with rewriter.ip, op.location:
-            fused = LinearOp(
-                *producer.operands, op.results[0].type, act=ir.StringAttr.get(act), loc=producer.location
-            )
+            fused = LinearOp(*producer.operands, op.results[0].type, act=ir.StringAttr.get(act), loc=producer.location)
         rewriter.replace_op(op, fused.operation)
         rewriter.erase_op(producer)
         return False

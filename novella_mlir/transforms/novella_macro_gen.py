@@ -97,4 +97,3 @@ def _fields(fields: dict, n_dims: int, n_syms: int) -> dict:
             continue
         out[k] = when_attr(v, n_dims, n_syms) if k == "when" else tile_attr(v, n_dims, n_syms)
     return out
-

@@ -36,8 +36,6 @@ JIT_VS_REFERENCE = {
 }
 
 
-
-
 def _diff(a: np.ndarray, b: np.ndarray) -> str:
     if a.shape != b.shape:
         return f"{a.shape} words vs {b.shape}"

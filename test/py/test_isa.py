@@ -60,9 +60,7 @@ def test_round_trip_random_fields(op):
         assert inst.opcode == op and inst.queue == QUEUE_OF[op]
         assert inst.mnemonic == op.name
         assert inst.fields == one
-    assert [x.fields for x in decode_program(batch)] == [
-        decode(w).fields for w in batch
-    ]
+    assert [x.fields for x in decode_program(batch)] == [decode(w).fields for w in batch]
 
 
 def test_field_extremes_round_trip():
@@ -138,10 +136,7 @@ def test_disassemble():
         pop_next=1,
         push_next=1,
     )
-    expect = (
-        "LOAD  spad[0 +64] <- dram[4096 +64] rows=64/step1 start=0 bound=100 "
-        "cols=64  [pop_next push_next]"
-    )
+    expect = "LOAD  spad[0 +64] <- dram[4096 +64] rows=64/step1 start=0 bound=100 cols=64  [pop_next push_next]"
     assert disassemble(word[None]) == expect
     prog = np.stack([word, encode(Opcode.VEC, fn=VecFn.EXP), encode(Opcode.NOP)])
     lines = disassemble(prog).splitlines()

@@ -151,9 +151,7 @@ def test_matmul_transpose_b_and_accumulate():
         n=3,
     )
     sim.run(prog(w))
-    np.testing.assert_allclose(
-        sim.acc.read(0, 15).reshape(5, 3), a @ bt.T + 1, rtol=1e-5
-    )
+    np.testing.assert_allclose(sim.acc.read(0, 15).reshape(5, 3), a @ bt.T + 1, rtol=1e-5)
 
 
 ROWS, COLS, STRIDE = 5, 7, 9
@@ -306,9 +304,7 @@ def test_load_negative_row_start_step2_zero_fill():
 @pytest.mark.parametrize("drop", ["L2C", "C2S", "C2L"])
 def test_missing_token_is_a_hazard(drop):
     sim, words, _, _ = _matmul_sim(drop)
-    with pytest.raises(
-        HazardError, match=r"hazard.*instruction \d+ \((LOAD|MATMUL|STORE)\)"
-    ):
+    with pytest.raises(HazardError, match=r"hazard.*instruction \d+ \((LOAD|MATMUL|STORE)\)"):
         sim.run(words)
 
 
@@ -322,9 +318,7 @@ def test_pop_without_push_deadlocks():
         load(rows=1, cols=1, row_bound=1),
         encode(Opcode.MATMUL, m=1, k=1, n=1, pop_prev=1),
     )
-    with pytest.raises(
-        DeadlockError, match=r"compute queue.*instruction 1 \(MATMUL\).*L2C"
-    ):
+    with pytest.raises(DeadlockError, match=r"compute queue.*instruction 1 \(MATMUL\).*L2C"):
         Simulator(CFG, 16).run(words)
 
 
@@ -346,9 +340,7 @@ def test_out_of_range_sram_address():
 
 def test_out_of_range_dram_and_bad_token_flag():
     with pytest.raises(SimulatorError, match="DRAM size 100"):
-        Simulator(CFG, 100).run(
-            prog(store(rows=2, row_bound=2, cols=60, dram_stride=60))
-        )
+        Simulator(CFG, 100).run(prog(store(rows=2, row_bound=2, cols=60, dram_stride=60)))
     with pytest.raises(SimulatorError, match="instruction 0 \\(LOAD\\).*pop_prev"):
         Simulator(CFG, 100).run(prog(load(pop_prev=1)))
 
@@ -374,9 +366,7 @@ def test_overlap_and_exports():
     assert len(insts) == len(words)
     end = max(e["ts"] + e["dur"] for e in insts)
     assert end == pytest.approx(stats.cycles / (CFG.clock_ghz * 1000))
-    names = {
-        e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"
-    }
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert names == {"DMA load", "matrix", "vector", "DMA store"}
     assert any(e["name"].startswith("wait ") for e in trace["traceEvents"])
     assert "cycles" in str(stats)

@@ -132,9 +132,7 @@ def convert(torch_module: ir.Module, imported) -> ir.Module:
         with ir.InsertionPoint(entry):
             results = _convert_block(src.regions[0].blocks[0], values, n_syms, imported.weights)
             func.ReturnOp(results)
-        fn.attributes["function_type"] = ir.TypeAttr.get(
-            ir.FunctionType.get(arg_types, [r.type for r in results])
-        )
+        fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [r.type for r in results]))
     return module
 
 
