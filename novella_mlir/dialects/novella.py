@@ -150,40 +150,29 @@ class _ElementwiseBinary:
         return True
 
 
-class AddOp(Novella.Operation, name="add"):
+class _BinaryOp(Novella.Operation):
+    """Fields and verifier shared by the broadcasting elementwise binary ops."""
+
+    lhs: ext.Operand[Tensor]
+    rhs: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    verify_invariants = _ElementwiseBinary.verify_invariants
+
+
+class AddOp(_BinaryOp, name="add"):
     """Elementwise `lhs + rhs` with NumPy broadcasting."""
 
-    lhs: ext.Operand[Tensor]
-    rhs: ext.Operand[Tensor]
-    result: ext.Result[Tensor]
-    verify_invariants = _ElementwiseBinary.verify_invariants
 
-
-class SubOp(Novella.Operation, name="sub"):
+class SubOp(_BinaryOp, name="sub"):
     """Elementwise `lhs - rhs` with NumPy broadcasting."""
 
-    lhs: ext.Operand[Tensor]
-    rhs: ext.Operand[Tensor]
-    result: ext.Result[Tensor]
-    verify_invariants = _ElementwiseBinary.verify_invariants
 
-
-class MulOp(Novella.Operation, name="mul"):
+class MulOp(_BinaryOp, name="mul"):
     """Elementwise `lhs * rhs` with NumPy broadcasting."""
 
-    lhs: ext.Operand[Tensor]
-    rhs: ext.Operand[Tensor]
-    result: ext.Result[Tensor]
-    verify_invariants = _ElementwiseBinary.verify_invariants
 
-
-class DivOp(Novella.Operation, name="div"):
+class DivOp(_BinaryOp, name="div"):
     """Elementwise `lhs / rhs` with NumPy broadcasting."""
-
-    lhs: ext.Operand[Tensor]
-    rhs: ext.Operand[Tensor]
-    result: ext.Result[Tensor]
-    verify_invariants = _ElementwiseBinary.verify_invariants
 
 
 class _SameShapeUnary:
@@ -213,28 +202,24 @@ class ScalarOp(Novella.Operation, name="scalar"):
     verify_invariants = _SameShapeUnary.verify_invariants
 
 
-class ReluOp(Novella.Operation, name="relu"):
+class _UnaryOp(Novella.Operation):
+    """Fields and verifier shared by the shape-preserving unary ops."""
+
+    input: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    verify_invariants = _SameShapeUnary.verify_invariants
+
+
+class ReluOp(_UnaryOp, name="relu"):
     """Elementwise `max(x, 0)`."""
 
-    input: ext.Operand[Tensor]
-    result: ext.Result[Tensor]
-    verify_invariants = _SameShapeUnary.verify_invariants
 
-
-class GeluOp(Novella.Operation, name="gelu"):
+class GeluOp(_UnaryOp, name="gelu"):
     """Elementwise GELU, erf form: `0.5 * x * (1 + erf(x / sqrt(2)))`."""
 
-    input: ext.Operand[Tensor]
-    result: ext.Result[Tensor]
-    verify_invariants = _SameShapeUnary.verify_invariants
 
-
-class SoftmaxOp(Novella.Operation, name="softmax"):
+class SoftmaxOp(_UnaryOp, name="softmax"):
     """Softmax over the last dim (which may be dynamic)."""
-
-    input: ext.Operand[Tensor]
-    result: ext.Result[Tensor]
-    verify_invariants = _SameShapeUnary.verify_invariants
 
 
 class LayerNormOp(Novella.Operation, name="layer_norm"):
