@@ -32,7 +32,7 @@ def measure(name: str, max_len: int, static: str) -> dict:
     (_, lo, hi) = art.symbols[0]
     t1 = time.perf_counter()
     if static == "compile":
-        words = len(streams.static_words(module, spec.example(max_len)))
+        words = len(streams.static_words(module, spec.example(max_len), dynamic_dim=spec.dynamic_dim))
     else:
         words = streams.count_words(art, [hi])
     t2 = time.perf_counter()

@@ -62,16 +62,19 @@ def compile_torch(
 ) -> CompiledModel:
     """Compiles `module` once, with dim `dynamic_dim` of its inputs symbolic in [min_len, max_len].
 
-    `min_len == max_len` compiles for one length (torch.export cannot take
-    such a Dim, so it exports over [T, T + 1] with an example of length
-    T + 1 and the bounds are then fixed to [T, T])."""
+    `min_len == max_len` compiles for one length T: torch.export cannot
+    take such a Dim, so it exports over [T - 1, T] (or [T, T + 1] for short
+    T, with an example of length >= 2 so torch does not specialize it) and
+    the bounds are then fixed to [T, T]."""
     config = config or load_config()
     ctx = make_context()
     stages = Stages(dump_dir)
     # torch.export with a symbolic length, then the torch-mlir FX importer (torch dialect, `?` dims)
+    lo, hi = min_len, max_len
     if min_len == max_len:
-        example_args = tuple(_resized(a, dynamic_dim, max_len + 1) for a in example_args)
-    prog = importer.export(module, example_args, dynamic_dim, min_len, max(max_len, min_len + 1))
+        lo, hi = (min_len - 1, min_len) if min_len > 2 else (min_len, min_len + 1)
+        example_args = tuple(_resized(a, dynamic_dim, max(min_len, 2)) for a in example_args)
+    prog = importer.export(module, example_args, dynamic_dim, lo, hi)
     imported = importer.import_program(ctx, prog, decomposition_table)
     imported.symbols = [dataclasses.replace(s, lo=min_len, hi=max_len) for s in imported.symbols]
     with ctx, ir.Location.unknown():
