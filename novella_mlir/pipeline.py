@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch_mlir import ir
 
-from simulator import load_config
+from simulator import isa, load_config
 
 from . import artifact as art_mod
 from .context import make_context
@@ -89,6 +89,8 @@ def compile_torch(
         # artifact: MacroMeta + TileMeta (+ weights and DRAM plan)
         artifact = art_mod.extract(mod, imported.weights, config)
     model = CompiledModel(artifact, config, stages)
+    # validation: the programs at both ends of the bounds instantiate and encode
+    _check_bounds_encode(model)
     if dump_dir:
         artifact.save(Path(dump_dir) / "model.nvla")
         (Path(dump_dir) / "summary.json").write_text(json.dumps(model.summary(), indent=2))
@@ -102,6 +104,22 @@ def _resized(arg, dim: int, length: int):
     shape = list(arg.shape)
     shape[dim] = length
     return torch.randn(shape, dtype=arg.dtype)
+
+
+def _check_bounds_encode(model) -> None:
+    """Instantiates the program at the lower and upper bounds, so a field that
+    overflows its ISA width is a compile error, not a failure at run time."""
+    syms = model.artifact.symbols
+    for pick, which in ((1, "lower"), (2, "upper")):
+        values = [s[pick] for s in syms]
+        try:
+            model.jit.instantiate(values)
+        except isa.EncodingError as e:
+            named = ", ".join(f"{s[0]}={v}" for s, v in zip(syms, values))
+            raise CompileError(
+                f"the program at the {which} bound ({named}) does not encode: {e}. "
+                "Lower max_len, or report the kernel that produced the field."
+            ) from None
 
 
 def _run(module, flag, config, options) -> None:

@@ -125,9 +125,14 @@ class TensorView:
         return sy.numel(self.shapes[i][:-1])
 
     def cols(self, i: int) -> int:
+        """The static last dim of operand `i`; kernels that tile a dynamic last dim read `shape`."""
         c = sy.as_int(self.shapes[i][-1])
         if c is None:
-            return None
+            which = "the result" if i == -1 else f"operand #{i}"
+            raise ValueError(
+                f"{which} has a dynamic last dim ({self.shapes[i][-1]}); this kernel needs it static. "
+                "Move the length to an outer dim (e.g. transpose before the op)."
+            )
         return c
 
     def static(self, i: int, d: int) -> int | None:

@@ -262,8 +262,10 @@ def softmax_scale(op) -> float:
 class Softmax:
     """Softmax over the last dim of a [rows, cols] view; cols may be symbolic.
 
-    A row tile whose rows fit the scratchpad whole is done in one step
-    (max, exp, sum, normalize). Otherwise the grid is (row tile, pass,
+    A static row length whose row tile fits the scratchpad is done in one
+    step (max, exp, sum, normalize). Otherwise, and always for a dynamic
+    row length (so that every length in bounds fits the 12-bit fields and
+    the tiling does not depend on the bounds), the grid is (row tile, pass,
     column chunk): pass 0 keeps a running max `m` and a rescaled running
     sum `l` per row (online softmax), pass 1 writes exp(x - m) / l."""
 
@@ -273,11 +275,12 @@ class Softmax:
         rows_max, cols_max = upper(rows, syms), upper(cols, syms)
         tms = [options["tile-m"]] if options.get("tile-m") else [*TILE_SIZES, 8, 4, 2, 1]
         tms = sorted({min(tm, rows_max) for tm in tms}, reverse=True)
-        tcs = [cols_max] if cols_max <= MAX_FIELD else []
-        tcs += [c for c in (2048, 1024, 512, 256, 128, 64, 32, 16) if c < cols_max]
+        static_cols = sy.as_int(cols) is not None
+        tcs = [cols_max] if static_cols and cols_max <= MAX_FIELD else []
+        tcs += [c for c in (2048, 1024, 512, 256, 128, 64, 32, 16) if c < cols_max or not static_cols]
         best, plan = None, None
         for tm, tc in itertools.product(tms, tcs):
-            plan = _softmax_plan(op, budget, tm, tc, tc < cols_max)
+            plan = _softmax_plan(op, budget, tm, tc, tc < cols_max or not static_cols)
             if plan.fits():
                 key = (_softmax_cost(rows_max, cols_max, tm, tc), -tm)
                 if best is None or key < best[0]:
@@ -285,7 +288,7 @@ class Softmax:
         if best is None:
             plan.check()
         _, tm, tc, plan = best
-        chunked = tc < cols_max
+        chunked = tc < cols_max or not static_cols
         grid = [ceildiv(rows, tm)]
         if chunked:
             grid += [sy.const(2), ceildiv(cols, tc)]

@@ -153,3 +153,22 @@ def test_dropped_token_is_a_hazard(mlp):
     sim = Simulator(npu.config, 1 << 20)
     with pytest.raises(HazardError, match="RAW hazard"):
         sim.run(words)
+
+
+def test_bounds_that_overflow_a_field_fail_at_compile_time():
+    """The programs at both bounds are instantiated at compile time: a field overflow is a CompileError."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU())
+    with pytest.raises(CompileError, match=r"upper bound \(T=20000000\) does not encode: LOAD: field 'row_start'"):
+        compile_torch(model, torch.randn(1, 16, 64), dynamic_dim=1, max_len=20_000_000)
+
+
+class _ScaleLastDim(torch.nn.Module):
+    def forward(self, x):
+        return x * 2.0
+
+
+def test_dynamic_last_dim_is_a_clear_error():
+    with pytest.raises(
+        CompileError, match=r"test_mlp_e2e.py:\d+: error: 'novella.scalar' op the result has a dynamic last dim"
+    ):
+        compile_torch(_ScaleLastDim(), torch.randn(1, 4, 16), dynamic_dim=2, max_len=64)
