@@ -160,6 +160,30 @@ class MacroBuilder:
     def store(self, buffer: str, tensor: int = -1, **f) -> None:
         self.ops.append(("novella.dma_store", dict(buffer=buffer, tensor=tensor, **f)))
 
+    def load_block(self, buffer: str, tensor: int, *, dram_offset, rows: int, cols: int, dram_stride=None, **f):
+        """LOAD a static [rows, cols] block (e.g. a weight slab) at `dram_offset`, rows `dram_stride` apart."""
+        self.load(
+            buffer,
+            tensor,
+            dram_offset=dram_offset,
+            dram_stride=dram_stride or cols,
+            row_start=0,
+            row_step=1,
+            row_bound=rows,
+            rows=rows,
+            cols=cols,
+            sram_stride=f.pop("sram_stride", cols),
+            **f,
+        )
+
+    def load_rows(self, buffer: str, tensor: int, *, row_start, rows, row_bound, cols, dram_offset=0, **f):
+        """LOAD `rows` consecutive rows from `row_start` of a [row_bound, ...] tensor view."""
+        self.load(buffer, tensor, **_row_geometry(row_start, rows, row_bound, cols, dram_offset, f))
+
+    def store_rows(self, buffer: str, *, row_start, rows, row_bound, cols, dram_offset=0, **f):
+        """STORE `rows` consecutive rows from `row_start` into the result (the inverse of `load_rows`)."""
+        self.store(buffer, -1, **_row_geometry(row_start, rows, row_bound, cols, dram_offset, f))
+
     def mma(self, acc: str, lhs: str, rhs: str, **f) -> None:
         self.ops.append(("novella.mma", dict(acc=acc, lhs=lhs, rhs=rhs, **f)))
 
@@ -170,6 +194,12 @@ class MacroBuilder:
         if b is not None:
             f["b"] = b
         self.ops.append(("novella.vop", f))
+
+
+def _row_geometry(row_start, rows, row_bound, cols, dram_offset, f: dict) -> dict:
+    geo = dict(dram_offset=dram_offset, dram_stride=f.pop("dram_stride", cols), row_start=row_start)
+    geo.update(row_step=1, row_bound=row_bound, rows=rows, cols=cols, sram_stride=f.pop("sram_stride", cols))
+    return {**geo, **f}
 
 
 def first(dim: int) -> list:

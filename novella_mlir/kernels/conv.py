@@ -81,19 +81,7 @@ class Conv1d:
         rows = tile_rows(1, tm, out_len)
         resident = first(1)
         _gather_weights(b, cin, k, tn, resident)
-        b.load(
-            "bias",
-            2,
-            dram_offset=b.d(0) * tn,
-            dram_stride=tn,
-            row_start=0,
-            row_step=1,
-            row_bound=1,
-            rows=1,
-            cols=tn,
-            sram_stride=tn,
-            when=resident,
-        )
+        b.load_block("bias", 2, dram_offset=b.d(0) * tn, rows=1, cols=tn, when=resident)
         x_rows = [sy.const((tm - 1) * stride + k), (out_len - b.d(1) * tm) * stride + sy.const(k - stride)]
         b.load(
             "x",

@@ -45,33 +45,11 @@ def row_tiling(op_desc: str, rows, cols: int, budget, n_buffers: int, options, e
 
 
 def _load_rows(b, buf, tensor, tm, rows_total, cols, rows):
-    b.load(
-        buf,
-        tensor,
-        dram_offset=0,
-        dram_stride=cols,
-        row_start=b.d(0) * tm,
-        row_step=1,
-        row_bound=rows_total,
-        rows=rows,
-        cols=cols,
-        sram_stride=cols,
-    )
+    b.load_rows(buf, tensor, row_start=b.d(0) * tm, row_bound=rows_total, rows=rows, cols=cols)
 
 
 def _store_rows(b, buf, tm, rows_total, cols, rows):
-    b.store(
-        buf,
-        -1,
-        dram_offset=0,
-        dram_stride=cols,
-        row_start=b.d(0) * tm,
-        row_step=1,
-        row_bound=rows_total,
-        rows=rows,
-        cols=cols,
-        sram_stride=cols,
-    )
+    b.store_rows(buf, row_start=b.d(0) * tm, row_bound=rows_total, rows=rows, cols=cols)
 
 
 def broadcast_kind(shape, out) -> str | None:

@@ -51,43 +51,10 @@ class Linear:
         k, n, m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
         rows = tile_rows(1, tm, m_total)
         resident = first(1) + first(2)
-        b.load(
-            "w",
-            1,
-            dram_offset=b.d(0) * (tn * k),
-            dram_stride=k,
-            row_start=0,
-            row_step=1,
-            row_bound=tn,
-            rows=tn,
-            cols=k,
-            sram_stride=k,
-            when=resident,
-        )
-        b.load(
-            "bias",
-            2,
-            dram_offset=b.d(0) * tn,
-            dram_stride=tn,
-            row_start=0,
-            row_step=1,
-            row_bound=1,
-            rows=1,
-            cols=tn,
-            sram_stride=tn,
-            when=resident,
-        )
-        b.load(
-            "a",
-            0,
-            dram_offset=b.d(2) * tk,
-            dram_stride=k,
-            row_start=b.d(1) * tm,
-            row_step=1,
-            row_bound=m_total,
-            rows=rows,
-            cols=tk,
-            sram_stride=tk,
+        b.load_block("w", 1, dram_offset=b.d(0) * (tn * k), rows=tn, cols=k, when=resident)
+        b.load_block("bias", 2, dram_offset=b.d(0) * tn, rows=1, cols=tn, when=resident)
+        b.load_rows(
+            "a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(1) * tm, row_bound=m_total, rows=rows, cols=tk
         )
         b.mma(
             "acc",
@@ -107,16 +74,13 @@ class Linear:
         geo = dict(rows=rows, cols=tn, dst_stride=tn, a_stride=tn, b_stride=tn, when=epilogue)
         b.vop("ADD", "out", "acc", "bias", mode="ROW", **geo)
         emit_act(b, op.attributes["act"].value, "out", "tmp", rows, tn, tn, when=epilogue)
-        b.store(
+        b.store_rows(
             "out",
-            -1,
             dram_offset=b.d(0) * tn,
             dram_stride=n,
             row_start=b.d(1) * tm,
-            row_step=1,
             row_bound=m_total,
             rows=rows,
             cols=tn,
-            sram_stride=tn,
             when=epilogue,
         )

@@ -38,31 +38,8 @@ class LayerNorm:
         eps = op.attributes["eps"].value
         rows = tile_rows(0, tm, total)
         for buf, slot in (("w", 1), ("b", 2)):
-            b.load(
-                buf,
-                slot,
-                dram_offset=0,
-                dram_stride=c,
-                row_start=0,
-                row_step=1,
-                row_bound=1,
-                rows=1,
-                cols=c,
-                sram_stride=c,
-                when=first(0),
-            )
-        b.load(
-            "x",
-            0,
-            dram_offset=0,
-            dram_stride=c,
-            row_start=b.d(0) * tm,
-            row_step=1,
-            row_bound=total,
-            rows=rows,
-            cols=c,
-            sram_stride=c,
-        )
+            b.load_block(buf, slot, dram_offset=0, rows=1, cols=c, when=first(0))
+        b.load_rows("x", 0, row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
         tile = dict(rows=rows, cols=c, dst_stride=c, a_stride=c, b_stride=c)
         col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1)
         b.vop("ROWSUM", "mean", "x", rows=rows, cols=c, dst_stride=1, a_stride=c)
@@ -76,15 +53,4 @@ class LayerNorm:
         b.vop("MUL", "x", "x", "var", mode="COL", **{**tile, "b_stride": 1})
         b.vop("MUL", "x", "x", "w", mode="ROW", **tile)
         b.vop("ADD", "sq", "x", "b", mode="ROW", **tile)
-        b.store(
-            "sq",
-            -1,
-            dram_offset=0,
-            dram_stride=c,
-            row_start=b.d(0) * tm,
-            row_step=1,
-            row_bound=total,
-            rows=rows,
-            cols=c,
-            sram_stride=c,
-        )
+        b.store_rows("sq", row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
