@@ -38,6 +38,13 @@ def kernel(*op_names: str):
     return register
 
 
+def module_symbols(op) -> list[sy.Symbol]:
+    """The `novella.symbols` of the module that holds `op`."""
+    from ..transforms.common import module_of
+
+    return sy.read_symbols(module_of(op))
+
+
 def legalize_pattern(root):
     """Registers a rewrite pattern (fn(op, rewriter) -> falsy on success) for --novella-legalize.
 
@@ -86,8 +93,7 @@ class Tiling:
 class BufferPlan:
     """Packs named buffers into the SPAD and ACC budgets, or raises TileFitError."""
 
-    def __init__(self, op_desc: str, budget: dict[str, int]):
-        self.op_desc = op_desc
+    def __init__(self, budget: dict[str, int]):
         self.budget = budget
         self.used = {"spad": 0, "acc": 0}
         self.buffers: list[Buffer] = []

@@ -16,18 +16,11 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects import shapes
 from ..dialects.novella import AttentionOp, MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
-from . import BufferPlan, Tiling, first, kernel, last, legalize_pattern, tile_rows
+from . import BufferPlan, Tiling, first, kernel, last, legalize_pattern, module_symbols, tile_rows
 
 MAX_FIELD = 4095
 TILE_SIZES = (256, 128, 64, 32, 16)
 K_TILES = (512, 256, 128, 64, 32, 16)
-
-
-def _module_symbols(op) -> list[sy.Symbol]:
-    mod = op.operation
-    while mod.name != "builtin.module":
-        mod = mod.parent
-    return sy.read_symbols(mod)
 
 
 NOMINAL_LENGTH = 4096
@@ -119,7 +112,7 @@ def matmul_dims(op, tv) -> MatmulDims:
 
 
 def _matmul_plan(op, budget, tm, tn, tk) -> BufferPlan:
-    plan = BufferPlan(op.name, budget)
+    plan = BufferPlan(budget)
     plan.add("a", "spad", tm * tk)
     plan.add("b", "spad", tk * tn)
     plan.add("acc", "acc", tm * tn)
@@ -137,7 +130,7 @@ class Matmul:
 
     def tile(self, op, tv, budget, options):
         dims = matmul_dims(op, tv)
-        syms = _module_symbols(op)
+        syms = module_symbols(op)
         tms = [options["tile-m"]] if options.get("tile-m") else _candidates(dims.m, syms, TILE_SIZES)
         tns = _candidates(dims.n, syms, TILE_SIZES)
         tks = _candidates(dims.k, syms, K_TILES)
@@ -164,13 +157,12 @@ class Matmul:
         k_steps = ceildiv(dims.k, tk)
         k_static = sy.as_int(dims.k)
         reuse_lhs = first(2) if k_static is not None and k_static <= tk else None
-        b.load(
+        b.load_rows(
             "a",
             0,
             dram_offset=bi * dims.lhs_batch_stride + ki * tk,
             dram_stride=dims.k,
             row_start=mi * tm,
-            row_step=1,
             row_bound=dims.m,
             rows=rows,
             cols=kk,
@@ -178,26 +170,24 @@ class Matmul:
             when=reuse_lhs,
         )
         if dims.transpose:
-            b.load(
+            b.load_rows(
                 "b",
                 1,
                 dram_offset=bi * dims.rhs_batch_stride + ki * tk,
                 dram_stride=dims.k,
                 row_start=ni * tn,
-                row_step=1,
                 row_bound=dims.n,
                 rows=cols,
                 cols=kk,
                 sram_stride=tk,
             )
         else:
-            b.load(
+            b.load_rows(
                 "b",
                 1,
                 dram_offset=bi * dims.rhs_batch_stride + ni * tn,
                 dram_stride=dims.n,
                 row_start=ki * tk,
-                row_step=1,
                 row_bound=dims.k,
                 rows=kk,
                 cols=cols,
@@ -235,7 +225,7 @@ class Matmul:
 
 
 def _softmax_plan(op, budget, tm, tc, chunked) -> BufferPlan:
-    plan = BufferPlan(op.name, budget)
+    plan = BufferPlan(budget)
     plan.add("in", "spad", tm * tc)
     plan.add("out", "spad", tm * tc)
     for name in ("m", "l") + (("cm", "t") if chunked else ()):
@@ -270,7 +260,7 @@ class Softmax:
     sum `l` per row (online softmax), pass 1 writes exp(x - m) / l."""
 
     def tile(self, op, tv, budget, options):
-        syms = _module_symbols(op)
+        syms = module_symbols(op)
         rows, cols = mul(*tv.shape(0)[:-1]), tv.shape(0)[-1]
         rows_max, cols_max = upper(rows, syms), upper(cols, syms)
         tms = [options["tile-m"]] if options.get("tile-m") else [*TILE_SIZES, 8, 4, 2, 1]
@@ -394,7 +384,7 @@ def _online_pass(g: _Geo, start, rest) -> None:
 
 
 def _n_syms(op) -> int:
-    return len(_module_symbols(op))
+    return len(module_symbols(op))
 
 
 def _typed(op_name: str, operands, attrs: dict, n_syms: int) -> ir.RankedTensorType:

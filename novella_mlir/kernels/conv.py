@@ -11,8 +11,8 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects.novella import Conv1dOp, GeluOp
-from . import BufferPlan, Tiling, first, kernel, legalize_pattern, tile_rows
-from .data_movement import make_transpose, module_symbols, typed
+from . import BufferPlan, Tiling, first, kernel, legalize_pattern, module_symbols, tile_rows
+from .data_movement import make_transpose, typed
 from .elementwise import emit_act
 
 MAX_FIELD = 4095
@@ -48,7 +48,7 @@ class Conv1d:
     at row k with row stride `stride`."""
 
     def _plan(self, op, budget, tm, tn, cin, k, stride):
-        plan = BufferPlan(op.name, budget)
+        plan = BufferPlan(budget)
         plan.add("w", "spad", k * tn * cin)
         plan.add("x", "spad", ((tm - 1) * stride + k) * cin)
         plan.add("bias", "spad", tn)

@@ -16,7 +16,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects import shapes
 from ..dialects.novella import GeluOp, ReluOp, ScalarOp, TransposeOp
-from . import BufferPlan, Tiling, first, kernel, legalize_pattern, tile_rows
+from . import BufferPlan, Tiling, first, kernel, legalize_pattern, module_symbols, tile_rows
 
 ROW_TILES = (512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
 MAX_UNROLL = 64
@@ -24,12 +24,6 @@ MAX_UNROLL = 64
 
 def perm_of(op) -> list[int]:
     return list(ir.DenseI64ArrayAttr(op.attributes["perm"]))
-
-
-def module_symbols(op) -> list:
-    from ..transforms.common import module_of
-
-    return sy.read_symbols(module_of(op))
 
 
 def typed(op_name: str, operands, attrs: dict, n_syms: int) -> ir.RankedTensorType:
@@ -119,7 +113,7 @@ class _RowMove:
     def tile(self, op, budget, options):
         width = self.count * self.cols
         for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
-            plan = BufferPlan(op.name, budget)
+            plan = BufferPlan(budget)
             plan.add("t", "spad", tm * width)
             plan.add("o", "spad", tm * width)
             if plan.fits() or options.get("tile-m"):
@@ -172,7 +166,7 @@ def _swap_tiling(op, tv, budget):
     batch, r, c = _swap_dims(tv)
     tr = min(sy.as_int(r) or 128, 128)
     for tc in (128, 64, 32, 16):
-        plan = BufferPlan(op.name, budget)
+        plan = BufferPlan(budget)
         plan.add("eye", "spad", tc * tc)
         plan.add("x", "spad", tr * tc)
         plan.add("acc", "acc", tc * tr)
@@ -242,7 +236,7 @@ class Slice:
         if sy.value_range(size + sy.const(start) - have, symbols)[1] > 0:
             raise ValueError(f"slice [{start}, {start} + {size}) exceeds dim {dim} of size {have} for some lengths")
         for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
-            plan = BufferPlan(op.name, budget)
+            plan = BufferPlan(budget)
             plan.add("t", "spad", tm * inner)
             plan.add("o", "spad", tm * inner)
             if plan.fits() or options.get("tile-m"):

@@ -29,12 +29,12 @@ def emit_act(b, act: str, buf: str, tmp: str, rows, cols: int, stride: int, when
         b.vop("COPY", out, buf, **geo)
 
 
-def row_tiling(op_desc: str, rows, cols: int, budget, n_buffers: int, options, extra=()) -> Tiling:
+def row_tiling(rows, cols: int, budget, n_buffers: int, options, extra=()) -> Tiling:
     """Largest row tile such that `n_buffers` [tm, cols] SPAD buffers (+ `extra`: (name, size or
     size(tm))) fit."""
     first = options.get("tile-m")
     for tm in [first] if first else ROW_TILES:
-        plan = BufferPlan(op_desc, budget)
+        plan = BufferPlan(budget)
         for i in range(n_buffers):
             plan.add(f"t{i}", "spad", tm * cols)
         for name, size in extra:
@@ -97,7 +97,7 @@ class Binary:
 
     def tile(self, op, tv, budget, options):
         self.kinds(op, tv)
-        return row_tiling(op.name, tv.rows(-1), tv.cols(-1), budget, 3, options, extra=(("acol", lambda tm: tm),))
+        return row_tiling(tv.rows(-1), tv.cols(-1), budget, 3, options, extra=(("acol", lambda tm: tm),))
 
     def macro(self, op, tv, t, b):
         ka, kb, (ia, ib) = self.kinds(op, tv)
@@ -170,7 +170,7 @@ class Unary:
     """Activations and ops with a compile-time scalar: row tile `t0` in, result in `t1`."""
 
     def tile(self, op, tv, budget, options):
-        return row_tiling(op.name, tv.rows(-1), tv.cols(-1), budget, 2, options)
+        return row_tiling(tv.rows(-1), tv.cols(-1), budget, 2, options)
 
     def macro(self, op, tv, t, b):
         tm, cols, total = t.tiles["tm"], tv.cols(-1), tv.rows(-1)

@@ -22,7 +22,7 @@ class Linear:
     store) runs on its last step."""
 
     def _plan(self, op, budget, tm, tn, tk, k, act):
-        plan = BufferPlan(op.name, budget)
+        plan = BufferPlan(budget)
         plan.add("w", "spad", tn * k)
         plan.add("a", "spad", tm * tk)
         plan.add("bias", "spad", tn)

@@ -22,7 +22,7 @@ class LayerNorm:
     def tile(self, op, tv, budget, options):
         c = tv.cols(0)
         for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
-            plan = BufferPlan(op.name, budget)
+            plan = BufferPlan(budget)
             plan.add("x", "spad", tm * c)
             plan.add("sq", "spad", tm * c)
             plan.add("w", "spad", c)

@@ -58,8 +58,6 @@ def _check_static(op, rt, exprs) -> None:
         v = sy.as_int(e)
         if not rt.is_dynamic_dim(i) and v != rt.get_dim_size(i):
             raise PassError(op, f"result dim {i} is {rt.get_dim_size(i)} but the shape rule gives {e}")
-        if rt.is_dynamic_dim(i) and v is not None:
-            continue
 
 
 def _update_signature(fn) -> None:
