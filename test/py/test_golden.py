@@ -5,30 +5,29 @@ with `test/golden/<model>.json`. Regenerate with
 
     NOVELLA_UPDATE_GOLDEN=1 .venv/bin/python -m pytest test/py/test_golden.py
 
-then review `git diff test/golden/` and justify every change in the commit.
+which rewrites the snapshots that changed, prints the change loudly and
+still runs every comparison (see `goldens.py`; it never skips); then review
+`git diff test/golden/` and justify every change in the commit.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import os
 import sys
-from pathlib import Path
 
+import goldens
 import pytest
+from goldens import GOLDEN, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import models  # noqa: E402
 
-GOLDEN = ROOT / "test" / "golden"
 KEYS = ("symbols", "inputs", "outputs", "dram_size", "weight_layout", "macros", "tiles")
 MODELS = {"mlp": ("mlp", 2048), "mlp384": ("mlp384", 1500), "whisper_layer": ("layer", 1500)}
-UPDATE = os.environ.get("NOVELLA_UPDATE_GOLDEN") == "1"
 
 HOW_TO = """\
-The instruction metadata of '{name}' differs from {path}.
+The instruction metadata differs from {path}.
 If the change is intended (new tiling, DRAM layout, template fields, ...):
   1. regenerate:  NOVELLA_UPDATE_GOLDEN=1 .venv/bin/python -m pytest test/py/test_golden.py
   2. review:      git diff test/golden/   (each changed template / tile should follow from your change)
@@ -62,16 +61,12 @@ def test_golden(name):
     model, max_len = MODELS[name]
     _, _, npu = models.compile_model(model, max_len)
     now = snapshot(npu.artifact)
-    path = GOLDEN / f"{name}.json"
-    if UPDATE:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dumps(now) + "\n")
-        pytest.skip(f"regenerated {path.relative_to(ROOT)}; review it with git diff")
-    assert path.exists(), f"no golden snapshot {path}; create it with NOVELLA_UPDATE_GOLDEN=1 (see {__file__})"
-    golden = json.loads(path.read_text())
-    if golden != now:
-        diff = difflib.unified_diff(dumps(golden).splitlines(), dumps(now).splitlines(), "golden", "now", lineterm="")
-        pytest.fail(HOW_TO.format(name=name, path=path, diff="\n".join(list(diff)[:60])), pytrace=False)
+    goldens.check(GOLDEN / f"{name}.json", now, HOW_TO, dumps=dumps, diff=_text_diff)
+
+
+def _text_diff(golden, now) -> str:
+    diff = difflib.unified_diff(dumps(golden).splitlines(), dumps(now).splitlines(), "golden", "now", lineterm="")
+    return "\n".join(list(diff)[:60])
 
 
 def test_snapshot_format_is_deterministic_and_round_trips():

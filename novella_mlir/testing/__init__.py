@@ -1,0 +1,1 @@
+"""Test helpers that live in the package (an independent instruction oracle)."""
