@@ -55,7 +55,7 @@ then review `git diff test/golden/` and say in the commit why each number moved.
 If not, it is a regression in the timing model or in the program the compiler emits."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def run(name: str, length: int):
     """(stats dict, model MACs, compulsory (load, store) bytes, JIT words, IR-oracle program)."""
     model, max_len, _ = PROGRAMS[name]
