@@ -1,0 +1,332 @@
+"""Mutation score: a fixed list of hand-written mutants, each run against a fast subset of the CI suite.
+
+Each mutant is one textual edit of one production file (simulator, timing
+model, JIT, tiling, allocation, lowering, artifact). For each, the repo is
+copied to a temporary directory (tracked files, as in the work tree), the
+edit applied, and the subset run there (lit, then pytest with `-x`); the
+mutant is *killed* if anything fails, and the first failing test is
+reported. Mutants 1-4 are the planted bugs of issue 13. It is a bench: it
+is not run in CI.
+
+    .venv/bin/python bench/mutants.py                 # all mutants, table on stdout
+    .venv/bin/python bench/mutants.py --only 1,2,3,4  # some of them
+    .venv/bin/python bench/mutants.py --only 3 --all  # every test a mutant fails (no -x)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+LIT = str(Path(PY).with_name("lit"))
+SUBSET = [
+    "test/py/test_simulator.py",
+    "test/py/test_isa.py",
+    "test/py/test_jit.py",
+    "test/py/test_mlp_e2e.py",
+    "test/py/test_cycles.py",
+    "test/py/test_oracle.py",
+    "test/py/test_golden.py",
+    "test/py/test_attention_ops.py",
+    "test/py/test_transformer_ops.py",
+]
+
+
+@dataclass
+class Mutant:
+    area: str
+    path: str
+    old: str
+    new: str
+    what: str
+
+
+M = Mutant
+MUTANTS = [
+    # --- the planted bugs of issue 13
+    M("simulator", "simulator/functional.py", 'if f["accumulate"]:', "if False:", "planted 1: MATMUL never accumulates"),
+    M(
+        "tiling",
+        "novella_mlir/kernels/__init__.py",
+        "return [sy.const(tm), total - sy.dim(dim) * tm]",
+        "return [sy.const(tm), total - sy.dim(dim) * tm + 1]",
+        "planted 2: partial tiles one row too long",
+    ),
+    M(
+        "jit",
+        "novella_mlir/runtime/jit.py",
+        "memo[key] = _field_bits(f, expr.evaluate_min(progs, syms, dims))",
+        'memo[key] = _field_bits(f, expr.evaluate_min(progs[:1] if f.name in ("rows", "m") else progs, syms, dims))',
+        "planted 3: rows/m encoded as the full tile on the last partial tile",
+    ),
+    M(
+        "timing",
+        "simulator/timing.py",
+        "end = data_start + _ceil_div(dma_bytes, c.dram_bytes_per_cycle)",
+        "end = data_start + _ceil_div(dma_bytes, 2 * c.dram_bytes_per_cycle)",
+        "planted 4: DMA cost halved",
+    ),
+    # --- simulator (functional)
+    M(
+        "simulator",
+        "simulator/functional.py",
+        "tile = np.zeros(sidx.shape, dtype=F32)",
+        "tile = sram.data[sidx].copy()",
+        "LOAD leaves stale SRAM in out-of-bound rows instead of zeros",
+    ),
+    M(
+        "simulator",
+        "simulator/functional.py",
+        'return (r >= 0) & (r < f["row_bound"]), r',
+        'return (r >= 0) & (r <= f["row_bound"]), r',
+        "DMA row guard off by one (row_bound inclusive)",
+    ),
+    M(
+        "simulator",
+        "simulator/functional.py",
+        "REDUCE_OPS = {VecFn.ROWSUM: np.sum, VecFn.ROWMAX: np.max}",
+        "REDUCE_OPS = {VecFn.ROWSUM: np.sum, VecFn.ROWMAX: np.mean}",
+        "ROWMAX computes the mean",
+    ),
+    M(
+        "simulator",
+        "simulator/functional.py",
+        "x = np.clip(np.asarray(x, dtype=F32), F32(-4), F32(4))",
+        "x = np.clip(np.asarray(x, dtype=F32), F32(-3), F32(3))",
+        "ERF clamps at 3 instead of 4",
+    ),
+    # --- timing model and machine
+    M(
+        "timing",
+        "simulator/timing.py",
+        "data_start = max(start + c.dma_latency, self.dram_free)",
+        "data_start = start + c.dma_latency",
+        "DRAM channel not shared by loads and stores",
+    ),
+    M(
+        "timing",
+        "simulator/timing.py",
+        'passes = _ceil_div(f["k"], c.matrix_rows) * _ceil_div(f["n"], c.matrix_cols)',
+        'passes = _ceil_div(f["k"], c.matrix_rows)',
+        "MATMUL cost ignores n",
+    ),
+    M(
+        "timing",
+        "simulator/timing.py",
+        'return f["rows"] * beats + self.config.vector_latency',
+        'return f["rows"] * beats',
+        "VEC latency dropped",
+    ),
+    M(
+        "timing",
+        "simulator/machine.py",
+        "self.channels[ch].push(Token(end, clock))",
+        "self.channels[ch].push(Token(start, clock))",
+        "a token is ready when its pusher starts, not ends",
+    ),
+    M(
+        "timing",
+        "simulator/machine.py",
+        "s.busy[unit] += end - start",
+        "s.busy[unit] = max(s.busy[unit], end - start)",
+        "busy cycles per unit: max instead of sum",
+    ),
+    M(
+        "timing",
+        "simulator/machine.py",
+        "if best_start is None or start < best_start:",
+        "if best_start is None or start <= best_start:",
+        "scheduling ties go to the last queue (store, compute, load)",
+    ),
+    # --- JIT
+    M(
+        "jit",
+        "novella_mlir/runtime/jit.py",
+        '"pop_next": (is_l & first & (step > 0)) | (is_c & first & prev_stored),',
+        '"pop_next": (is_l & first & (step > 0)),',
+        "compute does not wait for the previous step's stores (S2C)",
+    ),
+    M(
+        "jit",
+        "novella_mlir/runtime/jit.py",
+        "            if prev.last_store is not None:\n                words[start, 0] |= _bit(\"pop_next\")",
+        "            if prev.last_store is None:\n                words[start, 0] |= _bit(\"pop_next\")",
+        "the barrier between macros does not wait for the previous macro's stores",
+    ),
+    M(
+        "jit",
+        "novella_mlir/runtime/jit.py",
+        "key = tuple(int(s) for s in symbols)",
+        "key = tuple(int(s) // 2 for s in symbols)",
+        "JIT cache key collides for neighbouring lengths",
+    ),
+    M(
+        "jit",
+        "novella_mlir/runtime/jit.py",
+        'm &= (v == 0) if kind == "eq" else (v >= 0)',
+        'm &= (v == 0) if kind == "eq" else (v > 0)',
+        "`ge` guards evaluated as strict",
+    ),
+    M(
+        "jit",
+        "novella_mlir/runtime/expr.py",
+        "out = np.minimum(out, v)",
+        "out = np.maximum(out, v)",
+        "a min of expressions evaluated as a max",
+    ),
+    # --- tiling and kernels
+    M(
+        "tiling",
+        "novella_mlir/kernels/linear.py",
+        "grid = [sy.const(n // tn), sy.ceildiv(tv.rows(0), tm), sy.const(k // tk)]",
+        "grid = [sy.const(n // tn), sy.floordiv(tv.rows(0), tm), sy.const(k // tk)]",
+        "linear grid drops the partial last row tile",
+    ),
+    M(
+        "tiling",
+        "novella_mlir/kernels/linear.py",
+        "accumulate=[b.d(2), sy.const(1)],",
+        "accumulate=[sy.const(0)],",
+        "linear K loop overwrites instead of accumulating",
+    ),
+    M(
+        "tiling",
+        "novella_mlir/kernels/linear.py",
+        'tms = [options["tile-m"]] if options.get("tile-m") else [64, 32, 16]',
+        'tms = [options["tile-m"]] if options.get("tile-m") else [32, 64, 16]',
+        "linear row-tile heuristic prefers 32 (correct, slower programs)",
+    ),
+    M(
+        "tiling",
+        "novella_mlir/kernels/attention.py",
+        '    g.vec("MUL", "l", "l", "t", when=rest)\n',
+        "",
+        "chunked softmax: running sum not rescaled when the max grows",
+    ),
+    # --- allocation
+    M(
+        "allocation",
+        "novella_mlir/transforms/novella_allocate.py",
+        "if self._covers(blk, size):",
+        "if True:",
+        "DRAM reuse of a freed block that is too small",
+    ),
+    M(
+        "allocation",
+        "novella_mlir/transforms/novella_allocate.py",
+        "if last_use.get(v) == i and v not in outputs and _is_activation(v):",
+        "if v not in outputs and _is_activation(v):",
+        "DRAM of a tensor released at its first use, not its last",
+    ),
+    # --- lowering (inst-gen, artifact)
+    M(
+        "lowering",
+        "novella_mlir/transforms/novella_inst_gen.py",
+        "shifted = [e + sy.const(buf.offset) for e in m.results]",
+        "shifted = list(m.results)",
+        "a variable SRAM offset loses its buffer's base",
+    ),
+    M(
+        "lowering",
+        "novella_mlir/transforms/novella_inst_gen.py",
+        'return _i64(isa.Mem.SPAD if buf.mem == "spad" else isa.Mem.ACC)',
+        'return _i64(isa.Mem.SPAD if buf.mem != "acc" else isa.Mem.SPAD)',
+        "every buffer placed in the scratchpad",
+    ),
+    M(
+        "lowering",
+        "novella_mlir/artifact.py",
+        "when = [[kind, sy.to_postfix(e)] for kind, e in when]",
+        'when = [["ge", sy.to_postfix(e)] for kind, e in when]',
+        "artifact turns equality guards into inequalities",
+    ),
+    M(
+        "lowering",
+        "novella_mlir/kernels/elementwise.py",
+        'b.vop("ADD", tmp, tmp, mode="SCALAR", imm=1.0, **geo)',
+        'b.vop("ADD", tmp, tmp, mode="SCALAR", imm=1.001, **geo)',
+        "gelu epilogue: 1 + erf off by 1e-3",
+    ),
+]
+
+
+def _copy_repo(dst: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True)
+    for rel in files.stdout.splitlines():
+        src = ROOT / rel
+        if src.is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / rel)
+
+
+def _first_failure(out: str) -> str:
+    m = re.search(r"^FAILED (\S+)(?: - (.*))?$", out, re.M) or re.search(r"^ERROR (\S+)(?: - (.*))?$", out, re.M)
+    if m:
+        return m.group(1) + (f": {m.group(2)[:120]}" if m.group(2) else "")
+    m = re.search(r"^\s*(?:FAIL|UNRESOLVED): (.*)$", out, re.M)
+    return f"lit {m.group(1)}" if m else out.strip().splitlines()[-1][:160] if out.strip() else "?"
+
+
+def _failures(out: str) -> list[str]:
+    return re.findall(r"^(?:FAILED|ERROR) (\S+)", out, re.M) + [
+        f"lit {t}" for t in re.findall(r"^\s*(?:FAIL|UNRESOLVED): (.*)$", out, re.M)
+    ]
+
+
+def run_one(i: int, mut: Mutant, all_failures: bool) -> tuple[str, str, float]:
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="novella-mutant-") as tmp:
+        work = Path(tmp)
+        _copy_repo(work)
+        target = work / mut.path
+        text = target.read_text()
+        if text.count(mut.old) != 1:
+            return "n/a", f"edit site not found ({text.count(mut.old)} matches)", 0.0
+        target.write_text(text.replace(mut.old, mut.new))
+        env = dict(os.environ, PYTHONPATH=str(work), NOVELLA_UPDATE_GOLDEN="0")
+        lit = subprocess.run([LIT, "-q", "test/lit"], cwd=work, env=env, capture_output=True, text=True)
+        stop = [] if all_failures else ["-x"]
+        cmd = [PY, "-m", "pytest", *SUBSET, "-q", "-rfE", "-p", "no:cacheprovider", "--tb=line", *stop]
+        pyt = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    secs = time.perf_counter() - t0
+    if all_failures:
+        fails = _failures(lit.stdout + lit.stderr) + _failures(pyt.stdout)
+        return ("killed" if fails else "survived"), "\n      ".join(fails) or "-", secs
+    if lit.returncode:
+        return "killed", _first_failure(lit.stdout + lit.stderr), secs
+    if pyt.returncode:
+        return "killed", _first_failure(pyt.stdout), secs
+    return "survived", "-", secs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="comma-separated mutant numbers (1-based)")
+    ap.add_argument("--all", action="store_true", help="list every failing test (no -x; slower)")
+    args = ap.parse_args()
+    chosen = [int(x) for x in args.only.split(",")] if args.only else range(1, len(MUTANTS) + 1)
+    rows = []
+    print(f"subset: lit test/lit + pytest {' '.join(Path(s).name for s in SUBSET)} (-x)\n", flush=True)
+    print(f"{'#':>2}  {'area':<10} {'mutant':<66} {'result':<8} {'s':>5}  first failing test", flush=True)
+    for i in chosen:
+        mut = MUTANTS[i - 1]
+        result, by, secs = run_one(i, mut, args.all)
+        rows.append(result)
+        print(f"{i:>2}  {mut.area:<10} {mut.what[:66]:<66} {result:<8} {secs:5.0f}  {by}", flush=True)
+    scored = [r for r in rows if r != "n/a"]
+    killed = sum(r == "killed" for r in scored)
+    print(f"\nmutation score: {killed}/{len(scored)} killed = {killed / max(len(scored), 1):.0%}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
