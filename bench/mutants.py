@@ -54,7 +54,13 @@ class Mutant:
 M = Mutant
 MUTANTS = [
     # --- the planted bugs of issue 13
-    M("simulator", "simulator/functional.py", 'if f["accumulate"]:', "if False:", "planted 1: MATMUL never accumulates"),
+    M(
+        "simulator",
+        "simulator/functional.py",
+        'if f["accumulate"]:',
+        "if False:",
+        "planted 1: MATMUL never accumulates",
+    ),
     M(
         "tiling",
         "novella_mlir/kernels/__init__.py",
@@ -159,8 +165,8 @@ MUTANTS = [
     M(
         "jit",
         "novella_mlir/runtime/jit.py",
-        "            if prev.last_store is not None:\n                words[start, 0] |= _bit(\"pop_next\")",
-        "            if prev.last_store is None:\n                words[start, 0] |= _bit(\"pop_next\")",
+        '            if prev.last_store is not None:\n                words[start, 0] |= _bit("pop_next")',
+        '            if prev.last_store is None:\n                words[start, 0] |= _bit("pop_next")',
         "the barrier between macros does not wait for the previous macro's stores",
     ),
     M(

@@ -57,22 +57,29 @@ If not, it is a regression in the timing model or in the program the compiler em
 
 @functools.cache
 def run(name: str, length: int):
-    """(stats dict, model MACs, compulsory (load, store) bytes, JIT words, IR-oracle program)."""
+    """(stats dict, model MACs, compulsory (load, store) bytes, JIT words, IR-oracle program, (NPU, eager))."""
     model, max_len, _ = PROGRAMS[name]
     spec, module, npu = models.compile_model(model, max_len)
     x = spec.example(length)
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as flops:
         ref = module(x)
     y = npu(x)
-    torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4)
     stats = npu.last_run.stats.to_dict()
     compulsory = (npu.artifact.weight_nbytes + x.numel() * 4, y.numel() * 4)
     program = oracle.instantiate(npu.ir("novella-inst-gen"), [spec.symbol(length)])
-    return stats, flops.get_total_flops() // 2, compulsory, npu.last_run.program.words, program
+    return stats, flops.get_total_flops() // 2, compulsory, npu.last_run.program.words, program, (y, ref)
 
 
 def _lengths(name):
     return PROGRAMS[name][2]
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_outputs_match_eager(name):
+    """The runs whose cycles are pinned compute the right thing."""
+    for t in _lengths(name):
+        y, ref = run(name, t)[5]
+        torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-4, msg=lambda m, t=t: f"{name} T={t}: {m}")
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -96,7 +103,7 @@ def _macs_by_tile(words, program) -> str:
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_executed_macs_equal_model_macs(name):
     for t in _lengths(name):
-        stats, model_macs, _, words, program = run(name, t)
+        stats, model_macs, _, words, program, _ = run(name, t)
         assert stats["macs"] == model_macs, (
             f"{name} T={t}: the NPU executed {stats['macs']} MACs, the model has {model_macs} "
             f"(torch FlopCounterMode); MATMUL m*k*n by tile: {_macs_by_tile(words, program)}"
@@ -140,7 +147,7 @@ def _wasted(words, program, where: str) -> list[str]:
 def test_no_wasted_rows_on_partial_tiles(name):
     bad = []
     for t in _lengths(name):
-        _, _, _, words, program = run(name, t)
+        _, _, _, words, program, _ = run(name, t)
         bad += _wasted(words, program, f"{name} T={t}:")
     assert not bad, f"{len(bad)} instructions do wasted work:\n" + "\n".join(bad[:10])
 
@@ -148,6 +155,6 @@ def test_no_wasted_rows_on_partial_tiles(name):
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_dma_bytes_at_least_compulsory(name):
     for t in _lengths(name):
-        stats, _, (load, store), _, _ = run(name, t)
+        stats, _, (load, store), _, _, _ = run(name, t)
         assert stats["dma_bytes_loaded"] >= load, f"{name} T={t}: loaded {stats['dma_bytes_loaded']} < {load} B"
         assert stats["dma_bytes_stored"] >= store, f"{name} T={t}: stored {stats['dma_bytes_stored']} < {store} B"

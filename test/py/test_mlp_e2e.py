@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -45,23 +47,55 @@ def test_compiled_once_program_grows_with_length(mlp):
     assert npu.last_run.stats.macs == 2 * 2048 * 64 * 256
 
 
-def test_stats_are_consistent(mlp):
+def test_stats_follow_from_shapes_and_tiling(mlp):
+    """At T=300 every count follows from the shapes and the linear kernel's schedule.
+
+    The tiling is tm=64 (the largest row tile tried) and tn=n, tk=k (the whole weight slab fits
+    the 256 KiB SPAD), so each linear runs ceil(300/64)=5 grid steps, loads its weight and bias
+    once and each input row once, and stores each output row once."""
     _, npu = mlp
-    npu(torch.randn(1, 300, 64))
+    t = 300
+    npu(torch.randn(1, t, 64))
     s = npu.last_run.stats
-    assert s.cycles >= s.roofline_cycles > 0
-    assert 0 < s.mac_utilization <= 1
+    tiles = re.findall(
+        r"novella.tiles = \{tk = (\d+) : i64, tm = (\d+) : i64, tn = (\d+) : i64\}", npu.ir("novella-tile")
+    )
+    assert tiles == [("64", "64", "256"), ("256", "64", "64")]
+    steps = -(-t // 64)
+    weights = 64 * 256 + 256 + 256 * 64 + 64
+    assert s.macs == t * (64 * 256 + 256 * 64)
+    assert s.dma_bytes_loaded == 4 * (weights + t * 64 + t * 256)
+    assert s.dma_bytes_stored == 4 * (t * 256 + t * 64)
+    # per step: linear 1 = LOAD x, MATMUL, VEC bias + 5 for gelu, STORE; linear 2 = LOAD, MATMUL, bias + relu, STORE
+    assert dict(s.by_mnemonic) == {
+        "LOAD": 2 * (2 + steps),
+        "MATMUL": 2 * steps,
+        "VEC": 8 * steps,
+        "STORE": 2 * steps,
+        "NOP": 1,
+    }
     assert s.instructions == npu.last_run.program.n_words == sum(s.by_mnemonic.values())
-    assert s.dma_bytes_loaded >= 300 * 64 * 4 + 256 * 64 * 4
+    assert s.mac_utilization == s.macs / (256 * s.cycles)
+    assert s.cycles >= max(s.busy.values()), "each unit runs one instruction at a time"
 
 
 @pytest.mark.parametrize(
-    "dims,length",
-    [((32, 48, 16), 33), ((128, 512, 96), 130), ((16, 16, 16), 5), ((384, 1536, 384), 70)],
+    "dims,length,k_steps",
+    [
+        ((32, 48, 16), 33, [1, 1]),
+        ((128, 512, 96), 130, [1, 4]),
+        ((16, 16, 16), 5, [1, 1]),
+        ((384, 1536, 384), 70, [2, 8]),
+    ],
 )
-def test_mlp_shapes(dims, length):
+def test_mlp_shapes(dims, length, k_steps):
+    """`k_steps` (k / tk per linear) pins that two cases split K, so the MATMUL accumulate path runs
+    (the 64-256-64 MLP above never splits K: its weight slabs fit the SPAD). The values are the linear
+    kernel's first fitting (tn, tk) in descending order: a K split appears once tn * k no longer fits."""
     model = _mlp(*dims)
     npu = compile_torch(model, torch.randn(1, 8, dims[0]), dynamic_dim=1, min_len=1, max_len=512)
+    tks = [int(tk) for tk in re.findall(r"novella.tiles = \{tk = (\d+) : i64", npu.ir("novella-tile"))]
+    assert [k // tk for k, tk in zip(dims[:2], tks)] == k_steps
     for t in (1, length):
         x = torch.randn(1, t, dims[0])
         torch.testing.assert_close(npu(x), model(x).detach(), rtol=1e-4, atol=1e-4)

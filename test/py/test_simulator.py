@@ -301,16 +301,41 @@ def test_load_negative_row_start_step2_zero_fill():
     assert sim.spad.read(48, 12).tolist() == [9.0] * 12
 
 
-@pytest.mark.parametrize("drop", ["L2C", "C2S", "C2L"])
+# Program: 0 LOAD B, 1 LOAD A0, 2 MATMUL0, 3 STORE0, 4 LOAD A1 (same SPAD buffer as A0), 5 MATMUL1, 6 STORE1.
+# Dropping a channel's token leaves exactly the pair it orders unordered; the checker must name that
+# pair, the access kind and the memory range (instructions run in simulation order, so the later
+# instruction of the pair is the one that trips the check).
+MISSING_TOKEN = {
+    # L2C: MATMUL0 reads its SPAD operands (B at 4096) before the loads of step 0 are known to be done
+    "L2C": r"RAW hazard: compute instruction 2 \(MATMUL\) reads spad\[4096, 6016\) last written by load "
+    r"instruction 0 \(LOAD\)",
+    # C2S: STORE0 reads acc[0, 64*48) with no order against MATMUL0's write of it
+    "C2S": r"WAR hazard: compute instruction 2 \(MATMUL\) writes acc\[0, 3072\) last read by store instruction 3 "
+    r"\(STORE\)",
+    # C2L: LOAD A1 overwrites A's buffer spad[0, 64*40) while MATMUL0 may still read it
+    "C2L": r"RAW hazard: compute instruction 2 \(MATMUL\) reads spad\[0, 2560\) last written by load "
+    r"instruction 4 \(LOAD\)",
+}
+
+
+@pytest.mark.parametrize("drop", sorted(MISSING_TOKEN))
 def test_missing_token_is_a_hazard(drop):
     sim, words, _, _ = _matmul_sim(drop)
-    with pytest.raises(HazardError, match=r"hazard.*instruction \d+ \((LOAD|MATMUL|STORE)\)"):
+    with pytest.raises(HazardError, match=MISSING_TOKEN[drop] + " with no dependency token ordering them"):
         sim.run(words)
 
 
 def test_hazard_checking_can_be_disabled():
-    sim, words, _, _ = _matmul_sim("C2L", check_hazards=False)
-    sim.run(words)
+    """Without the checker the racy program (C2L dropped) runs to the end, and the race really happens:
+    LOAD A1 overwrites A0 before MATMUL0 reads it, so the result is wrong. With it, the same words raise."""
+    sim, words, expect, c_dram = _matmul_sim("C2L", check_hazards=False)
+    stats = sim.run(words)
+    assert sim.hazards is None and stats.by_mnemonic == {"LOAD": 3, "MATMUL": 2, "STORE": 2}
+    got = sim.dram.read(c_dram, 100 * 48).reshape(100, 48)
+    assert not np.allclose(got[:64], expect[:64], atol=1e-3), "the dropped token should have raced"
+    np.testing.assert_allclose(got[64:], expect[64:], rtol=1e-5, atol=1e-5)
+    with pytest.raises(HazardError, match=MISSING_TOKEN["C2L"]):
+        _matmul_sim("C2L")[0].run(words)
 
 
 def test_pop_without_push_deadlocks():
@@ -352,11 +377,44 @@ def test_single_load_timing():
     assert stats.busy["load"] == stats.cycles
 
 
+def _tiled_matmul_timeline() -> dict:
+    """End cycles of the tiled-matmul program, worked out by hand from docs/isa.md's timing model
+    (default config: DMA latency 100, 16 B/cycle, one shared DRAM channel; MATMUL
+    ceil(k/16)*ceil(n/16)*m + 16)."""
+    mm = 3 * 3 * 64 + 16  # k=40, n=48, m=64 (the program runs the full tile on the partial one too)
+    load_b = 100 + 40 * 48 * 4 // 16  # 580
+    load_a0 = max(load_b + 100, load_b) + 64 * 40 * 4 // 16  # starts when the load queue frees: 1320
+    mm0 = load_a0 + mm  # pops L2C from LOAD A0: 1912
+    load_a1 = max(mm0 + 100, load_a0) + 36 * 40 * 4 // 16  # pops C2L from MATMUL0; 36 in-bound rows: 2372
+    store0 = max(mm0 + 100, load_a1) + 64 * 48 * 4 // 16  # pops C2S at 1912, waits for the channel: 3140
+    mm1 = max(mm0, load_a1, store0) + mm  # pops L2C (A1) and S2C (STORE0): 3732
+    store1 = max(mm1 + 100, store0) + 36 * 48 * 4 // 16  # 4264
+    return {
+        "cycles": store1,
+        "busy": {
+            "load": load_b + (load_a0 - load_b) + (load_a1 - mm0),
+            "matrix": 2 * mm,
+            "vector": 0,
+            "store": (store0 - mm0) + (store1 - mm1),
+        },
+    }
+
+
 def test_overlap_and_exports():
     sim, words, _, _ = _matmul_sim(trace=True)
     stats = sim.run(words)
-    assert stats.cycles < sum(stats.busy.values())
-    assert stats.cycles >= stats.roofline_cycles
+    expect = _tiled_matmul_timeline()
+    assert (stats.cycles, stats.busy) == (expect["cycles"], expect["busy"]), "timing model != docs/isa.md by hand"
+    assert stats.cycles < sum(stats.busy.values()), "the queues overlap"
+    assert stats.roofline_cycles == max(stats.macs / 256, (stats.dma_bytes_loaded + stats.dma_bytes_stored) / 16)
+    # a wait is charged to the latest-ready token popped: MATMUL0 waits for L2C from 0, LOAD A1 for C2L from
+    # 1320, STOREs for C2S from 0 and from 3140, MATMUL1 for S2C (ready after its L2C) from 1912
+    assert stats.token_waits == {
+        "L2C": {"count": 1, "cycles": 1320},
+        "C2L": {"count": 1, "cycles": 1912 - 1320},
+        "C2S": {"count": 2, "cycles": 1912 + (3732 - 3140)},
+        "S2C": {"count": 1, "cycles": 3140 - 1912},
+    }
     data = json.loads(stats.to_json())
     assert data["cycles"] == stats.cycles and data["macs"] == stats.macs
     assert 0 < data["mac_utilization"] <= 1

@@ -168,6 +168,11 @@ def test_conv_stem_legalizes_to_one_transpose(compiled):
 def test_odd_length_is_legal(compiled):
     """T = 2 and odd T compile into the same program family (no T = 2 * _T specialization)."""
     model, npu = compiled("conv_stem")
+    assert [s[1:] for s in npu.artifact.symbols] == [[2, MAX_LEN]], "one symbol, the input length itself"
     for t in (2, 3, 699):
         (x,) = _inputs("conv_stem", t)
-        assert npu(x).shape == (1, (t - 1) // 2 + 1, 32)
+        y = npu(x)
+        assert y.shape == (1, (t - 1) // 2 + 1, 32)
+        assert list(npu.last_run.symbols.values()) == [t]
+        with torch.no_grad():
+            torch.testing.assert_close(y, model(x), rtol=1e-4, atol=1e-4)
