@@ -4,6 +4,12 @@
 * per-length: the `?` artifact expanded by the naive reference expander in
   `runtime/streams.py` (a loop per word), as a per-length store would ship;
 * jit: the vectorized JIT on MacroMeta + TileMeta.
+
+All three come from the compiler's own MacroMeta, so on their own they show
+that the JIT is consistent, not that it is correct. The fourth stream,
+`ir_oracle`, is independent of the metadata: `novella_mlir.testing.oracle`
+instantiates the words straight from the IR after --novella-inst-gen
+(MLIR's affine evaluation, a loop per grid point), see test_oracle.py.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import models  # noqa: E402
 
 from novella_mlir.runtime import streams  # noqa: E402
 from novella_mlir.runtime.jit import Jit  # noqa: E402
+from novella_mlir.testing import oracle  # noqa: E402
 from simulator import isa  # noqa: E402
 
 MAX = {"mlp": 2048, "mlp384": 1500, "layer": 1500}
@@ -51,12 +58,14 @@ def _assert_same(got: dict, length: int) -> None:
 
 
 @pytest.mark.parametrize("name", ["mlp", "mlp384", "layer"])
-def test_static_per_length_jit_identical(name):
+def test_static_per_length_jit_and_ir_oracle_identical(name):
     spec, module, npu = models.compile_model(name, MAX[name])
     for t in STATIC[name]:
         static = streams.compile_static(module, spec.example(t), dynamic_dim=spec.dynamic_dim)
         assert [s[1:] for s in static.artifact.symbols] == [[spec.symbol(t)] * 2], "static: bounds [T, T]"
-        _assert_same(streams.three_streams(static, npu.artifact, t), t)
+        got = streams.three_streams(static, npu.artifact, t)
+        _assert_same(got, t)
+        oracle.compare(got["jit"], oracle.instantiate(npu.ir("novella-inst-gen"), [spec.symbol(t)]), f"T={t}: jit")
 
 
 @pytest.mark.parametrize("name", ["mlp", "mlp384", "layer"])
