@@ -1,5 +1,10 @@
 // RUN: novella-opt %s --novella-tile --novella-macro-gen --split-input-file | FileCheck %s
 // RUN: novella-opt %s --novella-legalize --split-input-file | FileCheck %s --check-prefix=LEGAL
+// RUN: novella-opt %s --novella-legalize --novella-allocate --novella-tile --novella-macro-gen --split-input-file | FileCheck %s --check-prefix=MACRO
+//
+// Tile sizes are the kernels' cost-model choices, planned with every symbol at the nominal
+// length (kernels/attention.py NOMINAL_LENGTH), never at the bounds, so they do not move with
+// max_len; each case says what its choice follows from.
 
 // Q @ K^T: M and N are both the dynamic length, K^T is read in place (transpose_b);
 // the edge tiles are min(128, T - 128 * d).
@@ -53,7 +58,9 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // Softmax over a static last dim with a dynamic row count: one step per row tile,
 // the fused scale (novella.scale) multiplies x - max before the exp. (A dynamic last
 // dim is always chunked, so that tiling does not depend on max_len.)
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv {{[0-9]+}})>
+// tm = 256: the largest row tile whose in and out buffers (2 x 256 x 96 fp32) fit the
+// 64K-element SPAD (512 rows would need 98304); the rows are the 2 * T rows of the batch.
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 256)>
 // CHECK-LABEL: func.func @probs
 // CHECK-SAME: (%[[X:.*]]: tensor<2x?x96xf32
 // CHECK: "novella.dma_load"(%[[X]]) {buffer = "in", cols = 96 : i64, {{.*}}sram_stride = 96 : i64
@@ -64,7 +71,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}dst = "l", dst_stride = 1 : i64, fn = "ROWSUM"
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}b = "l", {{.*}}fn = "DIV", mode = "COL"
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out"
-// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 0 : i64, tc = 96 : i64, tm = {{[0-9]+}} : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 0 : i64, tc = 96 : i64, tm = 256 : i64}
 // LEGAL-LABEL: func.func @probs
 module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
   func.func @probs(%s: tensor<2x?x96xf32, affine_map<()[s0] -> (2, s0, 96)>>) -> tensor<2x?x96xf32, affine_map<()[s0] -> (2, s0, 96)>> {
@@ -89,6 +96,8 @@ module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
 // CHECK: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[NORM]]}
 // CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 4 : i64}
 // LEGAL-LABEL: func.func @long_rows
+// MACRO-LABEL: func.func @long_rows
+// MACRO: kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 4 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
   func.func @long_rows(%x: tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>) -> tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>> {
     %0 = "novella.softmax"(%x) {novella.dram = affine_map<()[s0] -> (0)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>) -> tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>
@@ -99,8 +108,23 @@ module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
 // -----
 
 // Legalize: attention decomposes into matmul(transpose_rhs) + softmax (scale fused) + matmul.
+// Without legalize, tiling leaves the op alone (it has no kernel of its own).
+// Then three macros: Q @ K^T in 128 x 128 tiles with tk = 64 = the head dim (one k step);
+// the softmax over the dynamic key length is chunked (tc = 64 columns, 256 of the 2 * T rows
+// per tile); P @ V runs k-tiles of 512 keys (tn = 64 = the head dim).
 // LEGAL-DAG: #[[SCORES:.*]] = affine_map<()[s0] -> (2, s0, s0)>
 // CHECK-LABEL: func.func @attention
+// CHECK-NEXT: "novella.attention"
+// CHECK-NOT: novella.macro
+// MACRO-DAG: #[[QK:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 1)>
+// MACRO-DAG: #[[SMAX:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 256, 2, s0 ceildiv 64)>
+// MACRO-DAG: #[[PV:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, 1, s0 ceildiv 512)>
+// MACRO-LABEL: func.func @attention
+// MACRO: }) {grid = #[[QK]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 64 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
+// MACRO: }) {grid = #[[SMAX]], kernel = "novella.softmax", {{.*}}novella.tiles = {chunked = 1 : i64, tc = 64 : i64, tm = 256 : i64}}
+// MACRO: }) {grid = #[[PV]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 512 : i64, tm = 64 : i64, tn = 64 : i64}, transpose_rhs = false}
+// MACRO-NOT: kernel =
+// MACRO: return
 // LEGAL-LABEL: func.func @attention
 // LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32
 // LEGAL: %[[S:.*]] = "novella.matmul"(%[[Q]], %[[K]]) {transpose_rhs = true} : {{.*}} -> tensor<2x?x?xf32, #[[SCORES]]>
@@ -119,8 +143,17 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 
 // Legalize: a transpose of the last two dims (behind a reshape of the batch dims, as the
 // eager attention exports it) folds into the matmul's transpose_rhs.
+// The whole pipeline then runs one matmul macro that reads K^T in place: no transpose macro.
 // LEGAL-DAG: #[[KEYS:.*]] = affine_map<()[s0] -> (2, s0, 64)>
 // CHECK-LABEL: func.func @fold_transpose
+// CHECK: "novella.transpose"
+// CHECK-NOT: novella.macro
+// MACRO-DAG: #[[G:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 1)>
+// MACRO-LABEL: func.func @fold_transpose
+// MACRO-NOT: kernel = "novella.transpose"
+// MACRO: }) {grid = #[[G]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 64 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
+// MACRO-NOT: kernel =
+// MACRO: return
 // LEGAL-LABEL: func.func @fold_transpose
 // LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<1x2x?x64xf32
 // LEGAL-NOT: novella.transpose

@@ -10,12 +10,25 @@
 // CHECK: %[[V:.*]] = "novella.reshape"(%[[X]])
 // CHECK: %[[T:.*]] = "novella.transpose"(%[[V]]) {perm = array<i64: 0, 2, 1, 3>} : ({{.*}}) -> tensor<1x6x?x64xf32, #[[HEADS]]>
 // CHECK: return %[[T]]
+// MACRO-DAG: #[[H1:.*]] = affine_map<(d0)[s0] -> (s0 * 64)>
+// MACRO-DAG: #[[H2:.*]] = affine_map<(d0)[s0] -> (s0 * 128)>
+// MACRO-DAG: #[[H3:.*]] = affine_map<(d0)[s0] -> (s0 * 192)>
+// MACRO-DAG: #[[H4:.*]] = affine_map<(d0)[s0] -> (s0 * 256)>
 // MACRO-DAG: #[[H5:.*]] = affine_map<(d0)[s0] -> (s0 * 320)>
+// MACRO-DAG: #[[ROW0:.*]] = affine_map<(d0)[s0] -> (d0 * 64)>
+// MACRO-DAG: #[[ROWS:.*]] = affine_map<(d0)[s0] -> (64, d0 * -64 + s0)>
 // MACRO-LABEL: func.func @split_heads
-// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "t", cols = 384 : i64, dram_offset = 0 : i64, dram_stride = 384 : i64
-// MACRO: "novella.vop"() {a = "t", {{.*}}dst = "o", {{.*}}fn = "COPY"
-// MACRO-COUNT-5: "novella.dma_store"() {buf_offset = {{[0-9]+}} : i64, buffer = "o", cols = 64 : i64
-// MACRO: "novella.dma_store"() {buf_offset = 320 : i64, buffer = "o", cols = 64 : i64, dram_offset = #[[H5]], dram_stride = 64 : i64
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "t", cols = 384 : i64, dram_offset = 0 : i64, dram_stride = 384 : i64, {{.*}}row_start = #[[ROW0]], row_step = 1 : i64, rows = #[[ROWS]]
+// MACRO: "novella.vop"() {a = "t", {{.*}}dst = "o", {{.*}}fn = "COPY", rows = #[[ROWS]]}
+// Head h: SRAM columns [64h, 64h + 64) of the row tile go to DRAM offset h * 64 * s0.
+// MACRO-NEXT: "novella.dma_store"() {buf_offset = 0 : i64, buffer = "o", cols = 64 : i64, dram_offset = 0 : i64, dram_stride = 64 : i64, {{.*}}row_start = #[[ROW0]], row_step = 1 : i64, rows = #[[ROWS]], sram_stride = 384 : i64}
+// MACRO-NEXT: "novella.dma_store"() {buf_offset = 64 : i64, buffer = "o", cols = 64 : i64, dram_offset = #[[H1]], dram_stride = 64 : i64, {{.*}}rows = #[[ROWS]], sram_stride = 384 : i64}
+// MACRO-NEXT: "novella.dma_store"() {buf_offset = 128 : i64, buffer = "o", cols = 64 : i64, dram_offset = #[[H2]], dram_stride = 64 : i64, {{.*}}rows = #[[ROWS]], sram_stride = 384 : i64}
+// MACRO-NEXT: "novella.dma_store"() {buf_offset = 192 : i64, buffer = "o", cols = 64 : i64, dram_offset = #[[H3]], dram_stride = 64 : i64, {{.*}}rows = #[[ROWS]], sram_stride = 384 : i64}
+// MACRO-NEXT: "novella.dma_store"() {buf_offset = 256 : i64, buffer = "o", cols = 64 : i64, dram_offset = #[[H4]], dram_stride = 64 : i64, {{.*}}rows = #[[ROWS]], sram_stride = 384 : i64}
+// MACRO-NEXT: "novella.dma_store"() {buf_offset = 320 : i64, buffer = "o", cols = 64 : i64, dram_offset = #[[H5]], dram_stride = 64 : i64, {{.*}}rows = #[[ROWS]], sram_stride = 384 : i64}
+// tm = 64: the largest of the row tiles 512, 256, 128, 64 whose two [tm, 384] buffers (t, o) fit the
+// 64K-element SPAD (128 would need 98304 elements).
 // MACRO: kernel = "novella.transpose"{{.*}}novella.tiles = {tm = 64 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
   func.func @split_heads(%x: tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>) -> tensor<1x6x?x64xf32> {
