@@ -266,7 +266,11 @@ MUTANTS = [
 ]
 
 
-def _copy_repo(dst: Path) -> None:
+def _copy_repo(dst: Path, src_root: Path = ROOT) -> None:
+    """The work tree's tracked and untracked (not ignored) files, copied to `dst`."""
+    if src_root != ROOT:
+        shutil.copytree(src_root, dst, dirs_exist_ok=True)
+        return
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True)
     for rel in files.stdout.splitlines():
         src = ROOT / rel
@@ -289,11 +293,11 @@ def _failures(out: str) -> list[str]:
     ]
 
 
-def run_one(i: int, mut: Mutant, all_failures: bool) -> tuple[str, str, float]:
+def run_one(mut: Mutant, all_failures: bool, snapshot: Path) -> tuple[str, str, float]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="novella-mutant-") as tmp:
         work = Path(tmp)
-        _copy_repo(work)
+        _copy_repo(work, snapshot)
         target = work / mut.path
         text = target.read_text()
         if text.count(mut.old) != 1:
@@ -324,11 +328,13 @@ def main() -> None:
     rows = []
     print(f"subset: lit test/lit + pytest {' '.join(Path(s).name for s in SUBSET)} (-x)\n", flush=True)
     print(f"{'#':>2}  {'area':<10} {'mutant':<66} {'result':<8} {'s':>5}  first failing test", flush=True)
-    for i in chosen:
-        mut = MUTANTS[i - 1]
-        result, by, secs = run_one(i, mut, args.all)
-        rows.append(result)
-        print(f"{i:>2}  {mut.area:<10} {mut.what[:66]:<66} {result:<8} {secs:5.0f}  {by}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="novella-snapshot-") as snap:
+        _copy_repo(Path(snap))  # one snapshot, so edits made while the bench runs do not leak in
+        for i in chosen:
+            mut = MUTANTS[i - 1]
+            result, by, secs = run_one(mut, args.all, Path(snap))
+            rows.append(result)
+            print(f"{i:>2}  {mut.area:<10} {mut.what[:66]:<66} {result:<8} {secs:5.0f}  {by}", flush=True)
     scored = [r for r in rows if r != "n/a"]
     killed = sum(r == "killed" for r in scored)
     print(f"\nmutation score: {killed}/{len(scored)} killed = {killed / max(len(scored), 1):.0%}", flush=True)
