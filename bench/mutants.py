@@ -111,6 +111,13 @@ MUTANTS = [
         "x = np.clip(np.asarray(x, dtype=F32), F32(-3), F32(3))",
         "ERF clamps at 3 instead of 4",
     ),
+    M(
+        "simulator",
+        "simulator/functional.py",
+        "sram.data[sidx] = tile\n        self.effect.dma_bytes = didx.size * 4",
+        "sram.data[sidx] = tile\n        self.effect.dma_bytes = sidx.size * 4",
+        "LOAD counts zero-filled rows as moved DRAM bytes",
+    ),
     # --- timing model and machine
     M(
         "timing",
@@ -189,6 +196,20 @@ MUTANTS = [
         "out = np.minimum(out, v)",
         "out = np.maximum(out, v)",
         "a min of expressions evaluated as a max",
+    ),
+    M(
+        "jit",
+        "novella_mlir/runtime/jit.py",
+        '        if rel.dtype.kind not in "iu" or lo + bases[slot] < f.lo or hi + bases[slot] > f.hi:\n            return False',
+        '        if rel.dtype.kind not in "iu":\n            return False',
+        "JIT stops range-checking dram_base (tensor base + offset)",
+    ),
+    M(
+        "jit",
+        "novella_mlir/runtime/executor.py",
+        "if v is None or not lo <= v <= hi:",
+        "if v is None or not lo <= v <= hi + 1:",
+        "a length one past max_len is accepted",
     ),
     # --- tiling and kernels
     M(
