@@ -167,10 +167,18 @@ def main(argv=None) -> None:
     print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; median of {args.repeat} runs")
     sections = []
     if not args.skip_sim:
-        sections.append(("simulator vs torch eager (whisper-tiny encoder)", simulator_rows, [int(v) for v in args.positions.split(",")]))
+        sections.append(
+            (
+                "simulator vs torch eager (whisper-tiny encoder)",
+                simulator_rows,
+                [int(v) for v in args.positions.split(",")],
+            )
+        )
     if not args.skip_jit:
         lengths = [int(v) for v in args.jit_lengths.split(",")]
-        sections.append(("JIT new length vs NPU time", lambda r: jit_rows(args.jit_models.split(","), lengths, r), None))
+        sections.append(
+            ("JIT new length vs NPU time", lambda r: jit_rows(args.jit_models.split(","), lengths, r), None)
+        )
     if not args.skip_compile:
         sections.append(("compile vs torch.export (encoder)", compile_rows, None))
     for title, fn, arg in sections:

@@ -84,6 +84,17 @@ def _inbound_rows(start, step, bound, rows):
     return lo, np.maximum(hi, lo)
 
 
+_FLAG_MASK = np.uint64(~0xF0 & 0xFFFFFFFFFFFFFFFF)
+
+
+def _distinct(words):
+    """(index of one word per distinct instruction ignoring token flags, which of those each word is)."""
+    body = words.copy()
+    body[:, 0] &= _FLAG_MASK
+    _, rep, inverse = np.unique(body.view(np.dtype((np.void, 32))).ravel(), return_index=True, return_inverse=True)
+    return rep, inverse.ravel()
+
+
 class _Views:
     """NumPy views of the memories' tiles, one per distinct (memory, addr, stride, rows, cols)."""
 
@@ -167,14 +178,39 @@ class Plan:
         self.dma = np.zeros(n, np.int64)
         self.macs = np.zeros(n, np.int64)
         self._tokens()
-        for op, build in ((Opcode.LOAD, self._dma), (Opcode.STORE, self._dma)):
-            build(op)
-        self._matmul()
-        self._vec()
-        nop = np.flatnonzero(code == Opcode.NOP)
-        self.fixed[nop] = 1
-        for i in nop.tolist():
-            self.handler[i] = _nop
+        self._costs()
+        rep, inverse = _distinct(words)
+        rep_code = code[rep]
+        builders = {
+            Opcode.LOAD: lambda idx: self._dma(Opcode.LOAD, idx),
+            Opcode.STORE: lambda idx: self._dma(Opcode.STORE, idx),
+            Opcode.MATMUL: self._matmul,
+            Opcode.VEC: self._vec,
+            Opcode.NOP: self._nop,
+        }
+        for op, build in builders.items():
+            if op in FAST_OPS:
+                build(rep[rep_code == op])
+        of = rep[inverse].tolist()
+        h, a, sp = self.handler, self.args, self.spans
+        self.handler, self.args, self.spans = [h[k] for k in of], [a[k] for k in of], [sp[k] for k in of]
+
+    def _costs(self) -> None:
+        """Durations of fixed-length instructions, DMA bytes and MACs, over the whole program."""
+        c, code, timing = self.c, self.code, self.sim.timing
+        for op in (Opcode.LOAD, Opcode.STORE):
+            idx = np.flatnonzero(code == op)
+            if len(idx):
+                lo, hi = _inbound_rows(*(c[k][idx] for k in ("row_start", "row_step", "row_bound", "rows")))
+                self.dma[idx] = (hi - lo) * c["cols"][idx] * 4
+        for op, cycles in ((Opcode.MATMUL, timing.matmul_cycles), (Opcode.VEC, timing.vec_cycles)):
+            idx = np.flatnonzero(code == op)
+            if len(idx):
+                self.fixed[idx] = cycles({k: v[idx] for k, v in c.items()})
+        idx = np.flatnonzero(code == Opcode.MATMUL)
+        if len(idx):
+            self.macs[idx] = c["m"][idx] * c["k"][idx] * c["n"][idx]
+        self.fixed[code == Opcode.NOP] = 1
 
     def _tokens(self) -> None:
         table_pop, table_push = {}, {}
@@ -206,17 +242,17 @@ class Plan:
         if all(s is not None for s in spans):
             self.handler[i], self.args[i], self.spans[i] = handler, args, tuple(spans)
 
-    def _dma(self, op) -> None:
-        sel = self.code == int(op)
-        idx = np.flatnonzero(sel)
+    def _nop(self, idx) -> None:
+        for i in idx.tolist():
+            self.handler[i] = _nop
+
+    def _dma(self, op, idx) -> None:
         if not len(idx):
             return
         c = {k: v[idx] for k, v in self.c.items()}
         jlo, jhi = _inbound_rows(c["row_start"], c["row_step"], c["row_bound"], c["rows"])
-        n_in = jhi - jlo
         d_addr = c["dram_base"] + (c["row_start"] + c["row_step"] * jlo) * c["dram_stride"]
         d_stride = c["row_step"] * c["dram_stride"]
-        self.dma[idx] = n_in * c["cols"] * 4
         cols = [x.tolist() for x in (c["mem"], c["sram_addr"], c["sram_stride"], c["rows"], c["cols"])]
         for i, mem, sa, ss, rows, nc, lo, hi, da, ds in zip(
             idx.tolist(), *cols, jlo.tolist(), jhi.tolist(), d_addr.tolist(), d_stride.tolist()
@@ -238,13 +274,10 @@ class Plan:
             elif nc:
                 self._prepare(i, [], _nop, ())
 
-    def _matmul(self) -> None:
-        idx = np.flatnonzero(self.code == Opcode.MATMUL)
+    def _matmul(self, idx) -> None:
         if not len(idx):
             return
         c = {k: v[idx] for k, v in self.c.items()}
-        self.fixed[idx] = self.sim_timing().matmul_cycles(c)
-        self.macs[idx] = c["m"] * c["k"] * c["n"]
         names = ("a_addr", "a_stride", "b_addr", "b_stride", "acc_addr", "acc_stride", "m", "k", "n")
         cols = [c[x].tolist() for x in (*names, "accumulate", "transpose_b")]
         v = self.views.get
@@ -258,12 +291,10 @@ class Plan:
                 b = v(0, ba, bst, br, bc)
                 self._prepare(i, spans, _matmul, (v(0, aa, ast, m, k), b.T if tb else b, v(1, ca, cst, m, n), accum))
 
-    def _vec(self) -> None:
-        idx = np.flatnonzero(self.code == Opcode.VEC)
+    def _vec(self, idx) -> None:
         if not len(idx):
             return
         c = {k: v[idx] for k, v in self.c.items()}
-        self.fixed[idx] = self.sim_timing().vec_cycles(c)
         names = ("fn", "mode", "dst_mem", "dst_addr", "dst_stride", "rows", "cols")
         names += ("a_mem", "a_addr", "a_stride", "b_mem", "b_addr", "b_stride")
         cols = [c[x].tolist() for x in names]
@@ -296,9 +327,6 @@ class Plan:
             self._prepare(i, [*spans, d_span], _reduce, (REDUCE_OPS[fn], a_view, d_view))
         else:
             self._prepare(i, [*spans, d_span], _unary, (UNARY_OPS[fn], a_view, d_view))
-
-    def sim_timing(self):
-        return self.sim.timing
 
 
 def run(sim, words: np.ndarray):

@@ -116,7 +116,12 @@ class HazardTracker:
                 i = len(window) - 1
                 while i >= 0 and window[i][0] > horizon:
                     _, r_lo, r_hi, other = window[i]
-                    if r_lo < hi and lo < r_hi and (span.write or other.write) and _meet(span, other, lo, hi, r_lo, r_hi):
+                    if (
+                        r_lo < hi
+                        and lo < r_hi
+                        and (span.write or other.write)
+                        and _meet(span, other, lo, hi, r_lo, r_hi)
+                    ):
                         self._conflict(index, mnemonic, q, clock, span, lo, hi, o)
                     i -= 1
         seq = clock[q]
