@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 from models import ROOT, SPECS, compile_model
@@ -57,10 +56,10 @@ def simulator_rows(positions, repeat: int) -> list[str]:
     for t in positions:
         x = spec.example(t)
         with torch.no_grad():
-            eager = median_time(lambda: module(x), repeat)
+            eager = median_time(lambda x=x: module(x), repeat)
         arr = x.numpy()
-        on = median_time(lambda: npu.executor.run([arr], check_hazards=True), repeat)
-        off = median_time(lambda: npu.executor.run([arr], check_hazards=False), repeat)
+        on = median_time(lambda arr=arr: npu.executor.run([arr], check_hazards=True), repeat)
+        off = median_time(lambda arr=arr: npu.executor.run([arr], check_hazards=False), repeat)
         stats = npu.last_run.stats
         lines.append(
             f"| {t} | {stats.instructions:,} | {eager:.2f} s | {on:.2f} s | {on / eager:.1f}x | {off:.2f} s "
