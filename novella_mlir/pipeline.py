@@ -139,9 +139,11 @@ class CompiledModel:
         self.stages = stages
         self.executor = Executor(artifact, self.config)
 
-    def __call__(self, *inputs, trace: bool = False):
+    def __call__(self, *inputs, trace: bool = False, check_hazards: bool = True, progress: bool | None = None):
+        """Runs the model on the simulator. `check_hazards=False` skips the race checker (same outputs and
+        cycles, faster); `progress` shows a tqdm bar (default: on a terminal, for long programs)."""
         arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in inputs]
-        outs = self.executor.run(arrays, trace=trace)
+        outs = self.executor.run(arrays, trace=trace, check_hazards=check_hazards, progress=progress)
         outs = [torch.from_numpy(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
