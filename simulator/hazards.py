@@ -94,6 +94,14 @@ def _meet(a: Span, b: Span, lo: int, hi: int, r_lo: int, r_hi: int) -> bool:
     return (a.dense and b.dense) or len(_touch(a, b, max(lo, r_lo), min(hi, r_hi))) > 0
 
 
+_OTHERS = ((1, 2), (0, 2), (0, 1))
+
+
+def entry(span: Span) -> tuple:
+    """What the tracker keeps of one access: (span, lo, hi, first window index of its memory)."""
+    return (span, span.lo, span.hi, span.mem * 6)
+
+
 class HazardTracker:
     def __init__(self, describe: Describe):
         self.describe = describe
@@ -103,36 +111,43 @@ class HazardTracker:
 
     def check(self, index: int, mnemonic: str, queue: str, clock: Clock, spans) -> None:
         q = QUEUES.index(queue)
-        self.check_spans(index, mnemonic, q, clock, [(s, s.lo, s.hi) for s in spans if not s.empty])
+        self.check_spans(index, mnemonic, q, clock, [entry(s) for s in spans if not s.empty])
 
     def check_spans(self, index: int, mnemonic: str, q: int, clock: Clock, spans) -> None:
-        """`spans`: [(Span, lo, hi), ...] of one instruction, non-empty, in access order.
+        """`spans`: [`entry(span)`, ...] of one instruction's non-empty accesses, in access order.
 
-        A read is compared with other queues' writes, a write with their writes and reads."""
+        A read is compared with other queues' writes, a write with their writes and reads. Windows
+        are in issue order, so one whose last access happens-before this one is skipped whole."""
         windows = self.window
-        for span, lo, hi in spans:
-            kinds = (1, 0) if span.write else (1,)
-            for o in (0, 1, 2):
-                if o == q:
-                    continue
+        for e in spans:
+            span, lo, hi, base = e[0], e[1], e[2], e[3]
+            for o in _OTHERS[q]:
                 horizon = clock[o]
-                for kind in kinds:
-                    window = windows[(span.mem * 3 + o) * 2 + kind]
-                    i = len(window) - 1
-                    while i >= 0:
-                        rec = window[i]
-                        if rec[0] <= horizon:
-                            break
-                        if rec[1] < hi and lo < rec[2] and _meet(span, rec[3], lo, hi, rec[1], rec[2]):
-                            self._conflict(index, mnemonic, q, clock, span, lo, hi, o)
-                        i -= 1
+                w = windows[base + o * 2 + 1]
+                if w and w[-1][0] > horizon:
+                    self._scan(w, horizon, e, index, mnemonic, q, clock, o)
+                if span.write:
+                    w = windows[base + o * 2]
+                    if w and w[-1][0] > horizon:
+                        self._scan(w, horizon, e, index, mnemonic, q, clock, o)
         seq = clock[q]
-        for span, lo, hi in spans:
-            w = (span.mem * 3 + q) * 2 + span.write
-            windows[w].append((seq, lo, hi, span))
-            if len(windows[w]) > _TRIM:
-                self._trim(w, q)
+        for e in spans:
+            w = windows[e[3] + q * 2 + e[0].write]
+            w.append((seq, e[1], e[2], e[0]))
+            if len(w) > _TRIM:
+                self._trim(e[3] + q * 2 + e[0].write, q)
         self.latest[q] = clock
+
+    def _scan(self, window, horizon, e, index, mnemonic, q, clock, o) -> None:
+        span, lo, hi = e[0], e[1], e[2]
+        i = len(window) - 1
+        while i >= 0:
+            rec = window[i]
+            if rec[0] <= horizon:
+                return
+            if rec[1] < hi and lo < rec[2] and _meet(span, rec[3], lo, hi, rec[1], rec[2]):
+                self._conflict(index, mnemonic, q, clock, span, lo, hi, o)
+            i -= 1
 
     def _trim(self, w: int, q: int) -> None:
         done = min(self.latest[o][q] for o in range(3) if o != q)
