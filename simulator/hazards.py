@@ -120,7 +120,7 @@ class HazardTracker:
         are in issue order, so one whose last access happens-before this one is skipped whole."""
         windows = self.window
         for e in spans:
-            span, lo, hi, base = e[0], e[1], e[2], e[3]
+            span, base = e[0], e[3]
             for o in _OTHERS[q]:
                 horizon = clock[o]
                 w = windows[base + o * 2 + 1]
