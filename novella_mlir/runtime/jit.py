@@ -28,7 +28,7 @@ import numpy as np
 
 from simulator import isa
 
-from . import expr
+from . import expr, jit_kernel
 
 _QUEUE = {"load": 0, "compute": 1, "store": 2}
 _HEADER = {f.name: f for f in isa.LAYOUT[isa.Opcode.NOP]}
@@ -157,6 +157,7 @@ class Jit:
         self.queues = [[_QUEUE[isa.QUEUE_OF[isa.Opcode[t.opcode]]] for t in m.insts] for m in artifact.macros]
         self._plans = [[None] * len(m.insts) for m in artifact.macros]
         self._ids: dict = {}
+        self._tables = None
 
     def instantiate(self, symbols) -> Program:
         key = tuple(int(s) for s in symbols)
@@ -164,12 +165,25 @@ class Jit:
             self.cache.move_to_end(key)
             return self.cache[key]
         prog = self._build(key)
+        prog.words.flags.writeable = False  # shared by every call at this length
         self.cache[key] = prog
         if len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)
         return prog
 
     def _build(self, syms) -> Program:
+        if self._tables is None:
+            self._tables = jit_kernel.Tables(self.art)
+        if self._tables.ok:
+            status, words, starts, ends, n_steps = jit_kernel.instantiate(self._tables, syms)
+            if status == jit_kernel.OK:
+                tiles = self.art.tiles
+                spans = [(tiles[i].name, s, e) for i, (s, e) in enumerate(zip(starts, ends)) if s >= 0]
+                return Program(words, syms, spans, n_steps)
+        return self._build_numpy(syms)
+
+    def _build_numpy(self, syms) -> Program:
+        """The NumPy expansion: the reference of the compiled kernel, and the path for its errors."""
         parts, spans, expanded, missing = [], [], {}, []
         n_steps, start = 0, 0
         for tile in self.art.tiles:
