@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 OPT = [sys.executable, "-c", "import sys; from novella_mlir.tools.novella_opt import main; sys.exit(main())"]
 CASES: list = []
+VERBOSE = False
 
 
 def case(category: str):
@@ -352,7 +353,9 @@ def _run_artifact(path) -> None:
     try:
         model = novella_mlir.load(path)
         y = model(n["x"])
-    except novella_mlir.NovellaError:
+    except novella_mlir.NovellaError as e:
+        if VERBOSE:
+            print("     ", str(e).splitlines()[0][:240])
         return
     if not torch.equal(y, n["y"]):
         raise Wrong("accepted, different output")
@@ -740,7 +743,8 @@ def wrong_example_shape_is_short():
 
 
 def run(only=None, verbose=False) -> dict:
-    global STAGES
+    global STAGES, VERBOSE
+    VERBOSE = verbose
     d = Path(tempfile.mkdtemp())
     import torch
 

@@ -172,11 +172,12 @@ class CompiledModel:
             "stage_seconds": self.stages.seconds if self.stages else {},
         }
 
-    def save(self, path) -> None:
-        self.artifact.save(path)
+    def save(self, path, key: bytes | str | None = None) -> None:
+        """Saves the artifact; with `key` it is signed (HMAC-SHA256) for `load(path, key=key)`."""
+        self.artifact.save(path, key=key)
 
 
-def load(path, config=None) -> CompiledModel:
-    """Loads a saved artifact as a runnable model."""
+def load(path, config=None, key: bytes | str | None = None) -> CompiledModel:
+    """Loads a saved artifact as a runnable model (validated; authenticated too when `key` is given)."""
     config = config or load_config()
-    return CompiledModel(art_mod.load(path, config), config)
+    return CompiledModel(art_mod.load(path, config, key=key), config)
