@@ -7,7 +7,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch_mlir import ir
 
@@ -15,7 +14,7 @@ from simulator import isa, load_config
 
 from . import artifact as art_mod
 from .context import make_context
-from .errors import CompileError
+from .errors import CompileError, InputError
 from .frontend import importer
 from .frontend.lowering import convert, source_location
 from .runtime.executor import Executor
@@ -139,14 +138,21 @@ class CompiledModel:
         self.stages = stages
         self.executor = Executor(artifact, self.config)
 
-    def __call__(self, *inputs, trace: bool = False):
-        arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in inputs]
-        outs = self.executor.run(arrays, trace=trace)
+    def __call__(self, *inputs, trace: bool = False, cast: bool = False):
+        """Runs the model like the nn.Module. Inputs must be float32 (as eager requires)
+        unless `cast=True`; `last_run` then holds this thread's run."""
+        return self.run(*inputs, trace=trace, cast=cast)[0]
+
+    def run(self, *inputs, trace: bool = False, cast: bool = False):
+        """(outputs, RunResult) of one call: thread-safe access to the run's program, stats and trace."""
+        arrays = [_to_numpy(x, i, cast) for i, x in enumerate(inputs)]
+        outs, run = self.executor.run_with_result(arrays, trace=trace, cast=cast)
         outs = [torch.from_numpy(o) for o in outs]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return (outs[0] if len(outs) == 1 else tuple(outs)), run
 
     @property
     def last_run(self):
+        """The RunResult of the calling thread's last call (per thread; see `run` for the result itself)."""
         return self.executor.last_run
 
     @property
@@ -175,6 +181,27 @@ class CompiledModel:
     def save(self, path, key: bytes | str | None = None) -> None:
         """Saves the artifact; with `key` it is signed (HMAC-SHA256) for `load(path, key=key)`."""
         self.artifact.save(path, key=key)
+
+
+def _to_numpy(x, i: int, cast: bool):
+    """A torch tensor as a numpy array, refusing what has no dense CPU data; other values pass through."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x.layout != torch.strided:
+        raise InputError(f"input #{i} is a {x.layout} tensor; pass a dense tensor (x.to_dense())")
+    if x.device.type == "meta":
+        raise InputError(f"input #{i} is a meta tensor, which has no data")
+    if x.dtype != torch.float32:
+        if not cast:
+            raise InputError(
+                f"input #{i} has dtype {x.dtype}, the model was compiled for torch.float32; "
+                "convert it (x.float()) or pass cast=True"
+            )
+        if x.dtype == torch.bfloat16 or x.dtype == torch.float16:
+            x = x.float()
+        elif x.is_complex():
+            raise InputError(f"input #{i} has dtype {x.dtype}, which cannot be cast to float32 without losing data")
+    return x.detach().cpu().resolve_conj().resolve_neg().numpy()
 
 
 def load(path, config=None, key: bytes | str | None = None) -> CompiledModel:

@@ -15,7 +15,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..runtime import expr
-from .common import body_ops, functions, is_tensor_op, set_attr
+from .common import body_ops, check_symbols, functions, is_tensor_op, require_stage, set_attr
 
 ALIGN = 16
 REUSE_CHECK_LENGTH = 1 << 16
@@ -62,7 +62,8 @@ class _Arena:
 
 
 def run(module_op, options, config) -> None:
-    symbols = sy.read_symbols(module_op)
+    symbols = check_symbols(module_op)
+    require_stage(module_op, "novella-allocate", None, "novella-legalize")
     n = len(symbols)
     budget = {"spad": config.spad_elems, "acc": config.acc_elems}
     for fn in functions(module_op):

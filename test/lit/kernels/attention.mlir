@@ -1,4 +1,4 @@
-// RUN: novella-opt %s --novella-tile --novella-macro-gen --split-input-file | FileCheck %s
+// RUN: novella-opt %s --novella-tile --novella-macro-gen --split-input-file --verify-diagnostics | FileCheck %s
 // RUN: novella-opt %s --novella-legalize --split-input-file | FileCheck %s --check-prefix=LEGAL
 
 // Q @ K^T: M and N are both the dynamic length, K^T is read in place (transpose_b);
@@ -100,7 +100,6 @@ module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
 
 // Legalize: attention decomposes into matmul(transpose_rhs) + softmax (scale fused) + matmul.
 // LEGAL-DAG: #[[SCORES:.*]] = affine_map<()[s0] -> (2, s0, s0)>
-// CHECK-LABEL: func.func @attention
 // LEGAL-LABEL: func.func @attention
 // LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32
 // LEGAL: %[[S:.*]] = "novella.matmul"(%[[Q]], %[[K]]) {transpose_rhs = true} : {{.*}} -> tensor<2x?x?xf32, #[[SCORES]]>
@@ -110,6 +109,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
 // LEGAL: return %[[O]]
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @attention(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %v: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>> {
+    // expected-error @+1 {{'novella.attention' op has no 'novella.sram_budget' attribute: --novella-tile expects the output of --novella-allocate}}
     %0 = "novella.attention"(%q, %k, %v) {scale = 0.125 : f32} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
     return %0 : tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
   }
@@ -120,7 +120,6 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // Legalize: a transpose of the last two dims (behind a reshape of the batch dims, as the
 // eager attention exports it) folds into the matmul's transpose_rhs.
 // LEGAL-DAG: #[[KEYS:.*]] = affine_map<()[s0] -> (2, s0, 64)>
-// CHECK-LABEL: func.func @fold_transpose
 // LEGAL-LABEL: func.func @fold_transpose
 // LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<1x2x?x64xf32
 // LEGAL-NOT: novella.transpose
@@ -130,6 +129,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // LEGAL: return %[[S]]
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @fold_transpose(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>> {
+    // expected-error @+1 {{'novella.transpose' op has no 'novella.sram_budget' attribute}}
     %t = "novella.transpose"(%k) {perm = array<i64: 0, 1, 3, 2>} : (tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>) -> tensor<1x2x64x?xf32, affine_map<()[s0] -> (1, 2, 64, s0)>>
     %r = "novella.reshape"(%t) : (tensor<1x2x64x?xf32, affine_map<()[s0] -> (1, 2, 64, s0)>>) -> tensor<2x64x?xf32, affine_map<()[s0] -> (2, 64, s0)>>
     %0 = "novella.matmul"(%q, %r) {transpose_rhs = false} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x64x?xf32, affine_map<()[s0] -> (2, 64, s0)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
