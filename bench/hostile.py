@@ -74,7 +74,8 @@ def _opt(args, stdin: bytes | str, expect_ok: bool = False, timeout: float = 20)
     if p.returncode < 0:
         raise RuntimeError(f"crash (signal {-p.returncode})")
     if "Traceback" in err or "internal error" in err:
-        raise RuntimeError(err.strip().splitlines()[-1][:200])
+        lines = err.strip().splitlines()
+        raise RuntimeError(next((ln for ln in lines if "error" in ln.lower()), lines[-1])[:300])
     if expect_ok:
         if p.returncode != 0:
             raise Wrong(f"refused valid input: {err.strip()[:300]}")

@@ -115,21 +115,24 @@ def check_symbols(module_op) -> list[sy.Symbol]:
 
 def _check_symbol_uses(module_op, n: int) -> None:
     """Every affine map in types and attributes uses only declared symbols."""
+    found: list = []
 
     def check(op):
         for v in list(op.operands) + list(op.results):
             if isinstance(v.type, ir.RankedTensorType) and isinstance(v.type.encoding, ir.AffineMapAttr):
-                _map_symbols(op, v.type.encoding, n, f"type {v.type}")
+                found.append((op, v.type.encoding, f"type {v.type}"))
         for name, a in attr_dict(op).items():
             if isinstance(a, ir.AffineMapAttr):
-                _map_symbols(op, a, n, f"attribute '{name}'")
+                found.append((op, a, f"attribute '{name}'"))
         return ir.WalkResult.ADVANCE
 
     module_op.operation.walk(check)
     for fn in functions(module_op):
         for i, a in enumerate(fn.regions[0].blocks[0].arguments):
             if isinstance(a.type, ir.RankedTensorType) and isinstance(a.type.encoding, ir.AffineMapAttr):
-                _map_symbols(fn, a.type.encoding, n, f"argument #{i} ({a.type})")
+                found.append((fn, a.type.encoding, f"argument #{i} ({a.type})"))
+    for op, attr, what in found:
+        _map_symbols(op, attr, n, what)
 
 
 def _map_symbols(op, attr, n: int, what: str) -> None:
