@@ -41,6 +41,7 @@ def load_factory(target: str):
         if spec is None or not Path(mod_name).exists():
             raise CliError(f"cannot find '{mod_name}'")
         module = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault(spec.name, module)  # dataclasses and pickling look the module up by name
         _run_user(lambda: spec.loader.exec_module(module), f"importing '{mod_name}'")
     else:
         if "" not in sys.path and os.getcwd() not in sys.path:
