@@ -111,7 +111,7 @@ def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int,
             "(e.g. an assert, a Python int of the size, or a loop over it); remove that dependence"
         )
     return (
-        f"torch.export failed{at} with dim {dim} symbolic in [{lo}, {hi}]: {_first_line(exc)}. "
+        f"torch.export failed{at} with dim {dim} symbolic in [{lo}, {hi}]: {_first_line(exc).rstrip('.')}. "
         "Check the example input's shape (every static dim must be what the model expects) and that it is "
         "within the bounds"
     )
