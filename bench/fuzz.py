@@ -54,13 +54,12 @@ def graphs(draw, max_layers: int = 4) -> Graph:
     lo = draw(st.sampled_from((1, 2, 5)))
     hi = draw(st.sampled_from((max(lo, 3), 70, 130)))  # torch.export fixes ranges up to 2 (refused, test_fuzz.py)
     shape[dyn] = min(max(lo, 9), hi)
-    layers, width = [], features
+    layers = []
     for _ in range(draw(st.integers(1, max_layers))):
         kind = draw(st.sampled_from(LAYERS))
         param = None
         if kind == "linear":
             param = (draw(st.sampled_from(DIMS)), draw(st.sampled_from(("none", "relu", "gelu"))))
-            width = param[0]
         elif kind == "scalar":
             param = (draw(st.sampled_from(("add", "sub", "mul", "div"))), draw(st.sampled_from((0.5, -2.0, 3.0))))
         layers.append((kind, param))

@@ -75,7 +75,6 @@ def compile_torch(
         example_args = tuple(_resized(a, dynamic_dim, max(min_len, 2)) for a in example_args)
     prog = importer.export(module, example_args, dynamic_dim, lo, hi)
     imported = importer.import_program(ctx, prog, decomposition_table)
-    _check_symbolic(imported, example_args, dynamic_dim, lo, hi)
     imported.symbols = [dataclasses.replace(s, lo=min_len, hi=max_len) for s in imported.symbols]
     with ctx, ir.Location.unknown():
         stages.record("torch", imported.module)
@@ -95,17 +94,6 @@ def compile_torch(
         artifact.save(Path(dump_dir) / "model.nvla")
         (Path(dump_dir) / "summary.json").write_text(json.dumps(model.summary(), indent=2))
     return model
-
-
-def _check_symbolic(imported, example_args, dim: int, lo: int, hi: int) -> None:
-    """Refuses an export in which torch fixed the length (it does for tiny ranges such as [1, 2])."""
-    tensors = [a for a in example_args if isinstance(a, torch.Tensor)]
-    for i, (a, shape) in enumerate(zip(tensors, imported.arg_shapes)):
-        if a.dim() > dim and isinstance(shape[dim], int):
-            raise CompileError(
-                f"torch.export fixed dim {dim} of input #{i} to {shape[dim]} instead of keeping it symbolic in "
-                f"[{lo}, {hi}]; use a wider range (max_len >= 3) or compile for one length >= 3"
-            )
 
 
 def _resized(arg, dim: int, length: int):
