@@ -238,11 +238,11 @@ def _from_metadata(meta_b: bytes, blob: bytes, where: str) -> Artifact:
     except (ValueError, RecursionError) as e:
         raise ArtifactError(f"{where} has malformed metadata JSON: {e}") from None
     try:
-        artifact_check.validate(m)
+        artifact_check.validate(m, len(blob))
     except ArtifactError as e:
-        raise ArtifactError(f"{where} is invalid: {e}") from None
+        raise ArtifactError(f"{where} has malformed metadata: {e}") from None
     if m["version"] != FORMAT_VERSION:
-        raise ArtifactError(f"{where} is invalid: version: {m['version']}, expected {FORMAT_VERSION}")
+        raise ArtifactError(f"{where} has malformed metadata: version {m['version']}, expected {FORMAT_VERSION}")
     m["macros"] = [MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]]) for x in m["macros"]]
     m["tiles"] = [TileMeta(**t) for t in m["tiles"]]
     m["inputs"] = [TensorMeta(**t) for t in m["inputs"]]
@@ -256,7 +256,8 @@ def _weights(layout: dict, blob: bytes, where: str) -> dict:
     sizes = {name: math.prod(layout[name][1]) * 4 for name in sorted(layout)}
     if sum(sizes.values()) != len(blob):
         raise ArtifactError(
-            f"{where} is invalid: weight_layout needs {sum(sizes.values())} bytes, the weights blob has {len(blob)}"
+            f"{where} has malformed metadata: the weight layout needs {sum(sizes.values())} bytes, "
+            f"the weights blob has {len(blob)}"
         )
     out, off = {}, 0
     for name, n in sizes.items():
@@ -276,7 +277,9 @@ def _check_encodes(art: Artifact, where: str) -> None:
             jit.instantiate(values)
         except (isa.EncodingError, RuntimeError, ValueError, IndexError, KeyError) as e:
             named = ", ".join(f"{s[0]}={v}" for s, v in zip(art.symbols, values))
-            raise ArtifactError(f"{where} is invalid: the program at the {which} bound ({named}) fails: {e}") from None
+            raise ArtifactError(
+                f"{where} has malformed metadata: the program at the {which} bound ({named}) fails: {e}"
+            ) from None
 
 
 # ------------------------------------------------------------------ extraction

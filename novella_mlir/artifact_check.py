@@ -119,20 +119,23 @@ def _eval(p, syms) -> int:
     return int(expr.evaluate(p, list(syms)))
 
 
-def validate(m) -> None:
-    """Raises ArtifactError naming the first bad field of the metadata dict `m`."""
+def validate(m, blob_bytes: int) -> None:
+    """Raises ArtifactError naming the first bad field of the metadata dict `m` (weights blob of `blob_bytes`)."""
     try:
-        _validate(m)
+        _validate(m, blob_bytes)
     except _Bad as e:
         raise ArtifactError(str(e)) from None
 
 
-def _validate(m) -> None:
+def _validate(m, blob_bytes: int) -> None:
     _keys(m, _TOP, "metadata")
     _int(m["version"], "version")
     _config(m["config"], m["config_fingerprint"])
     n = _symbols(m["symbols"])
     _check_programs(m, n)
+    need = sum(math.prod(shape) for _, shape in m["weight_layout"].values()) * 4
+    if need != blob_bytes:
+        raise _Bad("weight_layout", f"the weight layout needs {need} bytes, the weights blob has {blob_bytes}")
     corners = list(itertools.product(*[(lo, hi) for _, lo, hi in m["symbols"]]))
     for c in corners:
         _regions(m, c)
@@ -159,8 +162,9 @@ def _symbols(syms) -> int:
         if not isinstance(s, list) or len(s) != 3:
             raise _Bad(f, f"expected [name, min, max], got {_short(s)}")
         name = _type(s[0], str, f + ".name")
-        lo = _int(s[1], f + ".min", 0, MAX_LENGTH)
-        _int(s[2], f + ".max", lo, MAX_LENGTH)
+        lo, hi = _int(s[1], f + ".min"), _int(s[2], f + ".max")
+        if not 0 <= lo <= hi <= MAX_LENGTH:
+            raise _Bad(f, f"bad symbol bounds [{lo}, {hi}]: need 0 <= min <= max <= {MAX_LENGTH} (24-bit row fields)")
         if name in names:
             raise _Bad(f + ".name", f"symbol name '{name}' is used twice")
         names.add(name)
@@ -263,11 +267,15 @@ def _const_field(op, layout, name, v, f: str, functions) -> None:
 
 def _tile(t, f: str, n: int, macros) -> None:
     _keys(t, ("macro", "name", "grid", "bases"), f)
-    idx = _int(t["macro"], f + ".macro", 0, len(macros) - 1)
-    _type(t["name"], str, f + ".name")
+    idx = _int(t["macro"], f + ".macro")
+    name = _type(t["name"], str, f + ".name")
+    if not 0 <= idx < len(macros):
+        raise _Bad(f + ".macro", f"tile '{name}' names macro {idx}, but there are {len(macros)}")
     mm = macros[idx]
     if not isinstance(t["grid"], list) or len(t["grid"]) != mm["n_dims"]:
-        raise _Bad(f + ".grid", f"expected {mm['n_dims']} extents (macro {idx}), got {_short(t['grid'])}")
+        raise _Bad(
+            f + ".grid", f"tile '{name}' has {_short(t['grid'])} as grid, its macro has {mm['n_dims']} grid dims"
+        )
     for d, p in enumerate(t["grid"]):
         check_program(p, f"{f}.grid[{d}]", n)
     _type(t["bases"], dict, f + ".bases")
