@@ -273,13 +273,54 @@ def _check_encodes(art: Artifact, where: str) -> None:
     jit = Jit(art)
     for pick, which in ((1, "lower"), (2, "upper")):
         values = [s[pick] for s in art.symbols]
+        named = ", ".join(f"{s[0]}={v}" for s, v in zip(art.symbols, values))
         try:
-            jit.instantiate(values)
+            words = jit.instantiate(values).words
         except (isa.EncodingError, RuntimeError, ValueError, IndexError, KeyError) as e:
-            named = ", ".join(f"{s[0]}={v}" for s, v in zip(art.symbols, values))
             raise ArtifactError(
                 f"{where} has malformed metadata: the program at the {which} bound ({named}) fails: {e}"
             ) from None
+        bad = _dma_outside(words, int(_eval_at(art.dram_size, values)))
+        if bad is not None:
+            raise ArtifactError(
+                f"{where} has malformed metadata: at the {which} bound ({named}) instruction {bad[0]} "
+                f"({bad[1]}) reaches DRAM [{bad[2]}, {bad[3]}), outside [0, {bad[4]}) (dram_size)"
+            )
+
+
+def _field(words: np.ndarray, op: isa.Opcode, name: str) -> np.ndarray:
+    f = next(f for f in isa.LAYOUT[op] if f.name == name)
+    v = ((words[:, f.lane] >> np.uint64(f.offset)) & np.uint64(f.mask)).astype(np.int64)
+    return np.where(v > f.hi, v - (1 << f.bits), v) if f.signed else v
+
+
+def _dma_outside(words: np.ndarray, size: int):
+    """(index, opcode, lo, hi, size) of the first LOAD/STORE whose in-bound rows leave DRAM, else None."""
+    opcode = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
+    idx = np.flatnonzero((opcode == isa.Opcode.LOAD) | (opcode == isa.Opcode.STORE))
+    if not idx.size:
+        return None
+    w = words[idx]
+    get = {n: _field(w, isa.Opcode.LOAD, n) for n in ("dram_base", "dram_stride", "rows", "row_start", "row_step")}
+    get |= {n: _field(w, isa.Opcode.LOAD, n) for n in ("row_bound", "cols")}
+    start, step, rows, bound = get["row_start"], get["row_step"], get["rows"], get["row_bound"]
+    safe = np.maximum(step, 1)
+    j_lo = np.where(step > 0, np.maximum(0, -(start // safe)), 0)
+    j_hi = np.where(step > 0, np.minimum(rows - 1, (bound - 1 - start) // safe), rows - 1)
+    live = (rows > 0) & (j_lo <= j_hi) & ((step > 0) | ((start >= 0) & (start < bound)))
+    lo = get["dram_base"] + (start + step * j_lo) * get["dram_stride"]
+    hi = get["dram_base"] + (start + step * j_hi) * get["dram_stride"] + get["cols"]
+    bad = np.flatnonzero(live & (get["cols"] > 0) & ((lo < 0) | (hi > size)))
+    if not bad.size:
+        return None
+    k = bad[0]
+    return int(idx[k]), isa.Opcode(int(opcode[idx[k]])).name, int(lo[k]), int(hi[k]), size
+
+
+def _eval_at(program, values) -> int:
+    from .runtime import expr
+
+    return expr.evaluate(program, list(values))
 
 
 # ------------------------------------------------------------------ extraction

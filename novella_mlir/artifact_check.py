@@ -4,9 +4,9 @@ Every check names the field at fault (`macros[1].insts[4].const.rows`):
 
 * types and ranges: ISA fields against their bit widths and enums, tensor
   slots by opcode (a LOAD reads an operand slot, a STORE writes the result);
-* postfix expressions: well formed, affine (a product has a constant
-  factor, a divisor is a positive constant), naming only existing symbols
-  and grid dims;
+* postfix expressions: well formed, every divisor a positive constant,
+  naming only existing symbols and grid dims (sizes may be polynomial in
+  the symbols: attention scores are T x T);
 * symbol bounds: names unique, 0 <= lo <= hi <= the ISA's row range;
 * at every corner of the bounds box: tile grids >= 1, weight, input and
   output DRAM regions inside `dram_size` and not overlapping, tile bases
@@ -77,7 +77,7 @@ def _keys(d, want, field: str, optional=()) -> dict:
 
 
 def check_program(p, field: str, n_syms: int, n_dims: int = 0) -> None:
-    """A well-formed affine postfix program over existing symbols and grid dims."""
+    """A well-formed postfix program over existing symbols and grid dims, dividing only by positive constants."""
     if not isinstance(p, list) or not 1 <= len(p) <= MAX_PROGRAM:
         raise _Bad(field, f"expected an expression (a non-empty token list), got {_short(p)}")
     stack: list = []  # the constant value, or None for a symbolic operand
@@ -102,8 +102,6 @@ def check_program(p, field: str, n_syms: int, n_dims: int = 0) -> None:
 
 
 def _apply(tok, a, b, p, field):
-    if tok == "*" and a is None and b is None:
-        raise _Bad(field, f"expression {_short(p)} multiplies two symbolic terms (not affine)")
     if tok in ("floordiv", "ceildiv", "mod") and not (b is not None and b > 0):
         raise _Bad(field, f"expression {_short(p)} divides by {b if b is not None else 'a symbol'}; "
                    "divisors must be positive constants")  # fmt: skip

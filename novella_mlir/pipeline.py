@@ -62,17 +62,21 @@ def compile_torch(
     """Compiles `module` once, with dim `dynamic_dim` of its inputs symbolic in [min_len, max_len].
 
     `min_len == max_len` compiles for one length T: torch.export cannot
-    take such a Dim, so it exports over [T - 1, T] (or [T, T + 1] for short
-    T, with an example of length >= 2 so torch does not specialize it) and
-    the bounds are then fixed to [T, T]."""
+    take such a Dim, so it exports over [T - 1, T] and the bounds are then
+    fixed to [T, T]. A range ending at 1 or 2 is exported over [min_len, 3]
+    with an example of length 2 (torch and the FX importer would make the
+    dim static) and fixed back to [min_len, max_len] the same way."""
     config = config or load_config()
     ctx = make_context()
     stages = Stages(dump_dir)
     # torch.export with a symbolic length, then the torch-mlir FX importer (torch dialect, `?` dims)
     lo, hi = min_len, max_len
-    if min_len == max_len:
-        lo, hi = (min_len - 1, min_len) if min_len > 2 else (min_len, min_len + 1)
-        example_args = tuple(_resized(a, dynamic_dim, max(min_len, 2)) for a in example_args)
+    if max_len <= 2:  # torch-mlir imports a dim whose range ends at 2 as static: export over [min, 3]
+        lo, hi = min_len, 3
+        example_args = tuple(_resized(a, dynamic_dim, 2) for a in example_args)
+    elif min_len == max_len:
+        lo, hi = min_len - 1, min_len
+        example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
     prog = importer.export(module, example_args, dynamic_dim, lo, hi)
     imported = importer.import_program(ctx, prog, decomposition_table)
     imported.symbols = [dataclasses.replace(s, lo=min_len, hi=max_len) for s in imported.symbols]

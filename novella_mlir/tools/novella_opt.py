@@ -252,13 +252,18 @@ def _setup(args):
         return _error(cmd, _col_of(args, args.config), f"cannot read config '{args.config}': {e.strerror}")
     name = "<stdin>" if args.input == "-" else args.input
     try:
-        data = sys.stdin.buffer.read() if args.input == "-" else open(args.input, "rb").read()
+        data = _read_stdin() if args.input == "-" else open(args.input, "rb").read()
     except OSError as e:
         return _error(cmd, _col_of(args, args.input), f"cannot open input file '{args.input}': {e.strerror or e}")
     text, bad = checks.decode(data)
     if bad:
         return _error(dg.Source(name, ""), bad[1], bad[2], line=bad[0])
     return dg.Source(name, text), config
+
+
+def _read_stdin() -> bytes:
+    stream = getattr(sys.stdin, "buffer", None)
+    return stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
 
 
 def _col_of(args, value: str) -> int:

@@ -41,10 +41,12 @@ def test_fuzz_regressions(g):
     assert fuzz.check(g) == ("ok", "")
 
 
-@pytest.mark.xfail(strict=True, reason="found by the fuzzer, not fixed: ranges up to 2 compile for length 2 only")
-@pytest.mark.parametrize("lo, hi", [(1, 1), (1, 2)])
+@pytest.mark.parametrize("lo, hi", [(1, 1), (1, 2), (2, 2), (3, 3)])
 def test_tiny_ranges(lo, hi):
+    """Found by the fuzzer: ranges ending at 1 or 2 compiled a static model for length 2."""
     model = torch.nn.Linear(8, 1).eval()
     npu = compile_torch(model, torch.randn(2, 8), dynamic_dim=0, min_len=lo, max_len=hi)
-    x = torch.randn(1, 8)
-    assert torch.allclose(npu(x), model(x), rtol=1e-4, atol=1e-4)
+    assert npu.artifact.symbols == [["T", lo, hi]]
+    for length in range(lo, hi + 1):
+        x = torch.randn(length, 8)
+        assert torch.allclose(npu(x), model(x), rtol=1e-4, atol=1e-4)

@@ -79,7 +79,7 @@ EDITS = {
     "bounds reversed": (lambda m: m["symbols"].__setitem__(0, ["T", 300, 2]), r"symbols\[0\]: bad symbol bounds"),
     "bounds 2^40": (lambda m: m["symbols"].__setitem__(0, ["T", 1, 2**40]), r"symbols\[0\]: bad symbol bounds"),
     "string bound": (lambda m: m["symbols"][0].__setitem__(1, "1"), r"symbols\[0\].min"),
-    "non-affine": (lambda m: m["tiles"][0]["grid"].__setitem__(1, ["s0", "s0", "*"]), "not affine"),
+    "divide by a symbol": (lambda m: m["tiles"][0]["grid"].__setitem__(1, ["s0", "s0", "floordiv"]), "a symbol"),
     "unknown symbol": (lambda m: m["tiles"][0]["grid"].__setitem__(1, ["s3"]), "refers to s3"),
 }
 
