@@ -259,7 +259,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile an nn.Module factory to an artifact")
-    c.add_argument("target", help="MODULE:FACTORY or path/to/file.py:FACTORY returning an nn.Module")
+    c.add_argument(
+        "target",
+        help="MODULE:FACTORY (imported with the current directory on sys.path, as uvicorn does) "
+        "or path/to/file.py:FACTORY, returning an nn.Module",
+    )
     c.add_argument(
         "--example-shape",
         type=_shape,

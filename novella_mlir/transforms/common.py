@@ -126,11 +126,11 @@ def _check_symbol_uses(module_op, n: int) -> None:
                 found.append((op, a, f"attribute '{name}'"))
         return ir.WalkResult.ADVANCE
 
-    module_op.operation.walk(check)
     for fn in functions(module_op):
         for i, a in enumerate(fn.regions[0].blocks[0].arguments):
             if isinstance(a.type, ir.RankedTensorType) and isinstance(a.type.encoding, ir.AffineMapAttr):
                 found.append((fn, a.type.encoding, f"argument #{i} ({a.type})"))
+    module_op.operation.walk(check)
     for op, attr, what in found:
         _map_symbols(op, attr, n, what)
 
