@@ -399,3 +399,11 @@ def test_compile_prints_no_future_warning():
         warnings.simplefilter("always")
         compile_torch(torch.nn.ReLU(), torch.randn(1, 8, 4), dynamic_dim=1, min_len=1, max_len=64)
     assert not [w for w in caught if issubclass(w.category, FutureWarning)]
+
+
+@pytest.mark.parametrize("functions, match", [("[]", "is empty"), ('["add", "sin"]', "unknown functions ['sin']")])
+def test_config_vector_functions_are_checked(tmp_path, capsys, functions, match):
+    toml = tmp_path / "hw.toml"
+    toml.write_text(f"[vector]\nfunctions = {functions}\n")
+    rc, _, err = _opt(tmp_path, capsys, VALID, "--config", str(toml), "--novella-shape-infer")
+    assert rc == 1 and match in err and f"{toml}:2:1: error:" in err, err
