@@ -299,13 +299,10 @@ class LayerNormOp(Novella.Operation, name="layer_norm"):
         c = _static_dims(x)[-1]
         if c is None or _static_dims(w) != [c] or _static_dims(b) != [c]:
             return _fail(op, f"needs a static last dim matching weight/bias, got {x}, {w}, {b}")
-        return (
-            _f32(x, op.results[0].type)
-            and _static_dims(x) == _static_dims(op.results[0].type)
-            or _fail(
-                op, f"supports only f32 tensors and a result of the input's shape, got {x} -> {op.results[0].type}"
-            )
-        )
+        y = op.results[0].type
+        if not _f32(x, y) or _static_dims(x) != _static_dims(y):
+            return _fail(op, f"supports only f32 tensors and a result of the input's shape, got {x} -> {y}")
+        return True
 
 
 class TransposeOp(Novella.Operation, name="transpose"):
