@@ -9,14 +9,19 @@
   grid extents as expressions of the symbols, and each tensor slot's DRAM
   base. Nothing in either part grows with the length.
 
-The file format is `NVLA` + version + a JSON header (sizes and checksums)
-+ the metadata JSON + the raw fp32 weights.
+The file format is `NVLA` + version + a JSON header (sizes, sha256 and,
+when saved with a key, an HMAC-SHA256 signature) + the metadata JSON + the
+raw fp32 weights. `load` validates the structure before anything runs
+(`artifact_check`); `load(path, key=...)` also authenticates the file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import math
+import re
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,9 +31,9 @@ from torch_mlir import ir
 
 from simulator import isa
 
+from . import artifact_check
 from . import symbolic as sy
 from .errors import ArtifactError
-from .runtime import expr
 from .transforms.common import attr_dict, body_ops, from_attr, functions
 
 FORMAT_VERSION = 1
@@ -107,118 +112,215 @@ class Artifact:
     def weight_nbytes(self) -> int:
         return sum(a.nbytes for a in self.weights.values())
 
-    def save(self, path) -> None:
+    def save(self, path, key: bytes | str | None = None) -> None:
+        """Writes the artifact; with `key`, also signs it (HMAC-SHA256 over the version, metadata and weights)."""
         meta = json.dumps(self.metadata(), separators=(",", ":")).encode()
         blob = b"".join(np.ascontiguousarray(self.weights[n], np.float32).tobytes() for n in sorted(self.weights))
-        header = json.dumps(
-            {"meta_bytes": len(meta), "blob_bytes": len(blob), "sha256": hashlib.sha256(meta + blob).hexdigest()}
-        ).encode()
+        fields = {"meta_bytes": len(meta), "blob_bytes": len(blob), "sha256": hashlib.sha256(meta + blob).hexdigest()}
+        if key is not None:
+            fields["hmac_sha256"] = _mac(key, meta, blob)
+        header = json.dumps(fields).encode()
         with open(path, "wb") as f:
             f.write(MAGIC + struct.pack("<II", FORMAT_VERSION, len(header)) + header + meta + blob)
 
 
-def load(path, config=None) -> Artifact:
-    """Reads an artifact; refuses corrupted, truncated, foreign-version or foreign-config files."""
-    data = Path(path).read_bytes()
+MAX_FILE_BYTES = 4 << 30
+MAX_HEADER_BYTES = 4096
+MAX_META_BYTES = 256 << 20
+MAX_JSON_DEPTH = 16
+
+
+def _mac(key: bytes | str, meta: bytes, blob: bytes) -> str:
+    key = key.encode() if isinstance(key, str) else key
+    if not isinstance(key, bytes) or not key:
+        raise ArtifactError("the signing key must be non-empty bytes or str")
+    return hmac.new(key, struct.pack("<I", FORMAT_VERSION) + meta + blob, hashlib.sha256).hexdigest()
+
+
+def load(path, config=None, key: bytes | str | None = None) -> Artifact:
+    """Reads an artifact and validates it before anything runs.
+
+    Refuses (with an ArtifactError naming the file and the field) files that
+    are not regular files, too large, truncated, corrupted (sha256), from
+    another format version or config, structurally invalid (see
+    `artifact_check`), or, with `key`, unsigned or signed with another key."""
     where = f"artifact '{path}'"
-    if len(data) < 12 or data[:4] != MAGIC:
+    p = Path(path)
+    try:
+        if not p.is_file():
+            raise ArtifactError(f"{where} is not a file" + ("" if p.exists() else " (it does not exist)"))
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ArtifactError(f"{where} is {size} bytes, more than the {MAX_FILE_BYTES} accepted")
+        with open(p, "rb") as f:
+            meta_b, blob = _read(f, size, where, key)
+    except OSError as e:
+        raise ArtifactError(f"cannot read {where}: {e.strerror or e}") from None
+    art = _from_metadata(meta_b, blob, where)
+    if config is not None and art.config_fingerprint != config.fingerprint():
+        raise ArtifactError(f"{where} was compiled for another hardware config; recompile for this one")
+    _check_encodes(art, where)
+    return art
+
+
+def _read(f, size: int, where: str, key) -> tuple[bytes, bytes]:
+    """(metadata, weights blob), checked against the header's sizes, checksum and signature."""
+    head = f.read(12)
+    if len(head) < 12 or head[:4] != MAGIC:
         raise ArtifactError(f"{where} is not a novella artifact (bad magic); recompile the model")
-    version, hlen = struct.unpack("<II", data[4:12])
+    version, hlen = struct.unpack("<II", head[4:12])
     if version != FORMAT_VERSION:
         raise ArtifactError(
             f"{where} has format version {version}, this novella-mlir reads {FORMAT_VERSION}; recompile the model"
         )
-    meta_b, blob = _split(data, hlen, where)
-    art = _from_metadata(meta_b, blob, where)
-    if config is not None and art.config_fingerprint != config.fingerprint():
-        raise ArtifactError(f"{where} was compiled for another hardware config; recompile for this one")
-    return art
-
-
-def _split(data: bytes, hlen: int, where: str) -> tuple[bytes, bytes]:
-    """(metadata, weights blob), checked against the header's sizes and checksum."""
-    truncated = ArtifactError(f"{where} is truncated ({len(data)} bytes); recompile or copy it again")
-    if len(data) < 12 + hlen:
+    truncated = ArtifactError(f"{where} is truncated ({size} bytes); recompile or copy it again")
+    if hlen > MAX_HEADER_BYTES:
+        raise ArtifactError(f"{where} has a corrupted header (length {hlen})")
+    if size < 12 + hlen:
         raise truncated
-    try:
-        header = json.loads(data[12 : 12 + hlen])
-        meta_n, blob_n, digest = header["meta_bytes"], header["blob_bytes"], header["sha256"]
-        if not (isinstance(meta_n, int) and isinstance(blob_n, int) and isinstance(digest, str)):
-            raise TypeError
-    except (ValueError, KeyError, TypeError):
-        raise ArtifactError(f"{where} has a corrupted header") from None
-    body = data[12 + hlen :]
-    if min(meta_n, blob_n) < 0 or len(body) < meta_n + blob_n:
+    header = _header(f.read(hlen), where)
+    meta_n, blob_n = header["meta_bytes"], header["blob_bytes"]
+    if meta_n > MAX_META_BYTES:
+        raise ArtifactError(f"{where}: metadata of {meta_n} bytes is more than the {MAX_META_BYTES} accepted")
+    body_n = size - 12 - hlen
+    if body_n < meta_n + blob_n:
         raise truncated
-    if len(body) != meta_n + blob_n:
-        raise ArtifactError(f"{where} has {len(body) - meta_n - blob_n} unexpected trailing bytes; copy it again")
-    if hashlib.sha256(body).hexdigest() != digest:
+    if body_n != meta_n + blob_n:
+        raise ArtifactError(f"{where} has {body_n - meta_n - blob_n} unexpected trailing bytes; copy it again")
+    body = f.read(body_n)
+    if len(body) != body_n:
+        raise truncated
+    if hashlib.sha256(body).hexdigest() != header["sha256"]:
         raise ArtifactError(f"{where} is corrupted (checksum mismatch); recompile or copy it again")
-    return body[:meta_n], body[meta_n:]
+    meta, blob = body[:meta_n], body[meta_n:]
+    if key is not None:
+        mac = header.get("hmac_sha256")
+        if mac is None:
+            raise ArtifactError(f"{where} is not signed, but a key was given; save it with save(path, key=...)")
+        if not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, meta, blob))):
+            raise ArtifactError(f"{where} failed authentication (HMAC-SHA256 mismatch): not signed with this key")
+    return meta, blob
+
+
+def _header(raw: bytes, where: str) -> dict:
+    bad = ArtifactError(f"{where} has a corrupted header")
+    try:
+        header = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise bad from None
+    if not isinstance(header, dict) or not {"meta_bytes", "blob_bytes", "sha256"} <= set(header):
+        raise bad
+    if set(header) - {"meta_bytes", "blob_bytes", "sha256", "hmac_sha256"}:
+        raise bad
+    for k in ("meta_bytes", "blob_bytes"):
+        v = header[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise bad
+    if not isinstance(header["sha256"], str):
+        raise bad
+    return header
+
+
+def _json_depth(raw: bytes) -> int:
+    """Maximum nesting of [ and { outside strings, without building the object."""
+    text = re.sub(rb'"(?:[^"\\]|\\.)*"', b'""', raw)
+    a = np.frombuffer(text, np.uint8)
+    step = np.isin(a, (ord("["), ord("{"))).astype(np.int64) - np.isin(a, (ord("]"), ord("}")))
+    return int(np.cumsum(step).max(initial=0))
 
 
 def _from_metadata(meta_b: bytes, blob: bytes, where: str) -> Artifact:
+    depth = _json_depth(meta_b)
+    if depth > MAX_JSON_DEPTH:
+        raise ArtifactError(f"{where} has metadata nested {depth} deep (at most {MAX_JSON_DEPTH}); it is not ours")
     try:
         m = json.loads(meta_b)
-        m["macros"] = [
-            MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]]) for x in m["macros"]
-        ]
-        m["tiles"] = [TileMeta(**t) for t in m["tiles"]]
-        m["inputs"] = [TensorMeta(**t) for t in m["inputs"]]
-        m["outputs"] = [TensorMeta(**t) for t in m["outputs"]]
-        art = Artifact(**m)
-        _validate(art)
-        art.weights = _weights(art.weight_layout, blob)
-    except (TypeError, KeyError, ValueError, IndexError, AttributeError) as e:
+    except (ValueError, RecursionError) as e:
+        raise ArtifactError(f"{where} has malformed metadata JSON: {e}") from None
+    try:
+        artifact_check.validate(m, len(blob))
+    except ArtifactError as e:
         raise ArtifactError(f"{where} has malformed metadata: {e}") from None
+    if m["version"] != FORMAT_VERSION:
+        raise ArtifactError(f"{where} has malformed metadata: version {m['version']}, expected {FORMAT_VERSION}")
+    m["macros"] = [MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]]) for x in m["macros"]]
+    m["tiles"] = [TileMeta(**t) for t in m["tiles"]]
+    m["inputs"] = [TensorMeta(**t) for t in m["inputs"]]
+    m["outputs"] = [TensorMeta(**t) for t in m["outputs"]]
+    art = Artifact(**m)
+    art.weights = _weights(art.weight_layout, blob, where)
     return art
 
 
-def _weights(layout: dict, blob: bytes) -> dict:
-    sizes = {name: int(np.prod(layout[name][1])) * 4 for name in sorted(layout)}
+def _weights(layout: dict, blob: bytes, where: str) -> dict:
+    sizes = {name: math.prod(layout[name][1]) * 4 for name in sorted(layout)}
     if sum(sizes.values()) != len(blob):
-        raise ValueError(f"the weight layout needs {sum(sizes.values())} bytes, the blob has {len(blob)}")
+        raise ArtifactError(
+            f"{where} has malformed metadata: the weight layout needs {sum(sizes.values())} bytes, "
+            f"the weights blob has {len(blob)}"
+        )
     out, off = {}, 0
     for name, n in sizes.items():
-        out[name] = np.frombuffer(blob[off : off + n], np.float32).reshape(layout[name][1])
+        out[name] = np.frombuffer(blob, np.float32, n // 4, off).reshape(layout[name][1])
         off += n
     return out
 
 
-def _check(prog, n_syms: int, n_dims: int = 0) -> None:
-    """A well-formed postfix program whose symbols and grid dims exist."""
-    expr.validate(prog)
-    for tok in prog:
-        if isinstance(tok, str) and tok[0] in "sd" and int(tok[1:]) >= (n_syms if tok[0] == "s" else n_dims):
-            raise ValueError(f"expression {prog} refers to {tok}, which does not exist")
+def _check_encodes(art: Artifact, where: str) -> None:
+    """The programs at the lower and upper bounds instantiate: every field fits its ISA width."""
+    from .runtime.jit import Jit
+
+    jit = Jit(art)
+    for pick, which in ((1, "lower"), (2, "upper")):
+        values = [s[pick] for s in art.symbols]
+        named = ", ".join(f"{s[0]}={v}" for s, v in zip(art.symbols, values))
+        try:
+            words = jit.instantiate(values).words
+        except (isa.EncodingError, RuntimeError, ValueError, IndexError, KeyError) as e:
+            raise ArtifactError(
+                f"{where} has malformed metadata: the program at the {which} bound ({named}) fails: {e}"
+            ) from None
+        bad = _dma_outside(words, int(_eval_at(art.dram_size, values)))
+        if bad is not None:
+            raise ArtifactError(
+                f"{where} has malformed metadata: at the {which} bound ({named}) instruction {bad[0]} "
+                f"({bad[1]}) reaches DRAM [{bad[2]}, {bad[3]}), outside [0, {bad[4]}) (dram_size)"
+            )
 
 
-def _validate(art: Artifact) -> None:
-    if art.version != FORMAT_VERSION:
-        raise ValueError(f"metadata version {art.version}")
-    n = len(art.symbols)
-    if any(not (isinstance(lo, int) and isinstance(hi, int) and lo <= hi) for _, lo, hi in art.symbols):
-        raise ValueError(f"bad symbol bounds {art.symbols}")
-    for p in [art.dram_size] + [p for t in art.inputs + art.outputs for p in t.shape + [t.dram]]:
-        _check(p, n)
-    for mm in art.macros:
-        for inst in mm.insts:
-            isa.Opcode[inst.opcode]
-            if any(kind not in ("eq", "ge") for kind, _ in inst.when):
-                raise ValueError(f"bad guard {inst.when} in {mm.kernel}")
-            for p in [p for progs in inst.var.values() for p in progs] + [p for _, p in inst.when]:
-                _check(p, n, mm.n_dims)
-    for t in art.tiles:
-        if not 0 <= t.macro < len(art.macros):
-            raise ValueError(f"tile '{t.name}' names macro {t.macro}")
-        mm = art.macros[t.macro]
-        if len(t.grid) != mm.n_dims:
-            raise ValueError(f"tile '{t.name}' has {len(t.grid)} grid dims, its macro {mm.n_dims}")
-        for p in t.grid + list(t.bases.values()):
-            _check(p, n)
-        slots = {str(i.tensor) for i in mm.insts if i.tensor is not None}
-        if not slots <= set(t.bases):
-            raise ValueError(f"tile '{t.name}' has no DRAM base for tensor slots {sorted(slots - set(t.bases))}")
+def _field(words: np.ndarray, op: isa.Opcode, name: str) -> np.ndarray:
+    f = next(f for f in isa.LAYOUT[op] if f.name == name)
+    v = ((words[:, f.lane] >> np.uint64(f.offset)) & np.uint64(f.mask)).astype(np.int64)
+    return np.where(v > f.hi, v - (1 << f.bits), v) if f.signed else v
+
+
+def _dma_outside(words: np.ndarray, size: int):
+    """(index, opcode, lo, hi, size) of the first LOAD/STORE whose in-bound rows leave DRAM, else None."""
+    opcode = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
+    idx = np.flatnonzero((opcode == isa.Opcode.LOAD) | (opcode == isa.Opcode.STORE))
+    if not idx.size:
+        return None
+    w = words[idx]
+    get = {n: _field(w, isa.Opcode.LOAD, n) for n in ("dram_base", "dram_stride", "rows", "row_start", "row_step")}
+    get |= {n: _field(w, isa.Opcode.LOAD, n) for n in ("row_bound", "cols")}
+    start, step, rows, bound = get["row_start"], get["row_step"], get["rows"], get["row_bound"]
+    safe = np.maximum(step, 1)
+    j_lo = np.where(step > 0, np.maximum(0, -(start // safe)), 0)
+    j_hi = np.where(step > 0, np.minimum(rows - 1, (bound - 1 - start) // safe), rows - 1)
+    live = (rows > 0) & (j_lo <= j_hi) & ((step > 0) | ((start >= 0) & (start < bound)))
+    lo = get["dram_base"] + (start + step * j_lo) * get["dram_stride"]
+    hi = get["dram_base"] + (start + step * j_hi) * get["dram_stride"] + get["cols"]
+    bad = np.flatnonzero(live & (get["cols"] > 0) & ((lo < 0) | (hi > size)))
+    if not bad.size:
+        return None
+    k = bad[0]
+    return int(idx[k]), isa.Opcode(int(opcode[idx[k]])).name, int(lo[k]), int(hi[k]), size
+
+
+def _eval_at(program, values) -> int:
+    from .runtime import expr
+
+    return expr.evaluate(program, list(values))
 
 
 # ------------------------------------------------------------------ extraction

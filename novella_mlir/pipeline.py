@@ -7,7 +7,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch_mlir import ir
 
@@ -16,7 +15,7 @@ from simulator import isa, load_config
 from . import artifact as art_mod
 from . import cache as compile_cache
 from .context import make_context
-from .errors import CompileError
+from .errors import CompileError, InputError
 from .frontend import importer
 from .frontend.lowering import convert, source_location
 from .runtime.executor import Executor
@@ -65,9 +64,10 @@ def compile_torch(
     """Compiles `module` once, with dim `dynamic_dim` of its inputs symbolic in [min_len, max_len].
 
     `min_len == max_len` compiles for one length T: torch.export cannot
-    take such a Dim, so it exports over [T - 1, T] (or [T, T + 1] for short
-    T, with an example of length >= 2 so torch does not specialize it) and
-    the bounds are then fixed to [T, T].
+    take such a Dim, so it exports over [T - 1, T] and the bounds are then
+    fixed to [T, T]. A range ending at 1 or 2 is exported over [min_len, 3]
+    with an example of length 2 (torch and the FX importer would make the
+    dim static) and fixed back to [min_len, max_len] the same way.
 
     `cache` (default: on unless NOVELLA_CACHE=0) looks the compile up in the
     persistent cache (`novella_mlir/cache.py`) and stores it there."""
@@ -92,9 +92,12 @@ def compile_torch(
     stages = Stages(dump_dir)
     # torch.export with a symbolic length, then the torch-mlir FX importer (torch dialect, `?` dims)
     lo, hi = min_len, max_len
-    if min_len == max_len:
-        lo, hi = (min_len - 1, min_len) if min_len > 2 else (min_len, min_len + 1)
-        example_args = tuple(_resized(a, dynamic_dim, max(min_len, 2)) for a in example_args)
+    if max_len <= 2:  # torch-mlir imports a dim whose range ends at 2 as static: export over [min, 3]
+        lo, hi = min_len, 3
+        example_args = tuple(_resized(a, dynamic_dim, 2) for a in example_args)
+    elif min_len == max_len:
+        lo, hi = min_len - 1, min_len
+        example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
     prog = importer.export(module, example_args, dynamic_dim, lo, hi)
     imported = importer.import_program(ctx, prog, decomposition_table)
     imported.symbols = [dataclasses.replace(s, lo=min_len, hi=max_len) for s in imported.symbols]
@@ -162,16 +165,29 @@ class CompiledModel:
         self.stages = stages
         self.executor = Executor(artifact, self.config)
 
-    def __call__(self, *inputs, trace: bool = False, check_hazards: bool = True, progress: bool | None = None):
-        """Runs the model on the simulator. `check_hazards=False` skips the race checker (same outputs and
-        cycles, faster); `progress` shows a tqdm bar (default: on a terminal, for long programs)."""
-        arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in inputs]
-        outs = self.executor.run(arrays, trace=trace, check_hazards=check_hazards, progress=progress)
+    def __call__(
+        self, *inputs, trace: bool = False, check_hazards: bool = True, progress: bool | None = None, cast: bool = False
+    ):
+        """Runs the model on the simulator like the nn.Module. Inputs must be float32 (as eager requires)
+        unless `cast=True`; `last_run` then holds this thread's run. `check_hazards=False` skips the race
+        checker (same outputs and cycles, faster); `progress` shows a tqdm bar (default: on a terminal, for
+        long programs)."""
+        return self.run(*inputs, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast)[0]
+
+    def run(
+        self, *inputs, trace: bool = False, check_hazards: bool = True, progress: bool | None = None, cast: bool = False
+    ):
+        """(outputs, RunResult) of one call: thread-safe access to the run's program, stats and trace."""
+        arrays = [_to_numpy(x, i, cast) for i, x in enumerate(inputs)]
+        outs, run = self.executor.run_with_result(
+            arrays, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast
+        )
         outs = [torch.from_numpy(o) for o in outs]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return (outs[0] if len(outs) == 1 else tuple(outs)), run
 
     @property
     def last_run(self):
+        """The RunResult of the calling thread's last call (per thread; see `run` for the result itself)."""
         return self.executor.last_run
 
     @property
@@ -197,11 +213,33 @@ class CompiledModel:
             "stage_seconds": self.stages.seconds if self.stages else {},
         }
 
-    def save(self, path) -> None:
-        self.artifact.save(path)
+    def save(self, path, key: bytes | str | None = None) -> None:
+        """Saves the artifact; with `key` it is signed (HMAC-SHA256) for `load(path, key=key)`."""
+        self.artifact.save(path, key=key)
 
 
-def load(path, config=None) -> CompiledModel:
-    """Loads a saved artifact as a runnable model."""
+def _to_numpy(x, i: int, cast: bool):
+    """A torch tensor as a numpy array, refusing what has no dense CPU data; other values pass through."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x.layout != torch.strided:
+        raise InputError(f"input #{i} is a {x.layout} tensor; pass a dense tensor (x.to_dense())")
+    if x.device.type == "meta":
+        raise InputError(f"input #{i} is a meta tensor, which has no data")
+    if x.dtype != torch.float32:
+        if not cast:
+            raise InputError(
+                f"input #{i} has dtype {x.dtype}, the model was compiled for torch.float32; "
+                "convert it (x.float()) or pass cast=True"
+            )
+        if x.dtype == torch.bfloat16 or x.dtype == torch.float16:
+            x = x.float()
+        elif x.is_complex():
+            raise InputError(f"input #{i} has dtype {x.dtype}, which cannot be cast to float32 without losing data")
+    return x.detach().cpu().resolve_conj().resolve_neg().numpy()
+
+
+def load(path, config=None, key: bytes | str | None = None) -> CompiledModel:
+    """Loads a saved artifact as a runnable model (validated; authenticated too when `key` is given)."""
     config = config or load_config()
-    return CompiledModel(art_mod.load(path, config), config)
+    return CompiledModel(art_mod.load(path, config, key=key), config)

@@ -99,7 +99,7 @@ def _check(name: str, value, path: Path):
     if kind is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} must be a list of strings, got {value!r}")
-        return tuple(v.lower() for v in value)
+        return _vector_functions(value, where)
     ok_type = (int, float) if kind is float else (int,)
     if isinstance(value, bool) or not isinstance(value, ok_type):
         raise ConfigError(f"{where} must be {kind.__name__}, got {value!r}")
@@ -108,6 +108,26 @@ def _check(name: str, value, path: Path):
     if name in ("spad_bytes", "acc_bytes") and value % 4:
         raise ConfigError(f"{where} must be a multiple of 4 bytes, got {value}")
     return kind(value)
+
+
+def _vector_functions(value: list, where: str) -> tuple[str, ...]:
+    from .isa import VecFn
+
+    names = [v.lower() for v in value]
+    known = [f.name.lower() for f in VecFn]
+    unknown = [v for v in names if v not in known]
+    if not names or unknown or len(set(names)) != len(names):
+        what = f"names unknown functions {unknown}" if unknown else "is empty" if not names else "repeats a name"
+        raise ConfigError(f"{where} {what}; give a non-empty subset of {known}")
+    return tuple(names)
+
+
+def config_from_dict(d, where: str) -> NovellaConfig:
+    """A config from `to_dict()` output (e.g. an artifact's copy), every key checked like a TOML file's."""
+    if not isinstance(d, dict) or set(d) != set(_KEYS):
+        keys = sorted(d) if isinstance(d, dict) else type(d).__name__
+        raise ConfigError(f"{where}: expected the keys {sorted(_KEYS)}, got {keys}")
+    return NovellaConfig(**{n: _check(n, d[n], where) for n in _KEYS})
 
 
 def load_config(path: str | Path | None = None) -> NovellaConfig:

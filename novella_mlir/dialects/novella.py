@@ -30,6 +30,53 @@ def _fail(op, message: str) -> bool:
     return False
 
 
+class _Invalid(Exception):
+    """A verifier's finding, reported by `_verified` as the op's error."""
+
+
+def _verified(n_operands: int):
+    """Wraps a verifier: operand count and ranked, non-empty tensor types are checked first, and
+    attribute or type errors become the op's diagnostic instead of a Python exception."""
+
+    def wrap(fn):
+        def verify(op) -> bool:
+            try:
+                _structure(op, n_operands)
+                return fn(op)
+            except _Invalid as e:
+                return _fail(op, str(e))
+            except (ValueError, TypeError, KeyError, IndexError) as e:
+                return _fail(op, f"is malformed: {e}")
+
+        return verify
+
+    return wrap
+
+
+def _structure(op, n_operands: int) -> None:
+    if len(op.operands) != n_operands:
+        raise _Invalid(f"expects {n_operands} operand(s), got {len(op.operands)}")
+    for v in [*op.operands, *op.results]:
+        if not isinstance(v.type, ir.RankedTensorType):
+            raise _Invalid(f"expects ranked tensors, got {v.type}")
+        if 0 in _static_dims(v.type):
+            raise _Invalid(f"does not support zero-size dims, got {v.type}")
+
+
+def _attr(op, name: str, kind, default=None):
+    """The value of attribute `name`, which must be a `kind` (e.g. ir.StringAttr); `default` if absent."""
+    if name not in op.attributes:
+        if default is None:
+            raise _Invalid(f"needs the attribute '{name}'")
+        return default
+    a = op.attributes[name]
+    if not isinstance(a, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        what = " or ".join(k.__name__.removesuffix("Attr").lower() for k in kinds)
+        raise _Invalid(f"attribute '{name}' must be a {what} attribute, got {a}")
+    return a.value
+
+
 def _static_dims(t: ir.RankedTensorType) -> list[int | None]:
     return [None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank)]
 
@@ -89,6 +136,7 @@ class LinearOp(Novella.Operation, name="linear"):
     act: ir.StringAttr = ext.attribute(default_factory=lambda: ir.StringAttr.get("none"))
 
     @staticmethod
+    @_verified(3)
     def verify_invariants(op) -> bool:
         x, w, b = (v.type for v in op.operands)
         y = op.results[0].type
@@ -101,7 +149,7 @@ class LinearOp(Novella.Operation, name="linear"):
             return _fail(op, f"input inner dim must be {k} (weight is {n}x{k}), got {x}")
         if b.get_dim_size(0) != n or _static_dims(y)[-1] != n or y.rank != x.rank:
             return _fail(op, f"result must be [..., {n}] with bias [{n}], got {y}")
-        act = ir.StringAttr(op.attributes["act"]).value if "act" in op.attributes else "none"
+        act = _attr(op, "act", ir.StringAttr, "none")
         if act not in ("none", "relu", "gelu"):
             return _fail(op, f"unknown activation '{act}' (expected none, relu or gelu)")
         return True
@@ -119,6 +167,7 @@ class MatmulOp(Novella.Operation, name="matmul"):
     transpose_rhs: ir.IntegerAttr = ext.attribute(default_factory=lambda: ir.BoolAttr.get(False))
 
     @staticmethod
+    @_verified(2)
     def verify_invariants(op) -> bool:
         a, b = (v.type for v in op.operands)
         y = op.results[0].type
@@ -126,7 +175,7 @@ class MatmulOp(Novella.Operation, name="matmul"):
             return _fail(op, "supports only f32 tensors")
         if a.rank < 2 or b.rank != a.rank or y.rank != a.rank:
             return _fail(op, f"expects operands and result of equal rank >= 2, got {a}, {b} -> {y}")
-        tr = "transpose_rhs" in op.attributes and bool(ir.IntegerAttr(op.attributes["transpose_rhs"]).value)
+        tr = bool(_attr(op, "transpose_rhs", (ir.BoolAttr, ir.IntegerAttr), False))
         db, dy = _static_dims(b), _static_dims(y)
         k_b, n_b = (db[-1], db[-2]) if tr else (db[-2], db[-1])
         if not _dims_compatible(_static_dims(a)[-1], k_b):
@@ -140,6 +189,7 @@ class _ElementwiseBinary:
     """Shared verifier: f32 operands that broadcast to the result shape."""
 
     @staticmethod
+    @_verified(2)
     def verify_invariants(op) -> bool:
         a, b = (v.type for v in op.operands)
         y = op.results[0].type
@@ -177,12 +227,14 @@ class DivOp(_BinaryOp, name="div"):
 
 class _SameShapeUnary:
     @staticmethod
+    @_verified(1)
     def verify_f32(op) -> bool:
         if not _f32(op.operands[0].type, op.results[0].type):
             return _fail(op, "supports only f32 tensors")
         return True
 
     @staticmethod
+    @_verified(1)
     def verify_invariants(op) -> bool:
         x, y = op.operands[0].type, op.results[0].type
         if not _f32(x, y):
@@ -199,7 +251,15 @@ class ScalarOp(Novella.Operation, name="scalar"):
     fn: ir.StringAttr
     value: ir.FloatAttr
     result: ext.Result[Tensor]
-    verify_invariants = _SameShapeUnary.verify_invariants
+
+    @staticmethod
+    @_verified(1)
+    def verify_invariants(op) -> bool:
+        fn = _attr(op, "fn", ir.StringAttr)
+        if fn not in ("add", "sub", "mul", "div", "rsub"):
+            return _fail(op, f"unknown fn '{fn}' (expected add, sub, mul, div or rsub)")
+        _attr(op, "value", ir.FloatAttr)
+        return _SameShapeUnary.verify_invariants(op)
 
 
 class _UnaryOp(Novella.Operation):
@@ -232,12 +292,17 @@ class LayerNormOp(Novella.Operation, name="layer_norm"):
     result: ext.Result[Tensor]
 
     @staticmethod
+    @_verified(3)
     def verify_invariants(op) -> bool:
         x, w, b = (v.type for v in op.operands)
+        _attr(op, "eps", ir.FloatAttr)
         c = _static_dims(x)[-1]
         if c is None or _static_dims(w) != [c] or _static_dims(b) != [c]:
             return _fail(op, f"needs a static last dim matching weight/bias, got {x}, {w}, {b}")
-        return _SameShapeUnary.verify_invariants(op)
+        y = op.results[0].type
+        if not _f32(x, y) or _static_dims(x) != _static_dims(y):
+            return _fail(op, f"supports only f32 tensors and a result of the input's shape, got {x} -> {y}")
+        return True
 
 
 class TransposeOp(Novella.Operation, name="transpose"):
@@ -248,8 +313,11 @@ class TransposeOp(Novella.Operation, name="transpose"):
     result: ext.Result[Tensor]
 
     @staticmethod
+    @_verified(1)
     def verify_invariants(op) -> bool:
         x, y = op.operands[0].type, op.results[0].type
+        if not isinstance(op.attributes["perm"], ir.DenseI64ArrayAttr):
+            return _fail(op, f"attribute 'perm' must be array<i64: ...>, got {op.attributes['perm']}")
         perm = list(ir.DenseI64ArrayAttr(op.attributes["perm"]))
         if sorted(perm) != list(range(x.rank)) or y.rank != x.rank:
             return _fail(op, f"perm {perm} is not a permutation of rank {x.rank}")
@@ -276,10 +344,11 @@ class SliceOp(Novella.Operation, name="slice"):
     result: ext.Result[Tensor]
 
     @staticmethod
+    @_verified(1)
     def verify_invariants(op) -> bool:
         x, y = op.operands[0].type, op.results[0].type
-        d = ir.IntegerAttr(op.attributes["dim"]).value
-        start = ir.IntegerAttr(op.attributes["start"]).value
+        d = _attr(op, "dim", ir.IntegerAttr)
+        start = _attr(op, "start", ir.IntegerAttr)
         if y.rank != x.rank or not 0 <= d < x.rank or start < 0:
             return _fail(op, f"dim {d} / start {start} do not slice {x} to {y}")
         dx, dy = _static_dims(x), _static_dims(y)
@@ -308,13 +377,16 @@ class Conv1dOp(Novella.Operation, name="conv1d"):
     act: ir.StringAttr = ext.attribute(default_factory=lambda: ir.StringAttr.get("none"))
 
     @staticmethod
+    @_verified(3)
     def verify_invariants(op) -> bool:
         x, w, b = (v.type for v in op.operands)
         y = op.results[0].type
         if not _f32(x, w, b, y):
             return _fail(op, "supports only f32 tensors")
-        layout = ir.StringAttr(op.attributes["layout"]).value
-        act = ir.StringAttr(op.attributes["act"]).value
+        layout = _attr(op, "layout", ir.StringAttr, "ncw")
+        act = _attr(op, "act", ir.StringAttr, "none")
+        if _attr(op, "stride", ir.IntegerAttr) < 1 or _attr(op, "padding", ir.IntegerAttr) < 0:
+            return _fail(op, "needs stride >= 1 and padding >= 0")
         if layout not in ("ncw", "nwc") or act not in ("none", "gelu"):
             return _fail(op, f"layout must be ncw or nwc and act none or gelu, got {layout}, {act}")
         if x.rank != 3 or w.rank != 3 or b.rank != 1 or y.rank != 3:
@@ -341,8 +413,10 @@ class AttentionOp(Novella.Operation, name="attention"):
     result: ext.Result[Tensor]
 
     @staticmethod
+    @_verified(3)
     def verify_invariants(op) -> bool:
         q, k, v = (x.type for x in op.operands)
+        _attr(op, "scale", ir.FloatAttr)
         y = op.results[0].type
         if not _f32(q, k, v, y):
             return _fail(op, "supports only f32 tensors")

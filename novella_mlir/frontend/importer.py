@@ -19,6 +19,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
+from . import explain
 
 # Ops the NPU runs better whole than decomposed (see issue: keep high-level ops).
 KEEP_HIGH_LEVEL = (
@@ -85,15 +86,15 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
     solver. If torch still narrows the range, the export is refused."""
     length = Dim.DYNAMIC(min=min_len, max=max_len)
     dyn = tuple({dynamic_dim: length} if isinstance(a, torch.Tensor) else None for a in args)
+    explain.check_dtypes(module)
     try:
-        with fx_config.patch(backed_size_oblivious=True):
+        with explain.quiet(), fx_config.patch(backed_size_oblivious=True):
             prog = torch.export.export(module.eval(), tuple(args), dynamic_shapes=dyn, strict=False)
-    except Exception as e:  # torch raises many kinds; keep the message, drop the trace
-        raise NovellaError(
-            f"torch.export failed with dim {dynamic_dim} dynamic in [{min_len}, {max_len}]: "
-            f"{str(e).splitlines()[0]}\nCheck that the model does not specialize on the length "
-            "(e.g. asserts on the size) and that the example input is within the bounds."
-        ) from None
+    except Exception as e:  # torch raises many kinds; explain names the construct and the user's line
+        raise NovellaError(explain.export_error(e, module, dynamic_dim, min_len, max_len)) from None
+    data_dependent = explain.unbacked(prog)
+    if data_dependent:
+        raise NovellaError(data_dependent)
     _check_range(prog, dynamic_dim, min_len, max_len)
     return prog
 
@@ -112,11 +113,12 @@ def _check_range(prog, dynamic_dim: int, lo: int, hi: int) -> None:
 def import_program(ctx: ir.Context, prog, decomposition_table=None) -> Imported:
     """Runs decompositions, then the FX importer, into `ctx`."""
     table = default_decomposition_table() if decomposition_table is None else decomposition_table
-    prog = prog.run_decompositions(table)
     hooks = _WeightHooks()
     importer = FxImporter(context=ctx, hooks=hooks)
-    with ctx:
-        importer.import_program(prog, func_name="forward")
+    with explain.quiet():
+        prog = prog.run_decompositions(table)
+        with ctx:
+            importer.import_program(prog, func_name="forward")
     symbols, positions = _symbols(prog)
     user_inputs = [n for n in prog.graph.nodes if n.op == "placeholder" and _is_user_input(prog, n)]
     out_node = next(n for n in prog.graph.nodes if n.op == "output")

@@ -7,9 +7,13 @@ from . import BufferPlan, Tiling, first, kernel, last, tile_rows
 from .elementwise import emit_act
 
 
-def _divisors(n: int, step: int = 16) -> list[int]:
-    out = [d for d in range(n, 0, -1) if n % d == 0 and (d % step == 0 or d == n)]
-    return out or [n]
+def _divisors(n: int, limit: int, step: int = 16) -> list[int]:
+    """n, then its divisors that are multiples of `step` and at most `limit`, largest first.
+
+    A tile larger than the SRAM (`limit` elements) never fits, so the scan is
+    bounded by the budget, not by the dimension's size."""
+    top = min(n - 1, limit) // step * step
+    return [n] + [d for d in range(top, 0, -step) if n % d == 0]
 
 
 @kernel("novella.linear")
@@ -38,8 +42,8 @@ class Linear:
         tms = [options["tile-m"]] if options.get("tile-m") else [64, 32, 16]
         plan = None
         for tm in tms:
-            for tn in _divisors(n):
-                for tk in _divisors(k):
+            for tn in _divisors(n, budget["spad"]):
+                for tk in _divisors(k, budget["spad"]):
                     plan = self._plan(op, budget, tm, tn, tk, k, act)
                     if plan.fits():
                         grid = [sy.const(n // tn), sy.ceildiv(tv.rows(0), tm), sy.const(k // tk)]

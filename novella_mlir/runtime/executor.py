@@ -1,10 +1,16 @@
-"""Running a compiled model: bind the inputs, JIT the program, simulate, read the outputs."""
+"""Running a compiled model: check and bind the inputs, JIT the program, simulate, read the outputs.
+
+Thread safety: one Executor may be called from several threads at once.
+Each call builds its own simulator; the JIT's per-length cache is guarded
+by a lock; `last_run` is per thread (each thread sees the run of its own
+last call), and `run_with_result` returns the run itself."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -37,8 +43,17 @@ class Executor:
         self.art = artifact
         self.config = config or NovellaConfig(**_config_fields(artifact.config))
         self.jit = Jit(artifact)
-        self.last_run: RunResult | None = None
-        self._last_sim: Simulator | None = None
+        self._local = threading.local()
+        self._jit_lock = threading.Lock()
+
+    @property
+    def last_run(self) -> RunResult | None:
+        """The RunResult of the calling thread's last call (None before its first)."""
+        return getattr(self._local, "run", None)
+
+    @last_run.setter
+    def last_run(self, run: RunResult | None) -> None:
+        self._local.run = run
 
     def bind(self, inputs: list[np.ndarray]) -> list[int]:
         """Symbol values from the input shapes; refuses wrong ranks, static dims and lengths out of bounds."""
@@ -47,7 +62,8 @@ class Executor:
         syms = [None] * len(self.art.symbols)
         for i, (x, meta) in enumerate(zip(inputs, self.art.inputs)):
             if x.ndim != len(meta.shape):
-                raise InputError(f"input #{i} has rank {x.ndim}, the model was compiled for rank {len(meta.shape)}")
+                what = "a 0-d array (a scalar)" if x.ndim == 0 else f"rank {x.ndim}"
+                raise InputError(f"input #{i} is {what}, the model was compiled for rank {len(meta.shape)}")
             for d, prog in enumerate(meta.shape):
                 if len(prog) == 1 and isinstance(prog[0], str) and prog[0].startswith("s"):
                     syms[int(prog[0][1:])] = int(x.shape[d])
@@ -66,11 +82,11 @@ class Executor:
 
     def _simulator(self, dram_elems: int, check_hazards: bool, trace: bool) -> Simulator:
         """A simulator with zeroed memories. The last one is reused when the DRAM size matches: its memory
-        is already mapped, and it keeps the prepared program of the last length."""
-        sim = self._last_sim
+        is already mapped, and it keeps the prepared program of the last length. Each thread has its own."""
+        sim = getattr(self._local, "sim", None)
         if trace or sim is None or sim.dram.size != dram_elems:
             sim = Simulator(self.config, dram_elems, check_hazards=check_hazards, trace=trace)
-            self._last_sim = None if trace else sim
+            self._local.sim = None if trace else sim
             return sim
         for unit in (sim.dram, sim.spad, sim.acc):
             unit.data.fill(0)
@@ -81,14 +97,36 @@ class Executor:
         return ", ".join(f"{s[0]}={v}" for s, v in zip(self.art.symbols, syms))
 
     def run(
-        self, inputs: list[np.ndarray], *, trace: bool = False, check_hazards: bool = True, progress: bool | None = None
+        self,
+        inputs: list[np.ndarray],
+        *,
+        trace: bool = False,
+        check_hazards: bool = True,
+        progress: bool | None = None,
+        cast: bool = False,
     ) -> list[np.ndarray]:
-        """Runs one call. `check_hazards=False` skips the race checker (same results and cycles, faster);
-        `progress`: a tqdm bar of executed instructions (None: only on a terminal, for long programs)."""
-        inputs = [np.ascontiguousarray(x, np.float32) for x in inputs]
+        """Outputs for float32 `inputs` (other dtypes only with `cast=True`); the run is `last_run`.
+        `check_hazards=False` skips the race checker (same results and cycles, faster); `progress`: a tqdm
+        bar of executed instructions (None: only on a terminal, for long programs)."""
+        return self.run_with_result(inputs, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast)[0]
+
+    def run_with_result(
+        self,
+        inputs: list[np.ndarray],
+        *,
+        trace: bool = False,
+        check_hazards: bool = True,
+        progress: bool | None = None,
+        cast: bool = False,
+    ) -> tuple[list[np.ndarray], RunResult]:
+        """(outputs, this call's RunResult): the thread-safe way to get a run's stats."""
+        if len(inputs) != len(self.art.inputs):
+            raise InputError(f"expected {len(self.art.inputs)} inputs, got {len(inputs)}")
+        inputs = [check_input(x, i, cast) for i, x in enumerate(inputs)]
         syms = self.bind(inputs)
         t0 = time.perf_counter()
-        program = self.jit.instantiate(syms)
+        with self._jit_lock:
+            program = self.jit.instantiate(syms)
         t1 = time.perf_counter()
         sim = self._simulator(int(expr.evaluate(self.art.dram_size, syms)), check_hazards, trace)
         for name, (offset, _) in self.art.weight_layout.items():
@@ -107,8 +145,40 @@ class Executor:
             outs.append(sim.dram.read(off, int(np.prod(shape))).reshape(shape).copy())
         t2 = time.perf_counter()
         named = {s[0]: v for s, v in zip(self.art.symbols, syms)}
-        self.last_run = RunResult(named, program, stats, t1 - t0, t2 - t1, sim.trace if trace else None)
-        return outs
+        run = RunResult(named, program, stats, t1 - t0, t2 - t1, sim.trace if trace else None)
+        self.last_run = run
+        return outs, run
+
+
+def check_input(x, i: int, cast: bool = False) -> np.ndarray:
+    """Input #i as a contiguous float32 array; refuses other dtypes unless `cast`, and lossy casts even then."""
+    if not isinstance(x, np.ndarray):
+        if not cast or x is None:
+            what = "None" if x is None else f"a {type(x).__name__}"
+            raise InputError(
+                f"input #{i} is {what}; pass a float32 torch.Tensor or numpy array"
+                + ("" if x is None else " (or cast=True to convert it)")
+            )
+        try:
+            x = np.asarray(x)
+        except (ValueError, TypeError) as e:
+            raise InputError(f"input #{i} cannot be converted to an array: {e}") from None
+    kind = x.dtype.kind
+    if x.dtype == np.float32:
+        return np.asarray(x, order="C")
+    if not cast:
+        raise InputError(
+            f"input #{i} has dtype {x.dtype}, the model was compiled for float32; "
+            "convert it (x.float()) or pass cast=True"
+        )
+    if kind not in "biuf":
+        why = "it would drop the imaginary part" if kind == "c" else "it is not numeric"
+        raise InputError(f"input #{i} has dtype {x.dtype}, which cannot be cast to float32: {why}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = np.asarray(x, np.float32, order="C")
+    if kind == "f" and np.count_nonzero(np.isfinite(x)) != np.count_nonzero(np.isfinite(y)):
+        raise InputError(f"input #{i} ({x.dtype}) has values beyond the float32 range; cast=True would make them inf")
+    return y
 
 
 PROGRESS_MIN_WORDS = 20_000

@@ -41,6 +41,7 @@ def load_factory(target: str):
         if spec is None or not Path(mod_name).exists():
             raise CliError(f"cannot find '{mod_name}'")
         module = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault(spec.name, module)  # dataclasses and pickling look the module up by name
         _run_user(lambda: spec.loader.exec_module(module), f"importing '{mod_name}'")
     else:
         if "" not in sys.path and os.getcwd() not in sys.path:
@@ -72,14 +73,21 @@ def _shape(text: str) -> list[int]:
 
 def _pass_options(items: list[str]) -> dict:
     """["novella-tile:tile-m=32", ...] -> {"novella-tile": {"tile-m": "32"}}."""
-    from .pass_pipeline import parse_option_string
+    from ..transforms.registry import PASSES, parse_options
+    from .pass_pipeline import PipelineError, parse_option_string
 
     out: dict = {}
     for item in items:
         flag, sep, opts = item.partition(":")
         if not sep:
             raise CliError(f"expected PASS:name=value for --pass-option, got '{item}'")
-        out.setdefault(flag, {}).update(parse_option_string(opts))
+        if flag not in PASSES:
+            raise CliError(f"--pass-option: unknown pass '{flag}' (passes: {', '.join(PASSES)})")
+        try:
+            out.setdefault(flag, {}).update(parse_option_string(opts))
+            parse_options(flag, out[flag])
+        except (PipelineError, ValueError) as e:
+            raise CliError(f"--pass-option '{item}': {e}") from None
     return out
 
 
@@ -91,7 +99,9 @@ def cmd_compile(args) -> int:
     from .. import compile_torch
 
     t0 = time.perf_counter()
+    _check_compile_args(args)
     config = _config(args.config)
+    pass_options = _pass_options(args.pass_option)
     _progress(f"[1/3] building {args.target}")
     model = _run_user(load_factory(args.target), f"calling '{args.target}'")
     if not isinstance(model, torch.nn.Module):
@@ -109,7 +119,7 @@ def cmd_compile(args) -> int:
         max_len=args.max_len,
         config=config or load_config(),
         dump_dir=args.dump_dir,
-        pass_options=_pass_options(args.pass_option),
+        pass_options=pass_options,
     )
     for stage, secs in npu.stages.seconds.items():
         _progress(f"      {stage:<22} {secs:6.2f} s")
@@ -122,6 +132,19 @@ def cmd_compile(args) -> int:
         f"({a.tile_nbytes} B), weights {a.weight_nbytes} B"
     )
     return 0
+
+
+def _check_compile_args(args) -> None:
+    if not 1 <= args.min_len <= args.max_len:
+        raise CliError(f"--min-len {args.min_len} and --max-len {args.max_len}: need 1 <= min-len <= max-len")
+    for shape in args.example_shape:
+        if not 0 <= args.dynamic_dim < len(shape):
+            raise CliError(f"--dynamic-dim {args.dynamic_dim} is not a dim of the example shape {shape}")
+        if not args.min_len <= shape[args.dynamic_dim] <= args.max_len:
+            raise CliError(
+                f"--example-shape {shape}: dim {args.dynamic_dim} is {shape[args.dynamic_dim]}, "
+                f"outside [--min-len {args.min_len}, --max-len {args.max_len}]"
+            )
 
 
 def _config(path):
@@ -149,23 +172,29 @@ def _load(path: str, config_path: str | None):
 
 
 def symbol_values(spec: str, symbols: list) -> list[int]:
-    """`500` (every symbol) or `T=500,S=3` -> values in symbol order."""
+    """`500` (every symbol) or `T=500,S=3` -> values in symbol order, each checked against its bounds."""
     names = [s[0] for s in symbols]
     if "=" not in spec:
-        try:
-            return [int(spec)] * len(names)
-        except ValueError:
-            raise CliError(f"--len expects an int or NAME=INT pairs, got '{spec}'") from None
-    given = {}
-    for part in spec.split(","):
-        name, _, value = part.partition("=")
-        if name.strip() not in names or not value.strip().lstrip("-").isdigit():
-            raise CliError(f"--len: bad '{part}'; the model's symbols are {', '.join(names)}")
-        given[name.strip()] = int(value)
-    missing = [n for n in names if n not in given]
-    if missing:
-        raise CliError(f"--len: no value for {', '.join(missing)}")
-    return [given[n] for n in names]
+        if not spec.strip().lstrip("-").isdigit():
+            raise CliError(f"--len expects an int or NAME=INT pairs, got '{spec}'")
+        values = [int(spec)] * len(names)
+    else:
+        given: dict = {}
+        for part in spec.split(","):
+            name, _, value = (x.strip() for x in part.partition("="))
+            if name not in names or not value.lstrip("-").isdigit():
+                raise CliError(f"--len: bad '{part}'; the model's symbols are {', '.join(names)}")
+            if name in given:
+                raise CliError(f"--len: '{name}' is given twice")
+            given[name] = int(value)
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise CliError(f"--len: no value for {', '.join(missing)}")
+        values = [given[n] for n in names]
+    for (name, lo, hi), v in zip(symbols, values):
+        if not lo <= v <= hi:
+            raise CliError(f"--len: {name}={v} is outside the compiled bounds [{lo}, {hi}]")
+    return values
 
 
 def cmd_run(args) -> int:
@@ -206,33 +235,15 @@ def cmd_inspect(args) -> int:
 # ------------------------------------------------------------------ demo
 
 
-def demo_script() -> Path | None:
-    """examples/whisper_encoder.py of the current directory or of the source tree, if present."""
-    here = Path(__file__).resolve().parents[2]
-    for root in (Path.cwd(), here):
-        p = root / "examples" / "whisper_encoder.py"
-        if p.exists():
-            return p
-    return None
+def demo_module():
+    """The demo of the installed package (`novella_mlir.demo`); never a file of the working directory."""
+    from .. import demo
+
+    return demo
 
 
 def cmd_demo(args) -> int:
-    path = demo_script()
-    if path is None:
-        raise CliError(
-            "the demo needs examples/whisper_encoder.py, which is not in this checkout yet "
-            "(run `novella demo` from the repository root once it exists)"
-        )
-    spec = importlib.util.spec_from_file_location("whisper_encoder_demo", path)
-    module = importlib.util.module_from_spec(spec)
-    argv, sys.argv = sys.argv, [str(path), *args.demo_args]
-    try:
-        spec.loader.exec_module(module)
-        if not hasattr(module, "main"):
-            raise CliError(f"{path} has no main()")
-        result = module.main()
-    finally:
-        sys.argv = argv
+    result = demo_module().main(args.demo_args)
     return result if isinstance(result, int) else 0
 
 
@@ -248,7 +259,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile an nn.Module factory to an artifact")
-    c.add_argument("target", help="MODULE:FACTORY or path/to/file.py:FACTORY returning an nn.Module")
+    c.add_argument(
+        "target",
+        help="MODULE:FACTORY (imported with the current directory on sys.path, as uvicorn does) "
+        "or path/to/file.py:FACTORY, returning an nn.Module",
+    )
     c.add_argument(
         "--example-shape",
         type=_shape,
@@ -283,7 +298,7 @@ def _parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="show an artifact's templates, tile rules, sizes and config")
     i.add_argument("model")
     i.add_argument("--config", help="also check the artifact against this config")
-    sub.add_parser("demo", help="run examples/whisper_encoder.py (extra arguments are passed to it)")
+    sub.add_parser("demo", help="run the Whisper-encoder demo of the installed package (extra arguments go to it)")
     return p
 
 
@@ -305,11 +320,21 @@ def main(argv=None) -> int:
 
     try:
         return COMMANDS[args.command](args)
-    except (CliError, NovellaError, ConfigError, SimulatorError, OSError) as e:
-        if os.environ.get("NOVELLA_DEBUG"):
-            traceback.print_exc()
-        print(f"novella {args.command}: error: {e}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:
+        print(f"novella {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (CliError, NovellaError, ConfigError, SimulatorError) as e:
+        message = str(e)
+    except OSError as e:
+        message = f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e)
+    except MemoryError:
+        message = "out of memory (a length or shape too large for this machine)"
+    except Exception as e:  # the last line of defence: a message, never a traceback
+        message = f"internal error: {type(e).__name__}: {e} (set NOVELLA_DEBUG=1 for the traceback, and report it)"
+    if os.environ.get("NOVELLA_DEBUG"):
+        traceback.print_exc()
+    print(f"novella {args.command}: error: {message}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -23,11 +23,14 @@ from simulator import load_config
 from simulator.config import ConfigError
 
 from ..context import make_context
+from ..dialects.novella import Novella
 from ..transforms.registry import PASSES, add_pass
 from . import diagnostics as dg
+from . import input_checks as checks
 from .pass_pipeline import PipelineError, check_upstream, novella_item, parse_pipeline, passes_help
 
 SPLIT_MARKER = "// -----"
+DEFAULTS = checks.attribute_defaults(Novella)
 _PASS_FLAG = re.compile(r"^--?([A-Za-z][\w.-]*)(?:=(.*))?$", re.S)
 
 
@@ -163,9 +166,17 @@ class Opt:
         ctx.allow_unregistered_dialects = self.args.allow_unregistered_dialect
         seen = []
         ctx.attach_diagnostic_handler(lambda d: seen.append(dg.from_mlir(d, self.source, chunk.offset)) or True)
+        deep = checks.too_deep(chunk.text)
+        if deep:
+            line, col, depth = deep
+            message = (
+                f"input nests {depth} levels deep; novella-opt refuses more than {checks.MAX_DEPTH} "
+                "nested brackets or regions before parsing (deeper input would overflow the parser's stack)"
+            )
+            return None, [dg.Diag("error", self.source.name, chunk.offset + line, col, message)]
         with ctx, ir.Location.unknown():
             try:
-                module = ir.Module.parse(chunk.text)
+                module = self._parse(chunk.text, seen)
                 self.pass_manager(ctx).run(module.operation)
             except ir.MLIRError as e:
                 return None, seen + dg.from_mlir_error(e, self.source, chunk.offset)
@@ -179,6 +190,19 @@ class Opt:
                 print_generic_op_form=self.args.mlir_print_op_generic,
             )
             return text, seen
+
+    def _parse(self, text: str, seen: list) -> ir.Module:
+        """Parses, filling in attributes the dialect declares with a default when the text omits them."""
+        for _ in range(64):
+            try:
+                return ir.Module.parse(text)
+            except ir.MLIRError as e:
+                patched = checks.with_defaults(text, e, DEFAULTS)
+                if patched is None:
+                    raise
+                text = patched
+                seen.clear()
+        return ir.Module.parse(text)
 
     def report(self, chunk: Chunk, diags: list[dg.Diag]) -> bool:
         """Prints the chunk's diagnostics (or verifies them); True if it failed."""
@@ -228,14 +252,18 @@ def _setup(args):
         return _error(cmd, _col_of(args, args.config), f"cannot read config '{args.config}': {e.strerror}")
     name = "<stdin>" if args.input == "-" else args.input
     try:
-        text = sys.stdin.read() if args.input == "-" else open(args.input).read()
-    except (OSError, UnicodeDecodeError) as e:
-        return _error(
-            cmd,
-            _col_of(args, args.input),
-            f"cannot open input file '{args.input}': {getattr(e, 'strerror', None) or e}",
-        )
+        data = _read_stdin() if args.input == "-" else open(args.input, "rb").read()
+    except OSError as e:
+        return _error(cmd, _col_of(args, args.input), f"cannot open input file '{args.input}': {e.strerror or e}")
+    text, bad = checks.decode(data)
+    if bad:
+        return _error(dg.Source(name, ""), bad[1], bad[2], line=bad[0])
     return dg.Source(name, text), config
+
+
+def _read_stdin() -> bytes:
+    stream = getattr(sys.stdin, "buffer", None)
+    return stream.read() if stream is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
 
 
 def _col_of(args, value: str) -> int:

@@ -161,6 +161,7 @@ def passes_help(indent: str = "  ") -> str:
     for flag, info in PASSES.items():
         lines.append(f"{indent}--{flag}")
         lines.append(f"{indent}    {info.description}")
-        for name, (typ, default, help_) in info.options.items():
-            lines.append(f"{indent}    {name}=<{typ.__name__}>  {help_} (default: {default})")
+        for name, (typ, default, help_, *bounds) in info.options.items():
+            span = f" (in [{bounds[0][0]}, {bounds[0][1]}])" if bounds else ""
+            lines.append(f"{indent}    {name}=<{typ.__name__}>  {help_}{span} (default: {default})")
     return "\n".join(lines)

@@ -78,3 +78,104 @@ def attr_dict(op) -> dict:
     """All attributes of `op` by name."""
     attrs = op.operation.attributes
     return {attrs[i].name: attrs[i].attr for i in range(len(attrs))}
+
+
+# ------------------------------------------------------------------ preconditions
+
+MAX_SYMBOL_VALUE = (1 << 24) - 1  # the ISA's row_bound field is 24 bits
+_STRUCTURAL = ("novella.weight", "novella.macro", "novella.inst", "func.return")
+
+
+def check_symbols(module_op) -> list[sy.Symbol]:
+    """The module's `novella.symbols`, refused with a located error unless well formed and in range."""
+    if "novella.symbols" in module_op.attributes and not isinstance(
+        module_op.attributes["novella.symbols"], ir.DictAttr
+    ):
+        raise PassError(module_op, 'novella.symbols must be a dictionary such as {s0 = ["T", 1, 2048]}')
+    try:
+        symbols = sy.read_symbols(module_op)
+    except (ValueError, TypeError, IndexError) as e:
+        raise PassError(
+            module_op, f'novella.symbols entries must be sN = ["name", min, max] with integer bounds ({e})'
+        ) from None
+    if [s.position for s in symbols] != list(range(len(symbols))):
+        raise PassError(
+            module_op, f"novella.symbols must name s0, s1, ... in order, got {[s.position for s in symbols]}"
+        )
+    for s in symbols:
+        if not 0 <= s.lo <= s.hi <= MAX_SYMBOL_VALUE:
+            raise PassError(
+                module_op,
+                f"symbol s{s.position} ('{s.name}') has bounds [{s.lo}, {s.hi}]; "
+                f"need 0 <= min <= max <= {MAX_SYMBOL_VALUE} (the ISA's 24-bit row fields)",
+            )
+    _check_symbol_uses(module_op, len(symbols))
+    return symbols
+
+
+def _check_symbol_uses(module_op, n: int) -> None:
+    """Every affine map in types and attributes uses only declared symbols."""
+    found: list = []
+
+    def check(op):
+        for v in list(op.operands) + list(op.results):
+            if isinstance(v.type, ir.RankedTensorType) and isinstance(v.type.encoding, ir.AffineMapAttr):
+                found.append((op, v.type.encoding, f"type {v.type}"))
+        for name, a in attr_dict(op).items():
+            if isinstance(a, ir.AffineMapAttr):
+                found.append((op, a, f"attribute '{name}'"))
+        return ir.WalkResult.ADVANCE
+
+    for fn in functions(module_op):
+        for i, a in enumerate(fn.regions[0].blocks[0].arguments):
+            if isinstance(a.type, ir.RankedTensorType) and isinstance(a.type.encoding, ir.AffineMapAttr):
+                found.append((fn, a.type.encoding, f"argument #{i} ({a.type})"))
+    module_op.operation.walk(check)
+    for op, attr, what in found:
+        _map_symbols(op, attr, n, what)
+
+
+def _map_symbols(op, attr, n: int, what: str) -> None:
+    used = ir.AffineMapAttr(attr).value.n_symbols
+    if used > n:
+        declared = ", ".join(f"s{i}" for i in range(n)) or "none"
+        raise PassError(
+            op,
+            f"{what} uses symbol s{used - 1}, but novella.symbols declares {declared}; "
+            f'add s{used - 1} = ["name", min, max] to the module attribute novella.symbols',
+        )
+
+
+def tensor_ops(module_op) -> list:
+    """The novella tensor ops of every function (not weights, macros or instructions)."""
+    return [
+        op
+        for fn in functions(module_op)
+        for op in body_ops(fn)
+        if op.operation.name.startswith("novella.") and op.operation.name not in _STRUCTURAL
+    ]
+
+
+def require_stage(module_op, flag: str, need: str | None, producer: str) -> None:
+    """Refuses IR of the wrong stage: each tensor op must carry `need` (set by `producer`).
+
+    Also refuses torch-dialect ops (the frontend converts them) and `?` dims
+    without a symbolic size (from --novella-shape-infer)."""
+    for fn in functions(module_op):
+        for op in body_ops(fn):
+            if op.operation.name.startswith("torch."):
+                raise PassError(
+                    op,
+                    f"is a torch-dialect op, but --{flag} runs on the novella dialect; convert the module with "
+                    "the frontend first (compile_torch(..., dump_dir=...) writes it as 01-novella.mlir)",
+                )
+    if flag == "novella-shape-infer":
+        return
+    for op in tensor_ops(module_op):
+        for v in list(op.operands) + list(op.results):
+            if isinstance(v.type, ir.RankedTensorType) and sy.shape_of(v.type) is None:
+                raise PassError(
+                    op, f"has a '?' dim without a symbolic size ({v.type}); --{flag} needs --novella-shape-infer first"
+                )
+        if need and need not in op.attributes and op.operation.name != "novella.reshape":
+            raise PassError(op, f"has no '{need}' attribute: --{flag} expects the output of --{producer}; run it first")

@@ -15,7 +15,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..runtime import expr
-from .common import body_ops, functions, is_tensor_op, set_attr
+from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage, set_attr
 
 ALIGN = 16
 REUSE_CHECK_LENGTH = 1 << 16
@@ -62,11 +62,27 @@ class _Arena:
 
 
 def run(module_op, options, config) -> None:
-    symbols = sy.read_symbols(module_op)
+    symbols = check_symbols(module_op)
+    require_stage(module_op, "novella-allocate", None, "novella-legalize")
     n = len(symbols)
     budget = {"spad": config.spad_elems, "acc": config.acc_elems}
     for fn in functions(module_op):
         _place(fn, symbols, n, budget)
+        _check_addressable(fn, symbols)
+
+
+DRAM_LIMIT = 1 << 32  # elements: the ISA's dram_base field is 32 bits
+
+
+def _check_addressable(fn, symbols) -> None:
+    size = sy.value_range(sy.map_results(fn.attributes["novella.dram_size"])[0], symbols)[1]
+    if size > DRAM_LIMIT:
+        at = ", ".join(f"{s.name}={s.hi}" for s in symbols) or "its static shapes"
+        raise PassError(
+            fn,
+            f"needs {size} elements of DRAM at {at}; the ISA addresses {DRAM_LIMIT} (32-bit dram_base): "
+            "lower the upper bound or the model's dims",
+        )
 
 
 def _size(v) -> ir.AffineExpr:

@@ -13,7 +13,7 @@ from torch_mlir import ir
 from simulator import isa
 
 from .. import symbolic as sy
-from .common import PassError, attr_dict, body_ops, from_attr, functions
+from .common import PassError, attr_dict, body_ops, check_symbols, from_attr, functions, require_stage, tensor_ops
 from .novella_macro_gen import tiling_of
 
 _DMA = ("sram_stride", "dram_stride", "row_start", "row_step", "row_bound", "rows", "cols")
@@ -22,6 +22,15 @@ _VEC = ("dst_stride", "a_stride", "b_stride", "rows", "cols")
 
 
 def run(module_op, options, config) -> None:
+    check_symbols(module_op)
+    require_stage(module_op, "novella-inst-gen", None, "novella-macro-gen")
+    for op in tensor_ops(module_op):
+        if op.operation.name != "novella.reshape":
+            raise PassError(
+                op,
+                "is not expanded into a novella.macro: --novella-inst-gen expects the output of "
+                "--novella-macro-gen; run it first",
+            )
     for fn in functions(module_op):
         for op in body_ops(fn):
             if op.operation.name == "novella.macro":

@@ -11,7 +11,7 @@ from torch_mlir import ir, rewrite
 
 from ..dialects.novella import GeluOp, LinearOp, ReluOp
 from ..kernels import get_kernel, legalize_patterns
-from .common import PassError, body_ops, functions, is_tensor_op
+from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage
 
 NO_KERNEL_NEEDED = ("novella.reshape", "func.return")
 
@@ -35,6 +35,8 @@ def _fuse_activation(act: str):
 
 
 def run(module_op, options, config) -> None:
+    check_symbols(module_op)
+    require_stage(module_op, "novella-legalize", None, "novella-shape-infer")
     patterns = rewrite.RewritePatternSet()
     patterns.add(ReluOp, _fuse_activation("relu"))
     patterns.add(GeluOp, _fuse_activation("gelu"))

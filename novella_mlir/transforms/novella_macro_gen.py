@@ -12,7 +12,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..kernels import Buffer, MacroBuilder, TensorView, Tiling, get_kernel
-from .common import PassError, body_ops, from_attr, functions, n_symbols
+from .common import PassError, body_ops, check_symbols, from_attr, functions, require_stage
 
 CARRIED = ("novella.dram", "novella.tiles", "novella.buffers")
 
@@ -51,7 +51,8 @@ def tiling_of(op) -> Tiling:
 
 
 def run(module_op, options, config) -> None:
-    n_syms = n_symbols(module_op)
+    n_syms = len(check_symbols(module_op))
+    require_stage(module_op, "novella-macro-gen", "novella.tiles", "novella-tile")
     for fn in functions(module_op):
         for op in body_ops(fn):
             if "novella.tiles" in op.attributes:

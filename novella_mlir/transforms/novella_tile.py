@@ -9,13 +9,14 @@ from __future__ import annotations
 from .. import symbolic as sy
 from ..errors import TileFitError
 from ..kernels import TensorView, get_kernel
-from .common import PassError, body_ops, from_attr, functions, n_symbols, set_attr
+from .common import PassError, body_ops, check_symbols, from_attr, functions, require_stage, set_attr
 
-OPTIONS = {"tile-m": (int, 0, "row tile size for every op (0: chosen per op from the SRAM budget)")}
+OPTIONS = {"tile-m": (int, 0, "row tile size for every op (0: chosen per op from the SRAM budget)", (0, 4095))}
 
 
 def run(module_op, options, config) -> None:
-    n = n_symbols(module_op)
+    n = len(check_symbols(module_op))
+    require_stage(module_op, "novella-tile", "novella.sram_budget", "novella-allocate")
     for fn in functions(module_op):
         for op in body_ops(fn):
             if "novella.sram_budget" not in op.attributes:

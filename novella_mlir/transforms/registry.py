@@ -28,7 +28,7 @@ class PassInfo:
     flag: str
     run: object
     description: str
-    options: dict = field(default_factory=dict)  # name -> (type, default, help)
+    options: dict = field(default_factory=dict)  # name -> (type, default, help[, (min, max)])
 
 
 def _info(flag, module, options=None) -> PassInfo:
@@ -39,7 +39,7 @@ def _info(flag, module, options=None) -> PassInfo:
 PASSES: dict[str, PassInfo] = {
     p.flag: p
     for p in (
-        _info("novella-shape-infer", novella_shape_infer),
+        _info("novella-shape-infer", novella_shape_infer, novella_shape_infer.OPTIONS),
         _info("novella-legalize", novella_legalize),
         _info("novella-allocate", novella_allocate),
         _info("novella-tile", novella_tile, novella_tile.OPTIONS),
@@ -62,7 +62,7 @@ BACKEND_PIPELINE = (
 def parse_options(flag: str, given: dict) -> dict:
     """Typed options for `flag`, defaults filled in; unknown names raise ValueError."""
     info = PASSES[flag]
-    out = {name: default for name, (_, default, _) in info.options.items()}
+    out = {name: spec[1] for name, spec in info.options.items()}
     for name, value in given.items():
         if name not in info.options:
             known = ", ".join(info.options) or "none"
@@ -72,6 +72,10 @@ def parse_options(flag: str, given: dict) -> dict:
             out[name] = typ(value)
         except ValueError:
             raise ValueError(f"option '{name}' of pass '{flag}' expects {typ.__name__}, got '{value}'") from None
+        if len(info.options[name]) > 3:
+            lo, hi = info.options[name][3]
+            if not lo <= out[name] <= hi:
+                raise ValueError(f"option '{name}' of pass '{flag}' must be in [{lo}, {hi}], got {out[name]}")
     return out
 
 

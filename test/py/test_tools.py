@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -198,20 +198,18 @@ def test_cli_run_rejects_bad_artifact(tmp_path, capsys):
     assert "bad magic" in capsys.readouterr().err
 
 
-def test_cli_demo(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(cli, "demo_script", lambda: None)
-    assert cli.main(["demo"]) == 1
-    assert "examples/whisper_encoder.py" in capsys.readouterr().err
-    script = tmp_path / "whisper_encoder.py"
-    script.write_text(
-        textwrap.dedent("""
-        import sys
-        def main():
-            print("demo ran with", sys.argv[1:])
-            return 0
-    """)
-    )
-    monkeypatch.setattr(cli, "demo_script", lambda: script)
+def test_cli_demo_runs_the_installed_module(monkeypatch, tmp_path, capsys):
+    import types
+
+    import novella_mlir
+
+    assert Path(cli.demo_module().__file__).parent == Path(novella_mlir.__file__).parent
+    planted = tmp_path / "examples" / "whisper_encoder.py"
+    planted.parent.mkdir()
+    planted.write_text("raise SystemExit('planted file ran')\n")
+    monkeypatch.chdir(tmp_path)
+    fake = types.SimpleNamespace(main=lambda argv: print("demo ran with", argv) or 0)
+    monkeypatch.setattr(cli, "demo_module", lambda: fake)
     assert cli.main(["demo", "--len", "7"]) == 0
     assert "demo ran with ['--len', '7']" in capsys.readouterr().out
 

@@ -60,11 +60,17 @@ module attributes {novella.symbols = {s0 = ["T", 1, 512]}} {
 
 // -----
 
-// A `?` argument needs its symbolic size.
+// Plain MLIR: a `?` argument dim without an encoding gets a new symbol with the
+// bounds of the pass options (here the defaults [1, 2048]); the add requires its
+// operands' lengths to be equal, so %x and %y share one symbol.
+// CHECK: module attributes {novella.symbols = {s0 = ["T", 1, 512], s1 = ["T1", 1, 2048]}}
+// CHECK-LABEL: func.func @plain
+// CHECK-SAME: (%[[X:.*]]: tensor<?x64xf32, #[[$P:.*]]>, %[[Y:.*]]: tensor<?x64xf32, #[[$P]]>) -> tensor<?x64xf32, #[[$P]]>
+// CHECK: "novella.add"(%[[X]], %[[Y]])
 module attributes {novella.symbols = {s0 = ["T", 1, 512]}} {
-  // expected-error @+1 {{argument #0 (tensor<?x64xf32>) has a '?' dim without a symbolic size}}
-  func.func @no_encoding(%x: tensor<?x64xf32>) -> tensor<?x64xf32> {
-    return %x : tensor<?x64xf32>
+  func.func @plain(%x: tensor<?x64xf32>, %y: tensor<?x64xf32>) -> tensor<?x64xf32> {
+    %0 = "novella.add"(%x, %y) : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
+    return %0 : tensor<?x64xf32>
   }
 }
 

@@ -115,3 +115,60 @@ func.func @transpose_result(%x: tensor<2x?x64xf32>) -> tensor<2x32x?xf32> {
   %0 = "novella.transpose"(%x) {perm = array<i64: 0, 2, 1>} : (tensor<2x?x64xf32>) -> tensor<2x32x?xf32>
   return %0 : tensor<2x32x?xf32>
 }
+
+// -----
+
+func.func @linear_two_operands(%x: tensor<4x64xf32>, %w: tensor<32x64xf32>) -> tensor<4x32xf32> {
+  // expected-error @+1 {{'novella.linear' op expects 3 operand(s), got 2}}
+  %0 = "novella.linear"(%x, %w) {act = "none"} : (tensor<4x64xf32>, tensor<32x64xf32>) -> tensor<4x32xf32>
+  return %0 : tensor<4x32xf32>
+}
+
+// -----
+
+func.func @linear_integer_act(%x: tensor<4x64xf32>, %w: tensor<32x64xf32>, %b: tensor<32xf32>) -> tensor<4x32xf32> {
+  // expected-error @+1 {{'novella.linear' op attribute 'act' must be a string attribute, got 3 : i64}}
+  %0 = "novella.linear"(%x, %w, %b) {act = 3 : i64} : (tensor<4x64xf32>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<4x32xf32>
+  return %0 : tensor<4x32xf32>
+}
+
+// -----
+
+func.func @relu_unranked(%x: tensor<*xf32>) -> tensor<*xf32> {
+  // expected-error @+1 {{'novella.relu' op expects ranked tensors, got tensor<*xf32>}}
+  %0 = "novella.relu"(%x) : (tensor<*xf32>) -> tensor<*xf32>
+  return %0 : tensor<*xf32>
+}
+
+// -----
+
+func.func @linear_zero_inner_dim(%x: tensor<4x0xf32>, %w: tensor<32x0xf32>, %b: tensor<32xf32>) -> tensor<4x32xf32> {
+  // expected-error @+1 {{'novella.linear' op does not support zero-size dims, got tensor<4x0xf32>}}
+  %0 = "novella.linear"(%x, %w, %b) : (tensor<4x0xf32>, tensor<32x0xf32>, tensor<32xf32>) -> tensor<4x32xf32>
+  return %0 : tensor<4x32xf32>
+}
+
+// -----
+
+func.func @slice_string_dim(%x: tensor<4x8xf32>) -> tensor<4x4xf32> {
+  // expected-error @+1 {{'novella.slice' op attribute 'dim' must be a integer attribute, got "a"}}
+  %0 = "novella.slice"(%x) {dim = "a", start = 0 : i64} : (tensor<4x8xf32>) -> tensor<4x4xf32>
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @scalar_unknown_fn(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'novella.scalar' op unknown fn 'pow' (expected add, sub, mul, div or rsub)}}
+  %0 = "novella.scalar"(%x) {fn = "pow", value = 2.0 : f32} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// -----
+
+// Attributes declared with a default may be omitted: transpose_rhs = false.
+func.func @matmul_default_transpose(%a: tensor<4x8xf32>, %b: tensor<16x8xf32>) -> tensor<4x16xf32> {
+  // expected-error @+1 {{'novella.matmul' op contraction dims differ}}
+  %0 = "novella.matmul"(%a, %b) : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+  return %0 : tensor<4x16xf32>
+}

@@ -1,0 +1,332 @@
+"""Structural validation of an artifact's metadata, run by `artifact.load` before anything executes.
+
+Every check names the field at fault (`macros[1].insts[4].const.rows`):
+
+* types and ranges: ISA fields against their bit widths and enums, tensor
+  slots by opcode (a LOAD reads an operand slot, a STORE writes the result);
+* postfix expressions: well formed, every divisor a positive constant,
+  naming only existing symbols and grid dims (sizes may be polynomial in
+  the symbols: attention scores are T x T);
+* symbol bounds: names unique, 0 <= lo <= hi <= the ISA's row range;
+* at every corner of the bounds box: tile grids >= 1, weight, input and
+  output DRAM regions inside `dram_size` and not overlapping, tile bases
+  inside DRAM, `dram_size` addressable by the 32-bit `dram_base` field;
+* the config against its fingerprint.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import numpy as np
+
+from simulator import isa
+from simulator.config import ConfigError, config_from_dict
+
+from .errors import ArtifactError
+
+MAX_SYMBOLS = 8
+MAX_GRID_DIMS = 8
+MAX_PROGRAM = 256  # tokens of one expression
+MAX_CONST = 1 << 40
+MAX_STEPS = 1 << 24  # grid points of all tiles at the upper bound
+_TOP = ("version", "config", "config_fingerprint", "symbols", "inputs", "outputs", "dram_size")
+_TOP += ("weight_layout", "macros", "tiles")
+_OPS = ("+", "*", "floordiv", "ceildiv", "mod")
+_OPERAND = re.compile(r"([sd])(\d{1,3})")
+_HEADER = {f.name for f in isa.HEADER}
+_LAYOUT = {op: {f.name: f for f in fields if f.name not in _HEADER} for op, fields in isa.LAYOUT.items()}
+_ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
+DRAM_LIMIT = isa.Field("dram_base", 1, 0, 32).hi + 1
+MAX_LENGTH = next(f for f in isa.LAYOUT[isa.Opcode.LOAD] if f.name == "row_bound").hi
+
+
+class _Bad(Exception):
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+
+
+def _int(v, field: str, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _Bad(field, f"expected an integer, got {type(v).__name__} {_short(v)}")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise _Bad(field, f"value {v} is outside [{lo}, {hi}]")
+    return v
+
+
+def _type(v, kind, field: str):
+    if not isinstance(v, kind) or isinstance(v, bool):
+        name = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise _Bad(field, f"expected {name}, got {type(v).__name__} {_short(v)}")
+    return v
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _keys(d, want, field: str, optional=()) -> dict:
+    _type(d, dict, field)
+    missing, extra = set(want) - set(d), set(d) - set(want) - set(optional)
+    if missing or extra:
+        raise _Bad(field, f"missing keys {sorted(missing)}, unexpected keys {sorted(extra)}")
+    return d
+
+
+def check_program(p, field: str, n_syms: int, n_dims: int = 0) -> None:
+    """A well-formed postfix program over existing symbols and grid dims, dividing only by positive constants."""
+    if not isinstance(p, list) or not 1 <= len(p) <= MAX_PROGRAM:
+        raise _Bad(field, f"expected an expression (a non-empty token list), got {_short(p)}")
+    stack: list = []  # the constant value, or None for a symbolic operand
+    for tok in p:
+        if isinstance(tok, int) and not isinstance(tok, bool):
+            stack.append(_int(tok, field, -MAX_CONST, MAX_CONST))
+        elif isinstance(tok, str) and (m := _OPERAND.fullmatch(tok)):
+            limit = n_syms if m.group(1) == "s" else n_dims
+            if int(m.group(2)) >= limit:
+                what = "symbol" if m.group(1) == "s" else "grid dim"
+                raise _Bad(field, f"expression {_short(p)} refers to {tok}, but there are {limit} {what}s")
+            stack.append(None)
+        elif tok in _OPS:
+            if len(stack) < 2:
+                raise _Bad(field, f"malformed expression {_short(p)}")
+            b, a = stack.pop(), stack.pop()
+            stack.append(_apply(tok, a, b, p, field))
+        else:
+            raise _Bad(field, f"bad token {_short(tok)} in expression {_short(p)}")
+    if len(stack) != 1:
+        raise _Bad(field, f"malformed expression {_short(p)}")
+
+
+def _apply(tok, a, b, p, field):
+    if tok in ("floordiv", "ceildiv", "mod") and not (b is not None and b > 0):
+        raise _Bad(field, f"expression {_short(p)} divides by {b if b is not None else 'a symbol'}; "
+                   "divisors must be positive constants")  # fmt: skip
+    if a is None or b is None:
+        return None
+    v = {"+": a + b, "*": a * b, "floordiv": a // b, "ceildiv": -(-a // b), "mod": a % b}[tok]
+    return _int(v, field, -MAX_CONST, MAX_CONST)
+
+
+def _eval(p, syms) -> int:
+    from .runtime import expr
+
+    return int(expr.evaluate(p, list(syms)))
+
+
+def validate(m, blob_bytes: int) -> None:
+    """Raises ArtifactError naming the first bad field of the metadata dict `m` (weights blob of `blob_bytes`)."""
+    try:
+        _validate(m, blob_bytes)
+    except _Bad as e:
+        raise ArtifactError(str(e)) from None
+
+
+def _validate(m, blob_bytes: int) -> None:
+    _keys(m, _TOP, "metadata")
+    _int(m["version"], "version")
+    _config(m["config"], m["config_fingerprint"])
+    n = _symbols(m["symbols"])
+    _check_programs(m, n)
+    need = sum(math.prod(shape) for _, shape in m["weight_layout"].values()) * 4
+    if need != blob_bytes:
+        raise _Bad("weight_layout", f"the weight layout needs {need} bytes, the weights blob has {blob_bytes}")
+    corners = list(itertools.product(*[(lo, hi) for _, lo, hi in m["symbols"]]))
+    for c in corners:
+        _regions(m, c)
+        _grids(m, c)
+
+
+def _config(cfg, fingerprint) -> None:
+    _type(fingerprint, str, "config_fingerprint")
+    try:
+        conf = config_from_dict(cfg, "config")
+    except ConfigError as e:
+        raise _Bad("config", str(e).removeprefix("config: ")) from None
+    if conf.fingerprint() != fingerprint:
+        raise _Bad("config_fingerprint", "does not match the config (the config was edited); recompile the model")
+
+
+def _symbols(syms) -> int:
+    _type(syms, list, "symbols")
+    if len(syms) > MAX_SYMBOLS:
+        raise _Bad("symbols", f"{len(syms)} symbols, at most {MAX_SYMBOLS} are supported")
+    names = set()
+    for i, s in enumerate(syms):
+        f = f"symbols[{i}]"
+        if not isinstance(s, list) or len(s) != 3:
+            raise _Bad(f, f"expected [name, min, max], got {_short(s)}")
+        name = _type(s[0], str, f + ".name")
+        lo, hi = _int(s[1], f + ".min"), _int(s[2], f + ".max")
+        if not 0 <= lo <= hi <= MAX_LENGTH:
+            raise _Bad(f, f"bad symbol bounds [{lo}, {hi}]: need 0 <= min <= max <= {MAX_LENGTH} (24-bit row fields)")
+        if name in names:
+            raise _Bad(f + ".name", f"symbol name '{name}' is used twice")
+        names.add(name)
+    return len(syms)
+
+
+def _check_programs(m, n: int) -> None:
+    check_program(m["dram_size"], "dram_size", n)
+    for kind in ("inputs", "outputs"):
+        _type(m[kind], list, kind)
+        for i, t in enumerate(m[kind]):
+            f = f"{kind}[{i}]"
+            _keys(t, ("shape", "dram"), f)
+            _type(t["shape"], list, f + ".shape")
+            for d, p in enumerate(t["shape"]):
+                check_program(p, f"{f}.shape[{d}]", n)
+            check_program(t["dram"], f + ".dram", n)
+    _type(m["weight_layout"], dict, "weight_layout")
+    for name, entry in m["weight_layout"].items():
+        f = f"weight_layout['{name}']"
+        if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[1], list):
+            raise _Bad(f, f"expected [offset, shape], got {_short(entry)}")
+        _int(entry[0], f + ".offset", 0, DRAM_LIMIT - 1)
+        for d, v in enumerate(entry[1]):
+            _int(v, f"{f}.shape[{d}]", 0, DRAM_LIMIT)
+    _type(m["macros"], list, "macros")
+    for i, mm in enumerate(m["macros"]):
+        _macro(mm, f"macros[{i}]", n, m["config"]["vector_functions"])
+    _type(m["tiles"], list, "tiles")
+    for i, t in enumerate(m["tiles"]):
+        _tile(t, f"tiles[{i}]", n, m["macros"])
+
+
+def _macro(mm, f: str, n: int, functions) -> None:
+    _keys(mm, ("kernel", "n_dims", "insts"), f)
+    _type(mm["kernel"], str, f + ".kernel")
+    dims = _int(mm["n_dims"], f + ".n_dims", 0, MAX_GRID_DIMS)
+    _type(mm["insts"], list, f + ".insts")
+    if not mm["insts"]:
+        raise _Bad(f + ".insts", "a macro needs at least one instruction")
+    for j, inst in enumerate(mm["insts"]):
+        _inst(inst, f"{f}.insts[{j}]", n, dims, functions)
+
+
+def _inst(t, f: str, n: int, dims: int, functions) -> None:
+    _keys(t, ("opcode", "const", "var", "when", "tensor"), f)
+    opcode = _type(t["opcode"], str, f + ".opcode")
+    if opcode not in isa.Opcode.__members__:
+        raise _Bad(f + ".opcode", f"unknown opcode '{_short(opcode)}' (expected one of {list(isa.Opcode.__members__)})")
+    op = isa.Opcode[opcode]
+    layout = _LAYOUT[op]
+    _tensor_slot(op, t["tensor"], f + ".tensor")
+    _type(t["const"], dict, f + ".const")
+    _type(t["var"], dict, f + ".var")
+    for name, v in t["const"].items():
+        _const_field(op, layout, name, v, f"{f}.const.{name}", functions)
+    for name, progs in t["var"].items():
+        g = f"{f}.var.{name}"
+        if name not in layout or name in t["const"]:
+            raise _Bad(g, f"'{name}' is not a variable field of {opcode} (or is also constant)")
+        if not isinstance(progs, list) or not 1 <= len(progs) <= 16:
+            raise _Bad(g, f"expected a list of 1 to 16 expressions, got {_short(progs)}")
+        for k, p in enumerate(progs):
+            check_program(p, f"{g}[{k}]", n, dims)
+    _type(t["when"], list, f + ".when")
+    for k, c in enumerate(t["when"]):
+        g = f"{f}.when[{k}]"
+        if not isinstance(c, list) or len(c) != 2 or c[0] not in ("eq", "ge"):
+            raise _Bad(g, f'expected ["eq" | "ge", expression], got {_short(c)}')
+        check_program(c[1], g, n, dims)
+
+
+def _tensor_slot(op, slot, f: str) -> None:
+    if op == isa.Opcode.LOAD:
+        _int(slot, f, 0, 64)
+    elif op == isa.Opcode.STORE:
+        if slot != -1 or isinstance(slot, bool):
+            raise _Bad(f, f"a STORE writes the macro's result (slot -1), got {_short(slot)}")
+    elif slot is not None:
+        raise _Bad(f, f"a {op.name} reads no tensor, got slot {_short(slot)}")
+
+
+def _const_field(op, layout, name, v, f: str, functions) -> None:
+    if name not in layout:
+        raise _Bad(f, f"{op.name} has no field '{name}' (fields: {', '.join(layout)})")
+    if name in isa.FLOAT_FIELDS:
+        _type(v, (int, float), f)
+        if not math.isfinite(v) or abs(v) > float(np.finfo(np.float32).max):
+            raise _Bad(f, f"{v} is not a finite float32")
+        return
+    field = layout[name]
+    _int(v, f, field.lo, field.hi)
+    if name in _ENUMS:
+        enum = _ENUMS[name]
+        if v not in enum._value2member_map_:
+            raise _Bad(f, f"{v} is not a valid {enum.__name__} (expected one of {[int(e) for e in enum]})")
+        if enum is isa.VecFn and enum(v).name.lower() not in functions:
+            raise _Bad(f, f"vector fn {enum(v).name} is not in the config's vector.functions")
+
+
+def _tile(t, f: str, n: int, macros) -> None:
+    _keys(t, ("macro", "name", "grid", "bases"), f)
+    idx = _int(t["macro"], f + ".macro")
+    name = _type(t["name"], str, f + ".name")
+    if not 0 <= idx < len(macros):
+        raise _Bad(f + ".macro", f"tile '{name}' names macro {idx}, but there are {len(macros)}")
+    mm = macros[idx]
+    if not isinstance(t["grid"], list) or len(t["grid"]) != mm["n_dims"]:
+        raise _Bad(
+            f + ".grid", f"tile '{name}' has {_short(t['grid'])} as grid, its macro has {mm['n_dims']} grid dims"
+        )
+    for d, p in enumerate(t["grid"]):
+        check_program(p, f"{f}.grid[{d}]", n)
+    _type(t["bases"], dict, f + ".bases")
+    for slot, p in t["bases"].items():
+        if not re.fullmatch(r"-1|\d{1,2}", slot):
+            raise _Bad(f"{f}.bases", f"bad tensor slot '{_short(slot)}'")
+        check_program(p, f"{f}.bases['{slot}']", n)
+    slots = {str(i["tensor"]) for i in mm["insts"] if i["tensor"] is not None}
+    if not slots <= set(t["bases"]):
+        raise _Bad(f + ".bases", f"no DRAM base for tensor slots {sorted(slots - set(t['bases']))}")
+
+
+def _at(m, c) -> str:
+    return ", ".join(f"{s[0]}={v}" for s, v in zip(m["symbols"], c))
+
+
+def _regions(m, c) -> None:
+    size = _eval(m["dram_size"], c)
+    if not 1 <= size <= DRAM_LIMIT:
+        raise _Bad("dram_size", f"{size} elements at {_at(m, c)}; must be in [1, {DRAM_LIMIT}] (32-bit dram_base)")
+    regions = []
+    for name, (off, shape) in m["weight_layout"].items():
+        regions.append((f"weight_layout['{name}']", off, math.prod(shape), "weight"))
+    for kind in ("inputs", "outputs"):
+        for i, t in enumerate(m[kind]):
+            shape = [_eval(p, c) for p in t["shape"]]
+            if any(d < 0 for d in shape):
+                raise _Bad(f"{kind}[{i}].shape", f"{shape} at {_at(m, c)} has a negative dim")
+            regions.append((f"{kind}[{i}]", _eval(t["dram"], c), math.prod(shape), kind))
+    for name, off, n, _ in regions:
+        if off < 0 or off + n > size:
+            raise _Bad(name, f"DRAM region [{off}, {off + n}) at {_at(m, c)} is outside [0, {size}) (dram_size)")
+    _disjoint(m, c, regions)
+    for i, t in enumerate(m["tiles"]):
+        for slot, p in t["bases"].items():
+            if not 0 <= _eval(p, c) < size:
+                raise _Bad(f"tiles[{i}].bases['{slot}']", f"{_eval(p, c)} at {_at(m, c)} is outside [0, {size})")
+
+
+def _disjoint(m, c, regions) -> None:
+    live = sorted((off, off + n, name, kind) for name, off, n, kind in regions if n > 0)
+    for (a0, a1, an, ak), (b0, b1, bn, bk) in itertools.pairwise(live):
+        if b0 < a1 and not (ak == bk == "outputs" and (a0, a1) == (b0, b1)):
+            raise _Bad(bn, f"DRAM region [{b0}, {b1}) overlaps {an} [{a0}, {a1}) at {_at(m, c)}")
+
+
+def _grids(m, c) -> None:
+    steps = 0
+    for i, t in enumerate(m["tiles"]):
+        ext = [_eval(p, c) for p in t["grid"]]
+        for d, e in enumerate(ext):
+            if e < 1:
+                raise _Bad(f"tiles[{i}].grid[{d}]", f"extent {e} at {_at(m, c)}; every grid extent must be >= 1")
+        steps += math.prod(ext)
+    if steps > MAX_STEPS:
+        raise _Bad("tiles", f"{steps} grid steps at {_at(m, c)}, more than the {MAX_STEPS} supported")

@@ -1,0 +1,190 @@
+"""torch.export failures as one sentence that names the construct and the user's source line.
+
+torch reports these with its internal repr (`Could not guard on
+data-dependent expression Eq(u0, 1)`, `Constraints violated
+(L['x'].size()[1])`, "narrowed dim"). The functions here turn them into
+what to look at and what to do:
+
+* `check_dtypes(module)`: parameters and buffers must be float32;
+* `export_error(exc, module, dim, lo, hi)`: the message for an exception of `torch.export.export`;
+* `unbacked(prog)`: the message for an exported graph with data-dependent sizes (`nonzero`), else None;
+* `quiet()`: silences torch's noise during export (the `copyreg` FutureWarning,
+  the fake-tensor traceback it logs before raising, the graph dumps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import os
+import re
+import traceback
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..errors import NovellaError
+
+_NOISY_LOGGERS = (
+    "torch._subclasses.fake_tensor",
+    "torch.fx.experimental.symbolic_shapes",
+    "torch.fx.experimental.recording",
+    "torch._export",
+    "torch.export",
+    "torch._dynamo",
+)
+_RECURRENT = (torch.nn.RNNBase,)
+_DATA_DEPENDENT_OPS = ("nonzero", "unique", "masked_select", "item", "_local_scalar_dense", "repeat_interleave")
+_TORCH_DIR = str(Path(torch.__file__).parent)
+_OURS = str(Path(__file__).resolve().parents[1])
+
+
+@contextlib.contextmanager
+def quiet():
+    """torch.export without its deprecation warning, logged tracebacks and graph dumps
+    (which torch prints to stderr before raising). NOVELLA_DEBUG=1 keeps them."""
+    if os.environ.get("NOVELLA_DEBUG"):
+        yield
+        return
+    loggers = [logging.getLogger(n) for n in _NOISY_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+        for lg in loggers:
+            lg.setLevel(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
+
+
+def _is_user(filename: str) -> bool:
+    return not (
+        filename.startswith((_TORCH_DIR, _OURS, "<")) or "site-packages" in filename or "/lib/python3" in filename
+    )
+
+
+def _where(filename: str, line: int, code: str | None) -> str:
+    return f"{filename}:{line}" + (f" (`{code.strip()}`)" if code and code.strip() else "")
+
+
+def user_line(exc: BaseException) -> str | None:
+    """`file:line (`code`)` of the innermost user frame that raised `exc`."""
+    frames = list(getattr(exc, "real_stack", None) or []) + list(traceback.extract_tb(exc.__traceback__))
+    for f in reversed(frames):
+        if _is_user(f.filename):
+            return _where(f.filename, f.lineno, f.line)
+    m = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s+(.*)', str(exc))
+    user = [x for x in m if _is_user(x[0])]
+    return _where(user[-1][0], int(user[-1][1]), user[-1][2]) if user else None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int, hi: int) -> str:
+    """One sentence (plus what to do) for an exception raised by torch.export."""
+    where = user_line(exc)
+    at = f" at {where}" if where else ""
+    text = str(exc)
+    if "data-dependent" in text or type(exc).__name__ == "GuardOnDataDependentSymNode":
+        return (
+            f"data-dependent control flow{at}: the model branches on a tensor's value, which torch.export "
+            "cannot trace with a symbolic length; compute both branches and pick with torch.where, or move "
+            "the decision out of the model"
+        )
+    if "Constraints violated" in text or "specialized it to be a constant" in text:
+        rnn = _recurrent(module)
+        if rnn:
+            return (
+                f"{rnn}: a recurrent layer loops over the sequence in Python, so torch.export fixes the length "
+                f"of dim {dim} instead of keeping it symbolic in [{lo}, {hi}]; recurrent layers are not "
+                "supported, compile for one length (min_len == max_len) or replace the layer"
+            )
+        return (
+            f"the model fixes the size of dim {dim}{at} instead of keeping it symbolic in [{lo}, {hi}] "
+            "(e.g. an assert, a Python int of the size, or a loop over it); remove that dependence"
+        )
+    return (
+        f"torch.export failed{at} with dim {dim} symbolic in [{lo}, {hi}]: {_first_line(exc).rstrip('.')}. "
+        "Check the example input's shape (every static dim must be what the model expects) and that it is "
+        "within the bounds"
+    )
+
+
+def _recurrent(module: torch.nn.Module) -> str | None:
+    for name, sub in module.named_modules():
+        if isinstance(sub, _RECURRENT):
+            return f"{type(sub).__name__} (self.{name}){_call_site(module, name)}"
+    return None
+
+
+def _call_site(module: torch.nn.Module, name: str) -> str:
+    """` at file:line` where the parent module's forward calls `self.<name>`, if found."""
+    parent_name, _, attr = name.rpartition(".")
+    parent = module.get_submodule(parent_name) if parent_name else module
+    try:
+        lines, start = inspect.getsourcelines(type(parent).forward)
+        filename = inspect.getsourcefile(type(parent).forward)
+    except (OSError, TypeError):
+        return ""
+    for i, text in enumerate(lines):
+        if re.search(rf"self\.{re.escape(attr)}\b", text):
+            return f" at {_where(filename, start + i, text)}"
+    return ""
+
+
+def unbacked(prog) -> str | None:
+    """The message for an exported graph whose sizes depend on tensor values (nonzero, unique...), else None."""
+    if not any(str(s).startswith("u") for s in prog.range_constraints):
+        return None
+    for node in prog.graph.nodes:
+        target = str(getattr(node.target, "__name__", node.target))
+        if node.op == "call_function" and any(op in target for op in _DATA_DEPENDENT_OPS):
+            op = target.split(".")[0]
+            where = _stack_line(node.meta.get("stack_trace") or "")
+            return (
+                f"torch.{op}{f' at {where}' if where else ''} returns a tensor whose size depends on the input's "
+                "values, not only on its length; the NPU needs sizes known from the length (use a mask "
+                "with torch.where instead)"
+            )
+    return "the exported graph has sizes that depend on tensor values (data-dependent ops are not supported)"
+
+
+def _stack_line(stack: str) -> str | None:
+    m = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s+(.*)', stack)
+    user = [x for x in m if _is_user(x[0])] or m
+    return _where(user[-1][0], int(user[-1][1]), user[-1][2]) if user else None
+
+
+def check_dtypes(module: torch.nn.Module) -> None:
+    """Refuses floating parameters and buffers that are not float32, naming them and where they are set."""
+    tensors = list(module.named_parameters()) + list(module.named_buffers())
+    for name, t in tensors:
+        if (t.is_floating_point() or t.is_complex()) and t.dtype != torch.float32:
+            kind = "parameter" if isinstance(t, torch.nn.Parameter) else "buffer"
+            raise NovellaError(
+                f"{kind} '{name}'{_defined_at(module, name)} is {t.dtype}; the NPU computes in float32: "
+                "create it as float32 (or call model.float() before compiling)"
+            )
+
+
+def _defined_at(module: torch.nn.Module, name: str) -> str:
+    """` (file:line)` where `name` is registered or assigned in its module's __init__, if found."""
+    owner_name, _, attr = name.rpartition(".")
+    owner = module.get_submodule(owner_name) if owner_name else module
+    try:
+        lines, start = inspect.getsourcelines(type(owner).__init__)
+        filename = inspect.getsourcefile(type(owner).__init__)
+    except (OSError, TypeError):
+        return ""
+    pattern = rf"register_(buffer|parameter)\(\s*['\"]{re.escape(attr)}['\"]|self\.{re.escape(attr)}\s*="
+    for i, text in enumerate(lines):
+        if re.search(pattern, text):
+            return f" ({_where(filename, start + i, None)})"
+    return ""
