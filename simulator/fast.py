@@ -133,8 +133,9 @@ def _store(dst, src):
 def _matmul(a, b, acc, accumulate):
     out = np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
     if accumulate:
-        out += acc
-    acc[...] = out
+        np.add(out, acc, out=acc)  # the readable path's out += acc, written in place
+    else:
+        acc[...] = out
 
 
 def _binary(ufunc, a, b, dst):
