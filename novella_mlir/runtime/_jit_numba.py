@@ -110,10 +110,11 @@ def _tokens(words, wstep, wq, n, n_steps):
 
 
 @nb.njit(cache=True)
-def _field(words, w, lane, offset, mask, lo, hi, v):
-    if v < lo or v > hi:
+def _field(words, w, rows, r, c, v):
+    """ORs value v into word w at the field described by rows[r, c:c + 5] (lane, offset, mask, lo, hi)."""
+    if v < rows[r, c + 3] or v > rows[r, c + 4]:
         return False
-    words[w, lane] |= np.uint64(v & mask) << np.uint64(offset)
+    words[w, rows[r, c]] |= np.uint64(v & rows[r, c + 2]) << np.uint64(rows[r, c + 1])
     return True
 
 
@@ -163,9 +164,8 @@ def instantiate(syms, tab, t_base, limit):
                 r //= ext[ti, g]
             emitted = False
             for t in range(macro_range[m, 0], macro_range[m, 1]):
-                row = t_rows[t]
                 ok = True
-                for gi in range(row[1], row[2]):
+                for gi in range(t_rows[t, 1], t_rows[t, 2]):
                     v = _min(guard_expr[gi], tab, sc, ns)
                     if (guard_kind[gi] == 0 and v != 0) or (guard_kind[gi] == 1 and v < 0):
                         ok = False
@@ -180,23 +180,22 @@ def instantiate(syms, tab, t_base, limit):
                     t_start[ti] = w
                 for lane in range(4):
                     words[w, lane] = t_base[t, lane]
-                for vi in range(row[3], row[4]):
-                    vr = var_rows[vi]
-                    v = _min(vr[5], tab, sc, ns)
-                    if not _field(words, w, vr[0], vr[1], vr[2], vr[3], vr[4], v):
+                for vi in range(t_rows[t, 3], t_rows[t, 4]):
+                    v = _min(var_rows[vi, 5], tab, sc, ns)
+                    if not _field(words, w, var_rows, vi, 0, v):
                         info[0] = 1
                         return words, info
-                if row[5]:
-                    v = row[13] if row[12] < 0 else _min(row[12], tab, sc, ns)
+                if t_rows[t, 5]:
+                    v = t_rows[t, 13] if t_rows[t, 12] < 0 else _min(t_rows[t, 12], tab, sc, ns)
                     found = False
                     for b in range(base_range[ti, 0], base_range[ti, 1]):
-                        if base_slot[b] == row[6]:
+                        if base_slot[b] == t_rows[t, 6]:
                             v += base_val[b]
                             found = True
-                    if not found or not _field(words, w, row[7], row[8], row[9], row[10], row[11], v):
+                    if not found or not _field(words, w, t_rows, t, 7, v):
                         info[0] = 1
                         return words, info
-                wstep[w], wq[w] = step, row[0]
+                wstep[w], wq[w] = step, t_rows[t, 0]
                 w += 1
                 emitted = True
             if emitted:
