@@ -22,7 +22,7 @@ import models  # noqa: E402
 import test_simulator as hand  # noqa: E402
 
 from novella_mlir.runtime import expr  # noqa: E402
-from simulator import HazardError, Opcode, Simulator, SimulatorError, VecFn, VecMode, encode, fast, isa  # noqa: E402
+from simulator import HazardError, Opcode, Simulator, SimulatorError, VecFn, VecMode, encode, fast, fast_plan, isa  # noqa: E402
 
 CYCLES = json.loads((ROOT / "test" / "golden" / "cycles.json").read_text())
 CASES = {
@@ -157,7 +157,7 @@ def test_opcodes_without_a_fast_form_take_the_readable_path(monkeypatch):
     spec, _, npu = _model("mlp")
     words, setup = _model_setup(npu, spec.example(65).numpy())
     before = assert_same(words, setup)
-    monkeypatch.setattr(fast, "FAST_OPS", frozenset({Opcode.NOP, Opcode.LOAD}))
+    monkeypatch.setattr(fast_plan, "FAST_OPS", frozenset({Opcode.NOP, Opcode.LOAD}))
     calls = []
     real = fast._Loop._readable
     monkeypatch.setattr(fast._Loop, "_readable", lambda self, i: calls.append(i) or real(self, i))
