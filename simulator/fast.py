@@ -124,16 +124,15 @@ class _Loop:
                     else:
                         hz.latest[q] = clock
                     clocks[q] = clock
-                d = fixed[i]
-                if d >= 0:
-                    end = start + d
-                elif h is not None:  # TimingModel._dma_end, inline
-                    end = (start + latency if start + latency > dram_free else dram_free) + data[i]
-                    dram_free = end
-                else:
+                if h is None:  # the readable path's timing too
                     tm.queue_free[QUEUES[q]], tm.dram_free = qfree[q], dram_free
                     end = tm.finish(inst, start, nbytes)
                     dram_free = tm.dram_free
+                elif fixed[i] >= 0:
+                    end = start + fixed[i]
+                else:  # TimingModel._dma_end, inline
+                    end = (start + latency if start + latency > dram_free else dram_free) + data[i]
+                    dram_free = end
                 qfree[q] = end
                 for c in pushes[i]:
                     chan[c].append((end, clock))

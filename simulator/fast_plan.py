@@ -15,6 +15,19 @@ from .units import CHANNELS, TOKEN_ROUTES
 _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _CH = {c: i for i, c in enumerate(CHANNELS)}
 FAST_OPS = frozenset({Opcode.NOP, Opcode.LOAD, Opcode.STORE, Opcode.MATMUL, Opcode.VEC})
+# The fields each fast form implements. A field added to an opcode's layout later (a new mode) makes
+# every instruction that sets it take the readable path until its fast form knows the field.
+_HEADER = ("opcode", "pop_prev", "pop_next", "push_prev", "push_next")
+_DMA = ("mem", "sram_addr", "sram_stride", "row_step", "rows", "dram_base", "dram_stride", "row_start", "row_bound")
+_MATMUL = ("acc_addr", "acc_stride", "m", "accumulate", "transpose_b", "a_addr", "a_stride", "b_addr", "b_stride")
+_VEC = ("fn", "mode", "dst_mem", "dst_addr", "dst_stride", "rows", "a_mem", "a_addr", "a_stride", "b_mem", "b_addr")
+FAST_FIELDS = {
+    Opcode.NOP: frozenset(_HEADER),
+    Opcode.LOAD: frozenset(_HEADER + _DMA + ("cols",)),
+    Opcode.STORE: frozenset(_HEADER + _DMA + ("cols",)),
+    Opcode.MATMUL: frozenset(_HEADER + _MATMUL + ("k", "n")),
+    Opcode.VEC: frozenset(_HEADER + _VEC + ("b_stride", "cols", "imm")),
+}
 
 
 def decode_columns(words: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -172,10 +185,18 @@ class Plan:
         }
         for op, build in builders.items():
             if op in FAST_OPS:
-                build(rep[rep_code == op])
+                build(rep[(rep_code == op) & ~self._unknown_fields(op)[rep]])
         of = rep[inverse].tolist()
         h, a, sp = self.handler, self.args, self.spans
         self.handler, self.args, self.spans = [h[k] for k in of], [a[k] for k in of], [sp[k] for k in of]
+
+    def _unknown_fields(self, op) -> np.ndarray:
+        """Words that set a field of `op`'s layout its fast form does not implement."""
+        out = np.zeros(len(self.code), bool)
+        for f in LAYOUT[op]:
+            if f.name not in FAST_FIELDS[op] and f.name in self.c:
+                out |= (self.code == int(op)) & (self.c[f.name] != 0)
+        return out
 
     def _costs(self) -> None:
         """Durations of fixed-length instructions, DMA bytes and MACs, over the whole program."""
