@@ -204,4 +204,4 @@ def instantiate(syms, tab, t_base, limit):
             t_end[ti] = w
     info[0] = 0 if _tokens(words, wstep, wq, w, step) else 2
     info[1], info[2] = w, step
-    return words, info
+    return words[:w], info

@@ -185,10 +185,10 @@ def kernel():
     return _KERNEL
 
 
-def instantiate(tables: Tables, syms) -> tuple[int, np.ndarray, list, list, int]:
-    """(status, words, tile starts, tile ends (-1: no words), number of steps) for symbol values `syms`."""
-    s = np.array(syms or (0,), np.int64)
-    words, info = kernel()(s, tables.table, tables.t_base_words, tables.limit)
+def instantiate(tables: Tables, syms) -> tuple[int, np.ndarray, list, int]:
+    """(status, words, [(tile index, start, end) of the tiles with words], number of steps) for `syms`."""
+    words, info = kernel()(np.array(syms or (0,), np.int64), tables.table, tables.t_base_words, tables.limit)
     info = info.tolist()
     nt = (len(info) - 3) // 2
-    return info[0], words[: info[1]], info[3 : 3 + nt], info[3 + nt :], info[2]
+    spans = [(i, s, e) for i, s, e in zip(range(nt), info[3 : 3 + nt], info[3 + nt :]) if s >= 0]
+    return info[0], words, spans, info[2]
