@@ -125,7 +125,8 @@ def _store(dst, src):
 
 
 def _matmul(a, b, acc, accumulate):
-    out = np.matmul(np.ascontiguousarray(a), np.ascontiguousarray(b))
+    # A strided `a` gives the same bits as a copy (BLAS packs it); a transposed `b` would not.
+    out = np.matmul(a, np.ascontiguousarray(b))
     if accumulate:
         np.add(out, acc, out=acc)  # the readable path's out += acc, written in place
     else:
@@ -133,7 +134,7 @@ def _matmul(a, b, acc, accumulate):
 
 
 def _binary(ufunc, a, b, dst):
-    dst[...] = ufunc(a, b)
+    ufunc(a, b, out=dst)  # exact IEEE arithmetic; NumPy buffers inputs that overlap `out`
 
 
 def _unary(fn, a, dst):
@@ -269,7 +270,11 @@ class Plan:
                     continue
                 src = self.views.get(2, da, ds, n, nc) if n else None
                 spans = [dram, sram] if n else [sram]
-                self._prepare(i, spans, _load, (self.views.get(mem, sa, ss, rows, nc), lo, hi, src))
+                dst = self.views.get(mem, sa, ss, rows, nc)
+                if lo == 0 and hi == rows:  # every row in bounds: a copy
+                    self._prepare(i, spans, np.copyto, (dst, src))
+                else:
+                    self._prepare(i, spans, _load, (dst, lo, hi, src))
             elif n:
                 sram = self._span(mem, False, sa + lo * ss, ss, n, nc)
                 if sram is not None and dram is not None:
