@@ -22,6 +22,7 @@ from ... import symbolic as sy
 from ...dialects import shapes
 from ...dialects.novella import WeightOp
 from ...errors import NovellaError, UnsupportedOpError
+from .. import dtypes
 
 
 def lowerings() -> dict[str, Callable]:
@@ -140,7 +141,7 @@ def _convert_block(block, values, n_syms, weights, table):
         if name == "func.return":
             return [values[v] for v in op.operands]
         if name == "novella.weight":
-            t = _vtensor_to_builtin(op.results[0].type)
+            t = _vtensor_to_builtin(op.results[0].type, f"{source_location(op.location)}: weight: ")
             values[op.results[0]] = WeightOp(op.attributes["name"], t, loc=op.location).result
             continue
         if name.startswith("torch.constant.") or name == "torch.prim.ListConstruct":
@@ -171,9 +172,11 @@ def _constant(op, values):
     raise NovellaError(f"{source_location(op.location)}: unsupported constant {op}")
 
 
-def _vtensor_to_builtin(t) -> ir.RankedTensorType:
-    m = re.match(r"!torch.vtensor<\[([^\]]*)\],f32>", str(t))
-    if not m:
-        raise NovellaError(f"only f32 tensors are supported, got {t}")
+def _vtensor_to_builtin(t, where: str = "") -> ir.RankedTensorType:
+    m = re.match(r"!torch.vtensor<\[([^\]]*)\],([^>]+)>", str(t))
+    if not m or dtypes.kind(t) == "" or m.group(2) in ("f64", "f16", "bf16"):
+        raise NovellaError(
+            f"{where}only f32, integer and bool tensors are supported (integers and bools are held as f32), got {t}"
+        )
     dims = [int(d) for d in m.group(1).split(",")] if m.group(1) else []
     return ir.RankedTensorType.get(dims, ir.F32Type.get())
