@@ -128,6 +128,7 @@ OPS: dict[type, OpDef] = {
             "torch.aten.squeeze": shape_ops.squeeze_dims,
             "torch.prims.squeeze": shape_ops.squeeze_dims,
             "torch.prims.collapse": shape_ops.collapse,
+            "torch.aten.unflatten.int": shape_ops.unflatten,
         },
         no_kernel="a row-major reshape is a DRAM alias (--novella-allocate gives it its operand's buffer)",
     ),

@@ -140,6 +140,22 @@ def collapse(cx):
     return reshape(cx, x, shape[:start] + [sy.canon(sy.numel(shape[start : end + 1]))] + shape[end + 1 :])
 
 
+def unflatten(cx):
+    """unflatten(x, dim, sizes): dim split into `sizes` (at most one -1)."""
+    x, dim, sizes = cx.operand(0), cx.const(1), list(cx.const(2))
+    shape = list(cx.shape(x))
+    dim %= len(shape)
+    if -1 in sizes:
+        known = 1
+        for s in sizes:
+            known *= s if s != -1 else 1
+        d = sy.as_int(shape[dim])
+        if d is None:
+            raise cx.error("unflatten of a symbolic-size dim with -1 is not supported")
+        sizes[sizes.index(-1)] = d // known
+    return reshape(cx, x, shape[:dim] + [affine(s) for s in sizes] + shape[dim + 1 :])
+
+
 def squeeze(cx):
     x = cx.operand(0)
     shape = list(cx.shape(x))
