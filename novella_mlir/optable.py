@@ -28,7 +28,6 @@ from .kernels import linear as k_linear
 from .kernels import normalization as k_norm
 from .kernels.pointwise import Pointwise, Prefer
 
-
 _MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign")
 
 
@@ -195,7 +194,9 @@ OPS: dict[type, OpDef] = {
             "torch.aten.bitwise_and.Tensor": pointwise.logical_and,
         },
     ),
-    nv.WhereOp: OpDef(shapes.where, _POINTWISE, _LIT + "kernels/pointwise.mlir", {"torch.aten.where.self": pointwise.where}),
+    nv.WhereOp: OpDef(
+        shapes.where, _POINTWISE, _LIT + "kernels/pointwise.mlir", {"torch.aten.where.self": pointwise.where}
+    ),
     nv.BroadcastOp: OpDef(
         shapes.broadcast_to, _POINTWISE, _LIT + "kernels/pointwise.mlir", {"torch.aten.expand": indexing.expand}
     ),

@@ -164,13 +164,30 @@ def explain(message: str, lo: int, hi: int) -> str:
     for g in guards:
         expr = re.sub(r"L\['[^']+'\]\.size\(\)\[\d+\]", "T", g)
         try:
-            cond = sympy.sympify(expr.replace("//", " // "), locals={"T": sympy.Symbol("T", integer=True)})
+            cond = _parse_guard(expr)
             bad = failing_lengths(cond, lo, hi)
             fails = f"false for {_lengths(bad)}" if bad else "true over the range, but torch cannot prove it"
             parts.append(f"the model branches on {describe(cond)}, which is {fails}")
         except (sympy.SympifyError, TypeError, NovellaError):
             parts.append(f"the model branches on `{expr}`")
     return "; ".join(parts) + " (a size-dependent check or branch in the model)."
+
+
+_RELATIONS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
+
+
+def _parse_guard(text: str):
+    """A guard of torch's message (`lhs op rhs` in T) as a sympy relation, parsed without evaluating it."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        for op in ("==", "!=", "<=", ">=", "<", ">"):
+            if depth == 0 and text.startswith(op, i):
+                t = {"T": sympy.Symbol("T", integer=True)}
+                lhs, rhs = sympy.sympify(text[:i], locals=t), sympy.sympify(text[i + len(op) :], locals=t)
+                return _RELATIONS[op](lhs, rhs, evaluate=False)
+    return sympy.sympify(text)
 
 
 def _lengths(values: list[int]) -> str:

@@ -85,6 +85,14 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
     return exporting.export(module, args, dynamic_dim, min_len, max_len)
 
 
+def export_static(module: torch.nn.Module, args):
+    """torch.export at the example's shapes (one length: a static program)."""
+    try:
+        return torch.export.export(module.eval(), tuple(args), strict=False)
+    except Exception as e:  # torch raises many kinds; keep the message, drop the trace
+        raise exporting.NovellaError(f"torch.export failed: {str(e).splitlines()[0]}") from None
+
+
 def import_program(ctx: ir.Context, prog, decomposition_table=None) -> Imported:
     """Runs only the decompositions the graph needs (none: no retrace), then the FX importer, into `ctx`."""
     t0 = time.perf_counter()

@@ -189,10 +189,32 @@ class Reduce:
         red, comb = ("ROWSUM", "ADD") if fn in ("sum", "mean") else ("ROWMAX", "MAX")
         b.vop(red, "col", "b0", rows=rows, cols=cols, dst_stride=1, a_stride=tc)
         b.vop("COPY", "col", "col", **col, when=first(1), dst_offset=tm, a_offset=0)
-        b.vop(comb, "col", "col", "col", **col, when=[("ge", b.d(1) - sy.const(1))], dst_offset=tm, a_offset=tm, b_offset=0)
+        b.vop(
+            comb,
+            "col",
+            "col",
+            "col",
+            **col,
+            when=[("ge", b.d(1) - sy.const(1))],
+            dst_offset=tm,
+            a_offset=tm,
+            b_offset=0,
+        )
         scale = {"mean": 1.0 / sy.as_int(c) if sy.as_int(c) else 1.0, "min": -1.0}.get(fn)
         if scale is not None:
-            b.vop("MUL", "col", "col", mode="SCALAR", imm=scale, **col, when=last(1, steps), dst_offset=2 * tm, a_offset=tm)
+            b.vop(
+                "MUL",
+                "col",
+                "col",
+                mode="SCALAR",
+                imm=scale,
+                **col,
+                when=last(1, steps),
+                dst_offset=2 * tm,
+                a_offset=tm,
+            )
         else:
             b.vop("COPY", "col", "col", **col, when=last(1, steps), dst_offset=2 * tm, a_offset=tm)
-        b.store_rows("col", row_start=b.d(0) * tm, rows=rows, row_bound=total, cols=1, buf_offset=2 * tm, when=last(1, steps))
+        b.store_rows(
+            "col", row_start=b.d(0) * tm, rows=rows, row_bound=total, cols=1, buf_offset=2 * tm, when=last(1, steps)
+        )

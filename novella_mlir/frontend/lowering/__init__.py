@@ -74,7 +74,7 @@ class LoweringContext:
         return self.add_weight("scalar", np.array(value, dtype=np.float64))
 
     def kind(self, i: int) -> str:
-        """"float", "int" or "bool": the torch element kind of operand `i` (held as f32 on the NPU)."""
+        """ "float", "int" or "bool": the torch element kind of operand `i` (held as f32 on the NPU)."""
         return dtypes.kind(self.op.operands[i].type)
 
     def result_kind(self, i: int = 0) -> str:
