@@ -165,6 +165,8 @@ OPS: dict[type, OpDef] = {
         {
             **{f"torch.aten.{fn}.{k}": pointwise.compare(fn) for fn in nv.COMPARE_FNS for k in ("Tensor", "Scalar")},
             "torch.aten.logical_xor": pointwise.logical_xor,
+            "torch.aten.__xor__.Tensor": pointwise.logical_xor,
+            "torch.aten.bitwise_xor.Tensor": pointwise.logical_xor,
             "torch.aten._to_copy": pointwise.convert,
             "torch.aten.to.dtype": pointwise.convert,
             "torch.aten.to.dtype_layout": pointwise.convert,
@@ -180,6 +182,7 @@ OPS: dict[type, OpDef] = {
             "torch.aten.maximum": pointwise.maximum,
             "torch.aten.logical_or": pointwise.logical_or,
             "torch.aten.bitwise_or.Tensor": pointwise.logical_or,
+            "torch.aten.__or__.Tensor": pointwise.logical_or,
             "torch.aten.clamp": pointwise.clamp,
             "torch.aten.clamp.Tensor": pointwise.clamp,
         },
@@ -192,10 +195,19 @@ OPS: dict[type, OpDef] = {
             "torch.aten.minimum": pointwise.minimum,
             "torch.aten.logical_and": pointwise.logical_and,
             "torch.aten.bitwise_and.Tensor": pointwise.logical_and,
+            "torch.aten.__and__.Tensor": pointwise.logical_and,
         },
     ),
     nv.WhereOp: OpDef(
-        shapes.where, _POINTWISE, _LIT + "kernels/pointwise.mlir", {"torch.aten.where.self": pointwise.where}
+        shapes.where,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            "torch.aten.where.self": pointwise.where,
+            "torch.aten.where.Scalar": pointwise.where,
+            "torch.aten.where.ScalarOther": pointwise.where,
+            "torch.aten.where.ScalarSelf": pointwise.where,
+        },
     ),
     nv.BroadcastOp: OpDef(
         shapes.broadcast_to, _POINTWISE, _LIT + "kernels/pointwise.mlir", {"torch.aten.expand": indexing.expand}

@@ -16,7 +16,7 @@ from simulator import isa, load_config
 from . import artifact as art_mod
 from .context import make_context
 from .errors import CompileError, InputError, NovellaError
-from .frontend import importer
+from .frontend import dtypes, importer
 from .frontend.exporting import NarrowedError
 from .frontend.lowering import convert, source_location
 from .runtime.executor import Executor
@@ -177,6 +177,9 @@ class CompiledModel:
 
     def __call__(self, *inputs, trace: bool = False):
         arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in inputs]
+        for i, a in enumerate(arrays):
+            if a.dtype.kind in "iub":
+                dtypes.check_exact(a.astype(np.int64), f"input #{i}")
         outs = self.executor.run(arrays, trace=trace)
         outs = [torch.from_numpy(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)

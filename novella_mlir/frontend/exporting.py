@@ -10,6 +10,7 @@ too, the error says which guard excluded which lengths.
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import numpy as np
@@ -61,8 +62,14 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int):
     raise NarrowedError(msg + " Compile the lengths outside it separately (min_len == max_len).", kept)
 
 
-def _dyn(args, dynamic_dim, length):
-    return tuple({dynamic_dim: length} if isinstance(a, torch.Tensor) else None for a in args)
+def _dyn(module, args, dynamic_dim, length):
+    """`dynamic_shapes` mirroring forward's parameters (a `*args` parameter takes one tuple)."""
+    spec = tuple({dynamic_dim: length} if isinstance(a, torch.Tensor) else None for a in args)
+    params = list(inspect.signature(module.forward).parameters.values())
+    star = [i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_POSITIONAL]
+    if star:
+        return spec[: star[0]] + (spec[star[0] :],)
+    return spec
 
 
 def _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious: bool):
@@ -74,7 +81,7 @@ def _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious: bool):
             prog = torch.export.export(
                 module,
                 tuple(args),
-                dynamic_shapes=_dyn(args, dynamic_dim, Dim("T", min=lo, max=hi)),
+                dynamic_shapes=_dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi)),
                 strict=False,
                 prefer_deferred_runtime_asserts_over_guards=oblivious,
             )
@@ -96,7 +103,10 @@ def _dynamic_export(module, args, dynamic_dim, lo, hi):
     try:
         with fx_config.patch(backed_size_oblivious=True):
             prog = torch.export.export(
-                module, tuple(args), dynamic_shapes=_dyn(args, dynamic_dim, Dim.DYNAMIC(min=lo, max=hi)), strict=False
+                module,
+                tuple(args),
+                dynamic_shapes=_dyn(module, args, dynamic_dim, Dim.DYNAMIC(min=lo, max=hi)),
+                strict=False,
             )
     except Exception:
         return None, None
@@ -156,7 +166,7 @@ def describe(cond) -> str:
 
 def explain(message: str, lo: int, hi: int) -> str:
     """torch's constraint-violation message as a sentence: the guard and the lengths it excludes."""
-    guards = re.findall(r"satisfy the generated guard (.*?)\.\s*$", message, flags=re.M)
+    guards = re.findall(r"satisfy the generated guard (.*?)\.?\s*$", message, flags=re.M)
     if not guards:
         first = message.strip().splitlines()[0] if message.strip() else "unknown error"
         return f"torch.export failed: {first}"
@@ -177,7 +187,10 @@ _RELATIONS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<
 
 
 def _parse_guard(text: str):
-    """A guard of torch's message (`lhs op rhs` in T) as a sympy relation, parsed without evaluating it."""
+    """A guard of torch's message (`lhs op rhs` in T, or such terms joined by `and`) as a sympy relation."""
+    terms = _split_and(text)
+    if len(terms) > 1:
+        return sympy.And(*[_parse_guard(t) for t in terms])
     depth = 0
     for i, ch in enumerate(text):
         depth += ch == "("
@@ -188,6 +201,16 @@ def _parse_guard(text: str):
                 lhs, rhs = sympy.sympify(text[:i], locals=t), sympy.sympify(text[i + len(op) :], locals=t)
                 return _RELATIONS[op](lhs, rhs, evaluate=False)
     return sympy.sympify(text)
+
+
+def _split_and(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith(" and ", i):
+            parts.append(text[start:i])
+            start = i + 5
+    return parts + [text[start:]]
 
 
 def _lengths(values: list[int]) -> str:

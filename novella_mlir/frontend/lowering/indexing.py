@@ -15,6 +15,7 @@ from ...dialects.novella import (
     AddOp,
     BroadcastOp,
     ConcatOp,
+    DivOp,
     GatherRowsOp,
     LinearOp,
     MatmulOp,
@@ -262,7 +263,13 @@ def _reduce_dim(cx, fn: str, x, d: int):
         if d != r - 2:
             raise cx.error(f"{fn} over dim {d} of a rank-{r} tensor: only the last two dims are supported")
         x = transpose(cx, x, list(range(r - 2)) + [r - 1, r - 2], check=False)
-    out = cx.emit(ReduceOp, check=False, input=x, fn=ir.StringAttr.get(fn))
+    n = shape[d]
+    dynamic_mean = fn == "mean" and sy.as_int(n) is None
+    out = cx.emit(ReduceOp, check=False, input=x, fn=ir.StringAttr.get("sum" if dynamic_mean else fn))
+    if dynamic_mean:
+        from .elementwise import size_value
+
+        out = cx.emit(DivOp, check=False, lhs=out, rhs=size_value(cx, n))
     kept = list(shape)
     kept[d] = sy.const(1)
     return reshape(cx, out, kept, check=False)

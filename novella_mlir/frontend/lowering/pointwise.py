@@ -35,6 +35,8 @@ def unary(fn: str):
 
 
 def logical_not(cx):
+    if cx.kind(0) == "int" and "bitwise" in cx.op.name:
+        raise cx.error("bitwise_not of an integer tensor is not supported (held as f32); only of a bool mask")
     if cx.kind(0) != "bool":
         return cx.emit(CompareOp, lhs=cx.operand(0), rhs=cx.scalar(0.0), fn=_fn("eq"))
     return math_op(cx, "not")
@@ -58,6 +60,8 @@ def compare(fn: str):
 
 
 def _mask(cx, i: int):
+    if cx.kind(i) == "int" and ("bitwise" in cx.op.name or "__" in cx.op.name):
+        raise cx.error("bitwise ops on integer tensors are not supported (held as f32); only on bool masks")
     v = cx.operand(i)
     if cx.kind(i) == "bool":
         return v
