@@ -229,6 +229,8 @@ OPS: dict[type, OpDef] = {
         {
             "torch.aten.mean.dim": indexing.mean,
             "torch.aten.sum.dim_IntList": indexing.sum_,
+            "torch.aten.sum": indexing.sum_,
+            "torch.aten.mean": indexing.mean,
             "torch.aten.amax": indexing.amax,
             "torch.aten.amin": indexing.amin,
         },

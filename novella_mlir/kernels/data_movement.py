@@ -287,12 +287,20 @@ def compose_transposes(op, rewriter):
         return False
     p = perm_of(inner)
     composed = [p[q] for q in perm]
+    if not _direct(composed):
+        return True
     with rewriter.ip, op.location:
         new = make_transpose(inner.operands[0], composed, len(module_symbols(op)))
     rewriter.replace_op(op, [new])
     if not list(inner.results[0].uses):
         rewriter.erase_op(inner)
     return False
+
+
+def _direct(perm: list[int]) -> bool:
+    """The transpose kernel runs `perm` in one op: it keeps the last dim, or swaps only the last two."""
+    r = len(perm)
+    return perm[-1] == r - 1 or perm == list(range(r - 2)) + [r - 1, r - 2]
 
 
 def sink_below_unary(op, rewriter):

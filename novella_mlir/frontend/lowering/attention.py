@@ -22,6 +22,9 @@ from ...dialects.novella import (
 )
 
 
+from .shape_ops import from_last, to_last
+
+
 def _rank(v: ir.Value) -> int:
     return ir.RankedTensorType(v.type).rank
 
@@ -39,9 +42,13 @@ def _softmax(cx):
     x = cx.operand(0)
     rank = _rank(x)
     dim = cx.const(1)
-    if dim is None or dim % rank != rank - 1:
-        raise cx.error(f"softmax over dim {dim} of a rank-{rank} tensor is not supported; only the last dim")
-    return cx.emit(SoftmaxOp, input=x)
+    if dim is None or rank == 0:
+        raise cx.error(f"softmax over dim {dim} of a rank-{rank} tensor is not supported")
+    dim %= rank
+    if dim == rank - 1:
+        return cx.emit(SoftmaxOp, input=x)
+    y = cx.emit(SoftmaxOp, check=False, input=to_last(cx, x, dim))
+    return from_last(cx, y, dim)
 
 
 def softmax_internal(cx):

@@ -22,7 +22,7 @@ from ...dialects.novella import (
     ReduceOp,
     SliceOp,
 )
-from .shape_ops import affine, reshape, transpose
+from .shape_ops import affine, reshape, to_last, transpose
 
 
 def _i64(v: int) -> ir.IntegerAttr:
@@ -242,7 +242,7 @@ def _reduce(fn: str):
         x = cx.operand(0)
         rank = len(cx.shape(x))
         dims = cx.const(1) if cx.num_operands > 1 else None
-        dims = list(range(rank)) if dims is None else [dims] if isinstance(dims, int) else list(dims)
+        dims = list(range(rank)) if not dims and dims != 0 else [dims] if isinstance(dims, int) else list(dims)
         keep = bool(cx.const(2)) if cx.num_operands > 2 and isinstance(cx.const(2), bool) else False
         for d in sorted((d % rank for d in dims), reverse=True):
             x = _reduce_dim(cx, fn, x, d)
@@ -258,11 +258,7 @@ def _reduce(fn: str):
 def _reduce_dim(cx, fn: str, x, d: int):
     """`fn` over dim `d`, kept as size 1: the dim moves last, reduces, and (size 1 now) moves back by a reshape."""
     shape = list(cx.shape(x))
-    r = len(shape)
-    if d != r - 1:
-        if d != r - 2:
-            raise cx.error(f"{fn} over dim {d} of a rank-{r} tensor: only the last two dims are supported")
-        x = transpose(cx, x, list(range(r - 2)) + [r - 1, r - 2], check=False)
+    x = to_last(cx, x, d)
     n = shape[d]
     dynamic_mean = fn == "mean" and sy.as_int(n) is None
     out = cx.emit(ReduceOp, check=False, input=x, fn=ir.StringAttr.get("sum" if dynamic_mean else fn))

@@ -183,6 +183,33 @@ def transpose(cx, x, perm: list[int], check: bool = True):
     return cx.emit(TransposeOp, check=check, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
 
 
+def swap_perms(rank: int, d: int) -> list[list[int]]:
+    """Permutations (each one the NPU transposes directly) that swap dim `d` with the last dim:
+    d <-> rank-2 (the last dim stays: row moves), then the last two dims."""
+    out = []
+    if d != rank - 2 and d != rank - 1:
+        p = list(range(rank))
+        p[d], p[rank - 2] = p[rank - 2], p[d]
+        out.append(p)
+    if d != rank - 1:
+        out.append(list(range(rank - 2)) + [rank - 1, rank - 2])
+    return out
+
+
+def to_last(cx, x, d: int):
+    """`x` with dim `d` swapped with the last dim; `from_last` undoes it."""
+    for p in swap_perms(len(cx.shape(x)), d):
+        x = transpose(cx, x, p, check=False)
+    return x
+
+
+def from_last(cx, x, d: int, check: bool = True):
+    perms = swap_perms(len(cx.shape(x)), d)[::-1]
+    for i, p in enumerate(perms):
+        x = transpose(cx, x, p, check=check and i == len(perms) - 1)
+    return x
+
+
 def permute(cx):
     x = cx.operand(0)
     rank = len(cx.shape(x))
