@@ -28,7 +28,7 @@ from .kernels import linear as k_linear
 from .kernels import normalization as k_norm
 from .kernels.pointwise import Pointwise, Prefer
 
-_MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign")
+_MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign", "erf")
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,7 @@ OPS: dict[type, OpDef] = {
             "torch.aten.bitwise_not": pointwise.logical_not,
             "torch.aten.pow.Tensor_Scalar": pointwise.pow_tensor_scalar,
             "torch.aten.pow.Scalar": pointwise.pow_scalar,
+            "torch.aten.pow.Tensor_Tensor": pointwise.pow_tensor_tensor,
         },
     ),
     nv.CompareOp: OpDef(

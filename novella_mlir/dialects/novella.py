@@ -366,7 +366,7 @@ class AttentionOp(Novella.Operation, name="attention"):
 
 MATH_FNS = (
     "exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "silu", "neg", "abs", "sin", "cos", "reciprocal",
-    "gelu_tanh", "not", "sign", "square",
+    "gelu_tanh", "not", "sign", "square", "erf",
 )  # fmt: skip
 COMPARE_FNS = ("lt", "le", "gt", "ge", "eq", "ne")
 REDUCE_FNS = ("sum", "mean", "max", "min")

@@ -155,10 +155,7 @@ class _RowMove:
 
 def _swap_dims(tv):
     shape = tv.shape(0)
-    batch = [sy.as_int(e) for e in shape[:-2]]
-    if any(v is None for v in batch):
-        raise ValueError(f"transpose of {[str(e) for e in shape]}: the batch dims must be static")
-    return prod(batch), shape[-2], shape[-1]
+    return sy.canon(sy.numel(shape[:-2])) if len(shape) > 2 else sy.const(1), shape[-2], shape[-1]
 
 
 def _swap_tiling(op, tv, budget):
@@ -170,7 +167,7 @@ def _swap_tiling(op, tv, budget):
         plan.add("x", "spad", tr * tc)
         plan.add("acc", "acc", tc * tr)
         if plan.fits() or tc == 16:
-            grid = [sy.const(batch), sy.ceildiv(c, tc), sy.ceildiv(r, tr)]
+            grid = [batch, sy.ceildiv(c, tc), sy.ceildiv(r, tr)]
             return Tiling({"tr": tr, "tc": tc}, grid, plan.check())
     raise ValueError("unreachable")
 

@@ -87,7 +87,7 @@ def _grow(t: torch.Tensor, dim: int, length: int) -> torch.Tensor:
 def pairs(info, limit: int | None = None):
     """(sample, dim) pairs to try: float32 samples of rank >= 2, dims of size >= 2."""
     n = 0
-    for s in info.sample_inputs("cpu", torch.float32):
+    for s in _samples(info):
         x = s.input[0] if isinstance(s.input, (list, tuple)) and s.input else s.input
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.dtype != torch.float32 or x.numel() == 0:
             continue
@@ -97,6 +97,15 @@ def pairs(info, limit: int | None = None):
         n += 1
         if limit is not None and n >= limit:
             return
+
+
+def _samples(info):
+    """The op's samples; ops whose samples are all rank < 2 (many unary ufuncs) use their reference inputs."""
+    samples = list(info.sample_inputs("cpu", torch.float32))
+    first = [s.input[0] if isinstance(s.input, (list, tuple)) and s.input else s.input for s in samples]
+    if not any(isinstance(x, torch.Tensor) and x.dim() >= 2 for x in first):
+        samples = list(info.reference_inputs("cpu", torch.float32))[:12]
+    return samples
 
 
 def _as_list(y):
@@ -142,7 +151,10 @@ def run_pair(info, sample, dim: int) -> tuple[str, str]:
 
 
 def _reason(e: Exception) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    lines = str(e).strip().splitlines() or [type(e).__name__]
+    text = lines[0]
+    if text.endswith("failed:") and len(lines) > 1:
+        text = text.split("'")[1] + ": " + lines[1].split("error: ", 1)[-1]
     if "unsupported op" in text:
         return "unsupported " + text.split("unsupported op '")[1].split("'")[0]
     if "cannot keep dim" in text or "torch.export" in text:

@@ -132,6 +132,12 @@ def pow_tensor_scalar(cx):
     return math_op(cx, "exp", scalar_op(cx, "mul", log, float(e), check=False))
 
 
+def pow_tensor_tensor(cx):
+    """x ** y = exp(y * ln x): exact in range for x > 0 (a negative x gives NaN, where torch may not)."""
+    log = math_op(cx, "log", cx.operand(0), check=False)
+    return math_op(cx, "exp", cx.emit(MulOp, check=False, lhs=log, rhs=cx.operand(1)))
+
+
 def pow_scalar(cx):
     """b ** x = exp(x * ln b) for a positive scalar base."""
     base = cx.const(0)

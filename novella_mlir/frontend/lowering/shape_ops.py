@@ -180,6 +180,10 @@ def transpose(cx, x, perm: list[int], check: bool = True):
     """`x` permuted by `perm`, or `x` itself for the identity permutation."""
     if perm == list(range(len(perm))):
         return x
+    shape = cx.shape(x)
+    moved = [p for p in perm if sy.as_int(shape[p]) != 1]
+    if moved == sorted(moved):  # only size-1 dims move: the same row-major data
+        return reshape(cx, x, [shape[p] for p in perm], check=check)
     return cx.emit(TransposeOp, check=check, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
 
 
