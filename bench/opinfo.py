@@ -38,7 +38,9 @@ def decomposed_aten() -> list[str]:
 def render(results: dict) -> str:
     """docs/ops.md from the op table, the decomposition list and the recorded OpInfo results."""
     ops = results.get("ops", {})
-    unsupported = sorted({r.split(" ", 1)[1] for t in ops.values() for r in t["reasons"] if r.startswith("unsupported ")})
+    unsupported = sorted(
+        {r.split(" ", 1)[1] for t in ops.values() for r in t["reasons"] if r.startswith("unsupported ")}
+    )
     total = {k: sum(t[k] for t in ops.values()) for k in ("passed", "failed", "skipped")}
     lines = [
         "# Operator coverage",

@@ -99,7 +99,13 @@ OPS: dict[type, OpDef] = {
         shapes.unary,
         k_attention.Softmax(),
         _LIT + "kernels/attention.mlir",
-        {"torch.aten._softmax": attention.softmax_internal, "torch.aten.softmax.int": attention.softmax},
+        {
+            "torch.aten._softmax": attention.softmax_internal,
+            "torch.aten.softmax.int": attention.softmax,
+            "torch.aten.log_softmax.int": attention.log_softmax,
+            "torch.aten._log_softmax": attention.log_softmax,
+            "torch.aten.logsumexp": attention.logsumexp,
+        },
     ),
     nv.LayerNormOp: OpDef(
         shapes.unary,
@@ -234,6 +240,10 @@ OPS: dict[type, OpDef] = {
             "torch.aten.mean": indexing.mean,
             "torch.aten.amax": indexing.amax,
             "torch.aten.amin": indexing.amin,
+            "torch.aten.var.correction": indexing.var,
+            "torch.aten.var.dim": indexing.var,
+            "torch.aten.std.correction": indexing.std,
+            "torch.aten.std.dim": indexing.std,
         },
     ),
     nv.ConcatOp: OpDef(

@@ -149,7 +149,16 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 def math_body(tl: Tile, fn: str, dst: str, a: str, tmp: str) -> None:
     """dst = fn(a) on one tile; `tmp` is scratch. a may equal dst only for in-place-safe fns."""
     v, geo = tl.b.vop, tl.geo()
-    simple = {"exp": "EXP", "log": "LOG", "tanh": "TANH", "rsqrt": "RSQRT", "sin": "SIN", "cos": "COS", "abs": "ABS", "erf": "ERF"}
+    simple = {
+        "exp": "EXP",
+        "log": "LOG",
+        "tanh": "TANH",
+        "rsqrt": "RSQRT",
+        "sin": "SIN",
+        "cos": "COS",
+        "abs": "ABS",
+        "erf": "ERF",
+    }
     if fn in simple:
         v(simple[fn], dst, a, **geo)
     elif fn == "neg":

@@ -72,7 +72,9 @@ class _Op(torch.nn.Module):
         self.fn, self.consts, self.kwargs, self.slots, self.n_list = fn, consts, kwargs, slots, n_list
 
     def forward(self, *tensors):
-        head, rest = (list(tensors[: self.n_list]), tensors[self.n_list :]) if self.n_list else (tensors[0], tensors[1:])
+        head, rest = (
+            (list(tensors[: self.n_list]), tensors[self.n_list :]) if self.n_list else (tensors[0], tensors[1:])
+        )
         args = list(self.consts)
         for slot, t in zip(self.slots, rest):
             args[slot] = t

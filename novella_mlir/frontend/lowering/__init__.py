@@ -158,7 +158,21 @@ def convert(torch_module: ir.Module, imported) -> ir.Module:
             results = _convert_block(src.regions[0].blocks[0], values, imported.symbols, imported.weights, table)
             func.ReturnOp(results)
         fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [r.type for r in results]))
+        _drop_dead(entry, imported.weights)
     return module
+
+
+def _drop_dead(block, weights: dict) -> None:
+    """Erases ops whose results are unused (weights replaced by folded copies, dead views), newest first,
+    and the weight data no `novella.weight` refers to any more."""
+    for op in reversed(list(block.operations)):
+        if op.operation.name.startswith("novella.") and op.results and not any(list(r.uses) for r in op.results):
+            op.operation.erase()
+    used = {
+        ir.StringAttr(op.attributes["name"]).value for op in block.operations if op.operation.name == "novella.weight"
+    }
+    for name in [n for n in weights if n not in used]:
+        del weights[name]
 
 
 def _arg_type(dims, positions, n_syms):

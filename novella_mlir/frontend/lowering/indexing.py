@@ -19,8 +19,10 @@ from ...dialects.novella import (
     GatherRowsOp,
     LinearOp,
     MatmulOp,
+    MulOp,
     ReduceOp,
     SliceOp,
+    SubOp,
 )
 from .shape_ops import affine, reshape, to_last, transpose
 
@@ -269,6 +271,58 @@ def _reduce_dim(cx, fn: str, x, d: int):
     kept = list(shape)
     kept[d] = sy.const(1)
     return reshape(cx, out, kept, check=False)
+
+
+def _var(cx, root: bool):
+    """var/std over dims: mean((x - mean)^2) * N / (N - correction), N the reduced element count."""
+    x = cx.operand(0)
+    shape = list(cx.shape(x))
+    rank = len(shape)
+    dims = cx.const(1) if cx.num_operands > 1 else None
+    dims = list(range(rank)) if not dims and dims != 0 else [dims] if isinstance(dims, int) else list(dims)
+    dims = sorted({d % rank for d in dims}, reverse=True)
+    corr = cx.const(2) if cx.num_operands > 2 and not isinstance(cx.const(2), bool) else None
+    if cx.op.name.endswith(".dim"):  # var.dim(x, dims, unbiased, keepdim)
+        corr, keep = (1 if cx.const(2) else 0), bool(cx.const(3))
+    else:  # var.correction(x, dims, correction, keepdim)
+        corr, keep = (1 if corr is None else corr), bool(cx.const(3)) if cx.num_operands > 3 else False
+    mean_ = x
+    for d in dims:
+        mean_ = _reduce_dim(cx, "mean", mean_, d)
+    dev = cx.emit(SubOp, check=False, lhs=x, rhs=mean_)
+    sq = cx.emit(MulOp, check=False, lhs=dev, rhs=dev)
+    for d in dims:
+        sq = _reduce_dim(cx, "sum", sq, d)
+    n = sy.canon(sy.numel([shape[d] for d in dims]))
+    if sy.as_int(n) is not None:
+        if sy.as_int(n) - corr <= 0:
+            raise cx.error(f"var over {sy.as_int(n)} elements with correction {corr} divides by zero")
+        out = _scale(cx, sq, 1.0 / (sy.as_int(n) - corr))
+    else:
+        from .elementwise import size_value
+
+        out = cx.emit(DivOp, check=False, lhs=sq, rhs=size_value(cx, sy.canon(n - sy.const(corr))))
+    if root:
+        from .pointwise import math_op
+
+        out = math_op(cx, "sqrt", out, check=False)
+    if not keep:
+        out = reshape(cx, out, [e for i, e in enumerate(shape) if i not in dims])
+    return out
+
+
+def _scale(cx, x, value: float):
+    from .pointwise import scalar_op
+
+    return scalar_op(cx, "mul", x, value, check=False)
+
+
+def var(cx):
+    return _var(cx, root=False)
+
+
+def std(cx):
+    return _var(cx, root=True)
 
 
 sum_ = _reduce("sum")

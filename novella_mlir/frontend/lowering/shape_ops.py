@@ -217,7 +217,20 @@ def from_last(cx, x, d: int, check: bool = True):
 def permute(cx):
     x = cx.operand(0)
     rank = len(cx.shape(x))
-    return transpose(cx, x, [p % rank for p in cx.const(1)])
+    return any_transpose(cx, x, [p % rank for p in cx.const(1)])
+
+
+def any_transpose(cx, x, perm: list[int]):
+    """`x` permuted by `perm` as transposes the NPU runs directly: when the last dim moves,
+    first swap the dim that becomes last into place, then a transpose that keeps the last dim."""
+    r = len(perm)
+    if not r or perm[-1] == r - 1 or perm == list(range(r - 2)) + [r - 1, r - 2]:
+        return transpose(cx, x, perm)
+    order = list(range(r))  # order[i]: the source dim now at position i
+    for p in swap_perms(r, perm[-1]):
+        x = transpose(cx, x, p, check=False)
+        order = [order[i] for i in p]
+    return transpose(cx, x, [order.index(s) for s in perm])
 
 
 def transpose_int(cx):
@@ -226,7 +239,7 @@ def transpose_int(cx):
     perm = list(range(rank))
     a, b = cx.const(1) % rank, cx.const(2) % rank
     perm[a], perm[b] = perm[b], perm[a]
-    return transpose(cx, x, perm)
+    return any_transpose(cx, x, perm)
 
 
 def slice_(cx):
