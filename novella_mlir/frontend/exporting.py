@@ -1,11 +1,13 @@
 """torch.export over the caller's length range, and the asserts and guards it leaves.
 
-The length is a named `Dim("T", min, max)`: traced plainly first, then
-size-obliviously with undecidable guards deferred to runtime asserts. Each deferred assert is a
-condition on the length; it is proved by evaluating it at every length of
-the (bounded) range, then dropped from the graph. If torch still narrows
-the range, the fallback is the plain `Dim.DYNAMIC` trace; when that narrows
-too, the error says which guard excluded which lengths.
+The cheapest trace goes first: `Dim.DYNAMIC(min, max)`, traced size-obliviously,
+accepted only if torch keeps the whole range. When it narrows (transformers'
+`q_len > 1` check does), the length becomes a named `Dim("T", min, max)`: traced
+plainly, then size-obliviously with undecidable guards deferred to runtime
+asserts. Each deferred assert is a condition on the length; it is proved by
+evaluating it at every length of the (bounded) range, then dropped from the
+graph. When every trace narrows, the error says which guard excluded which
+lengths and what part torch keeps (`NarrowedError.kept`).
 """
 
 from __future__ import annotations
@@ -47,15 +49,15 @@ class NarrowedError(NovellaError):
 def export(module, args, dynamic_dim: int, lo: int, hi: int):
     """The ExportedProgram over [lo, hi], or a NarrowedError saying why not."""
     module = module.eval()
+    prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
+    if kept == (lo, hi):
+        return prog
     first = _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious=False)
     if isinstance(first, str):
         second = _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious=True)
         first = first if isinstance(second, str) else second
     if not isinstance(first, str):
         return first
-    prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
-    if kept == (lo, hi):
-        return prog
     msg = f"torch.export cannot keep dim {dynamic_dim} symbolic over [{lo}, {hi}]: {first}"
     if kept:
         msg += f" The part it can trace is [{kept[0]}, {kept[1]}]."
