@@ -117,7 +117,11 @@ OPS: dict[type, OpDef] = {
         shapes.transpose,
         k_data.Transpose(),
         _LIT + "kernels/shape.mlir",
-        {"torch.aten.permute": shape_ops.permute, "torch.aten.transpose.int": shape_ops.transpose_int},
+        {
+            "torch.aten.permute": shape_ops.permute,
+            "torch.aten.transpose.int": shape_ops.transpose_int,
+            "torch.aten.t": shape_ops.t,
+        },
     ),
     nv.ReshapeOp: OpDef(
         shapes.from_result,
@@ -134,6 +138,7 @@ OPS: dict[type, OpDef] = {
             "torch.prims.squeeze": shape_ops.squeeze_dims,
             "torch.prims.collapse": shape_ops.collapse,
             "torch.aten.unflatten.int": shape_ops.unflatten,
+            "torch.aten.flatten.using_ints": shape_ops.flatten,
         },
         no_kernel="a row-major reshape is a DRAM alias (--novella-allocate gives it its operand's buffer)",
     ),
@@ -141,7 +146,11 @@ OPS: dict[type, OpDef] = {
         shapes.from_result,
         _SLICE,
         _LIT + "kernels/shape.mlir",
-        {"torch.aten.slice.Tensor": shape_ops.slice_, "torch.aten.select.int": indexing.select},
+        {
+            "torch.aten.slice.Tensor": shape_ops.slice_,
+            "torch.aten.select.int": indexing.select,
+            "torch.aten.narrow": indexing.narrow,
+        },
     ),
     nv.Conv1dOp: OpDef(shapes.conv1d, k_conv.Conv1d(), _LIT + "kernels/nn.mlir", {"torch.aten.conv1d": nn.conv1d}),
     nv.AttentionOp: OpDef(
@@ -217,7 +226,10 @@ OPS: dict[type, OpDef] = {
         },
     ),
     nv.BroadcastOp: OpDef(
-        shapes.broadcast_to, _POINTWISE, _LIT + "kernels/pointwise.mlir", {"torch.aten.expand": indexing.expand}
+        shapes.broadcast_to,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {"torch.aten.expand": indexing.expand, "torch.aten.repeat": indexing.repeat},
     ),
     nv.GatherRowsOp: OpDef(
         shapes.gather_rows,
@@ -254,6 +266,7 @@ OPS: dict[type, OpDef] = {
             "torch.aten.cat": indexing.cat,
             "torch.aten.split.Tensor": indexing.split,
             "torch.aten.split_with_sizes": indexing.split_with_sizes,
+            "torch.aten.chunk": indexing.chunk,
         },
     ),
 }

@@ -485,9 +485,13 @@ class ReduceOp(Novella.Operation, name="reduce"):
 
 
 class ConcatOp(Novella.Operation, name="concat"):
-    """`torch.cat(inputs, dim)`: the inputs, equal except in `dim`, one after the other along it."""
+    """`torch.cat([lhs, rhs], dim)`: two tensors, equal except in `dim`, one after the other along it.
 
-    inputs: Sequence[ext.Operand[Tensor]]
+    Binary because an IRDL variadic operand binds one type for all its operands;
+    the frontend chains more inputs."""
+
+    lhs: ext.Operand[Tensor]
+    rhs: ext.Operand[Tensor]
     dim: ir.IntegerAttr
     result: ext.Result[Tensor]
 

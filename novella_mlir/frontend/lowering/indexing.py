@@ -174,7 +174,10 @@ def cat(cx):
         return items[0]
     rank = len(cx.shape(items[0]))
     dim = cx.const(1) % rank if cx.num_operands > 1 else 0
-    return cx.emit(ConcatOp, inputs=items, dim=_i64(dim))
+    out = items[0]
+    for i, v in enumerate(items[1:]):
+        out = cx.emit(ConcatOp, check=i == len(items) - 2, lhs=out, rhs=v, dim=_i64(dim))
+    return out
 
 
 def _slice(cx, x, dim: int, start: int, length):
@@ -210,6 +213,37 @@ def split(cx):
         raise cx.error("split of a symbolic-size dim is not supported; split a static dim")
     sizes = [min(size, total - i) for i in range(0, total, size)]
     return [_split_at(cx, x, dim, sizes)]
+
+
+def repeat(cx):
+    """x.repeat(reps): each dim d of x (padded to len(reps)) becomes [reps[d], d], a broadcast copy, then merged."""
+    x, reps = cx.operand(0), list(cx.const(1))
+    shape = [sy.const(1)] * (len(reps) - len(cx.shape(x))) + list(cx.shape(x))
+    spread = [e for s in shape for e in (sy.const(1), s)]
+    wide = [e for r, s in zip(reps, shape) for e in (sy.const(r), s)]
+    out = reshape(cx, x, spread, check=False)
+    if any(r != 1 for r in reps):
+        out = cx.emit(BroadcastOp, result_shape=wide, check=False, input=out)
+    return reshape(cx, out, [sy.canon(sy.const(r) * s) for r, s in zip(reps, shape)])
+
+
+def chunk(cx):
+    x = cx.operand(0)
+    shape = cx.shape(x)
+    dim = cx.const(2) % len(shape) if cx.num_operands > 2 else 0
+    total = sy.as_int(shape[dim])
+    if total is None:
+        raise cx.error("chunk of a symbolic-size dim is not supported; chunk a static dim")
+    size = -(-total // cx.const(1))
+    return [_split_at(cx, x, dim, [min(size, total - i) for i in range(0, total, size)])]
+
+
+def narrow(cx):
+    x, dim, start, length = cx.operand(0), cx.const(1), cx.const(2), cx.const(3)
+    dim %= len(cx.shape(x))
+    if not isinstance(start, int) or start < 0:
+        raise cx.error("narrow with a symbolic or negative start is not supported")
+    return _slice(cx, x, dim, start, length)
 
 
 def select(cx):

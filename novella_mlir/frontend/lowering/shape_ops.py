@@ -233,6 +233,20 @@ def any_transpose(cx, x, perm: list[int]):
     return transpose(cx, x, [order.index(s) for s in perm])
 
 
+def flatten(cx):
+    x, start, end = cx.operand(0), cx.const(1), cx.const(2)
+    shape = list(cx.shape(x))
+    if not shape:
+        return reshape(cx, x, [sy.const(1)])
+    start, end = start % len(shape), end % len(shape)
+    return reshape(cx, x, shape[:start] + [sy.canon(sy.numel(shape[start : end + 1]))] + shape[end + 1 :])
+
+
+def t(cx):
+    x = cx.operand(0)
+    return any_transpose(cx, x, [1, 0]) if len(cx.shape(x)) == 2 else x
+
+
 def transpose_int(cx):
     x = cx.operand(0)
     rank = len(cx.shape(x))
