@@ -167,6 +167,8 @@ OPS: dict[type, OpDef] = {
         {
             **{f"torch.aten.{fn}": pointwise.unary(fn) for fn in _MATH_ATEN},
             "torch.aten.silu": pointwise.unary("silu"),
+            "torch.aten.expm1": pointwise.expm1,
+            "torch.aten.log1p": pointwise.log1p,
             "torch.aten.logical_not": pointwise.logical_not,
             "torch.aten.bitwise_not": pointwise.logical_not,
             "torch.aten.pow.Tensor_Scalar": pointwise.pow_tensor_scalar,

@@ -23,9 +23,9 @@ from . import dtypes, exporting
 # whose parts the NPU lowers. Everything else in the exported graph is lowered as it is.
 NEEDED_DECOMPOSITIONS = (
     "silu", "triu", "tril", "var_mean", "hardtanh", "elu",
-    "leaky_relu", "stack", "unbind", "masked_fill", "expm1", "log1p", "softplus", "mish",
+    "leaky_relu", "stack", "unbind", "masked_fill", "softplus", "mish",
     "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "_safe_softmax", "native_dropout", "linalg_vector_norm",
-    "rsub", "flip", "sign", "clamp_min", "clamp_max", "_to_copy", "baddbmm",
+    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm",
 )  # fmt: skip
 
 

@@ -279,7 +279,7 @@ class Prefer:
     def pick(self, op, tv):
         try:
             ok = self.applies(op, tv)
-        except ValueError:
+        except (ValueError, IndexError):  # IndexError: a rank-0 result has no last dim
             ok = False
         return self.first if ok else self.fallback
 

@@ -182,6 +182,8 @@ def cat(cx):
 
 def _slice(cx, x, dim: int, start: int, length):
     shape = list(cx.shape(x))
+    if sy.as_int(affine(length)) == 0:
+        raise cx.error("a slice of length 0 (an empty tensor) is not supported")
     if str(sy.canon(affine(length))) == str(shape[dim]) and start == 0:
         return x
     shape[dim] = sy.canon(affine(length))

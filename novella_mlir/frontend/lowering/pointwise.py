@@ -34,6 +34,16 @@ def unary(fn: str):
     return lower
 
 
+def expm1(cx):
+    """exp(x) - 1 (absolute error ~1e-7 near 0, where torch's expm1 keeps relative accuracy)."""
+    return scalar_op(cx, "sub", math_op(cx, "exp", check=False), 1.0)
+
+
+def log1p(cx):
+    """log(1 + x) (absolute error ~1e-7 near 0, where torch's log1p keeps relative accuracy)."""
+    return math_op(cx, "log", scalar_op(cx, "add", cx.operand(0), 1.0, check=False))
+
+
 def logical_not(cx):
     if cx.kind(0) == "int" and "bitwise" in cx.op.name:
         raise cx.error("bitwise_not of an integer tensor is not supported (held as f32); only of a bool mask")

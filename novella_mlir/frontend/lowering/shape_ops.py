@@ -273,6 +273,8 @@ def slice_(cx):
     if start < 0 and full is not None:
         start += full
     length = sy.canon(_slice_length(cx, shape[dim], start, end))
+    if sy.as_int(length) is not None and sy.as_int(length) <= 0:
+        raise cx.error("a slice of length 0 (an empty tensor) is not supported")
     if str(length) == str(shape[dim]):
         return x
     shape[dim] = length
