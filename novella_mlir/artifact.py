@@ -69,6 +69,7 @@ class TileMeta:
 class TensorMeta:
     shape: list  # [postfix, ...]
     dram: list  # postfix
+    dtype: str = "float32"  # the torch dtype of a model input (held as fp32 in DRAM: frontend/dtypes.py)
 
 
 @dataclass

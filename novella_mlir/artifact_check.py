@@ -32,6 +32,7 @@ MAX_GRID_DIMS = 8
 MAX_PROGRAM = 256  # tokens of one expression
 MAX_CONST = 1 << 40
 MAX_STEPS = 1 << 24  # grid points of all tiles at the upper bound
+INPUT_DTYPES = ("float32", "int64", "int32", "int16", "int8", "uint8", "bool")
 _TOP = ("version", "config", "config_fingerprint", "symbols", "inputs", "outputs", "dram_size")
 _TOP += ("weight_layout", "macros", "tiles")
 _OPS = ("+", "*", "floordiv", "ceildiv", "mod")
@@ -175,7 +176,9 @@ def _check_programs(m, n: int) -> None:
         _type(m[kind], list, kind)
         for i, t in enumerate(m[kind]):
             f = f"{kind}[{i}]"
-            _keys(t, ("shape", "dram"), f)
+            _keys(t, ("shape", "dram"), f, optional=("dtype",))
+            if t.get("dtype", "float32") not in INPUT_DTYPES:
+                raise _Bad(f + ".dtype", f"{_short(t['dtype'])} is not one of {', '.join(INPUT_DTYPES)}")
             _type(t["shape"], list, f + ".shape")
             for d, p in enumerate(t["shape"]):
                 check_program(p, f"{f}.shape[{d}]", n)

@@ -15,8 +15,9 @@ from simulator import isa, load_config
 from . import artifact as art_mod
 from . import cache as compile_cache
 from .context import make_context
-from .errors import CompileError, InputError
+from .errors import CompileError, InputError, NovellaError
 from .frontend import importer
+from .frontend.exporting import NarrowedError
 from .frontend.lowering import convert, source_location
 from .runtime.executor import Executor
 from .transforms.registry import BACKEND_PIPELINE, run_passes
@@ -88,8 +89,6 @@ def compile_torch(
             stages = Stages()
             stages.texts, stages.seconds = hit[1], hit[2]
             return CompiledModel(hit[0], config, stages)
-    ctx = make_context()
-    stages = Stages(dump_dir)
     # torch.export with a symbolic length, then the torch-mlir FX importer (torch dialect, `?` dims)
     lo, hi = min_len, max_len
     if max_len <= 2:  # torch-mlir imports a dim whose range ends at 2 as static: export over [min, 3]
@@ -98,7 +97,24 @@ def compile_torch(
     elif min_len == max_len:
         lo, hi = min_len - 1, min_len
         example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
-    prog = importer.export(module, example_args, dynamic_dim, lo, hi)
+    try:
+        prog = importer.export(module, example_args, dynamic_dim, lo, hi)
+    except NarrowedError as e:
+        if min_len == max_len or e.kept is None:
+            raise
+        kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
+        return _specialize(module, example_args, dynamic_dim, (min_len, max_len), e, **kw)
+    model = _compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
+    if key is not None:
+        compile_cache.store(key, model.artifact, model.stages)
+    return model
+
+
+def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_options) -> CompiledModel:
+    """The exported program through the FX importer, the frontend and the backend passes."""
+    min_len, max_len = bounds
+    ctx = make_context()
+    stages = Stages(dump_dir)
     imported = importer.import_program(ctx, prog, decomposition_table)
     imported.symbols = [dataclasses.replace(s, lo=min_len, hi=max_len) for s in imported.symbols]
     with ctx, ir.Location.unknown():
@@ -112,11 +128,11 @@ def compile_torch(
             stages.record(flag, mod)
         # artifact: MacroMeta + TileMeta (+ weights and DRAM plan)
         artifact = art_mod.extract(mod, imported.weights, config)
+    for meta, dtype in zip(artifact.inputs, importer.input_dtypes(prog)):
+        meta.dtype = dtype
     model = CompiledModel(artifact, config, stages)
     # validation: the programs at both ends of the bounds instantiate and encode
     _check_bounds_encode(model)
-    if key is not None:
-        compile_cache.store(key, artifact, stages)
     if dump_dir:
         artifact.save(Path(dump_dir) / "model.nvla")
         (Path(dump_dir) / "summary.json").write_text(json.dumps(model.summary(), indent=2))
@@ -124,12 +140,35 @@ def compile_torch(
 
 
 def _resized(arg, dim: int, length: int):
-    """`arg` with dim `dim` of length `length` (an example for export, values random)."""
+    """`arg` with dim `dim` of length `length` (an example for export; float values random, integers 0)."""
     if not isinstance(arg, torch.Tensor):
         return arg
     shape = list(arg.shape)
     shape[dim] = length
-    return torch.randn(shape, dtype=arg.dtype)
+    return torch.randn(shape, dtype=arg.dtype) if arg.dtype.is_floating_point else torch.zeros(shape, dtype=arg.dtype)
+
+
+MAX_SPECIALIZED = 4
+
+
+def _specialize(module, example_args, dynamic_dim, bounds, narrowed, **kw) -> SpecializedModel:
+    """torch.export keeps only `narrowed.kept` of `bounds`: that part compiled once with the length
+    symbolic, each excluded length (at most MAX_SPECIALIZED) as its own static program."""
+    (lo, hi), (a, b) = bounds, narrowed.kept
+    rest = [*range(lo, a), *range(b + 1, hi + 1)]
+    if len(rest) > MAX_SPECIALIZED:
+        raise narrowed
+    main = compile_torch(module, *example_args, dynamic_dim=dynamic_dim, min_len=a, max_len=b, **kw)
+    parts = [((a, b), main)]
+    for length in rest:
+        args = tuple(_resized(x, dynamic_dim, length) for x in example_args)
+        try:
+            prog = importer.export_static(module, args)
+        except NovellaError as e:
+            raise NovellaError(f"{narrowed}\nThe static program for T = {length} fails too: {e}") from None
+        parts.append(((length, length), _compile_program(prog, (length, length), kw["config"], None,
+                                                         kw["decomposition_table"], kw["pass_options"])))  # fmt: skip
+    return SpecializedModel(parts, dynamic_dim, str(narrowed))
 
 
 def _check_bounds_encode(model) -> None:
@@ -168,8 +207,8 @@ class CompiledModel:
     def __call__(
         self, *inputs, trace: bool = False, check_hazards: bool = True, progress: bool | None = None, cast: bool = False
     ):
-        """Runs the model on the simulator like the nn.Module. Inputs must be float32 (as eager requires)
-        unless `cast=True`; `last_run` then holds this thread's run. `check_hazards=False` skips the race
+        """Runs the model on the simulator like the nn.Module. Inputs must have the dtypes the model was
+        compiled with (as eager requires) unless `cast=True`; `last_run` then holds this thread's run. `check_hazards=False` skips the race
         checker (same outputs and cycles, faster); `progress` shows a tqdm bar (default: on a terminal, for
         long programs)."""
         return self.run(*inputs, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast)[0]
@@ -178,7 +217,8 @@ class CompiledModel:
         self, *inputs, trace: bool = False, check_hazards: bool = True, progress: bool | None = None, cast: bool = False
     ):
         """(outputs, RunResult) of one call: thread-safe access to the run's program, stats and trace."""
-        arrays = [_to_numpy(x, i, cast) for i, x in enumerate(inputs)]
+        wants = [m.dtype for m in self.artifact.inputs]
+        arrays = [_to_numpy(x, i, w, cast) for i, (x, w) in enumerate(zip(inputs, wants))]
         outs, run = self.executor.run_with_result(
             arrays, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast
         )
@@ -218,25 +258,83 @@ class CompiledModel:
         self.artifact.save(path, key=key)
 
 
-def _to_numpy(x, i: int, cast: bool):
-    """A torch tensor as a numpy array, refusing what has no dense CPU data; other values pass through."""
+def _to_numpy(x, i: int, want: str, cast: bool):
+    """A torch tensor as a numpy array, refusing what has no dense CPU data; other values pass through
+    (the executor checks dtypes against the compiled ones, `want`)."""
     if not isinstance(x, torch.Tensor):
         return x
     if x.layout != torch.strided:
         raise InputError(f"input #{i} is a {x.layout} tensor; pass a dense tensor (x.to_dense())")
     if x.device.type == "meta":
         raise InputError(f"input #{i} is a meta tensor, which has no data")
-    if x.dtype != torch.float32:
+    x = x.detach().cpu().resolve_conj().resolve_neg()
+    if x.dtype == torch.bfloat16:  # numpy has no bfloat16
         if not cast:
             raise InputError(
-                f"input #{i} has dtype {x.dtype}, the model was compiled for torch.float32; "
+                f"input #{i} has dtype torch.bfloat16, the model was compiled for torch.{want}; "
                 "convert it (x.float()) or pass cast=True"
             )
-        if x.dtype == torch.bfloat16 or x.dtype == torch.float16:
-            x = x.float()
-        elif x.is_complex():
-            raise InputError(f"input #{i} has dtype {x.dtype}, which cannot be cast to float32 without losing data")
-    return x.detach().cpu().resolve_conj().resolve_neg().numpy()
+        x = x.float()
+    return x.numpy()
+
+
+class SpecializedModel:
+    """Programs for disjoint length ranges, picked by the input's length: the range torch.export
+    traces symbolically, plus static programs for the few lengths it excludes (`why`)."""
+
+    def __init__(self, parts, dynamic_dim: int, why: str):
+        self.parts = sorted(parts, key=lambda p: p[0])
+        self.dynamic_dim = dynamic_dim
+        self.why = why
+        self.main = max(parts, key=lambda p: p[0][1] - p[0][0])[1]
+        self._last = self.main
+
+    def pick(self, length: int) -> CompiledModel:
+        for (lo, hi), model in self.parts:
+            if lo <= length <= hi:
+                return model
+        ranges = ", ".join(f"[{lo}, {hi}]" for (lo, hi), _ in self.parts)
+        raise InputError(f"length {length} is outside the compiled ranges {ranges}")
+
+    def __call__(self, *inputs, **options):
+        return self.run(*inputs, **options)[0]
+
+    def run(self, *inputs, **options):
+        """(outputs, RunResult) from the program for the input's length; options as CompiledModel.run."""
+        first = next((x for x in inputs if hasattr(x, "shape")), None)
+        if first is None or len(first.shape) <= self.dynamic_dim:
+            raise InputError(f"no input has a dim {self.dynamic_dim} (the dynamic length) to pick a program by")
+        self._last = self.pick(int(first.shape[self.dynamic_dim]))
+        return self._last.run(*inputs, **options)
+
+    @property
+    def artifact(self):
+        return self.main.artifact
+
+    @property
+    def last_run(self):
+        return self._last.last_run
+
+    def ir(self, stage: str) -> str:
+        return self.main.ir(stage)
+
+    def summary(self) -> dict:
+        out = self.main.summary()
+        out["specializations"] = [{"lengths": list(r), **m.summary()} for r, m in self.parts if m is not self.main]
+        out["specialized_because"] = self.why
+        return out
+
+    def describe(self) -> str:
+        lines = [f"{len(self.parts)} programs, selected by length: {self.why}"]
+        for (lo, hi), m in self.parts:
+            kind = "symbolic" if m is self.main else "static"
+            lines.append(f"  T in [{lo}, {hi}]: {kind}, {len(m.artifact.macros)} macros")
+        return "\n".join(lines)
+
+    def save(self, path) -> None:
+        """The main program at `path`, each static one beside it as `<path>.T<length>`."""
+        for (lo, _), m in self.parts:
+            m.save(path if m is self.main else f"{path}.T{lo}")
 
 
 def load(path, config=None, key: bytes | str | None = None) -> CompiledModel:

@@ -15,8 +15,8 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects import shapes
-from ..dialects.novella import AttentionOp, MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
-from . import BufferPlan, Tiling, first, kernel, last, legalize_pattern, module_symbols, tile_rows
+from ..dialects.novella import MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
+from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
 
 MAX_FIELD = 4095
 TILE_SIZES = (256, 128, 64, 32, 16)
@@ -83,7 +83,7 @@ def _candidates(extent: ir.AffineExpr, symbols, sizes) -> list[int]:
 class MatmulDims:
     """A batched matmul as `batch` independent [M, K] @ [K, N] products."""
 
-    batch: int
+    batch: ir.AffineExpr
     m: ir.AffineExpr
     k: ir.AffineExpr
     n: ir.AffineExpr
@@ -99,15 +99,14 @@ def _static_numel(exprs) -> int | None:
 
 def matmul_dims(op, tv) -> MatmulDims:
     a, b, y = tv.shape(0), tv.shape(1), tv.shape(-1)
-    batch = _static_numel(y[:-2])
-    if batch is None:
-        raise ValueError(f"matmul batch dims {[str(e) for e in y[:-2]]} must be static")
+    batch = sy.canon(mul(*y[:-2])) if len(y) > 2 else sy.const(1)
     strides = []
     for name, s in (("lhs", a), ("rhs", b)):
-        nb = _static_numel(s[:-2])
-        if nb not in (1, batch):
+        nb = sy.canon(mul(*s[:-2])) if len(s) > 2 else sy.const(1)
+        broadcast = sy.as_int(nb) == 1 and sy.as_int(batch) != 1
+        if not broadcast and str(nb) != str(batch):
             raise ValueError(f"matmul {name} batch dims {[str(e) for e in s[:-2]]} must equal the result's or be 1")
-        strides.append(sy.const(0) if nb == 1 and batch > 1 else mul(s[-1], s[-2]))
+        strides.append(sy.const(0) if broadcast else mul(s[-1], s[-2]))
     return MatmulDims(batch, a[-2], a[-1], y[-1], _flag(op, "transpose_rhs"), *strides)
 
 
@@ -119,7 +118,6 @@ def _matmul_plan(op, budget, tm, tn, tk) -> BufferPlan:
     return plan
 
 
-@kernel("novella.matmul")
 class Matmul:
     """`y[b] = lhs[b] @ rhs[b]` (rhs optionally stored transposed).
 
@@ -146,7 +144,7 @@ class Matmul:
         if best is None:
             plan.check()
         (tm, tn, tk), plan = best[1], best[2]
-        grid = [sy.const(dims.batch), ceildiv(dims.m, tm), ceildiv(dims.n, tn), ceildiv(dims.k, tk)]
+        grid = [dims.batch, ceildiv(dims.m, tm), ceildiv(dims.n, tn), ceildiv(dims.k, tk)]
         return Tiling({"tm": tm, "tn": tn, "tk": tk}, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
@@ -248,7 +246,6 @@ def softmax_scale(op) -> float:
     return ir.FloatAttr(op.attributes[SCALE_ATTR]).value if SCALE_ATTR in op.attributes else 1.0
 
 
-@kernel("novella.softmax")
 class Softmax:
     """Softmax over the last dim of a [rows, cols] view; cols may be symbolic.
 
@@ -420,7 +417,6 @@ def _untransposed_rhs(rhs: ir.Value, n_syms: int):
     return reshaped, [owner, inner]
 
 
-@legalize_pattern(MatmulOp)
 def fold_transpose_into_matmul(op, rewriter):
     """matmul(a, transpose(b, last two dims)) -> matmul(a, b, transpose_rhs = !transpose_rhs)."""
     owner = op.operands[1].owner
@@ -440,7 +436,6 @@ def fold_transpose_into_matmul(op, rewriter):
     return False
 
 
-@legalize_pattern(AttentionOp)
 def decompose_attention(op, rewriter):
     """attention(q, k, v) -> matmul(softmax(scale * matmul(q, k, transpose_rhs)), v).
 

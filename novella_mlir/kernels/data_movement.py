@@ -15,8 +15,8 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects import shapes
-from ..dialects.novella import GeluOp, ReluOp, ScalarOp, TransposeOp
-from . import BufferPlan, Tiling, first, kernel, legalize_pattern, module_symbols, tile_rows
+from ..dialects.novella import TransposeOp
+from . import BufferPlan, Tiling, first, module_symbols, tile_rows
 
 ROW_TILES = (512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
 MAX_UNROLL = 64
@@ -48,7 +48,6 @@ def _stride_exprs(shape) -> list[ir.AffineExpr]:
 # ------------------------------------------------------------------ transpose
 
 
-@kernel("novella.transpose")
 class Transpose:
     """`novella.transpose`: row moves if the last dim stays, else a last-two-dims swap.
 
@@ -138,7 +137,7 @@ class _RowMove:
             sram_stride=width,
         )
         move, tensor, buf = (b.load, 0, "t") if side == "in" else (b.store, -1, "o")
-        if self.packed[side] is not None:
+        if self.packed[side] is not None and self.packed[side] == self.order:
             move(buf, tensor, dram_offset=0, cols=width, **geo)
             return
         for col, idx in self._blocks():
@@ -156,10 +155,7 @@ class _RowMove:
 
 def _swap_dims(tv):
     shape = tv.shape(0)
-    batch = [sy.as_int(e) for e in shape[:-2]]
-    if any(v is None for v in batch):
-        raise ValueError(f"transpose of {[str(e) for e in shape]}: the batch dims must be static")
-    return prod(batch), shape[-2], shape[-1]
+    return sy.canon(sy.numel(shape[:-2])) if len(shape) > 2 else sy.const(1), shape[-2], shape[-1]
 
 
 def _swap_tiling(op, tv, budget):
@@ -171,7 +167,7 @@ def _swap_tiling(op, tv, budget):
         plan.add("x", "spad", tr * tc)
         plan.add("acc", "acc", tc * tr)
         if plan.fits() or tc == 16:
-            grid = [sy.const(batch), sy.ceildiv(c, tc), sy.ceildiv(r, tr)]
+            grid = [batch, sy.ceildiv(c, tc), sy.ceildiv(r, tr)]
             return Tiling({"tr": tr, "tc": tc}, grid, plan.check())
     raise ValueError("unreachable")
 
@@ -218,7 +214,6 @@ def _swap_macro(tv, t, b):
 # ------------------------------------------------------------------ slice
 
 
-@kernel("novella.slice")
 class Slice:
     """`novella.slice` along an outer dim whose leading dims are all 1: a row-range copy."""
 
@@ -278,7 +273,6 @@ def _producer(v: ir.Value, name: str):
     return owner if isinstance(owner, ir.OpView) and owner.operation.name == name else None
 
 
-@legalize_pattern(TransposeOp)
 def compose_transposes(op, rewriter):
     """transpose(transpose(x, p), q) -> transpose(x, p o q); the identity permutation folds away."""
     perm = perm_of(op)
@@ -290,6 +284,8 @@ def compose_transposes(op, rewriter):
         return False
     p = perm_of(inner)
     composed = [p[q] for q in perm]
+    if not _direct(composed):
+        return True
     with rewriter.ip, op.location:
         new = make_transpose(inner.operands[0], composed, len(module_symbols(op)))
     rewriter.replace_op(op, [new])
@@ -298,20 +294,22 @@ def compose_transposes(op, rewriter):
     return False
 
 
-def _sink_below_unary(op, rewriter):
+def _direct(perm: list[int]) -> bool:
+    """The transpose kernel runs `perm` in one op: it keeps the last dim, or swaps only the last two."""
+    r = len(perm)
+    return perm[-1] == r - 1 or perm == list(range(r - 2)) + [r - 1, r - 2]
+
+
+def sink_below_unary(op, rewriter):
     """unary(transpose(x)) -> transpose(unary(x)), so transposes meet and cancel (conv stem)."""
     inner = _producer(op.operands[0], "novella.transpose")
     if inner is None or len(list(inner.results[0].uses)) != 1:
         return True
     x = inner.operands[0]
-    attrs = {a.name: a.attr for a in op.attributes}
+    attrs = {op.attributes[i].name: op.attributes[i].attr for i in range(len(op.attributes))}
     with rewriter.ip, op.location:
         moved = ir.Operation.create(op.operation.name, results=[x.type], operands=[x], attributes=attrs)
         new = make_transpose(moved.results[0], perm_of(inner), len(module_symbols(op)))
     rewriter.replace_op(op, [new])
     rewriter.erase_op(inner)
     return False
-
-
-for _unary in (GeluOp, ReluOp, ScalarOp):
-    legalize_pattern(_unary)(_sink_below_unary)

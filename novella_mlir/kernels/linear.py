@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, kernel, last, tile_rows
+from . import BufferPlan, Tiling, first, last, tile_rows
 from .elementwise import emit_act
 
 
@@ -16,7 +16,6 @@ def _divisors(n: int, limit: int, step: int = 16) -> list[int]:
     return [n] + [d for d in range(top, 0, -step) if n % d == 0]
 
 
-@kernel("novella.linear")
 class Linear:
     """`y[M, N] = act(x[M, K] @ W[N, K]^T + b)`.
 

@@ -20,6 +20,7 @@ from simulator import Simulator, load_config
 from simulator.config import NovellaConfig
 
 from ..errors import InputError
+from ..frontend import dtypes
 from . import expr
 from .jit import Jit, Program
 
@@ -122,7 +123,7 @@ class Executor:
         """(outputs, this call's RunResult): the thread-safe way to get a run's stats."""
         if len(inputs) != len(self.art.inputs):
             raise InputError(f"expected {len(self.art.inputs)} inputs, got {len(inputs)}")
-        inputs = [check_input(x, i, cast) for i, x in enumerate(inputs)]
+        inputs = [check_input(x, i, cast, m.dtype) for i, (x, m) in enumerate(zip(inputs, self.art.inputs))]
         syms = self.bind(inputs)
         t0 = time.perf_counter()
         with self._jit_lock:
@@ -150,34 +151,42 @@ class Executor:
         return outs, run
 
 
-def check_input(x, i: int, cast: bool = False) -> np.ndarray:
-    """Input #i as a contiguous float32 array; refuses other dtypes unless `cast`, and lossy casts even then."""
+def check_input(x, i: int, cast: bool = False, want: str = "float32") -> np.ndarray:
+    """Input #i as the contiguous float32 array the NPU holds. Its dtype must be `want`, the compiled one,
+    unless `cast`; lossy casts are refused even then, and integers must be exact in fp32 (frontend/dtypes.py)."""
     if not isinstance(x, np.ndarray):
         if not cast or x is None:
             what = "None" if x is None else f"a {type(x).__name__}"
             raise InputError(
-                f"input #{i} is {what}; pass a float32 torch.Tensor or numpy array"
+                f"input #{i} is {what}; pass a {want} torch.Tensor or numpy array"
                 + ("" if x is None else " (or cast=True to convert it)")
             )
         try:
             x = np.asarray(x)
         except (ValueError, TypeError) as e:
             raise InputError(f"input #{i} cannot be converted to an array: {e}") from None
+    target = np.dtype(want)
+    if x.dtype != target:
+        if not cast:
+            raise InputError(
+                f"input #{i} has dtype {x.dtype}, the model was compiled for {want}; "
+                f"convert it (e.g. x.to(torch.{want})) or pass cast=True"
+            )
+        x = _cast(x, i, target)
+    if x.dtype.kind in "biu":
+        dtypes.check_exact(x.astype(np.int64), f"input #{i}")
+    return np.asarray(x, np.float32, order="C")
+
+
+def _cast(x: np.ndarray, i: int, target: np.dtype) -> np.ndarray:
     kind = x.dtype.kind
-    if x.dtype == np.float32:
-        return np.asarray(x, order="C")
-    if not cast:
-        raise InputError(
-            f"input #{i} has dtype {x.dtype}, the model was compiled for float32; "
-            "convert it (x.float()) or pass cast=True"
-        )
     if kind not in "biuf":
         why = "it would drop the imaginary part" if kind == "c" else "it is not numeric"
-        raise InputError(f"input #{i} has dtype {x.dtype}, which cannot be cast to float32: {why}")
+        raise InputError(f"input #{i} has dtype {x.dtype}, which cannot be cast to {target}: {why}")
     with np.errstate(over="ignore", invalid="ignore"):
-        y = np.asarray(x, np.float32, order="C")
-    if kind == "f" and np.count_nonzero(np.isfinite(x)) != np.count_nonzero(np.isfinite(y)):
-        raise InputError(f"input #{i} ({x.dtype}) has values beyond the float32 range; cast=True would make them inf")
+        y = x.astype(target)
+    if kind == "f" and target.kind == "f" and np.count_nonzero(np.isfinite(x)) != np.count_nonzero(np.isfinite(y)):
+        raise InputError(f"input #{i} ({x.dtype}) has values beyond the {target} range; cast=True would make them inf")
     return y
 
 

@@ -1,8 +1,8 @@
-"""Registry-driven lowering from the torch dialect to the novella dialect.
+"""Table-driven lowering from the torch dialect to the novella dialect.
 
-A lowering is a function registered for one or more torch op names::
+A lowering is a function listed for one or more torch op names in the entry
+of the novella op it produces (`novella_mlir/optable.py`)::
 
-    @lowers("torch.aten.relu")
     def relu(cx: LoweringContext):
         return cx.emit(ReluOp, input=cx.operand(0))
 
@@ -22,39 +22,40 @@ from ... import symbolic as sy
 from ...dialects import shapes
 from ...dialects.novella import WeightOp
 from ...errors import NovellaError, UnsupportedOpError
+from .. import dtypes
 
-_LOWERINGS: dict[str, Callable] = {}
 
+def lowerings() -> dict[str, Callable]:
+    """torch op name -> lowering function, from the op table."""
+    from ...optable import torch_lowerings
 
-def lowers(*op_names: str):
-    """Registers a lowering for the given torch op names."""
-
-    def register(fn):
-        for name in op_names:
-            _LOWERINGS[name] = fn
-        return fn
-
-    return register
+    return torch_lowerings()
 
 
 def supported_ops() -> list[str]:
-    return sorted(_LOWERINGS)
+    return sorted(lowerings())
 
 
 def source_location(loc: ir.Location) -> str:
-    """The innermost user frame (`file:line`) of an FX-imported op location."""
+    """The innermost user frame (`file:line`) of an FX-imported op location, and the innermost
+    library frame (e.g. the transformers line) when the op comes from one: `user.py:9 (in lib.py:258)`."""
     frames = re.findall(r'"([^"]+)":(\d+)', str(loc))
-    user = [f for f in frames if "site-packages" not in f[0]] or frames
-    return f"{user[0][0]}:{user[0][1]}" if user else "<unknown location>"
+    if not frames:
+        return "<unknown location>"
+    user = [f for f in frames if "site-packages" not in f[0]]
+    lib = frames[0] if "site-packages" in frames[0][0] else None
+    where = f"{user[0][0]}:{user[0][1]}" if user else f"{frames[0][0]}:{frames[0][1]}"
+    return f"{where} (in {lib[0]}:{lib[1]})" if lib and user else where
 
 
 class LoweringContext:
     """What a lowering sees: the torch op, its converted operands, and a builder."""
 
-    def __init__(self, op, values: dict, n_syms: int, weights: dict):
+    def __init__(self, op, values: dict, symbols: list, weights: dict):
         self.op = op
         self._values = values
-        self.n_syms = n_syms
+        self.symbols = symbols
+        self.n_syms = len(symbols)
         self._weights = weights
 
     def add_weight(self, hint: str, array) -> ir.Value:
@@ -63,6 +64,29 @@ class LoweringContext:
         self._weights[name] = array.astype("float32")
         t = ir.RankedTensorType.get(list(array.shape), ir.F32Type.get())
         return WeightOp(ir.StringAttr.get(name), t, loc=self.op.location).result
+
+    def weight_data(self, v: ir.Value):
+        """The data of a `novella.weight` value, or None if `v` is computed."""
+        owner = v.owner
+        if isinstance(owner, ir.OpView) and owner.operation.name == "novella.weight":
+            return self._weights.get(ir.StringAttr(owner.attributes["name"]).value)
+        return None
+
+    def scalar(self, value: float) -> ir.Value:
+        """A 0-d constant tensor (broadcasts like a torch scalar)."""
+        import numpy as np
+
+        return self.add_weight("scalar", np.array(value, dtype=np.float64))
+
+    def kind(self, i: int) -> str:
+        """ "float", "int" or "bool": the torch element kind of operand `i` (held as f32 on the NPU)."""
+        return dtypes.kind(self.op.operands[i].type)
+
+    def result_kind(self, i: int = 0) -> str:
+        return dtypes.kind(self.op.results[i].type)
+
+    def is_tensor(self, i: int) -> bool:
+        return i < self.num_operands and isinstance(self._values[self.op.operands[i]], ir.Value)
 
     def value(self, v):
         return self._values[v]
@@ -92,14 +116,21 @@ class LoweringContext:
         dims = re.match(r"!torch.vtensor<\[([^\]]*)\]", t).group(1)
         return [None if d == "?" else int(d) for d in dims.split(",")] if dims else []
 
-    def emit(self, op_cls, result_shape=None, **fields) -> ir.Value:
-        """Builds `op_cls` with the result type from the shape rule (or `result_shape`)."""
+    def emit(self, op_cls, result_shape=None, check: bool = True, **fields) -> ir.Value:
+        """Builds `op_cls` with the result type from the shape rule (or `result_shape`);
+        `check` compares it with the torch op's static result dims (off for intermediate values)."""
         attrs = {k: v for k, v in fields.items() if isinstance(v, ir.Attribute)}
-        operands = [v for v in fields.values() if isinstance(v, ir.Value)]
+        operands = []
+        for v in fields.values():
+            operands += v if isinstance(v, list) else [v] if isinstance(v, ir.Value) else []
         if result_shape is None:
             hint = ir.RankedTensorType.get([1], ir.F32Type.get())
-            result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
-        self._check_static(result_shape)
+            try:
+                result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
+            except shapes.ShapeError as e:
+                raise self.error(str(e)) from None
+        if check:
+            self._check_static(result_shape)
         rtype = sy.tensor_type(result_shape, ir.F32Type.get(), self.n_syms)
         return op_cls(**fields, result=rtype, loc=self.op.location).result
 
@@ -115,8 +146,7 @@ class LoweringContext:
 
 def convert(torch_module: ir.Module, imported) -> ir.Module:
     """Converts the imported torch-dialect module to a new novella-dialect module."""
-    from . import activation, attention, elementwise, linear, nn, shape_ops  # noqa: F401  (registers)
-
+    table = lowerings()
     src = next(op for op in torch_module.body.operations if op.operation.name == "func.func")
     n_syms = len(imported.symbols)
     with ir.Location.unknown():
@@ -130,10 +160,24 @@ def convert(torch_module: ir.Module, imported) -> ir.Module:
         for targ, narg in zip(src.regions[0].blocks[0].arguments, entry.arguments):
             values[targ] = narg
         with ir.InsertionPoint(entry):
-            results = _convert_block(src.regions[0].blocks[0], values, n_syms, imported.weights)
+            results = _convert_block(src.regions[0].blocks[0], values, imported.symbols, imported.weights, table)
             func.ReturnOp(results)
         fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [r.type for r in results]))
+        _drop_dead(entry, imported.weights)
     return module
+
+
+def _drop_dead(block, weights: dict) -> None:
+    """Erases ops whose results are unused (weights replaced by folded copies, dead views), newest first,
+    and the weight data no `novella.weight` refers to any more."""
+    for op in reversed(list(block.operations)):
+        if op.operation.name.startswith("novella.") and op.results and not any(list(r.uses) for r in op.results):
+            op.operation.erase()
+    used = {
+        ir.StringAttr(op.attributes["name"]).value for op in block.operations if op.operation.name == "novella.weight"
+    }
+    for name in [n for n in weights if n not in used]:
+        del weights[name]
 
 
 def _arg_type(dims, positions, n_syms):
@@ -141,26 +185,30 @@ def _arg_type(dims, positions, n_syms):
     return sy.tensor_type(exprs, ir.F32Type.get(), n_syms)
 
 
-def _convert_block(block, values, n_syms, weights):
+def _convert_block(block, values, symbols, weights, table):
     for op in block.operations:
         name = op.operation.name
         if name == "func.return":
             return [values[v] for v in op.operands]
         if name == "novella.weight":
-            t = _vtensor_to_builtin(op.results[0].type)
+            t = _vtensor_to_builtin(op.results[0].type, f"{source_location(op.location)}: weight: ")
             values[op.results[0]] = WeightOp(op.attributes["name"], t, loc=op.location).result
             continue
         if name.startswith("torch.constant.") or name == "torch.prim.ListConstruct":
             values[op.results[0]] = _constant(op, values)
             continue
-        fn = _LOWERINGS.get(name)
+        if name == "torch.prim.ListUnpack":
+            for r, v in zip(op.results, values[op.operands[0]]):
+                values[r] = v
+            continue
+        fn = table.get(name)
         if fn is None:
             raise UnsupportedOpError(
                 f"{source_location(op.location)}: unsupported op '{name}': the novella frontend has no "
-                f"lowering for it. Rewrite the model to avoid it, or register one with "
-                f'@lowers("{name}") in novella_mlir/frontend/lowering/.'
+                f"lowering for it. Rewrite the model to avoid it, or add a lowering for '{name}' to the "
+                "entry of the novella op it produces in novella_mlir/optable.py."
             )
-        result = fn(LoweringContext(op, values, n_syms, weights))
+        result = fn(LoweringContext(op, values, symbols, weights))
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
             values[r] = v
     raise NovellaError("torch function has no return")
@@ -178,9 +226,11 @@ def _constant(op, values):
     raise NovellaError(f"{source_location(op.location)}: unsupported constant {op}")
 
 
-def _vtensor_to_builtin(t) -> ir.RankedTensorType:
-    m = re.match(r"!torch.vtensor<\[([^\]]*)\],f32>", str(t))
-    if not m:
-        raise NovellaError(f"only f32 tensors are supported, got {t}")
+def _vtensor_to_builtin(t, where: str = "") -> ir.RankedTensorType:
+    m = re.match(r"!torch.vtensor<\[([^\]]*)\],([^>]+)>", str(t))
+    if not m or dtypes.kind(t) == "" or m.group(2) in ("f64", "f16", "bf16"):
+        raise NovellaError(
+            f"{where}only f32, integer and bool tensors are supported (integers and bools are held as f32), got {t}"
+        )
     dims = [int(d) for d in m.group(1).split(",")] if m.group(1) else []
     return ir.RankedTensorType.get(dims, ir.F32Type.get())

@@ -12,7 +12,6 @@ from torch_mlir import ir
 
 from ... import symbolic as sy
 from ...dialects.novella import ReshapeOp, SliceOp, TransposeOp
-from . import lowers
 
 
 def affine(v) -> ir.AffineExpr:
@@ -34,7 +33,6 @@ def _int_operand(cx, i: int):
     return v
 
 
-@lowers("torch.aten.size.int", "torch.aten.sym_size.int")
 def size(cx):
     shape = cx.shape(cx.operand(0))
     return simplify(shape[cx.const(1) % len(shape)])
@@ -50,12 +48,11 @@ def _int_binary(fn):
     return lower
 
 
-lowers("torch.aten.add.int")(_int_binary(lambda a, b: a + b))
-lowers("torch.aten.sub.int")(_int_binary(lambda a, b: a - b))
-lowers("torch.aten.mul.int")(_int_binary(lambda a, b: a * b))
+int_add = _int_binary(lambda a, b: a + b)
+int_sub = _int_binary(lambda a, b: a - b)
+int_mul = _int_binary(lambda a, b: a * b)
 
 
-@lowers("torch.aten.floordiv.int")
 def floordiv(cx):
     a, b = _int_operand(cx, 0), _int_operand(cx, 1)
     if not isinstance(b, int):
@@ -63,14 +60,10 @@ def floordiv(cx):
     return a // b if isinstance(a, int) else simplify(sy.floordiv(a, b))
 
 
-@lowers(
-    "torch.aten.clone", "torch.aten.contiguous", "torch.aten.alias", "torch.aten.detach", "torch.aten.lift_fresh_copy"
-)
 def identity(cx):
     return cx.operand(0)
 
 
-@lowers("torch.aten.dropout")
 def dropout(cx):
     if cx.num_operands > 2 and cx.const(2):
         raise cx.error("dropout in training mode is not supported; export the model in eval mode")
@@ -112,19 +105,17 @@ def _divide(cx, num: list, den: list) -> ir.AffineExpr:
     return sy.floordiv(out, static)
 
 
-def reshape(cx, x, shape):
+def reshape(cx, x, shape, check: bool = True):
     if [str(e) for e in shape] == [str(e) for e in cx.shape(x)]:
         return x
-    return cx.emit(ReshapeOp, result_shape=shape, input=x)
+    return cx.emit(ReshapeOp, result_shape=shape, check=check, input=x)
 
 
-@lowers("torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view")
 def view(cx):
     x = cx.operand(0)
     return reshape(cx, x, view_shape(cx, x, cx.const(1)))
 
 
-@lowers("torch.aten.unsqueeze")
 def unsqueeze(cx):
     x = cx.operand(0)
     shape = list(cx.shape(x))
@@ -133,7 +124,38 @@ def unsqueeze(cx):
     return reshape(cx, x, shape)
 
 
-@lowers("torch.aten.squeeze.dim")
+def squeeze_dims(cx):
+    """squeeze.dims / prims.squeeze: drop the listed size-1 dims; squeeze(): all of them."""
+    x = cx.operand(0)
+    shape = list(cx.shape(x))
+    dims = cx.const(1) if cx.num_operands > 1 else None
+    dims = [i for i, e in enumerate(shape) if sy.as_int(e) == 1] if dims is None else [d % len(shape) for d in dims]
+    return reshape(cx, x, [e for i, e in enumerate(shape) if not (i in dims and sy.as_int(e) == 1)])
+
+
+def collapse(cx):
+    """prims.collapse(x, start, end): dims start..end (inclusive) merged into one."""
+    x, start, end = cx.operand(0), cx.const(1), cx.const(2)
+    shape = list(cx.shape(x))
+    return reshape(cx, x, shape[:start] + [sy.canon(sy.numel(shape[start : end + 1]))] + shape[end + 1 :])
+
+
+def unflatten(cx):
+    """unflatten(x, dim, sizes): dim split into `sizes` (at most one -1)."""
+    x, dim, sizes = cx.operand(0), cx.const(1), list(cx.const(2))
+    shape = list(cx.shape(x))
+    dim %= len(shape)
+    if -1 in sizes:
+        known = 1
+        for s in sizes:
+            known *= s if s != -1 else 1
+        d = sy.as_int(shape[dim])
+        if d is None:
+            raise cx.error("unflatten of a symbolic-size dim with -1 is not supported")
+        sizes[sizes.index(-1)] = d // known
+    return reshape(cx, x, shape[:dim] + [affine(s) for s in sizes] + shape[dim + 1 :])
+
+
 def squeeze(cx):
     x = cx.operand(0)
     shape = list(cx.shape(x))
@@ -143,7 +165,6 @@ def squeeze(cx):
     return reshape(cx, x, shape)
 
 
-@lowers("torch.aten.expand")
 def expand(cx):
     x = cx.operand(0)
     have = cx.shape(x)
@@ -155,31 +176,86 @@ def expand(cx):
     )
 
 
-def transpose(cx, x, perm: list[int]):
+def transpose(cx, x, perm: list[int], check: bool = True):
     """`x` permuted by `perm`, or `x` itself for the identity permutation."""
     if perm == list(range(len(perm))):
         return x
-    return cx.emit(TransposeOp, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
+    shape = cx.shape(x)
+    moved = [p for p in perm if sy.as_int(shape[p]) != 1]
+    if moved == sorted(moved):  # only size-1 dims move: the same row-major data
+        return reshape(cx, x, [shape[p] for p in perm], check=check)
+    return cx.emit(TransposeOp, check=check, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
 
 
-@lowers("torch.aten.permute")
+def swap_perms(rank: int, d: int) -> list[list[int]]:
+    """Permutations (each one the NPU transposes directly) that swap dim `d` with the last dim:
+    d <-> rank-2 (the last dim stays: row moves), then the last two dims."""
+    out = []
+    if d != rank - 2 and d != rank - 1:
+        p = list(range(rank))
+        p[d], p[rank - 2] = p[rank - 2], p[d]
+        out.append(p)
+    if d != rank - 1:
+        out.append(list(range(rank - 2)) + [rank - 1, rank - 2])
+    return out
+
+
+def to_last(cx, x, d: int):
+    """`x` with dim `d` swapped with the last dim; `from_last` undoes it."""
+    for p in swap_perms(len(cx.shape(x)), d):
+        x = transpose(cx, x, p, check=False)
+    return x
+
+
+def from_last(cx, x, d: int, check: bool = True):
+    perms = swap_perms(len(cx.shape(x)), d)[::-1]
+    for i, p in enumerate(perms):
+        x = transpose(cx, x, p, check=check and i == len(perms) - 1)
+    return x
+
+
 def permute(cx):
     x = cx.operand(0)
     rank = len(cx.shape(x))
-    return transpose(cx, x, [p % rank for p in cx.const(1)])
+    return any_transpose(cx, x, [p % rank for p in cx.const(1)])
 
 
-@lowers("torch.aten.transpose.int")
+def any_transpose(cx, x, perm: list[int]):
+    """`x` permuted by `perm` as transposes the NPU runs directly: when the last dim moves,
+    first swap the dim that becomes last into place, then a transpose that keeps the last dim."""
+    r = len(perm)
+    if not r or perm[-1] == r - 1 or perm == list(range(r - 2)) + [r - 1, r - 2]:
+        return transpose(cx, x, perm)
+    order = list(range(r))  # order[i]: the source dim now at position i
+    for p in swap_perms(r, perm[-1]):
+        x = transpose(cx, x, p, check=False)
+        order = [order[i] for i in p]
+    return transpose(cx, x, [order.index(s) for s in perm])
+
+
+def flatten(cx):
+    x, start, end = cx.operand(0), cx.const(1), cx.const(2)
+    shape = list(cx.shape(x))
+    if not shape:
+        return reshape(cx, x, [sy.const(1)])
+    start, end = start % len(shape), end % len(shape)
+    return reshape(cx, x, shape[:start] + [sy.canon(sy.numel(shape[start : end + 1]))] + shape[end + 1 :])
+
+
+def t(cx):
+    x = cx.operand(0)
+    return any_transpose(cx, x, [1, 0]) if len(cx.shape(x)) == 2 else x
+
+
 def transpose_int(cx):
     x = cx.operand(0)
     rank = len(cx.shape(x))
     perm = list(range(rank))
     a, b = cx.const(1) % rank, cx.const(2) % rank
     perm[a], perm[b] = perm[b], perm[a]
-    return transpose(cx, x, perm)
+    return any_transpose(cx, x, perm)
 
 
-@lowers("torch.aten.slice.Tensor")
 def slice_(cx):
     x = cx.operand(0)
     shape = list(cx.shape(x))
@@ -187,7 +263,9 @@ def slice_(cx):
     start, end = cx.const(2), cx.const(3)
     step = cx.const(4) if cx.num_operands > 4 else 1
     if step != 1:
-        raise cx.error(f"slice with step {step} is not supported")
+        raise cx.error(f"slice with step {step} is not supported; only step 1")
+    if isinstance(end, int) and end >= INT64_CLAMP:
+        end = None
     start = 0 if start is None else start
     if not isinstance(start, int):
         raise cx.error("slice with a symbolic start is not supported")
@@ -195,10 +273,15 @@ def slice_(cx):
     if start < 0 and full is not None:
         start += full
     length = sy.canon(_slice_length(cx, shape[dim], start, end))
+    if sy.as_int(length) is not None and sy.as_int(length) <= 0:
+        raise cx.error("a slice of length 0 (an empty tensor) is not supported")
     if str(length) == str(shape[dim]):
         return x
     shape[dim] = length
     return cx.emit(SliceOp, result_shape=shape, input=x, dim=_i64(dim), start=_i64(start))
+
+
+INT64_CLAMP = 2**62  # torch writes `x[a:]` as end = INT64_MAX: any end this large is the dim's end
 
 
 def _slice_length(cx, size, start: int, end):

@@ -1,0 +1,337 @@
+"""The op table: one explicit entry per novella tensor op, keyed by op class.
+
+An entry names everything the compiler knows about the op: the torch ops
+that lower to it (torch op name -> lowering function), its shape rule, its
+NPU kernel (or why it needs none) and the lit test that covers it.
+`test/py/test_optable.py` fails when a dialect op has no entry, an entry
+lacks a shape rule, a kernel or a lit test with a `?` case.
+
+Adding an op: define `XxxOp` in `dialects/novella.py`, its shape rule in
+`dialects/shapes.py`, its kernel in `kernels/`, its lowering in
+`frontend/lowering/`, a lit test, and one entry below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .dialects import novella as nv
+from .dialects import shapes
+from .frontend.lowering import activation, attention, elementwise, indexing, linear, nn, pointwise, shape_ops
+from .kernels import attention as k_attention
+from .kernels import conv as k_conv
+from .kernels import data_movement as k_data
+from .kernels import elementwise as k_elementwise
+from .kernels import indexing as k_index
+from .kernels import linear as k_linear
+from .kernels import normalization as k_norm
+from .kernels.pointwise import Pointwise, Prefer
+
+_MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign", "erf")
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """What the compiler knows about one novella tensor op."""
+
+    shape: Callable
+    kernel: object | None
+    lit: str
+    lowers: dict[str, Callable] = field(default_factory=dict)
+    no_kernel: str = ""  # why `kernel` is None: the op is an alias, or legalize rewrites it away
+
+
+def _static_cols(op, tv) -> bool:
+    tv.cols(-1)
+    return True
+
+
+_ROWS_BINARY = k_elementwise.Binary()
+_POINTWISE = Pointwise()
+# The row kernels where they apply (goldens use them), else the general pointwise kernel.
+_BINARY = Prefer(_ROWS_BINARY, _POINTWISE, lambda op, tv: _static_cols(op, tv) and _ROWS_BINARY.kinds(op, tv))
+_UNARY = Prefer(k_elementwise.Unary(), _POINTWISE, _static_cols)
+_SLICE = Prefer(k_data.Slice(), k_index.ColumnSlice(), lambda op, tv: k_data.Slice()._geometry(op, tv))
+_LIT = "test/lit/"
+
+OPS: dict[type, OpDef] = {
+    nv.LinearOp: OpDef(
+        shapes.linear,
+        k_linear.Linear(),
+        _LIT + "transforms/novella-tile.mlir",
+        {"torch.aten.linear": linear.linear, "torch.aten.addmm": indexing.addmm},
+    ),
+    nv.MatmulOp: OpDef(
+        shapes.matmul,
+        k_attention.Matmul(),
+        _LIT + "kernels/attention.mlir",
+        {"torch.aten.mm": attention.matmul, "torch.aten.bmm": attention.matmul, "torch.aten.matmul": attention.matmul},
+    ),
+    nv.AddOp: OpDef(
+        shapes.binary,
+        _BINARY,
+        _LIT + "kernels/shape.mlir",
+        {"torch.aten.add.Tensor": elementwise.add, "torch.aten.add.Scalar": elementwise.add},
+    ),
+    nv.SubOp: OpDef(
+        shapes.binary,
+        _BINARY,
+        _LIT + "kernels/shape.mlir",
+        {"torch.aten.sub.Tensor": elementwise.sub, "torch.aten.sub.Scalar": elementwise.sub},
+    ),
+    nv.MulOp: OpDef(
+        shapes.binary,
+        _BINARY,
+        _LIT + "kernels/shape.mlir",
+        {"torch.aten.mul.Tensor": elementwise.mul, "torch.aten.mul.Scalar": elementwise.mul},
+    ),
+    nv.DivOp: OpDef(
+        shapes.binary,
+        _BINARY,
+        _LIT + "kernels/elementwise.mlir",
+        {"torch.aten.div.Tensor": elementwise.div, "torch.aten.div.Scalar": elementwise.div},
+    ),
+    nv.ScalarOp: OpDef(shapes.unary, _UNARY, _LIT + "kernels/elementwise.mlir"),
+    nv.ReluOp: OpDef(shapes.unary, _UNARY, _LIT + "kernels/elementwise.mlir", {"torch.aten.relu": activation.relu}),
+    nv.GeluOp: OpDef(shapes.unary, _UNARY, _LIT + "kernels/nn.mlir", {"torch.aten.gelu": activation.gelu}),
+    nv.SoftmaxOp: OpDef(
+        shapes.unary,
+        k_attention.Softmax(),
+        _LIT + "kernels/attention.mlir",
+        {
+            "torch.aten._softmax": attention.softmax_internal,
+            "torch.aten.softmax.int": attention.softmax,
+            "torch.aten.log_softmax.int": attention.log_softmax,
+            "torch.aten._log_softmax": attention.log_softmax,
+            "torch.aten.logsumexp": attention.logsumexp,
+        },
+    ),
+    nv.LayerNormOp: OpDef(
+        shapes.unary,
+        k_norm.LayerNorm(),
+        _LIT + "kernels/nn.mlir",
+        {"torch.aten.layer_norm": nn.layer_norm, "torch.aten.native_layer_norm": nn.native_layer_norm},
+    ),
+    nv.TransposeOp: OpDef(
+        shapes.transpose,
+        k_data.Transpose(),
+        _LIT + "kernels/shape.mlir",
+        {
+            "torch.aten.permute": shape_ops.permute,
+            "torch.aten.transpose.int": shape_ops.transpose_int,
+            "torch.aten.t": shape_ops.t,
+        },
+    ),
+    nv.ReshapeOp: OpDef(
+        shapes.from_result,
+        None,
+        _LIT + "kernels/shape.mlir",
+        {
+            "torch.aten.view": shape_ops.view,
+            "torch.aten.reshape": shape_ops.view,
+            "torch.aten._unsafe_view": shape_ops.view,
+            "torch.aten.unsqueeze": shape_ops.unsqueeze,
+            "torch.aten.squeeze.dim": shape_ops.squeeze,
+            "torch.aten.squeeze.dims": shape_ops.squeeze_dims,
+            "torch.aten.squeeze": shape_ops.squeeze_dims,
+            "torch.prims.squeeze": shape_ops.squeeze_dims,
+            "torch.prims.collapse": shape_ops.collapse,
+            "torch.aten.unflatten.int": shape_ops.unflatten,
+            "torch.aten.flatten.using_ints": shape_ops.flatten,
+        },
+        no_kernel="a row-major reshape is a DRAM alias (--novella-allocate gives it its operand's buffer)",
+    ),
+    nv.SliceOp: OpDef(
+        shapes.from_result,
+        _SLICE,
+        _LIT + "kernels/shape.mlir",
+        {
+            "torch.aten.slice.Tensor": shape_ops.slice_,
+            "torch.aten.select.int": indexing.select,
+            "torch.aten.narrow": indexing.narrow,
+        },
+    ),
+    nv.Conv1dOp: OpDef(shapes.conv1d, k_conv.Conv1d(), _LIT + "kernels/nn.mlir", {"torch.aten.conv1d": nn.conv1d}),
+    nv.AttentionOp: OpDef(
+        shapes.attention,
+        None,
+        _LIT + "kernels/attention.mlir",
+        {"torch.aten.scaled_dot_product_attention": attention.scaled_dot_product_attention},
+        no_kernel="--novella-legalize decomposes it into matmul, softmax and matmul (kernels/attention.py)",
+    ),
+    nv.MathOp: OpDef(
+        shapes.unary,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            **{f"torch.aten.{fn}": pointwise.unary(fn) for fn in _MATH_ATEN},
+            "torch.aten.silu": pointwise.unary("silu"),
+            "torch.aten.square": pointwise.unary("square"),
+            "torch.aten.expm1": pointwise.expm1,
+            "torch.aten.log1p": pointwise.log1p,
+            "torch.aten.logical_not": pointwise.logical_not,
+            "torch.aten.bitwise_not": pointwise.logical_not,
+            "torch.aten.pow.Tensor_Scalar": pointwise.pow_tensor_scalar,
+            "torch.aten.pow.Scalar": pointwise.pow_scalar,
+            "torch.aten.pow.Tensor_Tensor": pointwise.pow_tensor_tensor,
+        },
+    ),
+    nv.CompareOp: OpDef(
+        shapes.binary,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            **{f"torch.aten.{fn}.{k}": pointwise.compare(fn) for fn in nv.COMPARE_FNS for k in ("Tensor", "Scalar")},
+            "torch.aten.logical_xor": pointwise.logical_xor,
+            "torch.aten.__xor__.Tensor": pointwise.logical_xor,
+            "torch.aten.bitwise_xor.Tensor": pointwise.logical_xor,
+            "torch.aten._to_copy": pointwise.convert,
+            "torch.aten.to.dtype": pointwise.convert,
+            "torch.aten.to.dtype_layout": pointwise.convert,
+            "torch.aten.type_as": pointwise.convert,
+            "torch.prims.convert_element_type": pointwise.convert,
+        },
+    ),
+    nv.MaximumOp: OpDef(
+        shapes.binary,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            "torch.aten.maximum": pointwise.maximum,
+            "torch.aten.logical_or": pointwise.logical_or,
+            "torch.aten.bitwise_or.Tensor": pointwise.logical_or,
+            "torch.aten.__or__.Tensor": pointwise.logical_or,
+            "torch.aten.clamp": pointwise.clamp,
+            "torch.aten.clamp.Tensor": pointwise.clamp,
+        },
+    ),
+    nv.MinimumOp: OpDef(
+        shapes.binary,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            "torch.aten.minimum": pointwise.minimum,
+            "torch.aten.logical_and": pointwise.logical_and,
+            "torch.aten.bitwise_and.Tensor": pointwise.logical_and,
+            "torch.aten.__and__.Tensor": pointwise.logical_and,
+        },
+    ),
+    nv.WhereOp: OpDef(
+        shapes.where,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            "torch.aten.where.self": pointwise.where,
+            "torch.aten.where.Scalar": pointwise.where,
+            "torch.aten.where.ScalarOther": pointwise.where,
+            "torch.aten.where.ScalarSelf": pointwise.where,
+        },
+    ),
+    nv.BroadcastOp: OpDef(
+        shapes.broadcast_to,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {"torch.aten.expand": indexing.expand, "torch.aten.repeat": indexing.repeat},
+    ),
+    nv.GatherRowsOp: OpDef(
+        shapes.gather_rows,
+        k_index.GatherRows(),
+        _LIT + "kernels/indexing.mlir",
+        {
+            "torch.aten.embedding": indexing.embedding,
+            "torch.aten.index_select": indexing.index_select,
+            "torch.aten.gather": indexing.gather,
+        },
+    ),
+    nv.ReduceOp: OpDef(
+        shapes.reduce_last,
+        k_index.Reduce(),
+        _LIT + "kernels/indexing.mlir",
+        {
+            "torch.aten.mean.dim": indexing.mean,
+            "torch.aten.sum.dim_IntList": indexing.sum_,
+            "torch.aten.sum": indexing.sum_,
+            "torch.aten.mean": indexing.mean,
+            "torch.aten.amax": indexing.amax,
+            "torch.aten.amin": indexing.amin,
+            "torch.aten.var.correction": indexing.var,
+            "torch.aten.var.dim": indexing.var,
+            "torch.aten.std.correction": indexing.std,
+            "torch.aten.std.dim": indexing.std,
+        },
+    ),
+    nv.ConcatOp: OpDef(
+        shapes.concat,
+        k_index.Concat(),
+        _LIT + "kernels/indexing.mlir",
+        {
+            "torch.aten.cat": indexing.cat,
+            "torch.aten.split.Tensor": indexing.split,
+            "torch.aten.split_with_sizes": indexing.split_with_sizes,
+            "torch.aten.chunk": indexing.chunk,
+        },
+    ),
+}
+
+# torch ops that produce no novella op of their own: symbolic-size arithmetic, ops that
+# forward their operand, and constants (weights, or weight tables sliced to a symbolic size).
+FRONTEND_ONLY: dict[str, Callable] = {
+    "torch.aten.detach_": shape_ops.identity,
+    "torch.prims.view_of": shape_ops.identity,
+    "torch.aten.arange": indexing.arange,
+    "torch.aten.arange.start": indexing.arange,
+    "torch.aten.arange.start_step": indexing.arange,
+    "torch.aten.full": indexing.full,
+    "torch.aten.zeros": indexing.zeros,
+    "torch.aten.ones": indexing.ones,
+    "torch.aten.full_like": indexing.full_like,
+    "torch.aten.zeros_like": indexing.zeros_like,
+    "torch.aten.ones_like": indexing.ones_like,
+    "torch.aten.new_full": indexing.new_full,
+    "torch.aten.new_zeros": indexing.new_zeros,
+    "torch.aten.new_ones": indexing.new_ones,
+    "torch.aten.scalar_tensor": indexing.scalar_tensor,
+    "torch.aten.size.int": shape_ops.size,
+    "torch.aten.sym_size.int": shape_ops.size,
+    "torch.aten.add.int": shape_ops.int_add,
+    "torch.aten.sub.int": shape_ops.int_sub,
+    "torch.aten.mul.int": shape_ops.int_mul,
+    "torch.aten.floordiv.int": shape_ops.floordiv,
+    "torch.aten.clone": shape_ops.identity,
+    "torch.aten.contiguous": shape_ops.identity,
+    "torch.aten.alias": shape_ops.identity,
+    "torch.aten.detach": shape_ops.identity,
+    "torch.aten.lift_fresh_copy": shape_ops.identity,
+    "torch.aten.dropout": shape_ops.dropout,
+}
+
+# Legalize rewrites, in the order they are added to the pattern set: (root op class, fn(op, rewriter)).
+LEGALIZE_PATTERNS: tuple = (
+    (nv.MatmulOp, k_attention.fold_transpose_into_matmul),
+    (nv.AttentionOp, k_attention.decompose_attention),
+    (nv.Conv1dOp, k_conv.conv_to_channels_last),
+    (nv.GeluOp, k_conv.fuse_gelu_into_conv),
+    (nv.TransposeOp, k_data.compose_transposes),
+    (nv.GeluOp, k_data.sink_below_unary),
+    (nv.ReluOp, k_data.sink_below_unary),
+    (nv.ScalarOp, k_data.sink_below_unary),
+)
+
+BY_NAME: dict[str, OpDef] = {cls.OPERATION_NAME: d for cls, d in OPS.items()}
+
+
+def lookup(op: type | str) -> OpDef | None:
+    """The entry of an op class or `novella.xxx` name, or None."""
+    return OPS.get(op) if isinstance(op, type) else BY_NAME.get(op)
+
+
+def torch_lowerings() -> dict[str, Callable]:
+    """torch op name -> lowering function, over every entry and FRONTEND_ONLY."""
+    table = dict(FRONTEND_ONLY)
+    for cls, d in OPS.items():
+        for name, fn in d.lowers.items():
+            if name in table:
+                raise AssertionError(f"{name} is lowered by two entries (the second is {cls.__name__})")
+            table[name] = fn
+    return table
