@@ -3,9 +3,10 @@
 Like torch.compile's FX graph cache, an entry is found by a key over
 everything the compile depends on:
 
-* the model: the source of `forward` of every submodule class, the module
-  tree (`repr`), and a digest of every parameter and buffer (values,
-  shapes, dtypes);
+* the model: the source of every submodule class (and its bases up to
+  `nn.Module`), the module tree (`repr`), every submodule's plain Python
+  attributes (flags such as `norm_first`, sizes, configs), and a digest of
+  every parameter and buffer (values, shapes, dtypes);
 * the example inputs' shapes and dtypes, the dynamic dim and the bounds;
 * the hardware config (its fingerprint) and the pass options;
 * the compiler version: the package version and a digest of the sources of
@@ -69,16 +70,41 @@ def compiler_version() -> str:
     return h.hexdigest()
 
 
+_MODULE_SLOTS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set")
+
+
+def _plain(v):
+    """`v` as JSON-able data when it is plain (numbers, strings, containers, configs), else its type."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
+    if hasattr(v, "to_dict"):  # transformers configs
+        return _plain(v.to_dict())
+    return f"<{type(v).__module__}.{type(v).__qualname__}>"
+
+
+def _state(m) -> str:
+    """A submodule's own Python attributes (not its tensors, children or hooks)."""
+    items = {k: _plain(v) for k, v in vars(m).items() if k not in _MODULE_SLOTS and not k.endswith("hooks")}
+    return json.dumps(items, sort_keys=True, default=str)
+
+
 def _module_digest(module) -> str:
     import torch
 
     h = hashlib.sha256(repr(module).encode())
-    for cls in sorted({type(m) for m in module.modules()}, key=lambda c: c.__qualname__):
+    classes = {c for m in module.modules() for c in type(m).__mro__ if issubclass(c, torch.nn.Module)}
+    for cls in sorted(classes - {torch.nn.Module}, key=lambda c: (c.__module__, c.__qualname__)):
         h.update(f"{cls.__module__}.{cls.__qualname__}".encode())
         try:
-            h.update(inspect.getsource(cls.forward).encode())
+            h.update(inspect.getsource(cls).encode())
         except (OSError, TypeError):
             h.update(b"<no source>")
+    for name, m in module.named_modules():
+        h.update(f"{name}:{_state(m)}".encode())
     for name, t in [*module.named_parameters(), *module.named_buffers()]:
         t = t.detach().to("cpu").contiguous()
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())

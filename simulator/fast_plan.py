@@ -313,6 +313,8 @@ class Plan:
             self._vec_one(i, VecFn(fn), mode, (dm, da, ds), rows, nc, (am, aa, ast), (bm, ba, bst), imm)
 
     def _vec_one(self, i, fn, mode, dst, rows, cols, a, b, imm) -> None:
+        if fn != VecFn.FILL and fn not in BINARY_OPS and fn not in REDUCE_OPS and fn not in UNARY_OPS:
+            return  # no fast form (e.g. SEL reads its destination): the readable exec_vec runs it
         v = self.views.get
         out_cols = 1 if fn in REDUCE_FNS else cols
         d_span = self._span(dst[0], True, dst[1], dst[2], rows, out_cols)

@@ -253,7 +253,7 @@ class _SameShapeUnary:
 
 
 class ScalarOp(Novella.Operation, name="scalar"):
-    """Elementwise op with a compile-time scalar: `fn` is add, sub, mul, div or rsub."""
+    """Elementwise op with a compile-time scalar: `fn` is one of SCALAR_FNS (arithmetic, max/min, compares)."""
 
     input: ext.Operand[Tensor]
     fn: ir.StringAttr
@@ -264,8 +264,8 @@ class ScalarOp(Novella.Operation, name="scalar"):
     @_verified(1)
     def verify_invariants(op) -> bool:
         fn = _attr(op, "fn", ir.StringAttr)
-        if fn not in ("add", "sub", "mul", "div", "rsub"):
-            return _fail(op, f"unknown fn '{fn}' (expected add, sub, mul, div or rsub)")
+        if fn not in SCALAR_FNS:
+            return _fail(op, f"unknown fn '{fn}' (expected one of {', '.join(SCALAR_FNS)})")
         _attr(op, "value", ir.FloatAttr)
         return _SameShapeUnary.verify_invariants(op)
 

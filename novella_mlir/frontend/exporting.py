@@ -22,6 +22,9 @@ from torch.export import Dim
 from torch.fx.experimental import _config as fx_config
 
 from ..errors import NovellaError
+from . import explain as messages
+
+_GUARD = re.compile(r"satisfy the generated guard (.*?)\.?\s*$", flags=re.M)
 
 BOOKKEEPING = ("aten._assert_scalar", "aten._assert_tensor_metadata", "aten.sym_constrain_range")
 
@@ -50,12 +53,16 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int):
     """The ExportedProgram over [lo, hi], or a NarrowedError saying why not."""
     module = module.eval()
     prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
+    if prog is not None and messages.unbacked(prog):
+        raise NovellaError(messages.unbacked(prog))
     if kept == (lo, hi):
         return prog
     first = _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious=False)
-    if isinstance(first, str):
+    if isinstance(first, (str, Exception)):
         second = _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious=True)
-        first = first if isinstance(second, str) else second
+        first = first if isinstance(second, (str, Exception)) else second
+    if isinstance(first, Exception):  # not a guard on the length: name the construct and the user's line
+        raise NovellaError(messages.export_error(first, module, dynamic_dim, lo, hi))
     if not isinstance(first, str):
         return first
     msg = f"torch.export cannot keep dim {dynamic_dim} symbolic over [{lo}, {hi}]: {first}"
@@ -75,7 +82,8 @@ def _dyn(module, args, dynamic_dim, length):
 
 
 def _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious: bool):
-    """The program, or a sentence saying which guard or assert excludes which lengths.
+    """The program, a sentence saying which guard or assert excludes which lengths, or the
+    exception of a failure that is no guard on the length (data-dependent flow, a recurrent layer).
 
     `oblivious`: trace sizes size-obliviously and defer undecidable guards to asserts."""
     try:
@@ -88,7 +96,7 @@ def _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious: bool):
                 prefer_deferred_runtime_asserts_over_guards=oblivious,
             )
     except Exception as e:  # torch raises many kinds; keep the guard, drop the trace
-        return explain(str(e), lo, hi)
+        return explain(str(e), lo, hi) if _GUARD.search(str(e)) else e
     ranges = _ranges(prog)
     if not ranges:
         return "the model is static in that dim (the traced graph does not depend on it)."
@@ -168,7 +176,7 @@ def describe(cond) -> str:
 
 def explain(message: str, lo: int, hi: int) -> str:
     """torch's constraint-violation message as a sentence: the guard and the lengths it excludes."""
-    guards = re.findall(r"satisfy the generated guard (.*?)\.?\s*$", message, flags=re.M)
+    guards = _GUARD.findall(message)
     if not guards:
         first = message.strip().splitlines()[0] if message.strip() else "unknown error"
         return f"torch.export failed: {first}"

@@ -169,8 +169,8 @@ def check_input(x, i: int, cast: bool = False, want: str = "float32") -> np.ndar
     if x.dtype != target:
         if not cast:
             raise InputError(
-                f"input #{i} has dtype {x.dtype}, the model was compiled for {want}; "
-                f"convert it (e.g. x.to(torch.{want})) or pass cast=True"
+                f"input #{i} has dtype torch.{x.dtype}, the model was compiled for torch.{want}; "
+                f"convert it (x.to(torch.{want})) or pass cast=True"
             )
         x = _cast(x, i, target)
     if x.dtype.kind in "biu":
@@ -182,7 +182,7 @@ def _cast(x: np.ndarray, i: int, target: np.dtype) -> np.ndarray:
     kind = x.dtype.kind
     if kind not in "biuf":
         why = "it would drop the imaginary part" if kind == "c" else "it is not numeric"
-        raise InputError(f"input #{i} has dtype {x.dtype}, which cannot be cast to {target}: {why}")
+        raise InputError(f"input #{i} has dtype torch.{x.dtype}, which cannot be cast to torch.{target}: {why}")
     with np.errstate(over="ignore", invalid="ignore"):
         y = x.astype(target)
     if kind == "f" and target.kind == "f" and np.count_nonzero(np.isfinite(x)) != np.count_nonzero(np.isfinite(y)):

@@ -3,7 +3,15 @@
 Every test gets NOVELLA_CACHE=0 and a private NOVELLA_CACHE_DIR; tests of
 the cache itself turn it back on (test_compile_cache.py)."""
 
+import os
+import tempfile
+
 import pytest
+
+# Module- and session-scoped fixtures compile before any function-scoped fixture runs: turn the
+# cache off for the whole session too, not only inside each test.
+os.environ["NOVELLA_CACHE"] = "0"
+os.environ["NOVELLA_CACHE_DIR"] = tempfile.mkdtemp(prefix="novella-cache-")
 
 
 @pytest.fixture(autouse=True)

@@ -88,3 +88,21 @@ def test_directory_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache.directory() == tmp_path / "novella-mlir"
     assert np.all([cache.enabled(True), not cache.enabled(False)])
+
+
+def _encoder(norm_first: bool):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True, norm_first=norm_first)
+    return torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+
+
+def test_key_covers_plain_module_attributes(on):
+    """Two models with the same classes and weights that differ only in a Python flag (norm_first)
+    compute different things: a hit across them would be a silently wrong answer."""
+    pre, post = _encoder(True), _encoder(False)
+    assert [t.tolist() for t in pre.state_dict().values()] == [t.tolist() for t in post.state_dict().values()]
+    first, second = _compile(post), _compile(pre)
+    assert len(_entries(on)) == 2
+    x = torch.randn(1, 11, 32)
+    torch.testing.assert_close(second(x), pre(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(first(x), post(x), rtol=1e-4, atol=1e-4)

@@ -190,7 +190,7 @@ def _set(m, path, value):
         (lambda: X > 0, "dtype torch.bool"),
         (lambda: X.to(torch.bfloat16), "dtype torch.bfloat16"),
         (lambda: X.to(torch.complex64), "dtype torch.complex64"),
-        (lambda: X.numpy().astype(np.float64), "dtype float64"),
+        (lambda: X.numpy().astype(np.float64), "dtype torch.float64"),
         (lambda: X.tolist(), "is a list"),
         (lambda: torch.empty(1, 5, 16, device="meta"), "meta tensor"),
         (lambda: X.to_sparse(), "dense tensor"),
@@ -401,7 +401,7 @@ def test_compile_prints_no_future_warning():
     assert not [w for w in caught if issubclass(w.category, FutureWarning)]
 
 
-@pytest.mark.parametrize("functions, match", [("[]", "is empty"), ('["add", "sin"]', "unknown functions ['sin']")])
+@pytest.mark.parametrize("functions, match", [("[]", "is empty"), ('["add", "sinh"]', "unknown functions ['sinh']")])
 def test_config_vector_functions_are_checked(tmp_path, capsys, functions, match):
     toml = tmp_path / "hw.toml"
     toml.write_text(f"[vector]\nfunctions = {functions}\n")

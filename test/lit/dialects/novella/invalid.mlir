@@ -159,7 +159,7 @@ func.func @slice_string_dim(%x: tensor<4x8xf32>) -> tensor<4x4xf32> {
 // -----
 
 func.func @scalar_unknown_fn(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
-  // expected-error @+1 {{'novella.scalar' op unknown fn 'pow' (expected add, sub, mul, div or rsub)}}
+  // expected-error @+1 {{'novella.scalar' op unknown fn 'pow' (expected one of add, sub, mul, div, rsub, max, min, lt, le, gt, ge, eq, ne)}}
   %0 = "novella.scalar"(%x) {fn = "pow", value = 2.0 : f32} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
