@@ -14,6 +14,7 @@ from torch_mlir import ir
 from simulator import isa, load_config
 
 from . import artifact as art_mod
+from . import cache as compile_cache
 from .context import make_context
 from .errors import CompileError
 from .frontend import importer
@@ -59,14 +60,34 @@ def compile_torch(
     dump_dir=None,
     decomposition_table=None,
     pass_options: dict | None = None,
+    cache: bool | None = None,
 ) -> CompiledModel:
     """Compiles `module` once, with dim `dynamic_dim` of its inputs symbolic in [min_len, max_len].
 
     `min_len == max_len` compiles for one length T: torch.export cannot
     take such a Dim, so it exports over [T - 1, T] (or [T, T + 1] for short
     T, with an example of length >= 2 so torch does not specialize it) and
-    the bounds are then fixed to [T, T]."""
+    the bounds are then fixed to [T, T].
+
+    `cache` (default: on unless NOVELLA_CACHE=0) looks the compile up in the
+    persistent cache (`novella_mlir/cache.py`) and stores it there."""
     config = config or load_config()
+    key = None
+    if compile_cache.enabled(cache) and decomposition_table is None and dump_dir is None:
+        key = compile_cache.key(
+            module,
+            example_args,
+            dynamic_dim=dynamic_dim,
+            min_len=min_len,
+            max_len=max_len,
+            config=config,
+            pass_options=pass_options,
+        )
+        hit = compile_cache.lookup(key, config)
+        if hit is not None:
+            stages = Stages()
+            stages.texts, stages.seconds = hit[1], hit[2]
+            return CompiledModel(hit[0], config, stages)
     ctx = make_context()
     stages = Stages(dump_dir)
     # torch.export with a symbolic length, then the torch-mlir FX importer (torch dialect, `?` dims)
@@ -91,6 +112,8 @@ def compile_torch(
     model = CompiledModel(artifact, config, stages)
     # validation: the programs at both ends of the bounds instantiate and encode
     _check_bounds_encode(model)
+    if key is not None:
+        compile_cache.store(key, artifact, stages)
     if dump_dir:
         artifact.save(Path(dump_dir) / "model.nvla")
         (Path(dump_dir) / "summary.json").write_text(json.dumps(model.summary(), indent=2))
@@ -139,9 +162,11 @@ class CompiledModel:
         self.stages = stages
         self.executor = Executor(artifact, self.config)
 
-    def __call__(self, *inputs, trace: bool = False):
+    def __call__(self, *inputs, trace: bool = False, check_hazards: bool = True, progress: bool | None = None):
+        """Runs the model on the simulator. `check_hazards=False` skips the race checker (same outputs and
+        cycles, faster); `progress` shows a tqdm bar (default: on a terminal, for long programs)."""
         arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in inputs]
-        outs = self.executor.run(arrays, trace=trace)
+        outs = self.executor.run(arrays, trace=trace, check_hazards=check_hazards, progress=progress)
         outs = [torch.from_numpy(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 

@@ -2,7 +2,9 @@
 
 Each `exec_<mnemonic>` executes exactly one instruction with small numpy
 operations, bounds-checks every access, and records the touched elements in
-`self.effect` for the hazard checker, timing model and stats.
+`self.effect` for the hazard checker, timing model and stats. This is the
+ISA's readable spec; `fast.py` runs the same semantics with less overhead
+and is tested bit for bit against it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import SimulatorError
+from .hazards import MEMS, Span
 from .isa import BINARY_FNS, REDUCE_FNS, Instruction, VecFn, VecMode
 from .units import Accumulator, Dram, MemoryUnit, Scratchpad
 
@@ -77,17 +80,10 @@ REDUCE_OPS = {VecFn.ROWSUM: np.sum, VecFn.ROWMAX: np.max}
 
 
 @dataclass
-class Access:
-    mem: str
-    write: bool
-    idx: np.ndarray
-
-
-@dataclass
 class Effect:
     """What one instruction touched: accesses, DMA bytes, MACs."""
 
-    accesses: list[Access] = field(default_factory=list)
+    accesses: list[Span] = field(default_factory=list)
     dma_bytes: int = 0
     macs: int = 0
 
@@ -119,7 +115,7 @@ class FunctionalModel:
                 kind = "dram" if unit.name == "dram" else "sram"
                 raise self.error(f"{kind} range [{lo}, {hi}) exceeds {unit.label} size {unit.size}")
         idx = starts[:, None] + np.arange(cols, dtype=np.int64)
-        self.effect.accesses.append(Access(unit.name, write, idx))
+        self.effect.accesses.append(Span(MEMS.index(unit.name), write, 0, 0, len(starts), cols, starts))
         return idx
 
     def _tile(self, unit, addr, stride, rows, cols, write=False) -> np.ndarray:

@@ -1,26 +1,34 @@
-"""Race detection with vector clocks over the load, compute and store queues.
+"""Race detection with vector clocks and address intervals over the load, compute and store queues.
 
 Each instruction's clock is its queue's previous clock merged with the clocks
 of the tokens it pops, its own component set to its sequence number in its
 queue. Instruction X (queue q, seq s) happens-before Y iff Y.clock[q] >= s.
-Per memory, per queue, we keep the last write seq and last read seq of every
-element (allocated lazily, so DRAM only ever holds store-writes and
-load-reads). An access conflicts with an earlier access from another queue
-that does not happen-before it: RAW, WAW or WAR.
+
+An access is a set of rows: `rows` runs of `cols` elements starting at
+`addr + i * stride` (or at explicit `starts`), inside the interval
+[lo, hi). Per memory and per queue we keep the accesses of the current time
+window, in issue order: an access of queue o with seq s leaves the window
+once every other queue's clock has reached s, since nothing later can race
+with it. An access conflicts with a windowed access from another queue that
+does not happen-before it and touches a common element: RAW, WAW or WAR.
+Intervals are compared first; the elements only when two intervals overlap
+and one of them has gaps (strided rows).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import HazardError
-from .functional import Access
 from .isa import QUEUES
 
 Clock = tuple[int, int, int]
 Describe = Callable[[str, int], tuple[int, str]]
+MEMS = ("spad", "acc", "dram")
+_TRIM = 64
 
 
 def merge_clock(prev: Clock, popped: list[Clock], queue: str, seq: int) -> Clock:
@@ -31,49 +39,131 @@ def merge_clock(prev: Clock, popped: list[Clock], queue: str, seq: int) -> Clock
     return tuple(c)
 
 
+@dataclass(frozen=True)
+class Span:
+    """The elements one access touches; `starts` (if given) replaces addr + stride * i."""
+
+    mem: int  # index in MEMS
+    write: bool
+    addr: int
+    stride: int
+    rows: int
+    cols: int
+    starts: np.ndarray | None = None
+
+    @property
+    def lo(self) -> int:
+        if self.starts is not None:
+            return int(self.starts.min())
+        return self.addr + min(0, self.stride * (self.rows - 1))
+
+    @property
+    def hi(self) -> int:
+        if self.starts is not None:
+            return int(self.starts.max()) + self.cols
+        return self.addr + max(0, self.stride * (self.rows - 1)) + self.cols
+
+    @property
+    def dense(self) -> bool:
+        """Whether it touches every element of [lo, hi)."""
+        return self.starts is None and (self.rows <= 1 or self.stride == self.cols)
+
+    @property
+    def empty(self) -> bool:
+        return self.rows == 0 or self.cols == 0
+
+    def elements(self) -> np.ndarray:
+        starts = self.starts if self.starts is not None else self.addr + self.stride * np.arange(self.rows)
+        return (np.asarray(starts, np.int64)[:, None] + np.arange(self.cols, dtype=np.int64)).ravel()
+
+
+def _touch(a: Span, b: Span, lo: int, hi: int) -> np.ndarray:
+    """Elements of `a` in [lo, hi) that `b` also touches."""
+    ea = a.elements()
+    ea = ea[(ea >= lo) & (ea < hi)]
+    if b.dense:
+        return ea
+    mask = np.zeros(hi - lo, bool)
+    eb = b.elements()
+    mask[eb[(eb >= lo) & (eb < hi)] - lo] = True
+    return ea[mask[ea - lo]]
+
+
+def _meet(a: Span, b: Span, lo: int, hi: int, r_lo: int, r_hi: int) -> bool:
+    """Whether two accesses with overlapping intervals share an element."""
+    return (a.dense and b.dense) or len(_touch(a, b, max(lo, r_lo), min(hi, r_hi))) > 0
+
+
 class HazardTracker:
-    def __init__(self, sizes: dict[str, int], describe: Describe):
-        self.sizes = sizes
+    def __init__(self, describe: Describe):
         self.describe = describe
-        self.last: dict[tuple[str, str, bool], np.ndarray] = {}
+        # (mem, queue) -> [(seq, lo, hi, Span), ...] in issue order
+        self.window: dict[tuple[int, int], list] = {(m, q): [] for m in range(len(MEMS)) for q in range(3)}
+        self.latest: list[Clock] = [(-1, -1, -1)] * 3
 
-    def _table(self, mem: str, queue: str, write: bool) -> np.ndarray:
-        key = (mem, queue, write)
-        if key not in self.last:
-            self.last[key] = np.full(self.sizes[mem], -1, dtype=np.int32)
-        return self.last[key]
+    def check(self, index: int, mnemonic: str, queue: str, clock: Clock, spans) -> None:
+        q = QUEUES.index(queue)
+        self.check_spans(index, mnemonic, q, clock, [(s, s.lo, s.hi) for s in spans if not s.empty])
 
-    def check(self, index: int, mnemonic: str, queue: str, clock: Clock, accesses):
-        for acc in accesses:
-            for other in QUEUES:
-                if other != queue:
-                    self._check_against(index, mnemonic, queue, clock, acc, other)
-        seq = clock[QUEUES.index(queue)]
-        for acc in accesses:
-            self._table(acc.mem, queue, acc.write)[acc.idx] = seq
+    def check_spans(self, index: int, mnemonic: str, q: int, clock: Clock, spans) -> None:
+        """`spans`: [(Span, lo, hi), ...] of one instruction, non-empty, in access order."""
+        for span, lo, hi in spans:
+            for o in range(3):
+                if o == q:
+                    continue
+                horizon = clock[o]
+                window = self.window[(span.mem, o)]
+                i = len(window) - 1
+                while i >= 0 and window[i][0] > horizon:
+                    _, r_lo, r_hi, other = window[i]
+                    if (
+                        r_lo < hi
+                        and lo < r_hi
+                        and (span.write or other.write)
+                        and _meet(span, other, lo, hi, r_lo, r_hi)
+                    ):
+                        self._conflict(index, mnemonic, q, clock, span, lo, hi, o)
+                    i -= 1
+        seq = clock[q]
+        for span, lo, hi in spans:
+            window = self.window[(span.mem, q)]
+            window.append((seq, lo, hi, span))
+            if len(window) > _TRIM:
+                self._trim(span.mem, q)
+        self.latest[q] = clock
 
-    def _check_against(self, index, mnemonic, queue, clock, acc: Access, other: str):
-        horizon = clock[QUEUES.index(other)]
-        kinds = [(True, "written")] + ([(False, "read")] if acc.write else [])
+    def _trim(self, mem: int, q: int) -> None:
+        done = min(self.latest[o][q] for o in range(3) if o != q)
+        window = self.window[(mem, q)]
+        k = 0
+        while k < len(window) and window[k][0] <= done:
+            k += 1
+        del window[:k]
+
+    def _conflict(self, index, mnemonic, q, clock, span, lo, hi, o) -> None:
+        """Raises if `span` shares an element with an unordered access of queue `o` (written first, then read)."""
+        horizon = clock[o]
+        kinds = [(True, "written")] + ([(False, "read")] if span.write else [])
         for was_write, what in kinds:
-            table = self.last.get((acc.mem, other, was_write))
-            if table is None or acc.idx.size == 0:
-                continue
-            seqs = table[acc.idx]
-            bad = seqs > horizon
-            if bad.any():
-                self._raise(index, mnemonic, queue, acc, other, what, seqs, bad)
+            hits, seqs = [], []
+            for seq, r_lo, r_hi, other in self.window[(span.mem, o)]:
+                if seq > horizon and other.write == was_write and r_lo < hi and lo < r_hi:
+                    common = _touch(span, other, max(lo, r_lo), min(hi, r_hi))
+                    if len(common):
+                        hits.append(common)
+                        seqs.append(seq)
+            if hits:
+                self._raise(index, mnemonic, q, span, o, what, np.concatenate(hits), max(seqs))
 
-    def _raise(self, index, mnemonic, queue, acc, other, what, seqs, bad):
-        elems = acc.idx[bad]
-        o_index, o_mnemonic = self.describe(other, int(seqs[bad].max()))
-        kind = ("WAW" if what == "written" else "WAR") if acc.write else "RAW"
-        verb = "writes" if acc.write else "reads"
+    def _raise(self, index, mnemonic, q, span, o, what, elems, seq):
+        o_index, o_mnemonic = self.describe(QUEUES[o], seq)
+        kind = ("WAW" if what == "written" else "WAR") if span.write else "RAW"
+        verb = "writes" if span.write else "reads"
         raise HazardError(
             index,
             mnemonic,
-            f"{kind} hazard: {queue} instruction {index} ({mnemonic}) {verb} "
-            f"{acc.mem}[{int(elems.min())}, {int(elems.max()) + 1}) last {what} "
-            f"by {other} instruction {o_index} ({o_mnemonic}) with no "
+            f"{kind} hazard: {QUEUES[q]} instruction {index} ({mnemonic}) {verb} "
+            f"{MEMS[span.mem]}[{int(elems.min())}, {int(elems.max()) + 1}) last {what} "
+            f"by {QUEUES[o]} instruction {o_index} ({o_mnemonic}) with no "
             f"dependency token ordering them",
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from . import fast
 from .config import NovellaConfig, load_config
 from .errors import DeadlockError, SimulatorError
 from .functional import Effect, FunctionalModel
@@ -54,6 +55,7 @@ class Simulator:
         *,
         check_hazards: bool = True,
         trace: bool = False,
+        fast: bool = True,
     ):
         self.config = config if config is not None else load_config()
         self.dram = Dram(dram_elems)
@@ -61,11 +63,21 @@ class Simulator:
         self.acc = Accumulator(self.config.acc_elems)
         self.check_hazards = check_hazards
         self.trace_enabled = trace
+        self.fast = fast
+        self.progress = None  # an object with update(n), e.g. a tqdm bar, told of executed instructions
         self.trace: Trace | None = None
         self.functional = FunctionalModel(self.dram, self.spad, self.acc)
 
     def run(self, words) -> RunStats:
-        """Run an (n, 4) uint64 program to completion and return its stats."""
+        """Run an (n, 4) uint64 program to completion and return its stats.
+
+        Uses the fast path (`fast.py`) unless `fast=False` or a trace is
+        asked; both give the same memories, cycles and stats."""
+        if self.fast and not self.trace_enabled:
+            prog = np.asarray(words, dtype=np.uint64).reshape(-1, 4)
+            self._reset()
+            with threadpool_limits(1, user_api="blas"):
+                return fast.run(self, prog)
         self._insts = self._decode(words)
         self._queues = {q: [] for q in QUEUES}
         for i, inst in enumerate(self._insts):
@@ -74,6 +86,8 @@ class Simulator:
         with threadpool_limits(1, user_api="blas"):
             while (q := self._pick()) is not None:
                 self._step(q)
+                if self.progress is not None and not self.stats.instructions & 1023:
+                    self.progress.update(1024)
         if any(self._head[q] < len(self._queues[q]) for q in QUEUES):
             raise DeadlockError(self._blocked())
         return self.stats
@@ -86,14 +100,7 @@ class Simulator:
         self.timing = TimingModel(c)
         self.stats = RunStats(c.clock_ghz, c.macs_per_cycle, c.dram_bytes_per_cycle)
         self.trace = Trace(c.clock_ghz) if self.trace_enabled else None
-        self.hazards = None
-        if self.check_hazards:
-            sizes = {
-                "spad": self.spad.size,
-                "acc": self.acc.size,
-                "dram": self.dram.size,
-            }
-            self.hazards = HazardTracker(sizes, self._describe)
+        self.hazards = HazardTracker(self._describe) if self.check_hazards else None
 
     def _describe(self, queue: str, seq: int) -> tuple[int, str]:
         index = self._queues[queue][seq]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -63,7 +66,11 @@ class Executor:
     def _named(self, syms) -> str:
         return ", ".join(f"{s[0]}={v}" for s, v in zip(self.art.symbols, syms))
 
-    def run(self, inputs: list[np.ndarray], *, trace: bool = False, check_hazards: bool = True) -> list[np.ndarray]:
+    def run(
+        self, inputs: list[np.ndarray], *, trace: bool = False, check_hazards: bool = True, progress: bool | None = None
+    ) -> list[np.ndarray]:
+        """Runs one call. `check_hazards=False` skips the race checker (same results and cycles, faster);
+        `progress`: a tqdm bar of executed instructions (None: only on a terminal, for long programs)."""
         inputs = [np.ascontiguousarray(x, np.float32) for x in inputs]
         syms = self.bind(inputs)
         t0 = time.perf_counter()
@@ -76,7 +83,11 @@ class Executor:
             sim.dram.write(offset, self.art.weights[name].ravel())
         for x, meta in zip(inputs, self.art.inputs):
             sim.dram.write(int(expr.evaluate(meta.dram, syms)), x.ravel())
-        stats = sim.run(program.words)
+        with progress_bar(program.n_words, progress) as bar:
+            sim.progress = bar
+            stats = sim.run(program.words)
+            if bar is not None:
+                bar.update(bar.total - bar.n)
         outs = []
         for meta in self.art.outputs:
             shape = [int(expr.evaluate(p, syms)) for p in meta.shape]
@@ -86,6 +97,25 @@ class Executor:
         named = {s[0]: v for s, v in zip(self.art.symbols, syms)}
         self.last_run = RunResult(named, program, stats, t1 - t0, t2 - t1, sim.trace if trace else None)
         return outs
+
+
+PROGRESS_MIN_WORDS = 20_000
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, enabled: bool | None, desc: str = "npu"):
+    """A tqdm bar over `total` instructions, or None. enabled=None: only when stderr is a terminal and the
+    program is long (>= PROGRESS_MIN_WORDS words); NOVELLA_PROGRESS=0/1 overrides that default."""
+    if enabled is None:
+        env = os.environ.get("NOVELLA_PROGRESS")
+        enabled = env == "1" if env in ("0", "1") else sys.stderr.isatty() and total >= PROGRESS_MIN_WORDS
+    if not enabled:
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=desc, unit="inst", unit_scale=True, leave=False, mininterval=0.25) as bar:
+        yield bar
 
 
 def _config_fields(d: dict) -> dict:

@@ -28,7 +28,7 @@ import numpy as np
 
 from simulator import isa
 
-from . import expr
+from . import expr, jit_kernel
 
 _QUEUE = {"load": 0, "compute": 1, "store": 2}
 _HEADER = {f.name: f for f in isa.LAYOUT[isa.Opcode.NOP]}
@@ -157,6 +157,7 @@ class Jit:
         self.queues = [[_QUEUE[isa.QUEUE_OF[isa.Opcode[t.opcode]]] for t in m.insts] for m in artifact.macros]
         self._plans = [[None] * len(m.insts) for m in artifact.macros]
         self._ids: dict = {}
+        self._tables = None
 
     def instantiate(self, symbols) -> Program:
         key = tuple(int(s) for s in symbols)
@@ -170,6 +171,18 @@ class Jit:
         return prog
 
     def _build(self, syms) -> Program:
+        if self._tables is None:
+            self._tables = jit_kernel.Tables(self.art)
+        if self._tables.ok:
+            status, words, starts, ends, n_steps = jit_kernel.instantiate(self._tables, syms)
+            if status == jit_kernel.OK:
+                tiles = self.art.tiles
+                spans = [(tiles[i].name, s, e) for i, (s, e) in enumerate(zip(starts, ends)) if s >= 0]
+                return Program(words, syms, spans, n_steps)
+        return self._build_numpy(syms)
+
+    def _build_numpy(self, syms) -> Program:
+        """The NumPy expansion: the reference of the compiled kernel, and the path for its errors."""
         parts, spans, expanded, missing = [], [], {}, []
         n_steps, start = 0, 0
         for tile in self.art.tiles:

@@ -1,7 +1,7 @@
 """novella: compile, run and inspect models for the Novella NPU.
 
 novella compile pkg.module:factory --example-shape 1,16,384 --dynamic-dim 1 --max-len 1500 -o model.nvla
-novella run model.nvla --len 500 [--trace trace.json] [--seed 0]
+novella run model.nvla --len 500 [--trace trace.json] [--seed 0] [--no-hazard-check]
 novella inspect model.nvla
 novella demo
 """
@@ -176,7 +176,7 @@ def cmd_run(args) -> int:
     syms = symbol_values(args.len, art.symbols)
     rng = np.random.default_rng(args.seed)
     inputs = [rng.standard_normal(evaluate_shape(m, syms), dtype=np.float32) for m in art.inputs]
-    outs = npu(*inputs, trace=bool(args.trace))
+    outs = npu(*inputs, trace=bool(args.trace), check_hazards=not args.no_hazard_check)
     outs = outs if isinstance(outs, tuple) else (outs,)
     run = npu.last_run
     named = ", ".join(f"{k}={v}" for k, v in run.symbols.items())
@@ -274,6 +274,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--len", required=True, help="the length: an int, or NAME=INT,... for several symbols")
     r.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument(
+        "--no-hazard-check",
+        action="store_true",
+        help="skip the simulator's race checker (same outputs and cycles, faster)",
+    )
     r.add_argument("--config", help="hardware config TOML (default: the one the artifact was compiled for)")
     i = sub.add_parser("inspect", help="show an artifact's templates, tile rules, sizes and config")
     i.add_argument("model")
@@ -286,6 +291,8 @@ COMMANDS = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect, "dem
 
 
 def main(argv=None) -> int:
+    if not sys.stdout.isatty():
+        sys.stdout.reconfigure(line_buffering=True)  # piped: each line as it is printed
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "demo":

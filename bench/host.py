@@ -1,0 +1,190 @@
+"""Host speed, side by side in one run: simulator vs torch eager, JIT vs NPU time, compile vs torch.export.
+
+    .venv/bin/python bench/host.py [--positions 750,1500] [--repeat 3] [--jit-models mlp,mlp384,layer,encoder]
+                                   [--jit-lengths 1,2,3,...] [--skip-compile] [--skip-sim] [--skip-jit]
+
+Every figure is the median of `--repeat` runs, measured in this process
+(cached compile: in fresh processes), so ratios are comparable even on a
+shared host. Eager torch runs with `torch.set_num_threads(1)`, as the
+simulator runs BLAS on one thread.
+
+* simulator: `npu(x)` host time for the whisper-tiny encoder at T positions
+  (mel frames 2T), hazard checking on and off, against eager torch;
+* JIT: instantiation of a length the JIT has not cached, against the
+  simulated NPU time of the same program (cycles / clock);
+* compile: `compile_torch` of the encoder against `torch.export` alone, and
+  a second compile of the same model in a new process (persistent cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+from models import ROOT, SPECS, compile_model
+
+from novella_mlir.frontend import importer
+from novella_mlir.runtime.jit import Jit
+
+MAX_POSITIONS = 1500
+JIT_LENGTHS = "1,2,3,5,16,17,64,65,127,256,511,513,1024,1500"
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def simulator_rows(positions, repeat: int) -> list[str]:
+    spec, module, npu = compile_model("encoder", MAX_POSITIONS)
+    lines = [
+        "| T (positions) | instructions | eager, 1 thread | npu(x), hazards on | on / eager | npu(x), hazards off "
+        "| off / eager | NPU time (1 GHz) |",
+        "|" + "---|" * 8,
+    ]
+    torch.set_num_threads(1)
+    for t in positions:
+        x = spec.example(t)
+        with torch.no_grad():
+            eager = median_time(lambda x=x: module(x), repeat)
+        arr = x.numpy()
+        on = median_time(lambda arr=arr: npu.executor.run([arr], check_hazards=True), repeat)
+        off = median_time(lambda arr=arr: npu.executor.run([arr], check_hazards=False), repeat)
+        stats = npu.last_run.stats
+        lines.append(
+            f"| {t} | {stats.instructions:,} | {eager:.2f} s | {on:.2f} s | {on / eager:.1f}x | {off:.2f} s "
+            f"| {off / eager:.1f}x | {stats.cycles / (npu.config.clock_ghz * 1e9) * 1e3:.1f} ms |"
+        )
+    return lines
+
+
+def jit_rows(models, lengths, repeat: int) -> list[str]:
+    lines = [
+        "| model | T | words | JIT, new length | NPU time (1 GHz) | JIT / NPU |",
+        "|" + "---|" * 6,
+    ]
+    worst = {}
+    for name in models:
+        spec, _, npu = compile_model(name, MAX_POSITIONS)
+        lo, hi = spec.bounds(MAX_POSITIONS)
+        for t in lengths:
+            x = spec.example(t).numpy()
+            if not lo <= x.shape[spec.dynamic_dim] <= hi:
+                continue
+            syms = npu.executor.bind([x])
+            jit = Jit(npu.artifact, cache_size=0)
+            jit.instantiate([s + 1 if s < hi else s - 1 for s in syms])
+            new = median_time(lambda jit=jit, syms=syms: jit.instantiate(syms), repeat)
+            npu.executor.run([x], check_hazards=False)
+            npu_s = npu.last_run.stats.cycles / (npu.config.clock_ghz * 1e9)
+            worst[name] = max(worst.get(name, 0.0), new / npu_s)
+            lines.append(
+                f"| {name} | {t} | {npu.last_run.program.n_words:,} | {new * 1e3:.3f} ms | {npu_s * 1e3:.3f} ms "
+                f"| {new / npu_s:.3f} |"
+            )
+    lines.append("")
+    lines.append("worst JIT / NPU per model: " + ", ".join(f"{k} {v:.3f}" for k, v in worst.items()))
+    return lines
+
+
+_CACHED = """
+import sys, time
+sys.path.insert(0, {bench!r})
+from models import SPECS
+from novella_mlir import compile_torch
+spec = SPECS["encoder"]
+module = spec.build({maxp})
+lo, hi = spec.bounds({maxp})
+t0 = time.perf_counter()
+compile_torch(module, spec.example(16), dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi)
+print(time.perf_counter() - t0)
+"""
+
+
+def _cached_compile(repeat: int) -> tuple[float, float] | None:
+    """(first compile into an empty cache dir, median of later compiles), each in a new process."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    code = _CACHED.format(bench=str(ROOT / "bench"), maxp=MAX_POSITIONS)
+    with tempfile.TemporaryDirectory() as cache:
+        env["NOVELLA_CACHE_DIR"], env["NOVELLA_CACHE"] = cache, "1"
+        times = []
+        for _ in range(repeat + 1):
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+            if out.returncode:
+                print(out.stderr[-2000:], file=sys.stderr)
+                return None
+            times.append(float(out.stdout.split()[-1]))
+    return times[0], statistics.median(times[1:])
+
+
+def compile_rows(repeat: int) -> list[str]:
+    spec = SPECS["encoder"]
+    module = spec.build(MAX_POSITIONS)
+    lo, hi = spec.bounds(MAX_POSITIONS)
+    example = (spec.example(16),)
+    export = median_time(lambda: importer.export(module, example, spec.dynamic_dim, lo, hi), repeat)
+    from novella_mlir import compile_torch
+
+    kw = dict(dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi)
+    full = median_time(lambda: compile_torch(module, *example, **kw), repeat)
+    lines = [
+        "| what | time | / torch.export |",
+        "|---|---|---|",
+        f"| torch.export alone | {export:.2f} s | 1.00 |",
+        f"| compile_torch (no cache) | {full:.2f} s | {full / export:.2f} |",
+    ]
+    cached = _cached_compile(repeat)
+    if cached is None:
+        lines.append("| compile_torch, new process, cached | failed (see stderr) | - |")
+    else:
+        lines.append(f"| compile_torch, new process, cold cache | {cached[0]:.2f} s | {cached[0] / export:.2f} |")
+        lines.append(f"| compile_torch, new process, cached | {cached[1]:.3f} s | {cached[1] / export:.3f} |")
+    return lines
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--positions", default="750,1500", help="encoder lengths (positions) for the simulator table")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--jit-models", default="mlp,mlp384,layer,encoder")
+    p.add_argument("--jit-lengths", default=JIT_LENGTHS)
+    p.add_argument("--skip-sim", action="store_true")
+    p.add_argument("--skip-jit", action="store_true")
+    p.add_argument("--skip-compile", action="store_true")
+    args = p.parse_args(argv)
+    os.environ["NOVELLA_CACHE"] = "0"  # every compile in this process is a real one
+    print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; median of {args.repeat} runs")
+    sections = []
+    if not args.skip_sim:
+        sections.append(
+            (
+                "simulator vs torch eager (whisper-tiny encoder)",
+                simulator_rows,
+                [int(v) for v in args.positions.split(",")],
+            )
+        )
+    if not args.skip_jit:
+        lengths = [int(v) for v in args.jit_lengths.split(",")]
+        sections.append(
+            ("JIT new length vs NPU time", lambda r: jit_rows(args.jit_models.split(","), lengths, r), None)
+        )
+    if not args.skip_compile:
+        sections.append(("compile vs torch.export (encoder)", compile_rows, None))
+    for title, fn, arg in sections:
+        print(f"\n## {title}\n", flush=True)
+        lines = fn(arg, args.repeat) if arg is not None else fn(args.repeat)
+        print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Persistent compile cache: a second `compile_torch` of the same model, in any process, loads the artifact.
+
+Like torch.compile's FX graph cache, an entry is found by a key over
+everything the compile depends on:
+
+* the model: the source of `forward` of every submodule class, the module
+  tree (`repr`), and a digest of every parameter and buffer (values,
+  shapes, dtypes);
+* the example inputs' shapes and dtypes, the dynamic dim and the bounds;
+* the hardware config (its fingerprint) and the pass options;
+* the compiler version: the package version and a digest of the sources of
+  `novella_mlir` and `simulator`.
+
+The key does not run torch.export (that is most of a compile); a forward
+that reads Python state outside the module (globals, closures) is not in
+it, so turn the cache off for such models. A model compiled with a custom
+decomposition table or `dump_dir` is not cached.
+
+Entries live in `$NOVELLA_CACHE_DIR`, else `$XDG_CACHE_HOME/novella-mlir`,
+else `~/.cache/novella-mlir`. Turn it off with `compile_torch(..., cache=False)`
+or `NOVELLA_CACHE=0`. An entry that cannot be read (truncated, corrupted,
+from another format) is reported with a warning and recompiled over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from functools import lru_cache
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+FORMAT = 1
+
+
+def enabled(cache: bool | None) -> bool:
+    """`cache` if given, else the NOVELLA_CACHE env var (default on)."""
+    if cache is not None:
+        return bool(cache)
+    return os.environ.get("NOVELLA_CACHE", "1").lower() not in ("0", "false", "no", "off")
+
+
+def directory() -> Path:
+    if os.environ.get("NOVELLA_CACHE_DIR"):
+        return Path(os.environ["NOVELLA_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "novella-mlir"
+
+
+@lru_cache(maxsize=1)
+def compiler_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("novella-mlir")
+    except PackageNotFoundError:
+        v = "source"
+    h = hashlib.sha256(v.encode())
+    for root in (PACKAGE_ROOT, PACKAGE_ROOT.parent / "simulator"):
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".toml") and "__pycache__" not in path.parts:
+                h.update(str(path.relative_to(root)).encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _module_digest(module) -> str:
+    import torch
+
+    h = hashlib.sha256(repr(module).encode())
+    for cls in sorted({type(m) for m in module.modules()}, key=lambda c: c.__qualname__):
+        h.update(f"{cls.__module__}.{cls.__qualname__}".encode())
+        try:
+            h.update(inspect.getsource(cls.forward).encode())
+        except (OSError, TypeError):
+            h.update(b"<no source>")
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def key(module, example_args, *, dynamic_dim, min_len, max_len, config, pass_options) -> str:
+    """The cache key of one compile (a sha256 hex digest)."""
+    args = [(tuple(a.shape), str(a.dtype)) if hasattr(a, "shape") else repr(a) for a in example_args]
+    parts = {
+        "format": FORMAT,
+        "compiler": compiler_version(),
+        "module": _module_digest(module),
+        "args": args,
+        "bounds": [dynamic_dim, min_len, max_len],
+        "config": config.fingerprint(),
+        "passes": pass_options or {},
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def lookup(k: str, config):
+    """The cached (artifact, stage texts, stage seconds) for key `k`, or None (missing or unreadable)."""
+    from . import artifact as art_mod
+
+    entry = directory() / k
+    if not entry.exists():
+        return None
+    try:
+        art = art_mod.load(entry / "model.nvla", config)
+        stages = json.loads((entry / "stages.json").read_text())
+        return art, stages["texts"], stages["seconds"]
+    except Exception as e:  # noqa: BLE001 - any damage to an entry means: compile again
+        warnings.warn(f"novella-mlir: compile cache entry {entry} is unreadable ({e}); compiling again", stacklevel=3)
+        shutil.rmtree(entry, ignore_errors=True)
+        return None
+
+
+def store(k: str, artifact, stages) -> None:
+    """Writes the entry atomically (a temp dir renamed into place); a failure only warns."""
+    root = directory()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+        artifact.save(tmp / "model.nvla")
+        (tmp / "stages.json").write_text(json.dumps({"texts": stages.texts, "seconds": stages.seconds}))
+        shutil.rmtree(root / k, ignore_errors=True)
+        os.replace(tmp, root / k)
+    except OSError as e:
+        warnings.warn(f"novella-mlir: could not write the compile cache in {root}: {e}", stacklevel=3)

@@ -1,0 +1,201 @@
+"""The numba kernel of `jit_kernel.py` (imported on first use; numba caches the machine code on disk).
+
+Table layout (`Tables._freeze`): [n_dims, stack size, 17 offsets], then
+ops, args, expr start, expr stop, min items, min ranges (2), tile macro,
+tile ndim, tile grid (n_dims), tile base ranges (2), base slots, base
+exprs, macro template ranges (2), template rows (14), guard kinds, guard
+exprs, var rows (6). A template row: queue, guard range, var range, then
+the tensor-relative dram_base: has, slot, lane, offset, mask, lo, hi, min
+id (-1: constant), constant. A var row: lane, offset, mask, lo, hi, min id.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+_POP_PREV, _POP_NEXT, _PUSH_PREV, _PUSH_NEXT = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+
+
+@nb.njit(cache=True)
+def _part(tab, k):
+    return tab[tab[2 + k] : (tab[3 + k] if k < 16 else tab.size)]
+
+
+@nb.njit(cache=True)
+def _rows(tab, k, cols):
+    part = _part(tab, k)
+    return part.reshape((part.size // cols, cols))
+
+
+@nb.njit(cache=True)
+def _eval(e, syms, dims, ops, args, start, stop, stack):
+    sp = 0
+    for i in range(start[e], stop[e]):
+        o = ops[i]
+        if o == 0:
+            stack[sp] = args[i]
+            sp += 1
+        elif o == 1:
+            stack[sp] = syms[args[i]]
+            sp += 1
+        elif o == 2:
+            stack[sp] = dims[args[i]]
+            sp += 1
+        else:
+            b = stack[sp - 1]
+            a = stack[sp - 2]
+            sp -= 1
+            if o == 3:
+                r = a + b
+            elif o == 4:
+                r = a * b
+            elif o == 5:
+                r = a // b
+            elif o == 6:
+                r = -((-a) // b)
+            else:
+                r = a % b
+            stack[sp - 1] = r
+    return stack[0]
+
+
+@nb.njit(cache=True)
+def _min(m, syms, dims, ex, mx, mx_range, stack):
+    ops, args, start, stop = ex
+    v = _eval(mx[mx_range[m, 0]], syms, dims, ops, args, start, stop, stack)
+    for j in range(mx_range[m, 0] + 1, mx_range[m, 1]):
+        w = _eval(mx[j], syms, dims, ops, args, start, stop, stack)
+        if w < v:
+            v = w
+    return v
+
+
+@nb.njit(cache=True)
+def _tokens(words, wstep, wq, n, n_steps):
+    """The token rule of `jit.py` over the whole program; False if a step has no compute instruction."""
+    first = np.full((n_steps, 3), -1, np.int64)
+    last = np.full((n_steps, 3), -1, np.int64)
+    for w in range(n):
+        k, q = wstep[w], wq[w]
+        if first[k, q] < 0:
+            first[k, q] = w
+        last[k, q] = w
+    for k in range(n_steps):
+        c0, c1 = first[k, 1], last[k, 1]
+        if c0 < 0:
+            return False
+        if first[k, 0] >= 0:
+            if k > 0:
+                words[first[k, 0], 0] |= np.uint64(_POP_NEXT)
+            words[last[k, 0], 0] |= np.uint64(_PUSH_NEXT)
+            words[c0, 0] |= np.uint64(_POP_PREV)
+        if k > 0 and first[k - 1, 2] >= 0:
+            words[c0, 0] |= np.uint64(_POP_NEXT)
+        if k + 1 < n_steps and first[k + 1, 0] >= 0:
+            words[c1, 0] |= np.uint64(_PUSH_PREV)
+        if first[k, 2] >= 0:
+            words[c1, 0] |= np.uint64(_PUSH_NEXT)
+            words[first[k, 2], 0] |= np.uint64(_POP_PREV)
+            if k + 1 < n_steps:
+                words[last[k, 2], 0] |= np.uint64(_PUSH_PREV)
+    return True
+
+
+@nb.njit(cache=True)
+def _field(words, w, lane, offset, mask, lo, hi, v):
+    if v < lo or v > hi:
+        return False
+    words[w, lane] |= np.uint64(v & mask) << np.uint64(offset)
+    return True
+
+
+@nb.njit(cache=True)
+def instantiate(syms, tab, t_base, limit):
+    n_dims, stack_size = tab[0], tab[1]
+    ex = (_part(tab, 0), _part(tab, 1), _part(tab, 2), _part(tab, 3))
+    mx, mx_range = _part(tab, 4), _rows(tab, 5, 2)
+    tile_macro, tile_ndim, tile_grid = _part(tab, 6), _part(tab, 7), _rows(tab, 8, n_dims)
+    base_range, base_slot, base_expr = _rows(tab, 9, 2), _part(tab, 10), _part(tab, 11)
+    macro_range, t_rows = _rows(tab, 12, 2), _rows(tab, 13, 14)
+    guard_kind, guard_expr, var_rows = _part(tab, 14), _part(tab, 15), _rows(tab, 16, 6)
+    nt = tile_macro.size
+    stack = np.empty(stack_size, np.int64)
+    dims = np.zeros(n_dims + 1, np.int64)
+    ext = np.zeros((nt, n_dims), np.int64)
+    npts = np.zeros(nt, np.int64)
+    bound = 0
+    for ti in range(nt):
+        n = 1
+        for g in range(tile_ndim[ti]):
+            e = _min(tile_grid[ti, g], syms, dims, ex, mx, mx_range, stack)
+            ext[ti, g] = e
+            n = n * e if e > 0 else 0
+        npts[ti] = n
+        m = tile_macro[ti]
+        bound += n * (macro_range[m, 1] - macro_range[m, 0]) + 1
+    info = np.full(3 + 2 * nt, -1, np.int64)  # status, words, steps, tile starts, tile ends
+    if bound > limit:  # a long program: the NumPy expansion is faster
+        info[0] = 3
+        return np.zeros((0, 4), np.uint64), info
+    words = np.zeros((bound, 4), np.uint64)
+    wstep = np.zeros(bound, np.int64)
+    wq = np.zeros(bound, np.int64)
+    t_start = info[3 : 3 + nt]
+    t_end = info[3 + nt :]
+    w, step = 0, 0
+    base_val = np.zeros(base_slot.size, np.int64)
+    for ti in range(nt):
+        m = tile_macro[ti]
+        for b in range(base_range[ti, 0], base_range[ti, 1]):
+            base_val[b] = _min(base_expr[b], syms, dims, ex, mx, mx_range, stack)
+        for p in range(npts[ti]):
+            r = p
+            for g in range(tile_ndim[ti] - 1, -1, -1):
+                dims[g] = r % ext[ti, g]
+                r //= ext[ti, g]
+            emitted = False
+            for t in range(macro_range[m, 0], macro_range[m, 1]):
+                row = t_rows[t]
+                ok = True
+                for gi in range(row[1], row[2]):
+                    v = _min(guard_expr[gi], syms, dims, ex, mx, mx_range, stack)
+                    if (guard_kind[gi] == 0 and v != 0) or (guard_kind[gi] == 1 and v < 0):
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                if t_start[ti] < 0:
+                    if w > 0:  # the barrier step before a macro
+                        wstep[w], wq[w] = step, 1
+                        w += 1
+                        step += 1
+                    t_start[ti] = w
+                for lane in range(4):
+                    words[w, lane] = t_base[t, lane]
+                for vi in range(row[3], row[4]):
+                    vr = var_rows[vi]
+                    v = _min(vr[5], syms, dims, ex, mx, mx_range, stack)
+                    if not _field(words, w, vr[0], vr[1], vr[2], vr[3], vr[4], v):
+                        info[0] = 1
+                        return words, info
+                if row[5]:
+                    v = row[13] if row[12] < 0 else _min(row[12], syms, dims, ex, mx, mx_range, stack)
+                    found = False
+                    for b in range(base_range[ti, 0], base_range[ti, 1]):
+                        if base_slot[b] == row[6]:
+                            v += base_val[b]
+                            found = True
+                    if not found or not _field(words, w, row[7], row[8], row[9], row[10], row[11], v):
+                        info[0] = 1
+                        return words, info
+                wstep[w], wq[w] = step, row[0]
+                w += 1
+                emitted = True
+            if emitted:
+                step += 1
+        if t_start[ti] >= 0:
+            t_end[ti] = w
+    info[0] = 0 if _tokens(words, wstep, wq, w, step) else 2
+    info[1], info[2] = w, step
+    return words, info

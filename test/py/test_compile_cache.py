@@ -1,0 +1,90 @@
+"""The persistent compile cache: hits, misses on every key part, corrupted entries, off switches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from novella_mlir import cache, compile_torch
+from novella_mlir.frontend import importer
+
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32)).eval()
+
+
+def _compile(model, **kw):
+    return compile_torch(model, torch.randn(1, 8, 32), dynamic_dim=1, min_len=1, max_len=256, **kw)
+
+
+@pytest.fixture
+def on(monkeypatch, tmp_path):
+    monkeypatch.setenv("NOVELLA_CACHE", "1")
+    monkeypatch.setenv("NOVELLA_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _entries(path):
+    return [p for p in path.iterdir() if not p.name.startswith(".")]
+
+
+def test_second_compile_is_a_hit_without_export(on, monkeypatch):
+    model = _mlp()
+    first = _compile(model)
+    assert len(_entries(on)) == 1
+    monkeypatch.setattr(importer, "export", lambda *a, **k: pytest.fail("a cache hit must not export"))
+    second = _compile(model)
+    assert second.artifact.metadata() == first.artifact.metadata()
+    assert second.ir("novella") == first.ir("novella")
+    x = torch.randn(1, 37, 32)
+    assert torch.equal(first(x), second(x))
+    torch.testing.assert_close(second(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_key_covers_weights_bounds_config_and_passes(on):
+    from simulator import load_config
+
+    model = _mlp()
+    kw = dict(dynamic_dim=1, min_len=1, max_len=256, config=load_config(), pass_options=None)
+    args = (torch.randn(1, 8, 32),)
+    base = cache.key(model, args, **kw)
+    assert cache.key(_mlp(), args, **kw) == base
+    assert cache.key(_mlp(seed=1), args, **kw) != base
+    assert cache.key(model, args, **{**kw, "max_len": 512}) != base
+    assert cache.key(model, (torch.randn(1, 8, 32, dtype=torch.float64),), **kw) != base
+    assert cache.key(model, args, **{**kw, "pass_options": {"novella-tile": {"tile-m": 32}}}) != base
+    with torch.no_grad():
+        model[0].bias[0] += 1
+    assert cache.key(model, args, **kw) != base
+
+
+def test_corrupted_entry_warns_and_recompiles(on):
+    model = _mlp()
+    _compile(model)
+    (entry,) = _entries(on)
+    data = (entry / "model.nvla").read_bytes()
+    (entry / "model.nvla").write_bytes(data[: len(data) // 2])
+    with pytest.warns(UserWarning, match="unreadable.*compiling again"):
+        npu = _compile(model)
+    x = torch.randn(1, 5, 32)
+    torch.testing.assert_close(npu(x), model(x), rtol=1e-4, atol=1e-4)
+    _compile(model)  # the entry was rewritten: a clean hit
+
+
+@pytest.mark.parametrize("how", ["argument", "env"])
+def test_cache_can_be_turned_off(on, monkeypatch, how):
+    if how == "env":
+        monkeypatch.setenv("NOVELLA_CACHE", "0")
+        _compile(_mlp())
+    else:
+        _compile(_mlp(), cache=False)
+    assert _entries(on) == []
+
+
+def test_directory_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv("NOVELLA_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.directory() == tmp_path / "novella-mlir"
+    assert np.all([cache.enabled(True), not cache.enabled(False)])

@@ -1,0 +1,233 @@
+"""The simulator's fast path against its readable path, bit for bit, and the interval hazard checker.
+
+Every program here runs on both (`Simulator(fast=False)` is the readable
+`exec_<mnemonic>` loop): the memories after the run, the cycles and every
+stat must be identical, or both must raise the same error. The cycle counts
+of the golden programs are pinned in `test/golden/cycles.json`, recorded
+before the speed work (the timing model must not change).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+import models  # noqa: E402
+import test_simulator as hand  # noqa: E402
+
+from novella_mlir.runtime import expr  # noqa: E402
+from simulator import HazardError, Opcode, Simulator, SimulatorError, VecFn, VecMode, encode, fast, isa  # noqa: E402
+
+CYCLES = json.loads((ROOT / "test" / "golden" / "cycles.json").read_text())
+CASES = {
+    "mlp": (2048, (1, 7, 17, 65, 2048)),
+    "mlp384": (1500, (1, 65)),
+    "layer": (1500, (2, 65)),
+    "encoder": (1500, (3, 16)),
+}
+
+
+def _run(words, setup, fast_path: bool, **kw):
+    sim = setup(fast_path, **kw)
+    try:
+        stats = sim.run(words)
+    except SimulatorError as e:
+        return type(e).__name__, str(e)
+    mems = tuple(u.data.view(np.uint32).copy() for u in (sim.dram, sim.spad, sim.acc))
+    return mems, stats.to_dict(), str(stats)
+
+
+def assert_same(words, setup, **kw):
+    """Runs `words` on both paths (setup(fast, **kw) -> a loaded Simulator); returns the fast result."""
+    slow, quick = _run(words, setup, False, **kw), _run(words, setup, True, **kw)
+    if isinstance(slow[0], str) or isinstance(quick[0], str):
+        assert slow == quick
+        return quick
+    for a, b in zip(slow[0], quick[0]):
+        assert np.array_equal(a, b), "memories differ"
+    assert slow[1:] == quick[1:]
+    return quick
+
+
+def _model_setup(npu, x):
+    ex = npu.executor
+    syms = ex.bind([x])
+
+    def setup(fast_path, **kw):
+        sim = Simulator(ex.config, int(expr.evaluate(ex.art.dram_size, syms)), fast=fast_path, **kw)
+        for name, (off, _) in ex.art.weight_layout.items():
+            sim.dram.write(off, ex.art.weights[name].ravel())
+        sim.dram.write(int(expr.evaluate(ex.art.inputs[0].dram, syms)), x.ravel())
+        return sim
+
+    return ex.jit.instantiate(syms).words, setup
+
+
+def _model(name):
+    return models.compile_model(name, CASES[name][0])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_models_bit_identical_and_cycles_unchanged(name):
+    spec, _, npu = _model(name)
+    for t in CASES[name][1]:
+        words, setup = _model_setup(npu, spec.example(t).numpy())
+        _, stats, _ = assert_same(words, setup)
+        golden = CYCLES[f"{name}/{CASES[name][0]}/{t}"]
+        assert {k: stats[k] for k in golden} == golden, f"{name} T={t}: timing changed"
+
+
+@pytest.mark.parametrize("drop", [None, "L2C", "C2S", "C2L"])
+@pytest.mark.parametrize("check_hazards", [True, False])
+def test_hand_programs_bit_identical(drop, check_hazards):
+    words, _ = hand._tiled_matmul_program(drop)
+
+    def setup(fast_path, **kw):
+        hand.RNG = np.random.default_rng(7)  # the same data on both paths
+        sim, _, _, _ = hand._matmul_sim(drop, fast=fast_path, **kw)
+        return sim
+
+    assert_same(words, setup, check_hazards=check_hazards)
+
+
+def _vec(fn, mode=VecMode.TENSOR, **kw):
+    base = dict(fn=int(fn), mode=int(mode), rows=5, cols=7, a_stride=9, b_addr=200, b_stride=9)
+    return encode(Opcode.VEC, **{**base, "dst_addr": 400, "dst_stride": 11, **kw})
+
+
+def _spad_setup(fast_path, **kw):
+    sim = Simulator(hand.CFG, 4096, fast=fast_path, **kw)
+    sim.spad.write(0, np.random.default_rng(3).standard_normal(1024).astype(np.float32) * 3)
+    sim.acc.write(0, np.random.default_rng(4).standard_normal(1024).astype(np.float32))
+    return sim
+
+
+VEC_WORDS = [
+    *(_vec(fn, mode, imm=1.5) for fn in (VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV, VecFn.MAX) for mode in VecMode),
+    *(_vec(fn) for fn in (VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY)),
+    _vec(VecFn.ROWSUM),
+    _vec(VecFn.ROWMAX, a_mem=1),
+    _vec(VecFn.FILL, imm=-2.25, dst_mem=1),
+    _vec(VecFn.COPY, dst_addr=2, dst_stride=3),  # overlapping rows: the readable path
+    _vec(VecFn.ADD, mode=VecMode.COL, b_stride=0),  # a broadcast column
+    _vec(VecFn.ROWSUM, cols=0),  # an error on both paths
+    _vec(VecFn.EXP, dst_addr=65530),  # out of range on both paths
+    encode(Opcode.MATMUL, m=5, k=7, n=3, a_stride=9, b_addr=100, b_stride=8, acc_stride=3, transpose_b=1),
+    encode(Opcode.MATMUL, m=4, k=6, n=5, a_stride=6, b_addr=300, b_stride=5, acc_stride=20, accumulate=1),
+    encode(Opcode.LOAD, sram_stride=6, dram_stride=10, rows=8, row_start=-3, row_step=2, row_bound=9, cols=6),
+    encode(Opcode.LOAD, sram_stride=6, dram_stride=10, rows=4, row_start=9, row_step=1, row_bound=9, cols=6),
+    encode(Opcode.LOAD, sram_stride=6, dram_stride=10, rows=3, row_start=2, row_step=0, row_bound=9, cols=6),
+    encode(
+        Opcode.STORE,
+        mem=1,
+        sram_stride=6,
+        dram_base=500,
+        dram_stride=7,
+        rows=5,
+        row_start=-1,
+        row_step=1,
+        row_bound=3,
+        cols=6,
+    ),
+    encode(Opcode.STORE, sram_stride=6, dram_base=500, dram_stride=2, rows=3, row_bound=3, cols=6),  # overlap
+    encode(Opcode.NOP),
+]
+
+
+@pytest.mark.parametrize("k", range(len(VEC_WORDS)))
+def test_single_instructions_bit_identical(k):
+    assert_same(VEC_WORDS[k][None, :], _spad_setup)
+
+
+def test_instruction_sequence_bit_identical():
+    ok = [w for w in VEC_WORDS if "error" not in str(_run(w[None, :], _spad_setup, False)[0])]
+    words = np.stack([w for w in ok if isinstance(_run(w[None, :], _spad_setup, False)[0], tuple)])
+    assert len(words) > 30
+    assert_same(words, _spad_setup)
+
+
+def test_opcodes_without_a_fast_form_take_the_readable_path(monkeypatch):
+    """An opcode the fast path does not prepare (e.g. one just added to the ISA) runs via exec_<mnemonic>."""
+    spec, _, npu = _model("mlp")
+    words, setup = _model_setup(npu, spec.example(65).numpy())
+    before = assert_same(words, setup)
+    monkeypatch.setattr(fast, "FAST_OPS", frozenset({Opcode.NOP, Opcode.LOAD}))
+    calls = []
+    real = fast._Loop._readable
+    monkeypatch.setattr(fast._Loop, "_readable", lambda self, i: calls.append(i) or real(self, i))
+    after = assert_same(words, setup)
+    assert calls and after[1] == before[1]
+
+
+def _drop_token(words, queue_of, rng):
+    """Clears one pop flag and the push it would have received (FIFO channels): a dropped dependency."""
+    from simulator.units import TOKEN_ROUTES
+
+    head = {x.name: x for x in isa.HEADER}
+    routes = [(q, flag, ch) for (q, flag), ch in TOKEN_ROUTES.items()]
+    pops = [(q, f, ch) for q, f, ch in routes if f.startswith("pop")]
+    q, flag, ch = pops[rng.integers(len(pops))]
+    ((pq, pflag),) = [(pq, pf) for pq, pf, c in routes if c == ch and pf.startswith("push")]
+
+    def flagged(queue, name):
+        f = head[name]
+        on = (words[:, 0] >> np.uint64(f.offset)) & np.uint64(1)
+        return np.flatnonzero((on == 1) & (queue_of == queue))
+
+    consumers, producers = flagged(q, flag), flagged(pq, pflag)
+    if not len(consumers):
+        return None
+    k = int(rng.integers(len(consumers)))
+    out = words.copy()
+    out[consumers[k], 0] &= ~np.uint64(1 << head[flag].offset)
+    out[producers[k], 0] &= ~np.uint64(1 << head[pflag].offset)
+    return out
+
+
+@pytest.mark.parametrize("name,t", [("mlp", 200), ("layer", 65)])
+def test_random_token_faults_are_caught(name, t):
+    """A dropped dependency either races (a HazardError on both paths) or is redundant, and then the
+    outputs are those of the intact program."""
+    spec, _, npu = _model(name)
+    words, setup = _model_setup(npu, spec.example(t).numpy())
+    clean = _run(words, setup, True)
+    queue_of = np.array([isa.QUEUE_OF[isa.Opcode(int(c))] for c in (words[:, 0] & np.uint64(0xF))])
+    rng = np.random.default_rng(11)
+    caught = 0
+    for _ in range(12):
+        bad = _drop_token(words, queue_of, rng)
+        if bad is None:
+            continue
+        got = assert_same(bad, setup)
+        if got[0] == "HazardError":
+            caught += 1
+            assert "hazard" in got[1]
+        else:
+            assert not isinstance(got[0], str), got
+            assert all(np.array_equal(a, b) for a, b in zip(got[0], clean[0])), "a race no checker saw"
+    assert caught >= 4
+
+
+def _strided(sram_addr, cols, push=0, pop=0, write_vec=False):
+    if write_vec:
+        return encode(Opcode.VEC, fn=int(VecFn.FILL), rows=8, cols=cols, dst_addr=sram_addr, dst_stride=16, imm=1.0)
+    return encode(
+        Opcode.LOAD, sram_addr=sram_addr, sram_stride=16, dram_stride=8, rows=8, row_step=1, row_bound=8, cols=cols
+    )
+
+
+def test_interval_checker_sees_elements_not_just_ranges():
+    """Unordered LOAD and VEC writing interleaved columns of the same rows: ranges overlap, elements do not."""
+    disjoint = np.stack([_strided(0, 8), _strided(8, 8, write_vec=True)])
+    Simulator(hand.CFG, 64).run(disjoint)
+    Simulator(hand.CFG, 64, fast=False).run(disjoint)
+    clash = np.stack([_strided(0, 8), _strided(7, 8, write_vec=True)])
+    for fast_path in (True, False):
+        with pytest.raises(HazardError, match=r"WAW hazard.*spad\[7, 120\).*load instruction 0"):
+            Simulator(hand.CFG, 64, fast=fast_path).run(clash)
