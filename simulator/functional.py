@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import SimulatorError
 from .hazards import MEMS, Span
-from .isa import BINARY_FNS, REDUCE_FNS, Instruction, VecFn, VecMode
+from .isa import BINARY_FNS, COMPARE_FNS, REDUCE_FNS, Instruction, VecFn, VecMode
 from .units import Accumulator, Dram, MemoryUnit, Scratchpad
 
 F32 = np.float32
@@ -68,6 +68,10 @@ UNARY_OPS = {
     VecFn.ERF: erf_f32,
     VecFn.RELU: lambda a: np.maximum(a, F32(0)),
     VecFn.COPY: lambda a: a.copy(),
+    VecFn.SIN: np.sin,
+    VecFn.COS: np.cos,
+    VecFn.LOG: np.log,
+    VecFn.ABS: np.abs,
 }
 BINARY_OPS = {
     VecFn.ADD: np.add,
@@ -75,6 +79,13 @@ BINARY_OPS = {
     VecFn.MUL: np.multiply,
     VecFn.DIV: np.divide,
     VecFn.MAX: np.maximum,
+    VecFn.MIN: np.minimum,
+    VecFn.LT: np.less,
+    VecFn.LE: np.less_equal,
+    VecFn.GT: np.greater,
+    VecFn.GE: np.greater_equal,
+    VecFn.EQ: np.equal,
+    VecFn.NE: np.not_equal,
 }
 REDUCE_OPS = {VecFn.ROWSUM: np.sum, VecFn.ROWMAX: np.max}
 
@@ -136,6 +147,21 @@ class FunctionalModel:
         sram.data[sidx] = tile
         self.effect.dma_bytes = didx.size * 4
 
+    def exec_gather(self, f: dict) -> None:
+        """LOAD whose DRAM rows are the index vector at `idx_addr`: row j <- row int(idx[j])."""
+        rows, cols, sram = f["rows"], f["cols"], self._sram(f["mem"])
+        iunit = self._sram(f["idx_mem"])
+        index = iunit.data[self._rows(iunit, [f["idx_addr"]], rows, False)[0]]
+        r = index.astype(np.int64)
+        bad = (r != index) | (r < 0) | (r >= f["row_bound"])
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise self.error(f"index {index[j]:g} of row {j} is not an integer in [0, {f['row_bound']})")
+        didx = self._rows(self.dram, f["dram_base"] + r * f["dram_stride"], cols, False)
+        sidx = self._tile(sram, f["sram_addr"], f["sram_stride"], rows, cols, True)
+        sram.data[sidx] = self.dram.data[didx]
+        self.effect.dma_bytes = didx.size * 4
+
     def exec_store(self, f: dict) -> None:
         inb, r = self._dma_rows(f)
         cols, sram = f["cols"], self._sram(f["mem"])
@@ -173,6 +199,12 @@ class FunctionalModel:
             return np.full((f["rows"], f["cols"]), f["imm"], dtype=F32)
         unit = self._sram(f["a_mem"])
         a = unit.data[self._tile(unit, f["a_addr"], f["a_stride"], f["rows"], f["cols"])]
+        if fn == VecFn.SEL:
+            dst = self._sram(f["dst_mem"])
+            old = dst.data[self._tile(dst, f["dst_addr"], f["dst_stride"], f["rows"], f["cols"])]
+            return np.where(a != 0, self._operand_b(f), old)
+        if fn in COMPARE_FNS:
+            return BINARY_OPS[fn](a, self._operand_b(f)).astype(F32)
         if fn in BINARY_FNS:
             return BINARY_OPS[fn](a, self._operand_b(f))
         if fn in REDUCE_FNS:

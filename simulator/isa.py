@@ -26,6 +26,7 @@ class Opcode(IntEnum):
     STORE = 2
     MATMUL = 3
     VEC = 4
+    GATHER = 5
 
 
 class VecFn(IntEnum):
@@ -43,6 +44,18 @@ class VecFn(IntEnum):
     ROWSUM = 11
     ROWMAX = 12
     FILL = 13
+    SIN = 14
+    COS = 15
+    LOG = 16
+    ABS = 17
+    MIN = 18
+    LT = 19
+    LE = 20
+    GT = 21
+    GE = 22
+    EQ = 23
+    NE = 24
+    SEL = 25
 
 
 class VecMode(IntEnum):
@@ -57,8 +70,11 @@ class Mem(IntEnum):
     ACC = 1
 
 
-BINARY_FNS = frozenset({VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV, VecFn.MAX})
-UNARY_FNS = frozenset({VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY})
+COMPARE_FNS = frozenset({VecFn.LT, VecFn.LE, VecFn.GT, VecFn.GE, VecFn.EQ, VecFn.NE})
+BINARY_FNS = frozenset({VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV, VecFn.MAX, VecFn.MIN, VecFn.SEL} | COMPARE_FNS)
+UNARY_FNS = frozenset(
+    {VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY, VecFn.SIN, VecFn.COS, VecFn.LOG, VecFn.ABS}
+)
 REDUCE_FNS = frozenset({VecFn.ROWSUM, VecFn.ROWMAX})
 
 QUEUES = ("load", "compute", "store")
@@ -68,6 +84,7 @@ QUEUE_OF = {
     Opcode.STORE: "store",
     Opcode.MATMUL: "compute",
     Opcode.VEC: "compute",
+    Opcode.GATHER: "load",
 }
 FLOAT_FIELDS = frozenset({"imm"})
 
@@ -146,12 +163,26 @@ _VEC = _fields(
     ("imm", 2, 32, 32),
 )
 
+_GATHER = _fields(
+    ("mem", 0, 8, 1),
+    ("sram_addr", 0, 9, 18),
+    ("sram_stride", 0, 27, 16),
+    ("idx_mem", 0, 43, 1),
+    ("rows", 0, 47, 12),
+    ("dram_base", 1, 0, 32),
+    ("dram_stride", 1, 32, 24),
+    ("idx_addr", 2, 0, 18),
+    ("row_bound", 2, 24, 24),
+    ("cols", 2, 48, 12),
+)
+
 LAYOUT: dict[Opcode, tuple[Field, ...]] = {
     Opcode.NOP: HEADER,
     Opcode.LOAD: HEADER + _DMA,
     Opcode.STORE: HEADER + _DMA,
     Opcode.MATMUL: HEADER + _MATMUL,
     Opcode.VEC: HEADER + _VEC,
+    Opcode.GATHER: HEADER + _GATHER,
 }
 _BY_NAME = {op: {f.name: f for f in fs} for op, fs in LAYOUT.items()}
 
@@ -286,6 +317,15 @@ def _dis_dma(inst: Instruction) -> str:
     )
 
 
+def _dis_gather(f: dict) -> str:
+    sram = f"{_mem(f['mem'])}[{f['sram_addr']} +{f['sram_stride']}]"
+    idx = f"{_mem(f['idx_mem'])}[{f['idx_addr']}]"
+    return (
+        f"{sram} <- dram[{f['dram_base']} +{f['dram_stride']} * {idx}] rows={f['rows']} "
+        f"bound={f['row_bound']} cols={f['cols']}"
+    )
+
+
 def _dis_matmul(f: dict) -> str:
     op = "+=" if f["accumulate"] else "="
     t = "^T" if f["transpose_b"] else ""
@@ -309,6 +349,8 @@ def format_instruction(inst: Instruction) -> str:
     f = inst.fields
     if inst.opcode in (Opcode.LOAD, Opcode.STORE):
         body = _dis_dma(inst)
+    elif inst.opcode == Opcode.GATHER:
+        body = _dis_gather(f)
     elif inst.opcode == Opcode.MATMUL:
         body = _dis_matmul(f)
     elif inst.opcode == Opcode.VEC:

@@ -27,6 +27,7 @@ from .units import (
 _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _UNIT_OF = {
     Opcode.LOAD: "load",
+    Opcode.GATHER: "load",
     Opcode.STORE: "store",
     Opcode.MATMUL: "matrix",
     Opcode.VEC: "vector",
@@ -193,7 +194,7 @@ class Simulator:
         s.by_mnemonic[inst.mnemonic] += 1
         if inst.opcode == Opcode.VEC:
             s.by_vec_fn[VecFn(inst.fields["fn"]).name] += 1
-        if inst.opcode == Opcode.LOAD:
+        if inst.opcode in (Opcode.LOAD, Opcode.GATHER):
             s.dma_bytes_loaded += effect.dma_bytes
         elif inst.opcode == Opcode.STORE:
             s.dma_bytes_stored += effect.dma_bytes

@@ -43,7 +43,7 @@ class TimingModel:
     def finish(self, inst: Instruction, start: int, dma_bytes: int) -> int:
         """End cycle of `inst` started at `start`; occupies its queue until then."""
         op = inst.opcode
-        if op in (Opcode.LOAD, Opcode.STORE):
+        if op in (Opcode.LOAD, Opcode.STORE, Opcode.GATHER):
             end = self._dma_end(start, dma_bytes)
         elif op == Opcode.MATMUL:
             end = start + self.matmul_cycles(inst.fields)

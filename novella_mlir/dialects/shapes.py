@@ -1,6 +1,6 @@
 """Shape rules of the novella tensor ops: the core of the shape mutator.
 
-Each rule maps the operands' symbolic shapes (lists of `AffineExpr`) and the
+Each rule (listed in the op's entry of `novella_mlir/optable.py`) maps the operands' symbolic shapes (lists of `AffineExpr`) and the
 op's attributes to the result's symbolic shape. The frontend calls them as it
 builds ops; `--novella-shape-infer` re-runs them over a whole module.
 """
@@ -14,30 +14,33 @@ from torch_mlir import ir
 from .. import symbolic as sy
 
 Shape = list[ir.AffineExpr]
-_RULES: dict[str, Callable] = {}
 
 
 class ShapeError(ValueError):
     """A shape rule found operands whose symbolic shapes do not fit."""
 
 
-def rule(*names: str):
-    def register(fn):
-        for n in names:
-            _RULES[f"novella.{n}"] = fn
-        return fn
+def _rule(op_name: str) -> Callable | None:
+    from ..optable import lookup
 
-    return register
+    entry = lookup(op_name)
+    return entry.shape if entry else None
 
 
 def has_rule(op_name: str) -> bool:
-    return op_name in _RULES
+    return _rule(op_name) is not None
 
 
 def infer(op_name: str, shapes: list[Shape], attrs, result_type) -> Shape:
     """Result shape of `op_name`; `result_type` gives static dims and, for
     ops whose size is not a function of operands (reshape, slice), the encoding."""
-    return _RULES[op_name](shapes, attrs, result_type)
+    rule = _rule(op_name)
+    if rule is None:
+        raise ShapeError(
+            f"'{op_name}' has no shape rule: add one to its entry in novella_mlir/optable.py "
+            "(a function of the operands' symbolic shapes and the attributes, in novella_mlir/dialects/shapes.py)"
+        )
+    return rule(shapes, attrs, result_type)
 
 
 def _same(a: ir.AffineExpr, b: ir.AffineExpr) -> bool:
@@ -59,26 +62,22 @@ def broadcast(a: Shape, b: Shape) -> Shape:
     return out
 
 
-@rule("add", "sub", "mul", "div")
-def _binary(shapes, attrs, rt):
+def binary(shapes, attrs, rt):
     return broadcast(shapes[0], shapes[1])
 
 
-@rule("scalar", "relu", "gelu", "softmax", "layer_norm")
-def _unary(shapes, attrs, rt):
+def unary(shapes, attrs, rt):
     return list(shapes[0])
 
 
-@rule("linear")
-def _linear(shapes, attrs, rt):
+def linear(shapes, attrs, rt):
     x, w = shapes[0], shapes[1]
     if not _same(x[-1], w[1]):
         raise ShapeError(f"linear contracts {x[-1]} with weight dim {w[1]}")
     return x[:-1] + [w[0]]
 
 
-@rule("matmul")
-def _matmul(shapes, attrs, rt):
+def matmul(shapes, attrs, rt):
     a, b = shapes
     if len(a) < 2 or len(b) != len(a):
         raise ShapeError(f"matmul needs operands of equal rank >= 2, got ranks {len(a)} and {len(b)}")
@@ -89,8 +88,7 @@ def _matmul(shapes, attrs, rt):
     return broadcast(a[:-2], b[:-2]) + [a[-2], n]
 
 
-@rule("attention")
-def _attention(shapes, attrs, rt):
+def attention(shapes, attrs, rt):
     q, k, v = shapes
     if not len(q) == len(k) == len(v) or len(q) < 2:
         raise ShapeError("attention needs query, key and value of equal rank >= 2")
@@ -101,14 +99,12 @@ def _attention(shapes, attrs, rt):
     return broadcast(q[:-2], broadcast(k[:-2], v[:-2])) + [q[-2], v[-1]]
 
 
-@rule("transpose")
-def _transpose(shapes, attrs, rt):
+def transpose(shapes, attrs, rt):
     perm = list(ir.DenseI64ArrayAttr(attrs["perm"]))
     return [shapes[0][p] for p in perm]
 
 
-@rule("conv1d")
-def _conv1d(shapes, attrs, rt):
+def conv1d(shapes, attrs, rt):
     x, w = shapes[0], shapes[1]
     stride = ir.IntegerAttr(attrs["stride"]).value
     pad = ir.IntegerAttr(attrs["padding"]).value
@@ -121,8 +117,7 @@ def _conv1d(shapes, attrs, rt):
     return [x[0], length, w[0]] if nwc else [x[0], w[0], length]
 
 
-@rule("reshape", "slice")
-def _from_result(shapes, attrs, rt):
+def from_result(shapes, attrs, rt):
     exprs = sy.shape_of(rt)
     if exprs is None:
         raise ShapeError(f"result type {rt} must carry its symbolic shape as encoding")

@@ -7,32 +7,26 @@ image can be laid out by `--novella-allocate`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch.export import Dim
-from torch.fx.experimental import _config as fx_config
 from torch_mlir import ir
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from .. import symbolic as sy
 from ..dialects.novella import WeightOp
-from ..errors import NovellaError
+from . import dtypes, exporting
 
-# Ops the NPU runs better whole than decomposed (see issue: keep high-level ops).
-KEEP_HIGH_LEVEL = (
-    "aten.linear",
-    "aten.gelu",
-    "aten.layer_norm",
-    "aten.native_layer_norm",
-    "aten._softmax",
-    "aten.softmax",
-    "aten.scaled_dot_product_attention",
-    "aten.conv1d",
-)
-
-
+# The only decompositions the frontend runs (torch's own, from torch._decomp): composite ops
+# whose parts the NPU lowers. Everything else in the exported graph is lowered as it is.
+NEEDED_DECOMPOSITIONS = (
+    "silu", "triu", "tril", "var", "std", "var_mean", "logsumexp", "_log_softmax", "hardtanh", "elu",
+    "leaky_relu", "repeat", "stack", "unbind", "masked_fill", "expm1", "log1p", "softplus", "mish",
+    "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "_safe_softmax", "native_dropout", "linalg_vector_norm",
+    "rsub", "flip", "sign", "clamp_min", "clamp_max", "_to_copy", "baddbmm",
+)  # fmt: skip
 @dataclass
 class Imported:
     """The torch-dialect module plus what the importer learned on the way."""
@@ -44,6 +38,8 @@ class Imported:
     out_shapes: list[list]
     positions: dict  # sympy symbol -> affine symbol position
     exported: torch.export.ExportedProgram = field(repr=False, default=None)
+    seconds: dict = field(default_factory=dict)  # export / decompose / import wall times
+    decomposed: list = field(default_factory=list)  # the aten ops the decomposition step rewrote
 
 
 class _WeightHooks(FxImporterHooks):
@@ -51,7 +47,7 @@ class _WeightHooks(FxImporterHooks):
         self.weights: dict[str, np.ndarray] = {}
 
     def _weight(self, name: str, tensor: torch.Tensor, ir_type) -> ir.Value:
-        self.weights[name] = tensor.detach().to(torch.float32).contiguous().numpy()
+        self.weights[name] = dtypes.to_npu(tensor.detach(), f"constant '{name}'")
         return WeightOp(ir.StringAttr.get(name), ir_type).result
 
     def resolve_input(self, gni, value, info):
@@ -63,60 +59,45 @@ class _WeightHooks(FxImporterHooks):
         if not isinstance(literal, torch.Tensor) or literal.dim() == 0:
             return None
         name = f"const_{len(self.weights)}"
-        ir_type = gni._cc.tensor_to_vtype(literal)
+        ir_type = gni._cc.get_vtensor_type(literal.size(), literal.dtype)
         return self._weight(name, literal, ir_type)
 
 
-def default_decomposition_table() -> dict:
-    """torch-mlir's default table minus the ops we lower whole."""
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+def decomposition_table(graph_targets) -> dict:
+    """torch's decompositions of the NEEDED_DECOMPOSITIONS ops that occur in the graph."""
+    from torch._decomp import decomposition_table as table
 
-    table = get_decomposition_table()
-    return {k: v for k, v in table.items() if not any(str(k).startswith(h) for h in KEEP_HIGH_LEVEL)}
+    aten = torch.ops.aten
+    wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
+    return {t: table[t] for t in graph_targets if getattr(t, "overloadpacket", None) in wanted and t in table}
 
 
 def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int):
-    """torch.export with dim `dynamic_dim` of every tensor argument symbolic in [min, max].
+    """torch.export with dim `dynamic_dim` of every tensor argument a named `Dim("T", min, max)`.
 
-    The dim is a `Dim.DYNAMIC` hint traced size-obliviously: sizes derived
-    from it (e.g. a strided conv's `(T - 1) // 2 + 1`) may be 1 at the low
-    end without torch's 0/1 specialization narrowing the range, and
-    divisibility guards of views (`384*n % (64*n) == 0`) need no named-Dim
-    solver. If torch still narrows the range, the export is refused."""
-    length = Dim.DYNAMIC(min=min_len, max=max_len)
-    dyn = tuple({dynamic_dim: length} if isinstance(a, torch.Tensor) else None for a in args)
-    try:
-        with fx_config.patch(backed_size_oblivious=True):
-            prog = torch.export.export(module.eval(), tuple(args), dynamic_shapes=dyn, strict=False)
-    except Exception as e:  # torch raises many kinds; keep the message, drop the trace
-        raise NovellaError(
-            f"torch.export failed with dim {dynamic_dim} dynamic in [{min_len}, {max_len}]: "
-            f"{str(e).splitlines()[0]}\nCheck that the model does not specialize on the length "
-            "(e.g. asserts on the size) and that the example input is within the bounds."
-        ) from None
-    _check_range(prog, dynamic_dim, min_len, max_len)
-    return prog
-
-
-def _check_range(prog, dynamic_dim: int, lo: int, hi: int) -> None:
-    ranges = [(int(r.lower), int(r.upper)) for r in prog.range_constraints.values()]
-    if not ranges:
-        raise NovellaError(f"torch.export specialized dim {dynamic_dim}: the model is static in it")
-    if any(r != (lo, hi) for r in ranges):
-        raise NovellaError(
-            f"torch.export narrowed dim {dynamic_dim} from [{lo}, {hi}] to {ranges}: the model "
-            "specializes on the length in part of the range (e.g. a check or a size-dependent branch)."
-        )
+    Sizes are traced size-obliviously (a strided conv's `(T - 1) // 2 + 1`
+    may be 1 at the low end) and guards torch cannot decide become deferred
+    runtime asserts, which `exporting.check_asserts` proves over the whole
+    range before they are dropped. If torch narrows the range, the error
+    names the guard in words."""
+    return exporting.export(module, args, dynamic_dim, min_len, max_len)
 
 
 def import_program(ctx: ir.Context, prog, decomposition_table=None) -> Imported:
-    """Runs decompositions, then the FX importer, into `ctx`."""
-    table = default_decomposition_table() if decomposition_table is None else decomposition_table
-    prog = prog.run_decompositions(table)
+    """Runs only the decompositions the graph needs (none: no retrace), then the FX importer, into `ctx`."""
+    t0 = time.perf_counter()
+    exporting.strip_asserts(prog)
+    targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
+    table = globals()["decomposition_table"](targets) if decomposition_table is None else decomposition_table
+    if table or any(_mutates(t) for t in targets):
+        prog = prog.run_decompositions(table)
+        exporting.strip_asserts(prog)
+    t1 = time.perf_counter()
     hooks = _WeightHooks()
     importer = FxImporter(context=ctx, hooks=hooks)
     with ctx:
         importer.import_program(prog, func_name="forward")
+    t2 = time.perf_counter()
     symbols, positions = _symbols(prog)
     user_inputs = [n for n in prog.graph.nodes if n.op == "placeholder" and _is_user_input(prog, n)]
     out_node = next(n for n in prog.graph.nodes if n.op == "output")
@@ -129,7 +110,15 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None) -> Imported:
         out_shapes=[_shape(n, positions) for n in outs],
         positions=positions,
         exported=prog,
+        seconds={"decompose": t1 - t0, "import": t2 - t1},
+        decomposed=sorted(str(t) for t in table),
     )
+
+
+def _mutates(target) -> bool:
+    """An in-place aten op (e.g. `detach_`), which only functionalization (a retrace) removes."""
+    schema = getattr(target, "_schema", None)
+    return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
 def _is_user_input(prog, node) -> bool:

@@ -1,7 +1,8 @@
 """The kernel library: how each novella tensor op is tiled and turned into a macro.
 
-A kernel is registered per op name and provides two steps, used by the
-passes of the same name:
+A kernel is a class whose instance is listed in the op's entry of
+`novella_mlir/optable.py`; it provides two steps, used by the passes of the
+same name:
 
 * `tile(op, tv, budget, options) -> Tiling`: tile sizes, the tile grid (one
   extent expression per loop, outermost first) and the SRAM buffers
@@ -23,20 +24,6 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..errors import TileFitError
 
-_KERNELS: dict[str, object] = {}
-_PATTERNS: list[tuple[object, object]] = []
-
-
-def kernel(*op_names: str):
-    """Registers a kernel class for the given novella op names."""
-
-    def register(cls):
-        for n in op_names:
-            _KERNELS[n] = cls()
-        return cls
-
-    return register
-
 
 def module_symbols(op) -> list[sy.Symbol]:
     """The `novella.symbols` of the module that holds `op`."""
@@ -45,30 +32,19 @@ def module_symbols(op) -> list[sy.Symbol]:
     return sy.read_symbols(module_of(op))
 
 
-def legalize_pattern(root):
-    """Registers a rewrite pattern (fn(op, rewriter) -> falsy on success) for --novella-legalize.
-
-    `root` is an op class or op name, as for `RewritePatternSet.add`."""
-
-    def register(fn):
-        _PATTERNS.append((root, fn))
-        return fn
-
-    return register
-
-
 def legalize_patterns() -> list:
-    _load_all()
-    return list(_PATTERNS)
+    """(root op class, fn(op, rewriter) -> falsy on success) for --novella-legalize, from the op table."""
+    from ..optable import LEGALIZE_PATTERNS
+
+    return list(LEGALIZE_PATTERNS)
 
 
 def get_kernel(op_name: str):
-    _load_all()
-    return _KERNELS.get(op_name)
+    """The kernel of novella op `op_name` from the op table, or None."""
+    from ..optable import lookup
 
-
-def _load_all():
-    from . import attention, conv, data_movement, elementwise, linear, normalization  # noqa: F401
+    entry = lookup(op_name)
+    return entry.kernel if entry else None
 
 
 @dataclass

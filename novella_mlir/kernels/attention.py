@@ -15,8 +15,8 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects import shapes
-from ..dialects.novella import AttentionOp, MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
-from . import BufferPlan, Tiling, first, kernel, last, legalize_pattern, module_symbols, tile_rows
+from ..dialects.novella import MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
+from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
 
 MAX_FIELD = 4095
 TILE_SIZES = (256, 128, 64, 32, 16)
@@ -119,7 +119,6 @@ def _matmul_plan(op, budget, tm, tn, tk) -> BufferPlan:
     return plan
 
 
-@kernel("novella.matmul")
 class Matmul:
     """`y[b] = lhs[b] @ rhs[b]` (rhs optionally stored transposed).
 
@@ -248,7 +247,6 @@ def softmax_scale(op) -> float:
     return ir.FloatAttr(op.attributes[SCALE_ATTR]).value if SCALE_ATTR in op.attributes else 1.0
 
 
-@kernel("novella.softmax")
 class Softmax:
     """Softmax over the last dim of a [rows, cols] view; cols may be symbolic.
 
@@ -420,7 +418,6 @@ def _untransposed_rhs(rhs: ir.Value, n_syms: int):
     return reshaped, [owner, inner]
 
 
-@legalize_pattern(MatmulOp)
 def fold_transpose_into_matmul(op, rewriter):
     """matmul(a, transpose(b, last two dims)) -> matmul(a, b, transpose_rhs = !transpose_rhs)."""
     owner = op.operands[1].owner
@@ -440,7 +437,6 @@ def fold_transpose_into_matmul(op, rewriter):
     return False
 
 
-@legalize_pattern(AttentionOp)
 def decompose_attention(op, rewriter):
     """attention(q, k, v) -> matmul(softmax(scale * matmul(q, k, transpose_rhs)), v).
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from ..dialects.novella import Conv1dOp, GeluOp
-from . import BufferPlan, Tiling, first, kernel, legalize_pattern, module_symbols, tile_rows
+from ..dialects.novella import Conv1dOp
+from . import BufferPlan, Tiling, first, module_symbols, tile_rows
 from .data_movement import make_transpose, typed
 from .elementwise import emit_act
 
@@ -36,7 +36,6 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(n, 0, -1) if n % d == 0 and (d % 16 == 0 or d == n)] or [n]
 
 
-@kernel("novella.conv1d")
 class Conv1d:
     """`y[t, co] = act(b[co] + sum_k x[stride*t + k - pad, :] . w[co, :, k])`, layout nwc.
 
@@ -174,7 +173,6 @@ def _conv(op, x, layout: str, act: str, n_syms: int) -> ir.Value:
     ).result
 
 
-@legalize_pattern(Conv1dOp)
 def conv_to_channels_last(op, rewriter):
     """conv1d_ncw(x) -> transpose(conv1d_nwc(transpose(x)))."""
     if _attr(op, "layout") != "ncw":
@@ -188,7 +186,6 @@ def conv_to_channels_last(op, rewriter):
     return False
 
 
-@legalize_pattern(GeluOp)
 def fuse_gelu_into_conv(op, rewriter):
     """gelu(conv1d(x)) -> conv1d(x) {act = "gelu"} when the conv has no other user."""
     conv = op.operands[0].owner

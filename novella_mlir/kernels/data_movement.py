@@ -15,8 +15,8 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects import shapes
-from ..dialects.novella import GeluOp, ReluOp, ScalarOp, TransposeOp
-from . import BufferPlan, Tiling, first, kernel, legalize_pattern, module_symbols, tile_rows
+from ..dialects.novella import TransposeOp
+from . import BufferPlan, Tiling, first, module_symbols, tile_rows
 
 ROW_TILES = (512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
 MAX_UNROLL = 64
@@ -48,7 +48,6 @@ def _stride_exprs(shape) -> list[ir.AffineExpr]:
 # ------------------------------------------------------------------ transpose
 
 
-@kernel("novella.transpose")
 class Transpose:
     """`novella.transpose`: row moves if the last dim stays, else a last-two-dims swap.
 
@@ -218,7 +217,6 @@ def _swap_macro(tv, t, b):
 # ------------------------------------------------------------------ slice
 
 
-@kernel("novella.slice")
 class Slice:
     """`novella.slice` along an outer dim whose leading dims are all 1: a row-range copy."""
 
@@ -278,7 +276,6 @@ def _producer(v: ir.Value, name: str):
     return owner if isinstance(owner, ir.OpView) and owner.operation.name == name else None
 
 
-@legalize_pattern(TransposeOp)
 def compose_transposes(op, rewriter):
     """transpose(transpose(x, p), q) -> transpose(x, p o q); the identity permutation folds away."""
     perm = perm_of(op)
@@ -298,7 +295,7 @@ def compose_transposes(op, rewriter):
     return False
 
 
-def _sink_below_unary(op, rewriter):
+def sink_below_unary(op, rewriter):
     """unary(transpose(x)) -> transpose(unary(x)), so transposes meet and cancel (conv stem)."""
     inner = _producer(op.operands[0], "novella.transpose")
     if inner is None or len(list(inner.results[0].uses)) != 1:
@@ -312,6 +309,3 @@ def _sink_below_unary(op, rewriter):
     rewriter.erase_op(inner)
     return False
 
-
-for _unary in (GeluOp, ReluOp, ScalarOp):
-    legalize_pattern(_unary)(_sink_below_unary)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, kernel, tile_rows
+from . import BufferPlan, Tiling, first, tile_rows
 
 ROW_TILES = (64, 32, 16, 8, 4, 2, 1)
 
@@ -75,7 +75,6 @@ def broadcast_kind(shape, out) -> str | None:
 _COMMUTES = ("add", "mul")
 
 
-@kernel("novella.add", "novella.sub", "novella.mul", "novella.div")
 class Binary:
     """`out = a op b` over row tiles, with NumPy broadcasting of rows (ROW), columns
     (COL) or a scalar (COL with stride 0) on either side. The right operand is read
@@ -165,7 +164,6 @@ def _operand_a(b, kind, tensor, tm, total, cols, rows, geo):
         b.vop("ADD", "t0", "t0", "acol", mode="COL", **{**geo, "b_stride": 1 if kind == "col" else 0})
 
 
-@kernel("novella.scalar", "novella.relu", "novella.gelu")
 class Unary:
     """Activations and ops with a compile-time scalar: row tile `t0` in, result in `t1`."""
 

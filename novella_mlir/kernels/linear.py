@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, kernel, last, tile_rows
+from . import BufferPlan, Tiling, first, last, tile_rows
 from .elementwise import emit_act
 
 
@@ -12,7 +12,6 @@ def _divisors(n: int, step: int = 16) -> list[int]:
     return out or [n]
 
 
-@kernel("novella.linear")
 class Linear:
     """`y[M, N] = act(x[M, K] @ W[N, K]^T + b)`.
 

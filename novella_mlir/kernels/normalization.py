@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, kernel, tile_rows
+from . import BufferPlan, Tiling, first, tile_rows
 
 ROW_TILES = (128, 64, 32, 16, 8, 4, 2, 1)
 
 
-@kernel("novella.layer_norm")
 class LayerNorm:
     """`y = (x - mean) * rsqrt(var + eps) * w + b` per row, two-pass in SRAM.
 

@@ -2,7 +2,7 @@
 
 Patterns (greedy, registered from Python):
   * `relu`/`gelu` of a single-use `linear` folds into the linear's epilogue;
-  * the patterns kernels register with `@legalize_pattern`;
+  * the patterns listed in `LEGALIZE_PATTERNS` of `novella_mlir/optable.py`;
 then every tensor op must have a kernel, or the pass fails naming the op."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Registry-driven lowering from the torch dialect to the novella dialect.
+"""Table-driven lowering from the torch dialect to the novella dialect.
 
-A lowering is a function registered for one or more torch op names::
+A lowering is a function listed for one or more torch op names in the entry
+of the novella op it produces (`novella_mlir/optable.py`)::
 
-    @lowers("torch.aten.relu")
     def relu(cx: LoweringContext):
         return cx.emit(ReluOp, input=cx.operand(0))
 
@@ -22,23 +22,18 @@ from ... import symbolic as sy
 from ...dialects import shapes
 from ...dialects.novella import WeightOp
 from ...errors import NovellaError, UnsupportedOpError
+from .. import dtypes
 
-_LOWERINGS: dict[str, Callable] = {}
 
+def lowerings() -> dict[str, Callable]:
+    """torch op name -> lowering function, from the op table."""
+    from ...optable import torch_lowerings
 
-def lowers(*op_names: str):
-    """Registers a lowering for the given torch op names."""
-
-    def register(fn):
-        for name in op_names:
-            _LOWERINGS[name] = fn
-        return fn
-
-    return register
+    return torch_lowerings()
 
 
 def supported_ops() -> list[str]:
-    return sorted(_LOWERINGS)
+    return sorted(lowerings())
 
 
 def source_location(loc: ir.Location) -> str:
@@ -115,8 +110,7 @@ class LoweringContext:
 
 def convert(torch_module: ir.Module, imported) -> ir.Module:
     """Converts the imported torch-dialect module to a new novella-dialect module."""
-    from . import activation, attention, elementwise, linear, nn, shape_ops  # noqa: F401  (registers)
-
+    table = lowerings()
     src = next(op for op in torch_module.body.operations if op.operation.name == "func.func")
     n_syms = len(imported.symbols)
     with ir.Location.unknown():
@@ -130,7 +124,7 @@ def convert(torch_module: ir.Module, imported) -> ir.Module:
         for targ, narg in zip(src.regions[0].blocks[0].arguments, entry.arguments):
             values[targ] = narg
         with ir.InsertionPoint(entry):
-            results = _convert_block(src.regions[0].blocks[0], values, n_syms, imported.weights)
+            results = _convert_block(src.regions[0].blocks[0], values, n_syms, imported.weights, table)
             func.ReturnOp(results)
         fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [r.type for r in results]))
     return module
@@ -141,24 +135,24 @@ def _arg_type(dims, positions, n_syms):
     return sy.tensor_type(exprs, ir.F32Type.get(), n_syms)
 
 
-def _convert_block(block, values, n_syms, weights):
+def _convert_block(block, values, n_syms, weights, table):
     for op in block.operations:
         name = op.operation.name
         if name == "func.return":
             return [values[v] for v in op.operands]
         if name == "novella.weight":
-            t = _vtensor_to_builtin(op.results[0].type)
+            t = _vtensor_to_builtin(op.results[0].type, f"{source_location(op.location)}: weight: ")
             values[op.results[0]] = WeightOp(op.attributes["name"], t, loc=op.location).result
             continue
         if name.startswith("torch.constant.") or name == "torch.prim.ListConstruct":
             values[op.results[0]] = _constant(op, values)
             continue
-        fn = _LOWERINGS.get(name)
+        fn = table.get(name)
         if fn is None:
             raise UnsupportedOpError(
                 f"{source_location(op.location)}: unsupported op '{name}': the novella frontend has no "
-                f"lowering for it. Rewrite the model to avoid it, or register one with "
-                f'@lowers("{name}") in novella_mlir/frontend/lowering/.'
+                f"lowering for it. Rewrite the model to avoid it, or add a lowering for '{name}' to the "
+                "entry of the novella op it produces in novella_mlir/optable.py."
             )
         result = fn(LoweringContext(op, values, n_syms, weights))
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
@@ -178,9 +172,11 @@ def _constant(op, values):
     raise NovellaError(f"{source_location(op.location)}: unsupported constant {op}")
 
 
-def _vtensor_to_builtin(t) -> ir.RankedTensorType:
-    m = re.match(r"!torch.vtensor<\[([^\]]*)\],f32>", str(t))
-    if not m:
-        raise NovellaError(f"only f32 tensors are supported, got {t}")
+def _vtensor_to_builtin(t, where: str = "") -> ir.RankedTensorType:
+    m = re.match(r"!torch.vtensor<\[([^\]]*)\],([^>]+)>", str(t))
+    if not m or dtypes.kind(t) == "" or m.group(2) in ("f64", "f16", "bf16"):
+        raise NovellaError(
+            f"{where}only f32, integer and bool tensors are supported (integers and bools are held as f32), got {t}"
+        )
     dims = [int(d) for d in m.group(1).split(",")] if m.group(1) else []
     return ir.RankedTensorType.get(dims, ir.F32Type.get())

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from ...dialects.novella import GeluOp, ReluOp
-from . import lowers
 
 
-@lowers("torch.aten.relu")
 def relu(cx):
     return cx.emit(ReluOp, input=cx.operand(0))
 
 
-@lowers("torch.aten.gelu")
 def gelu(cx):
     approximate = cx.const(1) if cx.num_operands > 1 else "none"
     if approximate != "none":

@@ -9,14 +9,12 @@ from torch_mlir import ir
 from ... import symbolic as sy
 from ...dialects import shapes
 from ...dialects.novella import AttentionOp, MatmulOp, SoftmaxOp
-from . import linear, lowers  # noqa: F401  (linear first: the matmul lowerings below take precedence)
 
 
 def _rank(v: ir.Value) -> int:
     return ir.RankedTensorType(v.type).rank
 
 
-@lowers("torch.aten.mm", "torch.aten.bmm", "torch.aten.matmul")
 def matmul(cx):
     """`a @ b` for operands of equal rank 2 to 4 (batch dims equal or 1)."""
     a, b = cx.operand(0), cx.operand(1)
@@ -35,14 +33,12 @@ def _softmax(cx):
     return cx.emit(SoftmaxOp, input=x)
 
 
-@lowers("torch.aten._softmax")
 def softmax_internal(cx):
     if cx.const(2):
         raise cx.error("softmax with half_to_float is not supported; the NPU computes in f32")
     return _softmax(cx)
 
 
-@lowers("torch.aten.softmax.int")
 def softmax(cx):
     return _softmax(cx)
 
@@ -59,7 +55,6 @@ def _sdpa_options(cx) -> dict:
     return opts
 
 
-@lowers("torch.aten.scaled_dot_product_attention")
 def scaled_dot_product_attention(cx):
     """SDPA without mask, dropout or causal masking; `scale` defaults to 1/sqrt(head dim)."""
     q, k, v = cx.operand(0), cx.operand(1), cx.operand(2)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from ...dialects.novella import AddOp, DivOp, MulOp, ScalarOp, SubOp
-from . import lowers
 
 _BINARY = {"add": AddOp, "sub": SubOp, "mul": MulOp, "div": DivOp}
 _NEUTRAL = {"add": 0, "sub": 0, "mul": 1, "div": 1}
@@ -32,5 +31,7 @@ def _binary(kind: str):
     return lower
 
 
-for _kind in _BINARY:
-    lowers(f"torch.aten.{_kind}.Tensor", f"torch.aten.{_kind}.Scalar")(_binary(_kind))
+add = _binary("add")
+sub = _binary("sub")
+mul = _binary("mul")
+div = _binary("div")

@@ -6,10 +6,8 @@ import numpy as np
 from torch_mlir import ir
 
 from ...dialects.novella import LinearOp
-from . import lowers
 
 
-@lowers("torch.aten.linear")
 def linear(cx):
     w = cx.operand(1)
     if _is_tensor(cx, 2):

@@ -6,7 +6,6 @@ import numpy as np
 from torch_mlir import ir
 
 from ...dialects.novella import Conv1dOp, LayerNormOp
-from . import lowers
 
 
 def _tensor_or_none(cx, i: int):
@@ -29,12 +28,10 @@ def _layer_norm(cx, eps: float):
     return cx.emit(LayerNormOp, input=x, weight=w, bias=b, eps=ir.FloatAttr.get_f32(float(eps)))
 
 
-@lowers("torch.aten.layer_norm")
 def layer_norm(cx):
     return _layer_norm(cx, cx.const(4))
 
 
-@lowers("torch.aten.native_layer_norm")
 def native_layer_norm(cx):
     return [_layer_norm(cx, cx.const(4)), None, None]
 
@@ -49,7 +46,6 @@ def _single(cx, i: int, what: str) -> int:
     return v
 
 
-@lowers("torch.aten.conv1d")
 def conv1d(cx):
     x, w = cx.operand(0), cx.operand(1)
     stride, padding, dilation = (_single(cx, i, n) for i, n in ((3, "stride"), (4, "padding"), (5, "dilation")))

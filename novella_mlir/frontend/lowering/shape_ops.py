@@ -12,7 +12,6 @@ from torch_mlir import ir
 
 from ... import symbolic as sy
 from ...dialects.novella import ReshapeOp, SliceOp, TransposeOp
-from . import lowers
 
 
 def affine(v) -> ir.AffineExpr:
@@ -34,7 +33,6 @@ def _int_operand(cx, i: int):
     return v
 
 
-@lowers("torch.aten.size.int", "torch.aten.sym_size.int")
 def size(cx):
     shape = cx.shape(cx.operand(0))
     return simplify(shape[cx.const(1) % len(shape)])
@@ -50,12 +48,11 @@ def _int_binary(fn):
     return lower
 
 
-lowers("torch.aten.add.int")(_int_binary(lambda a, b: a + b))
-lowers("torch.aten.sub.int")(_int_binary(lambda a, b: a - b))
-lowers("torch.aten.mul.int")(_int_binary(lambda a, b: a * b))
+int_add = _int_binary(lambda a, b: a + b)
+int_sub = _int_binary(lambda a, b: a - b)
+int_mul = _int_binary(lambda a, b: a * b)
 
 
-@lowers("torch.aten.floordiv.int")
 def floordiv(cx):
     a, b = _int_operand(cx, 0), _int_operand(cx, 1)
     if not isinstance(b, int):
@@ -63,14 +60,10 @@ def floordiv(cx):
     return a // b if isinstance(a, int) else simplify(sy.floordiv(a, b))
 
 
-@lowers(
-    "torch.aten.clone", "torch.aten.contiguous", "torch.aten.alias", "torch.aten.detach", "torch.aten.lift_fresh_copy"
-)
 def identity(cx):
     return cx.operand(0)
 
 
-@lowers("torch.aten.dropout")
 def dropout(cx):
     if cx.num_operands > 2 and cx.const(2):
         raise cx.error("dropout in training mode is not supported; export the model in eval mode")
@@ -118,13 +111,11 @@ def reshape(cx, x, shape):
     return cx.emit(ReshapeOp, result_shape=shape, input=x)
 
 
-@lowers("torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view")
 def view(cx):
     x = cx.operand(0)
     return reshape(cx, x, view_shape(cx, x, cx.const(1)))
 
 
-@lowers("torch.aten.unsqueeze")
 def unsqueeze(cx):
     x = cx.operand(0)
     shape = list(cx.shape(x))
@@ -133,7 +124,6 @@ def unsqueeze(cx):
     return reshape(cx, x, shape)
 
 
-@lowers("torch.aten.squeeze.dim")
 def squeeze(cx):
     x = cx.operand(0)
     shape = list(cx.shape(x))
@@ -143,7 +133,6 @@ def squeeze(cx):
     return reshape(cx, x, shape)
 
 
-@lowers("torch.aten.expand")
 def expand(cx):
     x = cx.operand(0)
     have = cx.shape(x)
@@ -162,14 +151,12 @@ def transpose(cx, x, perm: list[int]):
     return cx.emit(TransposeOp, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
 
 
-@lowers("torch.aten.permute")
 def permute(cx):
     x = cx.operand(0)
     rank = len(cx.shape(x))
     return transpose(cx, x, [p % rank for p in cx.const(1)])
 
 
-@lowers("torch.aten.transpose.int")
 def transpose_int(cx):
     x = cx.operand(0)
     rank = len(cx.shape(x))
@@ -179,7 +166,6 @@ def transpose_int(cx):
     return transpose(cx, x, perm)
 
 
-@lowers("torch.aten.slice.Tensor")
 def slice_(cx):
     x = cx.operand(0)
     shape = list(cx.shape(x))

@@ -1,0 +1,171 @@
+"""The op table: one explicit entry per novella tensor op, keyed by op class.
+
+An entry names everything the compiler knows about the op: the torch ops
+that lower to it (torch op name -> lowering function), its shape rule, its
+NPU kernel (or why it needs none) and the lit test that covers it.
+`test/py/test_optable.py` fails when a dialect op has no entry, an entry
+lacks a shape rule, a kernel or a lit test with a `?` case.
+
+Adding an op: define `XxxOp` in `dialects/novella.py`, its shape rule in
+`dialects/shapes.py`, its kernel in `kernels/`, its lowering in
+`frontend/lowering/`, a lit test, and one entry below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .dialects import novella as nv
+from .dialects import shapes
+from .frontend.lowering import activation, attention, elementwise, linear, nn, shape_ops
+from .kernels import attention as k_attention
+from .kernels import conv as k_conv
+from .kernels import data_movement as k_data
+from .kernels import elementwise as k_elementwise
+from .kernels import linear as k_linear
+from .kernels import normalization as k_norm
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """What the compiler knows about one novella tensor op."""
+
+    shape: Callable
+    kernel: object | None
+    lit: str
+    lowers: dict[str, Callable] = field(default_factory=dict)
+    no_kernel: str = ""  # why `kernel` is None: the op is an alias, or legalize rewrites it away
+
+
+_BINARY = k_elementwise.Binary()
+_UNARY = k_elementwise.Unary()
+_LIT = "test/lit/"
+
+OPS: dict[type, OpDef] = {
+    nv.LinearOp: OpDef(
+        shapes.linear, k_linear.Linear(), _LIT + "transforms/novella-tile.mlir", {"torch.aten.linear": linear.linear}
+    ),
+    nv.MatmulOp: OpDef(
+        shapes.matmul,
+        k_attention.Matmul(),
+        _LIT + "kernels/attention.mlir",
+        {"torch.aten.mm": attention.matmul, "torch.aten.bmm": attention.matmul, "torch.aten.matmul": attention.matmul},
+    ),
+    nv.AddOp: OpDef(
+        shapes.binary,
+        _BINARY,
+        _LIT + "kernels/shape.mlir",
+        {"torch.aten.add.Tensor": elementwise.add, "torch.aten.add.Scalar": elementwise.add},
+    ),
+    nv.SubOp: OpDef(
+        shapes.binary,
+        _BINARY,
+        _LIT + "kernels/shape.mlir",
+        {"torch.aten.sub.Tensor": elementwise.sub, "torch.aten.sub.Scalar": elementwise.sub},
+    ),
+    nv.MulOp: OpDef(
+        shapes.binary,
+        _BINARY,
+        _LIT + "kernels/shape.mlir",
+        {"torch.aten.mul.Tensor": elementwise.mul, "torch.aten.mul.Scalar": elementwise.mul},
+    ),
+    nv.DivOp: OpDef(
+        shapes.binary,
+        _BINARY,
+        _LIT + "kernels/elementwise.mlir",
+        {"torch.aten.div.Tensor": elementwise.div, "torch.aten.div.Scalar": elementwise.div},
+    ),
+    nv.ScalarOp: OpDef(shapes.unary, _UNARY, _LIT + "kernels/elementwise.mlir"),
+    nv.ReluOp: OpDef(shapes.unary, _UNARY, _LIT + "kernels/elementwise.mlir", {"torch.aten.relu": activation.relu}),
+    nv.GeluOp: OpDef(shapes.unary, _UNARY, _LIT + "kernels/nn.mlir", {"torch.aten.gelu": activation.gelu}),
+    nv.SoftmaxOp: OpDef(
+        shapes.unary,
+        k_attention.Softmax(),
+        _LIT + "kernels/attention.mlir",
+        {"torch.aten._softmax": attention.softmax_internal, "torch.aten.softmax.int": attention.softmax},
+    ),
+    nv.LayerNormOp: OpDef(
+        shapes.unary,
+        k_norm.LayerNorm(),
+        _LIT + "kernels/nn.mlir",
+        {"torch.aten.layer_norm": nn.layer_norm, "torch.aten.native_layer_norm": nn.native_layer_norm},
+    ),
+    nv.TransposeOp: OpDef(
+        shapes.transpose,
+        k_data.Transpose(),
+        _LIT + "kernels/shape.mlir",
+        {"torch.aten.permute": shape_ops.permute, "torch.aten.transpose.int": shape_ops.transpose_int},
+    ),
+    nv.ReshapeOp: OpDef(
+        shapes.from_result,
+        None,
+        _LIT + "kernels/shape.mlir",
+        {
+            "torch.aten.view": shape_ops.view,
+            "torch.aten.reshape": shape_ops.view,
+            "torch.aten._unsafe_view": shape_ops.view,
+            "torch.aten.unsqueeze": shape_ops.unsqueeze,
+            "torch.aten.squeeze.dim": shape_ops.squeeze,
+        },
+        no_kernel="a row-major reshape is a DRAM alias (--novella-allocate gives it its operand's buffer)",
+    ),
+    nv.SliceOp: OpDef(
+        shapes.from_result, k_data.Slice(), _LIT + "kernels/shape.mlir", {"torch.aten.slice.Tensor": shape_ops.slice_}
+    ),
+    nv.Conv1dOp: OpDef(shapes.conv1d, k_conv.Conv1d(), _LIT + "kernels/nn.mlir", {"torch.aten.conv1d": nn.conv1d}),
+    nv.AttentionOp: OpDef(
+        shapes.attention,
+        None,
+        _LIT + "kernels/attention.mlir",
+        {"torch.aten.scaled_dot_product_attention": attention.scaled_dot_product_attention},
+        no_kernel="--novella-legalize decomposes it into matmul, softmax and matmul (kernels/attention.py)",
+    ),
+}
+
+# torch ops that produce no novella op: symbolic-size arithmetic and ops that forward their operand.
+FRONTEND_ONLY: dict[str, Callable] = {
+    "torch.aten.size.int": shape_ops.size,
+    "torch.aten.sym_size.int": shape_ops.size,
+    "torch.aten.add.int": shape_ops.int_add,
+    "torch.aten.sub.int": shape_ops.int_sub,
+    "torch.aten.mul.int": shape_ops.int_mul,
+    "torch.aten.floordiv.int": shape_ops.floordiv,
+    "torch.aten.clone": shape_ops.identity,
+    "torch.aten.contiguous": shape_ops.identity,
+    "torch.aten.alias": shape_ops.identity,
+    "torch.aten.detach": shape_ops.identity,
+    "torch.aten.lift_fresh_copy": shape_ops.identity,
+    "torch.aten.dropout": shape_ops.dropout,
+    "torch.aten.expand": shape_ops.expand,
+}
+
+# Legalize rewrites, in the order they are added to the pattern set: (root op class, fn(op, rewriter)).
+LEGALIZE_PATTERNS: tuple = (
+    (nv.MatmulOp, k_attention.fold_transpose_into_matmul),
+    (nv.AttentionOp, k_attention.decompose_attention),
+    (nv.Conv1dOp, k_conv.conv_to_channels_last),
+    (nv.GeluOp, k_conv.fuse_gelu_into_conv),
+    (nv.TransposeOp, k_data.compose_transposes),
+    (nv.GeluOp, k_data.sink_below_unary),
+    (nv.ReluOp, k_data.sink_below_unary),
+    (nv.ScalarOp, k_data.sink_below_unary),
+)
+
+BY_NAME: dict[str, OpDef] = {cls.OPERATION_NAME: d for cls, d in OPS.items()}
+
+
+def lookup(op: type | str) -> OpDef | None:
+    """The entry of an op class or `novella.xxx` name, or None."""
+    return OPS.get(op) if isinstance(op, type) else BY_NAME.get(op)
+
+
+def torch_lowerings() -> dict[str, Callable]:
+    """torch op name -> lowering function, over every entry and FRONTEND_ONLY."""
+    table = dict(FRONTEND_ONLY)
+    for cls, d in OPS.items():
+        for name, fn in d.lowers.items():
+            if name in table:
+                raise AssertionError(f"{name} is lowered by two entries (the second is {cls.__name__})")
+            table[name] = fn
+    return table
