@@ -27,6 +27,8 @@ NEEDED_DECOMPOSITIONS = (
     "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "_safe_softmax", "native_dropout", "linalg_vector_norm",
     "rsub", "flip", "sign", "clamp_min", "clamp_max", "_to_copy", "baddbmm",
 )  # fmt: skip
+
+
 @dataclass
 class Imported:
     """The torch-dialect module plus what the importer learned on the way."""
