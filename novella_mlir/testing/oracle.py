@@ -245,7 +245,9 @@ def compare(words: np.ndarray, oracle: OracleProgram, what: str = "JIT") -> None
         where = oracle.insts[i].origin
         if got.opcode != want.opcode:
             raise OracleMismatch(f"word {i}, {where}: {what} has {got.mnemonic}, the IR says {want.mnemonic}")
-        fields = [f"{k}: {what}={got.fields[k]} IR={v}" for k, v in want.fields.items() if got.fields[k] != v]
+        fields = [
+            f"{k}: {what} gives {got.fields[k]}, the IR {v}" for k, v in want.fields.items() if got.fields[k] != v
+        ]
         raise OracleMismatch(
             f"word {i}, {where}, {want.mnemonic}: " + "; ".join(fields) + f" ({len(diff)} words differ)"
         )
