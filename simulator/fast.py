@@ -176,6 +176,7 @@ class Plan:
         self.spans: list = [()] * n
         self.fixed = np.full(n, -1, np.int64)  # duration, or -1: DMA or readable timing
         self.dma = np.zeros(n, np.int64)
+        self.charged = np.zeros(n, np.int64)  # DMA bytes rounded up to whole bursts (timing)
         self.macs = np.zeros(n, np.int64)
         self._tokens()
         self._costs()
@@ -203,6 +204,8 @@ class Plan:
             if len(idx):
                 lo, hi = _inbound_rows(*(c[k][idx] for k in ("row_start", "row_step", "row_bound", "rows")))
                 self.dma[idx] = (hi - lo) * c["cols"][idx] * 4
+                f = {k: c[k][idx] for k in ("cols", "row_step", "dram_stride")}
+                self.charged[idx] = timing.burst_bytes(op, f, self.dma[idx])
         for op, cycles in ((Opcode.MATMUL, timing.matmul_cycles), (Opcode.VEC, timing.vec_cycles)):
             idx = np.flatnonzero(code == op)
             if len(idx):
@@ -210,7 +213,7 @@ class Plan:
         idx = np.flatnonzero(code == Opcode.MATMUL)
         if len(idx):
             self.macs[idx] = c["m"][idx] * c["k"][idx] * c["n"][idx]
-        self.fixed[code == Opcode.NOP] = 1
+        self.fixed[code == Opcode.NOP] = self.sim.config.issue_cycles
 
     def _tokens(self) -> None:
         table_pop, table_push = {}, {}
@@ -363,7 +366,7 @@ class _Loop:
         heads, qfree = [0, 0, 0], [0, 0, 0]
         chan = [deque() for _ in CHANNELS]
         pops, pushes, handler, args, spans = p.pops, p.pushes, p.handler, p.args, p.spans
-        fixed, dma = p.fixed.tolist(), p.dma.tolist()
+        fixed, charged = p.fixed.tolist(), p.charged.tolist()
         starts, ends, order, waits = self.start, self.end, self.order, self.waits
         hz = self.hazards
         clocks = [(-1, -1, -1)] * 3
@@ -397,7 +400,7 @@ class _Loop:
                 h = handler[i]
                 if h is not None:
                     h(*args[i])
-                    sp, nbytes = spans[i], dma[i]
+                    sp = spans[i]
                 else:
                     inst, effect = self._readable(i)
                     sp = [(s, s.lo, s.hi) for s in effect.accesses if not s.empty]
@@ -419,7 +422,7 @@ class _Loop:
                 if d >= 0:
                     end = start + d
                 elif h is not None:
-                    end = tm._dma_end(start, nbytes)
+                    end = tm._dma_end(start, charged[i])
                 else:
                     tm.queue_free[QUEUES[q]] = qfree[q]
                     end = tm.finish(inst, start, nbytes)
