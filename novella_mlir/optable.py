@@ -28,7 +28,6 @@ from .kernels import linear as k_linear
 from .kernels import normalization as k_norm
 from .kernels.pointwise import Pointwise, Prefer
 
-
 _MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign")
 
 

@@ -4,9 +4,10 @@ A kernel is a class whose instance is listed in the op's entry of
 `novella_mlir/optable.py`; it provides two steps, used by the passes of the
 same name:
 
-* `tile(op, tv, budget, options) -> Tiling`: tile sizes, the tile grid (one
+* `tile(op, tv, target, options) -> Tiling`: tile sizes, the tile grid (one
   extent expression per loop, outermost first) and the SRAM buffers
-  (`--novella-tile`);
+  (`--novella-tile`); every size, alignment and field limit comes from the
+  `Target` (`novella_mlir/target.py`), whose `budget` is the op's SRAM;
 * `macro(op, tv, tiling, b: MacroBuilder)`: the tile-level ops of one grid
   step, with addresses as affine expressions of the grid dims `d0, d1, ...`
   and the symbols `s0, ...` (`--novella-macro-gen`).
@@ -69,8 +70,8 @@ class Tiling:
 class BufferPlan:
     """Packs named buffers into the SPAD and ACC budgets, or raises TileFitError."""
 
-    def __init__(self, budget: dict[str, int]):
-        self.budget = budget
+    def __init__(self, target):
+        self.budget = target.budget
         self.used = {"spad": 0, "acc": 0}
         self.buffers: list[Buffer] = []
 

@@ -7,11 +7,6 @@ from . import BufferPlan, Tiling, first, last, tile_rows
 from .elementwise import emit_act
 
 
-def _divisors(n: int, step: int = 16) -> list[int]:
-    out = [d for d in range(n, 0, -1) if n % d == 0 and (d % step == 0 or d == n)]
-    return out or [n]
-
-
 class Linear:
     """`y[M, N] = act(x[M, K] @ W[N, K]^T + b)`.
 
@@ -20,8 +15,8 @@ class Linear:
     accumulates in the accumulator and the epilogue (bias, activation,
     store) runs on its last step."""
 
-    def _plan(self, op, budget, tm, tn, tk, k, act):
-        plan = BufferPlan(budget)
+    def _plan(self, op, target, tm, tn, tk, k, act):
+        plan = BufferPlan(target)
         plan.add("w", "spad", tn * k)
         plan.add("a", "spad", tm * tk)
         plan.add("bias", "spad", tn)
@@ -31,15 +26,15 @@ class Linear:
         plan.add("acc", "acc", tm * tn)
         return plan
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         k, n = tv.cols(0), tv.static(1, 0)
         act = op.attributes["act"].value
-        tms = [options["tile-m"]] if options.get("tile-m") else [64, 32, 16]
+        tms = [options["tile-m"]] if options.get("tile-m") else target.array_tiles(4)
         plan = None
         for tm in tms:
-            for tn in _divisors(n):
-                for tk in _divisors(k):
-                    plan = self._plan(op, budget, tm, tn, tk, k, act)
+            for tn in target.divisors(n, target.array_cols):
+                for tk in target.divisors(k, target.array_rows):
+                    plan = self._plan(op, target, tm, tn, tk, k, act)
                     if plan.fits():
                         grid = [sy.const(n // tn), sy.ceildiv(tv.rows(0), tm), sy.const(k // tk)]
                         return Tiling({"tm": tm, "tn": tn, "tk": tk}, grid, plan.buffers)
