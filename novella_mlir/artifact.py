@@ -43,6 +43,7 @@ class InstTemplate:
     var: dict  # field -> [postfix, ...] (min of the results)
     when: list  # [["eq"|"ge", postfix], ...]
     tensor: int | None = None  # slot whose base is added to dram_base; -1 = result
+    slot: dict = field(default_factory=dict)  # address field -> ping-pong slot stride (--novella-schedule)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class MacroMeta:
     kernel: str
     n_dims: int
     insts: list
+    schedule: dict = field(default_factory=dict)  # load_slots / store_slots (--novella-schedule)
 
 
 @dataclass
@@ -81,8 +83,15 @@ class Artifact:
     weights: dict = field(default_factory=dict, repr=False)
 
     def metadata(self) -> dict:
+        """JSON-able metadata; a template's empty `slot` and a macro's empty `schedule` are left out."""
         d = asdict(self)
         d.pop("weights")
+        for mm in d["macros"]:
+            if not mm["schedule"]:
+                del mm["schedule"]
+            for t in mm["insts"]:
+                if not t["slot"]:
+                    del t["slot"]
         return d
 
     def _section_bytes(self, key: str) -> int:
@@ -161,7 +170,8 @@ def _from_metadata(meta_b: bytes, blob: bytes, where: str) -> Artifact:
     try:
         m = json.loads(meta_b)
         m["macros"] = [
-            MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]]) for x in m["macros"]
+            MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]], x.get("schedule", {}))
+            for x in m["macros"]
         ]
         m["tiles"] = [TileMeta(**t) for t in m["tiles"]]
         m["inputs"] = [TensorMeta(**t) for t in m["inputs"]]
@@ -295,7 +305,8 @@ def _macro(macro, dram) -> tuple[MacroMeta, dict]:
             bases[str(t.tensor)] = sy.to_postfix(dram[inst.operands[0]])
         insts.append(t)
     kernel = ir.StringAttr(macro.attributes["kernel"]).value
-    return MacroMeta(kernel, n_dims, insts), bases
+    schedule = from_attr(macro.attributes["novella.schedule"]) if "novella.schedule" in macro.attributes else {}
+    return MacroMeta(kernel, n_dims, insts, schedule), bases
 
 
 def _template(inst) -> InstTemplate:
@@ -306,6 +317,7 @@ def _template(inst) -> InstTemplate:
         tensor = -1
     when = sy.integer_set_constraints(attrs.pop("when")) if "when" in attrs else []
     when = [[kind, sy.to_postfix(e)] for kind, e in when]
+    slot = from_attr(attrs.pop("slot")) if "slot" in attrs else {}
     const, var = {}, {}
     for k, a in attrs.items():
         if isinstance(a, ir.AffineMapAttr):
@@ -313,4 +325,4 @@ def _template(inst) -> InstTemplate:
         else:
             v = from_attr(a)
             const[k] = int(_ENUMS[k][v]) if k in _ENUMS else v
-    return InstTemplate(opcode, const, var, when, tensor)
+    return InstTemplate(opcode, const, var, when, tensor, slot)

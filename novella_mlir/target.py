@@ -46,6 +46,7 @@ class Target:
     fn_cycles: dict = field(default_factory=dict, hash=False, compare=False)
     budget_spad: int = 0  # the SRAM one op may tile into (elements); 0: all of it
     budget_acc: int = 0
+    buffer_slots: int = 2  # slots of a streamed buffer: 2 = double buffering (loads of step i+1 under compute i)
 
     @classmethod
     def from_config(cls, c: NovellaConfig) -> Target:

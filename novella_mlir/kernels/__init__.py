@@ -50,12 +50,16 @@ def get_kernel(op_name: str):
 
 @dataclass
 class Buffer:
-    """A named SRAM buffer of one kernel: `mem` is "spad" or "acc"; sizes in elements."""
+    """A named SRAM buffer of one kernel: `mem` is "spad" or "acc"; sizes in elements.
+
+    `slots = 2`: a ping-pong buffer, streamed one tile per grid step; slot 1 follows slot 0
+    (`size` is one slot). `--novella-schedule` alternates the slots by step parity."""
 
     name: str
     mem: str
     offset: int
     size: int
+    slots: int = 1
 
 
 @dataclass
@@ -72,12 +76,15 @@ class BufferPlan:
 
     def __init__(self, target):
         self.budget = target.budget
+        self.slots = target.buffer_slots
         self.used = {"spad": 0, "acc": 0}
         self.buffers: list[Buffer] = []
 
-    def add(self, name: str, mem: str, size: int) -> None:
-        self.buffers.append(Buffer(name, mem, self.used[mem], size))
-        self.used[mem] += size
+    def add(self, name: str, mem: str, size: int, stream: bool = False) -> None:
+        """`stream`: a tile of it is loaded (or stored) every grid step; it gets the target's slots."""
+        slots = self.slots if stream else 1
+        self.buffers.append(Buffer(name, mem, self.used[mem], size, slots))
+        self.used[mem] += size * slots
 
     def fits(self) -> bool:
         return all(self.used[m] <= self.budget[m] for m in self.used)

@@ -107,11 +107,11 @@ def matmul_dims(op, tv) -> MatmulDims:
     return MatmulDims(batch, a[-2], a[-1], y[-1], _flag(op, "transpose_rhs"), *strides)
 
 
-def _matmul_plan(op, target, tm, tn, tk) -> BufferPlan:
+def _matmul_plan(op, target, tm, tn, tk, lhs_resident: bool) -> BufferPlan:
     plan = BufferPlan(target)
-    plan.add("a", "spad", tm * tk)
-    plan.add("b", "spad", tk * tn)
-    plan.add("acc", "acc", tm * tn)
+    plan.add("a", "spad", tm * tk, stream=not lhs_resident)
+    plan.add("b", "spad", tk * tn, stream=True)
+    plan.add("acc", "acc", tm * tn, stream=lhs_resident)  # across k steps it accumulates: one slot
     return plan
 
 
@@ -132,7 +132,8 @@ class Matmul:
         tks = _candidates(dims.k, syms, k_sizes)
         best, plan = None, None
         for tm, tn, tk in itertools.product(tms, tns, tks):
-            plan = _matmul_plan(op, target, tm, tn, tk)
+            k_static = sy.as_int(dims.k)
+            plan = _matmul_plan(op, target, tm, tn, tk, k_static is not None and k_static <= tk)
             if not plan.fits():
                 continue
             steps = [-(-upper(e, syms) // t) for e, t in ((dims.m, tm), (dims.n, tn), (dims.k, tk))]

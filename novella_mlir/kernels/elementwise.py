@@ -34,9 +34,9 @@ def row_tiling(rows, cols: int, target, n_buffers: int, options, extra=()) -> Ti
     for tm in [first] if first else target.row_tiles(4):
         plan = BufferPlan(target)
         for i in range(n_buffers):
-            plan.add(f"t{i}", "spad", tm * cols)
+            plan.add(f"t{i}", "spad", tm * cols, stream=True)
         for name, size in extra:
-            plan.add(name, "spad", size(tm) if callable(size) else size)
+            plan.add(name, "spad", size(tm) if callable(size) else size, stream=callable(size))
         if plan.fits() or tm == 1 or first:
             return Tiling({"tm": tm}, [sy.ceildiv(rows, tm)], plan.check())
     raise AssertionError("unreachable")

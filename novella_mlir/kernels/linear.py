@@ -18,9 +18,9 @@ class Linear:
     def _plan(self, op, target, tm, tn, tk, k, act):
         plan = BufferPlan(target)
         plan.add("w", "spad", tn * k)
-        plan.add("a", "spad", tm * tk)
+        plan.add("a", "spad", tm * tk, stream=True)
         plan.add("bias", "spad", tn)
-        plan.add("out", "spad", tm * tn)
+        plan.add("out", "spad", tm * tn, stream=True)
         if act == "gelu":
             plan.add("tmp", "spad", tm * tn)
         plan.add("acc", "acc", tm * tn)
