@@ -28,7 +28,7 @@ from .kernels import linear as k_linear
 from .kernels import normalization as k_norm
 from .kernels.pointwise import Pointwise, Prefer
 
-_MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign")
+_MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign", "erf")
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,13 @@ OPS: dict[type, OpDef] = {
         shapes.unary,
         k_attention.Softmax(),
         _LIT + "kernels/attention.mlir",
-        {"torch.aten._softmax": attention.softmax_internal, "torch.aten.softmax.int": attention.softmax},
+        {
+            "torch.aten._softmax": attention.softmax_internal,
+            "torch.aten.softmax.int": attention.softmax,
+            "torch.aten.log_softmax.int": attention.log_softmax,
+            "torch.aten._log_softmax": attention.log_softmax,
+            "torch.aten.logsumexp": attention.logsumexp,
+        },
     ),
     nv.LayerNormOp: OpDef(
         shapes.unary,
@@ -111,7 +117,11 @@ OPS: dict[type, OpDef] = {
         shapes.transpose,
         k_data.Transpose(),
         _LIT + "kernels/shape.mlir",
-        {"torch.aten.permute": shape_ops.permute, "torch.aten.transpose.int": shape_ops.transpose_int},
+        {
+            "torch.aten.permute": shape_ops.permute,
+            "torch.aten.transpose.int": shape_ops.transpose_int,
+            "torch.aten.t": shape_ops.t,
+        },
     ),
     nv.ReshapeOp: OpDef(
         shapes.from_result,
@@ -127,6 +137,8 @@ OPS: dict[type, OpDef] = {
             "torch.aten.squeeze": shape_ops.squeeze_dims,
             "torch.prims.squeeze": shape_ops.squeeze_dims,
             "torch.prims.collapse": shape_ops.collapse,
+            "torch.aten.unflatten.int": shape_ops.unflatten,
+            "torch.aten.flatten.using_ints": shape_ops.flatten,
         },
         no_kernel="a row-major reshape is a DRAM alias (--novella-allocate gives it its operand's buffer)",
     ),
@@ -134,7 +146,11 @@ OPS: dict[type, OpDef] = {
         shapes.from_result,
         _SLICE,
         _LIT + "kernels/shape.mlir",
-        {"torch.aten.slice.Tensor": shape_ops.slice_, "torch.aten.select.int": indexing.select},
+        {
+            "torch.aten.slice.Tensor": shape_ops.slice_,
+            "torch.aten.select.int": indexing.select,
+            "torch.aten.narrow": indexing.narrow,
+        },
     ),
     nv.Conv1dOp: OpDef(shapes.conv1d, k_conv.Conv1d(), _LIT + "kernels/nn.mlir", {"torch.aten.conv1d": nn.conv1d}),
     nv.AttentionOp: OpDef(
@@ -151,10 +167,13 @@ OPS: dict[type, OpDef] = {
         {
             **{f"torch.aten.{fn}": pointwise.unary(fn) for fn in _MATH_ATEN},
             "torch.aten.silu": pointwise.unary("silu"),
+            "torch.aten.expm1": pointwise.expm1,
+            "torch.aten.log1p": pointwise.log1p,
             "torch.aten.logical_not": pointwise.logical_not,
             "torch.aten.bitwise_not": pointwise.logical_not,
             "torch.aten.pow.Tensor_Scalar": pointwise.pow_tensor_scalar,
             "torch.aten.pow.Scalar": pointwise.pow_scalar,
+            "torch.aten.pow.Tensor_Tensor": pointwise.pow_tensor_tensor,
         },
     ),
     nv.CompareOp: OpDef(
@@ -164,6 +183,8 @@ OPS: dict[type, OpDef] = {
         {
             **{f"torch.aten.{fn}.{k}": pointwise.compare(fn) for fn in nv.COMPARE_FNS for k in ("Tensor", "Scalar")},
             "torch.aten.logical_xor": pointwise.logical_xor,
+            "torch.aten.__xor__.Tensor": pointwise.logical_xor,
+            "torch.aten.bitwise_xor.Tensor": pointwise.logical_xor,
             "torch.aten._to_copy": pointwise.convert,
             "torch.aten.to.dtype": pointwise.convert,
             "torch.aten.to.dtype_layout": pointwise.convert,
@@ -179,6 +200,7 @@ OPS: dict[type, OpDef] = {
             "torch.aten.maximum": pointwise.maximum,
             "torch.aten.logical_or": pointwise.logical_or,
             "torch.aten.bitwise_or.Tensor": pointwise.logical_or,
+            "torch.aten.__or__.Tensor": pointwise.logical_or,
             "torch.aten.clamp": pointwise.clamp,
             "torch.aten.clamp.Tensor": pointwise.clamp,
         },
@@ -191,11 +213,25 @@ OPS: dict[type, OpDef] = {
             "torch.aten.minimum": pointwise.minimum,
             "torch.aten.logical_and": pointwise.logical_and,
             "torch.aten.bitwise_and.Tensor": pointwise.logical_and,
+            "torch.aten.__and__.Tensor": pointwise.logical_and,
         },
     ),
-    nv.WhereOp: OpDef(shapes.where, _POINTWISE, _LIT + "kernels/pointwise.mlir", {"torch.aten.where.self": pointwise.where}),
+    nv.WhereOp: OpDef(
+        shapes.where,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            "torch.aten.where.self": pointwise.where,
+            "torch.aten.where.Scalar": pointwise.where,
+            "torch.aten.where.ScalarOther": pointwise.where,
+            "torch.aten.where.ScalarSelf": pointwise.where,
+        },
+    ),
     nv.BroadcastOp: OpDef(
-        shapes.broadcast_to, _POINTWISE, _LIT + "kernels/pointwise.mlir", {"torch.aten.expand": indexing.expand}
+        shapes.broadcast_to,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {"torch.aten.expand": indexing.expand, "torch.aten.repeat": indexing.repeat},
     ),
     nv.GatherRowsOp: OpDef(
         shapes.gather_rows,
@@ -214,8 +250,14 @@ OPS: dict[type, OpDef] = {
         {
             "torch.aten.mean.dim": indexing.mean,
             "torch.aten.sum.dim_IntList": indexing.sum_,
+            "torch.aten.sum": indexing.sum_,
+            "torch.aten.mean": indexing.mean,
             "torch.aten.amax": indexing.amax,
             "torch.aten.amin": indexing.amin,
+            "torch.aten.var.correction": indexing.var,
+            "torch.aten.var.dim": indexing.var,
+            "torch.aten.std.correction": indexing.std,
+            "torch.aten.std.dim": indexing.std,
         },
     ),
     nv.ConcatOp: OpDef(
@@ -226,6 +268,7 @@ OPS: dict[type, OpDef] = {
             "torch.aten.cat": indexing.cat,
             "torch.aten.split.Tensor": indexing.split,
             "torch.aten.split_with_sizes": indexing.split_with_sizes,
+            "torch.aten.chunk": indexing.chunk,
         },
     ),
 }

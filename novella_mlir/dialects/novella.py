@@ -54,6 +54,14 @@ def _broadcast_ok(a: ir.RankedTensorType, b: ir.RankedTensorType, out) -> bool:
     return True
 
 
+def _expands_to(a: ir.RankedTensorType, out: ir.RankedTensorType) -> bool:
+    """Every dim of `a` (right-aligned) is 1 or the result's."""
+    da, do = _static_dims(a), _static_dims(out)
+    if len(da) > len(do):
+        return False
+    return all(x == 1 or _dims_compatible(x, z) for x, z in zip(da, do[len(do) - len(da) :]))
+
+
 def _f32(*types) -> bool:
     return all(isinstance(t.element_type, ir.F32Type) for t in types)
 
@@ -358,7 +366,7 @@ class AttentionOp(Novella.Operation, name="attention"):
 
 MATH_FNS = (
     "exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "silu", "neg", "abs", "sin", "cos", "reciprocal",
-    "gelu_tanh", "not", "sign", "square",
+    "gelu_tanh", "not", "sign", "square", "erf",
 )  # fmt: skip
 COMPARE_FNS = ("lt", "le", "gt", "ge", "eq", "ne")
 REDUCE_FNS = ("sum", "mean", "max", "min")
@@ -420,7 +428,7 @@ class WhereOp(Novella.Operation, name="where"):
         r = op.results[0].type
         if not _f32(c, x, y, r):
             return _fail(op, "supports only f32 tensors")
-        if not all(_broadcast_ok(t, t, r) for t in (c, x, y)):
+        if not all(_expands_to(t, r) for t in (c, x, y)):
             return _fail(op, f"operands {c}, {x}, {y} do not broadcast to {r}")
         return True
 
@@ -434,7 +442,7 @@ class BroadcastOp(Novella.Operation, name="broadcast"):
     @staticmethod
     def verify_invariants(op) -> bool:
         x, y = op.operands[0].type, op.results[0].type
-        if not _broadcast_ok(x, x, y):
+        if not _expands_to(x, y):
             return _fail(op, f"{x} does not broadcast to {y}")
         return _SameShapeUnary.verify_f32(op)
 
@@ -477,9 +485,13 @@ class ReduceOp(Novella.Operation, name="reduce"):
 
 
 class ConcatOp(Novella.Operation, name="concat"):
-    """`torch.cat(inputs, dim)`: the inputs, equal except in `dim`, one after the other along it."""
+    """`torch.cat([lhs, rhs], dim)`: two tensors, equal except in `dim`, one after the other along it.
 
-    inputs: Sequence[ext.Operand[Tensor]]
+    Binary because an IRDL variadic operand binds one type for all its operands;
+    the frontend chains more inputs."""
+
+    lhs: ext.Operand[Tensor]
+    rhs: ext.Operand[Tensor]
     dim: ir.IntegerAttr
     result: ext.Result[Tensor]
 

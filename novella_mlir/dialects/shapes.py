@@ -157,7 +157,9 @@ def concat(shapes, attrs, rt):
     first = shapes[0]
     for s in shapes[1:]:
         if len(s) != len(first) or any(i != d and not _same(a, b) for i, (a, b) in enumerate(zip(s, first))):
-            raise ShapeError(f"concat inputs differ outside dim {d}: {[str(e) for e in first]} vs {[str(e) for e in s]}")
+            raise ShapeError(
+                f"concat inputs differ outside dim {d}: {[str(e) for e in first]} vs {[str(e) for e in s]}"
+            )
     total = shapes[0][d]
     for s in shapes[1:]:
         total = total + s[d]

@@ -1,15 +1,18 @@
 """torch.export over the caller's length range, and the asserts and guards it leaves.
 
-The length is a named `Dim("T", min, max)`: traced plainly first, then
-size-obliviously with undecidable guards deferred to runtime asserts. Each deferred assert is a
-condition on the length; it is proved by evaluating it at every length of
-the (bounded) range, then dropped from the graph. If torch still narrows
-the range, the fallback is the plain `Dim.DYNAMIC` trace; when that narrows
-too, the error says which guard excluded which lengths.
+The cheapest trace goes first: `Dim.DYNAMIC(min, max)`, traced size-obliviously,
+accepted only if torch keeps the whole range. When it narrows (transformers'
+`q_len > 1` check does), the length becomes a named `Dim("T", min, max)`: traced
+plainly, then size-obliviously with undecidable guards deferred to runtime
+asserts. Each deferred assert is a condition on the length; it is proved by
+evaluating it at every length of the (bounded) range, then dropped from the
+graph. When every trace narrows, the error says which guard excluded which
+lengths and what part torch keeps (`NarrowedError.kept`).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import numpy as np
@@ -46,23 +49,29 @@ class NarrowedError(NovellaError):
 def export(module, args, dynamic_dim: int, lo: int, hi: int):
     """The ExportedProgram over [lo, hi], or a NarrowedError saying why not."""
     module = module.eval()
+    prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
+    if kept == (lo, hi):
+        return prog
     first = _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious=False)
     if isinstance(first, str):
         second = _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious=True)
         first = first if isinstance(second, str) else second
     if not isinstance(first, str):
         return first
-    prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
-    if kept == (lo, hi):
-        return prog
     msg = f"torch.export cannot keep dim {dynamic_dim} symbolic over [{lo}, {hi}]: {first}"
     if kept:
         msg += f" The part it can trace is [{kept[0]}, {kept[1]}]."
     raise NarrowedError(msg + " Compile the lengths outside it separately (min_len == max_len).", kept)
 
 
-def _dyn(args, dynamic_dim, length):
-    return tuple({dynamic_dim: length} if isinstance(a, torch.Tensor) else None for a in args)
+def _dyn(module, args, dynamic_dim, length):
+    """`dynamic_shapes` mirroring forward's parameters (a `*args` parameter takes one tuple)."""
+    spec = tuple({dynamic_dim: length} if isinstance(a, torch.Tensor) else None for a in args)
+    params = list(inspect.signature(module.forward).parameters.values())
+    star = [i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_POSITIONAL]
+    if star:
+        return spec[: star[0]] + (spec[star[0] :],)
+    return spec
 
 
 def _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious: bool):
@@ -74,7 +83,7 @@ def _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious: bool):
             prog = torch.export.export(
                 module,
                 tuple(args),
-                dynamic_shapes=_dyn(args, dynamic_dim, Dim("T", min=lo, max=hi)),
+                dynamic_shapes=_dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi)),
                 strict=False,
                 prefer_deferred_runtime_asserts_over_guards=oblivious,
             )
@@ -96,7 +105,10 @@ def _dynamic_export(module, args, dynamic_dim, lo, hi):
     try:
         with fx_config.patch(backed_size_oblivious=True):
             prog = torch.export.export(
-                module, tuple(args), dynamic_shapes=_dyn(args, dynamic_dim, Dim.DYNAMIC(min=lo, max=hi)), strict=False
+                module,
+                tuple(args),
+                dynamic_shapes=_dyn(module, args, dynamic_dim, Dim.DYNAMIC(min=lo, max=hi)),
+                strict=False,
             )
     except Exception:
         return None, None
@@ -156,7 +168,7 @@ def describe(cond) -> str:
 
 def explain(message: str, lo: int, hi: int) -> str:
     """torch's constraint-violation message as a sentence: the guard and the lengths it excludes."""
-    guards = re.findall(r"satisfy the generated guard (.*?)\.\s*$", message, flags=re.M)
+    guards = re.findall(r"satisfy the generated guard (.*?)\.?\s*$", message, flags=re.M)
     if not guards:
         first = message.strip().splitlines()[0] if message.strip() else "unknown error"
         return f"torch.export failed: {first}"
@@ -164,13 +176,43 @@ def explain(message: str, lo: int, hi: int) -> str:
     for g in guards:
         expr = re.sub(r"L\['[^']+'\]\.size\(\)\[\d+\]", "T", g)
         try:
-            cond = sympy.sympify(expr.replace("//", " // "), locals={"T": sympy.Symbol("T", integer=True)})
+            cond = _parse_guard(expr)
             bad = failing_lengths(cond, lo, hi)
             fails = f"false for {_lengths(bad)}" if bad else "true over the range, but torch cannot prove it"
             parts.append(f"the model branches on {describe(cond)}, which is {fails}")
         except (sympy.SympifyError, TypeError, NovellaError):
             parts.append(f"the model branches on `{expr}`")
     return "; ".join(parts) + " (a size-dependent check or branch in the model)."
+
+
+_RELATIONS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
+
+
+def _parse_guard(text: str):
+    """A guard of torch's message (`lhs op rhs` in T, or such terms joined by `and`) as a sympy relation."""
+    terms = _split_and(text)
+    if len(terms) > 1:
+        return sympy.And(*[_parse_guard(t) for t in terms])
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        for op in ("==", "!=", "<=", ">=", "<", ">"):
+            if depth == 0 and text.startswith(op, i):
+                t = {"T": sympy.Symbol("T", integer=True)}
+                lhs, rhs = sympy.sympify(text[:i], locals=t), sympy.sympify(text[i + len(op) :], locals=t)
+                return _RELATIONS[op](lhs, rhs, evaluate=False)
+    return sympy.sympify(text)
+
+
+def _split_and(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith(" and ", i):
+            parts.append(text[start:i])
+            start = i + 5
+    return parts + [text[start:]]
 
 
 def _lengths(values: list[int]) -> str:

@@ -22,10 +22,10 @@ from . import dtypes, exporting
 # The only decompositions the frontend runs (torch's own, from torch._decomp): composite ops
 # whose parts the NPU lowers. Everything else in the exported graph is lowered as it is.
 NEEDED_DECOMPOSITIONS = (
-    "silu", "triu", "tril", "var", "std", "var_mean", "logsumexp", "_log_softmax", "hardtanh", "elu",
-    "leaky_relu", "repeat", "stack", "unbind", "masked_fill", "expm1", "log1p", "softplus", "mish",
+    "silu", "triu", "tril", "var_mean", "hardtanh", "elu",
+    "leaky_relu", "stack", "unbind", "masked_fill", "softplus", "mish",
     "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "_safe_softmax", "native_dropout", "linalg_vector_norm",
-    "rsub", "flip", "sign", "clamp_min", "clamp_max", "_to_copy", "baddbmm",
+    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm",
 )  # fmt: skip
 
 
@@ -83,6 +83,14 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
     range before they are dropped. If torch narrows the range, the error
     names the guard in words."""
     return exporting.export(module, args, dynamic_dim, min_len, max_len)
+
+
+def export_static(module: torch.nn.Module, args):
+    """torch.export at the example's shapes (one length: a static program)."""
+    try:
+        return torch.export.export(module.eval(), tuple(args), strict=False)
+    except Exception as e:  # torch raises many kinds; keep the message, drop the trace
+        raise exporting.NovellaError(f"torch.export failed: {str(e).splitlines()[0]}") from None
 
 
 def import_program(ctx: ir.Context, prog, decomposition_table=None) -> Imported:
