@@ -55,10 +55,14 @@ class TimingModel:
         whole = _ceil_div(dma_bytes, burst) * burst
         return np.where(f["row_step"] * f["dram_stride"] == f["cols"], whole, per_row)
 
+    def dma_cycles(self, charged):
+        """Cycles of a DMA data phase of `charged` (burst) bytes (works elementwise on arrays)."""
+        return _ceil_div(charged, self.config.dram_bytes_per_cycle)
+
     def _dma_end(self, start: int, charged: int) -> int:
         c = self.config
         data_start = max(start + c.issue_cycles + c.dma_latency, self.dram_free)
-        end = data_start + _ceil_div(charged, c.dram_bytes_per_cycle)
+        end = data_start + self.dma_cycles(charged)
         self.dram_free = end
         return end
 
