@@ -79,7 +79,7 @@ def _eval_exprs(amap: ir.AffineMap, point, syms) -> list[int]:
     for i in range(nd):
         m = m.replace(ir.AffineDimExpr.get(i), ir.AffineConstantExpr.get(int(point[i])), nd, ns)
     for i in range(ns):
-        m = m.replace(ir.AffineSymbolExpr.get(i), ir.AffineConstantExpr.get(int(syms[i])), 0 if i == ns - 1 else nd, ns)
+        m = m.replace(ir.AffineSymbolExpr.get(i), ir.AffineConstantExpr.get(int(syms[i])), nd, ns)
     out = []
     for e in m.results:
         c = e.maybe_downcast()
