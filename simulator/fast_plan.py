@@ -325,6 +325,8 @@ class Plan:
         if fn == VecFn.FILL:
             self._prepare(i, [d_span], _fill, (np.float32(imm), d_view))
             return
+        if fn == VecFn.SEL:  # reads its destination too: the readable path runs it
+            return
         spans = [self._span(a[0], False, a[1], a[2], rows, cols)]
         a_view = v(*a, rows, cols) if spans[0] is not None else None
         if fn in BINARY_FNS:
