@@ -222,8 +222,8 @@ class Matmul:
 
 def _softmax_plan(op, target, tm, tc, chunked) -> BufferPlan:
     plan = BufferPlan(target)
-    plan.add("in", "spad", tm * tc)
-    plan.add("out", "spad", tm * tc)
+    plan.add("in", "spad", tm * tc, stream=True)
+    plan.add("out", "spad", tm * tc, stream=True)
     for name in ("m", "l") + (("cm", "t") if chunked else ()):
         plan.add(name, "spad", tm)
     return plan

@@ -1,9 +1,16 @@
 """Shared test setup: no test reads or fills the user's compile cache.
 
-Every test gets NOVELLA_CACHE=0 and a private NOVELLA_CACHE_DIR; tests of
-the cache itself turn it back on (test_compile_cache.py)."""
+NOVELLA_CACHE=0 is set when the test session starts, so module- and
+session-scoped fixtures (which run before any function-scoped fixture) do
+not read the user's cache either; every test also gets a private
+NOVELLA_CACHE_DIR. Tests of the cache itself turn it back on
+(test_compile_cache.py)."""
+
+import os
 
 import pytest
+
+os.environ["NOVELLA_CACHE"] = "0"
 
 
 @pytest.fixture(autouse=True)

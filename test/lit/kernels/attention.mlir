@@ -61,9 +61,9 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // Softmax over a static last dim with a dynamic row count: one step per row tile,
 // the fused scale (novella.scale) multiplies x - max before the exp. (A dynamic last
 // dim is always chunked, so that tiling does not depend on max_len.)
-// tm = 256: the largest row tile whose in and out buffers (2 x 256 x 96 fp32) fit the
-// 64K-element SPAD (512 rows would need 98304); the rows are the 2 * T rows of the batch.
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 256)>
+// tm = 128: the largest row tile whose in and out buffers, two slots each (4 x 128 x 96 fp32),
+// fit the 64K-element SPAD (256 rows would need 98304); the rows are the 2 * T rows of the batch.
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 128)>
 // CHECK-LABEL: func.func @probs
 // CHECK-SAME: (%[[X:.*]]: tensor<2x?x96xf32
 // CHECK: "novella.dma_load"(%[[X]]) {buffer = "in", cols = 96 : i64, {{.*}}sram_stride = 96 : i64
@@ -74,7 +74,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}dst = "l", dst_stride = 1 : i64, fn = "ROWSUM"
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}b = "l", {{.*}}fn = "DIV", mode = "COL"
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out"
-// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 0 : i64, tc = 96 : i64, tm = 256 : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 0 : i64, tc = 96 : i64, tm = 128 : i64}
 // LEGAL-LABEL: func.func @probs
 module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
   func.func @probs(%s: tensor<2x?x96xf32, affine_map<()[s0] -> (2, s0, 96)>>) -> tensor<2x?x96xf32, affine_map<()[s0] -> (2, s0, 96)>> {
@@ -113,18 +113,18 @@ module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
 // Legalize: attention decomposes into matmul(transpose_rhs) + softmax (scale fused) + matmul.
 // Without legalize, tiling leaves the op alone (it has no kernel of its own).
 // Then three macros: Q @ K^T in 128 x 128 tiles with tk = 32 (two k steps, see @scores);
-// the softmax over the dynamic key length is chunked (tc = 64 columns, 256 of the 2 * T rows
+// the softmax over the dynamic key length is chunked (tc = 32 columns, 256 of the 2 * T rows
 // per tile); P @ V runs k-tiles of 256 keys (tn = 64 = the head dim).
 // LEGAL-DAG: #[[SCORES:.*]] = affine_map<()[s0] -> (2, s0, s0)>
 // CHECK-LABEL: func.func @attention
 // CHECK-NEXT: "novella.attention"
 // CHECK-NOT: novella.macro
 // MACRO-DAG: #[[QK:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 2)>
-// MACRO-DAG: #[[SMAX:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 256, 2, s0 ceildiv 64)>
+// MACRO-DAG: #[[SMAX:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 256, 2, s0 ceildiv 32)>
 // MACRO-DAG: #[[PV:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, 1, s0 ceildiv 256)>
 // MACRO-LABEL: func.func @attention
 // MACRO: }) {grid = #[[QK]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 32 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
-// MACRO: }) {grid = #[[SMAX]], kernel = "novella.softmax", {{.*}}novella.tiles = {chunked = 1 : i64, tc = 64 : i64, tm = 256 : i64}}
+// MACRO: }) {grid = #[[SMAX]], kernel = "novella.softmax", {{.*}}novella.tiles = {chunked = 1 : i64, tc = 32 : i64, tm = 256 : i64}}
 // MACRO: }) {grid = #[[PV]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 256 : i64, tm = 64 : i64, tn = 64 : i64}, transpose_rhs = false}
 // MACRO-NOT: kernel =
 // MACRO: return
