@@ -137,8 +137,16 @@ def _is_user_input(prog, node) -> bool:
 
 
 def _symbols(prog):
+    """The symbols of the user inputs' sizes (a retrace may add unbacked ones no input has; they are dropped)."""
+    used = set()
+    for n in prog.graph.nodes:
+        if n.op == "placeholder" and _is_user_input(prog, n) and isinstance(n.meta.get("val"), torch.Tensor):
+            for d in n.meta["val"].shape:
+                if not isinstance(d, int):
+                    used |= d.node.expr.free_symbols
     syms, positions = [], {}
-    for i, (s, vr) in enumerate(sorted(prog.range_constraints.items(), key=lambda kv: str(kv[0]))):
+    ranges = [(s, vr) for s, vr in prog.range_constraints.items() if s in used]
+    for i, (s, vr) in enumerate(sorted(ranges, key=lambda kv: str(kv[0]))):
         positions[s] = i
         syms.append(sy.Symbol(i, "T" if i == 0 else str(s), int(vr.lower), int(vr.upper)))
     return syms, positions
