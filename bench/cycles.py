@@ -1,73 +1,131 @@
-"""Simulated cycles against the config's roofline, for several lengths.
+"""Simulated cycles against the compulsory roofline, with the moved bytes beside it.
 
-    .venv/bin/python bench/cycles.py [--model mlp|encoder] [--lengths 1,64,...]
+    .venv/bin/python bench/cycles.py                       # the goal figures of issue 10, side by side
+    .venv/bin/python bench/cycles.py --model mlp --lengths 1,64,65,500,2048 [--config hw.toml]
 
-For each length: simulated cycles; the roofline bound max(MACs / MACs-per-cycle,
-DMA bytes / DRAM bytes-per-cycle) over the bytes the program actually moved,
-and over the compulsory bytes only (weights, input and output once); the
-cycles/roofline ratio; MAC utilization; and the host time of JIT + simulation
-measured in the same run.
+The compulsory roofline of a run is max(MACs / MACs-per-cycle, compulsory bytes /
+DRAM bytes-per-cycle), where the compulsory bytes are the weights, the input and the
+output, each moved once. `cyc/roof` divides by it. Beside it: the bytes the program
+actually moves, their roofline max(MACs / MACs-per-cycle, moved bytes / bandwidth) and
+the ratio to that (which hides traffic the schedule adds, so it is never the headline).
+Every row is measured in this run; host seconds are JIT + simulation.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import sys
 import time
+from pathlib import Path
 
-import torch
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import models  # noqa: E402
 
-from novella_mlir import compile_torch
+from novella_mlir import compile_torch  # noqa: E402
+from simulator import load_config  # noqa: E402
+
+CONFIGS = ROOT / "simulator" / "configs"
+# (workload, config, T, goal ratio); T counts positions (the encoder body's input rows)
+GOALS = (
+    ("mlp384", "default", 2048, 1.15),
+    ("mlp384", "default", 1, 1.5),
+    ("body", "default", 1500, 1.3),
+    ("body", "default", 1, 1.5),
+    ("mlp384", "edge", 2048, 1.5),
+    ("mlp384", "large", 2048, 1.5),
+    ("body", "edge", 1500, 1.5),
+    ("body", "large", 1500, 1.5),
+)
 
 
-def mlp():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(384, 1536), torch.nn.GELU(), torch.nn.Linear(1536, 384), torch.nn.ReLU()
-    ).eval()
-    return model, torch.randn(1, 16, 384), 1, 1, 2048
+def config_of(name: str):
+    path = CONFIGS / f"{name}.toml"
+    if name != "default" and not path.exists():
+        return None
+    return load_config(None if name == "default" else path)
 
 
-def encoder():
-    import importlib.util
-    import pathlib
+@functools.cache
+def compiled(workload: str, config_name: str, max_len: int):
+    spec = models.SPECS[workload]
+    module = spec.build(max_len)
+    lo, hi = spec.bounds(max_len)
+    t0 = time.perf_counter()
+    npu = compile_torch(
+        module, spec.example(16), dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi, config=config_of(config_name)
+    )
+    return spec, npu, time.perf_counter() - t0
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "whisper_encoder.py"
-    spec = importlib.util.spec_from_file_location("whisper_encoder", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    model = mod.build(layers=4)
-    return model, torch.randn(1, 80, 100), 2, 2, 3000
+
+def measure(workload: str, config_name: str, length: int, max_len: int) -> dict:
+    spec, npu, _ = compiled(workload, config_name, max_len)
+    x = spec.example(length)
+    t0 = time.perf_counter()
+    y = npu(x)
+    host = time.perf_counter() - t0
+    s, cfg = npu.last_run.stats, npu.config
+    compulsory = npu.artifact.weight_nbytes + x.numel() * 4 + y.numel() * 4
+    moved = s.dma_bytes_loaded + s.dma_bytes_stored
+    compute = s.macs / cfg.macs_per_cycle
+    roof = max(compute, compulsory / cfg.dram_bytes_per_cycle)
+    roof_moved = max(compute, moved / cfg.dram_bytes_per_cycle)
+    return dict(
+        T=length, words=s.instructions, cycles=s.cycles, roof=roof, ratio=s.cycles / roof, compulsory=compulsory,
+        moved=moved, roof_moved=roof_moved, ratio_moved=s.cycles / roof_moved, util=s.mac_utilization, host=host,
+        bound="compute" if compute >= compulsory / cfg.dram_bytes_per_cycle else "memory",
+    )  # fmt: skip
+
+
+HEAD = (
+    f"{'cycles':>12} {'roof':>11} {'cyc/roof':>8} {'bound':>7} {'compul B':>11} {'moved B':>12} "
+    f"{'roof(moved)':>11} {'cyc/moved':>9} {'MAC util':>8} {'host s':>7}"
+)
+
+
+def row(r: dict) -> str:
+    return (
+        f"{r['cycles']:>12} {int(r['roof']):>11} {r['ratio']:>8.2f} {r['bound']:>7} {r['compulsory']:>11} "
+        f"{r['moved']:>12} {int(r['roof_moved']):>11} {r['ratio_moved']:>9.2f} {r['util']:>8.1%} {r['host']:>7.2f}"
+    )
+
+
+def goals(names=None) -> list[tuple]:
+    head = f"{'workload':>9} {'config':>8} {'T':>5} {'goal':>5} {HEAD} {'met':>4}"
+    print(head)
+    print("-" * len(head))
+    out = []
+    for workload, cfg, length, goal in GOALS:
+        if names and workload not in names or config_of(cfg) is None:
+            continue
+        r = measure(workload, cfg, length, 2048 if workload.startswith("mlp") else 1500)
+        met = "yes" if r["ratio"] <= goal else "no"
+        print(f"{workload:>9} {cfg:>8} {length:>5} {goal:>5.2f} {row(r)} {met:>4}", flush=True)
+        out.append((workload, cfg, length, goal, r))
+    return out
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", choices=("mlp", "encoder"), default="mlp")
+    p.add_argument("--model", choices=sorted(models.SPECS), help="one model over --lengths (default: the goals)")
     p.add_argument("--lengths", default="1,64,65,500,2048")
+    p.add_argument("--config", default="default", help="default, edge, large (simulator/configs/<name>.toml)")
+    p.add_argument("--max-len", type=int, default=2048)
+    p.add_argument("--only", help="goal workloads to run, comma-separated (mlp384, body)")
     args = p.parse_args(argv)
-    model, example, dyn, lo, hi = {"mlp": mlp, "encoder": encoder}[args.model]()
-    t0 = time.perf_counter()
-    npu = compile_torch(model, example, dynamic_dim=dyn, min_len=lo, max_len=hi)
-    print(f"model={args.model}  compile {time.perf_counter() - t0:.1f} s  artifact {npu.artifact.nbytes} B")
-    head = (
-        f"{'T':>6} {'words':>8} {'cycles':>12} {'roof(moved)':>12} {'roof(compul)':>12} "
-        f"{'cyc/roof':>9} {'MAC util':>9} {'host s':>8}"
-    )
+    if args.model is None:
+        goals(args.only.split(",") if args.only else None)
+        return
+    spec, npu, secs = compiled(args.model, args.config, args.max_len)
+    print(f"model={args.model} config={args.config}  compile {secs:.1f} s  artifact {npu.artifact.nbytes} B")
+    head = f"{'T':>6} {'words':>8} {HEAD}"
     print(head)
     print("-" * len(head))
+    lo, hi = spec.bounds(args.max_len)
     for t in (int(v) for v in args.lengths.split(",")):
-        shape = list(example.shape)
-        shape[dyn] = min(max(t, lo), hi)
-        t1 = time.perf_counter()
-        x = torch.randn(*shape)
-        y = npu(x)
-        host = time.perf_counter() - t1
-        s, cfg = npu.last_run.stats, npu.config
-        compulsory = npu.artifact.weight_nbytes + x.numel() * 4 + y.numel() * 4
-        ideal = max(s.macs / cfg.macs_per_cycle, compulsory / cfg.dram_bytes_per_cycle)
-        print(
-            f"{shape[dyn]:>6} {s.instructions:>8} {s.cycles:>12} {int(s.roofline_cycles):>12} {int(ideal):>12} "
-            f"{s.cycles / s.roofline_cycles:>9.2f} {s.mac_utilization:>9.1%} {host:>8.2f}"
-        )
+        r = measure(args.model, args.config, t, args.max_len)
+        print(f"{t:>6} {r['words']:>8} {row(r)}", flush=True)
 
 
 if __name__ == "__main__":

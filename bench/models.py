@@ -72,6 +72,25 @@ class WhisperEncoder(torch.nn.Module):
         return e.layer_norm(x)
 
 
+class WhisperBody(torch.nn.Module):
+    """The whisper-tiny encoder body: its 4 layers and final layer norm on [1, T, 384] positions
+    (the conv stem's output), random weights."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers.models.whisper.modeling_whisper import WhisperEncoder as HFEncoder
+
+        torch.manual_seed(0)
+        enc = HFEncoder(whisper_config()).eval()
+        self.layers, self.layer_norm = enc.layers, enc.layer_norm
+
+    def forward(self, x):
+        for layer in self.layers:
+            out = layer(x, None)
+            x = out[0] if isinstance(out, tuple) else out
+        return self.layer_norm(x)
+
+
 @dataclass
 class Spec:
     """How to build, feed and bound one benchmark model."""
@@ -95,6 +114,7 @@ SPECS = {
     "mlp": Spec(lambda _: mlp(), 1, lambda t: _randn(1, t, 64), lambda hi: (1, hi)),
     "mlp384": Spec(lambda _: mlp(384, 1536, 384), 1, lambda t: _randn(1, t, 384), lambda hi: (1, hi)),
     "layer": Spec(lambda _: WhisperLayer(), 1, lambda t: _randn(1, t, 384), lambda hi: (2, hi)),
+    "body": Spec(lambda _: WhisperBody(), 1, lambda t: _randn(1, t, 384), lambda hi: (1, hi)),
     "encoder": Spec(
         lambda hi: WhisperEncoder(max_positions=hi), 2, lambda t: _randn(1, 80, 2 * t), lambda hi: (3, 2 * hi)
     ),

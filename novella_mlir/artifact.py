@@ -48,6 +48,7 @@ class InstTemplate:
     var: dict  # field -> [postfix, ...] (min of the results)
     when: list  # [["eq"|"ge", postfix], ...]
     tensor: int | None = None  # slot whose base is added to dram_base; -1 = result
+    slot: dict = field(default_factory=dict)  # address field -> ping-pong slot stride (--novella-schedule)
 
 
 @dataclass
@@ -55,6 +56,7 @@ class MacroMeta:
     kernel: str
     n_dims: int
     insts: list
+    schedule: dict = field(default_factory=dict)  # load_slots / store_slots (--novella-schedule)
 
 
 @dataclass
@@ -87,8 +89,15 @@ class Artifact:
     weights: dict = field(default_factory=dict, repr=False)
 
     def metadata(self) -> dict:
+        """JSON-able metadata; a template's empty `slot` and a macro's empty `schedule` are left out."""
         d = asdict(self)
         d.pop("weights")
+        for mm in d["macros"]:
+            if not mm["schedule"]:
+                del mm["schedule"]
+            for t in mm["insts"]:
+                if not t["slot"]:
+                    del t["slot"]
         return d
 
     def _section_bytes(self, key: str) -> int:
@@ -244,7 +253,10 @@ def _from_metadata(meta_b: bytes, blob: bytes, where: str) -> Artifact:
         raise ArtifactError(f"{where} has malformed metadata: {e}") from None
     if m["version"] != FORMAT_VERSION:
         raise ArtifactError(f"{where} has malformed metadata: version {m['version']}, expected {FORMAT_VERSION}")
-    m["macros"] = [MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]]) for x in m["macros"]]
+    m["macros"] = [
+        MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]], x.get("schedule", {}))
+        for x in m["macros"]
+    ]
     m["tiles"] = [TileMeta(**t) for t in m["tiles"]]
     m["inputs"] = [TensorMeta(**t) for t in m["inputs"]]
     m["outputs"] = [TensorMeta(**t) for t in m["outputs"]]
@@ -398,7 +410,8 @@ def _macro(macro, dram) -> tuple[MacroMeta, dict]:
             bases[str(t.tensor)] = sy.to_postfix(dram[inst.operands[0]])
         insts.append(t)
     kernel = ir.StringAttr(macro.attributes["kernel"]).value
-    return MacroMeta(kernel, n_dims, insts), bases
+    schedule = from_attr(macro.attributes["novella.schedule"]) if "novella.schedule" in macro.attributes else {}
+    return MacroMeta(kernel, n_dims, insts, schedule), bases
 
 
 def _template(inst) -> InstTemplate:
@@ -409,6 +422,7 @@ def _template(inst) -> InstTemplate:
         tensor = -1
     when = sy.integer_set_constraints(attrs.pop("when")) if "when" in attrs else []
     when = [[kind, sy.to_postfix(e)] for kind, e in when]
+    slot = from_attr(attrs.pop("slot")) if "slot" in attrs else {}
     const, var = {}, {}
     for k, a in attrs.items():
         if isinstance(a, ir.AffineMapAttr):
@@ -416,4 +430,4 @@ def _template(inst) -> InstTemplate:
         else:
             v = from_attr(a)
             const[k] = int(_ENUMS[k][v]) if k in _ENUMS else v
-    return InstTemplate(opcode, const, var, when, tensor)
+    return InstTemplate(opcode, const, var, when, tensor, slot)

@@ -32,6 +32,7 @@ MAX_GRID_DIMS = 8
 MAX_PROGRAM = 256  # tokens of one expression
 MAX_CONST = 1 << 40
 MAX_STEPS = 1 << 24  # grid points of all tiles at the upper bound
+MAX_SLOTS = 2  # ping-pong (--novella-schedule)
 INPUT_DTYPES = ("float32", "int64", "int32", "int16", "int8", "uint8", "bool")
 _TOP = ("version", "config", "config_fingerprint", "symbols", "inputs", "outputs", "dram_size")
 _TOP += ("weight_layout", "macros", "tiles")
@@ -200,8 +201,12 @@ def _check_programs(m, n: int) -> None:
 
 
 def _macro(mm, f: str, n: int, functions) -> None:
-    _keys(mm, ("kernel", "n_dims", "insts"), f)
+    _keys(mm, ("kernel", "n_dims", "insts"), f, optional=("schedule",))
     _type(mm["kernel"], str, f + ".kernel")
+    schedule = _type(mm.get("schedule", {}), dict, f + ".schedule")
+    _keys(schedule, (), f + ".schedule", optional=("load_slots", "store_slots"))
+    for name, v in schedule.items():
+        _int(v, f"{f}.schedule.{name}", 1, MAX_SLOTS)
     dims = _int(mm["n_dims"], f + ".n_dims", 0, MAX_GRID_DIMS)
     _type(mm["insts"], list, f + ".insts")
     if not mm["insts"]:
@@ -211,7 +216,7 @@ def _macro(mm, f: str, n: int, functions) -> None:
 
 
 def _inst(t, f: str, n: int, dims: int, functions) -> None:
-    _keys(t, ("opcode", "const", "var", "when", "tensor"), f)
+    _keys(t, ("opcode", "const", "var", "when", "tensor"), f, optional=("slot",))
     opcode = _type(t["opcode"], str, f + ".opcode")
     if opcode not in isa.Opcode.__members__:
         raise _Bad(f + ".opcode", f"unknown opcode '{_short(opcode)}' (expected one of {list(isa.Opcode.__members__)})")
@@ -230,6 +235,10 @@ def _inst(t, f: str, n: int, dims: int, functions) -> None:
             raise _Bad(g, f"expected a list of 1 to 16 expressions, got {_short(progs)}")
         for k, p in enumerate(progs):
             check_program(p, f"{g}[{k}]", n, dims)
+    for name, stride in _type(t.get("slot", {}), dict, f + ".slot").items():
+        if name not in layout:
+            raise _Bad(f"{f}.slot.{name}", f"'{name}' is not a field of {opcode}")
+        _int(stride, f"{f}.slot.{name}", 0, 1 << layout[name].bits)
     _type(t["when"], list, f + ".when")
     for k, c in enumerate(t["when"]):
         g = f"{f}.when[{k}]"

@@ -13,6 +13,7 @@ DEFAULT_CONFIG_PATH = Path(__file__).parent / "configs" / "default.toml"
 
 _KEYS: dict[str, tuple[str, str, type]] = {
     "clock_ghz": ("clock", "ghz", float),
+    "issue_cycles": ("clock", "issue_cycles", int),
     "matrix_rows": ("matrix", "rows", int),
     "matrix_cols": ("matrix", "cols", int),
     "matmul_latency": ("matrix", "latency", int),
@@ -21,8 +22,10 @@ _KEYS: dict[str, tuple[str, str, type]] = {
     "vector_lanes": ("vector", "lanes", int),
     "vector_latency": ("vector", "latency", int),
     "vector_functions": ("vector", "functions", tuple),
+    "vector_fn_cycles": ("vector", "fn_cycles", dict),
     "dram_bytes_per_cycle": ("dram", "bytes_per_cycle", int),
     "dma_latency": ("dram", "dma_latency", int),
+    "dram_burst_bytes": ("dram", "burst_bytes", int),
 }
 
 
@@ -38,6 +41,7 @@ class NovellaConfig:
     """Immutable hardware parameters. Memory sizes are in bytes."""
 
     clock_ghz: float
+    issue_cycles: int
     matrix_rows: int
     matrix_cols: int
     matmul_latency: int
@@ -46,8 +50,13 @@ class NovellaConfig:
     vector_lanes: int
     vector_latency: int
     vector_functions: tuple[str, ...]
+    vector_fn_cycles: dict[str, int]
     dram_bytes_per_cycle: int
     dma_latency: int
+    dram_burst_bytes: int
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint())
 
     @property
     def spad_elems(self) -> int:
@@ -64,6 +73,7 @@ class NovellaConfig:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["vector_functions"] = list(self.vector_functions)
+        d["vector_fn_cycles"] = dict(sorted(self.vector_fn_cycles.items()))
         return d
 
     def fingerprint(self) -> str:
@@ -96,6 +106,8 @@ def _flatten(raw: dict, path: Path) -> dict:
 def _check(name: str, value, path: Path):
     sec, key, kind = _KEYS[name]
     where = f"{path}: config key '{sec}.{key}'"
+    if kind is dict:
+        return _check_fn_cycles(value, where)
     if kind is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} must be a list of strings, got {value!r}")
@@ -128,6 +140,21 @@ def config_from_dict(d, where: str) -> NovellaConfig:
         keys = sorted(d) if isinstance(d, dict) else type(d).__name__
         raise ConfigError(f"{where}: expected the keys {sorted(_KEYS)}, got {keys}")
     return NovellaConfig(**{n: _check(n, d[n], where) for n in _KEYS})
+
+
+def _check_fn_cycles(value, where: str) -> dict[str, int]:
+    from .isa import VecFn
+
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a table of VEC function -> cycles per beat, got {value!r}")
+    out = {}
+    for fn, cycles in value.items():
+        if fn.upper() not in VecFn.__members__:
+            raise ConfigError(f"{where}: unknown VEC function '{fn}' (known: {', '.join(VecFn.__members__)})")
+        if isinstance(cycles, bool) or not isinstance(cycles, int) or cycles < 1:
+            raise ConfigError(f"{where}.{fn} must be an int >= 1 (cycles per beat), got {cycles!r}")
+        out[fn.lower()] = cycles
+    return out
 
 
 def load_config(path: str | Path | None = None) -> NovellaConfig:

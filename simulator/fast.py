@@ -71,8 +71,8 @@ class _Loop:
         chan = [deque() for _ in CHANNELS]
         pops, pushes, handler, args, spans = p.pops, p.pushes, p.handler, p.args, p.spans
         fixed, dma = p.fixed.tolist(), p.dma.tolist()
-        data = tm.dma_cycles(p.dma).tolist()  # DMA data-phase cycles
-        latency, dram_free = sim.config.dma_latency, tm.dram_free
+        data = tm.dma_cycles(p.charged).tolist()  # DMA data-phase cycles (whole bursts)
+        latency, dram_free = sim.config.issue_cycles + sim.config.dma_latency, tm.dram_free
         starts, ends, order, waits = self.start, self.end, self.order, self.waits
         hz = self.hazards
         clocks = [(-1, -1, -1)] * 3

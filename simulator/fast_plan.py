@@ -172,6 +172,7 @@ class Plan:
         self.spans: list = [()] * n
         self.fixed = np.full(n, -1, np.int64)  # duration, or -1: DMA or readable timing
         self.dma = np.zeros(n, np.int64)
+        self.charged = np.zeros(n, np.int64)  # DMA bytes rounded up to whole bursts (timing)
         self.macs = np.zeros(n, np.int64)
         self._tokens()
         self._costs()
@@ -207,6 +208,8 @@ class Plan:
             if len(idx):
                 lo, hi = _inbound_rows(*(c[k][idx] for k in ("row_start", "row_step", "row_bound", "rows")))
                 self.dma[idx] = (hi - lo) * c["cols"][idx] * 4
+                f = {k: c[k][idx] for k in ("cols", "row_step", "dram_stride")}
+                self.charged[idx] = timing.burst_bytes(op, f, self.dma[idx])
         for op, cycles in ((Opcode.MATMUL, timing.matmul_cycles), (Opcode.VEC, timing.vec_cycles)):
             idx = np.flatnonzero(code == op)
             if len(idx):
@@ -214,7 +217,7 @@ class Plan:
         idx = np.flatnonzero(code == Opcode.MATMUL)
         if len(idx):
             self.macs[idx] = c["m"][idx] * c["k"][idx] * c["n"][idx]
-        self.fixed[code == Opcode.NOP] = 1
+        self.fixed[code == Opcode.NOP] = self.sim.config.issue_cycles
 
     def _tokens(self) -> None:
         table_pop, table_push = {}, {}
@@ -323,6 +326,8 @@ class Plan:
         d_view = v(dst[0], dst[1], dst[2], rows, out_cols)
         if fn == VecFn.FILL:
             self._prepare(i, [d_span], _fill, (np.float32(imm), d_view))
+            return
+        if fn == VecFn.SEL:  # reads its destination too: the readable path runs it
             return
         spans = [self._span(a[0], False, a[1], a[2], rows, cols)]
         a_view = v(*a, rows, cols) if spans[0] is not None else None

@@ -134,17 +134,17 @@ _DMA = _fields(
     ("cols", 2, 48, 12),
 )
 _MATMUL = _fields(
-    ("acc_addr", 0, 8, 14),
-    ("acc_stride", 0, 22, 14),
-    ("m", 0, 36, 12),
-    ("accumulate", 0, 48, 1),
-    ("transpose_b", 0, 49, 1),
-    ("a_addr", 1, 0, 16),
-    ("a_stride", 1, 16, 16),
-    ("b_addr", 1, 32, 16),
-    ("b_stride", 1, 48, 16),
+    ("acc_addr", 0, 8, 16),
+    ("acc_stride", 0, 24, 14),
+    ("m", 0, 38, 12),
+    ("accumulate", 0, 50, 1),
+    ("transpose_b", 0, 51, 1),
+    ("a_addr", 1, 0, 18),
+    ("a_stride", 1, 18, 16),
+    ("b_addr", 1, 34, 18),
     ("k", 2, 0, 12),
     ("n", 2, 12, 12),
+    ("b_stride", 2, 24, 16),
 )
 _VEC = _fields(
     ("fn", 0, 8, 5),

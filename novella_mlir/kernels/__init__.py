@@ -4,9 +4,10 @@ A kernel is a class whose instance is listed in the op's entry of
 `novella_mlir/optable.py`; it provides two steps, used by the passes of the
 same name:
 
-* `tile(op, tv, budget, options) -> Tiling`: tile sizes, the tile grid (one
+* `tile(op, tv, target, options) -> Tiling`: tile sizes, the tile grid (one
   extent expression per loop, outermost first) and the SRAM buffers
-  (`--novella-tile`);
+  (`--novella-tile`); every size, alignment and field limit comes from the
+  `Target` (`novella_mlir/target.py`), whose `budget` is the op's SRAM;
 * `macro(op, tv, tiling, b: MacroBuilder)`: the tile-level ops of one grid
   step, with addresses as affine expressions of the grid dims `d0, d1, ...`
   and the symbols `s0, ...` (`--novella-macro-gen`).
@@ -49,12 +50,16 @@ def get_kernel(op_name: str):
 
 @dataclass
 class Buffer:
-    """A named SRAM buffer of one kernel: `mem` is "spad" or "acc"; sizes in elements."""
+    """A named SRAM buffer of one kernel: `mem` is "spad" or "acc"; sizes in elements.
+
+    `slots = 2`: a ping-pong buffer, streamed one tile per grid step; slot 1 follows slot 0
+    (`size` is one slot). `--novella-schedule` alternates the slots by step parity."""
 
     name: str
     mem: str
     offset: int
     size: int
+    slots: int = 1
 
 
 @dataclass
@@ -69,14 +74,17 @@ class Tiling:
 class BufferPlan:
     """Packs named buffers into the SPAD and ACC budgets, or raises TileFitError."""
 
-    def __init__(self, budget: dict[str, int]):
-        self.budget = budget
+    def __init__(self, target):
+        self.budget = target.budget
+        self.slots = target.buffer_slots
         self.used = {"spad": 0, "acc": 0}
         self.buffers: list[Buffer] = []
 
-    def add(self, name: str, mem: str, size: int) -> None:
-        self.buffers.append(Buffer(name, mem, self.used[mem], size))
-        self.used[mem] += size
+    def add(self, name: str, mem: str, size: int, stream: bool = False) -> None:
+        """`stream`: a tile of it is loaded (or stored) every grid step; it gets the target's slots."""
+        slots = self.slots if stream else 1
+        self.buffers.append(Buffer(name, mem, self.used[mem], size, slots))
+        self.used[mem] += size * slots
 
     def fits(self) -> bool:
         return all(self.used[m] <= self.budget[m] for m in self.used)

@@ -16,12 +16,8 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects import shapes
 from ..dialects.novella import MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
+from ..target import MAX_COLS
 from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
-
-MAX_FIELD = 4095
-TILE_SIZES = (256, 128, 64, 32, 16)
-K_TILES = (512, 256, 128, 64, 32, 16)
-
 
 NOMINAL_LENGTH = 4096
 
@@ -110,11 +106,11 @@ def matmul_dims(op, tv) -> MatmulDims:
     return MatmulDims(batch, a[-2], a[-1], y[-1], _flag(op, "transpose_rhs"), *strides)
 
 
-def _matmul_plan(op, budget, tm, tn, tk) -> BufferPlan:
-    plan = BufferPlan(budget)
-    plan.add("a", "spad", tm * tk)
-    plan.add("b", "spad", tk * tn)
-    plan.add("acc", "acc", tm * tn)
+def _matmul_plan(op, target, tm, tn, tk, lhs_resident: bool) -> BufferPlan:
+    plan = BufferPlan(target)
+    plan.add("a", "spad", tm * tk, stream=not lhs_resident)
+    plan.add("b", "spad", tk * tn, stream=True)
+    plan.add("acc", "acc", tm * tn, stream=lhs_resident)  # across k steps it accumulates: one slot
     return plan
 
 
@@ -126,15 +122,17 @@ class Matmul:
     accumulator tile. With a single k step the lhs tile stays resident
     across the n loop. Every extent may be symbolic; edge tiles are partial."""
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         dims = matmul_dims(op, tv)
         syms = module_symbols(op)
-        tms = [options["tile-m"]] if options.get("tile-m") else _candidates(dims.m, syms, TILE_SIZES)
-        tns = _candidates(dims.n, syms, TILE_SIZES)
-        tks = _candidates(dims.k, syms, K_TILES)
+        sizes, k_sizes = target.array_tiles(16), target.array_tiles(32)
+        tms = [options["tile-m"]] if options.get("tile-m") else _candidates(dims.m, syms, sizes)
+        tns = _candidates(dims.n, syms, sizes)
+        tks = _candidates(dims.k, syms, k_sizes)
         best, plan = None, None
         for tm, tn, tk in itertools.product(tms, tns, tks):
-            plan = _matmul_plan(op, budget, tm, tn, tk)
+            k_static = sy.as_int(dims.k)
+            plan = _matmul_plan(op, target, tm, tn, tk, k_static is not None and k_static <= tk)
             if not plan.fits():
                 continue
             steps = [-(-upper(e, syms) // t) for e, t in ((dims.m, tm), (dims.n, tn), (dims.k, tk))]
@@ -222,10 +220,10 @@ class Matmul:
 # ------------------------------------------------------------------ softmax
 
 
-def _softmax_plan(op, budget, tm, tc, chunked) -> BufferPlan:
-    plan = BufferPlan(budget)
-    plan.add("in", "spad", tm * tc)
-    plan.add("out", "spad", tm * tc)
+def _softmax_plan(op, target, tm, tc, chunked) -> BufferPlan:
+    plan = BufferPlan(target)
+    plan.add("in", "spad", tm * tc, stream=True)
+    plan.add("out", "spad", tm * tc, stream=True)
     for name in ("m", "l") + (("cm", "t") if chunked else ()):
         plan.add(name, "spad", tm)
     return plan
@@ -256,18 +254,19 @@ class Softmax:
     column chunk): pass 0 keeps a running max `m` and a rescaled running
     sum `l` per row (online softmax), pass 1 writes exp(x - m) / l."""
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         syms = module_symbols(op)
         rows, cols = mul(*tv.shape(0)[:-1]), tv.shape(0)[-1]
         rows_max, cols_max = upper(rows, syms), upper(cols, syms)
-        tms = [options["tile-m"]] if options.get("tile-m") else [*TILE_SIZES, 8, 4, 2, 1]
+        tms = [options["tile-m"]] if options.get("tile-m") else target.array_tiles(16, 1)
         tms = sorted({min(tm, rows_max) for tm in tms}, reverse=True)
         static_cols = sy.as_int(cols) is not None
-        tcs = [cols_max] if static_cols and cols_max <= MAX_FIELD else []
-        tcs += [c for c in (2048, 1024, 512, 256, 128, 64, 32, 16) if c < cols_max or not static_cols]
+        tcs = [cols_max] if static_cols and cols_max <= MAX_COLS else []
+        chunks = target.pow2(128 * target.vector_lanes, target.vector_lanes)
+        tcs += [c for c in chunks if c < cols_max or not static_cols]
         best, plan = None, None
         for tm, tc in itertools.product(tms, tcs):
-            plan = _softmax_plan(op, budget, tm, tc, tc < cols_max or not static_cols)
+            plan = _softmax_plan(op, target, tm, tc, tc < cols_max or not static_cols)
             if plan.fits():
                 key = (_softmax_cost(rows_max, cols_max, tm, tc), -tm)
                 if best is None or key < best[0]:

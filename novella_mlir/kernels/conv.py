@@ -11,11 +11,10 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects.novella import Conv1dOp
+from ..target import MAX_COLS
 from . import BufferPlan, Tiling, first, module_symbols, tile_rows
 from .data_movement import make_transpose, typed
 from .elementwise import emit_act
-
-MAX_FIELD = 4095
 
 
 def _attr(op, name):
@@ -27,13 +26,9 @@ def _dims(op, tv):
     if tv.static(0, 0) != 1:
         raise ValueError(f"conv1d needs batch 1, got {[str(e) for e in tv.shape(0)]}")
     cout, cin, k = (tv.static(1, i) for i in range(3))
-    if cin > MAX_FIELD or cout > MAX_FIELD:
-        raise ValueError(f"conv1d channels {cin} -> {cout} exceed the {MAX_FIELD} MATMUL field")
+    if cin > MAX_COLS or cout > MAX_COLS:
+        raise ValueError(f"conv1d channels {cin} -> {cout} exceed the {MAX_COLS} MATMUL field")
     return cin, cout, k, _attr(op, "stride"), _attr(op, "padding"), tv.shape(0)[1], tv.shape(-1)[1]
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(n, 0, -1) if n % d == 0 and (d % 16 == 0 or d == n)] or [n]
 
 
 class Conv1d:
@@ -46,8 +41,8 @@ class Conv1d:
     rows read as zeros: the padding), and tap k is the SRAM view starting
     at row k with row stride `stride`."""
 
-    def _plan(self, op, budget, tm, tn, cin, k, stride):
-        plan = BufferPlan(budget)
+    def _plan(self, op, target, tm, tn, cin, k, stride):
+        plan = BufferPlan(target)
         plan.add("w", "spad", k * tn * cin)
         plan.add("x", "spad", ((tm - 1) * stride + k) * cin)
         plan.add("bias", "spad", tn)
@@ -57,19 +52,20 @@ class Conv1d:
         plan.add("acc", "acc", tm * tn)
         return plan
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         if _attr(op, "layout") != "nwc":
             raise ValueError("conv1d runs channels-last (layout nwc); legalize converts ncw")
         cin, cout, k, stride, _, _, _ = _dims(op, tv)
-        tms = [options["tile-m"]] if options.get("tile-m") else [256, 128, 64, 32, 16, 8]
+        tms = [options["tile-m"]] if options.get("tile-m") else target.array_tiles(16, max(target.array_rows // 2, 1))
+        tns = target.divisors(cout, target.array_cols)
         best = None
         for tm in tms:
-            for tn in _divisors(cout):
-                plan = self._plan(op, budget, tm, tn, cin, k, stride)
+            for tn in tns:
+                plan = self._plan(op, target, tm, tn, cin, k, stride)
                 if plan.fits() and (best is None or (tm * tn, tn) > (best[0] * best[1], best[1])):
                     best = (tm, tn, plan)
         if best is None:
-            self._plan(op, budget, tms[-1], _divisors(cout)[-1], cin, k, stride).check()
+            self._plan(op, target, tms[-1], tns[-1], cin, k, stride).check()
         tm, tn, plan = best
         grid = [sy.const(cout // tn), sy.ceildiv(tv.shape(-1)[1], tm)]
         return Tiling({"tm": tm, "tn": tn}, grid, plan.buffers)
@@ -130,7 +126,7 @@ class Conv1d:
 def _gather_weights(b, cin: int, k: int, tn: int, when) -> None:
     """w[co, ci, tap] (PyTorch layout) -> SRAM [tap][co][ci]: element (co, ci) of tap k is at
     DRAM (co*cin + ci)*k + tap, a uniform stride k over co*cin + ci."""
-    group = max(1, MAX_FIELD // cin)
+    group = max(1, MAX_COLS // cin)
     for tap in range(k):
         for c0 in range(0, tn, group):
             n = min(group, tn - c0) * cin

@@ -16,9 +16,9 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects import shapes
 from ..dialects.novella import TransposeOp
+from ..target import MAX_COLS
 from . import BufferPlan, Tiling, first, module_symbols, tile_rows
 
-ROW_TILES = (512, 256, 128, 64, 32, 16, 8, 4, 2, 1)
 MAX_UNROLL = 64
 
 
@@ -55,13 +55,13 @@ class Transpose:
     step's loads are ordered after the previous step's compute, not after its
     stores, so the compute copies each tile into a store-only buffer."""
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         perm = perm_of(op)
         r = len(perm)
         if perm[-1] == r - 1:
-            return _RowMove(tv, perm).tile(op, budget, options)
+            return _RowMove(tv, perm).tile(op, target, options)
         if perm == list(range(r - 2)) + [r - 1, r - 2]:
-            return _swap_tiling(op, tv, budget)
+            return _swap_tiling(op, tv, target)
         raise ValueError(f"transpose {perm} moves the last dim and also others; split it into two transposes")
 
     def macro(self, op, tv, t, b):
@@ -92,7 +92,7 @@ class _RowMove:
         self.g = dyn[0] if dyn else max(range(len(sizes)), key=lambda i: sizes[i])
         self.units = [i for i in range(len(self.ishape)) if i != self.g and sy.as_int(self.ishape[i]) != 1]
         self.count = prod(sy.as_int(self.ishape[i]) for i in self.units)
-        if self.count > MAX_UNROLL or self.count * self.cols > 4095:
+        if self.count > MAX_UNROLL or self.count * self.cols > MAX_COLS:
             raise ValueError(f"transpose moves {self.count} blocks of {self.cols} per row; too many to unroll")
         in_strides = _stride_exprs(self.ishape)
         out_strides = _stride_exprs(self.oshape)
@@ -109,10 +109,10 @@ class _RowMove:
         after = dims[dims.index(self.g) + 1 :]
         return after if sorted(after) == sorted(self.units) else None
 
-    def tile(self, op, budget, options):
+    def tile(self, op, target, options):
         width = self.count * self.cols
-        for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
-            plan = BufferPlan(budget)
+        for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(32):
+            plan = BufferPlan(target)
             plan.add("t", "spad", tm * width)
             plan.add("o", "spad", tm * width)
             if plan.fits() or options.get("tile-m"):
@@ -158,15 +158,17 @@ def _swap_dims(tv):
     return sy.canon(sy.numel(shape[:-2])) if len(shape) > 2 else sy.const(1), shape[-2], shape[-1]
 
 
-def _swap_tiling(op, tv, budget):
+def _swap_tiling(op, tv, target):
     batch, r, c = _swap_dims(tv)
-    tr = min(sy.as_int(r) or 128, 128)
-    for tc in (128, 64, 32, 16):
-        plan = BufferPlan(budget)
+    top = 8 * target.array_rows
+    tr = min(sy.as_int(r) or top, top)
+    tcs = target.pow2(top, target.array_rows)
+    for tc in tcs:
+        plan = BufferPlan(target)
         plan.add("eye", "spad", tc * tc)
         plan.add("x", "spad", tr * tc)
         plan.add("acc", "acc", tc * tr)
-        if plan.fits() or tc == 16:
+        if plan.fits() or tc == tcs[-1]:
             grid = [batch, sy.ceildiv(c, tc), sy.ceildiv(r, tr)]
             return Tiling({"tr": tr, "tc": tc}, grid, plan.check())
     raise ValueError("unreachable")
@@ -224,14 +226,14 @@ class Slice:
             raise ValueError(f"slice along dim {dim} of {[str(e) for e in shape]}: only row ranges are supported")
         return dim, op.attributes["start"].value, _static_numel(shape[dim + 1 :])
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         dim, start, inner = self._geometry(op, tv)
         size, have = tv.shape(-1)[dim], tv.shape(0)[dim]
         symbols = module_symbols(op)
         if sy.value_range(size + sy.const(start) - have, symbols)[1] > 0:
             raise ValueError(f"slice [{start}, {start} + {size}) exceeds dim {dim} of size {have} for some lengths")
-        for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
-            plan = BufferPlan(budget)
+        for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(32):
+            plan = BufferPlan(target)
             plan.add("t", "spad", tm * inner)
             plan.add("o", "spad", tm * inner)
             if plan.fits() or options.get("tile-m"):

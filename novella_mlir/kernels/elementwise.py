@@ -7,8 +7,6 @@ import math
 from .. import symbolic as sy
 from . import BufferPlan, Tiling, first, tile_rows
 
-ROW_TILES = (64, 32, 16, 8, 4, 2, 1)
-
 
 def emit_act(b, act: str, buf: str, tmp: str, rows, cols: int, stride: int, when=None, out=None) -> None:
     """Applies `act` to `buf` ([rows, cols], row stride `stride`) into `out` (default: in
@@ -29,16 +27,16 @@ def emit_act(b, act: str, buf: str, tmp: str, rows, cols: int, stride: int, when
         b.vop("COPY", out, buf, **geo)
 
 
-def row_tiling(rows, cols: int, budget, n_buffers: int, options, extra=()) -> Tiling:
+def row_tiling(rows, cols: int, target, n_buffers: int, options, extra=()) -> Tiling:
     """Largest row tile such that `n_buffers` [tm, cols] SPAD buffers (+ `extra`: (name, size or
     size(tm))) fit."""
     first = options.get("tile-m")
-    for tm in [first] if first else ROW_TILES:
-        plan = BufferPlan(budget)
+    for tm in [first] if first else target.row_tiles(4):
+        plan = BufferPlan(target)
         for i in range(n_buffers):
-            plan.add(f"t{i}", "spad", tm * cols)
+            plan.add(f"t{i}", "spad", tm * cols, stream=True)
         for name, size in extra:
-            plan.add(name, "spad", size(tm) if callable(size) else size)
+            plan.add(name, "spad", size(tm) if callable(size) else size, stream=callable(size))
         if plan.fits() or tm == 1 or first:
             return Tiling({"tm": tm}, [sy.ceildiv(rows, tm)], plan.check())
     raise AssertionError("unreachable")
@@ -94,9 +92,9 @@ class Binary:
         swap = ka != "full" and kb == "full" and op.name.split(".")[1] in _COMMUTES
         return (kb, ka, (1, 0)) if swap else (ka, kb, (0, 1))
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         self.kinds(op, tv)
-        return row_tiling(tv.rows(-1), tv.cols(-1), budget, 3, options, extra=(("acol", lambda tm: tm),))
+        return row_tiling(tv.rows(-1), tv.cols(-1), target, 3, options, extra=(("acol", lambda tm: tm),))
 
     def macro(self, op, tv, t, b):
         ka, kb, (ia, ib) = self.kinds(op, tv)
@@ -167,8 +165,8 @@ def _operand_a(b, kind, tensor, tm, total, cols, rows, geo):
 class Unary:
     """Activations and ops with a compile-time scalar: row tile `t0` in, result in `t1`."""
 
-    def tile(self, op, tv, budget, options):
-        return row_tiling(tv.rows(-1), tv.cols(-1), budget, 2, options)
+    def tile(self, op, tv, target, options):
+        return row_tiling(tv.rows(-1), tv.cols(-1), target, 2, options)
 
     def macro(self, op, tv, t, b):
         tm, cols, total = t.tiles["tm"], tv.cols(-1), tv.rows(-1)

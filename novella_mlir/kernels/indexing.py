@@ -11,10 +11,10 @@ row counts may be symbolic.
 from __future__ import annotations
 
 from .. import symbolic as sy
+from ..target import MAX_COLS
 from . import BufferPlan, Tiling, first, last, tile_rows
 from .attention import ceildiv, mul
 
-ROW_TILES = (64, 32, 16, 8, 4, 2, 1)
 COL_TILE = 512
 MAX_STATIC_COLS = 1024
 
@@ -31,9 +31,9 @@ def _extent(dim: int, t: int, total):
     return tile_rows(dim, t, total)
 
 
-def _row_tiling(n_buffers: int, tc: int, budget, options, extra: int = 0):
-    for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
-        plan = BufferPlan(budget)
+def _row_tiling(n_buffers: int, tc: int, target, options, extra: int = 0):
+    for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(4):
+        plan = BufferPlan(target)
         for i in range(n_buffers):
             plan.add(f"b{i}", "spad", tm * tc)
         if extra:
@@ -57,14 +57,14 @@ class GatherRows:
     def _dims(self, tv):
         n = sy.numel(tv.shape(1))
         c = tv.cols(0)
-        if c > 4095:
-            raise ValueError(f"gather_rows of {c}-wide rows: at most 4095 columns per row")
+        if c > MAX_COLS:
+            raise ValueError(f"gather_rows of {c}-wide rows: at most {MAX_COLS} columns per row (GATHER cols field)")
         return n, sy.as_int(tv.shape(0)[0]), c
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         n, _, c = self._dims(tv)
-        for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
-            plan = BufferPlan(budget)
+        for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(4):
+            plan = BufferPlan(target)
             plan.add("idx", "spad", tm)
             plan.add("rows", "spad", tm * c)
             plan.add("out", "spad", tm * c)
@@ -96,10 +96,10 @@ class ColumnSlice:
         _, width = view2d(y, d)
         return outer, width_in, width, sy.const(start) * mul(*x[d + 1 :]) if d + 1 < len(x) else sy.const(start)
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         outer, _, width, _ = self._dims(op, tv)
         tc = _col_tile(width)
-        tm, bufs = _row_tiling(2, tc, budget, options)
+        tm, bufs = _row_tiling(2, tc, target, options)
         return Tiling({"tm": tm, "tc": tc}, [ceildiv(outer, tm), ceildiv(width, tc)], bufs)
 
     def macro(self, op, tv, t, b):
@@ -136,10 +136,10 @@ class Concat:
         syms = module_symbols(op)
         return max(range(len(widths)), key=lambda i: upper(widths[i], syms))
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         outer, _, widths, _ = self._dims(op, tv)
         tc = _col_tile(widths[self._widest(widths, op)])
-        tm, bufs = _row_tiling(2 * len(widths), tc, budget, options)
+        tm, bufs = _row_tiling(2 * len(widths), tc, target, options)
         return Tiling({"tm": tm, "tc": tc}, [ceildiv(outer, tm), ceildiv(widths[self._widest(widths, op)], tc)], bufs)
 
     def macro(self, op, tv, t, b):
@@ -167,12 +167,12 @@ class Reduce:
         x = tv.shape(0)
         return sy.numel(x[:-1]), x[-1], op.attributes["fn"].value
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         rows, c, fn = self._dims(op, tv)
         if fn == "mean" and sy.as_int(c) is None:
             raise ValueError("mean over a dynamic last dim is not supported; sum and divide by the length")
         tc = _col_tile(c)
-        tm, bufs = _row_tiling(1, tc, budget, options, extra=3)
+        tm, bufs = _row_tiling(1, tc, target, options, extra=3)
         return Tiling({"tm": tm, "tc": tc}, [ceildiv(rows, tm), ceildiv(c, tc)], bufs)
 
     def macro(self, op, tv, t, b):

@@ -5,8 +5,6 @@ from __future__ import annotations
 from .. import symbolic as sy
 from . import BufferPlan, Tiling, first, tile_rows
 
-ROW_TILES = (128, 64, 32, 16, 8, 4, 2, 1)
-
 
 class LayerNorm:
     """`y = (x - mean) * rsqrt(var + eps) * w + b` per row, two-pass in SRAM.
@@ -18,10 +16,10 @@ class LayerNorm:
     result goes to `sq`, which no LOAD writes, so the next step's load of `x`
     cannot race this step's store."""
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         c = tv.cols(0)
-        for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
-            plan = BufferPlan(budget)
+        for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(8):
+            plan = BufferPlan(target)
             plan.add("x", "spad", tm * c)
             plan.add("sq", "spad", tm * c)
             plan.add("w", "spad", c)

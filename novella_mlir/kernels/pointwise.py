@@ -18,7 +18,6 @@ from .. import symbolic as sy
 from . import BufferPlan, Tiling, tile_rows
 from .attention import ceildiv, mul
 
-ROW_TILES = (64, 32, 16, 8, 4, 2, 1)
 COL_TILE = 512
 MAX_STATIC_COLS = 1024
 
@@ -58,13 +57,13 @@ class Geometry:
         col_full = sy.as_int(s[-1]) != 1 or sy.as_int(self.c) == 1
         return Operand(k, strides, row_full, col_full, s[-1])
 
-    def tiles(self, budget, n_buffers: int, options) -> tuple[int, int, list]:
+    def tiles(self, target, n_buffers: int, options) -> tuple[int, int, list]:
         c = sy.as_int(self.c)
         tc = c if c is not None and c <= MAX_STATIC_COLS else COL_TILE
         r = sy.as_int(self.r)
-        for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
+        for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(4):
             tm = min(tm, r) if r is not None else tm
-            plan = BufferPlan(budget)
+            plan = BufferPlan(target)
             for i in range(n_buffers):
                 plan.add(f"p{i}", "spad", tm * tc)
             if plan.fits() or tm == 1:
@@ -227,9 +226,9 @@ class Pointwise:
     def _slots(self, op) -> list[int]:
         return list(range(len(op.operands)))
 
-    def tile(self, op, tv, budget, options):
+    def tile(self, op, tv, target, options):
         g = Geometry(tv, self._slots(op))
-        tm, tc, bufs = g.tiles(budget, len(g.ops) + 3, options)
+        tm, tc, bufs = g.tiles(target, len(g.ops) + 3, options)
         return Tiling({"tm": tm, "tc": tc}, g.grid(tm, tc), bufs)
 
     def macro(self, op, tv, t, b):
@@ -283,8 +282,8 @@ class Prefer:
             ok = False
         return self.first if ok else self.fallback
 
-    def tile(self, op, tv, budget, options):
-        return self.pick(op, tv).tile(op, tv, budget, options)
+    def tile(self, op, tv, target, options):
+        return self.pick(op, tv).tile(op, tv, target, options)
 
     def macro(self, op, tv, t, b):
         return self.pick(op, tv).macro(op, tv, t, b)

@@ -7,16 +7,12 @@ instantiation only ORs the variable fields into it. Dependency tokens follow
 one rule (below) evaluated over the whole program, so they live in no
 per-tile list.
 
-Token rule, per *step* (one grid point of one macro; a barrier step, a
-single NOP, separates consecutive macros so DRAM written by one is read by
-the next only after its stores finish). With L/C/S the load, compute and
-store instructions of step k:
-  * the first L pops C2L if k > 0 (compute of step k-1 is done with SRAM);
-  * the last L pushes L2C; the first C pops it if step k has loads;
-  * the first C pops S2C if step k-1 stored; the last S of a step pushes S2C
-    unless it is the program's last step;
-  * the last C pushes C2S if step k stores (popped by its first S) and C2L
-    if step k+1 loads.
+Dependency tokens and ping-pong slots are what `--novella-schedule` wrote:
+each template's `slot` (address field -> slot stride, added times the step
+parity) and each macro's `schedule` (the token step distances); the flags
+are evaluated over the whole program by the one rule in `runtime/tokens.py`.
+A barrier step, a single NOP, separates consecutive macros so DRAM written
+by one is read by the next only after its stores finish.
 """
 
 from __future__ import annotations
@@ -28,10 +24,9 @@ import numpy as np
 
 from simulator import isa
 
-from . import expr, jit_kernel
+from . import expr, jit_kernel, tokens
 
 _QUEUE = {"load": 0, "compute": 1, "store": 2}
-_HEADER = {f.name: f for f in isa.LAYOUT[isa.Opcode.NOP]}
 _NOP = isa.encode(isa.Opcode.NOP)
 
 
@@ -83,12 +78,25 @@ class _Plan:
                 f = layout.get(name)
                 self.var.append((f, progs, (self.guard, f, _key(progs))))
         self.dram = layout.get("dram_base") if self.relative else None
+        self.slot = []  # (field, its value program(s), slot stride): value + stride * (step mod 2)
+        for name, stride in t.slot.items():
+            f = layout.get(name)
+            if f is None or name == "dram_base":
+                self.ok = False
+                continue
+            progs = t.var.get(name, [[t.const.get(name, 0)]])
+            self.var = [v for v in self.var if v[0] is not f]
+            if name in t.const:
+                self.base[f.lane] &= ~np.uint64(f.mask << f.offset)
+            self.slot.append((f, progs, int(stride)))
+        self.slotted = "sram_addr" in t.slot
 
-    def encode(self, syms, dims, count, memo: dict) -> np.ndarray | None:
+    def encode(self, syms, dims, count, memo: dict, parity=None) -> np.ndarray | None:
         """Words for the `count` selected grid points, or None if a field is out of range.
 
         `memo` holds the encoded bits of (guard, field, expression) within one
-        expansion: templates of a macro share many fields (rows, strides)."""
+        expansion: templates of a macro share many fields (rows, strides).
+        `parity`: the step parity of each selected point (for slotted fields)."""
         lanes = list(self.base)
         for f, progs, key in self.var:
             if key not in memo:
@@ -96,6 +104,11 @@ class _Plan:
             if memo[key] is None:
                 return None
             lanes[f.lane] = lanes[f.lane] | memo[key]
+        for f, progs, stride in self.slot:
+            bits = _field_bits(f, np.asarray(expr.evaluate_min(progs, syms, dims), np.int64) + stride * parity)
+            if bits is None:
+                return None
+            lanes[f.lane] = lanes[f.lane] | bits
         out = np.empty((count, isa.LANES), np.uint64)
         for i, v in enumerate(lanes):
             out[:, i] = v
@@ -134,17 +147,23 @@ def _key(x):
 
 @dataclass
 class _Expansion:
-    """One macro expanded over its grid for one length, without the tiles' tensor bases."""
+    """One macro expanded over its grid for one length, without the tiles' tensor bases or tokens."""
 
-    words: np.ndarray  # with the tokens of the macro run on its own
+    words: np.ndarray
     n_steps: int
     dram: list  # [(word positions, Field, relative values, min, max, tensor slot), ...]
-    no_compute: np.ndarray  # steps without a compute instruction (an error)
-    first_load: int | None  # the first LOAD of the first step
-    last_store: int | None  # the last STORE of the last step
+    step: np.ndarray  # per word: its step within the macro
+    queue: np.ndarray  # per word: 0 load, 1 compute, 2 store
+    slotted: np.ndarray  # per word: a load into a ping-pong slot
+    schedule: tuple = (1, 1)  # (load_slots, store_slots)
 
 
-_EMPTY = _Expansion(np.zeros((0, isa.LANES), np.uint64), 0, [], np.zeros(0, np.int64), None, None)
+def _empty() -> _Expansion:
+    z = np.zeros(0, np.int64)
+    return _Expansion(np.zeros((0, isa.LANES), np.uint64), 0, [], z, z, z.astype(bool))
+
+
+_EMPTY = _empty()
 
 
 class Jit:
@@ -183,7 +202,7 @@ class Jit:
 
     def _build_numpy(self, syms) -> Program:
         """The NumPy expansion: the reference of the compiled kernel, and the path for its errors."""
-        parts, spans, expanded, missing = [], [], {}, []
+        parts, spans, expanded = [], [], {}
         n_steps, start = 0, 0
         for tile in self.art.tiles:
             extents = tuple(int(expr.evaluate(g, syms)) for g in tile.grid)
@@ -200,18 +219,14 @@ class Jit:
                 parts.append((_BARRIER, None))
                 n_steps, start = n_steps + 1, start + 1
             parts.append((ex, bases))
-            missing.append(ex.no_compute + n_steps)
             n_steps += ex.n_steps
             spans.append((tile.name, start, start + len(ex.words)))
             start += len(ex.words)
         if not parts:
             return Program(np.zeros((0, isa.LANES), np.uint64), syms, spans, 0)
-        missing = np.concatenate(missing)
-        if len(missing):
-            raise RuntimeError(f"steps {missing[:5]} have no compute instruction")
         words = np.concatenate([ex.words for ex, _ in parts])
         _add_bases(words, parts)
-        _link(words, [ex for ex, _ in parts])
+        words[:, 0] |= _program_tokens([ex for ex, _ in parts])
         return Program(words, syms, spans, n_steps)
 
     def _plan(self, macro: int, j: int) -> _Plan:
@@ -241,6 +256,8 @@ class Jit:
         out = np.empty((len(step), isa.LANES), np.uint64)
         queue = np.empty(len(step), np.int64)
         dram, memo, selected = [], {}, {(): (n, dims)}
+        point_parity = (np.cumsum(nonempty) - 1) % 2
+        slotted = np.zeros(len(step), bool)
         for j, (t, plan) in enumerate(zip(mm.insts, plans)):
             m = masks[:, j]
             if plan.guard not in selected:
@@ -249,18 +266,21 @@ class Jit:
             if count == 0:
                 continue
             at = pos[m, j] if t.when else pos[:, j]
-            words = plan.encode(syms, sel, count, memo) if plan.ok else None
+            parity = point_parity[m] if plan.slot else None
+            words = plan.encode(syms, sel, count, memo, parity) if plan.ok else None
             if words is None:
                 return None
             out[at] = words
             queue[at] = plan.queue
+            slotted[at] = plan.slotted
             if plan.dram is not None:
                 rel = plan.relative_dram(syms, sel)
                 dram.append((at, plan.dram, rel, int(rel.min()), int(rel.max()), t.tensor))
-        return _with_tokens(out, step, queue, int(nonempty.sum()), dram)
+        schedule = (mm.schedule.get("load_slots", 1), mm.schedule.get("store_slots", 1))
+        return _Expansion(out, int(nonempty.sum()), dram, step, queue, slotted, schedule)
 
 
-_BARRIER = _Expansion(_NOP[None, :], 1, [], np.zeros(0, np.int64), None, None)
+_BARRIER = _Expansion(_NOP[None, :], 1, [], np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, bool))
 
 
 def _bases_fit(ex: _Expansion, bases) -> bool:
@@ -309,71 +329,24 @@ def _fields(t, syms, dims, bases) -> dict:
     return f
 
 
-def _edges(step, queue, q):
-    """Indices of the first and last word of queue `q` in each step that has one."""
-    idx = np.flatnonzero(queue == q)
-    s = step[idx]
-    change = s[1:] != s[:-1]
-    first = idx[np.concatenate(([True], change))] if len(idx) else idx
-    last = idx[np.concatenate((change, [True]))] if len(idx) else idx
-    return first, last
-
-
-def _with_tokens(words, step, queue, n_steps, dram) -> _Expansion:
-    """Sets the token flags of a macro as if it were the whole program (see `_link`)."""
-    n = len(words)
-    has = np.zeros((3, n_steps), bool)
-    has[queue, step] = True
-    first = np.zeros(n, bool)
-    last = np.zeros(n, bool)
-    for q in range(3):
-        f, lst = _edges(step, queue, q)
-        first[f] = True
-        last[lst] = True
-    nxt = np.minimum(step + 1, n_steps - 1)
-    has_next = step + 1 < n_steps
-    prev_stored = np.where(step > 0, has[2, np.maximum(step - 1, 0)], False)
-    is_l, is_c, is_s = queue == 0, queue == 1, queue == 2
-    flags = {
-        "pop_next": (is_l & first & (step > 0)) | (is_c & first & prev_stored),
-        "push_next": (is_l & last) | (is_c & last & has[2, step]),
-        "pop_prev": (is_c & first & has[0, step]) | (is_s & first),
-        "push_prev": (is_c & last & has_next & has[0, nxt]) | (is_s & last & has_next),
-    }
-    header = np.zeros(n, np.uint64)
-    for name, mask in flags.items():
-        header |= mask.astype(np.uint64) << np.uint64(_HEADER[name].offset)
-    words[:, 0] |= header
-    loads = np.flatnonzero(is_l & (step == 0))
-    stores = np.flatnonzero(is_s & (step == n_steps - 1))
-    return _Expansion(
-        words,
-        n_steps,
-        dram,
-        np.flatnonzero(~has[1]),
-        int(loads[0]) if len(loads) else None,
-        int(stores[-1]) if len(stores) else None,
-    )
-
-
-def _bit(name: str) -> np.uint64:
-    return np.uint64(1 << _HEADER[name].offset)
-
-
-def _link(words, parts) -> None:
-    """The tokens across macros: each barrier waits for the previous macro's last stores
-    (S2C) and releases the next macro's first loads (C2L)."""
-    start = 0
-    for i, ex in enumerate(parts):
+def _program_tokens(parts) -> np.ndarray:
+    """Token header bits of the concatenated parts (macros and barrier steps), by `tokens.flags`."""
+    step, queue, slotted, load_slots, store_slots, barrier = [], [], [], [], [], []
+    n_steps, last_barrier = 0, -1
+    for ex in parts:
+        step.append(ex.step + n_steps)
+        queue.append(ex.queue)
+        slotted.append(ex.slotted)
         if ex is _BARRIER:
-            prev, nxt = parts[i - 1], parts[i + 1]
-            if prev.last_store is not None:
-                words[start, 0] |= _bit("pop_next")
-            if nxt.first_load is not None:
-                words[start, 0] |= _bit("push_prev")
+            last_barrier = n_steps
+            load_slots.append([1])
+            store_slots.append([1])
         else:
-            if i > 0 and ex.first_load is not None:
-                words[start + ex.first_load, 0] |= _bit("pop_next")
-            if i < len(parts) - 1 and ex.last_store is not None:
-                words[start + ex.last_store, 0] |= _bit("push_prev")
-        start += len(ex.words)
+            load_slots.append(np.full(ex.n_steps, ex.schedule[0]))
+            store_slots.append(np.full(ex.n_steps, ex.schedule[1]))
+        barrier.append(np.full(ex.n_steps, last_barrier))
+        n_steps += ex.n_steps
+    cat = np.concatenate
+    return tokens.flags(
+        cat(step), cat(queue), cat(slotted), cat(load_slots), cat(store_slots), cat(barrier).astype(np.int64)
+    )

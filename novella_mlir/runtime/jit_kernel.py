@@ -33,7 +33,10 @@ class Tables:
     """Flat int64 tables of one artifact; `ok` is False if some template cannot be expressed."""
 
     def __init__(self, art):
-        self.ok = True
+        # the compiled kernel implements single-slot schedules only; the NumPy expansion does the rest
+        self.ok = all(not t.slot for m in art.macros for t in m.insts) and all(
+            m.schedule.get("load_slots", 1) == 1 and m.schedule.get("store_slots", 1) == 1 for m in art.macros
+        )
         self._ops, self._args, self._start, self._stop = [], [], [], []
         self._mx: list[int] = []
         self._mx_range: list[tuple[int, int]] = []

@@ -22,7 +22,7 @@ import numpy as np
 
 from simulator import isa
 
-from . import expr
+from . import expr, tokens
 from .jit import Jit
 
 _SCALAR_OPS = {
@@ -175,8 +175,8 @@ def _guard(t, syms, point) -> bool:
     return True
 
 
-def _step_insts(mm, syms, point, bases) -> list:
-    """[(queue, fields, opcode), ...] of one grid point, in template order."""
+def _step_insts(mm, syms, point, bases, parity: int) -> list:
+    """[(queue, fields, opcode, slotted), ...] of one grid point, in template order."""
     out = []
     for t in mm.insts:
         if not _guard(t, syms, point):
@@ -184,66 +184,58 @@ def _step_insts(mm, syms, point, bases) -> list:
         fields = dict(t.const)
         for name, progs in t.var.items():
             fields[name] = min(_eval(p, syms, point) for p in progs)
+        for name, stride in t.slot.items():
+            fields[name] = fields.get(name, 0) + stride * parity
         if t.tensor is not None:
             fields["dram_base"] = fields.get("dram_base", 0) + bases[t.tensor]
         op = isa.Opcode[t.opcode]
-        out.append((isa.QUEUE_OF[op], fields, op))
+        out.append((isa.QUEUE_OF[op], fields, op, "sram_addr" in t.slot))
     return out
 
 
-def reference_steps(artifact, syms) -> list[list]:
-    """The program as a list of steps (grid points with instructions; barrier NOPs between macros)."""
+_BARRIER = [("compute", {}, isa.Opcode.NOP, False)]
+
+
+def reference_steps(artifact, syms) -> list[tuple]:
+    """The program as a list of (step, schedule) (grid points with instructions; barrier NOPs between macros)."""
     steps = []
     for tile in artifact.tiles:
         mm = artifact.macros[tile.macro]
         extents = [_eval(g, syms, ()) for g in tile.grid]
         bases = {int(k): _eval(p, syms, ()) for k, p in tile.bases.items()}
+        schedule = (mm.schedule.get("load_slots", 1), mm.schedule.get("store_slots", 1))
         macro = []
         for point in itertools.product(*(range(e) for e in extents)):
-            insts = _step_insts(mm, syms, point, bases)
+            insts = _step_insts(mm, syms, point, bases, len(macro) % 2)
             if insts:
-                macro.append(insts)
+                macro.append((insts, schedule))
         if macro and steps:
-            steps.append([("compute", {}, isa.Opcode.NOP)])
+            steps.append((_BARRIER, None))
         steps.extend(macro)
     return steps
 
 
-def _step_tokens(steps, k) -> list[dict]:
-    """Token flags of each instruction of step k, by the rule in `runtime/jit.py`."""
-    queues = [q for q, _, _ in steps[k]]
-    has = {q: q in queues for q in ("load", "compute", "store")}
-    nxt = steps[k + 1] if k + 1 < len(steps) else []
-    next_loads = any(q == "load" for q, _, _ in nxt)
-    prev_stored = k > 0 and any(q == "store" for q, _, _ in steps[k - 1])
-    first = {q: queues.index(q) for q in has if has[q]}
-    last = {q: len(queues) - 1 - queues[::-1].index(q) for q in has if has[q]}
-    flags = [dict() for _ in queues]
-    if has["load"]:
-        flags[first["load"]]["pop_next"] = int(k > 0)
-        flags[last["load"]]["push_next"] = 1
-        flags[first["compute"]]["pop_prev"] = 1
-    if prev_stored:
-        flags[first["compute"]]["pop_next"] = 1
-    if next_loads:
-        flags[last["compute"]]["push_prev"] = 1
-    if has["store"]:
-        flags[last["compute"]]["push_next"] = 1
-        flags[first["store"]]["pop_prev"] = 1
-        flags[last["store"]]["push_prev"] = int(k + 1 < len(steps))
-    return flags
-
-
 def reference_words(artifact, syms) -> np.ndarray:
-    """Naive expansion: one `isa.encode` per instruction word."""
+    """Naive expansion: one `isa.encode` per instruction word, tokens by `runtime/tokens.py`."""
     steps = reference_steps(artifact, syms)
-    words = []
-    for k, step in enumerate(steps):
-        if not any(q == "compute" for q, _, _ in step):
-            raise RuntimeError(f"step {k} has no compute instruction")
-        for (_, fields, op), flags in zip(step, _step_tokens(steps, k)):
-            words.append(isa.encode(op, **fields, **{f: v for f, v in flags.items() if v}))
-    return np.array(words, np.uint64).reshape(-1, isa.LANES)
+    flat = [(k, inst) for k, (step, _) in enumerate(steps) for inst in step]
+    q = {"load": tokens.LOAD, "compute": tokens.COMPUTE, "store": tokens.STORE}
+    barrier, last = [], -1
+    for k, (_, schedule) in enumerate(steps):
+        last = k if schedule is None else last
+        barrier.append(last)
+    header = tokens.flags(
+        np.array([k for k, _ in flat], np.int64),
+        np.array([q[inst[0]] for _, inst in flat], np.int64),
+        np.array([inst[3] for _, inst in flat], bool),
+        np.array([1 if s is None else s[0] for _, s in steps], np.int64),
+        np.array([1 if s is None else s[1] for _, s in steps], np.int64),
+        np.array(barrier, np.int64),
+    )
+    words = [isa.encode(op, **fields) for _, (_, fields, op, _) in flat]
+    words = np.array(words, np.uint64).reshape(-1, isa.LANES)
+    words[:, 0] |= header
+    return words
 
 
 def three_streams(static_model, dynamic_artifact, length: int) -> dict:

@@ -1,4 +1,4 @@
-"""An independent instruction oracle: NPU words straight from the IR after `--novella-inst-gen`.
+"""An independent instruction oracle: NPU words straight from the IR after `--novella-schedule`.
 
 Deliberately simple and slow, so that it is easy to believe: for every
 `novella.macro`, in program order, loop over every point of its grid; for
@@ -27,7 +27,7 @@ from simulator import isa
 from ..context import make_context
 
 _QUEUE = {isa.Opcode.LOAD: "load", isa.Opcode.STORE: "store"}  # everything else: compute
-_NOT_FIELDS = ("opcode", "tensor", "when")
+_NOT_FIELDS = ("opcode", "tensor", "when", "slot")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,9 @@ class Word:
     opcode: isa.Opcode
     fields: dict
     origin: Origin
+    slotted: bool = False  # a load into a ping-pong slot
+    load_slots: int = 1  # its macro's novella.schedule
+    store_slots: int = 1
 
     @property
     def queue(self) -> str:
@@ -122,6 +125,8 @@ class _Inst:
         elif "tensor" in attrs:
             self.base = dram_of(op.operands[0])
         self.fields = {k: v for k, v in attrs.items() if k not in _NOT_FIELDS}
+        slot = ir.DictAttr(attrs["slot"]) if "slot" in attrs else None
+        self.slot = {slot[i].name: ir.IntegerAttr(slot[i].attr).value for i in range(len(slot))} if slot else {}
 
     def selected(self, point, syms) -> bool:
         for eq, m in self.guard:
@@ -130,7 +135,7 @@ class _Inst:
                 return False
         return True
 
-    def values(self, point, syms) -> dict:
+    def values(self, point, syms, parity: int) -> dict:
         out = {}
         for name, a in self.fields.items():
             if isinstance(a, ir.AffineMapAttr):
@@ -143,6 +148,8 @@ class _Inst:
                 out[name] = float(ir.FloatAttr(a).value)
             else:
                 out[name] = int(ir.IntegerAttr(a).value)
+        for name, stride in self.slot.items():
+            out[name] += stride * parity
         if self.base is not None:
             out["dram_base"] = out.get("dram_base", 0) + _eval_exprs(self.base, (), syms)[0]
         return out
@@ -171,41 +178,61 @@ def _macro_steps(macro, name, syms, dram_of) -> list[list[Word]]:
     kernel = ir.StringAttr(macro.attributes["kernel"]).value
     extents = _eval_exprs(_dram_map(macro.attributes["grid"]), (), syms)
     insts = [_Inst(op, dram_of, _dram_map(macro.attributes["novella.dram"])) for op in macro.regions[0].blocks[0]]
+    sched = ir.DictAttr(macro.attributes["novella.schedule"]) if "novella.schedule" in macro.attributes else None
+    slots = {sched[i].name: ir.IntegerAttr(sched[i].attr).value for i in range(len(sched))} if sched else {}
     steps = []
     for point in itertools.product(*[range(e) for e in extents]):
         step = [
-            Word(inst.opcode, inst.values(point, syms), Origin(name, kernel, point, j))
+            Word(inst.opcode, inst.values(point, syms, len(steps) % 2), Origin(name, kernel, point, j),
+                 "sram_addr" in inst.slot, slots.get("load_slots", 1), slots.get("store_slots", 1))
             for j, inst in enumerate(insts)
             if inst.selected(point, syms)
-        ]
+        ]  # fmt: skip
         if step:
             steps.append(step)
     return steps
 
 
 def _set_tokens(steps: list[list[Word]]) -> None:
-    """The token rule of docs/design.md, over every step of the program (barriers are steps)."""
+    """The token rule of docs/design.md, step by step over the program (barriers are steps):
+    step k's loads wait for the compute of step max(k - d, barrier) (d = 2 when its macro has
+    load_slots 2 and all its loads are slotted), its compute for the stores of the latest store
+    step <= k - store_slots; a wait already implied by an earlier one (queues run in order) is dropped."""
+    barrier, waited_c, waited_s, store_steps = -1, -1, -1, []
     for k, step in enumerate(steps):
         by_q = {q: [w for w in step if w.queue == q] for q in ("load", "compute", "store")}
         loads, comp, stores = by_q["load"], by_q["compute"], by_q["store"]
         if not comp:
             raise ValueError(f"{step[0].origin} has no compute instruction")
-        prev_stored = k > 0 and any(w.queue == "store" for w in steps[k - 1])
-        next_loads = k + 1 < len(steps) and any(w.queue == "load" for w in steps[k + 1])
+        if step[0].origin.inst < 0:
+            barrier = k
         if loads:
-            loads[0].fields["pop_next"] = int(k > 0)
+            d = 2 if loads[0].load_slots == 2 and all(w.slotted for w in loads) else 1
+            need = max(k - d, barrier)
+            if need >= 0 and need > waited_c:
+                loads[0].fields["pop_next"] = 1
+                _last(steps[need], "compute").fields["push_prev"] = 1
+                waited_c = need
             loads[-1].fields["push_next"] = 1
-        comp[0].fields["pop_prev"] = int(bool(loads))
-        comp[0].fields["pop_next"] = int(prev_stored)
-        comp[-1].fields["push_next"] = int(bool(stores))
-        comp[-1].fields["push_prev"] = int(next_loads)
+            comp[0].fields["pop_prev"] = 1
+        store_slots = 1 if step[0].origin.inst < 0 else step[0].store_slots
+        done = [j for j in store_steps if j <= k - store_slots]
+        if done and done[-1] > waited_s:
+            comp[0].fields["pop_next"] = 1
+            _last(steps[done[-1]], "store").fields["push_prev"] = 1
+            waited_s = done[-1]
         if stores:
+            comp[-1].fields["push_next"] = 1
             stores[0].fields["pop_prev"] = 1
-            stores[-1].fields["push_prev"] = int(k + 1 < len(steps))
+            store_steps.append(k)
+
+
+def _last(step: list[Word], queue: str) -> Word:
+    return [w for w in step if w.queue == queue][-1]
 
 
 def instantiate(ir_text: str, syms) -> OracleProgram:
-    """The program for symbol values `syms`, from the textual IR after --novella-inst-gen."""
+    """The program for symbol values `syms`, from the textual IR after --novella-schedule."""
     syms = [int(s) for s in syms]
     with make_context():
         module = ir.Module.parse(ir_text)

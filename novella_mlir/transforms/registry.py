@@ -17,6 +17,7 @@ from . import (
     novella_inst_gen,
     novella_legalize,
     novella_macro_gen,
+    novella_schedule,
     novella_shape_infer,
     novella_tile,
 )
@@ -45,6 +46,7 @@ PASSES: dict[str, PassInfo] = {
         _info("novella-tile", novella_tile, novella_tile.OPTIONS),
         _info("novella-macro-gen", novella_macro_gen),
         _info("novella-inst-gen", novella_inst_gen),
+        _info("novella-schedule", novella_schedule),
     )
 }
 
@@ -56,6 +58,7 @@ BACKEND_PIPELINE = (
     "novella-tile",
     "novella-macro-gen",
     "novella-inst-gen",
+    "novella-schedule",
 )
 
 

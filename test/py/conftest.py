@@ -1,15 +1,16 @@
 """Shared test setup: no test reads or fills the user's compile cache.
 
-Every test gets NOVELLA_CACHE=0 and a private NOVELLA_CACHE_DIR; tests of
-the cache itself turn it back on (test_compile_cache.py)."""
+NOVELLA_CACHE=0 is set when the test session starts, so module- and
+session-scoped fixtures (which run before any function-scoped fixture) do
+not read the user's cache either; every test also gets a private
+NOVELLA_CACHE_DIR. Tests of the cache itself turn it back on
+(test_compile_cache.py)."""
 
 import os
 import tempfile
 
 import pytest
 
-# Module- and session-scoped fixtures compile before any function-scoped fixture runs: turn the
-# cache off for the whole session too, not only inside each test.
 os.environ["NOVELLA_CACHE"] = "0"
 os.environ["NOVELLA_CACHE_DIR"] = tempfile.mkdtemp(prefix="novella-cache-")
 

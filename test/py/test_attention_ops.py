@@ -99,7 +99,7 @@ def pv():
 
 def test_qk_tiles_both_dynamic_dims(qk):
     t = tiles(qk.ir, "novella.matmul")
-    assert t["tk"] == 64 and t["tm"] < MAX_LEN and t["tn"] < MAX_LEN
+    assert 64 % t["tk"] == 0 and t["tm"] < MAX_LEN and t["tn"] < MAX_LEN
     assert "transpose_b = 1" in qk.ir.replace("transpose_b = 1 : i64", "transpose_b = 1")
 
 
@@ -115,9 +115,9 @@ def test_matmul_q_kt_scores(qk, length):
 PV_MAX = 700
 
 
-@pytest.mark.parametrize("length", lengths(512, PV_MAX, 601))
+@pytest.mark.parametrize("length", lengths(256, PV_MAX, 601))
 def test_matmul_p_v_dynamic_contraction(pv, length):
-    assert tiles(pv.ir, "novella.matmul")["tk"] == 512
+    assert tiles(pv.ir, "novella.matmul")["tk"] == 256  # the lengths straddle a k tile
     p, v = torch.randn(2, length, length), torch.randn(2, length, 64)
     torch.testing.assert_close(pv(p, v), p @ v, **TOL)
 

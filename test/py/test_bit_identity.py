@@ -8,7 +8,7 @@
 All three come from the compiler's own MacroMeta, so on their own they show
 that the JIT is consistent, not that it is correct. The fourth stream,
 `ir_oracle`, is independent of the metadata: `novella_mlir.testing.oracle`
-instantiates the words straight from the IR after --novella-inst-gen
+instantiates the words straight from the IR after --novella-schedule
 (MLIR's affine evaluation, a loop per grid point), see test_oracle.py.
 """
 
@@ -65,7 +65,7 @@ def test_static_per_length_jit_and_ir_oracle_identical(name):
         assert [s[1:] for s in static.artifact.symbols] == [[spec.symbol(t)] * 2], "static: bounds [T, T]"
         got = streams.three_streams(static, npu.artifact, t)
         _assert_same(got, t)
-        oracle.compare(got["jit"], oracle.instantiate(npu.ir("novella-inst-gen"), [spec.symbol(t)]), f"T={t}: jit")
+        oracle.compare(got["jit"], oracle.instantiate(npu.ir("novella-schedule"), [spec.symbol(t)]), f"T={t}: jit")
 
 
 @pytest.mark.parametrize("name", ["mlp", "mlp384", "layer"])

@@ -102,7 +102,7 @@ def test_missing_fields_are_zero():
         (Opcode.LOAD, "row_start", 1 << 23),
         (Opcode.LOAD, "row_start", -(1 << 23) - 1),
         (Opcode.STORE, "dram_base", -1),
-        (Opcode.MATMUL, "acc_addr", 1 << 14),
+        (Opcode.MATMUL, "acc_addr", 1 << 16),
         (Opcode.VEC, "fn", 32),
         (Opcode.NOP, "pop_prev", 2),
     ],

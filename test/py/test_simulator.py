@@ -373,22 +373,23 @@ def test_out_of_range_dram_and_bad_token_flag():
 def test_single_load_timing():
     words = prog(load(sram_stride=64, dram_stride=64, rows=64, row_bound=64, cols=64))
     stats = Simulator(CFG, 64 * 64).run(words)
-    assert stats.cycles == 100 + 64 * 64 * 4 // 16
+    assert stats.cycles == 1 + 100 + 64 * 64 * 4 // 16  # issue + dma_latency + whole 64 B bursts
     assert stats.busy["load"] == stats.cycles
 
 
 def _tiled_matmul_timeline() -> dict:
     """End cycles of the tiled-matmul program, worked out by hand from docs/isa.md's timing model
-    (default config: DMA latency 100, 16 B/cycle, one shared DRAM channel; MATMUL
-    ceil(k/16)*ceil(n/16)*m + 16)."""
-    mm = 3 * 3 * 64 + 16  # k=40, n=48, m=64 (the program runs the full tile on the partial one too)
-    load_b = 100 + 40 * 48 * 4 // 16  # 580
-    load_a0 = max(load_b + 100, load_b) + 64 * 40 * 4 // 16  # starts when the load queue frees: 1320
-    mm0 = load_a0 + mm  # pops L2C from LOAD A0: 1912
-    load_a1 = max(mm0 + 100, load_a0) + 36 * 40 * 4 // 16  # pops C2L from MATMUL0; 36 in-bound rows: 2372
-    store0 = max(mm0 + 100, load_a1) + 64 * 48 * 4 // 16  # pops C2S at 1912, waits for the channel: 3140
-    mm1 = max(mm0, load_a1, store0) + mm  # pops L2C (A1) and S2C (STORE0): 3732
-    store1 = max(mm1 + 100, store0) + 36 * 48 * 4 // 16  # 4264
+    (default config: issue 1 cycle, DMA latency 100, 16 B/cycle in whole 64 B bursts, one shared
+    DRAM channel; MATMUL issue + 16 (first weight load) + ceil(k/16)*ceil(n/16)*max(m, 16) + 16)."""
+    mm = 1 + 16 + 3 * 3 * 64 + 16  # k=40, n=48, m=64 (the program runs the full tile on the partial one too)
+    lat = 1 + 100  # issue + DMA latency; every transfer here is a whole number of 64 B bursts
+    load_b = lat + 40 * 48 * 4 // 16  # 581
+    load_a0 = max(load_b + lat, load_b) + 64 * 40 * 4 // 16  # starts when the load queue frees: 1322
+    mm0 = load_a0 + mm  # pops L2C from LOAD A0
+    load_a1 = max(mm0 + lat, load_a0) + 36 * 40 * 4 // 16  # pops C2L from MATMUL0; 36 in-bound rows
+    store0 = max(mm0 + lat, load_a1) + 64 * 48 * 4 // 16  # pops C2S at mm0, waits for the channel
+    mm1 = max(mm0, load_a1, store0) + mm  # pops L2C (A1) and S2C (STORE0)
+    store1 = max(mm1 + lat, store0) + 36 * 48 * 4 // 16
     return {
         "cycles": store1,
         "busy": {
@@ -408,12 +409,12 @@ def test_overlap_and_exports():
     assert stats.cycles < sum(stats.busy.values()), "the queues overlap"
     assert stats.roofline_cycles == max(stats.macs / 256, (stats.dma_bytes_loaded + stats.dma_bytes_stored) / 16)
     # a wait is charged to the latest-ready token popped: MATMUL0 waits for L2C from 0, LOAD A1 for C2L from
-    # 1320, STOREs for C2S from 0 and from 3140, MATMUL1 for S2C (ready after its L2C) from 1912
+    # 1322, STOREs for C2S from 0 and from 3160, MATMUL1 for S2C (ready after its L2C) from 1931
     assert stats.token_waits == {
-        "L2C": {"count": 1, "cycles": 1320},
-        "C2L": {"count": 1, "cycles": 1912 - 1320},
-        "C2S": {"count": 2, "cycles": 1912 + (3732 - 3140)},
-        "S2C": {"count": 1, "cycles": 3140 - 1912},
+        "L2C": {"count": 1, "cycles": 1322},
+        "C2L": {"count": 1, "cycles": 1931 - 1322},
+        "C2S": {"count": 2, "cycles": 1931 + (3769 - 3160)},
+        "S2C": {"count": 1, "cycles": 3160 - 1931},
     }
     data = json.loads(stats.to_json())
     assert data["cycles"] == stats.cycles and data["macs"] == stats.macs

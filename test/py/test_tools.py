@@ -43,9 +43,9 @@ def dumped(tmp_path_factory):
 def test_parse_pipeline_with_options():
     items = parse_pipeline("builtin.module(novella-allocate, novella-tile{tile-m=32}, canonicalize, func.func(cse))")
     assert [i.name for i in items] == ["novella-allocate", "novella-tile", "canonicalize", "func.func"]
-    assert items[1].options == {"tile-m": 32}
+    assert items[1].options == {"tile-m": 32, "slots": 2}
     assert items[3].text == "func.func(cse)" and not items[3].is_novella
-    assert parse_pipeline("novella-tile")[0].options == {"tile-m": 0}
+    assert parse_pipeline("novella-tile")[0].options == {"tile-m": 0, "slots": 2}
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,10 @@
 // max_len; each case says what its choice follows from.
 
 // Q @ K^T: M and N are both the dynamic length, K^T is read in place (transpose_b);
-// the edge tiles are min(128, T - 128 * d).
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 1)>
+// the edge tiles are min(128, T - 128 * d). The 128 x 128 accumulator tile fills the
+// accumulator, so K = 64 is split in two k steps (tk = 32): with one k step the lhs would
+// be resident and the accumulator double-buffered, which does not fit.
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 2)>
 // CHECK-DAG: #[[M:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (128, d1 * -128 + s0)>
 // CHECK-DAG: #[[N:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (128, d2 * -128 + s0)>
 // CHECK-DAG: #[[OUT:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (d0 * (s0 * s0) + d2 * 128)>
@@ -19,7 +21,7 @@
 // CHECK: "novella.dma_load"(%[[K]]) {buffer = "b", {{.*}}rows = #[[N]]
 // CHECK: "novella.mma"() {{{.*}}lhs = "a", m = #[[M]], n = #[[N]], rhs = "b", transpose_b = 1 : i64}
 // CHECK: "novella.dma_store"() {buffer = "acc", cols = #[[N]], dram_offset = #[[OUT]]
-// CHECK: }) {grid = #[[GRID]], kernel = "novella.matmul"{{.*}}novella.tiles = {tk = 64 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
+// CHECK: }) {grid = #[[GRID]], kernel = "novella.matmul"{{.*}}novella.tiles = {tk = 32 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
 // CHECK: return %[[S]]
 // LEGAL-LABEL: func.func @scores
 // LEGAL: "novella.matmul"{{.*}}transpose_rhs = true
@@ -33,11 +35,12 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // P @ V: the contraction dim is dynamic: a symbolic number of k-tiles, the last one
-// partial (k = min(512, T - 512 * d3)); accumulate from the second k-tile on, store on the last.
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, 1, s0 ceildiv 512)>
-// CHECK-DAG: #[[KK:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (512, d3 * -512 + s0)>
+// partial (k = min(256, T - 256 * d3)); accumulate from the second k-tile on, store on the last.
+// The lhs and rhs tiles stream through two slots each, so the k tile is 256 (512 with one slot).
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, 1, s0 ceildiv 256)>
+// CHECK-DAG: #[[KK:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (256, d3 * -256 + s0)>
 // CHECK-DAG: #[[ACCUM:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (d3, 1)>
-// CHECK-DAG: #[[LASTK:.*]] = affine_set<(d0, d1, d2, d3)[s0] : (-d3 + s0 ceildiv 512 - 1 == 0)>
+// CHECK-DAG: #[[LASTK:.*]] = affine_set<(d0, d1, d2, d3)[s0] : (-d3 + s0 ceildiv 256 - 1 == 0)>
 // CHECK-LABEL: func.func @context
 // CHECK-SAME: (%[[P:.*]]: tensor<2x?x?xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32
 // CHECK: "novella.dma_load"(%[[P]]) {buffer = "a", cols = #[[KK]]
@@ -58,9 +61,9 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // Softmax over a static last dim with a dynamic row count: one step per row tile,
 // the fused scale (novella.scale) multiplies x - max before the exp. (A dynamic last
 // dim is always chunked, so that tiling does not depend on max_len.)
-// tm = 256: the largest row tile whose in and out buffers (2 x 256 x 96 fp32) fit the
-// 64K-element SPAD (512 rows would need 98304); the rows are the 2 * T rows of the batch.
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 256)>
+// tm = 128: the largest row tile whose in and out buffers, two slots each (4 x 128 x 96 fp32),
+// fit the 64K-element SPAD (256 rows would need 98304); the rows are the 2 * T rows of the batch.
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 128)>
 // CHECK-LABEL: func.func @probs
 // CHECK-SAME: (%[[X:.*]]: tensor<2x?x96xf32
 // CHECK: "novella.dma_load"(%[[X]]) {buffer = "in", cols = 96 : i64, {{.*}}sram_stride = 96 : i64
@@ -71,7 +74,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}dst = "l", dst_stride = 1 : i64, fn = "ROWSUM"
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}b = "l", {{.*}}fn = "DIV", mode = "COL"
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out"
-// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 0 : i64, tc = 96 : i64, tm = 256 : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 0 : i64, tc = 96 : i64, tm = 128 : i64}
 // LEGAL-LABEL: func.func @probs
 module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
   func.func @probs(%s: tensor<2x?x96xf32, affine_map<()[s0] -> (2, s0, 96)>>) -> tensor<2x?x96xf32, affine_map<()[s0] -> (2, s0, 96)>> {
@@ -109,17 +112,17 @@ module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
 
 // Legalize: attention decomposes into matmul(transpose_rhs) + softmax (scale fused) + matmul.
 // Without legalize and allocate, --novella-tile refuses it (expected-error below).
-// Then three macros: Q @ K^T in 128 x 128 tiles with tk = 64 = the head dim (one k step);
-// the softmax over the dynamic key length is chunked (tc = 64 columns, 256 of the 2 * T rows
-// per tile); P @ V runs k-tiles of 512 keys (tn = 64 = the head dim).
+// Then three macros: Q @ K^T in 128 x 128 tiles with tk = 32 (two k steps, see @scores);
+// the softmax over the dynamic key length is chunked (tc = 32 columns, 256 of the 2 * T rows
+// per tile); P @ V runs k-tiles of 256 keys (tn = 64 = the head dim).
 // LEGAL-DAG: #[[SCORES:.*]] = affine_map<()[s0] -> (2, s0, s0)>
-// MACRO-DAG: #[[QK:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 1)>
-// MACRO-DAG: #[[SMAX:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 256, 2, s0 ceildiv 64)>
-// MACRO-DAG: #[[PV:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, 1, s0 ceildiv 512)>
+// MACRO-DAG: #[[QK:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 2)>
+// MACRO-DAG: #[[SMAX:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 256, 2, s0 ceildiv 32)>
+// MACRO-DAG: #[[PV:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, 1, s0 ceildiv 256)>
 // MACRO-LABEL: func.func @attention
-// MACRO: }) {grid = #[[QK]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 64 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
-// MACRO: }) {grid = #[[SMAX]], kernel = "novella.softmax", {{.*}}novella.tiles = {chunked = 1 : i64, tc = 64 : i64, tm = 256 : i64}}
-// MACRO: }) {grid = #[[PV]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 512 : i64, tm = 64 : i64, tn = 64 : i64}, transpose_rhs = false}
+// MACRO: }) {grid = #[[QK]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 32 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
+// MACRO: }) {grid = #[[SMAX]], kernel = "novella.softmax", {{.*}}novella.tiles = {chunked = 1 : i64, tc = 32 : i64, tm = 256 : i64}}
+// MACRO: }) {grid = #[[PV]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 256 : i64, tm = 64 : i64, tn = 64 : i64}, transpose_rhs = false}
 // MACRO-NOT: kernel =
 // MACRO: return
 // LEGAL-LABEL: func.func @attention
@@ -143,10 +146,10 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // eager attention exports it) folds into the matmul's transpose_rhs.
 // The whole pipeline then runs one matmul macro that reads K^T in place: no transpose macro.
 // LEGAL-DAG: #[[KEYS:.*]] = affine_map<()[s0] -> (2, s0, 64)>
-// MACRO-DAG: #[[G:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 1)>
+// MACRO-DAG: #[[G:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 2)>
 // MACRO-LABEL: func.func @fold_transpose
 // MACRO-NOT: kernel = "novella.transpose"
-// MACRO: }) {grid = #[[G]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 64 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
+// MACRO: }) {grid = #[[G]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 32 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
 // MACRO-NOT: kernel =
 // MACRO: return
 // LEGAL-LABEL: func.func @fold_transpose

@@ -5,7 +5,7 @@
 // FLAG-NOT: Traceback
 
 // RUN: not novella-opt %s --novella-tile=tile-x=3 2>&1 | FileCheck %s --check-prefix=OPTION
-// OPTION: <command-line>:1:{{[0-9]+}}: error: pass 'novella-tile' has no option 'tile-x' (options: tile-m)
+// OPTION: <command-line>:1:{{[0-9]+}}: error: pass 'novella-tile' has no option 'tile-x' (options: tile-m, slots)
 // OPTION-NEXT: --novella-tile=tile-x=3
 // OPTION-NEXT: {{^ +}}^
 

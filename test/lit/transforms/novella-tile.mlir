@@ -3,16 +3,18 @@
 
 // The row tiles of the linear cover the symbolic rows: grid (n, m, k) with a
 // ceildiv of T along m (the last tile may be partial); weight, bias and the
-// accumulator are sized by the tile and packed into the scratchpad.
-// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 64, 1)>
+// accumulator are sized by the tile and packed into the scratchpad. The cost
+// model keeps the small weight resident (ws = 1) and takes the largest row tile;
+// x and the output stream through two slots each (the 4th entry, 2).
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 256, 1)>
 // CHECK-LABEL: func.func @linear
 // CHECK: "novella.linear"
-// CHECK-SAME: novella.buffers = {a = ["spad", 2048, 4096], acc = ["acc", 0, 2048], bias = ["spad", 6144, 32], out = ["spad", 6176, 2048], w = ["spad", 0, 2048]}
+// CHECK-SAME: novella.buffers = {a = ["spad", 2080, 16384, 2], acc = ["acc", 0, 8192], bias = ["spad", 2048, 32], out = ["spad", 34848, 8192, 2], w = ["spad", 0, 2048]}
 // CHECK-SAME: novella.grid = #[[$GRID]]
-// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 64 : i64, tn = 32 : i64}
+// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 32 : i64, ws = 1 : i64}
 // TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 16, 1)>
 // TM16-LABEL: func.func @linear
-// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 32 : i64}
+// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 32 : i64, ws = 1 : i64}
 #x = affine_map<()[s0] -> (1, s0, 64)>
 #y = affine_map<()[s0] -> (1, s0, 32)>
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
@@ -26,16 +28,16 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 
 // -----
 
-// A small SRAM budget splits N and K: the weight slab and the accumulator
-// tile shrink until every buffer fits (spad 8192, acc 1024 elements).
-// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (4, s0 ceildiv 64, 8)>
+// A small SRAM budget splits N: the weight slab and the accumulator tile shrink
+// until every buffer, x and the output with two slots, fits (spad 8192, acc 1024).
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (4, s0 ceildiv 16, 4)>
 // CHECK-LABEL: func.func @small_budget
-// CHECK: novella.buffers = {a = ["spad", 4096, 2048], acc = ["acc", 0, 1024], bias = ["spad", 6144, 16], out = ["spad", 6160, 1024], w = ["spad", 0, 4096]}
+// CHECK: novella.buffers = {a = ["spad", 4112, 1024, 2], acc = ["acc", 0, 256], bias = ["spad", 4096, 16], out = ["spad", 6160, 256, 2], w = ["spad", 0, 4096]}
 // CHECK-SAME: novella.grid = #[[$GRID]]
-// CHECK-SAME: novella.tiles = {tk = 32 : i64, tm = 64 : i64, tn = 16 : i64}
-// TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (4, s0 ceildiv 16, 2)>
+// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 16 : i64, ws = 1 : i64}
+// TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (4, s0 ceildiv 16, 4)>
 // TM16-LABEL: func.func @small_budget
-// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tk = 128 : i64, tm = 16 : i64, tn = 16 : i64}
+// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 16 : i64, ws = 1 : i64}
 #x = affine_map<()[s0] -> (s0, 256)>
 #y = affine_map<()[s0] -> (s0, 64)>
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
@@ -52,7 +54,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // Elementwise ops tile the flattened rows (2 * T) of the row-major view.
 // CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 64)>
 // CHECK-LABEL: func.func @add
-// CHECK: "novella.add"(%{{.*}}, %{{.*}}) {novella.buffers = {{.*}}["spad", 0, 4096]{{.*}}, novella.grid = #[[$GRID]], {{.*}}novella.tiles = {tm = 64 : i64}}
+// CHECK: "novella.add"(%{{.*}}, %{{.*}}) {novella.buffers = {{.*}}t0 = ["spad", 0, 4096, 2]{{.*}}, novella.grid = #[[$GRID]], {{.*}}novella.tiles = {tm = 64 : i64}}
 // TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 16)>
 // TM16-LABEL: func.func @add
 // TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tm = 16 : i64}
@@ -66,7 +68,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 
 // -----
 
-// Nothing fits a 2048-element scratchpad: the pass fails on the op.
+// Nothing fits a 512-element scratchpad (not even 16-row tiles streaming x and W): the pass fails on the op.
 #x = affine_map<()[s0] -> (s0, 256)>
 #y = affine_map<()[s0] -> (s0, 64)>
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
@@ -74,7 +76,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<64x256xf32>
     %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (16384)>} : () -> tensor<64xf32>
     // expected-error @+1 {{does not fit the SRAM of this config}}
-    %0 = "novella.linear"(%x, %w, %b) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 256 + 16448)>, novella.sram_budget = {acc = 1024 : i64, spad = 2048 : i64}} : (tensor<?x256xf32, #x>, tensor<64x256xf32>, tensor<64xf32>) -> tensor<?x64xf32, #y>
+    %0 = "novella.linear"(%x, %w, %b) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 256 + 16448)>, novella.sram_budget = {acc = 1024 : i64, spad = 512 : i64}} : (tensor<?x256xf32, #x>, tensor<64x256xf32>, tensor<64xf32>) -> tensor<?x64xf32, #y>
     return %0 : tensor<?x64xf32, #y>
   }
 }

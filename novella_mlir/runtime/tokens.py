@@ -1,0 +1,97 @@
+"""The token rule: dependency-token flags of a whole program from its step structure.
+
+The one implementation, used by the JIT (`jit.py`) and the reference
+expansion (`streams.py`); the numba kernel (`_jit_numba.py`) is a compiled
+copy, tested bit for bit against it. Its inputs are what the IR says:
+each word's step, queue and whether it loads into a ping-pong slot
+(`slot` of its template), and each step's `load_slots` / `store_slots`
+(`novella.schedule` of its macro; 1 on barrier steps).
+
+With L/C/S the load, compute and store instructions of step k (a barrier
+NOP is a compute-only step; `b` is the barrier before k's macro, -1 for the
+first macro):
+* L waits for the compute of step need_l(k) = max(k - d, b), where d = 2 if
+  `load_slots` is 2 and every load of the step is slotted, else 1. Compute
+  runs in order, so one token from that step suffices: the first L pops C2L
+  unless an earlier step's loads already waited for that compute (or a later
+  one), and the last C of step need_l(k) pushes it.
+* C waits for the stores of need_s(k) = k - `store_slots`: the first C pops
+  S2C from the latest store step <= need_s(k) that no earlier compute waited
+  for; the last S of that step pushes it.
+* The last L of a step pushes L2C, popped by its first C; the last C pushes
+  C2S if the step stores, popped by its first S.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator import isa
+
+_HEADER = {f.name: f for f in isa.LAYOUT[isa.Opcode.NOP]}
+LOAD, COMPUTE, STORE = 0, 1, 2
+
+
+def _edges(step, queue, q, n_steps):
+    """(first word, last word) of queue q per step; -1 where the step has none."""
+    first = np.full(n_steps, -1, np.int64)
+    last = np.full(n_steps, -1, np.int64)
+    idx = np.flatnonzero(queue == q)
+    if len(idx):
+        s = step[idx]
+        change = s[1:] != s[:-1]
+        head, tail = np.concatenate(([True], change)), np.concatenate((change, [True]))
+        first[s[head]] = idx[head]
+        last[s[tail]] = idx[tail]
+    return first, last
+
+
+def _once(need, valid):
+    """need[k] where it exceeds every earlier valid need (a new wait), else -1."""
+    v = np.where(valid, need, -1)
+    before = np.concatenate(([-1], np.maximum.accumulate(v)[:-1]))
+    return np.where(valid & (v > before) & (v >= 0), v, -1)
+
+
+def flags(step, queue, slotted, load_slots, store_slots, barrier_before) -> np.ndarray:
+    """Header bits (uint64, to OR into lane 0) of every word.
+
+    step, queue, slotted: per word; load_slots, store_slots, barrier_before: per step."""
+    n_steps = len(load_slots)
+    n = len(step)
+    fl, ll = _edges(step, queue, LOAD, n_steps)
+    fc, lc = _edges(step, queue, COMPUTE, n_steps)
+    fs, ls = _edges(step, queue, STORE, n_steps)
+    if (fc < 0).any():
+        raise RuntimeError(f"steps {np.flatnonzero(fc < 0)[:5]} have no compute instruction")
+    ks = np.arange(n_steps)
+    unslotted = np.zeros(n_steps, bool)
+    is_load = queue == LOAD
+    np.logical_or.at(unslotted, step[is_load & ~slotted], True)
+    dist = np.where((load_slots >= 2) & ~unslotted, 2, 1)
+    need_l = _once(np.maximum(ks - dist, barrier_before), fl >= 0)
+    store_steps = np.flatnonzero(fs >= 0)
+    need_s = ks - store_slots
+    if len(store_steps):
+        at = np.searchsorted(store_steps, need_s, side="right") - 1
+        latest = np.where(at >= 0, store_steps[np.maximum(at, 0)], -1)
+    else:
+        latest = np.full(n_steps, -1)
+    need_s = _once(latest, np.ones(n_steps, bool))
+    bits = {name: np.zeros(n, bool) for name in ("pop_prev", "pop_next", "push_prev", "push_next")}
+    waits = need_l >= 0
+    bits["pop_next"][fl[waits]] = True  # L pops C2L
+    bits["push_prev"][lc[need_l[waits]]] = True  # C pushes C2L
+    has_l = fl >= 0
+    bits["push_next"][ll[has_l]] = True  # L pushes L2C
+    bits["pop_prev"][fc[has_l]] = True  # C pops L2C
+    has_s = fs >= 0
+    bits["push_next"][lc[has_s]] = True  # C pushes C2S
+    bits["pop_prev"][fs[has_s]] = True  # S pops C2S
+    waits = need_s >= 0
+    bits["pop_next"][fc[waits]] = True  # C pops S2C
+    bits["push_prev"][ls[need_s[waits]]] = True  # S pushes S2C
+    header = np.zeros(n, np.uint64)
+    for name, mask in bits.items():
+        header |= mask.astype(np.uint64) << np.uint64(_HEADER[name].offset)
+    return header

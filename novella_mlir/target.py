@@ -1,0 +1,95 @@
+"""The Target: every hardware number a compiler decision reads, in one place.
+
+Built from the simulator config (array, SRAM, DRAM, vector unit, timing
+constants) and the ISA's field layouts (field widths). The tiling of every
+kernel, the SRAM budget of `--novella-allocate` and the cost model read
+the Target; no kernel names a tile size, an alignment or a field limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from simulator import isa
+from simulator.config import NovellaConfig
+
+
+def field_max(opcode: str, name: str) -> int:
+    """The largest value field `name` of `opcode` encodes (ISA layout)."""
+    return next(f.hi for f in isa.LAYOUT[isa.Opcode[opcode]] if f.name == name)
+
+
+# Rows one instruction can move or compute (the narrowest rows/m field), and columns (cols/k/n).
+MAX_ROWS = min(field_max(op, f) for op, f in (("LOAD", "rows"), ("STORE", "rows"), ("MATMUL", "m"), ("VEC", "rows")))
+MAX_COLS = min(field_max(op, f) for op, f in (("LOAD", "cols"), ("VEC", "cols"), ("MATMUL", "k"), ("MATMUL", "n")))
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+@dataclass(frozen=True)
+class Target:
+    array_rows: int  # k per MATMUL pass
+    array_cols: int  # n per MATMUL pass
+    spad_elems: int
+    acc_elems: int
+    vector_lanes: int
+    dram_bytes_per_cycle: int
+    dram_burst_bytes: int
+    dma_latency: int
+    matmul_latency: int
+    vector_latency: int
+    issue_cycles: int
+    vector_functions: tuple[str, ...]
+    fn_cycles: dict = field(default_factory=dict, hash=False, compare=False)
+    budget_spad: int = 0  # the SRAM one op may tile into (elements); 0: all of it
+    budget_acc: int = 0
+    buffer_slots: int = 2  # slots of a streamed buffer: 2 = double buffering (loads of step i+1 under compute i)
+
+    @classmethod
+    def from_config(cls, c: NovellaConfig) -> Target:
+        return cls(
+            c.matrix_rows, c.matrix_cols, c.spad_elems, c.acc_elems, c.vector_lanes, c.dram_bytes_per_cycle,
+            c.dram_burst_bytes, c.dma_latency, c.matmul_latency, c.vector_latency, c.issue_cycles,
+            c.vector_functions, dict(c.vector_fn_cycles),
+        )  # fmt: skip
+
+    @property
+    def budget(self) -> dict[str, int]:
+        """SRAM elements an op's buffers may use, per memory."""
+        return {"spad": self.budget_spad or self.spad_elems, "acc": self.budget_acc or self.acc_elems}
+
+    def with_budget(self, budget: dict[str, int]) -> Target:
+        return dataclasses.replace(self, budget_spad=budget["spad"], budget_acc=budget["acc"])
+
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.array_rows * self.array_cols
+
+    max_rows = MAX_ROWS
+    max_cols = MAX_COLS
+
+    def pow2(self, hi: int, lo: int = 1) -> list[int]:
+        """Powers of two from hi (rounded down, capped by the row field) down to lo."""
+        out, t = [], _pow2_floor(min(hi, self.max_rows))
+        while t >= max(lo, 1):
+            out.append(t)
+            t //= 2
+        return out or [max(lo, 1)]
+
+    def array_tiles(self, top: int, lo: int | None = None) -> list[int]:
+        """Row-tile candidates: powers of two from `top` array heights down to `lo` (default one array height).
+        A MATMUL pass streams m rows under the next weight load, so m below the array height wastes cycles."""
+        return self.pow2(top * self.array_rows, lo or self.array_rows)
+
+    def row_tiles(self, top: int) -> list[int]:
+        """Row-tile candidates of vector/DMA-only kernels: powers of two from `top` vector widths down to 1."""
+        return self.pow2(top * self.vector_lanes, 1)
+
+    def divisors(self, n: int, align: int | None = None) -> list[int]:
+        """Divisors of n, largest first, that are multiples of `align` (default: the array width) or n itself."""
+        align = align or self.array_cols
+        out = [d for d in range(min(n, self.max_cols), 0, -1) if n % d == 0 and (d % align == 0 or d == n)]
+        return out or [n]

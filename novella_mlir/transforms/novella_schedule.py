@@ -1,0 +1,115 @@
+"""--novella-schedule: ping-pong slots and step distances of the dependency tokens.
+
+Runs after `--novella-inst-gen`. For every macro whose tiling gave a buffer
+two slots (`novella.buffers` entry `[mem, offset, size, 2]`), each
+instruction template that addresses that buffer gets `slot = {field = size}`:
+at grid step k (counted over the macro's steps) the JIT adds
+`size * (k mod 2)` to that address field, so step k uses slot k mod 2.
+
+A two-slot buffer that a guarded LOAD writes (loaded once, then resident)
+keeps one slot: its second slot stays unused.
+
+The macro gets `novella.schedule = {load_slots, store_slots}`, the step
+distances of the token rule (docs/design.md, "Dependency tokens"):
+* `load_slots = 2` when every LOAD into a streamed buffer is slotted: the
+  loads of step k then wait only for the compute of step k - 2 (the last
+  user of their slot), so they run under the compute of step k - 1. A step
+  that also loads a single-slot (resident) buffer waits for step k - 1.
+* `store_slots = 2` when every STORE reads a slotted buffer: the compute of
+  step k then waits only for the stores of step k - 2, so stores run under
+  the next step's compute.
+Barriers between macros are steps of their own (one NOP): a macro's loads
+wait for the barrier, the barrier for every store before it.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from .common import attr_dict, body_ops, functions, set_attr, to_attr
+from .novella_macro_gen import tiling_of
+
+# address field -> the field naming its memory (None: fixed by the opcode)
+_ADDRESS = {
+    "LOAD": {"sram_addr": "mem"},
+    "STORE": {"sram_addr": "mem"},
+    "GATHER": {"sram_addr": "mem", "idx_addr": "idx_mem"},
+    "MATMUL": {"acc_addr": "acc", "a_addr": "spad", "b_addr": "spad"},
+    "VEC": {"dst_addr": "dst_mem", "a_addr": "a_mem", "b_addr": "b_mem"},
+}
+_MEMS = {0: "spad", 1: "acc"}
+
+
+def run(module_op, options, config) -> None:
+    for fn in functions(module_op):
+        for op in body_ops(fn):
+            if op.operation.name == "novella.macro":
+                _schedule(op)
+
+
+def _base(attr) -> int:
+    """An address field's value at grid point 0 (its buffer's base plus the first offset)."""
+    if isinstance(attr, ir.IntegerAttr):
+        return attr.value
+    m = ir.AffineMapAttr(attr).value
+    zero = [0] * (m.n_dims + m.n_symbols)
+    return min(sy.evaluate(e, zero[m.n_dims :], zero[: m.n_dims]) for e in m.results)
+
+
+def _mem(attrs, key: str) -> str:
+    return key if key in ("spad", "acc") else _MEMS[ir.IntegerAttr(attrs[key]).value]
+
+
+def _slots_of(inst, slotted) -> dict[str, int]:
+    """{address field: slot stride} of the fields of `inst` that point into a two-slot buffer."""
+    attrs = attr_dict(inst)
+    out = {}
+    for name, mem_key in _ADDRESS[ir.StringAttr(attrs["opcode"]).value].items():
+        if name not in attrs or (mem_key not in ("spad", "acc") and mem_key not in attrs):
+            continue
+        addr, mem = _base(attrs[name]), _mem(attrs, mem_key)
+        for b in slotted:
+            if b.mem == mem and b.offset <= addr < b.offset + b.size:
+                out[name] = b.size
+    return out
+
+
+def _resident(insts, slotted) -> set[str]:
+    """Two-slot buffers that a guarded LOAD writes: they stay where step 0 put them, so one slot."""
+    out = set()
+    for inst in insts:
+        if "when" in inst.attributes and ir.StringAttr(inst.attributes["opcode"]).value in ("LOAD", "GATHER"):
+            fields = _slots_of(inst, slotted)
+            out |= {b.name for b in slotted if "sram_addr" in fields and _holds(b, inst)}
+    return out
+
+
+def _holds(b, inst) -> bool:
+    attrs = attr_dict(inst)
+    return b.mem == _mem(attrs, "mem") and b.offset <= _base(attrs["sram_addr"]) < b.offset + b.size
+
+
+def _schedule(macro) -> None:
+    insts = list(macro.regions[0].blocks[0].operations)
+    slotted = [b for b in tiling_of(macro).buffers if b.slots > 1]
+    resident = _resident(insts, slotted)
+    slotted = [b for b in slotted if b.name not in resident]
+    loads = stores = 0
+    slotted_loads = slotted_stores = 0
+    for inst in insts:
+        fields = _slots_of(inst, slotted) if slotted else {}
+        if fields:
+            set_attr(inst, "slot", fields)
+        opcode = ir.StringAttr(inst.attributes["opcode"]).value
+        if opcode in ("LOAD", "GATHER") and "when" not in inst.attributes:
+            loads += 1
+            slotted_loads += "sram_addr" in fields
+        elif opcode == "STORE":
+            stores += 1
+            slotted_stores += "sram_addr" in fields
+    schedule = {
+        "load_slots": 2 if loads and slotted_loads == loads else 1,
+        "store_slots": 2 if stores and slotted_stores == stores else 1,
+    }
+    macro.operation.attributes["novella.schedule"] = to_attr(schedule)

@@ -1,0 +1,57 @@
+// RUN: novella-opt %s --novella-tile --novella-macro-gen --novella-inst-gen --novella-schedule --split-input-file | FileCheck %s
+// RUN: novella-opt %s --novella-tile=slots=1 --novella-macro-gen --novella-inst-gen --novella-schedule --split-input-file | FileCheck %s --check-prefix=ONE
+
+// A linear over T rows (`?`): x and the output stream through two slots (their
+// novella.buffers entries end in 2), so every template that addresses them gets the
+// slot stride of that field (the JIT adds stride * (step mod 2)); the resident weight
+// and bias loads (guarded to the first step of each column block) get none. Every
+// streamed LOAD and STORE is slotted, so the macro's token distances are 2 and 2.
+// CHECK-LABEL: func.func @linear
+// CHECK-SAME: (%[[X:.*]]: tensor<1x?x64xf32
+// CHECK: %[[W:.*]] = "novella.weight"() {name = "w"
+// CHECK: %[[B:.*]] = "novella.weight"() {name = "b"
+// CHECK: "novella.macro"() ({
+// CHECK-NEXT: "novella.inst"(%[[W]]) {{{[^}]*}}opcode = "LOAD", {{[^}]*}}sram_addr = 0 : i64, {{[^}]*}}when
+// CHECK-NOT: slot
+// CHECK-NEXT: "novella.inst"(%[[B]]) {{{[^}]*}}opcode = "LOAD", {{[^}]*}}sram_addr = 2048 : i64, {{[^}]*}}when
+// CHECK-NEXT: "novella.inst"(%[[X]]) {{{.*}}opcode = "LOAD", {{.*}}slot = {sram_addr = 16384 : i64}, sram_addr = 2080 : i64
+// CHECK-NEXT: "novella.inst"() {a_addr = 2080 : i64, {{.*}}opcode = "MATMUL", slot = {a_addr = 16384 : i64}
+// CHECK-NEXT: "novella.inst"() {{{.*}}dst_addr = 34848 : i64, {{.*}}fn = "ADD", {{.*}}slot = {dst_addr = 8192 : i64}
+// CHECK-NEXT: "novella.inst"() {a_addr = 34848 : i64, {{.*}}fn = "RELU", {{.*}}slot = {a_addr = 8192 : i64, dst_addr = 8192 : i64}
+// CHECK-NEXT: "novella.inst"() {{{.*}}opcode = "STORE", {{.*}}slot = {sram_addr = 8192 : i64}, sram_addr = 34848 : i64
+// CHECK-NEXT: }) {{{.*}}novella.buffers = {a = ["spad", 2080, 16384, 2], {{.*}}out = ["spad", 34848, 8192, 2], w = ["spad", 0, 2048]}, {{.*}}novella.schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
+// With one slot per buffer nothing is slotted and the token distances are 1 (single buffering).
+// ONE-LABEL: func.func @linear
+// ONE-NOT: slot =
+// ONE: novella.schedule = {load_slots = 1 : i64, store_slots = 1 : i64}
+#x = affine_map<()[s0] -> (1, s0, 64)>
+#y = affine_map<()[s0] -> (1, s0, 32)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @linear(%x: tensor<1x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (2080)>}) -> tensor<1x?x32xf32, #y> {
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<32x64xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (2048)>} : () -> tensor<32xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "relu", novella.dram = affine_map<()[s0] -> (s0 * 64 + 2080)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, #x>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<1x?x32xf32, #y>
+    return %0 : tensor<1x?x32xf32, #y>
+  }
+}
+
+// -----
+
+// An elementwise add of two [2T, 64] views: 64-row tiles (4096 elements, the slot stride);
+// both inputs and the output stream, and a
+// STORE reads a slotted buffer, so loads and stores overlap compute (distances 2 and 2).
+// CHECK-LABEL: func.func @add
+// CHECK: opcode = "LOAD", {{.*}}slot = {sram_addr = 4096 : i64}, sram_addr = 0 : i64
+// CHECK: opcode = "VEC", {{.*}}slot = {a_addr = 4096 : i64, b_addr = 4096 : i64, dst_addr = 4096 : i64}
+// CHECK: opcode = "STORE", {{.*}}slot = {sram_addr = 4096 : i64}
+// CHECK: novella.schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
+// ONE-LABEL: func.func @add
+// ONE-NOT: slot =
+// ONE: novella.schedule = {load_slots = 1 : i64, store_slots = 1 : i64}
+#x = affine_map<()[s0] -> (2, s0, 64)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @add(%a: tensor<2x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (0)>}, %b: tensor<2x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (s0 * 128)>}) -> tensor<2x?x64xf32, #x> {
+    %0 = "novella.add"(%a, %b) {novella.dram = affine_map<()[s0] -> (s0 * 256)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<2x?x64xf32, #x>, tensor<2x?x64xf32, #x>) -> tensor<2x?x64xf32, #x>
+    return %0 : tensor<2x?x64xf32, #x>
+  }
+}
