@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import time
 from pathlib import Path
@@ -56,6 +57,7 @@ def compile_torch(
     dynamic_dim: int = 1,
     min_len: int = 1,
     max_len: int = 2048,
+    dynamic_shapes=None,
     config=None,
     dump_dir=None,
     decomposition_table=None,
@@ -69,6 +71,10 @@ def compile_torch(
     T, with an example of length >= 2 so torch does not specialize it) and
     the bounds are then fixed to [T, T].
 
+    `dynamic_shapes` takes torch.export's spec instead (per input, a dict dim -> `Dim(name, min, max)`;
+    a Dim shared by several inputs means equal sizes): one symbol per Dim, each with its own bounds, and
+    `dynamic_dim` / `min_len` / `max_len` are ignored.
+
     `cache` (default: on unless NOVELLA_CACHE=0) looks the compile up in the
     persistent cache (`novella_mlir/cache.py`) and stores it there."""
     config = config or load_config()
@@ -77,7 +83,7 @@ def compile_torch(
         key = compile_cache.key(
             module,
             example_args,
-            dynamic_dim=dynamic_dim,
+            dynamic_dim=dynamic_dim if dynamic_shapes is None else _spec_text(dynamic_shapes),
             min_len=min_len,
             max_len=max_len,
             config=config,
@@ -90,14 +96,24 @@ def compile_torch(
             return CompiledModel(hit[0], config, stages)
     ctx = make_context()
     stages = Stages(dump_dir)
-    # torch.export with a symbolic length, then the torch-mlir FX importer (torch dialect, `?` dims)
-    lo, hi = min_len, max_len
-    if min_len == max_len:
-        lo, hi = (min_len - 1, min_len) if min_len > 2 else (min_len, min_len + 1)
-        example_args = tuple(_resized(a, dynamic_dim, max(min_len, 2)) for a in example_args)
-    prog = importer.export(module, example_args, dynamic_dim, lo, hi)
-    imported = importer.import_program(ctx, prog, decomposition_table)
-    imported.symbols = [dataclasses.replace(s, lo=min_len, hi=max_len) for s in imported.symbols]
+    # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims)
+    if dynamic_shapes is not None:
+        prog = importer.export_spec(module, example_args, dynamic_shapes)
+        names = importer.symbol_names(prog, example_args, dynamic_shapes)
+        imported = importer.import_program(ctx, prog, decomposition_table, names=names)
+    else:
+        lo, hi = min_len, max_len
+        if min_len == max_len:
+            lo, hi = (min_len - 1, min_len) if min_len > 2 else (min_len, min_len + 1)
+            example_args = tuple(_resized(a, dynamic_dim, max(min_len, 2)) for a in example_args)
+        prog = importer.export(module, example_args, dynamic_dim, lo, hi)
+        imported = importer.import_program(ctx, prog, decomposition_table)
+        imported.symbols = [dataclasses.replace(s, lo=min_len, hi=max_len) for s in imported.symbols]
+    return _compile_imported(imported, ctx, stages, config, pass_options, key, dump_dir)
+
+
+def _compile_imported(imported, ctx, stages, config, pass_options, key, dump_dir) -> CompiledModel:
+    """The frontend, the backend pipeline and the artifact, from an imported torch-dialect module."""
     with ctx, ir.Location.unknown():
         stages.record("torch", imported.module)
         # frontend: registry-driven lowering to the novella dialect; the shape mutator types every `?`
@@ -120,6 +136,17 @@ def compile_torch(
     return model
 
 
+def _spec_text(spec) -> str:
+    """A `dynamic_shapes` spec as text for the compile cache key (Dims by name and bounds)."""
+    if isinstance(spec, dict):
+        return "{" + ",".join(f"{k}:{_spec_text(v)}" for k, v in sorted(spec.items(), key=lambda kv: str(kv[0]))) + "}"
+    if isinstance(spec, (list, tuple)):
+        return "(" + ",".join(_spec_text(v) for v in spec) + ")"
+    if hasattr(spec, "__name__") and hasattr(spec, "min"):
+        return f"Dim({spec.__name__},{spec.min},{spec.max})"
+    return repr(spec)
+
+
 def _resized(arg, dim: int, length: int):
     """`arg` with dim `dim` of length `length` (an example for export, values random)."""
     if not isinstance(arg, torch.Tensor):
@@ -130,11 +157,12 @@ def _resized(arg, dim: int, length: int):
 
 
 def _check_bounds_encode(model) -> None:
-    """Instantiates the program at the lower and upper bounds, so a field that
+    """Instantiates the program at every corner of the symbols' bounds, so a field that
     overflows its ISA width is a compile error, not a failure at run time."""
     syms = model.artifact.symbols
-    for pick, which in ((1, "lower"), (2, "upper")):
-        values = [s[pick] for s in syms]
+    for corner in itertools.product(*[(1, 2)] * len(syms)):
+        values = [s[pick] for s, pick in zip(syms, corner)]
+        which = "/".join("lower" if p == 1 else "upper" for p in corner) or "lower"
         try:
             model.jit.instantiate(values)
         except isa.EncodingError as e:

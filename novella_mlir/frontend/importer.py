@@ -83,7 +83,16 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
     return exporting.export(module, args, dynamic_dim, min_len, max_len)
 
 
-def import_program(ctx: ir.Context, prog, decomposition_table=None) -> Imported:
+def export_spec(module: torch.nn.Module, args, dynamic_shapes):
+    """torch.export with torch's `dynamic_shapes` spec of named Dims (see `exporting.export_spec`)."""
+    return exporting.export_spec(module, args, dynamic_shapes)
+
+
+def symbol_names(prog, args, dynamic_shapes) -> dict:
+    return exporting.symbol_names(prog, args, dynamic_shapes)
+
+
+def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict | None = None) -> Imported:
     """Runs only the decompositions the graph needs (none: no retrace), then the FX importer, into `ctx`."""
     t0 = time.perf_counter()
     exporting.strip_asserts(prog)
@@ -98,7 +107,7 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None) -> Imported:
     with ctx:
         importer.import_program(prog, func_name="forward")
     t2 = time.perf_counter()
-    symbols, positions = _symbols(prog)
+    symbols, positions = _symbols(prog, names)
     user_inputs = [n for n in prog.graph.nodes if n.op == "placeholder" and _is_user_input(prog, n)]
     out_node = next(n for n in prog.graph.nodes if n.op == "output")
     outs = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else [out_node.args[0]]
@@ -126,11 +135,24 @@ def _is_user_input(prog, node) -> bool:
     return spec.kind.name == "USER_INPUT"
 
 
-def _symbols(prog):
+def _symbols(prog, names: dict | None = None):
+    """One affine symbol per torch size symbol, in order of first use by the user inputs, named
+    after its Dim (`names`: sympy symbol -> Dim name; default "T" for a lone symbol)."""
+    order = []
+    for n in prog.graph.nodes:
+        val = n.meta.get("val") if n.op == "placeholder" and _is_user_input(prog, n) else None
+        for d in getattr(val, "shape", ()):
+            e = getattr(getattr(d, "node", None), "expr", None)
+            for s in sorted(getattr(e, "free_symbols", ()), key=str):
+                if s in prog.range_constraints and s not in order:
+                    order.append(s)
+    order += [s for s in sorted(prog.range_constraints, key=str) if s not in order]
     syms, positions = [], {}
-    for i, (s, vr) in enumerate(sorted(prog.range_constraints.items(), key=lambda kv: str(kv[0]))):
+    for i, s in enumerate(order):
+        vr = prog.range_constraints[s]
         positions[s] = i
-        syms.append(sy.Symbol(i, "T" if i == 0 else str(s), int(vr.lower), int(vr.upper)))
+        name = (names or {}).get(s) or ("T" if i == 0 else str(s))
+        syms.append(sy.Symbol(i, name, int(vr.lower), int(vr.upper)))
     return syms, positions
 
 

@@ -10,15 +10,12 @@ gets `novella.sram_budget`, the SRAM it may tile into."""
 
 from __future__ import annotations
 
-import numpy as np
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from ..runtime import expr
 from .common import body_ops, functions, is_tensor_op, set_attr
 
 ALIGN = 16
-REUSE_CHECK_LENGTH = 1 << 16
 
 
 def _aligned(size: ir.AffineExpr) -> ir.AffineExpr:
@@ -30,22 +27,15 @@ class _Arena:
 
     def __init__(self, symbols):
         self.symbols = symbols
+        self.box = sy.symbol_box(symbols, lower_only=True, lo=1)
         self.top = sy.const(0)
         self.free: list[tuple[ir.AffineExpr, ir.AffineExpr]] = []
 
     def _covers(self, big, small) -> bool:
-        """big >= small at every length from 1 to max(hi, REUSE_CHECK_LENGTH) (exhaustively, one symbol).
+        """big >= small, proved for every combination of symbol values >= 1 (`symbolic.provably_ge`).
 
-        Independent of the lower bound and, below REUSE_CHECK_LENGTH, of the
-        upper bound, so the layout does not change with the compiled bounds."""
-        if str(big) == str(small):
-            return True
-        if len(self.symbols) != 1:
-            return False
-        hi = max(self.symbols[0].hi, REUSE_CHECK_LENGTH)
-        grid = [np.arange(1, hi + 1, dtype=np.int64)]
-        diff = expr.evaluate(sy.to_postfix(big), grid) - expr.evaluate(sy.to_postfix(small), grid)
-        return bool(np.all(diff >= 0))
+        Independent of the compiled bounds, so the layout does not change with them."""
+        return sy.equal(big, small) or sy.provably_ge(big, small, self.box)
 
     def alloc(self, size: ir.AffineExpr) -> ir.AffineExpr:
         size = _aligned(size)

@@ -49,3 +49,28 @@ module attributes {novella.symbols = {s0 = ["T", 1, 100]}} {
     return %1 : tensor<?x1x3xf32, affine_map<()[s0] -> (s0, 1, 3)>>
   }
 }
+
+// -----
+
+// Two independent symbols (s0 past length P, s1 new length T): a freed [s0, 64]
+// block is reused only where reuse is proved for every (s0, s1) >= 1: not by the
+// [s1, 64] tensor (s1 may exceed s0), but by the later [s0, 64] one.
+// CHECK-DAG: #[[$A:.*]] = affine_map<()[s0, s1] -> (s0 * 64 + s1 * 64)>
+// CHECK-DAG: #[[$C:.*]] = affine_map<()[s0, s1] -> (s0 * 64 + s1 * 64 + s0 * 64 + s0 * 64)>
+// CHECK-LABEL: func.func @two
+// CHECK-SAME: {novella.dram = affine_map<()[s0, s1] -> (0)>}
+// CHECK-SAME: {novella.dram = affine_map<()[s0, s1] -> (s0 * 64)>}
+// CHECK: %[[R0:.*]] = "novella.relu"(%arg0) {novella.dram = #[[$A]],
+// CHECK: %[[R1:.*]] = "novella.relu"(%[[R0]])
+// CHECK: %[[R2:.*]] = "novella.relu"(%arg1) {novella.dram = #[[$C]],
+// CHECK: "novella.relu"(%[[R1]]) {novella.dram = #[[$A]],
+module attributes {novella.symbols = {s0 = ["P", 1, 1023], s1 = ["T", 1, 1024]}} {
+  func.func @two(%p: tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>, %n: tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>) -> (tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>, tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>) {
+    %0 = "novella.relu"(%p) : (tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>) -> tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>
+    %1 = "novella.relu"(%0) : (tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>) -> tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>
+    %2 = "novella.relu"(%n) : (tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>) -> tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>
+    %3 = "novella.relu"(%2) : (tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>) -> tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>
+    %4 = "novella.relu"(%1) : (tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>) -> tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>
+    return %4, %3 : tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>, tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>
+  }
+}
