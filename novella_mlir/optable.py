@@ -18,13 +18,17 @@ from dataclasses import dataclass, field
 
 from .dialects import novella as nv
 from .dialects import shapes
-from .frontend.lowering import activation, attention, elementwise, linear, nn, shape_ops
+from .frontend.lowering import activation, attention, elementwise, indexing, linear, nn, pointwise, shape_ops
 from .kernels import attention as k_attention
 from .kernels import conv as k_conv
 from .kernels import data_movement as k_data
 from .kernels import elementwise as k_elementwise
+from .kernels import indexing as k_index
 from .kernels import linear as k_linear
 from .kernels import normalization as k_norm
+from .kernels.pointwise import Pointwise, Prefer
+
+_MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign")
 
 
 @dataclass(frozen=True)
@@ -38,13 +42,25 @@ class OpDef:
     no_kernel: str = ""  # why `kernel` is None: the op is an alias, or legalize rewrites it away
 
 
-_BINARY = k_elementwise.Binary()
-_UNARY = k_elementwise.Unary()
+def _static_cols(op, tv) -> bool:
+    tv.cols(-1)
+    return True
+
+
+_ROWS_BINARY = k_elementwise.Binary()
+_POINTWISE = Pointwise()
+# The row kernels where they apply (goldens use them), else the general pointwise kernel.
+_BINARY = Prefer(_ROWS_BINARY, _POINTWISE, lambda op, tv: _static_cols(op, tv) and _ROWS_BINARY.kinds(op, tv))
+_UNARY = Prefer(k_elementwise.Unary(), _POINTWISE, _static_cols)
+_SLICE = Prefer(k_data.Slice(), k_index.ColumnSlice(), lambda op, tv: k_data.Slice()._geometry(op, tv))
 _LIT = "test/lit/"
 
 OPS: dict[type, OpDef] = {
     nv.LinearOp: OpDef(
-        shapes.linear, k_linear.Linear(), _LIT + "transforms/novella-tile.mlir", {"torch.aten.linear": linear.linear}
+        shapes.linear,
+        k_linear.Linear(),
+        _LIT + "transforms/novella-tile.mlir",
+        {"torch.aten.linear": linear.linear, "torch.aten.addmm": indexing.addmm},
     ),
     nv.MatmulOp: OpDef(
         shapes.matmul,
@@ -107,11 +123,19 @@ OPS: dict[type, OpDef] = {
             "torch.aten._unsafe_view": shape_ops.view,
             "torch.aten.unsqueeze": shape_ops.unsqueeze,
             "torch.aten.squeeze.dim": shape_ops.squeeze,
+            "torch.aten.squeeze.dims": shape_ops.squeeze_dims,
+            "torch.aten.squeeze": shape_ops.squeeze_dims,
+            "torch.prims.squeeze": shape_ops.squeeze_dims,
+            "torch.prims.collapse": shape_ops.collapse,
+            "torch.aten.unflatten.int": shape_ops.unflatten,
         },
         no_kernel="a row-major reshape is a DRAM alias (--novella-allocate gives it its operand's buffer)",
     ),
     nv.SliceOp: OpDef(
-        shapes.from_result, k_data.Slice(), _LIT + "kernels/shape.mlir", {"torch.aten.slice.Tensor": shape_ops.slice_}
+        shapes.from_result,
+        _SLICE,
+        _LIT + "kernels/shape.mlir",
+        {"torch.aten.slice.Tensor": shape_ops.slice_, "torch.aten.select.int": indexing.select},
     ),
     nv.Conv1dOp: OpDef(shapes.conv1d, k_conv.Conv1d(), _LIT + "kernels/nn.mlir", {"torch.aten.conv1d": nn.conv1d}),
     nv.AttentionOp: OpDef(
@@ -121,10 +145,124 @@ OPS: dict[type, OpDef] = {
         {"torch.aten.scaled_dot_product_attention": attention.scaled_dot_product_attention},
         no_kernel="--novella-legalize decomposes it into matmul, softmax and matmul (kernels/attention.py)",
     ),
+    nv.MathOp: OpDef(
+        shapes.unary,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            **{f"torch.aten.{fn}": pointwise.unary(fn) for fn in _MATH_ATEN},
+            "torch.aten.silu": pointwise.unary("silu"),
+            "torch.aten.logical_not": pointwise.logical_not,
+            "torch.aten.bitwise_not": pointwise.logical_not,
+            "torch.aten.pow.Tensor_Scalar": pointwise.pow_tensor_scalar,
+            "torch.aten.pow.Scalar": pointwise.pow_scalar,
+        },
+    ),
+    nv.CompareOp: OpDef(
+        shapes.binary,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            **{f"torch.aten.{fn}.{k}": pointwise.compare(fn) for fn in nv.COMPARE_FNS for k in ("Tensor", "Scalar")},
+            "torch.aten.logical_xor": pointwise.logical_xor,
+            "torch.aten.__xor__.Tensor": pointwise.logical_xor,
+            "torch.aten.bitwise_xor.Tensor": pointwise.logical_xor,
+            "torch.aten._to_copy": pointwise.convert,
+            "torch.aten.to.dtype": pointwise.convert,
+            "torch.aten.to.dtype_layout": pointwise.convert,
+            "torch.aten.type_as": pointwise.convert,
+            "torch.prims.convert_element_type": pointwise.convert,
+        },
+    ),
+    nv.MaximumOp: OpDef(
+        shapes.binary,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            "torch.aten.maximum": pointwise.maximum,
+            "torch.aten.logical_or": pointwise.logical_or,
+            "torch.aten.bitwise_or.Tensor": pointwise.logical_or,
+            "torch.aten.__or__.Tensor": pointwise.logical_or,
+            "torch.aten.clamp": pointwise.clamp,
+            "torch.aten.clamp.Tensor": pointwise.clamp,
+        },
+    ),
+    nv.MinimumOp: OpDef(
+        shapes.binary,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            "torch.aten.minimum": pointwise.minimum,
+            "torch.aten.logical_and": pointwise.logical_and,
+            "torch.aten.bitwise_and.Tensor": pointwise.logical_and,
+            "torch.aten.__and__.Tensor": pointwise.logical_and,
+        },
+    ),
+    nv.WhereOp: OpDef(
+        shapes.where,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {
+            "torch.aten.where.self": pointwise.where,
+            "torch.aten.where.Scalar": pointwise.where,
+            "torch.aten.where.ScalarOther": pointwise.where,
+            "torch.aten.where.ScalarSelf": pointwise.where,
+        },
+    ),
+    nv.BroadcastOp: OpDef(
+        shapes.broadcast_to, _POINTWISE, _LIT + "kernels/pointwise.mlir", {"torch.aten.expand": indexing.expand}
+    ),
+    nv.GatherRowsOp: OpDef(
+        shapes.gather_rows,
+        k_index.GatherRows(),
+        _LIT + "kernels/indexing.mlir",
+        {
+            "torch.aten.embedding": indexing.embedding,
+            "torch.aten.index_select": indexing.index_select,
+            "torch.aten.gather": indexing.gather,
+        },
+    ),
+    nv.ReduceOp: OpDef(
+        shapes.reduce_last,
+        k_index.Reduce(),
+        _LIT + "kernels/indexing.mlir",
+        {
+            "torch.aten.mean.dim": indexing.mean,
+            "torch.aten.sum.dim_IntList": indexing.sum_,
+            "torch.aten.amax": indexing.amax,
+            "torch.aten.amin": indexing.amin,
+        },
+    ),
+    nv.ConcatOp: OpDef(
+        shapes.concat,
+        k_index.Concat(),
+        _LIT + "kernels/indexing.mlir",
+        {
+            "torch.aten.cat": indexing.cat,
+            "torch.aten.split.Tensor": indexing.split,
+            "torch.aten.split_with_sizes": indexing.split_with_sizes,
+        },
+    ),
 }
 
-# torch ops that produce no novella op: symbolic-size arithmetic and ops that forward their operand.
+# torch ops that produce no novella op of their own: symbolic-size arithmetic, ops that
+# forward their operand, and constants (weights, or weight tables sliced to a symbolic size).
 FRONTEND_ONLY: dict[str, Callable] = {
+    "torch.aten.detach_": shape_ops.identity,
+    "torch.prims.view_of": shape_ops.identity,
+    "torch.aten.arange": indexing.arange,
+    "torch.aten.arange.start": indexing.arange,
+    "torch.aten.arange.start_step": indexing.arange,
+    "torch.aten.full": indexing.full,
+    "torch.aten.zeros": indexing.zeros,
+    "torch.aten.ones": indexing.ones,
+    "torch.aten.full_like": indexing.full_like,
+    "torch.aten.zeros_like": indexing.zeros_like,
+    "torch.aten.ones_like": indexing.ones_like,
+    "torch.aten.new_full": indexing.new_full,
+    "torch.aten.new_zeros": indexing.new_zeros,
+    "torch.aten.new_ones": indexing.new_ones,
+    "torch.aten.scalar_tensor": indexing.scalar_tensor,
     "torch.aten.size.int": shape_ops.size,
     "torch.aten.sym_size.int": shape_ops.size,
     "torch.aten.add.int": shape_ops.int_add,
@@ -137,7 +275,6 @@ FRONTEND_ONLY: dict[str, Callable] = {
     "torch.aten.detach": shape_ops.identity,
     "torch.aten.lift_fresh_copy": shape_ops.identity,
     "torch.aten.dropout": shape_ops.dropout,
-    "torch.aten.expand": shape_ops.expand,
 }
 
 # Legalize rewrites, in the order they are added to the pattern set: (root op class, fn(op, rewriter)).

@@ -17,8 +17,9 @@ from simulator import isa, load_config
 from . import artifact as art_mod
 from . import cache as compile_cache
 from .context import make_context
-from .errors import CompileError
-from .frontend import importer
+from .errors import CompileError, InputError, NovellaError
+from .frontend import dtypes, importer
+from .frontend.exporting import NarrowedError
 from .frontend.lowering import convert, source_location
 from .runtime.executor import Executor
 from .transforms.registry import BACKEND_PIPELINE, run_passes
@@ -94,26 +95,37 @@ def compile_torch(
             stages = Stages()
             stages.texts, stages.seconds = hit[1], hit[2]
             return CompiledModel(hit[0], config, stages)
-    ctx = make_context()
-    stages = Stages(dump_dir)
     # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims)
     if dynamic_shapes is not None:
         prog = importer.export_spec(module, example_args, dynamic_shapes)
         names = importer.symbol_names(prog, example_args, dynamic_shapes)
-        imported = importer.import_program(ctx, prog, decomposition_table, names=names)
+        model = _compile_program(prog, None, config, dump_dir, decomposition_table, pass_options, names)
     else:
         lo, hi = min_len, max_len
         if min_len == max_len:
             lo, hi = (min_len - 1, min_len) if min_len > 2 else (min_len, min_len + 1)
             example_args = tuple(_resized(a, dynamic_dim, max(min_len, 2)) for a in example_args)
-        prog = importer.export(module, example_args, dynamic_dim, lo, hi)
-        imported = importer.import_program(ctx, prog, decomposition_table)
-        imported.symbols = [dataclasses.replace(s, lo=min_len, hi=max_len) for s in imported.symbols]
-    return _compile_imported(imported, ctx, stages, config, pass_options, key, dump_dir)
+        try:
+            prog = importer.export(module, example_args, dynamic_dim, lo, hi)
+        except NarrowedError as e:
+            if min_len == max_len or e.kept is None:
+                raise
+            kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
+            return _specialize(module, example_args, dynamic_dim, (min_len, max_len), e, **kw)
+        model = _compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
+    if key is not None:
+        compile_cache.store(key, model.artifact, model.stages)
+    return model
 
 
-def _compile_imported(imported, ctx, stages, config, pass_options, key, dump_dir) -> CompiledModel:
-    """The frontend, the backend pipeline and the artifact, from an imported torch-dialect module."""
+def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_options, names=None) -> CompiledModel:
+    """The exported program through the FX importer, the frontend and the backend passes. `bounds`
+    (min, max) overrides the one symbol's range; None keeps each symbol's (named after `names`)."""
+    ctx = make_context()
+    stages = Stages(dump_dir)
+    imported = importer.import_program(ctx, prog, decomposition_table, names=names)
+    if bounds is not None:
+        imported.symbols = [dataclasses.replace(s, lo=bounds[0], hi=bounds[1]) for s in imported.symbols]
     with ctx, ir.Location.unknown():
         stages.record("torch", imported.module)
         # frontend: registry-driven lowering to the novella dialect; the shape mutator types every `?`
@@ -126,10 +138,8 @@ def _compile_imported(imported, ctx, stages, config, pass_options, key, dump_dir
         # artifact: MacroMeta + TileMeta (+ weights and DRAM plan)
         artifact = art_mod.extract(mod, imported.weights, config)
     model = CompiledModel(artifact, config, stages)
-    # validation: the programs at both ends of the bounds instantiate and encode
+    # validation: the programs at every corner of the bounds instantiate and encode
     _check_bounds_encode(model)
-    if key is not None:
-        compile_cache.store(key, artifact, stages)
     if dump_dir:
         artifact.save(Path(dump_dir) / "model.nvla")
         (Path(dump_dir) / "summary.json").write_text(json.dumps(model.summary(), indent=2))
@@ -148,12 +158,35 @@ def _spec_text(spec) -> str:
 
 
 def _resized(arg, dim: int, length: int):
-    """`arg` with dim `dim` of length `length` (an example for export, values random)."""
+    """`arg` with dim `dim` of length `length` (an example for export; float values random, integers 0)."""
     if not isinstance(arg, torch.Tensor):
         return arg
     shape = list(arg.shape)
     shape[dim] = length
-    return torch.randn(shape, dtype=arg.dtype)
+    return torch.randn(shape, dtype=arg.dtype) if arg.dtype.is_floating_point else torch.zeros(shape, dtype=arg.dtype)
+
+
+MAX_SPECIALIZED = 4
+
+
+def _specialize(module, example_args, dynamic_dim, bounds, narrowed, **kw) -> SpecializedModel:
+    """torch.export keeps only `narrowed.kept` of `bounds`: that part compiled once with the length
+    symbolic, each excluded length (at most MAX_SPECIALIZED) as its own static program."""
+    (lo, hi), (a, b) = bounds, narrowed.kept
+    rest = [*range(lo, a), *range(b + 1, hi + 1)]
+    if len(rest) > MAX_SPECIALIZED:
+        raise narrowed
+    main = compile_torch(module, *example_args, dynamic_dim=dynamic_dim, min_len=a, max_len=b, **kw)
+    parts = [((a, b), main)]
+    for length in rest:
+        args = tuple(_resized(x, dynamic_dim, length) for x in example_args)
+        try:
+            prog = importer.export_static(module, args)
+        except NovellaError as e:
+            raise NovellaError(f"{narrowed}\nThe static program for T = {length} fails too: {e}") from None
+        parts.append(((length, length), _compile_program(prog, (length, length), kw["config"], None,
+                                                         kw["decomposition_table"], kw["pass_options"])))  # fmt: skip
+    return SpecializedModel(parts, dynamic_dim, str(narrowed))
 
 
 def _check_bounds_encode(model) -> None:
@@ -194,6 +227,9 @@ class CompiledModel:
         """Runs the model on the simulator. `check_hazards=False` skips the race checker (same outputs and
         cycles, faster); `progress` shows a tqdm bar (default: on a terminal, for long programs)."""
         arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in inputs]
+        for i, a in enumerate(arrays):
+            if a.dtype.kind in "iub":
+                dtypes.check_exact(a.astype(np.int64), f"input #{i}")
         outs = self.executor.run(arrays, trace=trace, check_hazards=check_hazards, progress=progress)
         outs = [torch.from_numpy(o) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -227,6 +263,59 @@ class CompiledModel:
 
     def save(self, path) -> None:
         self.artifact.save(path)
+
+
+class SpecializedModel:
+    """Programs for disjoint length ranges, picked by the input's length: the range torch.export
+    traces symbolically, plus static programs for the few lengths it excludes (`why`)."""
+
+    def __init__(self, parts, dynamic_dim: int, why: str):
+        self.parts = sorted(parts, key=lambda p: p[0])
+        self.dynamic_dim = dynamic_dim
+        self.why = why
+        self.main = max(parts, key=lambda p: p[0][1] - p[0][0])[1]
+        self._last = self.main
+
+    def pick(self, length: int) -> CompiledModel:
+        for (lo, hi), model in self.parts:
+            if lo <= length <= hi:
+                return model
+        ranges = ", ".join(f"[{lo}, {hi}]" for (lo, hi), _ in self.parts)
+        raise InputError(f"length {length} is outside the compiled ranges {ranges}")
+
+    def __call__(self, *inputs, trace: bool = False):
+        first = next(x for x in inputs if hasattr(x, "shape"))
+        self._last = self.pick(int(first.shape[self.dynamic_dim]))
+        return self._last(*inputs, trace=trace)
+
+    @property
+    def artifact(self):
+        return self.main.artifact
+
+    @property
+    def last_run(self):
+        return self._last.last_run
+
+    def ir(self, stage: str) -> str:
+        return self.main.ir(stage)
+
+    def summary(self) -> dict:
+        out = self.main.summary()
+        out["specializations"] = [{"lengths": list(r), **m.summary()} for r, m in self.parts if m is not self.main]
+        out["specialized_because"] = self.why
+        return out
+
+    def describe(self) -> str:
+        lines = [f"{len(self.parts)} programs, selected by length: {self.why}"]
+        for (lo, hi), m in self.parts:
+            kind = "symbolic" if m is self.main else "static"
+            lines.append(f"  T in [{lo}, {hi}]: {kind}, {len(m.artifact.macros)} macros")
+        return "\n".join(lines)
+
+    def save(self, path) -> None:
+        """The main program at `path`, each static one beside it as `<path>.T<length>`."""
+        for (lo, _), m in self.parts:
+            m.save(path if m is self.main else f"{path}.T{lo}")
 
 
 def load(path, config=None) -> CompiledModel:

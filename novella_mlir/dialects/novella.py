@@ -54,6 +54,14 @@ def _broadcast_ok(a: ir.RankedTensorType, b: ir.RankedTensorType, out) -> bool:
     return True
 
 
+def _expands_to(a: ir.RankedTensorType, out: ir.RankedTensorType) -> bool:
+    """Every dim of `a` (right-aligned) is 1 or the result's."""
+    da, do = _static_dims(a), _static_dims(out)
+    if len(da) > len(do):
+        return False
+    return all(x == 1 or _dims_compatible(x, z) for x, z in zip(da, do[len(do) - len(da) :]))
+
+
 def _f32(*types) -> bool:
     return all(isinstance(t.element_type, ir.F32Type) for t in types)
 
@@ -354,6 +362,156 @@ class AttentionOp(Novella.Operation, name="attention"):
         if not _dims_compatible(dq[-2], dy[-2]) or not _dims_compatible(dv[-1], dy[-1]):
             return _fail(op, f"result {y} must be [..., Lq, Dv] for query {q} and value {v}")
         return True
+
+
+MATH_FNS = (
+    "exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "silu", "neg", "abs", "sin", "cos", "reciprocal",
+    "gelu_tanh", "not", "sign", "square",
+)  # fmt: skip
+COMPARE_FNS = ("lt", "le", "gt", "ge", "eq", "ne")
+REDUCE_FNS = ("sum", "mean", "max", "min")
+SCALAR_FNS = ("add", "sub", "mul", "div", "rsub", "max", "min") + COMPARE_FNS
+
+
+def _str_attr(op, name: str) -> str:
+    return ir.StringAttr(op.attributes[name]).value
+
+
+class MathOp(Novella.Operation, name="math"):
+    """Elementwise math function `fn` (one of MATH_FNS); `not` is 1 - x on a 0/1 mask."""
+
+    input: ext.Operand[Tensor]
+    fn: ir.StringAttr
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        if _str_attr(op, "fn") not in MATH_FNS:
+            return _fail(op, f"unknown fn '{_str_attr(op, 'fn')}' (expected one of {', '.join(MATH_FNS)})")
+        return _SameShapeUnary.verify_invariants(op)
+
+
+class CompareOp(Novella.Operation, name="compare"):
+    """Elementwise `lhs <fn> rhs` with NumPy broadcasting, as a 0.0/1.0 mask (fn in lt, le, gt, ge, eq, ne)."""
+
+    lhs: ext.Operand[Tensor]
+    rhs: ext.Operand[Tensor]
+    fn: ir.StringAttr
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        if _str_attr(op, "fn") not in COMPARE_FNS:
+            return _fail(op, f"unknown compare '{_str_attr(op, 'fn')}' (expected one of {', '.join(COMPARE_FNS)})")
+        return _ElementwiseBinary.verify_invariants(op)
+
+
+class MaximumOp(_BinaryOp, name="maximum"):
+    """Elementwise `max(lhs, rhs)` with NumPy broadcasting (also logical or of 0/1 masks)."""
+
+
+class MinimumOp(_BinaryOp, name="minimum"):
+    """Elementwise `min(lhs, rhs)` with NumPy broadcasting."""
+
+
+class WhereOp(Novella.Operation, name="where"):
+    """`cond != 0 ? x : y` elementwise, the three broadcasting to the result."""
+
+    cond: ext.Operand[Tensor]
+    x: ext.Operand[Tensor]
+    y: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        c, x, y = (v.type for v in op.operands)
+        r = op.results[0].type
+        if not _f32(c, x, y, r):
+            return _fail(op, "supports only f32 tensors")
+        if not all(_expands_to(t, r) for t in (c, x, y)):
+            return _fail(op, f"operands {c}, {x}, {y} do not broadcast to {r}")
+        return True
+
+
+class BroadcastOp(Novella.Operation, name="broadcast"):
+    """A broadcast copy (`expand`): size-1 dims of `input` repeated to the result's (encoded) shape."""
+
+    input: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        x, y = op.operands[0].type, op.results[0].type
+        if not _expands_to(x, y):
+            return _fail(op, f"{x} does not broadcast to {y}")
+        return _SameShapeUnary.verify_f32(op)
+
+
+class GatherRowsOp(Novella.Operation, name="gather_rows"):
+    """`table[indices]`: rows of a [N, C] table picked by integer-valued indices of any shape.
+
+    result: indices.shape + [C]; an index outside [0, N) faults on the NPU (GATHER)."""
+
+    table: ext.Operand[Tensor]
+    indices: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        t, i = (v.type for v in op.operands)
+        y = op.results[0].type
+        if not _f32(t, i, y):
+            return _fail(op, "supports only f32 tensors (indices are held as f32)")
+        if t.rank != 2 or y.rank != i.rank + 1 or not _dims_compatible(_static_dims(y)[-1], t.get_dim_size(1)):
+            return _fail(op, f"expects a [N, C] table and result indices.shape + [C], got {t}, {i} -> {y}")
+        return True
+
+
+class ReduceOp(Novella.Operation, name="reduce"):
+    """`fn` (sum, mean, max, min) over the last dim, kept as size 1: [..., C] -> [..., 1]."""
+
+    input: ext.Operand[Tensor]
+    fn: ir.StringAttr
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        x, y = op.operands[0].type, op.results[0].type
+        if _str_attr(op, "fn") not in REDUCE_FNS:
+            return _fail(op, f"unknown reduction '{_str_attr(op, 'fn')}' (expected one of {', '.join(REDUCE_FNS)})")
+        if y.rank != x.rank or _static_dims(y)[-1] != 1:
+            return _fail(op, f"result {y} must be the input {x} with its last dim reduced to 1")
+        return _SameShapeUnary.verify_f32(op)
+
+
+class ConcatOp(Novella.Operation, name="concat"):
+    """`torch.cat(inputs, dim)`: the inputs, equal except in `dim`, one after the other along it."""
+
+    inputs: Sequence[ext.Operand[Tensor]]
+    dim: ir.IntegerAttr
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        types = [v.type for v in op.operands]
+        y = op.results[0].type
+        d = ir.IntegerAttr(op.attributes["dim"]).value
+        if not types or not _f32(*types, y) or not 0 <= d < y.rank or any(t.rank != y.rank for t in types):
+            return _fail(op, f"expects f32 inputs of the result's rank and 0 <= dim < {y.rank}, got dim {d}")
+        dy = _static_dims(y)
+        for t in types:
+            if any(i != d and not _dims_compatible(a, b) for i, (a, b) in enumerate(zip(_static_dims(t), dy))):
+                return _fail(op, f"input {t} differs from the result {y} outside dim {d}")
+        return True
+
+
+class DmaGatherOp(Novella.Operation, name="dma_gather"):
+    """Tile gather: rows of tensor `src` picked by the index buffer `idx` into SRAM `buffer` (GATHER)."""
+
+    src: ext.Operand[Tensor]
+    buffer: ir.StringAttr
+    idx: ir.StringAttr
+    tensor: ir.IntegerAttr
 
 
 class MacroOp(Novella.Operation, name="macro", traits=[ir.NoTerminatorTrait]):

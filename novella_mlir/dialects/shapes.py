@@ -128,6 +128,46 @@ def from_result(shapes, attrs, rt):
     return exprs
 
 
+def where(shapes, attrs, rt):
+    return broadcast(shapes[0], broadcast(shapes[1], shapes[2]))
+
+
+def broadcast_to(shapes, attrs, rt):
+    exprs = sy.shape_of(rt)
+    if exprs is None:
+        raise ShapeError(f"result type {rt} must carry its symbolic shape as encoding")
+    if [str(e) for e in broadcast(shapes[0], exprs)] != [str(e) for e in exprs]:
+        raise ShapeError(f"{[str(e) for e in shapes[0]]} does not broadcast to {[str(e) for e in exprs]}")
+    return exprs
+
+
+def gather_rows(shapes, attrs, rt):
+    table, indices = shapes
+    if len(table) != 2:
+        raise ShapeError(f"gather_rows needs a [N, C] table, got rank {len(table)}")
+    return list(indices) + [table[1]]
+
+
+def reduce_last(shapes, attrs, rt):
+    return list(shapes[0][:-1]) + [sy.const(1)]
+
+
+def concat(shapes, attrs, rt):
+    d = ir.IntegerAttr(attrs["dim"]).value
+    first = shapes[0]
+    for s in shapes[1:]:
+        if len(s) != len(first) or any(i != d and not _same(a, b) for i, (a, b) in enumerate(zip(s, first))):
+            raise ShapeError(
+                f"concat inputs differ outside dim {d}: {[str(e) for e in first]} vs {[str(e) for e in s]}"
+            )
+    total = shapes[0][d]
+    for s in shapes[1:]:
+        total = total + s[d]
+    out = list(first)
+    out[d] = sy.canon(total)
+    return out
+
+
 def _check_slice(a: Shape, b: Shape, dim: int) -> None:
     if len(a) != len(b) or any(i != dim and not _same(x, y) for i, (x, y) in enumerate(zip(a, b))):
         raise ShapeError(f"slice along dim {dim} changes another dim: {[str(e) for e in a]} -> {[str(e) for e in b]}")

@@ -48,7 +48,7 @@ def element_type(torch_type) -> str:
 
 
 def kind(torch_type) -> str:
-    """"float", "int" or "bool" for a torch tensor type; "" for anything else."""
+    """ "float", "int" or "bool" for a torch tensor type; "" for anything else."""
     e = element_type(torch_type)
     if e in FLOAT:
         return "float"

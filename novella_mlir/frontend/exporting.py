@@ -10,6 +10,7 @@ says which guard excluded which lengths.
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import numpy as np
@@ -46,7 +47,7 @@ class NarrowedError(NovellaError):
 def export(module, args, dynamic_dim: int, lo: int, hi: int):
     """The ExportedProgram over [lo, hi] with dim `dynamic_dim` of every tensor a `Dim("T")`, or a NarrowedError."""
     module = module.eval()
-    spec = _dyn(args, dynamic_dim, Dim("T", min=lo, max=hi))
+    spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
     first = export_spec(module, args, spec, raise_error=False)
     if not isinstance(first, str):
         return first
@@ -92,8 +93,14 @@ def export_spec(module, args, spec, raise_error: bool = True):
     return first
 
 
-def _dyn(args, dynamic_dim, length):
-    return tuple({dynamic_dim: length} if isinstance(a, torch.Tensor) else None for a in args)
+def _dyn(module, args, dynamic_dim, length):
+    """`dynamic_shapes` mirroring forward's parameters (a `*args` parameter takes one tuple)."""
+    spec = tuple({dynamic_dim: length} if isinstance(a, torch.Tensor) else None for a in args)
+    params = list(inspect.signature(module.forward).parameters.values())
+    star = [i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_POSITIONAL]
+    if star:
+        return spec[: star[0]] + (spec[star[0] :],)
+    return spec
 
 
 def symbol_names(prog, args, spec) -> dict:
@@ -114,14 +121,17 @@ def symbol_names(prog, args, spec) -> dict:
 
 
 def _flat_specs(args, spec) -> list:
-    """The per-tensor dim specs of `spec`, in the order of the flattened tensor arguments."""
-    out = []
-    for a, sp in zip(args, spec if isinstance(spec, (list, tuple)) else [spec]):
-        if isinstance(a, (list, tuple)):
-            out += _flat_specs(a, sp if isinstance(sp, (list, tuple)) else [sp] * len(a))
-        elif isinstance(a, torch.Tensor):
-            out.append(sp)
-    return out
+    """The per-tensor dim specs of `spec`, in the order of the flattened tensor arguments (a varargs
+    parameter's specs are one nested tuple; the arguments may be flat or nested)."""
+
+    def leaves(x, is_leaf):
+        if isinstance(x, (list, tuple)) and not is_leaf(x):
+            return [y for item in x for y in leaves(item, is_leaf)]
+        return [x]
+
+    flat_args = leaves(list(args), lambda x: False)
+    flat_spec = leaves(list(spec) if isinstance(spec, (list, tuple)) else [spec], lambda x: False)
+    return [sp for a, sp in zip(flat_args, flat_spec) if isinstance(a, torch.Tensor)]
 
 
 def _user_input(prog, node) -> bool:
@@ -150,11 +160,9 @@ def _named_dim_export(module, args, spec, dims: dict, oblivious: bool):
         name = names.get(s)
         want = dims.get(name)
         have = (int(r.lower), int(r.upper))
-        if name is None:
-            continue
+        box[s] = have
         if want is not None and have != want:
             return f"torch narrowed {name} to [{have[0]}, {have[1]}]."
-        box[s] = have
     if not box:
         return "the model is static in that dim (the traced graph does not depend on it)."
     for cond, where in assert_conditions(prog):
@@ -192,7 +200,10 @@ def _dynamic_export(module, args, dynamic_dim, lo, hi):
     try:
         with fx_config.patch(backed_size_oblivious=True):
             prog = torch.export.export(
-                module, tuple(args), dynamic_shapes=_dyn(args, dynamic_dim, Dim.DYNAMIC(min=lo, max=hi)), strict=False
+                module,
+                tuple(args),
+                dynamic_shapes=_dyn(module, args, dynamic_dim, Dim.DYNAMIC(min=lo, max=hi)),
+                strict=False,
             )
     except Exception:
         return None, None
@@ -253,7 +264,7 @@ def describe(cond) -> str:
 
 def explain(message: str, lo: int, hi: int) -> str:
     """torch's constraint-violation message as a sentence: the guard and the lengths it excludes."""
-    guards = re.findall(r"satisfy the generated guard (.*?)\.\s*$", message, flags=re.M)
+    guards = re.findall(r"satisfy the generated guard (.*?)\.?\s*$", message, flags=re.M)
     if not guards:
         first = message.strip().splitlines()[0] if message.strip() else "unknown error"
         return f"torch.export failed: {first}"
@@ -261,13 +272,43 @@ def explain(message: str, lo: int, hi: int) -> str:
     for g in guards:
         expr = re.sub(r"L\['[^']+'\]\.size\(\)\[\d+\]", "T", g)
         try:
-            cond = sympy.sympify(expr.replace("//", " // "), locals={"T": sympy.Symbol("T", integer=True)})
+            cond = _parse_guard(expr)
             bad = failing_lengths(cond, lo, hi)
             fails = f"false for {_lengths(bad)}" if bad else "true over the range, but torch cannot prove it"
             parts.append(f"the model branches on {describe(cond)}, which is {fails}")
         except (sympy.SympifyError, TypeError, NovellaError):
             parts.append(f"the model branches on `{expr}`")
     return "; ".join(parts) + " (a size-dependent check or branch in the model)."
+
+
+_RELATIONS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
+
+
+def _parse_guard(text: str):
+    """A guard of torch's message (`lhs op rhs` in T, or such terms joined by `and`) as a sympy relation."""
+    terms = _split_and(text)
+    if len(terms) > 1:
+        return sympy.And(*[_parse_guard(t) for t in terms])
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        for op in ("==", "!=", "<=", ">=", "<", ">"):
+            if depth == 0 and text.startswith(op, i):
+                t = {"T": sympy.Symbol("T", integer=True)}
+                lhs, rhs = sympy.sympify(text[:i], locals=t), sympy.sympify(text[i + len(op) :], locals=t)
+                return _RELATIONS[op](lhs, rhs, evaluate=False)
+    return sympy.sympify(text)
+
+
+def _split_and(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith(" and ", i):
+            parts.append(text[start:i])
+            start = i + 5
+    return parts + [text[start:]]
 
 
 def _lengths(values: list[int]) -> str:

@@ -27,6 +27,8 @@ NEEDED_DECOMPOSITIONS = (
     "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "_safe_softmax", "native_dropout", "linalg_vector_norm",
     "rsub", "flip", "sign", "clamp_min", "clamp_max", "_to_copy", "baddbmm",
 )  # fmt: skip
+
+
 @dataclass
 class Imported:
     """The torch-dialect module plus what the importer learned on the way."""
@@ -90,6 +92,14 @@ def export_spec(module: torch.nn.Module, args, dynamic_shapes):
 
 def symbol_names(prog, args, dynamic_shapes) -> dict:
     return exporting.symbol_names(prog, args, dynamic_shapes)
+
+
+def export_static(module: torch.nn.Module, args):
+    """torch.export at the example's shapes (one length: a static program)."""
+    try:
+        return torch.export.export(module.eval(), tuple(args), strict=False)
+    except Exception as e:  # torch raises many kinds; keep the message, drop the trace
+        raise exporting.NovellaError(f"torch.export failed: {str(e).splitlines()[0]}") from None
 
 
 def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict | None = None) -> Imported:

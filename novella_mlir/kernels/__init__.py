@@ -139,6 +139,10 @@ class MacroBuilder:
         """DMA rows of `tensor` (operand index, -1 = result) into `buffer`; see LOAD in docs/isa.md."""
         self.ops.append(("novella.dma_load", dict(buffer=buffer, tensor=tensor, **f)))
 
+    def gather(self, buffer: str, tensor: int, idx: str, **f) -> None:
+        """GATHER rows of `tensor` picked by the index buffer `idx` into `buffer`; see GATHER in docs/isa.md."""
+        self.ops.append(("novella.dma_gather", dict(buffer=buffer, tensor=tensor, idx=idx, **f)))
+
     def store(self, buffer: str, tensor: int = -1, **f) -> None:
         self.ops.append(("novella.dma_store", dict(buffer=buffer, tensor=tensor, **f)))
 

@@ -137,7 +137,7 @@ class _RowMove:
             sram_stride=width,
         )
         move, tensor, buf = (b.load, 0, "t") if side == "in" else (b.store, -1, "o")
-        if self.packed[side] is not None:
+        if self.packed[side] is not None and self.packed[side] == self.order:
             move(buf, tensor, dram_offset=0, cols=width, **geo)
             return
         for col, idx in self._blocks():
@@ -301,11 +301,10 @@ def sink_below_unary(op, rewriter):
     if inner is None or len(list(inner.results[0].uses)) != 1:
         return True
     x = inner.operands[0]
-    attrs = {a.name: a.attr for a in op.attributes}
+    attrs = {op.attributes[i].name: op.attributes[i].attr for i in range(len(op.attributes))}
     with rewriter.ip, op.location:
         moved = ir.Operation.create(op.operation.name, results=[x.type], operands=[x], attributes=attrs)
         new = make_transpose(moved.results[0], perm_of(inner), len(module_symbols(op)))
     rewriter.replace_op(op, [new])
     rewriter.erase_op(inner)
     return False
-

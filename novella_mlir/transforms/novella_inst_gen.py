@@ -84,6 +84,16 @@ def _dma(opcode):
     return lower
 
 
+def _gather(attrs, buffers):
+    out = _dma("GATHER")(attrs, buffers)
+    idx = buffers[ir.StringAttr(attrs["idx"]).value]
+    out["idx_mem"] = _mem(idx)
+    out["idx_addr"] = _addr(idx, attrs.get("idx_offset"))
+    out.pop("row_start", None)
+    out.pop("row_step", None)
+    return out
+
+
 def _mma(attrs, buffers):
     bufs = {k: buffers[ir.StringAttr(attrs[k]).value] for k in ("acc", "lhs", "rhs")}
     if bufs["acc"].mem != "acc" or bufs["lhs"].mem != "spad" or bufs["rhs"].mem != "spad":
@@ -111,6 +121,7 @@ def _vop(attrs, buffers):
 _LOWER = {
     "novella.dma_load": _dma("LOAD"),
     "novella.dma_store": _dma("STORE"),
+    "novella.dma_gather": _gather,
     "novella.mma": _mma,
     "novella.vop": _vop,
 }

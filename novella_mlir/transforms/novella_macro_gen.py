@@ -82,7 +82,8 @@ def _expand(op, n_syms: int) -> None:
         block = macro.regions[0].blocks.append()
         with ir.InsertionPoint(block):
             for name, fields in builder.ops:
-                operands = [op.operands[fields["tensor"]]] if name == "novella.dma_load" else []
+                reads = name in ("novella.dma_load", "novella.dma_gather")
+                operands = [op.operands[fields["tensor"]]] if reads else []
                 if name == "novella.dma_store":
                     fields = {k: v for k, v in fields.items() if k != "tensor"}
                 ir.Operation.create(name, operands=operands, attributes=_fields(fields, n_dims, n_syms))

@@ -13,14 +13,53 @@ def _gather_program(n_idx, cols, table_rows, idx_dram, table_dram, out_dram):
     idx_spad, rows_spad = 0, 64
     return np.stack(
         [
-            encode(Opcode.LOAD, sram_addr=idx_spad, sram_stride=1, dram_base=idx_dram, dram_stride=1,
-                   row_step=1, rows=n_idx, row_bound=n_idx, cols=1),  # fmt: skip
-            encode(Opcode.GATHER, sram_addr=rows_spad, sram_stride=cols, idx_addr=idx_spad, rows=n_idx,
-                   dram_base=table_dram, dram_stride=cols, row_bound=table_rows, cols=cols, push_next=1),  # fmt: skip
-            encode(Opcode.VEC, fn=VecFn.COPY, dst_addr=1024, a_addr=rows_spad, dst_stride=cols, a_stride=cols,
-                   rows=n_idx, cols=cols, pop_prev=1, push_next=1),  # fmt: skip
-            encode(Opcode.STORE, sram_addr=1024, sram_stride=cols, dram_base=out_dram, dram_stride=cols,
-                   row_step=1, rows=n_idx, row_bound=n_idx, cols=cols, pop_prev=1),  # fmt: skip
+            encode(
+                Opcode.LOAD,
+                sram_addr=idx_spad,
+                sram_stride=1,
+                dram_base=idx_dram,
+                dram_stride=1,
+                row_step=1,
+                rows=n_idx,
+                row_bound=n_idx,
+                cols=1,
+            ),  # fmt: skip
+            encode(
+                Opcode.GATHER,
+                sram_addr=rows_spad,
+                sram_stride=cols,
+                idx_addr=idx_spad,
+                rows=n_idx,
+                dram_base=table_dram,
+                dram_stride=cols,
+                row_bound=table_rows,
+                cols=cols,
+                push_next=1,
+            ),  # fmt: skip
+            encode(
+                Opcode.VEC,
+                fn=VecFn.COPY,
+                dst_addr=1024,
+                a_addr=rows_spad,
+                dst_stride=cols,
+                a_stride=cols,
+                rows=n_idx,
+                cols=cols,
+                pop_prev=1,
+                push_next=1,
+            ),  # fmt: skip
+            encode(
+                Opcode.STORE,
+                sram_addr=1024,
+                sram_stride=cols,
+                dram_base=out_dram,
+                dram_stride=cols,
+                row_step=1,
+                rows=n_idx,
+                row_bound=n_idx,
+                cols=cols,
+                pop_prev=1,
+            ),  # fmt: skip
         ]
     )
 
@@ -72,8 +111,15 @@ def _vec(fn, a, b=None, mode=VecMode.TENSOR, imm=0.0, dst=None):
 
 @pytest.mark.parametrize(
     "fn,ref",
-    [(VecFn.LT, np.less), (VecFn.LE, np.less_equal), (VecFn.GT, np.greater), (VecFn.GE, np.greater_equal),
-     (VecFn.EQ, np.equal), (VecFn.NE, np.not_equal), (VecFn.MIN, np.minimum)],  # fmt: skip
+    [
+        (VecFn.LT, np.less),
+        (VecFn.LE, np.less_equal),
+        (VecFn.GT, np.greater),
+        (VecFn.GE, np.greater_equal),
+        (VecFn.EQ, np.equal),
+        (VecFn.NE, np.not_equal),
+        (VecFn.MIN, np.minimum),
+    ],  # fmt: skip
 )
 def test_compare_fns_give_masks(fn, ref):
     a = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
@@ -86,7 +132,9 @@ def test_sel_keeps_unselected_dst_even_when_inf():
     x = np.array([[1, 2, 3, 4]], np.float32)
     other = np.array([[-np.inf, -np.inf, 7, 8]], np.float32)
     np.testing.assert_array_equal(_vec(VecFn.SEL, cond, x, dst=other), [[1, -np.inf, 3, 8]])
-    np.testing.assert_array_equal(_vec(VecFn.SEL, cond, mode=VecMode.SCALAR, imm=0.5, dst=other), [[0.5, -np.inf, 0.5, 8]])
+    np.testing.assert_array_equal(
+        _vec(VecFn.SEL, cond, mode=VecMode.SCALAR, imm=0.5, dst=other), [[0.5, -np.inf, 0.5, 8]]
+    )
 
 
 @pytest.mark.parametrize("fn,ref", [(VecFn.SIN, np.sin), (VecFn.COS, np.cos), (VecFn.LOG, np.log), (VecFn.ABS, np.abs)])

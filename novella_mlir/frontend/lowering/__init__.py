@@ -46,10 +46,11 @@ def source_location(loc: ir.Location) -> str:
 class LoweringContext:
     """What a lowering sees: the torch op, its converted operands, and a builder."""
 
-    def __init__(self, op, values: dict, n_syms: int, weights: dict):
+    def __init__(self, op, values: dict, symbols: list, weights: dict):
         self.op = op
         self._values = values
-        self.n_syms = n_syms
+        self.symbols = symbols
+        self.n_syms = len(symbols)
         self._weights = weights
 
     def add_weight(self, hint: str, array) -> ir.Value:
@@ -58,6 +59,29 @@ class LoweringContext:
         self._weights[name] = array.astype("float32")
         t = ir.RankedTensorType.get(list(array.shape), ir.F32Type.get())
         return WeightOp(ir.StringAttr.get(name), t, loc=self.op.location).result
+
+    def weight_data(self, v: ir.Value):
+        """The data of a `novella.weight` value, or None if `v` is computed."""
+        owner = v.owner
+        if isinstance(owner, ir.OpView) and owner.operation.name == "novella.weight":
+            return self._weights.get(ir.StringAttr(owner.attributes["name"]).value)
+        return None
+
+    def scalar(self, value: float) -> ir.Value:
+        """A 0-d constant tensor (broadcasts like a torch scalar)."""
+        import numpy as np
+
+        return self.add_weight("scalar", np.array(value, dtype=np.float64))
+
+    def kind(self, i: int) -> str:
+        """ "float", "int" or "bool": the torch element kind of operand `i` (held as f32 on the NPU)."""
+        return dtypes.kind(self.op.operands[i].type)
+
+    def result_kind(self, i: int = 0) -> str:
+        return dtypes.kind(self.op.results[i].type)
+
+    def is_tensor(self, i: int) -> bool:
+        return i < self.num_operands and isinstance(self._values[self.op.operands[i]], ir.Value)
 
     def value(self, v):
         return self._values[v]
@@ -87,14 +111,21 @@ class LoweringContext:
         dims = re.match(r"!torch.vtensor<\[([^\]]*)\]", t).group(1)
         return [None if d == "?" else int(d) for d in dims.split(",")] if dims else []
 
-    def emit(self, op_cls, result_shape=None, **fields) -> ir.Value:
-        """Builds `op_cls` with the result type from the shape rule (or `result_shape`)."""
+    def emit(self, op_cls, result_shape=None, check: bool = True, **fields) -> ir.Value:
+        """Builds `op_cls` with the result type from the shape rule (or `result_shape`);
+        `check` compares it with the torch op's static result dims (off for intermediate values)."""
         attrs = {k: v for k, v in fields.items() if isinstance(v, ir.Attribute)}
-        operands = [v for v in fields.values() if isinstance(v, ir.Value)]
+        operands = []
+        for v in fields.values():
+            operands += v if isinstance(v, list) else [v] if isinstance(v, ir.Value) else []
         if result_shape is None:
             hint = ir.RankedTensorType.get([1], ir.F32Type.get())
-            result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
-        self._check_static(result_shape)
+            try:
+                result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
+            except shapes.ShapeError as e:
+                raise self.error(str(e)) from None
+        if check:
+            self._check_static(result_shape)
         rtype = sy.tensor_type(result_shape, ir.F32Type.get(), self.n_syms)
         return op_cls(**fields, result=rtype, loc=self.op.location).result
 
@@ -124,7 +155,7 @@ def convert(torch_module: ir.Module, imported) -> ir.Module:
         for targ, narg in zip(src.regions[0].blocks[0].arguments, entry.arguments):
             values[targ] = narg
         with ir.InsertionPoint(entry):
-            results = _convert_block(src.regions[0].blocks[0], values, n_syms, imported.weights, table)
+            results = _convert_block(src.regions[0].blocks[0], values, imported.symbols, imported.weights, table)
             func.ReturnOp(results)
         fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [r.type for r in results]))
     return module
@@ -135,7 +166,7 @@ def _arg_type(dims, positions, n_syms):
     return sy.tensor_type(exprs, ir.F32Type.get(), n_syms)
 
 
-def _convert_block(block, values, n_syms, weights, table):
+def _convert_block(block, values, symbols, weights, table):
     for op in block.operations:
         name = op.operation.name
         if name == "func.return":
@@ -147,6 +178,10 @@ def _convert_block(block, values, n_syms, weights, table):
         if name.startswith("torch.constant.") or name == "torch.prim.ListConstruct":
             values[op.results[0]] = _constant(op, values)
             continue
+        if name == "torch.prim.ListUnpack":
+            for r, v in zip(op.results, values[op.operands[0]]):
+                values[r] = v
+            continue
         fn = table.get(name)
         if fn is None:
             raise UnsupportedOpError(
@@ -154,7 +189,7 @@ def _convert_block(block, values, n_syms, weights, table):
                 f"lowering for it. Rewrite the model to avoid it, or add a lowering for '{name}' to the "
                 "entry of the novella op it produces in novella_mlir/optable.py."
             )
-        result = fn(LoweringContext(op, values, n_syms, weights))
+        result = fn(LoweringContext(op, values, symbols, weights))
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
             values[r] = v
     raise NovellaError("torch function has no return")

@@ -8,7 +8,18 @@ from torch_mlir import ir
 
 from ... import symbolic as sy
 from ...dialects import shapes
-from ...dialects.novella import AttentionOp, MatmulOp, SoftmaxOp
+from ...dialects.novella import (
+    AddOp,
+    AttentionOp,
+    BroadcastOp,
+    CompareOp,
+    MatmulOp,
+    ReshapeOp,
+    ScalarOp,
+    SliceOp,
+    SoftmaxOp,
+    WhereOp,
+)
 
 
 def _rank(v: ir.Value) -> int:
@@ -56,23 +67,21 @@ def _sdpa_options(cx) -> dict:
 
 
 def scaled_dot_product_attention(cx):
-    """SDPA without mask, dropout or causal masking; `scale` defaults to 1/sqrt(head dim)."""
+    """SDPA, `scale` defaulting to 1/sqrt(head dim). Unmasked it is one `novella.attention`;
+    with `attn_mask` (bool: keep where True; float: added) or `is_causal` (keep key j <= query i)
+    it is scale * q @ k^T + additive mask, softmax, @ v. `enable_gqa` repeats the key/value heads."""
     q, k, v = cx.operand(0), cx.operand(1), cx.operand(2)
     opts = _sdpa_options(cx)
-    if opts["attn_mask"] is not None:
-        raise cx.error("scaled_dot_product_attention with attn_mask is not supported; pass attn_mask=None")
     if opts["dropout_p"]:
         raise cx.error(f"scaled_dot_product_attention with dropout_p={opts['dropout_p']} is not supported")
-    if opts["is_causal"]:
-        raise cx.error("scaled_dot_product_attention with is_causal=True is not supported")
-    if opts["enable_gqa"]:
-        raise cx.error("scaled_dot_product_attention with enable_gqa=True is not supported")
     ranks = {_rank(q), _rank(k), _rank(v)}
     if len(ranks) != 1 or not 2 <= min(ranks) <= 4:
         raise cx.error(f"scaled_dot_product_attention needs query, key, value of equal rank 2 to 4, got {ranks}")
     head_dim = sy.as_int(cx.shape(q)[-1])
     if head_dim is None:
         raise cx.error("scaled_dot_product_attention needs a static head dim")
+    if opts["enable_gqa"]:
+        k, v = (_repeat_heads(cx, t, cx.shape(q)) for t in (k, v))
     scale = opts["scale"] if opts["scale"] is not None else 1.0 / math.sqrt(head_dim)
     try:
         shapes.infer("novella.attention", [cx.shape(t) for t in (q, k, v)], {}, None)
@@ -80,4 +89,63 @@ def scaled_dot_product_attention(cx):
         raise cx.error(
             f"{e}; derive query, key and value from one input so their lengths are the same symbol"
         ) from None
-    return cx.emit(AttentionOp, query=q, key=k, value=v, scale=ir.FloatAttr.get_f32(float(scale)))
+    mask = cx.operand(3) if cx.is_tensor(3) else None
+    if mask is None and not opts["is_causal"]:
+        return cx.emit(AttentionOp, query=q, key=k, value=v, scale=ir.FloatAttr.get_f32(float(scale)))
+    if mask is not None and opts["is_causal"]:
+        raise cx.error("scaled_dot_product_attention with both attn_mask and is_causal=True is not supported")
+    additive = _causal(cx, cx.shape(q)[-2], cx.shape(k)[-2]) if mask is None else _additive(cx, mask, cx.kind(3))
+    qs = cx.emit(ScalarOp, check=False, input=q, fn=ir.StringAttr.get("mul"), value=ir.FloatAttr.get_f32(scale))
+    tr = ir.BoolAttr.get(True)
+    scores = cx.emit(MatmulOp, check=False, lhs=qs, rhs=k, transpose_rhs=tr)
+    scores = cx.emit(AddOp, check=False, lhs=scores, rhs=additive)
+    probs = cx.emit(SoftmaxOp, check=False, input=scores)
+    return cx.emit(MatmulOp, lhs=probs, rhs=v, transpose_rhs=ir.BoolAttr.get(False))
+
+
+def _additive(cx, mask, kind: str):
+    """A bool mask as 0 where kept and -inf elsewhere; a float mask as it is."""
+    if kind != "bool":
+        return mask
+    return cx.emit(WhereOp, check=False, cond=mask, x=cx.scalar(0.0), y=cx.scalar(-math.inf))
+
+
+def _positions(cx, n, shape_of):
+    """arange(n) as a [n, 1] (`shape_of` "col") or [1, n] ("row") tensor: a table sliced to n."""
+    import numpy as np
+
+    hi = sy.value_range(n, cx.symbols)[1]
+    table = cx.add_weight("positions", np.arange(hi, dtype=np.float64).reshape(-1, 1))
+    pos = table
+    if sy.as_int(n) != hi:
+        pos = cx.emit(SliceOp, result_shape=[n, sy.const(1)], check=False, input=table,
+                      dim=_i64(0), start=_i64(0))  # fmt: skip
+    if shape_of == "row":
+        pos = cx.emit(ReshapeOp, result_shape=[sy.const(1), n], check=False, input=pos)
+    return pos
+
+
+def _causal(cx, lq, lk):
+    """The is_causal mask of torch (top-left aligned: key j is kept for query i when j <= i), additive."""
+    keep = cx.emit(CompareOp, check=False, lhs=_positions(cx, lk, "row"), rhs=_positions(cx, lq, "col"),
+                   fn=ir.StringAttr.get("le"))  # fmt: skip
+    return _additive(cx, keep, "bool")
+
+
+def _repeat_heads(cx, t, q_shape):
+    """[B, Hkv, L, D] -> [B, Hq, L, D], each key/value head repeated Hq / Hkv times (GQA)."""
+    shape = cx.shape(t)
+    hq, hkv = sy.as_int(q_shape[-3]), sy.as_int(shape[-3])
+    if hq is None or hkv is None or hq % hkv:
+        raise cx.error(f"enable_gqa with {hq} query heads and {hkv} key/value heads is not supported")
+    if hq == hkv:
+        return t
+    lead = list(shape[:-3])
+    grouped = cx.emit(ReshapeOp, result_shape=lead + [shape[-3], sy.const(1)] + list(shape[-2:]), check=False, input=t)
+    wide = lead + [shape[-3], sy.const(hq // hkv)] + list(shape[-2:])
+    rep = cx.emit(BroadcastOp, result_shape=wide, check=False, input=grouped)
+    return cx.emit(ReshapeOp, result_shape=lead + [sy.const(hq)] + list(shape[-2:]), check=False, input=rep)
+
+
+def _i64(v: int) -> ir.IntegerAttr:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v))

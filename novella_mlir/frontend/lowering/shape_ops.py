@@ -105,10 +105,10 @@ def _divide(cx, num: list, den: list) -> ir.AffineExpr:
     return sy.floordiv(out, static)
 
 
-def reshape(cx, x, shape):
+def reshape(cx, x, shape, check: bool = True):
     if sy.equal_shapes(shape, cx.shape(x)):
         return x
-    return cx.emit(ReshapeOp, result_shape=shape, input=x)
+    return cx.emit(ReshapeOp, result_shape=shape, check=check, input=x)
 
 
 def view(cx):
@@ -122,6 +122,38 @@ def unsqueeze(cx):
     d = cx.const(1)
     shape.insert(d % (len(shape) + 1), sy.const(1))
     return reshape(cx, x, shape)
+
+
+def squeeze_dims(cx):
+    """squeeze.dims / prims.squeeze: drop the listed size-1 dims; squeeze(): all of them."""
+    x = cx.operand(0)
+    shape = list(cx.shape(x))
+    dims = cx.const(1) if cx.num_operands > 1 else None
+    dims = [i for i, e in enumerate(shape) if sy.as_int(e) == 1] if dims is None else [d % len(shape) for d in dims]
+    return reshape(cx, x, [e for i, e in enumerate(shape) if not (i in dims and sy.as_int(e) == 1)])
+
+
+def collapse(cx):
+    """prims.collapse(x, start, end): dims start..end (inclusive) merged into one."""
+    x, start, end = cx.operand(0), cx.const(1), cx.const(2)
+    shape = list(cx.shape(x))
+    return reshape(cx, x, shape[:start] + [sy.canon(sy.numel(shape[start : end + 1]))] + shape[end + 1 :])
+
+
+def unflatten(cx):
+    """unflatten(x, dim, sizes): dim split into `sizes` (at most one -1)."""
+    x, dim, sizes = cx.operand(0), cx.const(1), list(cx.const(2))
+    shape = list(cx.shape(x))
+    dim %= len(shape)
+    if -1 in sizes:
+        known = 1
+        for s in sizes:
+            known *= s if s != -1 else 1
+        d = sy.as_int(shape[dim])
+        if d is None:
+            raise cx.error("unflatten of a symbolic-size dim with -1 is not supported")
+        sizes[sizes.index(-1)] = d // known
+    return reshape(cx, x, shape[:dim] + [affine(s) for s in sizes] + shape[dim + 1 :])
 
 
 def squeeze(cx):
@@ -144,11 +176,11 @@ def expand(cx):
     )
 
 
-def transpose(cx, x, perm: list[int]):
+def transpose(cx, x, perm: list[int], check: bool = True):
     """`x` permuted by `perm`, or `x` itself for the identity permutation."""
     if perm == list(range(len(perm))):
         return x
-    return cx.emit(TransposeOp, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
+    return cx.emit(TransposeOp, check=check, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
 
 
 def permute(cx):
@@ -173,7 +205,9 @@ def slice_(cx):
     start, end = cx.const(2), cx.const(3)
     step = cx.const(4) if cx.num_operands > 4 else 1
     if step != 1:
-        raise cx.error(f"slice with step {step} is not supported")
+        raise cx.error(f"slice with step {step} is not supported; only step 1")
+    if isinstance(end, int) and end >= INT64_CLAMP:
+        end = None
     start = 0 if start is None else start
     if not isinstance(start, int):
         raise cx.error("slice with a symbolic start is not supported")
@@ -185,6 +219,9 @@ def slice_(cx):
         return x
     shape[dim] = length
     return cx.emit(SliceOp, result_shape=shape, input=x, dim=_i64(dim), start=_i64(start))
+
+
+INT64_CLAMP = 2**62  # torch writes `x[a:]` as end = INT64_MAX: any end this large is the dim's end
 
 
 def _slice_length(cx, size, start: int, end):

@@ -1,0 +1,298 @@
+"""Lowerings of lookups (embedding, index_select, gather), constants with symbolic sizes
+(arange, full, zeros, ones), cat, split, select, broadcasts, reductions and addmm.
+
+A constant whose size depends on the length (`arange(T)`, `ones(T, T)`) is a table
+built at the largest size the bounds allow, sliced to the length at run time: its
+element i does not depend on the length, so the prefix is exact."""
+
+from __future__ import annotations
+
+import numpy as np
+from torch_mlir import ir
+
+from ... import symbolic as sy
+from ...dialects.novella import (
+    AddOp,
+    BroadcastOp,
+    ConcatOp,
+    DivOp,
+    GatherRowsOp,
+    LinearOp,
+    MatmulOp,
+    ReduceOp,
+    SliceOp,
+)
+from .shape_ops import affine, reshape, transpose
+
+
+def _i64(v: int) -> ir.IntegerAttr:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v))
+
+
+# ------------------------------------------------------------------ lookups
+
+
+def embedding(cx):
+    table = cx.operand(0)
+    if len(cx.shape(table)) != 2:
+        raise cx.error("embedding needs a 2-D weight")
+    return cx.emit(GatherRowsOp, table=table, indices=cx.operand(1))
+
+
+def index_select(cx):
+    x, dim, idx = cx.operand(0), cx.const(1), cx.operand(2)
+    shape = cx.shape(x)
+    dim %= len(shape)
+    perm = [dim] + [i for i in range(len(shape)) if i != dim]
+    moved = transpose(cx, x, perm, check=False) if dim else x
+    rest = [shape[i] for i in perm[1:]]
+    inner = sy.numel(rest) if rest else sy.const(1)
+    if sy.as_int(inner) is None or sy.as_int(shape[dim]) is None:
+        raise cx.error("index_select needs static sizes outside the indexed dim, and a static indexed dim")
+    table = reshape(cx, moved, [shape[dim], inner], check=False)
+    rows = cx.emit(GatherRowsOp, check=False, table=table, indices=idx)
+    out = reshape(cx, rows, [cx.shape(idx)[0]] + rest, check=not dim)
+    return transpose(cx, out, [perm.index(i) for i in range(len(shape))]) if dim else out
+
+
+def gather(cx):
+    """torch.gather along `dim` where every other dim of input and index is 1 (a row lookup)."""
+    x, dim, idx = cx.operand(0), cx.const(1), cx.operand(2)
+    xs, ids = cx.shape(x), cx.shape(idx)
+    dim %= len(xs)
+    if any(sy.as_int(e) != 1 for i, e in enumerate(xs) if i != dim) or any(
+        sy.as_int(e) != 1 for i, e in enumerate(ids) if i != dim
+    ):
+        raise cx.error("gather is supported only along the one non-1 dim of input and index (a lookup)")
+    if sy.as_int(xs[dim]) is None:
+        raise cx.error("gather needs a static input size along the gathered dim")
+    table = reshape(cx, x, [xs[dim], sy.const(1)], check=False)
+    rows = cx.emit(GatherRowsOp, check=False, table=table, indices=idx)
+    return reshape(cx, rows, list(ids))
+
+
+# ------------------------------------------------------------------ constants with symbolic sizes
+
+
+def _upper(cx, e) -> int:
+    return sy.value_range(affine(e), cx.symbols)[1]
+
+
+def _table(cx, hint: str, values: np.ndarray, sizes: list):
+    """`values` (built at each dim's maximum) sliced to `sizes` (ints or symbolic sizes)."""
+    out = cx.add_weight(hint, values)
+    for d, s in enumerate(sizes):
+        if isinstance(s, int):
+            continue
+        shape = list(cx.shape(out))
+        shape[d] = sy.canon(s)
+        out = cx.emit(SliceOp, result_shape=shape, check=False, input=out, dim=_i64(d), start=_i64(0))
+    return out
+
+
+def arange(cx):
+    """arange(end), arange(start, end) or arange(start, end, step): positions, a table sliced to the length."""
+    n = {"torch.aten.arange": 1, "torch.aten.arange.start": 2}.get(cx.op.name, 3)
+    nums = [cx.value(v) for v in cx.op.operands[:n]]
+    start, end, step = (0, nums[0], 1) if n == 1 else (nums + [1])[:3]
+    if not all(isinstance(v, (int, float)) for v in (start, step)):
+        raise cx.error("arange with a symbolic start or step is not supported")
+    if isinstance(end, (int, float)):
+        return cx.add_weight("arange", np.arange(start, end, step, dtype=np.float64))
+    if step != 1 or not isinstance(start, int):
+        raise cx.error("arange with a symbolic end needs an integer start and step 1")
+    hi = _upper(cx, end)
+    return _table(cx, "arange", np.arange(start, hi, dtype=np.float64), [sy.canon(affine(end) - sy.const(start))])
+
+
+def _sizes(cx, sizes) -> tuple[list, list[int]]:
+    sizes = [s if isinstance(s, int) else sy.canon(s) for s in sizes]
+    sizes = [sy.as_int(s) if not isinstance(s, int) and sy.as_int(s) is not None else s for s in sizes]
+    return sizes, [s if isinstance(s, int) else _upper(cx, s) for s in sizes]
+
+
+def _full(cx, sizes, value):
+    sizes, upper = _sizes(cx, sizes)
+    return _table(cx, "full", np.full(upper, float(value)), sizes)
+
+
+def full(cx):
+    return _full(cx, cx.const(0), cx.const(1))
+
+
+def zeros(cx):
+    return _full(cx, cx.const(0), 0.0)
+
+
+def ones(cx):
+    return _full(cx, cx.const(0), 1.0)
+
+
+def full_like(cx):
+    return _full(cx, cx.shape(cx.operand(0)), cx.const(1))
+
+
+def zeros_like(cx):
+    return _full(cx, cx.shape(cx.operand(0)), 0.0)
+
+
+def ones_like(cx):
+    return _full(cx, cx.shape(cx.operand(0)), 1.0)
+
+
+def new_full(cx):
+    return _full(cx, cx.const(1), cx.const(2))
+
+
+def new_zeros(cx):
+    return _full(cx, cx.const(1), 0.0)
+
+
+def new_ones(cx):
+    return _full(cx, cx.const(1), 1.0)
+
+
+def scalar_tensor(cx):
+    return cx.scalar(float(cx.const(0)))
+
+
+# ------------------------------------------------------------------ cat, split, select, expand
+
+
+def _is_empty(cx, v) -> bool:
+    return any(sy.as_int(e) == 0 for e in cx.shape(v))
+
+
+def cat(cx):
+    """torch.cat; empty inputs (e.g. an empty KV cache, legacy 1-D `[0]`) drop out."""
+    items = [v for v in cx.const(0) if not _is_empty(cx, v)]
+    if not items:
+        raise cx.error("cat of only empty tensors")
+    if len(items) == 1:
+        return items[0]
+    rank = len(cx.shape(items[0]))
+    dim = cx.const(1) % rank if cx.num_operands > 1 else 0
+    return cx.emit(ConcatOp, inputs=items, dim=_i64(dim))
+
+
+def _slice(cx, x, dim: int, start: int, length):
+    shape = list(cx.shape(x))
+    if str(sy.canon(affine(length))) == str(shape[dim]) and start == 0:
+        return x
+    shape[dim] = sy.canon(affine(length))
+    return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=_i64(start))
+
+
+def _split_at(cx, x, dim: int, sizes: list):
+    outs, start = [], 0
+    for s in sizes:
+        if not isinstance(start, int):
+            raise cx.error("split after a symbolic-size piece is not supported")
+        outs.append(_slice(cx, x, dim, start, s))
+        start = start + s if isinstance(s, int) else None
+    return outs
+
+
+def split_with_sizes(cx):
+    x = cx.operand(0)
+    dim = cx.const(2) % len(cx.shape(x)) if cx.num_operands > 2 else 0
+    return [_split_at(cx, x, dim, list(cx.const(1)))]
+
+
+def split(cx):
+    x = cx.operand(0)
+    shape = cx.shape(x)
+    dim = cx.const(2) % len(shape) if cx.num_operands > 2 else 0
+    size, total = cx.const(1), sy.as_int(shape[dim])
+    if not isinstance(size, int) or total is None:
+        raise cx.error("split of a symbolic-size dim is not supported; split a static dim")
+    sizes = [min(size, total - i) for i in range(0, total, size)]
+    return [_split_at(cx, x, dim, sizes)]
+
+
+def select(cx):
+    x, dim, index = cx.operand(0), cx.const(1), cx.const(2)
+    shape = list(cx.shape(x))
+    dim %= len(shape)
+    if index < 0:
+        if sy.as_int(shape[dim]) is None:
+            raise cx.error("select with a negative index into a symbolic-size dim is not supported")
+        index += sy.as_int(shape[dim])
+    part = _slice(cx, x, dim, index, 1)
+    return reshape(cx, part, shape[:dim] + shape[dim + 1 :])
+
+
+def expand(cx):
+    """expand: the identity when no dim grows, else a broadcast copy."""
+    x = cx.operand(0)
+    have = list(cx.shape(x))
+    want = [affine(s) for s in cx.const(1)]
+    have = [sy.const(1)] * (len(want) - len(have)) + have
+    out = [h if sy.as_int(w) == -1 else sy.canon(w) for w, h in zip(want, have)]
+    if [str(e) for e in out] == [str(e) for e in have]:
+        return reshape(cx, x, have)
+    return cx.emit(BroadcastOp, result_shape=out, input=reshape(cx, x, have, check=False))
+
+
+# ------------------------------------------------------------------ reductions
+
+
+def _reduce(fn: str):
+    def lower(cx):
+        x = cx.operand(0)
+        rank = len(cx.shape(x))
+        dims = cx.const(1) if cx.num_operands > 1 else None
+        dims = list(range(rank)) if dims is None else [dims] if isinstance(dims, int) else list(dims)
+        keep = bool(cx.const(2)) if cx.num_operands > 2 and isinstance(cx.const(2), bool) else False
+        for d in sorted((d % rank for d in dims), reverse=True):
+            x = _reduce_dim(cx, fn, x, d)
+        if not keep:
+            shape = [e for i, e in enumerate(cx.shape(x)) if i not in [d % rank for d in dims]]
+            x = reshape(cx, x, shape)
+        return x
+
+    lower.__name__ = f"lower_{fn}"
+    return lower
+
+
+def _reduce_dim(cx, fn: str, x, d: int):
+    """`fn` over dim `d`, kept as size 1: the dim moves last, reduces, and (size 1 now) moves back by a reshape."""
+    shape = list(cx.shape(x))
+    r = len(shape)
+    if d != r - 1:
+        if d != r - 2:
+            raise cx.error(f"{fn} over dim {d} of a rank-{r} tensor: only the last two dims are supported")
+        x = transpose(cx, x, list(range(r - 2)) + [r - 1, r - 2], check=False)
+    n = shape[d]
+    dynamic_mean = fn == "mean" and sy.as_int(n) is None
+    out = cx.emit(ReduceOp, check=False, input=x, fn=ir.StringAttr.get("sum" if dynamic_mean else fn))
+    if dynamic_mean:
+        from .elementwise import size_value
+
+        out = cx.emit(DivOp, check=False, lhs=out, rhs=size_value(cx, n))
+    kept = list(shape)
+    kept[d] = sy.const(1)
+    return reshape(cx, out, kept, check=False)
+
+
+sum_ = _reduce("sum")
+mean = _reduce("mean")
+amax = _reduce("max")
+amin = _reduce("min")
+
+
+# ------------------------------------------------------------------ addmm
+
+
+def addmm(cx):
+    """bias + x @ w (beta = alpha = 1): a linear with w transposed at compile time when w is a weight."""
+    bias, x, w = cx.operand(0), cx.operand(1), cx.operand(2)
+    for i, name in ((3, "beta"), (4, "alpha")):
+        if i < cx.num_operands and cx.const(i) != 1:
+            raise cx.error(f"addmm with {name}={cx.const(i)} is not supported")
+    data = cx.weight_data(w)
+    if data is not None and len(cx.shape(bias)) == 1:
+        wt = cx.add_weight("addmm_wT", np.ascontiguousarray(data.T))
+        return cx.emit(LinearOp, input=x, weight=wt, bias=bias)
+    prod = cx.emit(MatmulOp, check=False, lhs=x, rhs=w, transpose_rhs=ir.BoolAttr.get(False))
+    return cx.emit(AddOp, lhs=prod, rhs=bias)

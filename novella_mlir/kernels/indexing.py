@@ -1,0 +1,220 @@
+"""Row gathers (embedding, index_select), column-range copies (slice and concat on any dim)
+and last-dim reductions.
+
+Slice and concat see every tensor as a 2-D row-major view `[outer, width]`, with `outer`
+the product of the dims before the sliced/concatenated dim and `width` the product of
+that dim and the ones after it: a slice is then a column range of each row, a concat
+puts each input's rows side by side. Both tile rows (`tm`) and columns (`tc`); widths and
+row counts may be symbolic.
+"""
+
+from __future__ import annotations
+
+from .. import symbolic as sy
+from . import BufferPlan, Tiling, first, last, tile_rows
+from .attention import ceildiv, mul
+
+ROW_TILES = (64, 32, 16, 8, 4, 2, 1)
+COL_TILE = 512
+MAX_STATIC_COLS = 1024
+
+
+def _col_tile(width) -> int:
+    w = sy.as_int(width)
+    return w if w is not None and w <= MAX_STATIC_COLS else COL_TILE
+
+
+def _extent(dim: int, t: int, total):
+    v = sy.as_int(total)
+    if v is not None and (v % t == 0 or v <= t):
+        return min(v, t)
+    return tile_rows(dim, t, total)
+
+
+def _row_tiling(n_buffers: int, tc: int, budget, options, extra: int = 0):
+    for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
+        plan = BufferPlan(budget)
+        for i in range(n_buffers):
+            plan.add(f"b{i}", "spad", tm * tc)
+        if extra:
+            plan.add("col", "spad", tm * extra)
+        if plan.fits() or tm == 1:
+            return tm, plan.check()
+    raise AssertionError("unreachable")
+
+
+def view2d(shape, dim: int):
+    """(outer, width) of `shape` cut before `dim`."""
+    return mul(*shape[:dim]) if dim else sy.const(1), mul(*shape[dim:])
+
+
+# ------------------------------------------------------------------ gather
+
+
+class GatherRows:
+    """`novella.gather_rows`: per row tile, LOAD the indices, GATHER the table rows they pick."""
+
+    def _dims(self, tv):
+        n = sy.numel(tv.shape(1))
+        c = tv.cols(0)
+        if c > 4095:
+            raise ValueError(f"gather_rows of {c}-wide rows: at most 4095 columns per row")
+        return n, sy.as_int(tv.shape(0)[0]), c
+
+    def tile(self, op, tv, budget, options):
+        n, _, c = self._dims(tv)
+        for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
+            plan = BufferPlan(budget)
+            plan.add("idx", "spad", tm)
+            plan.add("rows", "spad", tm * c)
+            plan.add("out", "spad", tm * c)
+            if plan.fits() or tm == 1:
+                return Tiling({"tm": tm}, [ceildiv(n, tm)], plan.check())
+        raise AssertionError("unreachable")
+
+    def macro(self, op, tv, t, b):
+        n, rows_in_table, c = self._dims(tv)
+        tm = t.tiles["tm"]
+        rows = _extent(0, tm, n)
+        b.load_rows("idx", 1, row_start=b.d(0) * tm, rows=rows, row_bound=n, cols=1, dram_stride=1, sram_stride=1)
+        b.gather("rows", 0, idx="idx", dram_offset=0, dram_stride=c, row_bound=rows_in_table, rows=rows, cols=c,
+                 sram_stride=c)  # fmt: skip
+        b.vop("COPY", "out", "rows", rows=rows, cols=c, dst_stride=c, a_stride=c)
+        b.store_rows("out", row_start=b.d(0) * tm, rows=rows, row_bound=n, cols=c)
+
+
+# ------------------------------------------------------------------ slice / concat as column ranges
+
+
+class ColumnSlice:
+    """`novella.slice` on any dim: the column range [start*inner, (start+len)*inner) of each outer row."""
+
+    def _dims(self, op, tv):
+        d, start = op.attributes["dim"].value, op.attributes["start"].value
+        x, y = tv.shape(0), tv.shape(-1)
+        outer, width_in = view2d(x, d)
+        _, width = view2d(y, d)
+        return outer, width_in, width, sy.const(start) * mul(*x[d + 1 :]) if d + 1 < len(x) else sy.const(start)
+
+    def tile(self, op, tv, budget, options):
+        outer, _, width, _ = self._dims(op, tv)
+        tc = _col_tile(width)
+        tm, bufs = _row_tiling(2, tc, budget, options)
+        return Tiling({"tm": tm, "tc": tc}, [ceildiv(outer, tm), ceildiv(width, tc)], bufs)
+
+    def macro(self, op, tv, t, b):
+        outer, width_in, width, offset = self._dims(op, tv)
+        tm, tc = t.tiles["tm"], t.tiles["tc"]
+        rows, cols = _extent(0, tm, outer), _extent(1, tc, width)
+        row = dict(row_start=b.d(0) * tm, rows=rows, row_bound=outer, cols=cols, sram_stride=tc)
+        b.load_rows("b0", 0, dram_offset=offset + b.d(1) * tc, dram_stride=width_in, **row)
+        b.vop("COPY", "b1", "b0", rows=rows, cols=cols, dst_stride=tc, a_stride=tc)
+        b.store_rows("b1", dram_offset=b.d(1) * tc, dram_stride=width, **row)
+
+
+class Concat:
+    """`novella.concat`: input i fills columns [off_i, off_i + width_i) of each output row.
+
+    The column grid covers the widest input; an input's copy is guarded (`when`) to
+    the column tiles inside its width."""
+
+    def _dims(self, op, tv):
+        d = op.attributes["dim"].value
+        n = len(op.operands)
+        outer, width = view2d(tv.shape(-1), d)
+        widths = [view2d(tv.shape(i), d)[1] for i in range(n)]
+        offsets, acc = [], sy.const(0)
+        for w in widths:
+            offsets.append(acc)
+            acc = acc + w
+        return outer, width, widths, offsets
+
+    def _widest(self, widths, op):
+        from . import module_symbols
+        from .attention import upper
+
+        syms = module_symbols(op)
+        return max(range(len(widths)), key=lambda i: upper(widths[i], syms))
+
+    def tile(self, op, tv, budget, options):
+        outer, _, widths, _ = self._dims(op, tv)
+        tc = _col_tile(widths[self._widest(widths, op)])
+        tm, bufs = _row_tiling(2 * len(widths), tc, budget, options)
+        return Tiling({"tm": tm, "tc": tc}, [ceildiv(outer, tm), ceildiv(widths[self._widest(widths, op)], tc)], bufs)
+
+    def macro(self, op, tv, t, b):
+        outer, width, widths, offsets = self._dims(op, tv)
+        tm, tc = t.tiles["tm"], t.tiles["tc"]
+        rows = _extent(0, tm, outer)
+        widest = self._widest(widths, op)
+        for i, (w, off) in enumerate(zip(widths, offsets)):
+            cols = _extent(1, tc, w)
+            when = None if i == widest else [("ge", w - b.d(1) * tc - sy.const(1))]
+            row = dict(row_start=b.d(0) * tm, rows=rows, row_bound=outer, cols=cols, sram_stride=tc, when=when)
+            b.load_rows(f"b{2 * i}", i, dram_offset=b.d(1) * tc, dram_stride=w, **row)
+            b.vop("COPY", f"b{2 * i + 1}", f"b{2 * i}", rows=rows, cols=cols, dst_stride=tc, a_stride=tc, when=when)
+            b.store_rows(f"b{2 * i + 1}", dram_offset=off + b.d(1) * tc, dram_stride=width, **row)
+
+
+# ------------------------------------------------------------------ reductions
+
+
+class Reduce:
+    """`novella.reduce` over the last dim: per row tile, ROWSUM/ROWMAX of each column chunk into
+    `part`, combined into `acc` across the column loop; the last chunk scales (mean) and stores."""
+
+    def _dims(self, op, tv):
+        x = tv.shape(0)
+        return sy.numel(x[:-1]), x[-1], op.attributes["fn"].value
+
+    def tile(self, op, tv, budget, options):
+        rows, c, fn = self._dims(op, tv)
+        if fn == "mean" and sy.as_int(c) is None:
+            raise ValueError("mean over a dynamic last dim is not supported; sum and divide by the length")
+        tc = _col_tile(c)
+        tm, bufs = _row_tiling(1, tc, budget, options, extra=3)
+        return Tiling({"tm": tm, "tc": tc}, [ceildiv(rows, tm), ceildiv(c, tc)], bufs)
+
+    def macro(self, op, tv, t, b):
+        total, c, fn = self._dims(op, tv)
+        tm, tc = t.tiles["tm"], t.tiles["tc"]
+        rows, cols = _extent(0, tm, total), _extent(1, tc, c)
+        steps = ceildiv(c, tc)
+        b.load_rows("b0", 0, row_start=b.d(0) * tm, rows=rows, row_bound=total, cols=cols, dram_offset=b.d(1) * tc,
+                    dram_stride=c, sram_stride=tc)  # fmt: skip
+        tile = dict(rows=rows, cols=cols, dst_stride=tc, a_stride=tc)
+        col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1)
+        if fn == "min":
+            b.vop("MUL", "b0", "b0", mode="SCALAR", imm=-1.0, **tile)
+        red, comb = ("ROWSUM", "ADD") if fn in ("sum", "mean") else ("ROWMAX", "MAX")
+        b.vop(red, "col", "b0", rows=rows, cols=cols, dst_stride=1, a_stride=tc)
+        b.vop("COPY", "col", "col", **col, when=first(1), dst_offset=tm, a_offset=0)
+        b.vop(
+            comb,
+            "col",
+            "col",
+            "col",
+            **col,
+            when=[("ge", b.d(1) - sy.const(1))],
+            dst_offset=tm,
+            a_offset=tm,
+            b_offset=0,
+        )
+        scale = {"mean": 1.0 / sy.as_int(c) if sy.as_int(c) else 1.0, "min": -1.0}.get(fn)
+        if scale is not None:
+            b.vop(
+                "MUL",
+                "col",
+                "col",
+                mode="SCALAR",
+                imm=scale,
+                **col,
+                when=last(1, steps),
+                dst_offset=2 * tm,
+                a_offset=tm,
+            )
+        else:
+            b.vop("COPY", "col", "col", **col, when=last(1, steps), dst_offset=2 * tm, a_offset=tm)
+        b.store_rows(
+            "col", row_start=b.d(0) * tm, rows=rows, row_bound=total, cols=1, buf_offset=2 * tm, when=last(1, steps)
+        )

@@ -1,0 +1,293 @@
+"""Pointwise kernels over any shape: dynamic dims anywhere (the last included) and NumPy
+broadcasting in any dim, for math functions, compares, where, broadcast copies, and the
+elementwise ops the row kernels of `elementwise.py` cannot take.
+
+The result is seen as `[*batch, R, C]` (R = dim -2, C = the last dim). The grid is one
+loop per batch dim of size > 1, then row tiles of `tm` and column tiles of `tc`, each
+partial at its end. An operand is read at its own strides: a broadcast batch dim has
+stride 0, a broadcast row is repeated by the DMA (`row_step = 0`), a broadcast column is
+loaded once per row and read in COL mode (or first spread over a full tile).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import symbolic as sy
+from . import BufferPlan, Tiling, tile_rows
+from .attention import ceildiv, mul
+
+ROW_TILES = (64, 32, 16, 8, 4, 2, 1)
+COL_TILE = 512
+MAX_STATIC_COLS = 1024
+
+
+@dataclass
+class Operand:
+    """How one operand is read: per grid batch dim its element stride, and whether its rows/cols broadcast."""
+
+    slot: int
+    batch_strides: list
+    row_full: bool
+    col_full: bool
+    cols: object  # its own last dim (its DRAM row stride)
+
+
+class Geometry:
+    """The [*batch, R, C] view of an op's result and how each operand maps onto it."""
+
+    def __init__(self, tv, slots):
+        y = list(tv.shape(-1))
+        if len(y) < 2:
+            y = [sy.const(1)] * (2 - len(y)) + y
+        self.r, self.c = y[-2], y[-1]
+        self.batch = [i for i, e in enumerate(y[:-2]) if sy.as_int(e) != 1]
+        self.batch_sizes = [y[i] for i in self.batch]
+        self.out_strides = [_stride(y, i) for i in self.batch]
+        self.ops = [self._operand(tv, k, y) for k in slots]
+
+    def _operand(self, tv, k, y) -> Operand:
+        s = list(tv.shape(k))
+        s = [sy.const(1)] * (len(y) - len(s)) + s
+        for a, b in zip(s, y):
+            if sy.as_int(a) != 1 and str(a) != str(b):
+                raise ValueError(f"operand #{k} {[str(e) for e in s]} does not broadcast to {[str(e) for e in y]}")
+        strides = [sy.const(0) if sy.as_int(s[i]) == 1 else _stride(s, i) for i in self.batch]
+        row_full = sy.as_int(s[-2]) != 1 or sy.as_int(self.r) == 1
+        col_full = sy.as_int(s[-1]) != 1 or sy.as_int(self.c) == 1
+        return Operand(k, strides, row_full, col_full, s[-1])
+
+    def tiles(self, budget, n_buffers: int, options) -> tuple[int, int, list]:
+        c = sy.as_int(self.c)
+        tc = c if c is not None and c <= MAX_STATIC_COLS else COL_TILE
+        r = sy.as_int(self.r)
+        for tm in [options["tile-m"]] if options.get("tile-m") else ROW_TILES:
+            tm = min(tm, r) if r is not None else tm
+            plan = BufferPlan(budget)
+            for i in range(n_buffers):
+                plan.add(f"p{i}", "spad", tm * tc)
+            if plan.fits() or tm == 1:
+                return tm, tc, plan.check()
+        raise AssertionError("unreachable")
+
+    def grid(self, tm: int, tc: int) -> list:
+        return [*self.batch_sizes, ceildiv(self.r, tm), ceildiv(self.c, tc)]
+
+
+def _stride(shape, i: int):
+    return mul(*shape[i + 1 :]) if i + 1 < len(shape) else sy.const(1)
+
+
+class Tile:
+    """One grid step's geometry: the batch offsets, row and column extents."""
+
+    def __init__(self, g: Geometry, t, b):
+        self.g, self.b = g, b
+        self.tm, self.tc = t.tiles["tm"], t.tiles["tc"]
+        nb = len(g.batch)
+        self.bdims = [b.d(i) for i in range(nb)]
+        self.dr, self.dc = b.d(nb), b.d(nb + 1)
+        self.rows = _extent(nb, self.tm, g.r)
+        self.cols = _extent(nb + 1, self.tc, g.c)
+
+    def _base(self, strides):
+        out = sy.const(0)
+        for d, s in zip(self.bdims, strides):
+            if sy.as_int(s) != 0:
+                out = out + d * s
+        return out
+
+    def load(self, buf: str, op: Operand) -> None:
+        """LOAD operand `op` into `buf` ([rows, tc], or [rows, 1] for a broadcast column)."""
+        offset = self._base(op.batch_strides) + (self.dc * self.tc if op.col_full else sy.const(0))
+        cols = self.cols if op.col_full else 1
+        stride = self.tc if op.col_full else 1
+        if op.row_full:
+            self.b.load_rows(buf, op.slot, row_start=self.dr * self.tm, rows=self.rows, row_bound=self.g.r,
+                             cols=cols, dram_offset=offset, dram_stride=op.cols, sram_stride=stride)  # fmt: skip
+        else:
+            self.b.load(buf, op.slot, dram_offset=offset, dram_stride=op.cols, row_start=0, row_step=0, row_bound=1,
+                        rows=self.rows, cols=cols, sram_stride=stride)  # fmt: skip
+
+    def store(self, buf: str) -> None:
+        offset = self._base(self.g.out_strides) + self.dc * self.tc
+        self.b.store_rows(buf, row_start=self.dr * self.tm, rows=self.rows, row_bound=self.g.r, cols=self.cols,
+                          dram_offset=offset, dram_stride=self.g.c, sram_stride=self.tc)  # fmt: skip
+
+    def geo(self, **over) -> dict:
+        g = dict(rows=self.rows, cols=self.cols, dst_stride=self.tc, a_stride=self.tc, b_stride=self.tc)
+        return {**g, **over}
+
+    def full(self, buf: str, op: Operand, tmp: str) -> str:
+        """`buf` holds operand `op`; spread a broadcast column over a full tile in `tmp`."""
+        if op.col_full:
+            return buf
+        self.b.vop("FILL", tmp, **self.geo(), imm=0.0)
+        self.b.vop("ADD", tmp, tmp, buf, mode="COL", **self.geo(b_stride=1))
+        return tmp
+
+    def binary(self, fn: str, dst: str, a: str, b: str, op_b: Operand) -> None:
+        if op_b.col_full:
+            self.b.vop(fn, dst, a, b, **self.geo())
+        else:
+            self.b.vop(fn, dst, a, b, mode="COL", **self.geo(b_stride=1))
+
+
+def _extent(dim: int, t: int, total):
+    v = sy.as_int(total)
+    if v is not None and (v % t == 0 or v <= t):
+        return min(v, t)
+    return tile_rows(dim, t, total)
+
+
+# ------------------------------------------------------------------ function bodies
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def math_body(tl: Tile, fn: str, dst: str, a: str, tmp: str) -> None:
+    """dst = fn(a) on one tile; `tmp` is scratch. a may equal dst only for in-place-safe fns."""
+    v, geo = tl.b.vop, tl.geo()
+    simple = {"exp": "EXP", "log": "LOG", "tanh": "TANH", "rsqrt": "RSQRT", "sin": "SIN", "cos": "COS", "abs": "ABS"}
+    if fn in simple:
+        v(simple[fn], dst, a, **geo)
+    elif fn == "neg":
+        v("MUL", dst, a, mode="SCALAR", imm=-1.0, **geo)
+    elif fn == "not":
+        v("MUL", dst, a, mode="SCALAR", imm=-1.0, **geo)
+        v("ADD", dst, dst, mode="SCALAR", imm=1.0, **geo)
+    elif fn == "square":
+        v("MUL", dst, a, a, **geo)
+    elif fn in ("reciprocal", "sqrt"):
+        src = a
+        if fn == "sqrt":
+            v("RSQRT", dst, a, **geo)
+            src = dst
+        v("FILL", tmp, **geo, imm=1.0)
+        v("DIV", dst, tmp, src, **geo)
+    elif fn in ("sigmoid", "silu"):
+        v("MUL", tmp, a, mode="SCALAR", imm=-1.0, **geo)
+        v("EXP", tmp, tmp, **geo)
+        v("ADD", tmp, tmp, mode="SCALAR", imm=1.0, **geo)
+        if fn == "sigmoid":
+            v("FILL", dst, **geo, imm=1.0)
+            v("DIV", dst, dst, tmp, **geo)
+        else:
+            v("DIV", dst, a, tmp, **geo)
+    elif fn == "sign":
+        v("GT", dst, a, mode="SCALAR", imm=0.0, **geo)
+        v("LT", tmp, a, mode="SCALAR", imm=0.0, **geo)
+        v("SUB", dst, dst, tmp, **geo)
+    elif fn == "gelu_tanh":
+        v("MUL", tmp, a, a, **geo)
+        v("MUL", tmp, tmp, a, **geo)
+        v("MUL", tmp, tmp, mode="SCALAR", imm=0.044715, **geo)
+        v("ADD", tmp, tmp, a, **geo)
+        v("MUL", tmp, tmp, mode="SCALAR", imm=_SQRT_2_OVER_PI, **geo)
+        v("TANH", tmp, tmp, **geo)
+        v("ADD", tmp, tmp, mode="SCALAR", imm=1.0, **geo)
+        v("MUL", tmp, tmp, mode="SCALAR", imm=0.5, **geo)
+        v("MUL", dst, tmp, a, **geo)
+    else:
+        raise ValueError(f"unknown math fn '{fn}'")
+
+
+def scalar_body(tl: Tile, fn: str, value: float, dst: str, a: str) -> None:
+    if fn == "rsub":
+        tl.b.vop("MUL", dst, a, mode="SCALAR", imm=-1.0, **tl.geo())
+        tl.b.vop("ADD", dst, dst, mode="SCALAR", imm=value, **tl.geo())
+    else:
+        tl.b.vop(fn.upper(), dst, a, mode="SCALAR", imm=value, **tl.geo())
+
+
+# ------------------------------------------------------------------ the kernel
+
+_BINARY_FN = {"add": "ADD", "sub": "SUB", "mul": "MUL", "div": "DIV", "maximum": "MAX", "minimum": "MIN"}
+
+
+def _kind(op) -> str:
+    return op.operation.name.split(".", 1)[1]
+
+
+class Pointwise:
+    """Any pointwise op, any broadcasting, dynamic dims anywhere: see the module docstring.
+
+    Buffers p0.. hold the operands, the next one scratch, the last the result (never loaded)."""
+
+    def _slots(self, op) -> list[int]:
+        return list(range(len(op.operands)))
+
+    def tile(self, op, tv, budget, options):
+        g = Geometry(tv, self._slots(op))
+        tm, tc, bufs = g.tiles(budget, len(g.ops) + 3, options)
+        return Tiling({"tm": tm, "tc": tc}, g.grid(tm, tc), bufs)
+
+    def macro(self, op, tv, t, b):
+        g = Geometry(tv, self._slots(op))
+        tl = Tile(g, t, b)
+        n = len(g.ops)
+        ins = [f"p{i}" for i in range(n)]
+        tmp, tmp2, out = f"p{n}", f"p{n + 1}", f"p{n + 2}"
+        for buf, o in zip(ins, g.ops):
+            tl.load(buf, o)
+        kind = _kind(op)
+        if kind == "where":
+            c = tl.full(ins[0], g.ops[0], tmp)
+            y = tl.full(ins[2], g.ops[2], tmp2)
+            b.vop("COPY", out, y, **tl.geo())
+            tl.binary("SEL", out, c, ins[1], g.ops[1])
+        elif n == 2:
+            a = tl.full(ins[0], g.ops[0], tmp)
+            fn = op.attributes["fn"].value.upper() if kind == "compare" else _BINARY_FN[kind]
+            tl.binary(fn, out, a, ins[1], g.ops[1])
+        else:
+            a = tl.full(ins[0], g.ops[0], tmp)
+            self._unary(op, kind, tl, out, a, tmp2)
+        tl.store(out)
+
+    def _unary(self, op, kind, tl, out, a, tmp) -> None:
+        if kind == "math":
+            math_body(tl, op.attributes["fn"].value, out, a, tmp)
+        elif kind == "scalar":
+            scalar_body(tl, op.attributes["fn"].value, op.attributes["value"].value, out, a)
+        elif kind in ("relu", "gelu"):
+            from .elementwise import emit_act
+
+            emit_act(tl.b, kind, a, tmp, tl.rows, tl.cols, tl.tc, out=out)
+        elif kind == "broadcast":
+            tl.b.vop("COPY", out, a, **tl.geo())
+        else:
+            raise ValueError(f"no pointwise body for novella.{kind}")
+
+
+class Prefer:
+    """The specialised kernel `first` where `applies(op, tv)` holds, else `fallback`."""
+
+    def __init__(self, first, fallback, applies):
+        self.first, self.fallback, self.applies = first, fallback, applies
+
+    def pick(self, op, tv):
+        try:
+            ok = self.applies(op, tv)
+        except ValueError:
+            ok = False
+        return self.first if ok else self.fallback
+
+    def tile(self, op, tv, budget, options):
+        return self.pick(op, tv).tile(op, tv, budget, options)
+
+    def macro(self, op, tv, t, b):
+        return self.pick(op, tv).macro(op, tv, t, b)
+
+
+def rows_apply(op, tv) -> bool:
+    """The row kernels of elementwise.py need a static last dim (and, binary, row/column broadcasts)."""
+    tv.cols(-1)
+    kinds = getattr(ROW_KERNELS.get(_kind(op)), "kinds", None)
+    if kinds is not None:
+        kinds(op, tv)
+    return True
+
+
+ROW_KERNELS: dict = {}

@@ -1,0 +1,76 @@
+// RUN: novella-opt %s --novella-shape-infer --split-input-file | FileCheck %s
+// RUN: novella-opt %s --novella-shape-infer --novella-legalize --novella-allocate --novella-tile --novella-macro-gen --novella-inst-gen --split-input-file | FileCheck %s --check-prefix=INST
+
+// An embedding lookup: per row tile a LOAD of the ids (held as f32) into `idx`, then one
+// GATHER of the table rows they pick; the rows are [T] and the partial last tile min(64, T - 64*d0).
+// CHECK-DAG: #[[E:.*]] = affine_map<()[s0] -> (1, s0, 64)>
+// CHECK-LABEL: func.func @embed
+// CHECK: %[[W:.*]] = "novella.weight"() {name = "wte"}
+// CHECK: "novella.gather_rows"(%[[W]], %{{.*}}) : (tensor<1000x64xf32>, {{.*}}) -> tensor<1x?x64xf32, #[[E]]>
+// INST-DAG: #[[R:.*]] = affine_map<(d0)[s0] -> (64, d0 * -64 + s0)>
+// INST-LABEL: func.func @embed
+// INST: "novella.inst"(%{{.*}}) {cols = 1 : i64, {{.*}}opcode = "LOAD", {{.*}}rows = #[[R]], sram_addr = 0 : i64
+// INST: "novella.inst"(%{{.*}}) {cols = 64 : i64, dram_base = 0 : i64, dram_stride = 64 : i64, idx_addr = 0 : i64, idx_mem = 0 : i64, mem = 0 : i64, opcode = "GATHER", row_bound = 1000 : i64, rows = #[[R]]
+// INST: kernel = "novella.gather_rows"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @embed(%ids: tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>) -> tensor<1x?x64xf32> {
+    %w = "novella.weight"() {name = "wte"} : () -> tensor<1000x64xf32>
+    %0 = "novella.gather_rows"(%w, %ids) : (tensor<1000x64xf32>, tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>) -> tensor<1x?x64xf32>
+    return %0 : tensor<1x?x64xf32>
+  }
+}
+
+// -----
+
+// The mean of RMSNorm over the last dim: ROWSUM into `part`, copied (first column tile)
+// or added (later ones) into `acc`, scaled by 1/64 and stored on the last column tile.
+// CHECK-LABEL: func.func @rms_mean
+// CHECK: "novella.reduce"(%{{.*}}) {fn = "mean"} : ({{.*}}) -> tensor<1x?x1xf32, #{{.*}}>
+// INST-LABEL: func.func @rms_mean
+// INST: fn = "ROWSUM"
+// INST: fn = "COPY"{{.*}}when = #{{.*}}
+// INST: fn = "ADD"{{.*}}when = #{{.*}}
+// INST: fn = "MUL", imm = 1.562500e-02 : f32
+// INST: opcode = "STORE"{{.*}}when = #{{.*}}
+// INST: kernel = "novella.reduce"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @rms_mean(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x1xf32> {
+    %0 = "novella.reduce"(%x) {fn = "mean"} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x1xf32>
+    return %0 : tensor<1x?x1xf32>
+  }
+}
+
+// -----
+
+// rotate_half's cat on the last dim: each input's rows go to its own column range of the
+// output rows (stride 16), the second one guarded to the column tiles inside its width.
+// CHECK-LABEL: func.func @rotate_half
+// CHECK: "novella.concat"(%{{.*}}, %{{.*}}) {dim = 3 : i64} : ({{.*}}) -> tensor<1x4x?x16xf32, #{{.*}}>
+// INST-LABEL: func.func @rotate_half
+// INST: opcode = "LOAD"
+// INST: cols = 8 : i64, dram_base = #{{.*}}, dram_stride = 16 : i64, {{.*}}opcode = "STORE"
+// INST: opcode = "LOAD"{{.*}}when = #{{.*}}
+// INST: cols = 8 : i64, dram_base = #{{.*}}, dram_stride = 16 : i64, {{.*}}opcode = "STORE"{{.*}}when
+// INST: kernel = "novella.concat"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @rotate_half(%a: tensor<1x4x?x8xf32, affine_map<()[s0] -> (1, 4, s0, 8)>>, %b: tensor<1x4x?x8xf32, affine_map<()[s0] -> (1, 4, s0, 8)>>) -> tensor<1x4x?x16xf32> {
+    %0 = "novella.concat"(%a, %b) {dim = 3 : i64} : (tensor<1x4x?x8xf32, affine_map<()[s0] -> (1, 4, s0, 8)>>, tensor<1x4x?x8xf32, affine_map<()[s0] -> (1, 4, s0, 8)>>) -> tensor<1x4x?x16xf32>
+    return %0 : tensor<1x4x?x16xf32>
+  }
+}
+
+// -----
+
+// GPT-2's qkv split: a slice of the last dim is a column range [64, 128) of each [192] row.
+// CHECK-LABEL: func.func @split_last
+// CHECK: "novella.slice"(%{{.*}}) {dim = 2 : i64, start = 64 : i64}
+// INST-LABEL: func.func @split_last
+// INST: cols = 64 : i64, dram_base = #{{.*}}, dram_stride = 192 : i64, {{.*}}opcode = "LOAD"
+// INST: cols = 64 : i64, dram_base = #{{.*}}, dram_stride = 64 : i64, {{.*}}opcode = "STORE"
+// INST: kernel = "novella.slice"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @split_last(%x: tensor<1x?x192xf32, affine_map<()[s0] -> (1, s0, 192)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {
+    %0 = "novella.slice"(%x) {dim = 2 : i64, start = 64 : i64} : (tensor<1x?x192xf32, affine_map<()[s0] -> (1, s0, 192)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %0 : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
