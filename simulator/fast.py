@@ -27,7 +27,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .errors import DeadlockError
 from .functional import BINARY_OPS, F32, REDUCE_OPS, UNARY_OPS
-from .hazards import HazardTracker, Span
+from .hazards import HazardTracker, Span, entry
 from .isa import BINARY_FNS, LAYOUT, QUEUE_OF, QUEUES, REDUCE_FNS, Opcode, VecFn, VecMode, decode
 from .units import CHANNELS, TOKEN_ROUTES
 
@@ -228,13 +228,14 @@ class Plan:
         self.pushes = [table_push[k] for k in sk.tolist()]
 
     def _span(self, mem, write, addr, stride, rows, cols):
-        """(Span, lo, hi), or None if it is out of range or empty; a writable view needs disjoint rows."""
+        """The tracker's `entry` of a tile, or None if it is out of range or empty; a writable view needs
+        disjoint rows."""
         key = (mem, write, addr, stride, rows, cols)
         s = self.span_cache.get(key)
         if s is None:
             lo, hi = addr, addr + stride * (rows - 1) + cols
             bad = rows <= 0 or cols <= 0 or lo < 0 or hi > self.sizes[mem] or (write and rows > 1 and stride < cols)
-            s = False if bad else (Span(mem, write, addr, stride, rows, cols), lo, hi)
+            s = False if bad else (Span(mem, write, addr, stride, rows, cols), lo, hi, mem * 6)
             self.span_cache[key] = s
         return s or None
 
@@ -329,15 +330,19 @@ class Plan:
             self._prepare(i, [*spans, d_span], _unary, (UNARY_OPS[fn], a_view, d_view))
 
 
-def run(sim, words: np.ndarray):
-    """Runs `words` on `sim` (already reset) and returns its RunStats; same results as the readable loop."""
+def prepare(sim, words: np.ndarray) -> Plan:
+    """Decodes, validates and prepares `words` for `sim`'s memories (raises the readable machine's errors)."""
     code, cols = decode_columns(words)
     if invalid(code, cols, sim.config):
         sim._decode(words)  # raises the readable machine's error for the first bad word
     slow = np.flatnonzero(~np.isin(code, [int(op) for op in FAST_OPS]))
     for i in slow.tolist():
         sim._validate(i, decode(words[i]))
-    plan = Plan(sim, words, code, cols)
+    return Plan(sim, words, code, cols)
+
+
+def run(sim, plan: Plan):
+    """Runs a prepared program on `sim` (already reset) and returns its RunStats, as the readable loop would."""
     return _Loop(sim, plan).run()
 
 
@@ -364,6 +369,8 @@ class _Loop:
         chan = [deque() for _ in CHANNELS]
         pops, pushes, handler, args, spans = p.pops, p.pushes, p.handler, p.args, p.spans
         fixed, dma = p.fixed.tolist(), p.dma.tolist()
+        data = tm.dma_cycles(p.dma).tolist()  # DMA data-phase cycles
+        latency, dram_free = sim.config.dma_latency, tm.dram_free
         starts, ends, order, waits = self.start, self.end, self.order, self.waits
         hz = self.hazards
         clocks = [(-1, -1, -1)] * 3
@@ -400,7 +407,7 @@ class _Loop:
                     sp, nbytes = spans[i], dma[i]
                 else:
                     inst, effect = self._readable(i)
-                    sp = [(s, s.lo, s.hi) for s in effect.accesses if not s.empty]
+                    sp = [entry(s) for s in effect.accesses if not s.empty]
                     nbytes = effect.dma_bytes
                     self._extra(extra, inst, effect)
                 clock = None
@@ -418,11 +425,13 @@ class _Loop:
                 d = fixed[i]
                 if d >= 0:
                     end = start + d
-                elif h is not None:
-                    end = tm._dma_end(start, nbytes)
+                elif h is not None:  # TimingModel._dma_end, inline
+                    end = (start + latency if start + latency > dram_free else dram_free) + data[i]
+                    dram_free = end
                 else:
-                    tm.queue_free[QUEUES[q]] = qfree[q]
+                    tm.queue_free[QUEUES[q]], tm.dram_free = qfree[q], dram_free
                     end = tm.finish(inst, start, nbytes)
+                    dram_free = tm.dram_free
                 qfree[q] = end
                 for c in pushes[i]:
                     chan[c].append((end, clock))
@@ -440,6 +449,7 @@ class _Loop:
                     progress.update(1024)
         for q, name in enumerate(QUEUES):
             tm.queue_free[name] = qfree[q]
+        tm.dram_free = dram_free
         if any(heads[q] < lens[q] for q in range(3)):
             raise DeadlockError(self._blocked(heads, chan))
         return self._stats(extra)

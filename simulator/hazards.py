@@ -6,10 +6,10 @@ queue. Instruction X (queue q, seq s) happens-before Y iff Y.clock[q] >= s.
 
 An access is a set of rows: `rows` runs of `cols` elements starting at
 `addr + i * stride` (or at explicit `starts`), inside the interval
-[lo, hi). Per memory and per queue we keep the accesses of the current time
-window, in issue order: an access of queue o with seq s leaves the window
-once every other queue's clock has reached s, since nothing later can race
-with it. An access conflicts with a windowed access from another queue that
+[lo, hi). Per memory, per queue and per kind (read or write) we keep the
+accesses of the current time window, in issue order: an access of queue o
+with seq s leaves the window once every other queue's clock has reached s,
+since nothing later can race with it. An access conflicts with a windowed access from another queue that
 does not happen-before it and touches a common element: RAW, WAW or WAR.
 Intervals are compared first; the elements only when two intervals overlap
 and one of them has gaps (strided rows).
@@ -94,47 +94,64 @@ def _meet(a: Span, b: Span, lo: int, hi: int, r_lo: int, r_hi: int) -> bool:
     return (a.dense and b.dense) or len(_touch(a, b, max(lo, r_lo), min(hi, r_hi))) > 0
 
 
+_OTHERS = ((1, 2), (0, 2), (0, 1))
+
+
+def entry(span: Span) -> tuple:
+    """What the tracker keeps of one access: (span, lo, hi, first window index of its memory)."""
+    return (span, span.lo, span.hi, span.mem * 6)
+
+
 class HazardTracker:
     def __init__(self, describe: Describe):
         self.describe = describe
-        # (mem, queue) -> [(seq, lo, hi, Span), ...] in issue order
-        self.window: dict[tuple[int, int], list] = {(m, q): [] for m in range(len(MEMS)) for q in range(3)}
+        # [(mem * 3 + queue) * 2 + write] -> [(seq, lo, hi, Span), ...] in issue order
+        self.window: list[list] = [[] for _ in range(len(MEMS) * 6)]
         self.latest: list[Clock] = [(-1, -1, -1)] * 3
 
     def check(self, index: int, mnemonic: str, queue: str, clock: Clock, spans) -> None:
         q = QUEUES.index(queue)
-        self.check_spans(index, mnemonic, q, clock, [(s, s.lo, s.hi) for s in spans if not s.empty])
+        self.check_spans(index, mnemonic, q, clock, [entry(s) for s in spans if not s.empty])
 
     def check_spans(self, index: int, mnemonic: str, q: int, clock: Clock, spans) -> None:
-        """`spans`: [(Span, lo, hi), ...] of one instruction, non-empty, in access order."""
-        for span, lo, hi in spans:
-            for o in range(3):
-                if o == q:
-                    continue
+        """`spans`: [`entry(span)`, ...] of one instruction's non-empty accesses, in access order.
+
+        A read is compared with other queues' writes, a write with their writes and reads. Windows
+        are in issue order, so one whose last access happens-before this one is skipped whole."""
+        windows = self.window
+        for e in spans:
+            span, base = e[0], e[3]
+            for o in _OTHERS[q]:
                 horizon = clock[o]
-                window = self.window[(span.mem, o)]
-                i = len(window) - 1
-                while i >= 0 and window[i][0] > horizon:
-                    _, r_lo, r_hi, other = window[i]
-                    if (
-                        r_lo < hi
-                        and lo < r_hi
-                        and (span.write or other.write)
-                        and _meet(span, other, lo, hi, r_lo, r_hi)
-                    ):
-                        self._conflict(index, mnemonic, q, clock, span, lo, hi, o)
-                    i -= 1
+                w = windows[base + o * 2 + 1]
+                if w and w[-1][0] > horizon:
+                    self._scan(w, horizon, e, index, mnemonic, q, clock, o)
+                if span.write:
+                    w = windows[base + o * 2]
+                    if w and w[-1][0] > horizon:
+                        self._scan(w, horizon, e, index, mnemonic, q, clock, o)
         seq = clock[q]
-        for span, lo, hi in spans:
-            window = self.window[(span.mem, q)]
-            window.append((seq, lo, hi, span))
-            if len(window) > _TRIM:
-                self._trim(span.mem, q)
+        for e in spans:
+            w = windows[e[3] + q * 2 + e[0].write]
+            w.append((seq, e[1], e[2], e[0]))
+            if len(w) > _TRIM:
+                self._trim(e[3] + q * 2 + e[0].write, q)
         self.latest[q] = clock
 
-    def _trim(self, mem: int, q: int) -> None:
+    def _scan(self, window, horizon, e, index, mnemonic, q, clock, o) -> None:
+        span, lo, hi = e[0], e[1], e[2]
+        i = len(window) - 1
+        while i >= 0:
+            rec = window[i]
+            if rec[0] <= horizon:
+                return
+            if rec[1] < hi and lo < rec[2] and _meet(span, rec[3], lo, hi, rec[1], rec[2]):
+                self._conflict(index, mnemonic, q, clock, span, lo, hi, o)
+            i -= 1
+
+    def _trim(self, w: int, q: int) -> None:
         done = min(self.latest[o][q] for o in range(3) if o != q)
-        window = self.window[(mem, q)]
+        window = self.window[w]
         k = 0
         while k < len(window) and window[k][0] <= done:
             k += 1
@@ -146,8 +163,8 @@ class HazardTracker:
         kinds = [(True, "written")] + ([(False, "read")] if span.write else [])
         for was_write, what in kinds:
             hits, seqs = [], []
-            for seq, r_lo, r_hi, other in self.window[(span.mem, o)]:
-                if seq > horizon and other.write == was_write and r_lo < hi and lo < r_hi:
+            for seq, r_lo, r_hi, other in self.window[(span.mem * 3 + o) * 2 + was_write]:
+                if seq > horizon and r_lo < hi and lo < r_hi:
                     common = _touch(span, other, max(lo, r_lo), min(hi, r_hi))
                     if len(common):
                         hits.append(common)

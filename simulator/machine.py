@@ -66,6 +66,7 @@ class Simulator:
         self.trace_enabled = trace
         self.fast = fast
         self.progress = None  # an object with update(n), e.g. a tqdm bar, told of executed instructions
+        self._plan = None  # (words, fast.Plan) of the last read-only program run
         self.trace: Trace | None = None
         self.functional = FunctionalModel(self.dram, self.spad, self.acc)
 
@@ -75,10 +76,9 @@ class Simulator:
         Uses the fast path (`fast.py`) unless `fast=False` or a trace is
         asked; both give the same memories, cycles and stats."""
         if self.fast and not self.trace_enabled:
-            prog = np.asarray(words, dtype=np.uint64).reshape(-1, 4)
             self._reset()
             with threadpool_limits(1, user_api="blas"):
-                return fast.run(self, prog)
+                return fast.run(self, self._prepared(words))
         self._insts = self._decode(words)
         self._queues = {q: [] for q in QUEUES}
         for i, inst in enumerate(self._insts):
@@ -92,6 +92,15 @@ class Simulator:
         if any(self._head[q] < len(self._queues[q]) for q in QUEUES):
             raise DeadlockError(self._blocked())
         return self.stats
+
+    def _prepared(self, words) -> fast.Plan:
+        """The fast path's plan of `words`; kept for the next run of the same array on this simulator."""
+        if self._plan is not None and self._plan[0] is words:
+            return self._plan[1]
+        plan = fast.prepare(self, np.asarray(words, dtype=np.uint64).reshape(-1, 4))
+        if isinstance(words, np.ndarray) and not words.flags.writeable:
+            self._plan = (words, plan)
+        return plan
 
     def _reset(self) -> None:
         c = self.config

@@ -33,10 +33,13 @@ class TimingModel:
         beats = _ceil_div(f["cols"], self.config.vector_lanes)
         return f["rows"] * beats + self.config.vector_latency
 
+    def dma_cycles(self, dma_bytes):
+        """Cycles of a DMA data phase (works elementwise on arrays)."""
+        return _ceil_div(dma_bytes, self.config.dram_bytes_per_cycle)
+
     def _dma_end(self, start: int, dma_bytes: int) -> int:
-        c = self.config
-        data_start = max(start + c.dma_latency, self.dram_free)
-        end = data_start + _ceil_div(dma_bytes, c.dram_bytes_per_cycle)
+        data_start = max(start + self.config.dma_latency, self.dram_free)
+        end = data_start + self.dma_cycles(dma_bytes)
         self.dram_free = end
         return end
 

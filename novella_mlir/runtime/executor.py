@@ -38,6 +38,7 @@ class Executor:
         self.config = config or NovellaConfig(**_config_fields(artifact.config))
         self.jit = Jit(artifact)
         self.last_run: RunResult | None = None
+        self._last_sim: Simulator | None = None
 
     def bind(self, inputs: list[np.ndarray]) -> list[int]:
         """Symbol values from the input shapes; refuses wrong ranks, static dims and lengths out of bounds."""
@@ -66,6 +67,19 @@ class Executor:
                 raise InputError(f"input #{i} has shape {list(x.shape)}, expected {want} for {self._named(syms)}")
         return syms
 
+    def _simulator(self, dram_elems: int, check_hazards: bool, trace: bool) -> Simulator:
+        """A simulator with zeroed memories. The last one is reused when the DRAM size matches: its memory
+        is already mapped, and it keeps the prepared program of the last length."""
+        sim = self._last_sim
+        if trace or sim is None or sim.dram.size != dram_elems:
+            sim = Simulator(self.config, dram_elems, check_hazards=check_hazards, trace=trace)
+            self._last_sim = None if trace else sim
+            return sim
+        for unit in (sim.dram, sim.spad, sim.acc):
+            unit.data.fill(0)
+        sim.check_hazards = check_hazards
+        return sim
+
     def _named(self, syms) -> str:
         return ", ".join(f"{s[0]}={v}" for s, v in zip(self.art.symbols, syms))
 
@@ -79,9 +93,7 @@ class Executor:
         t0 = time.perf_counter()
         program = self.jit.instantiate(syms)
         t1 = time.perf_counter()
-        sim = Simulator(
-            self.config, int(expr.evaluate(self.art.dram_size, syms)), check_hazards=check_hazards, trace=trace
-        )
+        sim = self._simulator(int(expr.evaluate(self.art.dram_size, syms)), check_hazards, trace)
         for name, (offset, _) in self.art.weight_layout.items():
             sim.dram.write(offset, self.art.weights[name].ravel())
         for x, meta in zip(inputs, self.art.inputs):

@@ -165,6 +165,7 @@ class Jit:
             self.cache.move_to_end(key)
             return self.cache[key]
         prog = self._build(key)
+        prog.words.flags.writeable = False  # shared by every call at this length
         self.cache[key] = prog
         if len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)
