@@ -11,6 +11,7 @@ is not run in CI.
     .venv/bin/python bench/mutants.py                 # all mutants, table on stdout
     .venv/bin/python bench/mutants.py --only 1,2,3,4  # some of them
     .venv/bin/python bench/mutants.py --only 3 --all  # every test a mutant fails (no -x)
+    .venv/bin/python bench/mutants.py --root /tmp/old --tests test/py/test_simulator.py,...  # another tree
 """
 
 from __future__ import annotations
@@ -111,6 +112,13 @@ MUTANTS = [
         "x = np.clip(np.asarray(x, dtype=F32), F32(-3), F32(3))",
         "ERF clamps at 3 instead of 4",
     ),
+    M(
+        "simulator",
+        "simulator/functional.py",
+        "sram.data[sidx] = tile\n        self.effect.dma_bytes = didx.size * 4",
+        "sram.data[sidx] = tile\n        self.effect.dma_bytes = sidx.size * 4",
+        "LOAD counts zero-filled rows as moved DRAM bytes",
+    ),
     # --- timing model and machine
     M(
         "timing",
@@ -190,6 +198,20 @@ MUTANTS = [
         "out = np.maximum(out, v)",
         "a min of expressions evaluated as a max",
     ),
+    M(
+        "jit",
+        "novella_mlir/runtime/jit.py",
+        '        if rel.dtype.kind not in "iu" or lo + bases[slot] < f.lo or hi + bases[slot] > f.hi:\n            return False',
+        '        if rel.dtype.kind not in "iu":\n            return False',
+        "JIT stops range-checking dram_base (tensor base + offset)",
+    ),
+    M(
+        "jit",
+        "novella_mlir/runtime/executor.py",
+        "if v is None or not lo <= v <= hi:",
+        "if v is None or not lo <= v <= hi + 1:",
+        "a length one past max_len is accepted",
+    ),
     # --- tiling and kernels
     M(
         "tiling",
@@ -266,7 +288,11 @@ MUTANTS = [
 ]
 
 
-def _copy_repo(dst: Path) -> None:
+def _copy_repo(dst: Path, src_root: Path = ROOT) -> None:
+    """The work tree's tracked and untracked (not ignored) files, copied to `dst`."""
+    if src_root != ROOT:
+        shutil.copytree(src_root, dst, dirs_exist_ok=True)
+        return
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True)
     for rel in files.stdout.splitlines():
         src = ROOT / rel
@@ -289,11 +315,11 @@ def _failures(out: str) -> list[str]:
     ]
 
 
-def run_one(i: int, mut: Mutant, all_failures: bool) -> tuple[str, str, float]:
+def run_one(mut: Mutant, all_failures: bool, snapshot: Path, subset=SUBSET) -> tuple[str, str, float]:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="novella-mutant-") as tmp:
         work = Path(tmp)
-        _copy_repo(work)
+        _copy_repo(work, snapshot)
         target = work / mut.path
         text = target.read_text()
         if text.count(mut.old) != 1:
@@ -302,7 +328,7 @@ def run_one(i: int, mut: Mutant, all_failures: bool) -> tuple[str, str, float]:
         env = dict(os.environ, PYTHONPATH=str(work), NOVELLA_UPDATE_GOLDEN="0")
         lit = subprocess.run([LIT, "-q", "test/lit"], cwd=work, env=env, capture_output=True, text=True)
         stop = [] if all_failures else ["-x"]
-        cmd = [PY, "-m", "pytest", *SUBSET, "-q", "-rfE", "-p", "no:cacheprovider", "--tb=line", *stop]
+        cmd = [PY, "-m", "pytest", *subset, "-q", "-rfE", "-p", "no:cacheprovider", "--tb=line", *stop]
         pyt = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     secs = time.perf_counter() - t0
     if all_failures:
@@ -319,16 +345,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated mutant numbers (1-based)")
     ap.add_argument("--all", action="store_true", help="list every failing test (no -x; slower)")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the tree to mutate (default: this repo)")
+    ap.add_argument("--tests", help="comma-separated pytest paths (default: the fast subset)")
     args = ap.parse_args()
     chosen = [int(x) for x in args.only.split(",")] if args.only else range(1, len(MUTANTS) + 1)
+    subset = args.tests.split(",") if args.tests else SUBSET
     rows = []
-    print(f"subset: lit test/lit + pytest {' '.join(Path(s).name for s in SUBSET)} (-x)\n", flush=True)
+    print(
+        f"tree: {args.root}\nsubset: lit test/lit + pytest {' '.join(Path(s).name for s in subset)} (-x)\n", flush=True
+    )
     print(f"{'#':>2}  {'area':<10} {'mutant':<66} {'result':<8} {'s':>5}  first failing test", flush=True)
-    for i in chosen:
-        mut = MUTANTS[i - 1]
-        result, by, secs = run_one(i, mut, args.all)
-        rows.append(result)
-        print(f"{i:>2}  {mut.area:<10} {mut.what[:66]:<66} {result:<8} {secs:5.0f}  {by}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="novella-snapshot-") as snap:
+        _copy_repo(Path(snap), args.root.resolve())  # one snapshot: later edits do not leak in
+        for i in chosen:
+            mut = MUTANTS[i - 1]
+            result, by, secs = run_one(mut, args.all, Path(snap), subset)
+            rows.append(result)
+            print(f"{i:>2}  {mut.area:<10} {mut.what[:66]:<66} {result:<8} {secs:5.0f}  {by}", flush=True)
     scored = [r for r in rows if r != "n/a"]
     killed = sum(r == "killed" for r in scored)
     print(f"\nmutation score: {killed}/{len(scored)} killed = {killed / max(len(scored), 1):.0%}", flush=True)

@@ -76,7 +76,7 @@ def _eval_exprs(amap: ir.AffineMap, point, syms) -> list[int]:
     for i in range(nd):
         m = m.replace(ir.AffineDimExpr.get(i), ir.AffineConstantExpr.get(int(point[i])), nd, ns)
     for i in range(ns):
-        m = m.replace(ir.AffineSymbolExpr.get(i), ir.AffineConstantExpr.get(int(syms[i])), 0 if i == ns - 1 else nd, ns)
+        m = m.replace(ir.AffineSymbolExpr.get(i), ir.AffineConstantExpr.get(int(syms[i])), nd, ns)
     out = []
     for e in m.results:
         c = e.maybe_downcast()
@@ -245,7 +245,9 @@ def compare(words: np.ndarray, oracle: OracleProgram, what: str = "JIT") -> None
         where = oracle.insts[i].origin
         if got.opcode != want.opcode:
             raise OracleMismatch(f"word {i}, {where}: {what} has {got.mnemonic}, the IR says {want.mnemonic}")
-        fields = [f"{k}: {what}={got.fields[k]} IR={v}" for k, v in want.fields.items() if got.fields[k] != v]
+        fields = [
+            f"{k}: {what} gives {got.fields[k]}, the IR {v}" for k, v in want.fields.items() if got.fields[k] != v
+        ]
         raise OracleMismatch(
             f"word {i}, {where}, {want.mnemonic}: " + "; ".join(fields) + f" ({len(diff)} words differ)"
         )

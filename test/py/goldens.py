@@ -52,12 +52,13 @@ def leaf_diff(old, new, limit: int = 80) -> str:
     return "\n".join(lines[:limit]) + more
 
 
-def check(path: Path, now, how_to: str, dumps=None, diff=leaf_diff) -> None:
+def check(path: Path, now, how_to: str, dumps=None, diff=leaf_diff, update: bool | None = None) -> None:
     """Compares `now` with the JSON golden at `path` (after rewriting it if NOVELLA_UPDATE_GOLDEN=1)."""
+    update = UPDATE if update is None else update
     dumps = dumps or (lambda x: json.dumps(x, indent=1, sort_keys=True))
-    rel = path.relative_to(ROOT)
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     old = json.loads(path.read_text()) if path.exists() else None
-    if UPDATE and old != now:
+    if update and old != now:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dumps(now) + "\n")
         msg = f"NOVELLA_UPDATE_GOLDEN: REWROTE {rel}; review `git diff {rel}` and justify it in the commit:\n"
