@@ -136,7 +136,7 @@ def broadcast_to(shapes, attrs, rt):
     exprs = sy.shape_of(rt)
     if exprs is None:
         raise ShapeError(f"result type {rt} must carry its symbolic shape as encoding")
-    if [str(e) for e in broadcast(shapes[0], exprs)] != [str(e) for e in exprs]:
+    if not sy.equal_shapes(broadcast(shapes[0], exprs), exprs):
         raise ShapeError(f"{[str(e) for e in shapes[0]]} does not broadcast to {[str(e) for e in exprs]}")
     return exprs
 

@@ -17,6 +17,7 @@ from .. import symbolic as sy
 from ..dialects import shapes
 from ..dialects.novella import MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
 from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
+from . import kv_cache as kv
 
 MAX_FIELD = 4095
 TILE_SIZES = (256, 128, 64, 32, 16)
@@ -105,6 +106,8 @@ def matmul_dims(op, tv) -> MatmulDims:
     strides = []
     for name, s in (("lhs", a), ("rhs", b)):
         nb = _static_numel(s[:-2])
+        if name == "rhs" and kv.paged_info(op.operands[1]) is not None:
+            nb *= kv.group(op)
         if nb not in (1, batch):
             raise ValueError(f"matmul {name} batch dims {[str(e) for e in s[:-2]]} must equal the result's or be 1")
         strides.append(sy.const(0) if nb == 1 and batch > 1 else mul(s[-1], s[-2]))
@@ -133,6 +136,13 @@ class Matmul:
         tms = [options["tile-m"]] if options.get("tile-m") else _candidates(dims.m, syms, TILE_SIZES)
         tns = _candidates(dims.n, syms, TILE_SIZES)
         tks = _candidates(dims.k, syms, K_TILES)
+        info = kv.paged_info(op.operands[1])
+        if info is not None:  # a tile of cache positions must stay inside one page
+            ps = info["page_size"]
+            if dims.transpose:
+                tns = [t for t in tns if ps % t == 0] or [ps]
+            else:
+                tks = [t for t in tks if ps % t == 0] or [ps]
         best, plan = None, None
         for tm, tn, tk in itertools.product(tms, tns, tks):
             plan = _matmul_plan(op, budget, tm, tn, tk)
@@ -168,7 +178,16 @@ class Matmul:
             sram_stride=tk,
             when=reuse_lhs,
         )
-        if dims.transpose:
+        info = kv.paged_info(op.operands[1])
+        if info is not None:
+            head = sy.floordiv(bi, kv.group(op)) if kv.group(op) > 1 else bi
+            if dims.transpose:
+                kv.load_paged_rows(b, "b", 1, info, head=head, row0=ni * tn, n_rows=dims.n, rows=cols,
+                                   col0=ki * tk, cols=kk, sram_stride=tk)  # fmt: skip
+            else:
+                kv.load_paged_rows(b, "b", 1, info, head=head, row0=ki * tk, n_rows=dims.k, rows=kk,
+                                   col0=ni * tn, cols=cols, sram_stride=tn)  # fmt: skip
+        elif dims.transpose:
             b.load_rows(
                 "b",
                 1,
@@ -411,7 +430,7 @@ def _untransposed_rhs(rhs: ir.Value, n_syms: int):
     if not isinstance(inner, ir.OpView) or not _swaps_last_two(inner):
         return None
     src, out = sy.shape_of(ir.RankedTensorType(inner.operands[0].type)), sy.shape_of(ir.RankedTensorType(rhs.type))
-    if len(out) < 2 or str(out[-2:]) != str(sy.shape_of(ir.RankedTensorType(inner.results[0].type))[-2:]):
+    if len(out) < 2 or not sy.equal_shapes(out[-2:], sy.shape_of(ir.RankedTensorType(inner.results[0].type))[-2:]):
         return None
     new_type = sy.tensor_type(out[:-2] + src[-2:], ir.F32Type.get(), n_syms)
     reshaped = ReshapeOp(input=inner.operands[0], result=new_type, loc=owner.location).result

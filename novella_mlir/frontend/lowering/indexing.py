@@ -17,6 +17,7 @@ from ...dialects.novella import (
     ConcatOp,
     DivOp,
     GatherRowsOp,
+    KvAppendOp,
     LinearOp,
     MatmulOp,
     ReduceOp,
@@ -172,12 +173,19 @@ def cat(cx):
         return items[0]
     rank = len(cx.shape(items[0]))
     dim = cx.const(1) % rank if cx.num_operands > 1 else 0
+    if len(items) == 2 and is_function_input(items[0]):
+        return cx.emit(KvAppendOp, past=items[0], new=items[1], dim=_i64(dim))
     return cx.emit(ConcatOp, inputs=items, dim=_i64(dim))
+
+
+def is_function_input(v) -> bool:
+    """`v` is an argument of the function (e.g. a KV cache passed in), not computed in it."""
+    return isinstance(v.owner, ir.Block)
 
 
 def _slice(cx, x, dim: int, start: int, length):
     shape = list(cx.shape(x))
-    if str(sy.canon(affine(length))) == str(shape[dim]) and start == 0:
+    if sy.equal(affine(length), shape[dim]) and start == 0:
         return x
     shape[dim] = sy.canon(affine(length))
     return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=_i64(start))
@@ -229,7 +237,7 @@ def expand(cx):
     want = [affine(s) for s in cx.const(1)]
     have = [sy.const(1)] * (len(want) - len(have)) + have
     out = [h if sy.as_int(w) == -1 else sy.canon(w) for w, h in zip(want, have)]
-    if [str(e) for e in out] == [str(e) for e in have]:
+    if sy.equal_shapes(out, have):
         return reshape(cx, x, have)
     return cx.emit(BroadcastOp, result_shape=out, input=reshape(cx, x, have, check=False))
 
