@@ -16,6 +16,8 @@ from .. import symbolic as sy
 from . import BufferPlan, Tiling, tile_rows
 
 PAGED_ATTR = "novella.paged"
+PAGED_VBASE = 1 << 31  # virtual DRAM window of the paged caches (above any program's DRAM)
+PAGED_VSPAN = 1 << 24  # virtual elements per cache tensor (positions * heads * head_dim)
 GROUP_ATTR = "novella.kv_group"
 
 
