@@ -106,7 +106,7 @@ def matmul_dims(op, tv) -> MatmulDims:
     strides = []
     for name, s in (("lhs", a), ("rhs", b)):
         nb = _static_numel(s[:-2])
-        if name == "rhs" and kv.paged_info(op.operands[1]) is not None:
+        if name == "rhs" and kv.paged_rhs(op) is not None:
             nb *= kv.group(op)
         if nb not in (1, batch):
             raise ValueError(f"matmul {name} batch dims {[str(e) for e in s[:-2]]} must equal the result's or be 1")
@@ -136,7 +136,7 @@ class Matmul:
         tms = [options["tile-m"]] if options.get("tile-m") else _candidates(dims.m, syms, TILE_SIZES)
         tns = _candidates(dims.n, syms, TILE_SIZES)
         tks = _candidates(dims.k, syms, K_TILES)
-        info = kv.paged_info(op.operands[1])
+        info = kv.paged_rhs(op)
         if info is not None:  # a tile of cache positions must stay inside one page
             ps = info["page_size"]
             if dims.transpose:
@@ -178,7 +178,7 @@ class Matmul:
             sram_stride=tk,
             when=reuse_lhs,
         )
-        info = kv.paged_info(op.operands[1])
+        info = kv.paged_rhs(op)
         if info is not None:
             head = sy.floordiv(bi, kv.group(op)) if kv.group(op) > 1 else bi
             if dims.transpose:

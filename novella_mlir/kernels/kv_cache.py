@@ -19,6 +19,10 @@ PAGED_ATTR = "novella.paged"
 PAGED_VBASE = 1 << 31  # virtual DRAM window of the paged caches (above any program's DRAM)
 PAGED_VSPAN = 1 << 24  # virtual elements per cache tensor (positions * heads * head_dim)
 GROUP_ATTR = "novella.kv_group"
+PAGED_RHS_ATTR = "novella.paged_rhs"
+
+
+_KEYS = ("page_size", "heads", "head_dim", "page_elems", "slot")
 
 
 def paged_info(v) -> dict | None:
@@ -27,10 +31,19 @@ def paged_info(v) -> dict | None:
     if isinstance(owner, ir.Block):
         return None
     op = owner.opview if hasattr(owner, "opview") else owner
-    if PAGED_ATTR not in op.attributes:
+    return _read(op, PAGED_ATTR)
+
+
+def paged_rhs(op) -> dict | None:
+    """The paged cache a matmul reads as its rhs (`novella.paged_rhs`, set by --novella-kv-cache), else None."""
+    return _read(op, PAGED_RHS_ATTR)
+
+
+def _read(op, name: str) -> dict | None:
+    if name not in op.attributes:
         return None
-    d = ir.DictAttr(op.attributes[PAGED_ATTR])
-    return {k: ir.IntegerAttr(d[k]).value for k in ("page_size", "heads", "head_dim", "page_elems", "slot")}
+    d = ir.DictAttr(op.attributes[name])
+    return {k: ir.IntegerAttr(d[k]).value for k in _KEYS}
 
 
 def group(op) -> int:

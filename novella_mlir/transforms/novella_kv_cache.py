@@ -7,7 +7,8 @@ Each gets `novella.paged = {page_size, heads, head_dim, page_elems, slot}`, slot
 return order (so prefill and decode agree); a prefill cache tensor is returned through a new
 `novella.kv_write`, which copies every position into its page. Matmuls reading a paged cache
 through a GQA head repeat (reshape, broadcast, reshape) read the cache itself with
-`novella.kv_group` (query heads per cache head), and the repeat is erased: nothing copies the
+`novella.kv_group` (query heads per cache head), and the repeat is erased; every matmul reading a
+paged cache gets its geometry as `novella.paged_rhs`: nothing copies the
 past. The function gets `novella.kv_cache = {page_size, results, args, slots}`: which results and
 arguments are paged (the host neither writes nor reads them)."""
 
@@ -17,7 +18,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects.novella import KvWriteOp
-from ..kernels.kv_cache import GROUP_ATTR, PAGED_ATTR, paged_info
+from ..kernels.kv_cache import GROUP_ATTR, PAGED_ATTR, PAGED_RHS_ATTR, paged_info
 from .common import PassError, body_ops, functions, set_attr
 
 OPTIONS = {"page-size": (int, 0, "KV cache positions per page (0: no paging)")}
@@ -91,7 +92,10 @@ def _read_through_repeats(fn) -> None:
             continue
         root, chain = _root(op.operands[1])
         info = paged_info(root)
-        if info is None or not chain:
+        if info is None:
+            continue
+        set_attr(op, PAGED_RHS_ATTR, info)
+        if not chain:
             continue
         heads = sy.as_int(sy.shape_of(ir.RankedTensorType(op.operands[1].type))[1])
         if heads is None or heads % info["heads"]:
