@@ -163,3 +163,15 @@ def _aligned(n: int) -> int:
 def _max_dram(art) -> int:
     """The program's DRAM size at the upper bounds (sizes grow with every symbol)."""
     return int(expr.evaluate(art.dram_size, [hi for _, _, hi in art.symbols]))
+
+
+def changed_fields(a: np.ndarray, b: np.ndarray) -> list[tuple[int, str, str, int, int]]:
+    """(instruction, mnemonic, field, value in a, value in b) of every field that differs between two
+    programs of equal length (e.g. consecutive decode steps)."""
+    if a.shape != b.shape:
+        raise ValueError(f"programs of {len(a)} and {len(b)} instructions are not comparable field by field")
+    out = []
+    for i in np.flatnonzero(np.any(a != b, axis=1)):
+        x, y = isa.decode(a[i]), isa.decode(b[i])
+        out += [(int(i), x.mnemonic, f, x.fields[f], y.fields[f]) for f in x.fields if x.fields[f] != y.fields[f]]
+    return out

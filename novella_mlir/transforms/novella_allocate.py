@@ -92,7 +92,7 @@ def _place(fn, symbols, n, budget) -> None:
             offsets[res] = arena.alloc(_size(res))
             set_attr(op, "novella.sram_budget", dict(budget))
         set_attr(op, "novella.dram", sy.make_map([offsets[res]], n))
-        for v in op.operands:
+        for v in dict.fromkeys(op.operands):  # once per value: cat(x, x) must not free x's block twice
             if last_use.get(v) == i and v not in outputs and v not in paged and _is_activation(v):
                 arena.release(offsets[v], _size(v))
     fn.attributes["arg_attrs"] = ir.ArrayAttr.get(

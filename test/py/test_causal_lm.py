@@ -39,6 +39,9 @@ def _llama():
 def model(request):
     torch.manual_seed(0)
     hf = _gpt2() if request.param == "gpt2" else _llama()
+    # the reference is plain greedy decoding: with min_new_tokens, transformers would mask the config's
+    # eos (which random weights may well pick), and generate() stops at an eos only when one is passed
+    hf.generation_config.eos_token_id = None
     return request.param, hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=16)
 
 

@@ -74,3 +74,23 @@ module attributes {novella.symbols = {s0 = ["P", 1, 1023], s1 = ["T", 1, 1024]}}
     return %4, %3 : tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>, tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>
   }
 }
+
+// -----
+
+// An op reading one value twice (cat(r, r)) frees r's block once: of the two
+// [s0, 8] results that follow, only one may take it.
+// CHECK-LABEL: func.func @twice
+// CHECK: %[[R:.*]] = "novella.relu"(%arg0) {novella.dram = #[[$R:map[0-9]*]],
+// CHECK: "novella.concat"(%[[R]], %[[R]])
+// CHECK: "novella.relu"(%arg0) {novella.dram = #[[$R]],
+// CHECK-NOT: novella.dram = #[[$R]],
+// CHECK: return
+module attributes {novella.symbols = {s0 = ["T", 1, 64]}} {
+  func.func @twice(%x: tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> (tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) {
+    %r = "novella.relu"(%x) : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+    %c = "novella.concat"(%r, %r) {dim = 2 : i64} : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>
+    %a = "novella.relu"(%x) : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+    %b = "novella.relu"(%x) : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+    return %c, %a, %b : tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+  }
+}
