@@ -104,7 +104,7 @@ def main() -> None:
         print(f"{past:>6} {stats.cycles:>9,} {stats.dma_bytes_loaded + stats.dma_bytes_stored:>10,} {roof:>9,.0f} "
               f"{stats.cycles / roof:>8.2f} {jit_new * 1e6:>10.0f} {jit_hit * 1e6:>10.0f} {npu_us:>8.1f} "
               f"{jit_new * 1e6 / npu_us:>7.2f} {base:>12,} {base / stats.cycles:>10.1f}")  # fmt: skip
-    print("\nKV memory: paged (page_size %d) vs max_len per sequence" % args.page_size)
+    print(f"\nKV memory: paged (page_size {args.page_size}) vs max_len per sequence")
     lengths = [39, 140, 532]
     per_block = sess.kv_bytes_per_block
     paged = sum(-(-n // args.page_size) for n in lengths) * per_block

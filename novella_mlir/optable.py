@@ -29,7 +29,7 @@ from .kernels import linear as k_linear
 from .kernels import normalization as k_norm
 from .kernels.pointwise import Pointwise, Prefer
 
-_MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign")
+_MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign", "erf")
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,13 @@ OPS: dict[type, OpDef] = {
         shapes.unary,
         k_attention.Softmax(),
         _LIT + "kernels/attention.mlir",
-        {"torch.aten._softmax": attention.softmax_internal, "torch.aten.softmax.int": attention.softmax},
+        {
+            "torch.aten._softmax": attention.softmax_internal,
+            "torch.aten.softmax.int": attention.softmax,
+            "torch.aten.log_softmax.int": attention.log_softmax,
+            "torch.aten._log_softmax": attention.log_softmax,
+            "torch.aten.logsumexp": attention.logsumexp,
+        },
     ),
     nv.LayerNormOp: OpDef(
         shapes.unary,
@@ -112,7 +118,11 @@ OPS: dict[type, OpDef] = {
         shapes.transpose,
         k_data.Transpose(),
         _LIT + "kernels/shape.mlir",
-        {"torch.aten.permute": shape_ops.permute, "torch.aten.transpose.int": shape_ops.transpose_int},
+        {
+            "torch.aten.permute": shape_ops.permute,
+            "torch.aten.transpose.int": shape_ops.transpose_int,
+            "torch.aten.t": shape_ops.t,
+        },
     ),
     nv.ReshapeOp: OpDef(
         shapes.from_result,
@@ -129,6 +139,7 @@ OPS: dict[type, OpDef] = {
             "torch.prims.squeeze": shape_ops.squeeze_dims,
             "torch.prims.collapse": shape_ops.collapse,
             "torch.aten.unflatten.int": shape_ops.unflatten,
+            "torch.aten.flatten.using_ints": shape_ops.flatten,
         },
         no_kernel="a row-major reshape is a DRAM alias (--novella-allocate gives it its operand's buffer)",
     ),
@@ -136,7 +147,11 @@ OPS: dict[type, OpDef] = {
         shapes.from_result,
         _SLICE,
         _LIT + "kernels/shape.mlir",
-        {"torch.aten.slice.Tensor": shape_ops.slice_, "torch.aten.select.int": indexing.select},
+        {
+            "torch.aten.slice.Tensor": shape_ops.slice_,
+            "torch.aten.select.int": indexing.select,
+            "torch.aten.narrow": indexing.narrow,
+        },
     ),
     nv.Conv1dOp: OpDef(shapes.conv1d, k_conv.Conv1d(), _LIT + "kernels/nn.mlir", {"torch.aten.conv1d": nn.conv1d}),
     nv.AttentionOp: OpDef(
@@ -153,10 +168,13 @@ OPS: dict[type, OpDef] = {
         {
             **{f"torch.aten.{fn}": pointwise.unary(fn) for fn in _MATH_ATEN},
             "torch.aten.silu": pointwise.unary("silu"),
+            "torch.aten.expm1": pointwise.expm1,
+            "torch.aten.log1p": pointwise.log1p,
             "torch.aten.logical_not": pointwise.logical_not,
             "torch.aten.bitwise_not": pointwise.logical_not,
             "torch.aten.pow.Tensor_Scalar": pointwise.pow_tensor_scalar,
             "torch.aten.pow.Scalar": pointwise.pow_scalar,
+            "torch.aten.pow.Tensor_Tensor": pointwise.pow_tensor_tensor,
         },
     ),
     nv.CompareOp: OpDef(
@@ -211,7 +229,10 @@ OPS: dict[type, OpDef] = {
         },
     ),
     nv.BroadcastOp: OpDef(
-        shapes.broadcast_to, _POINTWISE, _LIT + "kernels/pointwise.mlir", {"torch.aten.expand": indexing.expand}
+        shapes.broadcast_to,
+        _POINTWISE,
+        _LIT + "kernels/pointwise.mlir",
+        {"torch.aten.expand": indexing.expand, "torch.aten.repeat": indexing.repeat},
     ),
     nv.GatherRowsOp: OpDef(
         shapes.gather_rows,
@@ -230,8 +251,14 @@ OPS: dict[type, OpDef] = {
         {
             "torch.aten.mean.dim": indexing.mean,
             "torch.aten.sum.dim_IntList": indexing.sum_,
+            "torch.aten.sum": indexing.sum_,
+            "torch.aten.mean": indexing.mean,
             "torch.aten.amax": indexing.amax,
             "torch.aten.amin": indexing.amin,
+            "torch.aten.var.correction": indexing.var,
+            "torch.aten.var.dim": indexing.var,
+            "torch.aten.std.correction": indexing.std,
+            "torch.aten.std.dim": indexing.std,
         },
     ),
     nv.KvAppendOp: OpDef(
@@ -248,6 +275,7 @@ OPS: dict[type, OpDef] = {
             "torch.aten.cat": indexing.cat,
             "torch.aten.split.Tensor": indexing.split,
             "torch.aten.split_with_sizes": indexing.split_with_sizes,
+            "torch.aten.chunk": indexing.chunk,
         },
     ),
 }

@@ -366,7 +366,7 @@ class AttentionOp(Novella.Operation, name="attention"):
 
 MATH_FNS = (
     "exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "silu", "neg", "abs", "sin", "cos", "reciprocal",
-    "gelu_tanh", "not", "sign", "square",
+    "gelu_tanh", "not", "sign", "square", "erf",
 )  # fmt: skip
 COMPARE_FNS = ("lt", "le", "gt", "ge", "eq", "ne")
 REDUCE_FNS = ("sum", "mean", "max", "min")
@@ -485,9 +485,13 @@ class ReduceOp(Novella.Operation, name="reduce"):
 
 
 class ConcatOp(Novella.Operation, name="concat"):
-    """`torch.cat(inputs, dim)`: the inputs, equal except in `dim`, one after the other along it."""
+    """`torch.cat([lhs, rhs], dim)`: two tensors, equal except in `dim`, one after the other along it.
 
-    inputs: Sequence[ext.Operand[Tensor]]
+    Binary because an IRDL variadic operand binds one type for all its operands;
+    the frontend chains more inputs."""
+
+    lhs: ext.Operand[Tensor]
+    rhs: ext.Operand[Tensor]
     dim: ir.IntegerAttr
     result: ext.Result[Tensor]
 

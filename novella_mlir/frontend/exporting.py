@@ -1,11 +1,13 @@
 """torch.export over the caller's length range, and the asserts and guards it leaves.
 
-Sizes are named `Dim(name, min, max)`s (`dynamic_dim=` is the shorthand for one `Dim("T")` on every
-tensor): traced plainly first, then size-obliviously with undecidable guards deferred to runtime asserts.
-Each deferred assert is a condition on the sizes; it is proved symbolically over the Dims' box
-(`symbolic.provably_holds`), then dropped from the graph. For the one-Dim shorthand, if torch still
-narrows the range, the fallback is the plain `Dim.DYNAMIC` trace; when that narrows too, the error
-says which guard excluded which lengths.
+The one-length shorthand (`dynamic_dim=`) tries the cheapest trace first: `Dim.DYNAMIC(min, max)`,
+traced size-obliviously, accepted only if torch keeps the whole range. When it narrows (transformers'
+`q_len > 1` check does), the length becomes a named `Dim("T", min, max)`, as in a `dynamic_shapes`
+spec (`export_spec`: named Dims, a shared Dim meaning equal sizes): traced plainly, then
+size-obliviously with undecidable guards deferred to runtime asserts. Each deferred assert is a
+condition on the sizes; it is proved symbolically over the Dims' box (`symbolic.provably_holds`),
+then dropped from the graph. When every trace narrows, the error says which guard excluded which
+lengths and what part torch keeps (`NarrowedError.kept`).
 """
 
 from __future__ import annotations
@@ -47,13 +49,13 @@ class NarrowedError(NovellaError):
 def export(module, args, dynamic_dim: int, lo: int, hi: int):
     """The ExportedProgram over [lo, hi] with dim `dynamic_dim` of every tensor a `Dim("T")`, or a NarrowedError."""
     module = module.eval()
+    prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
+    if kept == (lo, hi):
+        return prog
     spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
     first = export_spec(module, args, spec, raise_error=False)
     if not isinstance(first, str):
         return first
-    prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
-    if kept == (lo, hi):
-        return prog
     msg = f"torch.export cannot keep dim {dynamic_dim} symbolic over [{lo}, {hi}]: {first}"
     if kept:
         msg += f" The part it can trace is [{kept[0]}, {kept[1]}]."

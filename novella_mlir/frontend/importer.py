@@ -22,10 +22,10 @@ from . import dtypes, exporting
 # The only decompositions the frontend runs (torch's own, from torch._decomp): composite ops
 # whose parts the NPU lowers. Everything else in the exported graph is lowered as it is.
 NEEDED_DECOMPOSITIONS = (
-    "silu", "triu", "tril", "var", "std", "var_mean", "logsumexp", "_log_softmax", "hardtanh", "elu",
-    "leaky_relu", "repeat", "stack", "unbind", "masked_fill", "expm1", "log1p", "softplus", "mish",
+    "silu", "triu", "tril", "var_mean", "hardtanh", "elu",
+    "leaky_relu", "stack", "unbind", "masked_fill", "softplus", "mish",
     "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "_safe_softmax", "native_dropout", "linalg_vector_norm",
-    "rsub", "flip", "sign", "clamp_min", "clamp_max", "_to_copy", "baddbmm",
+    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm",
 )  # fmt: skip
 
 

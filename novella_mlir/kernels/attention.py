@@ -84,7 +84,7 @@ def _candidates(extent: ir.AffineExpr, symbols, sizes) -> list[int]:
 class MatmulDims:
     """A batched matmul as `batch` independent [M, K] @ [K, N] products."""
 
-    batch: int
+    batch: ir.AffineExpr
     m: ir.AffineExpr
     k: ir.AffineExpr
     n: ir.AffineExpr
@@ -100,17 +100,16 @@ def _static_numel(exprs) -> int | None:
 
 def matmul_dims(op, tv) -> MatmulDims:
     a, b, y = tv.shape(0), tv.shape(1), tv.shape(-1)
-    batch = _static_numel(y[:-2])
-    if batch is None:
-        raise ValueError(f"matmul batch dims {[str(e) for e in y[:-2]]} must be static")
+    batch = sy.canon(mul(*y[:-2])) if len(y) > 2 else sy.const(1)
     strides = []
     for name, s in (("lhs", a), ("rhs", b)):
-        nb = _static_numel(s[:-2])
+        nb = sy.canon(mul(*s[:-2])) if len(s) > 2 else sy.const(1)
         if name == "rhs" and kv.paged_rhs(op) is not None:
-            nb *= kv.group(op)
-        if nb not in (1, batch):
+            nb = sy.canon(nb * kv.group(op))
+        broadcast = sy.as_int(nb) == 1 and sy.as_int(batch) != 1
+        if not broadcast and not sy.equal(nb, batch):
             raise ValueError(f"matmul {name} batch dims {[str(e) for e in s[:-2]]} must equal the result's or be 1")
-        strides.append(sy.const(0) if nb == 1 and batch > 1 else mul(s[-1], s[-2]))
+        strides.append(sy.const(0) if broadcast else mul(s[-1], s[-2]))
     return MatmulDims(batch, a[-2], a[-1], y[-1], _flag(op, "transpose_rhs"), *strides)
 
 
@@ -155,7 +154,7 @@ class Matmul:
         if best is None:
             plan.check()
         (tm, tn, tk), plan = best[1], best[2]
-        grid = [sy.const(dims.batch), ceildiv(dims.m, tm), ceildiv(dims.n, tn), ceildiv(dims.k, tk)]
+        grid = [dims.batch, ceildiv(dims.m, tm), ceildiv(dims.n, tn), ceildiv(dims.k, tk)]
         return Tiling({"tm": tm, "tn": tn, "tk": tk}, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):

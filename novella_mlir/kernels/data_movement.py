@@ -155,10 +155,7 @@ class _RowMove:
 
 def _swap_dims(tv):
     shape = tv.shape(0)
-    batch = [sy.as_int(e) for e in shape[:-2]]
-    if any(v is None for v in batch):
-        raise ValueError(f"transpose of {[str(e) for e in shape]}: the batch dims must be static")
-    return prod(batch), shape[-2], shape[-1]
+    return sy.canon(sy.numel(shape[:-2])) if len(shape) > 2 else sy.const(1), shape[-2], shape[-1]
 
 
 def _swap_tiling(op, tv, budget):
@@ -170,7 +167,7 @@ def _swap_tiling(op, tv, budget):
         plan.add("x", "spad", tr * tc)
         plan.add("acc", "acc", tc * tr)
         if plan.fits() or tc == 16:
-            grid = [sy.const(batch), sy.ceildiv(c, tc), sy.ceildiv(r, tr)]
+            grid = [batch, sy.ceildiv(c, tc), sy.ceildiv(r, tr)]
             return Tiling({"tr": tr, "tc": tc}, grid, plan.check())
     raise ValueError("unreachable")
 
@@ -287,12 +284,20 @@ def compose_transposes(op, rewriter):
         return False
     p = perm_of(inner)
     composed = [p[q] for q in perm]
+    if not _direct(composed):
+        return True
     with rewriter.ip, op.location:
         new = make_transpose(inner.operands[0], composed, len(module_symbols(op)))
     rewriter.replace_op(op, [new])
     if not list(inner.results[0].uses):
         rewriter.erase_op(inner)
     return False
+
+
+def _direct(perm: list[int]) -> bool:
+    """The transpose kernel runs `perm` in one op: it keeps the last dim, or swaps only the last two."""
+    r = len(perm)
+    return perm[-1] == r - 1 or perm == list(range(r - 2)) + [r - 1, r - 2]
 
 
 def sink_below_unary(op, rewriter):

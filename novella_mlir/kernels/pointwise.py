@@ -149,7 +149,16 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 def math_body(tl: Tile, fn: str, dst: str, a: str, tmp: str) -> None:
     """dst = fn(a) on one tile; `tmp` is scratch. a may equal dst only for in-place-safe fns."""
     v, geo = tl.b.vop, tl.geo()
-    simple = {"exp": "EXP", "log": "LOG", "tanh": "TANH", "rsqrt": "RSQRT", "sin": "SIN", "cos": "COS", "abs": "ABS"}
+    simple = {
+        "exp": "EXP",
+        "log": "LOG",
+        "tanh": "TANH",
+        "rsqrt": "RSQRT",
+        "sin": "SIN",
+        "cos": "COS",
+        "abs": "ABS",
+        "erf": "ERF",
+    }
     if fn in simple:
         v(simple[fn], dst, a, **geo)
     elif fn == "neg":
@@ -270,7 +279,7 @@ class Prefer:
     def pick(self, op, tv):
         try:
             ok = self.applies(op, tv)
-        except ValueError:
+        except (ValueError, IndexError):  # IndexError: a rank-0 result has no last dim
             ok = False
         return self.first if ok else self.fallback
 

@@ -37,10 +37,15 @@ def supported_ops() -> list[str]:
 
 
 def source_location(loc: ir.Location) -> str:
-    """The innermost user frame (`file:line`) of an FX-imported op location."""
+    """The innermost user frame (`file:line`) of an FX-imported op location, and the innermost
+    library frame (e.g. the transformers line) when the op comes from one: `user.py:9 (in lib.py:258)`."""
     frames = re.findall(r'"([^"]+)":(\d+)', str(loc))
-    user = [f for f in frames if "site-packages" not in f[0]] or frames
-    return f"{user[0][0]}:{user[0][1]}" if user else "<unknown location>"
+    if not frames:
+        return "<unknown location>"
+    user = [f for f in frames if "site-packages" not in f[0]]
+    lib = frames[0] if "site-packages" in frames[0][0] else None
+    where = f"{user[0][0]}:{user[0][1]}" if user else f"{frames[0][0]}:{frames[0][1]}"
+    return f"{where} (in {lib[0]}:{lib[1]})" if lib and user else where
 
 
 class LoweringContext:
@@ -158,7 +163,21 @@ def convert(torch_module: ir.Module, imported) -> ir.Module:
             results = _convert_block(src.regions[0].blocks[0], values, imported.symbols, imported.weights, table)
             func.ReturnOp(results)
         fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [r.type for r in results]))
+        _drop_dead(entry, imported.weights)
     return module
+
+
+def _drop_dead(block, weights: dict) -> None:
+    """Erases ops whose results are unused (weights replaced by folded copies, dead views), newest first,
+    and the weight data no `novella.weight` refers to any more."""
+    for op in reversed(list(block.operations)):
+        if op.operation.name.startswith("novella.") and op.results and not any(list(r.uses) for r in op.results):
+            op.operation.erase()
+    used = {
+        ir.StringAttr(op.attributes["name"]).value for op in block.operations if op.operation.name == "novella.weight"
+    }
+    for name in [n for n in weights if n not in used]:
+        del weights[name]
 
 
 def _arg_type(dims, positions, n_syms):

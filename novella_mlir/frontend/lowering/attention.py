@@ -13,13 +13,17 @@ from ...dialects.novella import (
     AttentionOp,
     BroadcastOp,
     CompareOp,
+    MathOp,
     MatmulOp,
+    ReduceOp,
     ReshapeOp,
     ScalarOp,
     SliceOp,
     SoftmaxOp,
+    SubOp,
     WhereOp,
 )
+from .shape_ops import from_last, to_last
 
 
 def _rank(v: ir.Value) -> int:
@@ -39,9 +43,46 @@ def _softmax(cx):
     x = cx.operand(0)
     rank = _rank(x)
     dim = cx.const(1)
-    if dim is None or dim % rank != rank - 1:
-        raise cx.error(f"softmax over dim {dim} of a rank-{rank} tensor is not supported; only the last dim")
-    return cx.emit(SoftmaxOp, input=x)
+    if dim is None or rank == 0:
+        raise cx.error(f"softmax over dim {dim} of a rank-{rank} tensor is not supported")
+    dim %= rank
+    if dim == rank - 1:
+        return cx.emit(SoftmaxOp, input=x)
+    y = cx.emit(SoftmaxOp, check=False, input=to_last(cx, x, dim))
+    return from_last(cx, y, dim)
+
+
+def _log_sum_exp_last(cx, x):
+    """(max, log(sum(exp(x - max)))) over the last dim, both kept as size 1."""
+    m = cx.emit(ReduceOp, check=False, input=x, fn=ir.StringAttr.get("max"))
+    e = cx.emit(MathOp, check=False, input=cx.emit(SubOp, check=False, lhs=x, rhs=m), fn=ir.StringAttr.get("exp"))
+    s = cx.emit(ReduceOp, check=False, input=e, fn=ir.StringAttr.get("sum"))
+    return m, cx.emit(MathOp, check=False, input=s, fn=ir.StringAttr.get("log"))
+
+
+def log_softmax(cx):
+    """x - max - log(sum(exp(x - max))) over `dim`."""
+    x, rank = cx.operand(0), _rank(cx.operand(0))
+    dim = cx.const(1) % rank
+    y = to_last(cx, x, dim)
+    m, lse = _log_sum_exp_last(cx, y)
+    out = cx.emit(SubOp, check=False, lhs=cx.emit(SubOp, check=False, lhs=y, rhs=m), rhs=lse)
+    return from_last(cx, out, dim)
+
+
+def logsumexp(cx):
+    """max + log(sum(exp(x - max))) over each listed dim in turn (kept as size 1, then dropped unless keepdim)."""
+    x = cx.operand(0)
+    rank = _rank(x)
+    dims = sorted({d % rank for d in cx.const(1)}, reverse=True)
+    keep = bool(cx.const(2)) if cx.num_operands > 2 else False
+    for d in dims:
+        m, lse = _log_sum_exp_last(cx, to_last(cx, x, d))
+        x = from_last(cx, cx.emit(AddOp, check=False, lhs=m, rhs=lse), d, check=False)
+    if not keep:
+        shape = [e for i, e in enumerate(cx.shape(x)) if i not in dims]
+        x = cx.emit(ReshapeOp, result_shape=shape, input=x)
+    return x
 
 
 def softmax_internal(cx):

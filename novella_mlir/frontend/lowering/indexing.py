@@ -20,10 +20,12 @@ from ...dialects.novella import (
     KvAppendOp,
     LinearOp,
     MatmulOp,
+    MulOp,
     ReduceOp,
     SliceOp,
+    SubOp,
 )
-from .shape_ops import affine, reshape, transpose
+from .shape_ops import affine, reshape, to_last, transpose
 
 
 def _i64(v: int) -> ir.IntegerAttr:
@@ -175,7 +177,10 @@ def cat(cx):
     dim = cx.const(1) % rank if cx.num_operands > 1 else 0
     if len(items) == 2 and is_function_input(items[0]):
         return cx.emit(KvAppendOp, past=items[0], new=items[1], dim=_i64(dim))
-    return cx.emit(ConcatOp, inputs=items, dim=_i64(dim))
+    out = items[0]
+    for i, v in enumerate(items[1:]):
+        out = cx.emit(ConcatOp, check=i == len(items) - 2, lhs=out, rhs=v, dim=_i64(dim))
+    return out
 
 
 def is_function_input(v) -> bool:
@@ -185,6 +190,8 @@ def is_function_input(v) -> bool:
 
 def _slice(cx, x, dim: int, start: int, length):
     shape = list(cx.shape(x))
+    if sy.as_int(affine(length)) == 0:
+        raise cx.error("a slice of length 0 (an empty tensor) is not supported")
     if sy.equal(affine(length), shape[dim]) and start == 0:
         return x
     shape[dim] = sy.canon(affine(length))
@@ -216,6 +223,37 @@ def split(cx):
         raise cx.error("split of a symbolic-size dim is not supported; split a static dim")
     sizes = [min(size, total - i) for i in range(0, total, size)]
     return [_split_at(cx, x, dim, sizes)]
+
+
+def repeat(cx):
+    """x.repeat(reps): each dim d of x (padded to len(reps)) becomes [reps[d], d], a broadcast copy, then merged."""
+    x, reps = cx.operand(0), list(cx.const(1))
+    shape = [sy.const(1)] * (len(reps) - len(cx.shape(x))) + list(cx.shape(x))
+    spread = [e for s in shape for e in (sy.const(1), s)]
+    wide = [e for r, s in zip(reps, shape) for e in (sy.const(r), s)]
+    out = reshape(cx, x, spread, check=False)
+    if any(r != 1 for r in reps):
+        out = cx.emit(BroadcastOp, result_shape=wide, check=False, input=out)
+    return reshape(cx, out, [sy.canon(sy.const(r) * s) for r, s in zip(reps, shape)])
+
+
+def chunk(cx):
+    x = cx.operand(0)
+    shape = cx.shape(x)
+    dim = cx.const(2) % len(shape) if cx.num_operands > 2 else 0
+    total = sy.as_int(shape[dim])
+    if total is None:
+        raise cx.error("chunk of a symbolic-size dim is not supported; chunk a static dim")
+    size = -(-total // cx.const(1))
+    return [_split_at(cx, x, dim, [min(size, total - i) for i in range(0, total, size)])]
+
+
+def narrow(cx):
+    x, dim, start, length = cx.operand(0), cx.const(1), cx.const(2), cx.const(3)
+    dim %= len(cx.shape(x))
+    if not isinstance(start, int) or start < 0:
+        raise cx.error("narrow with a symbolic or negative start is not supported")
+    return _slice(cx, x, dim, start, length)
 
 
 def select(cx):
@@ -250,7 +288,7 @@ def _reduce(fn: str):
         x = cx.operand(0)
         rank = len(cx.shape(x))
         dims = cx.const(1) if cx.num_operands > 1 else None
-        dims = list(range(rank)) if dims is None else [dims] if isinstance(dims, int) else list(dims)
+        dims = list(range(rank)) if not dims and dims != 0 else [dims] if isinstance(dims, int) else list(dims)
         keep = bool(cx.const(2)) if cx.num_operands > 2 and isinstance(cx.const(2), bool) else False
         for d in sorted((d % rank for d in dims), reverse=True):
             x = _reduce_dim(cx, fn, x, d)
@@ -266,11 +304,7 @@ def _reduce(fn: str):
 def _reduce_dim(cx, fn: str, x, d: int):
     """`fn` over dim `d`, kept as size 1: the dim moves last, reduces, and (size 1 now) moves back by a reshape."""
     shape = list(cx.shape(x))
-    r = len(shape)
-    if d != r - 1:
-        if d != r - 2:
-            raise cx.error(f"{fn} over dim {d} of a rank-{r} tensor: only the last two dims are supported")
-        x = transpose(cx, x, list(range(r - 2)) + [r - 1, r - 2], check=False)
+    x = to_last(cx, x, d)
     n = shape[d]
     dynamic_mean = fn == "mean" and sy.as_int(n) is None
     out = cx.emit(ReduceOp, check=False, input=x, fn=ir.StringAttr.get("sum" if dynamic_mean else fn))
@@ -281,6 +315,58 @@ def _reduce_dim(cx, fn: str, x, d: int):
     kept = list(shape)
     kept[d] = sy.const(1)
     return reshape(cx, out, kept, check=False)
+
+
+def _var(cx, root: bool):
+    """var/std over dims: mean((x - mean)^2) * N / (N - correction), N the reduced element count."""
+    x = cx.operand(0)
+    shape = list(cx.shape(x))
+    rank = len(shape)
+    dims = cx.const(1) if cx.num_operands > 1 else None
+    dims = list(range(rank)) if not dims and dims != 0 else [dims] if isinstance(dims, int) else list(dims)
+    dims = sorted({d % rank for d in dims}, reverse=True)
+    corr = cx.const(2) if cx.num_operands > 2 and not isinstance(cx.const(2), bool) else None
+    if cx.op.name.endswith(".dim"):  # var.dim(x, dims, unbiased, keepdim)
+        corr, keep = (1 if cx.const(2) else 0), bool(cx.const(3))
+    else:  # var.correction(x, dims, correction, keepdim)
+        corr, keep = (1 if corr is None else corr), bool(cx.const(3)) if cx.num_operands > 3 else False
+    mean_ = x
+    for d in dims:
+        mean_ = _reduce_dim(cx, "mean", mean_, d)
+    dev = cx.emit(SubOp, check=False, lhs=x, rhs=mean_)
+    sq = cx.emit(MulOp, check=False, lhs=dev, rhs=dev)
+    for d in dims:
+        sq = _reduce_dim(cx, "sum", sq, d)
+    n = sy.canon(sy.numel([shape[d] for d in dims]))
+    if sy.as_int(n) is not None:
+        if sy.as_int(n) - corr <= 0:
+            raise cx.error(f"var over {sy.as_int(n)} elements with correction {corr} divides by zero")
+        out = _scale(cx, sq, 1.0 / (sy.as_int(n) - corr))
+    else:
+        from .elementwise import size_value
+
+        out = cx.emit(DivOp, check=False, lhs=sq, rhs=size_value(cx, sy.canon(n - sy.const(corr))))
+    if root:
+        from .pointwise import math_op
+
+        out = math_op(cx, "sqrt", out, check=False)
+    if not keep:
+        out = reshape(cx, out, [e for i, e in enumerate(shape) if i not in dims])
+    return out
+
+
+def _scale(cx, x, value: float):
+    from .pointwise import scalar_op
+
+    return scalar_op(cx, "mul", x, value, check=False)
+
+
+def var(cx):
+    return _var(cx, root=False)
+
+
+def std(cx):
+    return _var(cx, root=True)
 
 
 sum_ = _reduce("sum")

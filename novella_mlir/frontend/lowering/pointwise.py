@@ -34,6 +34,16 @@ def unary(fn: str):
     return lower
 
 
+def expm1(cx):
+    """exp(x) - 1 (absolute error ~1e-7 near 0, where torch's expm1 keeps relative accuracy)."""
+    return scalar_op(cx, "sub", math_op(cx, "exp", check=False), 1.0)
+
+
+def log1p(cx):
+    """log(1 + x) (absolute error ~1e-7 near 0, where torch's log1p keeps relative accuracy)."""
+    return math_op(cx, "log", scalar_op(cx, "add", cx.operand(0), 1.0, check=False))
+
+
 def logical_not(cx):
     if cx.kind(0) == "int" and "bitwise" in cx.op.name:
         raise cx.error("bitwise_not of an integer tensor is not supported (held as f32); only of a bool mask")
@@ -130,6 +140,12 @@ def pow_tensor_scalar(cx):
         return math_op(cx, "reciprocal", cx.emit(MulOp, check=False, lhs=x, rhs=x))
     log = math_op(cx, "log", x, check=False)
     return math_op(cx, "exp", scalar_op(cx, "mul", log, float(e), check=False))
+
+
+def pow_tensor_tensor(cx):
+    """x ** y = exp(y * ln x): exact in range for x > 0 (a negative x gives NaN, where torch may not)."""
+    log = math_op(cx, "log", cx.operand(0), check=False)
+    return math_op(cx, "exp", cx.emit(MulOp, check=False, lhs=log, rhs=cx.operand(1)))
 
 
 def pow_scalar(cx):

@@ -180,13 +180,71 @@ def transpose(cx, x, perm: list[int], check: bool = True):
     """`x` permuted by `perm`, or `x` itself for the identity permutation."""
     if perm == list(range(len(perm))):
         return x
+    shape = cx.shape(x)
+    moved = [p for p in perm if sy.as_int(shape[p]) != 1]
+    if moved == sorted(moved):  # only size-1 dims move: the same row-major data
+        return reshape(cx, x, [shape[p] for p in perm], check=check)
     return cx.emit(TransposeOp, check=check, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
+
+
+def swap_perms(rank: int, d: int) -> list[list[int]]:
+    """Permutations (each one the NPU transposes directly) that swap dim `d` with the last dim:
+    d <-> rank-2 (the last dim stays: row moves), then the last two dims."""
+    out = []
+    if d != rank - 2 and d != rank - 1:
+        p = list(range(rank))
+        p[d], p[rank - 2] = p[rank - 2], p[d]
+        out.append(p)
+    if d != rank - 1:
+        out.append(list(range(rank - 2)) + [rank - 1, rank - 2])
+    return out
+
+
+def to_last(cx, x, d: int):
+    """`x` with dim `d` swapped with the last dim; `from_last` undoes it."""
+    for p in swap_perms(len(cx.shape(x)), d):
+        x = transpose(cx, x, p, check=False)
+    return x
+
+
+def from_last(cx, x, d: int, check: bool = True):
+    perms = swap_perms(len(cx.shape(x)), d)[::-1]
+    for i, p in enumerate(perms):
+        x = transpose(cx, x, p, check=check and i == len(perms) - 1)
+    return x
 
 
 def permute(cx):
     x = cx.operand(0)
     rank = len(cx.shape(x))
-    return transpose(cx, x, [p % rank for p in cx.const(1)])
+    return any_transpose(cx, x, [p % rank for p in cx.const(1)])
+
+
+def any_transpose(cx, x, perm: list[int]):
+    """`x` permuted by `perm` as transposes the NPU runs directly: when the last dim moves,
+    first swap the dim that becomes last into place, then a transpose that keeps the last dim."""
+    r = len(perm)
+    if not r or perm[-1] == r - 1 or perm == list(range(r - 2)) + [r - 1, r - 2]:
+        return transpose(cx, x, perm)
+    order = list(range(r))  # order[i]: the source dim now at position i
+    for p in swap_perms(r, perm[-1]):
+        x = transpose(cx, x, p, check=False)
+        order = [order[i] for i in p]
+    return transpose(cx, x, [order.index(s) for s in perm])
+
+
+def flatten(cx):
+    x, start, end = cx.operand(0), cx.const(1), cx.const(2)
+    shape = list(cx.shape(x))
+    if not shape:
+        return reshape(cx, x, [sy.const(1)])
+    start, end = start % len(shape), end % len(shape)
+    return reshape(cx, x, shape[:start] + [sy.canon(sy.numel(shape[start : end + 1]))] + shape[end + 1 :])
+
+
+def t(cx):
+    x = cx.operand(0)
+    return any_transpose(cx, x, [1, 0]) if len(cx.shape(x)) == 2 else x
 
 
 def transpose_int(cx):
@@ -195,7 +253,7 @@ def transpose_int(cx):
     perm = list(range(rank))
     a, b = cx.const(1) % rank, cx.const(2) % rank
     perm[a], perm[b] = perm[b], perm[a]
-    return transpose(cx, x, perm)
+    return any_transpose(cx, x, perm)
 
 
 def slice_(cx):
@@ -215,6 +273,8 @@ def slice_(cx):
     if start < 0 and full is not None:
         start += full
     length = sy.canon(_slice_length(cx, shape[dim], start, end))
+    if sy.as_int(length) is not None and sy.as_int(length) <= 0:
+        raise cx.error("a slice of length 0 (an empty tensor) is not supported")
     if sy.equal(length, shape[dim]):
         return x
     shape[dim] = length
