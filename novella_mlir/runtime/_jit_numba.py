@@ -29,22 +29,27 @@ def _rows(tab, k, cols):
 
 
 @nb.njit(cache=True)
-def _eval(e, syms, dims, ops, args, start, stop, stack):
-    sp = 0
-    for i in range(start[e], stop[e]):
-        o = ops[i]
+def _eval(e, tab, sc, ns):
+    """Expression e of the tables; `sc` = [symbols (ns), dims (n_dims + 1), stack]. Two arrays, so a
+    call costs little reference counting."""
+    ops, args, starts = tab[2], tab[3], tab[4]
+    o_stack = ns + tab[0] + 1
+    sp = o_stack
+    for i in range(tab[starts + e], tab[tab[5] + e]):
+        o = tab[ops + i]
+        a_i = tab[args + i]
         if o == 0:
-            stack[sp] = args[i]
+            sc[sp] = a_i
             sp += 1
         elif o == 1:
-            stack[sp] = syms[args[i]]
+            sc[sp] = sc[a_i]
             sp += 1
         elif o == 2:
-            stack[sp] = dims[args[i]]
+            sc[sp] = sc[ns + a_i]
             sp += 1
         else:
-            b = stack[sp - 1]
-            a = stack[sp - 2]
+            b = sc[sp - 1]
+            a = sc[sp - 2]
             sp -= 1
             if o == 3:
                 r = a + b
@@ -56,16 +61,18 @@ def _eval(e, syms, dims, ops, args, start, stop, stack):
                 r = -((-a) // b)
             else:
                 r = a % b
-            stack[sp - 1] = r
-    return stack[0]
+            sc[sp - 1] = r
+    return sc[o_stack]
 
 
 @nb.njit(cache=True)
-def _min(m, syms, dims, ex, mx, mx_range, stack):
-    ops, args, start, stop = ex
-    v = _eval(mx[mx_range[m, 0]], syms, dims, ops, args, start, stop, stack)
-    for j in range(mx_range[m, 0] + 1, mx_range[m, 1]):
-        w = _eval(mx[j], syms, dims, ops, args, start, stop, stack)
+def _min(m, tab, sc, ns):
+    """The minimum of the expressions of min id m."""
+    mx, rng = tab[6], tab[7]
+    lo, hi = tab[rng + 2 * m], tab[rng + 2 * m + 1]
+    v = _eval(tab[mx + lo], tab, sc, ns)
+    for j in range(lo + 1, hi):
+        w = _eval(tab[mx + j], tab, sc, ns)
         if w < v:
             v = w
     return v
@@ -103,32 +110,33 @@ def _tokens(words, wstep, wq, n, n_steps):
 
 
 @nb.njit(cache=True)
-def _field(words, w, lane, offset, mask, lo, hi, v):
-    if v < lo or v > hi:
+def _field(words, w, rows, r, c, v):
+    """ORs value v into word w at the field described by rows[r, c:c + 5] (lane, offset, mask, lo, hi)."""
+    if v < rows[r, c + 3] or v > rows[r, c + 4]:
         return False
-    words[w, lane] |= np.uint64(v & mask) << np.uint64(offset)
+    words[w, rows[r, c]] |= np.uint64(v & rows[r, c + 2]) << np.uint64(rows[r, c + 1])
     return True
 
 
 @nb.njit(cache=True)
 def instantiate(syms, tab, t_base, limit):
     n_dims, stack_size = tab[0], tab[1]
-    ex = (_part(tab, 0), _part(tab, 1), _part(tab, 2), _part(tab, 3))
-    mx, mx_range = _part(tab, 4), _rows(tab, 5, 2)
+    ns = syms.size
+    sc = np.zeros(ns + n_dims + 1 + stack_size, np.int64)
+    sc[:ns] = syms
+    dims = sc[ns : ns + n_dims + 1]
     tile_macro, tile_ndim, tile_grid = _part(tab, 6), _part(tab, 7), _rows(tab, 8, n_dims)
     base_range, base_slot, base_expr = _rows(tab, 9, 2), _part(tab, 10), _part(tab, 11)
     macro_range, t_rows = _rows(tab, 12, 2), _rows(tab, 13, 14)
     guard_kind, guard_expr, var_rows = _part(tab, 14), _part(tab, 15), _rows(tab, 16, 6)
     nt = tile_macro.size
-    stack = np.empty(stack_size, np.int64)
-    dims = np.zeros(n_dims + 1, np.int64)
     ext = np.zeros((nt, n_dims), np.int64)
     npts = np.zeros(nt, np.int64)
     bound = 0
     for ti in range(nt):
         n = 1
         for g in range(tile_ndim[ti]):
-            e = _min(tile_grid[ti, g], syms, dims, ex, mx, mx_range, stack)
+            e = _min(tile_grid[ti, g], tab, sc, ns)
             ext[ti, g] = e
             n = n * e if e > 0 else 0
         npts[ti] = n
@@ -148,7 +156,7 @@ def instantiate(syms, tab, t_base, limit):
     for ti in range(nt):
         m = tile_macro[ti]
         for b in range(base_range[ti, 0], base_range[ti, 1]):
-            base_val[b] = _min(base_expr[b], syms, dims, ex, mx, mx_range, stack)
+            base_val[b] = _min(base_expr[b], tab, sc, ns)
         for p in range(npts[ti]):
             r = p
             for g in range(tile_ndim[ti] - 1, -1, -1):
@@ -156,10 +164,9 @@ def instantiate(syms, tab, t_base, limit):
                 r //= ext[ti, g]
             emitted = False
             for t in range(macro_range[m, 0], macro_range[m, 1]):
-                row = t_rows[t]
                 ok = True
-                for gi in range(row[1], row[2]):
-                    v = _min(guard_expr[gi], syms, dims, ex, mx, mx_range, stack)
+                for gi in range(t_rows[t, 1], t_rows[t, 2]):
+                    v = _min(guard_expr[gi], tab, sc, ns)
                     if (guard_kind[gi] == 0 and v != 0) or (guard_kind[gi] == 1 and v < 0):
                         ok = False
                         break
@@ -173,23 +180,22 @@ def instantiate(syms, tab, t_base, limit):
                     t_start[ti] = w
                 for lane in range(4):
                     words[w, lane] = t_base[t, lane]
-                for vi in range(row[3], row[4]):
-                    vr = var_rows[vi]
-                    v = _min(vr[5], syms, dims, ex, mx, mx_range, stack)
-                    if not _field(words, w, vr[0], vr[1], vr[2], vr[3], vr[4], v):
+                for vi in range(t_rows[t, 3], t_rows[t, 4]):
+                    v = _min(var_rows[vi, 5], tab, sc, ns)
+                    if not _field(words, w, var_rows, vi, 0, v):
                         info[0] = 1
                         return words, info
-                if row[5]:
-                    v = row[13] if row[12] < 0 else _min(row[12], syms, dims, ex, mx, mx_range, stack)
+                if t_rows[t, 5]:
+                    v = t_rows[t, 13] if t_rows[t, 12] < 0 else _min(t_rows[t, 12], tab, sc, ns)
                     found = False
                     for b in range(base_range[ti, 0], base_range[ti, 1]):
-                        if base_slot[b] == row[6]:
+                        if base_slot[b] == t_rows[t, 6]:
                             v += base_val[b]
                             found = True
-                    if not found or not _field(words, w, row[7], row[8], row[9], row[10], row[11], v):
+                    if not found or not _field(words, w, t_rows, t, 7, v):
                         info[0] = 1
                         return words, info
-                wstep[w], wq[w] = step, row[0]
+                wstep[w], wq[w] = step, t_rows[t, 0]
                 w += 1
                 emitted = True
             if emitted:
@@ -198,4 +204,4 @@ def instantiate(syms, tab, t_base, limit):
             t_end[ti] = w
     info[0] = 0 if _tokens(words, wstep, wq, w, step) else 2
     info[1], info[2] = w, step
-    return words, info
+    return words[:w], info

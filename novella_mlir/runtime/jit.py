@@ -160,7 +160,7 @@ class Jit:
         self._tables = None
 
     def instantiate(self, symbols) -> Program:
-        key = tuple(int(s) for s in symbols)
+        key = tuple(map(int, symbols))
         if key in self.cache:
             self.cache.move_to_end(key)
             return self.cache[key]
@@ -175,11 +175,10 @@ class Jit:
         if self._tables is None:
             self._tables = jit_kernel.Tables(self.art)
         if self._tables.ok:
-            status, words, starts, ends, n_steps = jit_kernel.instantiate(self._tables, syms)
+            status, words, spans, n_steps = jit_kernel.instantiate(self._tables, syms)
             if status == jit_kernel.OK:
                 tiles = self.art.tiles
-                spans = [(tiles[i].name, s, e) for i, (s, e) in enumerate(zip(starts, ends)) if s >= 0]
-                return Program(words, syms, spans, n_steps)
+                return Program(words, syms, [(tiles[i].name, s, e) for i, s, e in spans], n_steps)
         return self._build_numpy(syms)
 
     def _build_numpy(self, syms) -> Program:

@@ -23,10 +23,10 @@ from simulator import isa
 _OPS = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7}
 _QUEUE = {"load": 0, "compute": 1, "store": 2}
 OK, BAD_FIELD, NO_COMPUTE, LONG = 0, 1, 2, 3
-# The kernel interprets each field of each word (~0.3 us per grid point and template); the NumPy
+# The kernel interprets each field of each word (~0.1 us per grid point and template); the NumPy
 # expansion costs ~10-25 us per template of each tile, whatever the length. Beyond this many slots
 # (+ SLOTS_PER_TILE_TEMPLATE per tile template), NumPy is the faster of the two.
-SLOTS_MIN, SLOTS_PER_TILE_TEMPLATE = 2000, 60
+SLOTS_MIN, SLOTS_PER_TILE_TEMPLATE = 4000, 100
 
 
 class Tables:
@@ -185,10 +185,10 @@ def kernel():
     return _KERNEL
 
 
-def instantiate(tables: Tables, syms) -> tuple[int, np.ndarray, list, list, int]:
-    """(status, words, tile starts, tile ends (-1: no words), number of steps) for symbol values `syms`."""
-    s = np.asarray([int(v) for v in syms] or [0], np.int64)
-    words, info = kernel()(s, tables.table, tables.t_base_words, tables.limit)
+def instantiate(tables: Tables, syms) -> tuple[int, np.ndarray, list, int]:
+    """(status, words, [(tile index, start, end) of the tiles with words], number of steps) for `syms`."""
+    words, info = kernel()(np.array(syms or (0,), np.int64), tables.table, tables.t_base_words, tables.limit)
     info = info.tolist()
     nt = (len(info) - 3) // 2
-    return info[0], words[: info[1]], info[3 : 3 + nt], info[3 + nt :], info[2]
+    spans = [(i, s, e) for i, s, e in zip(range(nt), info[3 : 3 + nt], info[3 + nt :]) if s >= 0]
+    return info[0], words, spans, info[2]

@@ -22,7 +22,7 @@ import models  # noqa: E402
 import test_simulator as hand  # noqa: E402
 
 from novella_mlir.runtime import expr  # noqa: E402
-from simulator import HazardError, Opcode, Simulator, SimulatorError, VecFn, VecMode, encode, fast, isa  # noqa: E402
+from simulator import HazardError, Opcode, Simulator, SimulatorError, VecFn, VecMode, encode, fast, fast_plan, isa  # noqa: E402
 
 CYCLES = json.loads((ROOT / "test" / "golden" / "cycles.json").read_text())
 CASES = {
@@ -157,7 +157,7 @@ def test_opcodes_without_a_fast_form_take_the_readable_path(monkeypatch):
     spec, _, npu = _model("mlp")
     words, setup = _model_setup(npu, spec.example(65).numpy())
     before = assert_same(words, setup)
-    monkeypatch.setattr(fast, "FAST_OPS", frozenset({Opcode.NOP, Opcode.LOAD}))
+    monkeypatch.setattr(fast_plan, "FAST_OPS", frozenset({Opcode.NOP, Opcode.LOAD}))
     calls = []
     real = fast._Loop._readable
     monkeypatch.setattr(fast._Loop, "_readable", lambda self, i: calls.append(i) or real(self, i))
@@ -231,3 +231,20 @@ def test_interval_checker_sees_elements_not_just_ranges():
     for fast_path in (True, False):
         with pytest.raises(HazardError, match=r"WAW hazard.*spad\[7, 120\).*load instruction 0"):
             Simulator(hand.CFG, 64, fast=fast_path).run(clash)
+
+
+def test_fields_without_a_fast_form_take_the_readable_path(monkeypatch):
+    """A field the fast form does not know (e.g. a mode bit just added to LOAD) sends the words that set
+    it through exec_<mnemonic>, with the readable timing."""
+    spec, _, npu = _model("mlp")
+    words, setup = _model_setup(npu, spec.example(65).numpy())
+    before = assert_same(words, setup)
+    known = dict(fast_plan.FAST_FIELDS)
+    known[Opcode.LOAD] = known[Opcode.LOAD] - {"row_step"}
+    monkeypatch.setattr(fast_plan, "FAST_FIELDS", known)
+    calls = []
+    real = fast._Loop._readable
+    monkeypatch.setattr(fast._Loop, "_readable", lambda self, i: calls.append(i) or real(self, i))
+    after = assert_same(words, setup)
+    loads = np.flatnonzero((words[:, 0] & np.uint64(0xF)) == Opcode.LOAD)
+    assert sorted(set(calls)) == loads.tolist() and after[1] == before[1]
