@@ -132,3 +132,30 @@ def test_one_artifact_holds_both_programs(model, tmp_path):
     again = load_causal_lm(tmp_path / "lm.nvcl")
     ids = _prompt(3, seed=5)
     assert torch.equal(again.generate(ids, max_new_tokens=4), lm.generate(ids, max_new_tokens=4))
+
+
+def test_decode_artifact_does_not_grow_with_max_len():
+    """The decode program for max_len 1024 and 8192: the same templates and tiles; the bytes differ
+    only by the digits of offsets past the position tables that the model itself sizes by max_len."""
+    from torch.export import Dim
+
+    from novella_mlir import compile_torch
+    from novella_mlir.causal_lm import _Decode, check_convention
+
+    arts = []
+    for n in (1024, 8192):
+        torch.manual_seed(0)
+        cfg = tf.LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                             intermediate_size=128, vocab_size=512, max_position_embeddings=n,
+                             bos_token_id=0, eos_token_id=1)  # fmt: skip
+        hf = tf.LlamaForCausalLM(cfg).eval()
+        kv = tuple(torch.zeros_like(t) for t in check_convention(hf)[1])
+        spec = (None, None, tuple({2: Dim("past", min=1, max=n - 1)} for _ in kv))
+        ids, pos = torch.zeros(1, 1, dtype=torch.long), torch.full((1, 1), 2, dtype=torch.long)
+        m = compile_torch(_Decode(hf), ids, pos, *kv, dynamic_shapes=spec,
+                          pass_options={"novella-kv-cache": {"page-size": 16}})  # fmt: skip
+        arts.append(m.artifact)
+    a, b = arts
+    assert [len(m.insts) for m in a.macros] == [len(m.insts) for m in b.macros]
+    assert [t.macro for t in a.tiles] == [t.macro for t in b.tiles]
+    assert abs(a.nbytes - b.nbytes) <= 0.01 * a.nbytes, (a.nbytes, b.nbytes)
