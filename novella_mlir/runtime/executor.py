@@ -88,6 +88,11 @@ class Executor:
     ) -> list[np.ndarray]:
         """Runs one call. `check_hazards=False` skips the race checker (same results and cycles, faster);
         `progress`: a tqdm bar of executed instructions (None: only on a terminal, for long programs)."""
+        if self.art.kv:
+            raise InputError(
+                "this program keeps its KV cache in pages of NPU DRAM (--novella-kv-cache); run it in a "
+                "session (novella_mlir.causal_lm.compile_causal_lm(...).generate), not as a single call"
+            )
         inputs = [np.ascontiguousarray(x, np.float32) for x in inputs]
         syms = self.bind(inputs)
         t0 = time.perf_counter()

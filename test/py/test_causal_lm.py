@@ -159,3 +159,9 @@ def test_decode_artifact_does_not_grow_with_max_len():
     assert [len(m.insts) for m in a.macros] == [len(m.insts) for m in b.macros]
     assert [t.macro for t in a.tiles] == [t.macro for t in b.tiles]
     assert abs(a.nbytes - b.nbytes) <= 0.01 * a.nbytes, (a.nbytes, b.nbytes)
+
+
+def test_paged_program_refuses_a_plain_call(model):
+    _, _, lm = model
+    with pytest.raises(InputError, match="keeps its KV cache in pages"):
+        lm.prefill(torch.zeros(1, 3, dtype=torch.long))
