@@ -161,7 +161,7 @@ class _Loop:
 
     @staticmethod
     def _extra(extra, inst, effect) -> None:
-        if inst.opcode == Opcode.LOAD:
+        if inst.opcode in (Opcode.LOAD, Opcode.GATHER):
             extra[0] += effect.dma_bytes
         elif inst.opcode == Opcode.STORE:
             extra[1] += effect.dma_bytes

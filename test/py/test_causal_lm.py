@@ -42,7 +42,7 @@ def model(request):
     # the reference is plain greedy decoding: with min_new_tokens, transformers would mask the config's
     # eos (which random weights may well pick), and generate() stops at an eos only when one is passed
     hf.generation_config.eos_token_id = None
-    return request.param, hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=16)
+    return request.param, hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=16, cache=False)  # module scope: no user cache
 
 
 def _reference(hf, ids: torch.Tensor, n: int):
