@@ -168,6 +168,7 @@ OPS: dict[type, OpDef] = {
         {
             **{f"torch.aten.{fn}": pointwise.unary(fn) for fn in _MATH_ATEN},
             "torch.aten.silu": pointwise.unary("silu"),
+            "torch.aten.square": pointwise.unary("square"),
             "torch.aten.expm1": pointwise.expm1,
             "torch.aten.log1p": pointwise.log1p,
             "torch.aten.logical_not": pointwise.logical_not,

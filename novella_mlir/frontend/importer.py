@@ -146,17 +146,19 @@ def _is_user_input(prog, node) -> bool:
 
 
 def _symbols(prog, names: dict | None = None):
-    """One affine symbol per torch size symbol, in order of first use by the user inputs, named
-    after its Dim (`names`: sympy symbol -> Dim name; default "T" for a lone symbol)."""
+    """One affine symbol per size symbol of the user inputs, in order of first use, named after its Dim
+    (`names`: sympy symbol -> Dim name; default "T" for the first). A retrace may add unbacked symbols
+    no input has; they are dropped."""
     order = []
     for n in prog.graph.nodes:
         val = n.meta.get("val") if n.op == "placeholder" and _is_user_input(prog, n) else None
+        if not isinstance(val, torch.Tensor):
+            continue
         for d in getattr(val, "shape", ()):
             e = getattr(getattr(d, "node", None), "expr", None)
             for s in sorted(getattr(e, "free_symbols", ()), key=str):
                 if s in prog.range_constraints and s not in order:
                     order.append(s)
-    order += [s for s in sorted(prog.range_constraints, key=str) if s not in order]
     syms, positions = [], {}
     for i, s in enumerate(order):
         vr = prog.range_constraints[s]

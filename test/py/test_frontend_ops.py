@@ -134,3 +134,8 @@ def test_narrowed_range_is_specialized_by_length():
 def test_narrowed_range_refused_with_the_guard_in_words():
     with pytest.raises(NovellaError, match="branches on `\\(11 <= T\\).*false for T in \\[1, 10\\]"):
         compile_torch(Branchy(10), torch.randn(1, 16, 4), min_len=1, max_len=80)
+
+
+def test_square_frees_its_operand_once():
+    # mul(x, x) once released x twice in --novella-allocate: a later tensor shared its DRAM (a WAR hazard)
+    check(Lambda(lambda x: torch.std(x, dim=0)), [torch.randn(3, 4, 5)], dim=0, lo=2, hi=130, lengths=(2, 65, 130))

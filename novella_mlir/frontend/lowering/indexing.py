@@ -338,14 +338,16 @@ def _var(cx, root: bool):
     for d in dims:
         sq = _reduce_dim(cx, "sum", sq, d)
     n = sy.canon(sy.numel([shape[d] for d in dims]))
-    if sy.as_int(n) is not None:
-        if sy.as_int(n) - corr <= 0:
-            raise cx.error(f"var over {sy.as_int(n)} elements with correction {corr} divides by zero")
+    if sy.as_int(n) is not None and sy.as_int(n) - corr > 0:
         out = _scale(cx, sq, 1.0 / (sy.as_int(n) - corr))
+    elif sy.as_int(n) is not None:
+        raise cx.error(f"var over {sy.as_int(n)} elements with correction {corr} divides by zero")
     else:
         from .elementwise import size_value
+        from .pointwise import scalar_op
 
-        out = cx.emit(DivOp, check=False, lhs=sq, rhs=size_value(cx, sy.canon(n - sy.const(corr))))
+        count = scalar_op(cx, "sub", size_value(cx, n), float(corr), check=False)
+        out = cx.emit(DivOp, check=False, lhs=sq, rhs=count)
     if root:
         from .pointwise import math_op
 
