@@ -291,7 +291,7 @@ COMMANDS = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect, "dem
 
 
 def main(argv=None) -> int:
-    if not sys.stdout.isatty():
+    if not sys.stdout.isatty() and hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # piped: each line as it is printed
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
