@@ -87,6 +87,9 @@ class Artifact:
     macros: list
     tiles: list
     weights: dict = field(default_factory=dict, repr=False)
+    # the paged KV cache (`--novella-kv-cache`): page_size, vbase, vspan, slots [{heads, head_dim,
+    # page_elems}], and which inputs / outputs are paged (by index; the host neither writes nor reads them)
+    kv: dict = field(default_factory=dict)
 
     def metadata(self) -> dict:
         """JSON-able metadata; a template's empty `slot` and a macro's empty `schedule` are left out."""
@@ -371,7 +374,25 @@ def extract(module: ir.Module, weights: dict, config) -> Artifact:
         macros=macros,
         tiles=tiles,
         weights={k: np.ascontiguousarray(v, np.float32) for k, v in weights.items()},
+        kv=_kv_meta(fn),
     )
+
+
+def _kv_meta(fn) -> dict:
+    """The paged cache of a function after `--novella-kv-cache` (empty without one)."""
+    from .kernels.kv_cache import PAGED_VBASE, PAGED_VSPAN
+
+    if "novella.kv_cache" not in fn.attributes:
+        return {}
+    d = from_attr(fn.attributes["novella.kv_cache"])
+    return {
+        "page_size": d["page_size"],
+        "vbase": PAGED_VBASE,
+        "vspan": PAGED_VSPAN,
+        "slots": d["slots"],
+        "outputs": d["results"],
+        "inputs": sorted([int(k), v] for k, v in d["args"].items()),
+    }
 
 
 def _dram_expr(op) -> ir.AffineExpr:

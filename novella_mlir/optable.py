@@ -24,6 +24,7 @@ from .kernels import conv as k_conv
 from .kernels import data_movement as k_data
 from .kernels import elementwise as k_elementwise
 from .kernels import indexing as k_index
+from .kernels import kv_cache as k_kv
 from .kernels import linear as k_linear
 from .kernels import normalization as k_norm
 from .kernels.pointwise import Pointwise, Prefer
@@ -261,6 +262,12 @@ OPS: dict[type, OpDef] = {
             "torch.aten.std.dim": indexing.std,
         },
     ),
+    nv.KvAppendOp: OpDef(
+        shapes.concat,
+        k_kv.KvAppend(),
+        _LIT + "transforms/novella-kv-cache.mlir",
+    ),
+    nv.KvWriteOp: OpDef(shapes.unary, k_kv.KvWrite(), _LIT + "transforms/novella-kv-cache.mlir"),
     nv.ConcatOp: OpDef(
         shapes.concat,
         k_index.Concat(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import time
 from pathlib import Path
@@ -56,6 +57,7 @@ def compile_torch(
     dynamic_dim: int = 1,
     min_len: int = 1,
     max_len: int = 2048,
+    dynamic_shapes=None,
     config=None,
     dump_dir=None,
     decomposition_table=None,
@@ -70,6 +72,10 @@ def compile_torch(
     with an example of length 2 (torch and the FX importer would make the
     dim static) and fixed back to [min_len, max_len] the same way.
 
+    `dynamic_shapes` takes torch.export's spec instead (per input, a dict dim -> `Dim(name, min, max)`;
+    a Dim shared by several inputs means equal sizes): one symbol per Dim, each with its own bounds, and
+    `dynamic_dim` / `min_len` / `max_len` are ignored.
+
     `cache` (default: on unless NOVELLA_CACHE=0) looks the compile up in the
     persistent cache (`novella_mlir/cache.py`) and stores it there."""
     config = config or load_config()
@@ -78,7 +84,7 @@ def compile_torch(
         key = compile_cache.key(
             module,
             example_args,
-            dynamic_dim=dynamic_dim,
+            dynamic_dim=dynamic_dim if dynamic_shapes is None else _spec_text(dynamic_shapes),
             min_len=min_len,
             max_len=max_len,
             config=config,
@@ -89,34 +95,40 @@ def compile_torch(
             stages = Stages()
             stages.texts, stages.seconds = hit[1], hit[2]
             return CompiledModel(hit[0], config, stages)
-    # torch.export with a symbolic length, then the torch-mlir FX importer (torch dialect, `?` dims)
-    lo, hi = min_len, max_len
-    if max_len <= 2:  # torch-mlir imports a dim whose range ends at 2 as static: export over [min, 3]
-        lo, hi = min_len, 3
-        example_args = tuple(_resized(a, dynamic_dim, 2) for a in example_args)
-    elif min_len == max_len:
-        lo, hi = min_len - 1, min_len
-        example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
-    try:
-        prog = importer.export(module, example_args, dynamic_dim, lo, hi)
-    except NarrowedError as e:
-        if min_len == max_len or e.kept is None:
-            raise
-        kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
-        return _specialize(module, example_args, dynamic_dim, (min_len, max_len), e, **kw)
-    model = _compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
+    # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims)
+    if dynamic_shapes is not None:
+        prog = importer.export_spec(module, example_args, dynamic_shapes)
+        names = importer.symbol_names(prog, example_args, dynamic_shapes)
+        model = _compile_program(prog, None, config, dump_dir, decomposition_table, pass_options, names)
+    else:
+        lo, hi = min_len, max_len
+        if max_len <= 2:  # torch-mlir imports a dim whose range ends at 2 as static: export over [min, 3]
+            lo, hi = min_len, 3
+            example_args = tuple(_resized(a, dynamic_dim, 2) for a in example_args)
+        elif min_len == max_len:
+            lo, hi = min_len - 1, min_len
+            example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
+        try:
+            prog = importer.export(module, example_args, dynamic_dim, lo, hi)
+        except NarrowedError as e:
+            if min_len == max_len or e.kept is None:
+                raise
+            kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
+            return _specialize(module, example_args, dynamic_dim, (min_len, max_len), e, **kw)
+        model = _compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
     if key is not None:
         compile_cache.store(key, model.artifact, model.stages)
     return model
 
 
-def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_options) -> CompiledModel:
-    """The exported program through the FX importer, the frontend and the backend passes."""
-    min_len, max_len = bounds
+def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_options, names=None) -> CompiledModel:
+    """The exported program through the FX importer, the frontend and the backend passes. `bounds`
+    (min, max) overrides the one symbol's range; None keeps each symbol's (named after `names`)."""
     ctx = make_context()
     stages = Stages(dump_dir)
-    imported = importer.import_program(ctx, prog, decomposition_table)
-    imported.symbols = [dataclasses.replace(s, lo=min_len, hi=max_len) for s in imported.symbols]
+    imported = importer.import_program(ctx, prog, decomposition_table, names=names)
+    if bounds is not None:
+        imported.symbols = [dataclasses.replace(s, lo=bounds[0], hi=bounds[1]) for s in imported.symbols]
     with ctx, ir.Location.unknown():
         stages.record("torch", imported.module)
         # frontend: registry-driven lowering to the novella dialect; the shape mutator types every `?`
@@ -131,12 +143,23 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
     for meta, dtype in zip(artifact.inputs, importer.input_dtypes(prog)):
         meta.dtype = dtype
     model = CompiledModel(artifact, config, stages)
-    # validation: the programs at both ends of the bounds instantiate and encode
+    # validation: the programs at every corner of the bounds instantiate and encode
     _check_bounds_encode(model)
     if dump_dir:
         artifact.save(Path(dump_dir) / "model.nvla")
         (Path(dump_dir) / "summary.json").write_text(json.dumps(model.summary(), indent=2))
     return model
+
+
+def _spec_text(spec) -> str:
+    """A `dynamic_shapes` spec as text for the compile cache key (Dims by name and bounds)."""
+    if isinstance(spec, dict):
+        return "{" + ",".join(f"{k}:{_spec_text(v)}" for k, v in sorted(spec.items(), key=lambda kv: str(kv[0]))) + "}"
+    if isinstance(spec, (list, tuple)):
+        return "(" + ",".join(_spec_text(v) for v in spec) + ")"
+    if hasattr(spec, "__name__") and hasattr(spec, "min"):
+        return f"Dim({spec.__name__},{spec.min},{spec.max})"
+    return repr(spec)
 
 
 def _resized(arg, dim: int, length: int):
@@ -172,11 +195,12 @@ def _specialize(module, example_args, dynamic_dim, bounds, narrowed, **kw) -> Sp
 
 
 def _check_bounds_encode(model) -> None:
-    """Instantiates the program at the lower and upper bounds, so a field that
+    """Instantiates the program at every corner of the symbols' bounds, so a field that
     overflows its ISA width is a compile error, not a failure at run time."""
     syms = model.artifact.symbols
-    for pick, which in ((1, "lower"), (2, "upper")):
-        values = [s[pick] for s in syms]
+    for corner in itertools.product(*[(1, 2)] * len(syms)):
+        values = [s[pick] for s, pick in zip(syms, corner)]
+        which = "/".join("lower" if p == 1 else "upper" for p in corner) or "lower"
         try:
             model.jit.instantiate(values)
         except isa.EncodingError as e:
@@ -208,9 +232,9 @@ class CompiledModel:
         self, *inputs, trace: bool = False, check_hazards: bool = True, progress: bool | None = None, cast: bool = False
     ):
         """Runs the model on the simulator like the nn.Module. Inputs must have the dtypes the model was
-        compiled with (as eager requires) unless `cast=True`; `last_run` then holds this thread's run. `check_hazards=False` skips the race
-        checker (same outputs and cycles, faster); `progress` shows a tqdm bar (default: on a terminal, for
-        long programs)."""
+        compiled with (as eager requires) unless `cast=True`; `last_run` then holds this thread's run.
+        `check_hazards=False` skips the race checker (same outputs and cycles, faster); `progress` shows a
+        tqdm bar (default: on a terminal, for long programs)."""
         return self.run(*inputs, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast)[0]
 
     def run(

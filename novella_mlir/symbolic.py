@@ -254,3 +254,229 @@ def _split_top(s: str) -> list[str]:
         else:
             cur += ch
     return parts + [cur] if cur.strip() else parts
+
+
+# ---------------------------------------------------------------- reasoning: equality and "provably >="
+#
+# Expressions are compared as sympy expressions of integer symbols (floordiv, ceildiv and mod as sympy's
+# floor / ceiling / Mod), never by their printed text. A comparison is a proof over every value of the
+# symbols in a box (each symbol >= its lower bound, optionally <= its upper bound): floor/ceil/mod terms
+# are replaced by the linear under- or over-estimate on the side the proof needs, then the polynomial
+# is shifted to the box corner and proved non-negative coefficient by coefficient. Sound, not complete:
+# False means "not proved".
+
+
+def to_sympy(e: ir.AffineExpr):
+    """`e` as a sympy expression over integer symbols `s<i>` (and dims `d<i>`)."""
+    import sympy
+
+    e = canon(e)
+    if isinstance(e, ir.AffineConstantExpr):
+        return sympy.Integer(e.value)
+    if isinstance(e, ir.AffineSymbolExpr):
+        return sympy.Symbol(f"s{e.position}", integer=True)
+    if isinstance(e, ir.AffineDimExpr):
+        return sympy.Symbol(f"d{e.position}", integer=True)
+    a, b = to_sympy(e.lhs), to_sympy(e.rhs)
+    if isinstance(e, ir.AffineAddExpr):
+        return a + b
+    if isinstance(e, ir.AffineMulExpr):
+        return a * b
+    if isinstance(e, ir.AffineFloorDivExpr):
+        return sympy.floor(a / b)
+    if isinstance(e, ir.AffineCeilDivExpr):
+        return sympy.ceiling(a / b)
+    if isinstance(e, ir.AffineModExpr):
+        return sympy.Mod(a, b)
+    raise TypeError(f"unsupported affine expression {e}")
+
+
+def _as_sympy(e):
+    import sympy
+
+    if isinstance(e, int):
+        return sympy.Integer(e)
+    if isinstance(e, ir.AffineExpr):
+        return to_sympy(e)
+    return sympy.sympify(e)
+
+
+def _estimate(x, side: str):
+    """A floor/ceiling/Mod-free sympy expression <= x (side "lo") or >= x (side "hi"), or None."""
+    import sympy
+
+    flip = {"lo": "hi", "hi": "lo"}
+    if x.is_Number or x.is_Symbol:
+        return x
+    if isinstance(x, sympy.Add):
+        parts = [_estimate(a, side) for a in x.args]
+        return None if any(p is None for p in parts) else sympy.Add(*parts)
+    if isinstance(x, sympy.Mul):
+        const, rest = x.as_coeff_Mul()
+        if const != 1:
+            inner = _estimate(rest, side if const > 0 else flip[side])
+            return None if inner is None else const * inner
+        return x if not x.has(sympy.floor, sympy.ceiling, sympy.Mod) else None
+    if isinstance(x, (sympy.floor, sympy.ceiling)):
+        num, den = sympy.fraction(sympy.together(x.args[0]))
+        if not den.is_Integer or den <= 0:
+            return None
+        inner = _estimate(num, side)
+        if inner is None:
+            return None
+        slack = (den - 1) if (side == "lo") == isinstance(x, sympy.floor) else 0
+        return (inner - slack) / den if side == "lo" else (inner + slack) / den
+    if isinstance(x, sympy.Mod) and x.args[1].is_Integer and x.args[1] > 0:
+        return sympy.Integer(0) if side == "lo" else x.args[1] - 1
+    if isinstance(x, sympy.Pow) and x.exp.is_Integer and x.exp > 0 and not x.has(sympy.floor, sympy.ceiling):
+        return x
+    return None
+
+
+def _nonneg_on_box(poly_expr, box: dict, strict: bool = False) -> bool:
+    """True when the polynomial is >= 0 (> 0 if `strict`) wherever each symbol s lies in box[s] = (lo, hi or None)."""
+    import sympy
+
+    expr = sympy.expand(poly_expr)
+    if expr.is_Number:
+        return bool(expr > 0 if strict else expr >= 0)
+    free = sorted(expr.free_symbols, key=str)
+    if any(s not in box for s in free):
+        return False
+    shifted = {}
+    for s in free:
+        lo, hi = box[s]
+        t = sympy.Symbol(f"_t_{s}", nonnegative=True)
+        shifted[s] = (lo + t) if lo is not None else ((hi - t) if hi is not None else None)
+        if shifted[s] is None:
+            return False
+    p = sympy.Poly(sympy.expand(expr.subs(shifted)), *[sympy.Symbol(f"_t_{s}", nonnegative=True) for s in free])
+    coeffs = p.as_dict()
+    const = coeffs.get((0,) * len(free), 0)
+    if all(c >= 0 for c in coeffs.values()) and (const > 0 or not strict):
+        return True
+    return _linear_box_check(expr, free, box, strict)
+
+
+def _linear_box_check(expr, free, box, strict: bool) -> bool:
+    """Exact check for an expression linear in every symbol with both bounds: its minimum is at a corner."""
+    import itertools as it
+
+    import sympy
+
+    if any(box[s][0] is None or box[s][1] is None for s in free):
+        return False
+    if any(sympy.degree(expr, s) > 1 for s in free):
+        return False
+    values = [expr.subs(dict(zip(free, c))) for c in it.product(*[box[s] for s in free])]
+    return all(v > 0 if strict else v >= 0 for v in values)
+
+
+def symbol_box(symbols: list[Symbol] | None = None, *, lower_only: bool = False, lo: int | None = None) -> dict:
+    """sympy symbol -> (lo, hi) for `symbols` (hi None when `lower_only`; `lo` overrides every lower bound)."""
+    import sympy
+
+    out = {}
+    for s in symbols or []:
+        key = sympy.Symbol(f"s{s.position}", integer=True)
+        out[key] = (s.lo if lo is None else lo, None if lower_only else s.hi)
+    return out
+
+
+def provably_ge(a, b, box: dict) -> bool:
+    """a >= b for every value of the symbols in `box` (see `symbol_box`); a, b affine, int or sympy."""
+    import sympy
+
+    diff = sympy.simplify(_as_sympy(a) - _as_sympy(b))
+    if diff.is_Number:
+        return bool(diff >= 0)
+    est = _estimate(diff, "lo")
+    if est is None:
+        return False
+    # the difference is an integer, so est > -1 everywhere proves it >= 0
+    return _nonneg_on_box(est, box) or _nonneg_on_box(est + 1, box, strict=True)
+
+
+def equal(a, b) -> bool:
+    """a == b as expressions of the symbols (for every value, not at sampled points)."""
+    import sympy
+
+    if isinstance(a, ir.AffineExpr) and isinstance(b, ir.AffineExpr) and canon(a) == canon(b):
+        return True
+    sa, sb = _as_sympy(a), _as_sympy(b)
+    if sympy.simplify(sa - sb) == 0:
+        return True
+    box = {s: (None, None) for s in (sa - sb).free_symbols}
+    box = {s: (1, None) for s in box}
+    return provably_ge(sa, sb, box) and provably_ge(sb, sa, box)
+
+
+def equal_shapes(a, b) -> bool:
+    return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
+
+
+def find_equal(items, e) -> int | None:
+    """Index of the first item equal to `e`, else None."""
+    return next((i for i, x in enumerate(items) if equal(x, e)), None)
+
+
+def plain_sympy(x):
+    """A torch.export size expression with torch's FloorDiv / CeilDiv / Mod functions as sympy's own."""
+    import sympy
+
+    def rebuild(e):
+        if not e.args or e.is_Number or e.is_Symbol:
+            return e
+        args = [rebuild(a) for a in e.args]
+        name = type(e).__name__
+        if name in ("FloorDiv", "IntTrueDiv") and len(args) == 2:
+            return sympy.floor(args[0] / args[1])
+        if name in ("CeilDiv", "CeilToInt") and len(args) == 2:
+            return sympy.ceiling(args[0] / args[1])
+        if name in ("Mod", "PythonMod") and len(args) == 2:
+            return sympy.Mod(args[0], args[1])
+        if name == "CleanDiv":
+            return args[0] / args[1]
+        return e.func(*args)
+
+    return rebuild(sympy.sympify(x))
+
+
+def provably_holds(cond, box: dict) -> bool:
+    """A torch.export condition (Eq/Ne/Le/Lt/Ge/Gt, And/Or, Min/Max sides) proved over `box`."""
+    import sympy
+
+    cond = plain_sympy(cond)
+    if cond in (sympy.true, True):
+        return True
+    if isinstance(cond, sympy.And):
+        return all(provably_holds(c, box) for c in cond.args)
+    if isinstance(cond, sympy.Or):
+        return any(provably_holds(c, box) for c in cond.args)
+    if not isinstance(cond, sympy.core.relational.Relational):
+        return False
+    a, b = cond.lhs, cond.rhs
+    kinds = {sympy.Ge: [(a, b, 0)], sympy.Gt: [(a, b, 1)], sympy.Le: [(b, a, 0)], sympy.Lt: [(b, a, 1)]}
+    if isinstance(cond, sympy.Eq):
+        return equal(a, b)
+    if isinstance(cond, sympy.Ne):
+        return _ge_minmax(a, b + 1, box) or _ge_minmax(b, a + 1, box)
+    for cls, pairs in kinds.items():
+        if isinstance(cond, cls):
+            return all(_ge_minmax(x, y + k, box) for x, y, k in pairs)
+    return False
+
+
+def _ge_minmax(a, b, box) -> bool:
+    """a >= b with Min/Max on either side split into the cases that prove it."""
+    import sympy
+
+    if isinstance(a, sympy.Min):
+        return all(_ge_minmax(x, b, box) for x in a.args)
+    if isinstance(a, sympy.Max):
+        return any(_ge_minmax(x, b, box) for x in a.args)
+    if isinstance(b, sympy.Max):
+        return all(_ge_minmax(a, y, box) for y in b.args)
+    if isinstance(b, sympy.Min):
+        return any(_ge_minmax(a, y, box) for y in b.args)
+    return provably_ge(a, b, box)

@@ -137,6 +137,10 @@ def _binary(ufunc, a, b, dst):
     ufunc(a, b, out=dst)  # exact IEEE arithmetic; NumPy buffers inputs that overlap `out`
 
 
+def _select(a, b, dst):
+    dst[...] = np.where(a != 0, b, dst)
+
+
 def _unary(fn, a, dst):
     dst[...] = fn(a)
 
@@ -338,6 +342,10 @@ class Plan:
                 br, bc, bs = {VecMode.ROW: (1, cols, 0), VecMode.COL: (rows, 1, b[2])}.get(mode, (rows, cols, b[2]))
                 spans.append(self._span(b[0], False, b[1], bs, br, bc))
                 b_val = v(b[0], b[1], bs, br, bc) if spans[-1] is not None else None
+            if fn == VecFn.SEL:  # dst = a != 0 ? b : dst: dst is read too
+                spans.append(self._span(dst[0], False, dst[1], dst[2], rows, out_cols))
+                self._prepare(i, [*spans, d_span], _select, (a_view, b_val, d_view))
+                return
             self._prepare(i, [*spans, d_span], _binary, (BINARY_OPS[fn], a_view, b_val, d_view))
         elif fn in REDUCE_FNS:
             self._prepare(i, [*spans, d_span], _reduce, (REDUCE_OPS[fn], a_view, d_view))

@@ -653,3 +653,45 @@ def load(context: ir.Context | None = None) -> None:
     if not ctx.is_dialect_loaded(Novella.DIALECT_NAMESPACE):
         with ctx:
             Novella.load()
+
+
+class KvAppendOp(Novella.Operation, name="kv_append"):
+    """A KV cache append, `torch.cat([past, new], dim)` where `past` is a function input (the cache).
+
+    The frontend recognizes the pattern; without paging its kernel is a concat. With
+    `novella.paged` (set by `--novella-kv-cache`) `past` and the result are one paged tensor in
+    the page pool: the kernel stores only `new`, in place, at the row `past` ends at."""
+
+    past: ext.Operand[Tensor]
+    new: ext.Operand[Tensor]
+    dim: ir.IntegerAttr
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        p, n, y = op.operands[0].type, op.operands[1].type, op.results[0].type
+        d = ir.IntegerAttr(op.attributes["dim"]).value
+        if not _f32(p, n, y) or not (p.rank == n.rank == y.rank) or not 0 <= d < y.rank:
+            return _fail(op, f"expects f32 past, new and result of one rank and 0 <= dim < rank, got dim {d}")
+        for t in (p, n):
+            if any(
+                i != d and not _dims_compatible(a, b) for i, (a, b) in enumerate(zip(_static_dims(t), _static_dims(y)))
+            ):
+                return _fail(op, f"{t} differs from the result {y} outside dim {d}")
+        return True
+
+
+class KvWriteOp(Novella.Operation, name="kv_write"):
+    """The cache write of a prefill: `input` (every position's key or value rows, [.., heads, T, head_dim])
+    copied into the paged cache (`novella.paged`, set by `--novella-kv-cache`). The result is the
+    cache tensor; the function returns it in place of `input`."""
+
+    input: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        x, y = op.operands[0].type, op.results[0].type
+        if not _f32(x, y) or x.rank != y.rank or x.rank < 2:
+            return _fail(op, f"expects f32 input and result of one rank >= 2, got {x} -> {y}")
+        return True

@@ -1,12 +1,12 @@
 """torch.export over the caller's length range, and the asserts and guards it leaves.
 
-The cheapest trace goes first: `Dim.DYNAMIC(min, max)`, traced size-obliviously,
-accepted only if torch keeps the whole range. When it narrows (transformers'
-`q_len > 1` check does), the length becomes a named `Dim("T", min, max)`: traced
-plainly, then size-obliviously with undecidable guards deferred to runtime
-asserts. Each deferred assert is a condition on the length; it is proved by
-evaluating it at every length of the (bounded) range, then dropped from the
-graph. When every trace narrows, the error says which guard excluded which
+The one-length shorthand (`dynamic_dim=`) tries the cheapest trace first: `Dim.DYNAMIC(min, max)`,
+traced size-obliviously, accepted only if torch keeps the whole range. When it narrows (transformers'
+`q_len > 1` check does), the length becomes a named `Dim("T", min, max)`, as in a `dynamic_shapes`
+spec (`export_spec`: named Dims, a shared Dim meaning equal sizes): traced plainly, then
+size-obliviously with undecidable guards deferred to runtime asserts. Each deferred assert is a
+condition on the sizes; it is proved symbolically over the Dims' box (`symbolic.provably_holds`),
+then dropped from the graph. When every trace narrows, the error says which guard excluded which
 lengths and what part torch keeps (`NarrowedError.kept`).
 """
 
@@ -50,25 +50,60 @@ class NarrowedError(NovellaError):
 
 
 def export(module, args, dynamic_dim: int, lo: int, hi: int):
-    """The ExportedProgram over [lo, hi], or a NarrowedError saying why not."""
+    """The ExportedProgram over [lo, hi] with dim `dynamic_dim` of every tensor a `Dim("T")`, or a NarrowedError."""
     module = module.eval()
     prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
     if prog is not None and messages.unbacked(prog):
         raise NovellaError(messages.unbacked(prog))
     if kept == (lo, hi):
         return prog
-    first = _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious=False)
-    if isinstance(first, (str, Exception)):
-        second = _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious=True)
-        first = first if isinstance(second, (str, Exception)) else second
-    if isinstance(first, Exception):  # not a guard on the length: name the construct and the user's line
-        raise NovellaError(messages.export_error(first, module, dynamic_dim, lo, hi))
+    spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
+    first = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
     if not isinstance(first, str):
         return first
     msg = f"torch.export cannot keep dim {dynamic_dim} symbolic over [{lo}, {hi}]: {first}"
     if kept:
         msg += f" The part it can trace is [{kept[0]}, {kept[1]}]."
     raise NarrowedError(msg + " Compile the lengths outside it separately (min_len == max_len).", kept)
+
+
+def spec_dims(spec) -> dict:
+    """name -> (min, max) of every `Dim` in a torch.export `dynamic_shapes` structure."""
+    out = {}
+    if isinstance(spec, dict):
+        items = spec.values()
+    elif isinstance(spec, (list, tuple)):
+        items = spec
+    else:
+        items = [spec] if spec is not None else []
+    for item in items:
+        if isinstance(item, (dict, list, tuple)):
+            out.update(spec_dims(item))
+        elif hasattr(item, "__name__") and hasattr(item, "min"):
+            out[item.__name__] = (int(item.min), int(item.max))
+    return out
+
+
+def export_spec(module, args, spec, raise_error: bool = True, dim: int | str | None = None):
+    """torch.export with a `dynamic_shapes` spec of named Dims (a shared Dim means equal sizes): the plain
+    trace, then the size-oblivious trace with deferred asserts, each proved over the Dims' whole box.
+    Returns the program, or raises a NarrowedError naming each symbol (a sentence if not `raise_error`).
+    A failure that is no guard on a size (data-dependent flow, a recurrent layer) is a NovellaError naming
+    the construct and the user's line (`explain.export_error`); `dim` names the dynamic dim in it."""
+    module = module.eval()
+    dims = spec_dims(spec)
+    first = _named_dim_export(module, args, spec, dims, oblivious=False)
+    if isinstance(first, (str, Exception)):
+        second = _named_dim_export(module, args, spec, dims, oblivious=True)
+        first = first if isinstance(second, (str, Exception)) else second
+    if isinstance(first, Exception):
+        lo, hi = _single(dims)
+        where = dim if dim is not None else ", ".join(dims)
+        raise NovellaError(messages.export_error(first, module, where, lo, hi))
+    if isinstance(first, str) and raise_error:
+        named = ", ".join(f"{n} in [{lo}, {hi}]" for n, (lo, hi) in dims.items())
+        raise NarrowedError(f"torch.export cannot keep {named} symbolic: {first}")
+    return first
 
 
 def _dyn(module, args, dynamic_dim, length):
@@ -81,9 +116,45 @@ def _dyn(module, args, dynamic_dim, length):
     return spec
 
 
-def _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious: bool):
-    """The program, a sentence saying which guard or assert excludes which lengths, or the
-    exception of a failure that is no guard on the length (data-dependent flow, a recurrent layer).
+def symbol_names(prog, args, spec) -> dict:
+    """sympy symbol of the program -> the name of the Dim it stands for."""
+    names = {}
+    users = [n for n in prog.graph.nodes if n.op == "placeholder" and _user_input(prog, n)]
+    flat_specs = _flat_specs(args, spec)
+    for node, dspec in zip(users, flat_specs):
+        val = node.meta.get("val")
+        if not isinstance(dspec, dict) or not isinstance(val, torch.Tensor):
+            continue
+        for d, dim in dspec.items():
+            e = val.shape[d]
+            expr = e.node.expr if hasattr(e, "node") else None
+            if isinstance(expr, sympy.Symbol) and hasattr(dim, "__name__"):
+                names.setdefault(expr, dim.__name__)
+    return names
+
+
+def _flat_specs(args, spec) -> list:
+    """The per-tensor dim specs of `spec`, in the order of the flattened tensor arguments (a varargs
+    parameter's specs are one nested tuple; the arguments may be flat or nested)."""
+
+    def leaves(x, is_leaf):
+        if isinstance(x, (list, tuple)) and not is_leaf(x):
+            return [y for item in x for y in leaves(item, is_leaf)]
+        return [x]
+
+    flat_args = leaves(list(args), lambda x: False)
+    flat_spec = leaves(list(spec) if isinstance(spec, (list, tuple)) else [spec], lambda x: False)
+    return [sp for a, sp in zip(flat_args, flat_spec) if isinstance(a, torch.Tensor)]
+
+
+def _user_input(prog, node) -> bool:
+    spec = next(s for s in prog.graph_signature.input_specs if s.arg.name == node.name)
+    return spec.kind.name == "USER_INPUT"
+
+
+def _named_dim_export(module, args, spec, dims: dict, oblivious: bool):
+    """The program, a sentence saying which guard or assert excludes which values, or the exception
+    of a failure that is no guard on a size.
 
     `oblivious`: trace sizes size-obliviously and defer undecidable guards to asserts."""
     try:
@@ -91,22 +162,52 @@ def _named_dim_export(module, args, dynamic_dim, lo, hi, oblivious: bool):
             prog = torch.export.export(
                 module,
                 tuple(args),
-                dynamic_shapes=_dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi)),
+                dynamic_shapes=spec,
                 strict=False,
                 prefer_deferred_runtime_asserts_over_guards=oblivious,
             )
     except Exception as e:  # torch raises many kinds; keep the guard, drop the trace
-        return explain(str(e), lo, hi) if _GUARD.search(str(e)) else e
-    ranges = _ranges(prog)
-    if not ranges:
+        return explain(str(e), *_single(dims)) if _GUARD.search(str(e)) else e
+    names = symbol_names(prog, args, spec)
+    box = {}
+    for s, r in prog.range_constraints.items():
+        name = names.get(s)
+        want = dims.get(name)
+        have = (int(r.lower), int(r.upper))
+        box[s] = have
+        if want is not None and have != want:
+            return f"torch narrowed {name} to [{have[0]}, {have[1]}]."
+    if not box:
         return "the model is static in that dim (the traced graph does not depend on it)."
-    if any(r != (lo, hi) for r in ranges):
-        return f"torch narrowed the range to {ranges[0]}."
     for cond, where in assert_conditions(prog):
-        bad = failing_lengths(cond, lo, hi, where)
+        bad = unproved(cond, box, where)
         if bad:
-            return f"the trace assumes {describe(cond)}, which is false for {_lengths(bad)}."
+            return f"the trace assumes {describe(cond)}, which is {bad}."
     return prog
+
+
+def _single(dims: dict) -> tuple[int, int]:
+    """The bounds to name in a one-symbol guard message (the first Dim's)."""
+    return next(iter(dims.values()), (1, 1))
+
+
+def unproved(cond, box: dict, where: str = "") -> str:
+    """ "" when `cond` holds over the symbols' box (a symbolic proof), else a phrase saying where it fails."""
+    from .. import symbolic as sy
+
+    cond = sympy.sympify(cond)
+    if cond is sympy.true or cond is True:
+        return ""
+    if cond is sympy.false or cond is False:
+        return "always false"
+    if sy.provably_holds(cond, box):
+        return ""
+    free = sorted(cond.free_symbols, key=str)
+    if len(free) == 1:
+        lo, hi = box.get(free[0], (1, 1))
+        bad = failing_lengths(cond, lo, hi, where)
+        return f"false for {_lengths(bad)}" if bad else ""
+    return f"not provable over {', '.join(f'{s} in [{box[s][0]}, {box[s][1]}]' for s in free if s in box)} ({where})"
 
 
 def _dynamic_export(module, args, dynamic_dim, lo, hi):
@@ -138,7 +239,8 @@ def assert_conditions(prog):
 
 
 def failing_lengths(cond, lo: int, hi: int, where: str = "") -> list[int]:
-    """Every length in [lo, hi] at which `cond` (in one symbol) is false: an exhaustive check."""
+    """Every length in [lo, hi] at which `cond` (in one symbol) is false: counterexamples for a message,
+    after the symbolic proof (`unproved`) failed."""
     cond = sympy.sympify(cond)
     free = sorted(cond.free_symbols, key=str)
     if not free:

@@ -92,6 +92,15 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
     return prog
 
 
+def export_spec(module: torch.nn.Module, args, dynamic_shapes):
+    """torch.export with torch's `dynamic_shapes` spec of named Dims (see `exporting.export_spec`)."""
+    return exporting.export_spec(module, args, dynamic_shapes)
+
+
+def symbol_names(prog, args, dynamic_shapes) -> dict:
+    return exporting.symbol_names(prog, args, dynamic_shapes)
+
+
 def export_static(module: torch.nn.Module, args):
     """torch.export at the example's shapes (one length: a static program)."""
     try:
@@ -101,7 +110,7 @@ def export_static(module: torch.nn.Module, args):
         raise exporting.NovellaError(f"torch.export failed: {str(e).splitlines()[0]}") from None
 
 
-def import_program(ctx: ir.Context, prog, decomposition_table=None) -> Imported:
+def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict | None = None) -> Imported:
     """Runs only the decompositions the graph needs (none: no retrace), then the FX importer, into `ctx`."""
     t0 = time.perf_counter()
     exporting.strip_asserts(prog)
@@ -117,7 +126,7 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None) -> Imported:
     with ctx:
         importer.import_program(prog, func_name="forward")
     t2 = time.perf_counter()
-    symbols, positions = _symbols(prog)
+    symbols, positions = _symbols(prog, names)
     user_inputs = [n for n in prog.graph.nodes if n.op == "placeholder" and _is_user_input(prog, n)]
     out_node = next(n for n in prog.graph.nodes if n.op == "output")
     outs = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else [out_node.args[0]]
@@ -151,19 +160,26 @@ def _is_user_input(prog, node) -> bool:
     return spec.kind.name == "USER_INPUT"
 
 
-def _symbols(prog):
-    """The symbols of the user inputs' sizes (a retrace may add unbacked ones no input has; they are dropped)."""
-    used = set()
+def _symbols(prog, names: dict | None = None):
+    """One affine symbol per size symbol of the user inputs, in order of first use, named after its Dim
+    (`names`: sympy symbol -> Dim name; default "T" for the first). A retrace may add unbacked symbols
+    no input has; they are dropped."""
+    order = []
     for n in prog.graph.nodes:
-        if n.op == "placeholder" and _is_user_input(prog, n) and isinstance(n.meta.get("val"), torch.Tensor):
-            for d in n.meta["val"].shape:
-                if not isinstance(d, int):
-                    used |= d.node.expr.free_symbols
+        val = n.meta.get("val") if n.op == "placeholder" and _is_user_input(prog, n) else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        for d in getattr(val, "shape", ()):
+            e = getattr(getattr(d, "node", None), "expr", None)
+            for s in sorted(getattr(e, "free_symbols", ()), key=str):
+                if s in prog.range_constraints and s not in order:
+                    order.append(s)
     syms, positions = [], {}
-    ranges = [(s, vr) for s, vr in prog.range_constraints.items() if s in used]
-    for i, (s, vr) in enumerate(sorted(ranges, key=lambda kv: str(kv[0]))):
+    for i, s in enumerate(order):
+        vr = prog.range_constraints[s]
         positions[s] = i
-        syms.append(sy.Symbol(i, "T" if i == 0 else str(s), int(vr.lower), int(vr.upper)))
+        name = (names or {}).get(s) or ("T" if i == 0 else str(s))
+        syms.append(sy.Symbol(i, name, int(vr.lower), int(vr.upper)))
     return syms, positions
 
 

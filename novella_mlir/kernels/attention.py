@@ -18,6 +18,7 @@ from ..dialects import shapes
 from ..dialects.novella import MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
 from ..target import MAX_COLS
 from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
+from . import kv_cache as kv
 
 NOMINAL_LENGTH = 4096
 
@@ -99,8 +100,10 @@ def matmul_dims(op, tv) -> MatmulDims:
     strides = []
     for name, s in (("lhs", a), ("rhs", b)):
         nb = sy.canon(mul(*s[:-2])) if len(s) > 2 else sy.const(1)
+        if name == "rhs" and kv.paged_rhs(op) is not None:
+            nb = sy.canon(nb * kv.group(op))
         broadcast = sy.as_int(nb) == 1 and sy.as_int(batch) != 1
-        if not broadcast and str(nb) != str(batch):
+        if not broadcast and not sy.equal(nb, batch):
             raise ValueError(f"matmul {name} batch dims {[str(e) for e in s[:-2]]} must equal the result's or be 1")
         strides.append(sy.const(0) if broadcast else mul(s[-1], s[-2]))
     return MatmulDims(batch, a[-2], a[-1], y[-1], _flag(op, "transpose_rhs"), *strides)
@@ -129,6 +132,13 @@ class Matmul:
         tms = [options["tile-m"]] if options.get("tile-m") else _candidates(dims.m, syms, sizes)
         tns = _candidates(dims.n, syms, sizes)
         tks = _candidates(dims.k, syms, k_sizes)
+        info = kv.paged_rhs(op)
+        if info is not None:  # a tile of cache positions must stay inside one page
+            ps = info["page_size"]
+            if dims.transpose:
+                tns = [t for t in tns if ps % t == 0] or [ps]
+            else:
+                tks = [t for t in tks if ps % t == 0] or [ps]
         best, plan = None, None
         for tm, tn, tk in itertools.product(tms, tns, tks):
             k_static = sy.as_int(dims.k)
@@ -165,7 +175,16 @@ class Matmul:
             sram_stride=tk,
             when=reuse_lhs,
         )
-        if dims.transpose:
+        info = kv.paged_rhs(op)
+        if info is not None:
+            head = sy.floordiv(bi, kv.group(op)) if kv.group(op) > 1 else bi
+            if dims.transpose:
+                kv.load_paged_rows(b, "b", 1, info, head=head, row0=ni * tn, n_rows=dims.n, rows=cols,
+                                   col0=ki * tk, cols=kk, sram_stride=tk)  # fmt: skip
+            else:
+                kv.load_paged_rows(b, "b", 1, info, head=head, row0=ki * tk, n_rows=dims.k, rows=kk,
+                                   col0=ni * tn, cols=cols, sram_stride=tn)  # fmt: skip
+        elif dims.transpose:
             b.load_rows(
                 "b",
                 1,
@@ -409,7 +428,7 @@ def _untransposed_rhs(rhs: ir.Value, n_syms: int):
     if not isinstance(inner, ir.OpView) or not _swaps_last_two(inner):
         return None
     src, out = sy.shape_of(ir.RankedTensorType(inner.operands[0].type)), sy.shape_of(ir.RankedTensorType(rhs.type))
-    if len(out) < 2 or str(out[-2:]) != str(sy.shape_of(ir.RankedTensorType(inner.results[0].type))[-2:]):
+    if len(out) < 2 or not sy.equal_shapes(out[-2:], sy.shape_of(ir.RankedTensorType(inner.results[0].type))[-2:]):
         return None
     new_type = sy.tensor_type(out[:-2] + src[-2:], ir.F32Type.get(), n_syms)
     reshaped = ReshapeOp(input=inner.operands[0], result=new_type, loc=owner.location).result

@@ -230,7 +230,7 @@ class Slice:
         dim, start, inner = self._geometry(op, tv)
         size, have = tv.shape(-1)[dim], tv.shape(0)[dim]
         symbols = module_symbols(op)
-        if sy.value_range(size + sy.const(start) - have, symbols)[1] > 0:
+        if not sy.provably_ge(have, size + sy.const(start), sy.symbol_box(symbols)):
             raise ValueError(f"slice [{start}, {start} + {size}) exceeds dim {dim} of size {have} for some lengths")
         for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(32):
             plan = BufferPlan(target)

@@ -54,11 +54,11 @@ def broadcast_kind(shape, out) -> str | None:
     """How an operand of `shape` broadcasts to the 2-D view of `out`: "full" (same rows and
     cols), "row" (one row), "col" (one column, same rows), "scalar", or None (unsupported)."""
     shape = [sy.const(1)] * (len(out) - len(shape)) + list(shape)
-    lead = [str(a) for a in shape[:-1]]
-    same_rows = lead == [str(o) for o in out[:-1]]
-    one_row = all(x == "1" for x in lead)
+    lead = shape[:-1]
+    same_rows = sy.equal_shapes(lead, out[:-1])
+    one_row = all(sy.as_int(x) == 1 for x in lead)
     last = sy.as_int(shape[-1])
-    wide = str(shape[-1]) == str(out[-1])
+    wide = sy.equal(shape[-1], out[-1])
     if same_rows and wide:
         return "full"
     if one_row and wide:

@@ -101,7 +101,14 @@ class Linear:
             b.load_block("w", 1, dram_offset=b.d(nd) * (tn * k) + b.d(2) * tk, dram_stride=k, rows=tn, cols=tk)
             b.load_block("bias", 2, dram_offset=b.d(nd) * tn, rows=1, cols=tn)
         b.load_rows(
-            "a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(md) * tm, row_bound=m_total, rows=rows, cols=tk
+            "a",
+            0,
+            dram_offset=b.d(2) * tk,
+            dram_stride=k,
+            row_start=b.d(md) * tm,
+            row_bound=m_total,
+            rows=rows,
+            cols=tk,
         )
         b.mma(
             "acc",

@@ -50,7 +50,7 @@ class Geometry:
         s = list(tv.shape(k))
         s = [sy.const(1)] * (len(y) - len(s)) + s
         for a, b in zip(s, y):
-            if sy.as_int(a) != 1 and str(a) != str(b):
+            if sy.as_int(a) != 1 and not sy.equal(a, b):
                 raise ValueError(f"operand #{k} {[str(e) for e in s]} does not broadcast to {[str(e) for e in y]}")
         strides = [sy.const(0) if sy.as_int(s[i]) == 1 else _stride(s, i) for i in self.batch]
         row_full = sy.as_int(s[-2]) != 1 or sy.as_int(self.r) == 1

@@ -68,13 +68,18 @@ class Executor:
             for d, prog in enumerate(meta.shape):
                 if len(prog) == 1 and isinstance(prog[0], str) and prog[0].startswith("s"):
                     syms[int(prog[0][1:])] = int(x.shape[d])
-        for pos, (name, lo, hi) in enumerate(self.art.symbols):
-            v = syms[pos]
-            if v is None or not lo <= v <= hi:
-                raise InputError(
-                    f"length {name}={v} is outside the compiled bounds [{lo}, {hi}]; "
-                    f"recompile with min_len <= {v} <= max_len"
-                )
+        bad = [
+            f"{name}={v} is outside the compiled bounds [{lo}, {hi}]"
+            if v is not None
+            else f"{name} is not the size of any input dim"
+            for (name, lo, hi), v in zip(self.art.symbols, syms)
+            if v is None or not lo <= v <= hi
+        ]
+        if bad:
+            raise InputError(
+                f"length {'; '.join(bad)}; recompile with wider bounds "
+                "(min_len/max_len, or the Dim's min/max in dynamic_shapes)"
+            )
         for i, (x, meta) in enumerate(zip(inputs, self.art.inputs)):
             want = [int(expr.evaluate(p, syms)) for p in meta.shape]
             if list(x.shape) != want:
@@ -121,6 +126,11 @@ class Executor:
         cast: bool = False,
     ) -> tuple[list[np.ndarray], RunResult]:
         """(outputs, this call's RunResult): the thread-safe way to get a run's stats."""
+        if self.art.kv:
+            raise InputError(
+                "this program keeps its KV cache in pages of NPU DRAM (--novella-kv-cache); run it in a "
+                "session (novella_mlir.causal_lm.compile_causal_lm(...).generate), not as a single call"
+            )
         if len(inputs) != len(self.art.inputs):
             raise InputError(f"expected {len(self.art.inputs)} inputs, got {len(inputs)}")
         inputs = [check_input(x, i, cast, m.dtype) for i, (x, m) in enumerate(zip(inputs, self.art.inputs))]

@@ -3,22 +3,21 @@
 Every tensor gets a DRAM offset (in fp32 elements) that is an affine
 expression of the symbols: `novella.dram` on the defining op, and in the
 argument attributes of the function. Weights come first (static offsets),
-then inputs, then intermediates and results; a buffer whose last reader has
+then inputs, then intermediates and results (a paged KV cache tensor gets a virtual offset instead,
+`PAGED_VBASE + slot * PAGED_VSPAN`, which the runtime maps through the block table); a buffer whose last reader has
 run is reused by a later tensor whose size it covers at every length in
 bounds. `novella.reshape` aliases its input. Each op with a kernel also
 gets `novella.sram_budget`, the SRAM it may tile into."""
 
 from __future__ import annotations
 
-import numpy as np
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from ..runtime import expr
+from ..kernels.kv_cache import PAGED_VBASE, PAGED_VSPAN, paged_info
 from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage, set_attr
 
 ALIGN = 16
-REUSE_CHECK_LENGTH = 1 << 16
 
 
 def _aligned(size: ir.AffineExpr) -> ir.AffineExpr:
@@ -30,22 +29,15 @@ class _Arena:
 
     def __init__(self, symbols):
         self.symbols = symbols
+        self.box = sy.symbol_box(symbols, lower_only=True, lo=1)
         self.top = sy.const(0)
         self.free: list[tuple[ir.AffineExpr, ir.AffineExpr]] = []
 
     def _covers(self, big, small) -> bool:
-        """big >= small at every length from 1 to max(hi, REUSE_CHECK_LENGTH) (exhaustively, one symbol).
+        """big >= small, proved for every combination of symbol values >= 1 (`symbolic.provably_ge`).
 
-        Independent of the lower bound and, below REUSE_CHECK_LENGTH, of the
-        upper bound, so the layout does not change with the compiled bounds."""
-        if str(big) == str(small):
-            return True
-        if len(self.symbols) != 1:
-            return False
-        hi = max(self.symbols[0].hi, REUSE_CHECK_LENGTH)
-        grid = [np.arange(1, hi + 1, dtype=np.int64)]
-        diff = expr.evaluate(sy.to_postfix(big), grid) - expr.evaluate(sy.to_postfix(small), grid)
-        return bool(np.all(diff >= 0))
+        Independent of the compiled bounds, so the layout does not change with them."""
+        return sy.equal(big, small) or sy.provably_ge(big, small, self.box)
 
     def alloc(self, size: ir.AffineExpr) -> ir.AffineExpr:
         size = _aligned(size)
@@ -98,8 +90,9 @@ def _place(fn, symbols, n, budget) -> None:
         if op.operation.name == "novella.weight":
             offsets[op.results[0]] = arena.alloc(_size(op.results[0]))
             set_attr(op, "novella.dram", sy.make_map([offsets[op.results[0]]], n))
+    paged = _paged(ops)
     for arg in block.arguments:
-        offsets[arg] = arena.alloc(_size(arg))
+        offsets[arg] = paged[arg] if arg in paged else arena.alloc(_size(arg))
     last_use = _last_uses(ops)
     outputs = set(list(ops[-1].operands))
     for i, op in enumerate(ops):
@@ -108,17 +101,34 @@ def _place(fn, symbols, n, budget) -> None:
         res = op.results[0]
         if op.operation.name == "novella.reshape":
             offsets[res] = offsets[op.operands[0]]
+        elif res in paged:
+            offsets[res] = paged[res]
+            set_attr(op, "novella.sram_budget", dict(budget))
         else:
             offsets[res] = arena.alloc(_size(res))
             set_attr(op, "novella.sram_budget", dict(budget))
         set_attr(op, "novella.dram", sy.make_map([offsets[res]], n))
-        for v in dict.fromkeys(op.operands):  # once per value: `mul(x, x)` must not free x twice
-            if last_use.get(v) == i and v not in outputs and _is_activation(v):
+        for v in dict.fromkeys(op.operands):  # once per value: cat(x, x) must not free x's block twice
+            if last_use.get(v) == i and v not in outputs and v not in paged and _is_activation(v):
                 arena.release(offsets[v], _size(v))
     fn.attributes["arg_attrs"] = ir.ArrayAttr.get(
         [ir.DictAttr.get({"novella.dram": sy.make_map([offsets[a]], n)}) for a in block.arguments]
     )
     set_attr(fn, "novella.dram_size", sy.make_map([arena.top], n))
+
+
+def _paged(ops) -> dict:
+    """value -> virtual DRAM offset of every paged KV cache tensor (results and the pasts they extend)."""
+    out = {}
+    for op in ops:
+        info = paged_info(op.results[0]) if len(op.results) == 1 else None
+        if info is None:
+            continue
+        base = sy.const(PAGED_VBASE + info["slot"] * PAGED_VSPAN)
+        out[op.results[0]] = base
+        if op.operation.name == "novella.kv_append":
+            out[op.operands[0]] = base
+    return out
 
 
 def _is_activation(v) -> bool:

@@ -15,6 +15,7 @@ from torch_mlir import ir, passmanager
 from . import (
     novella_allocate,
     novella_inst_gen,
+    novella_kv_cache,
     novella_legalize,
     novella_macro_gen,
     novella_schedule,
@@ -42,6 +43,7 @@ PASSES: dict[str, PassInfo] = {
     for p in (
         _info("novella-shape-infer", novella_shape_infer, novella_shape_infer.OPTIONS),
         _info("novella-legalize", novella_legalize),
+        _info("novella-kv-cache", novella_kv_cache, novella_kv_cache.OPTIONS),
         _info("novella-allocate", novella_allocate),
         _info("novella-tile", novella_tile, novella_tile.OPTIONS),
         _info("novella-macro-gen", novella_macro_gen),
@@ -54,6 +56,7 @@ PASSES: dict[str, PassInfo] = {
 BACKEND_PIPELINE = (
     "novella-shape-infer",
     "novella-legalize",
+    "novella-kv-cache",
     "novella-allocate",
     "novella-tile",
     "novella-macro-gen",

@@ -323,8 +323,9 @@ def test_sdpa_explicit_scale_rank3_heads_as_batch():
 
 def test_sdpa_unrelated_lengths_are_rejected():
     examples = [torch.randn(1, 2, 16, 64) for _ in range(3)]
+    spec = tuple({2: torch.export.Dim(n, min=1, max=MAX_LEN)} for n in ("T", "K", "V"))
     with pytest.raises(NovellaError, match=r"scaled_dot_product_attention.*key length .* value length"):
-        _compile(F.scaled_dot_product_attention, *examples, dynamic_dim=2)
+        _compile(F.scaled_dot_product_attention, *examples, dynamic_shapes=spec)
 
 
 @pytest.mark.parametrize(

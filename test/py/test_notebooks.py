@@ -59,7 +59,7 @@ def _images(nb) -> int:
     return sum("image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", []))
 
 
-@pytest.mark.parametrize("name", ["01_ir_per_pass.ipynb", "02_jit_and_simulator.ipynb"])
+@pytest.mark.parametrize("name", ["01_ir_per_pass.ipynb", "02_jit_and_simulator.ipynb", "03_decode.ipynb"])
 def test_stored_without_outputs_and_without_try(name):
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -111,4 +111,17 @@ def test_jit_and_simulator_notebook(kernel_name):
     assert "T= 1500" in text and "cycles" in text and "MAC utilization" in text
     assert "macro " in text and "LOAD" in text
     assert _images(nb) == 4  # cycles, storage, roofline, timeline
+    assert seconds < 120
+
+
+def test_decode_notebook(kernel_name):
+    nb, seconds = _run("03_decode.ipynb", kernel_name)
+    text = _text(nb)
+    assert _checks(nb) == [
+        "check ok: generation is token-identical to transformers",
+        "check ok: pages are allocated on demand, one per 16 positions",
+        "check ok: consecutive steps in a page differ only in addresses, strides and the attended length",
+        "check ok: each layer appends K and V with one STORE into the page pool",
+    ]
+    assert "changes in" in text and "(a new page)" in text
     assert seconds < 120

@@ -17,6 +17,7 @@ from ...dialects.novella import (
     ConcatOp,
     DivOp,
     GatherRowsOp,
+    KvAppendOp,
     LinearOp,
     MatmulOp,
     MulOp,
@@ -174,17 +175,24 @@ def cat(cx):
         return items[0]
     rank = len(cx.shape(items[0]))
     dim = cx.const(1) % rank if cx.num_operands > 1 else 0
+    if len(items) == 2 and is_function_input(items[0]):
+        return cx.emit(KvAppendOp, past=items[0], new=items[1], dim=_i64(dim))
     out = items[0]
     for i, v in enumerate(items[1:]):
         out = cx.emit(ConcatOp, check=i == len(items) - 2, lhs=out, rhs=v, dim=_i64(dim))
     return out
 
 
+def is_function_input(v) -> bool:
+    """`v` is an argument of the function (e.g. a KV cache passed in), not computed in it."""
+    return isinstance(v.owner, ir.Block)
+
+
 def _slice(cx, x, dim: int, start: int, length):
     shape = list(cx.shape(x))
     if sy.as_int(affine(length)) == 0:
         raise cx.error("a slice of length 0 (an empty tensor) is not supported")
-    if str(sy.canon(affine(length))) == str(shape[dim]) and start == 0:
+    if sy.equal(affine(length), shape[dim]) and start == 0:
         return x
     shape[dim] = sy.canon(affine(length))
     return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=_i64(start))
@@ -267,7 +275,7 @@ def expand(cx):
     want = [affine(s) for s in cx.const(1)]
     have = [sy.const(1)] * (len(want) - len(have)) + have
     out = [h if sy.as_int(w) == -1 else sy.canon(w) for w, h in zip(want, have)]
-    if [str(e) for e in out] == [str(e) for e in have]:
+    if sy.equal_shapes(out, have):
         return reshape(cx, x, have)
     return cx.emit(BroadcastOp, result_shape=out, input=reshape(cx, x, have, check=False))
 

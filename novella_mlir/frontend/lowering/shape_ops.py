@@ -91,7 +91,7 @@ def _divide(cx, num: list, den: list) -> ir.AffineExpr:
         if sy.as_int(d) is not None:
             static *= sy.as_int(d)
             continue
-        match = next((i for i, n in enumerate(num) if str(n) == str(d)), None)
+        match = sy.find_equal(num, d)
         if match is None:
             raise cx.error(f"cannot infer the -1 of a view: {d} does not divide {[str(n) for n in num]}")
         num.pop(match)
@@ -106,7 +106,7 @@ def _divide(cx, num: list, den: list) -> ir.AffineExpr:
 
 
 def reshape(cx, x, shape, check: bool = True):
-    if [str(e) for e in shape] == [str(e) for e in cx.shape(x)]:
+    if sy.equal_shapes(shape, cx.shape(x)):
         return x
     return cx.emit(ReshapeOp, result_shape=shape, check=check, input=x)
 
@@ -169,7 +169,7 @@ def expand(cx):
     x = cx.operand(0)
     have = cx.shape(x)
     want = [affine(s) for s in cx.const(1)]
-    if len(want) == len(have) and all(sy.as_int(w) == -1 or str(w) == str(h) for w, h in zip(want, have)):
+    if len(want) == len(have) and all(sy.as_int(w) == -1 or sy.equal(w, h) for w, h in zip(want, have)):
         return x
     raise cx.error(
         f"expand of {[str(h) for h in have]} to {[str(w) for w in want]} (a broadcast copy) is not supported"
@@ -275,7 +275,7 @@ def slice_(cx):
     length = sy.canon(_slice_length(cx, shape[dim], start, end))
     if sy.as_int(length) is not None and sy.as_int(length) <= 0:
         raise cx.error("a slice of length 0 (an empty tensor) is not supported")
-    if str(length) == str(shape[dim]):
+    if sy.equal(length, shape[dim]):
         return x
     shape[dim] = length
     return cx.emit(SliceOp, result_shape=shape, input=x, dim=_i64(dim), start=_i64(start))

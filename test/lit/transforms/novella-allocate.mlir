@@ -49,3 +49,48 @@ module attributes {novella.symbols = {s0 = ["T", 1, 100]}} {
     return %1 : tensor<?x1x3xf32, affine_map<()[s0] -> (s0, 1, 3)>>
   }
 }
+
+// -----
+
+// Two independent symbols (s0 past length P, s1 new length T): a freed [s0, 64]
+// block is reused only where reuse is proved for every (s0, s1) >= 1: not by the
+// [s1, 64] tensor (s1 may exceed s0), but by the later [s0, 64] one.
+// CHECK-DAG: #[[$A:.*]] = affine_map<()[s0, s1] -> (s0 * 64 + s1 * 64)>
+// CHECK-DAG: #[[$C:.*]] = affine_map<()[s0, s1] -> (s0 * 64 + s1 * 64 + s0 * 64 + s0 * 64)>
+// CHECK-LABEL: func.func @two
+// CHECK-SAME: {novella.dram = affine_map<()[s0, s1] -> (0)>}
+// CHECK-SAME: {novella.dram = affine_map<()[s0, s1] -> (s0 * 64)>}
+// CHECK: %[[R0:.*]] = "novella.relu"(%arg0) {novella.dram = #[[$A]],
+// CHECK: %[[R1:.*]] = "novella.relu"(%[[R0]])
+// CHECK: %[[R2:.*]] = "novella.relu"(%arg1) {novella.dram = #[[$C]],
+// CHECK: "novella.relu"(%[[R1]]) {novella.dram = #[[$A]],
+module attributes {novella.symbols = {s0 = ["P", 1, 1023], s1 = ["T", 1, 1024]}} {
+  func.func @two(%p: tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>, %n: tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>) -> (tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>, tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>) {
+    %0 = "novella.relu"(%p) : (tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>) -> tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>
+    %1 = "novella.relu"(%0) : (tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>) -> tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>
+    %2 = "novella.relu"(%n) : (tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>) -> tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>
+    %3 = "novella.relu"(%2) : (tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>) -> tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>
+    %4 = "novella.relu"(%1) : (tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>) -> tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>
+    return %4, %3 : tensor<?x64xf32, affine_map<()[s0, s1] -> (s0, 64)>>, tensor<?x64xf32, affine_map<()[s0, s1] -> (s1, 64)>>
+  }
+}
+
+// -----
+
+// An op reading one value twice (cat(r, r)) frees r's block once: of the two
+// [s0, 8] results that follow, only one may take it.
+// CHECK-LABEL: func.func @twice
+// CHECK: %[[R:.*]] = "novella.relu"(%arg0) {novella.dram = #[[$R:map[0-9]*]],
+// CHECK: "novella.concat"(%[[R]], %[[R]])
+// CHECK: "novella.relu"(%arg0) {novella.dram = #[[$R]],
+// CHECK-NOT: novella.dram = #[[$R]],
+// CHECK: return
+module attributes {novella.symbols = {s0 = ["T", 1, 64]}} {
+  func.func @twice(%x: tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> (tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) {
+    %r = "novella.relu"(%x) : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+    %c = "novella.concat"(%r, %r) {dim = 2 : i64} : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>
+    %a = "novella.relu"(%x) : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+    %b = "novella.relu"(%x) : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+    return %c, %a, %b : tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+  }
+}

@@ -84,3 +84,16 @@ module attributes {novella.symbols = {s0 = ["T", 1, 512]}} {
     return %0 : tensor<3x64xf32>
   }
 }
+
+// -----
+
+// Two independent symbols: the result of T queries against P keys is
+// [1, s1, s0]; equal sizes are recognized as expressions, not as text.
+// CHECK-LABEL: func.func @scores
+// CHECK: "novella.matmul"(%arg0, %arg1) {transpose_rhs = true} : (tensor<1x?x64xf32, #map>, tensor<1x?x64xf32, #map1>) -> tensor<1x?x?xf32, #map2>
+module attributes {novella.symbols = {s0 = ["P", 1, 1023], s1 = ["T", 1, 1024]}} {
+  func.func @scores(%q: tensor<1x?x64xf32, affine_map<()[s0, s1] -> (1, s1, 64)>>, %k: tensor<1x?x64xf32, affine_map<()[s0, s1] -> (1, s0, 64)>>) -> tensor<1x?x?xf32, affine_map<()[s0, s1] -> (1, s1, s0)>> {
+    %0 = "novella.matmul"(%q, %k) {transpose_rhs = true} : (tensor<1x?x64xf32, affine_map<()[s0, s1] -> (1, s1, 64)>>, tensor<1x?x64xf32, affine_map<()[s0, s1] -> (1, s0, 64)>>) -> tensor<1x?x?xf32, affine_map<()[s0, s1] -> (1, s1, s0)>>
+    return %0 : tensor<1x?x?xf32, affine_map<()[s0, s1] -> (1, s1, s0)>>
+  }
+}

@@ -80,3 +80,22 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<?x64xf32, #y>
   }
 }
+
+// -----
+
+// Two symbols (s0 past length P, s1 new length T): T queries scored against P
+// keys tile each symbol on its own grid dim, each with a partial last tile.
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0, s1] -> (1, s1 ceildiv 128, s0 ceildiv 128, 1)>
+// CHECK-LABEL: func.func @scores
+// CHECK: "novella.matmul"(%arg0, %arg1)
+// CHECK-SAME: novella.grid = #[[$GRID]]
+// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 128 : i64, tn = 128 : i64}
+// TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0, s1] -> (1, s1 ceildiv 16, s0 ceildiv 256, 1)>
+// TM16-LABEL: func.func @scores
+// TM16: novella.grid = #[[$GRID]]
+module attributes {novella.symbols = {s0 = ["P", 1, 1023], s1 = ["T", 1, 1024]}} {
+  func.func @scores(%q: tensor<1x?x64xf32, affine_map<()[s0, s1] -> (1, s1, 64)>> {novella.dram = affine_map<()[s0, s1] -> (0)>}, %k: tensor<1x?x64xf32, affine_map<()[s0, s1] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0, s1] -> (s1 * 64)>}) -> tensor<1x?x?xf32, affine_map<()[s0, s1] -> (1, s1, s0)>> {
+    %0 = "novella.matmul"(%q, %k) {novella.dram = affine_map<()[s0, s1] -> (s1 * 64 + s0 * 64)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, transpose_rhs = true} : (tensor<1x?x64xf32, affine_map<()[s0, s1] -> (1, s1, 64)>>, tensor<1x?x64xf32, affine_map<()[s0, s1] -> (1, s0, 64)>>) -> tensor<1x?x?xf32, affine_map<()[s0, s1] -> (1, s1, s0)>>
+    return %0 : tensor<1x?x?xf32, affine_map<()[s0, s1] -> (1, s1, s0)>>
+  }
+}

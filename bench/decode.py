@@ -1,0 +1,130 @@
+"""Decoding with the paged KV cache (issue 9), measured side by side in one run.
+
+  * per-token cycles of a decode step as the past grows, against the decode roofline
+    max(MACs / MACs per cycle, (weights + K/V bytes read + K/V bytes written) / DRAM bandwidth);
+  * host JIT time per step (instantiation + address injection) against the NPU step time;
+  * a decode step against the no-cache baseline (prefill re-run on the whole sequence);
+  * KV memory in use, paged vs an allocation of max_len per sequence;
+  * with --sizes: MacroMeta + TileMeta bytes of both programs at max_len 1024 and 8192.
+
+Usage: python bench/decode.py [--model gpt2|llama] [--max-len 1024] [--pasts 16,64,256,1000] [--sizes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+import transformers as tf
+
+from novella_mlir.causal_lm import compile_causal_lm
+from novella_mlir.runtime.kv import BlockTable
+
+
+def build(kind: str, max_len: int):
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        cfg = tf.GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=512, n_positions=max_len,
+                            bos_token_id=0, eos_token_id=1)  # fmt: skip
+        return tf.GPT2LMHeadModel(cfg).eval()
+    cfg = tf.LlamaConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=256, vocab_size=512, max_position_embeddings=max_len,
+                         bos_token_id=0, eos_token_id=1)  # fmt: skip
+    return tf.LlamaForCausalLM(cfg).eval()
+
+
+def weight_bytes(hf) -> int:
+    """Compulsory weight bytes of one decode step: every parameter once, except the rows of embedding
+    tables a token does not pick (one row each; an output projection tied to an embedding is read whole)."""
+    head = hf.get_output_embeddings().weight
+    emb = {id(m.weight): m.weight.shape[1] for m in hf.modules() if isinstance(m, torch.nn.Embedding)}
+    unique = {id(p): p for p in hf.parameters()}
+    total = 0
+    for k, p in unique.items():
+        total += p.numel() * 4 if (k not in emb or p is head) else emb[k] * 4
+    return total
+
+
+def decode_step(lm, sess, past: int):
+    """(stats, host seconds) of one decode step at `past` (cache contents arbitrary: cycles only)."""
+    table = BlockTable()
+    sess.pool.reserve(table, past + 1)
+    inputs = {0: np.array([[5.0]], np.float32), 1: np.array([[float(past)]], np.float32)}
+    sess.run("decode", inputs, (past,), table)  # first run at this length: JIT cache miss, as in generation
+    _, stats, jit_s, _, _ = sess.run("decode", inputs, (past,), table)
+    miss = _fresh_jit_seconds(lm, sess, past, table, inputs)
+    sess.pool.release(table)
+    return stats, miss, jit_s
+
+
+def _fresh_jit_seconds(lm, sess, past, table, inputs) -> float:
+    sess._translations.clear()
+    lm.decode.jit.cache.clear()
+    _, _, jit_s, _, _ = sess.run("decode", inputs, (past,), table)
+    return jit_s
+
+
+def prefill_cycles(sess, length: int) -> int:
+    table = BlockTable()
+    sess.pool.reserve(table, length)
+    _, stats, _, _, _ = sess.run("prefill", {0: np.full((1, length), 5.0, np.float32)}, (length,), table)
+    sess.pool.release(table)
+    return stats.cycles
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="gpt2", choices=("gpt2", "llama"))
+    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--pasts", default="1,16,64,256,1000")
+    ap.add_argument("--sizes", action="store_true")
+    args = ap.parse_args()
+    hf = build(args.model, args.max_len)
+    t0 = time.perf_counter()
+    lm = compile_causal_lm(hf, max_len=args.max_len, page_size=args.page_size, max_batch=3)
+    print(f"{args.model}: compiled prefill + decode for max_len {args.max_len} in {time.perf_counter() - t0:.1f} s")
+    sess = lm.session(check_hazards=False)
+    cfg = lm.prefill.config
+    bw, mpc = cfg.dram_bytes_per_cycle, cfg.macs_per_cycle
+    slots = lm.decode.artifact.kv["slots"]
+    kv_row = sum(s["heads"] * s["head_dim"] for s in slots) * 4  # bytes per position, all layers, K and V
+    wb = weight_bytes(hf)
+    print(
+        f"compulsory weights {wb:,} B (artifact holds {lm.decode.artifact.weight_nbytes:,} B), K/V {kv_row} B per position; DRAM {bw} B/cycle, {mpc} MACs/cycle, 1 GHz\n"
+    )
+    print("per-token decode cycles vs past length and the decode roofline")
+    print(f"{'past':>6} {'cycles':>9} {'DMA B':>10} {'roof':>9} {'cyc/roof':>8} {'JIT new us':>10} {'JIT hit us':>10} "
+          f"{'NPU us':>8} {'JIT/NPU':>7} {'prefill(P+1)':>12} {'no-cache x':>10}")  # fmt: skip
+    for past in [int(p) for p in args.pasts.split(",") if int(p) < args.max_len]:
+        stats, jit_new, jit_hit = decode_step(lm, sess, past)
+        roof = max(stats.macs / mpc, (wb + kv_row * (past + 2)) / bw)  # K/V of past + 1 read, 1 written
+        npu_us = stats.cycles / 1e3
+        base = prefill_cycles(sess, past + 1)
+        print(f"{past:>6} {stats.cycles:>9,} {stats.dma_bytes_loaded + stats.dma_bytes_stored:>10,} {roof:>9,.0f} "
+              f"{stats.cycles / roof:>8.2f} {jit_new * 1e6:>10.0f} {jit_hit * 1e6:>10.0f} {npu_us:>8.1f} "
+              f"{jit_new * 1e6 / npu_us:>7.2f} {base:>12,} {base / stats.cycles:>10.1f}")  # fmt: skip
+    print(f"\nKV memory: paged (page_size {args.page_size}) vs max_len per sequence")
+    lengths = [39, 140, 532]
+    per_block = sess.kv_bytes_per_block
+    paged = sum(-(-n // args.page_size) for n in lengths) * per_block
+    contiguous = len(lengths) * args.max_len * kv_row
+    used = sum(lengths) * kv_row
+    print(
+        f"sequences of {lengths} positions: used {used:,} B, paged {paged:,} B ({used / paged:.1%} utilized), "
+        f"contiguous {contiguous:,} B ({used / contiguous:.1%} utilized)"
+    )
+    if args.sizes:
+        print("\nMacroMeta + TileMeta bytes of both programs")
+        for n in (1024, 8192):
+            m = compile_causal_lm(build(args.model, n), max_len=n, page_size=args.page_size)
+            print(
+                f"max_len {n:>5}: {m.nbytes:,} B (prefill {m.prefill.artifact.nbytes:,}, decode "
+                f"{m.decode.artifact.nbytes:,}); weights {m.decode.artifact.weight_nbytes:,} B"
+            )
+
+
+if __name__ == "__main__":
+    main()

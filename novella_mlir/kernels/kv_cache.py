@@ -1,0 +1,168 @@
+"""The paged KV cache: the append (decode), the write (prefill) and paged addressing for matmuls.
+
+A paged cache tensor (`novella.paged`, set by `--novella-kv-cache`) is `[1, heads, positions,
+head_dim]` in a *virtual* paged layout: logical page `j` (positions `j*ps .. j*ps + ps - 1`)
+occupies `page_elems = heads * ps * head_dim` elements at `j * page_elems`, head-major inside the
+page. Kernels address it in that layout, never crossing a page in one DMA; the runtime maps each
+DMA descriptor's virtual page to a physical page through the sequence's block table
+(`runtime/kv.py`), so the page order of a sequence is free.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from . import BufferPlan, Tiling, tile_rows
+
+PAGED_ATTR = "novella.paged"
+PAGED_VBASE = 1 << 31  # virtual DRAM window of the paged caches (above any program's DRAM)
+PAGED_VSPAN = 1 << 24  # virtual elements per cache tensor (positions * heads * head_dim)
+GROUP_ATTR = "novella.kv_group"
+PAGED_RHS_ATTR = "novella.paged_rhs"
+
+
+_KEYS = ("page_size", "heads", "head_dim", "page_elems", "slot")
+
+
+def paged_info(v) -> dict | None:
+    """{page_size, heads, head_dim, page_elems, slot} of a paged cache value, else None."""
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None
+    op = owner.opview if hasattr(owner, "opview") else owner
+    return _read(op, PAGED_ATTR)
+
+
+def paged_rhs(op) -> dict | None:
+    """The paged cache a matmul reads as its rhs (`novella.paged_rhs`, set by --novella-kv-cache), else None."""
+    return _read(op, PAGED_RHS_ATTR)
+
+
+def _read(op, name: str) -> dict | None:
+    if name not in op.attributes:
+        return None
+    d = ir.DictAttr(op.attributes[name])
+    return {k: ir.IntegerAttr(d[k]).value for k in _KEYS}
+
+
+def group(op) -> int:
+    """Query heads per key/value head of a matmul reading a paged cache (GQA), 1 otherwise."""
+    return ir.IntegerAttr(op.attributes[GROUP_ATTR]).value if GROUP_ATTR in op.attributes else 1
+
+
+def page_offset(info: dict, head, position) -> ir.AffineExpr:
+    """Virtual offset of row (`head`, `position`) of a paged tensor, relative to its base."""
+    ps, hd = info["page_size"], info["head_dim"]
+    return (
+        sy.floordiv(position, ps) * info["page_elems"]
+        + head * (ps * hd)
+        + ir.AffineExpr.get_mod(position, sy.const(ps)) * hd
+    )
+
+
+def load_paged_rows(b, buffer: str, tensor: int, info: dict, *, head, row0, n_rows, rows, col0, cols, sram_stride):
+    """LOAD `rows` positions from `row0` (inside one page) of `head`; positions >= `n_rows` read as 0."""
+    b.load(
+        buffer,
+        tensor,
+        dram_offset=page_offset(info, head, row0) + col0,
+        dram_stride=info["head_dim"],
+        row_start=0,
+        row_step=1,
+        row_bound=n_rows - row0,
+        rows=rows,
+        cols=cols,
+        sram_stride=sram_stride,
+    )
+
+
+def check_tile(info: dict, t: int, what: str) -> None:
+    if info["page_size"] % t:
+        raise ValueError(f"{what} tile {t} does not divide the page size {info['page_size']}")
+
+
+def _geometry(shape, what: str):
+    if len(shape) != 4 or sy.as_int(shape[0]) != 1 or sy.as_int(shape[1]) is None or sy.as_int(shape[3]) is None:
+        raise ValueError(f"a paged {what} must be [1, heads, positions, head_dim] with static heads and head_dim")
+    return sy.as_int(shape[1]), shape[2], sy.as_int(shape[3])
+
+
+def _concat():
+    from .indexing import Concat
+
+    return Concat()
+
+
+class KvAppend:
+    """`novella.kv_append`: a concat unless paged; paged, one step: LOAD the new row of every head,
+    COPY, and STORE them in place at position `past` of each head (rows `ps * head_dim` apart)."""
+
+    def tile(self, op, tv, budget, options):
+        info = paged_info(op.results[0])
+        if info is None:
+            return _concat().tile(op, tv, budget, options)
+        heads, new, hd = _geometry(tv.shape(1), "append")
+        if sy.as_int(new) != 1:
+            raise ValueError(f"a paged append takes one new position per step, got {new}")
+        plan = BufferPlan(budget)
+        plan.add("in", "spad", heads * hd)
+        plan.add("out", "spad", heads * hd)
+        return Tiling({"heads": heads}, [sy.const(1)], plan.check())
+
+    def macro(self, op, tv, t, b):
+        info = paged_info(op.results[0])
+        if info is None:
+            return _concat().macro(op, tv, t, b)
+        heads, past, hd = _geometry(tv.shape(0), "append")
+        b.load_block("in", 1, dram_offset=0, rows=heads, cols=hd)
+        b.vop("COPY", "out", "in", rows=heads, cols=hd, dst_stride=hd, a_stride=hd)
+        b.store(
+            "out",
+            -1,
+            dram_offset=page_offset(info, sy.const(0), past),
+            dram_stride=info["page_size"] * hd,
+            row_start=0,
+            row_step=1,
+            row_bound=heads,
+            rows=heads,
+            cols=hd,
+            sram_stride=hd,
+        )
+
+
+class KvWrite:
+    """`novella.kv_write`: grid (head, page): LOAD up to `ps` positions of one head, COPY, STORE them
+    into that page of the paged cache (the last page partial)."""
+
+    def tile(self, op, tv, budget, options):
+        info = paged_info(op.results[0])
+        if info is None:
+            raise ValueError("kv_write needs a paged result (run --novella-kv-cache with page-size)")
+        heads, n, hd = _geometry(tv.shape(0), "write")
+        ps = info["page_size"]
+        plan = BufferPlan(budget)
+        plan.add("in", "spad", ps * hd)
+        plan.add("out", "spad", ps * hd)
+        return Tiling({"ps": ps}, [sy.const(heads), sy.ceildiv(n, ps)], plan.check())
+
+    def macro(self, op, tv, t, b):
+        info = paged_info(op.results[0])
+        _, n, hd = _geometry(tv.shape(0), "write")
+        ps = info["page_size"]
+        h, j = b.d(0), b.d(1)
+        rows = tile_rows(1, ps, n)
+        b.load_rows("in", 0, dram_offset=h * n * hd, row_start=j * ps, row_bound=n, rows=rows, cols=hd)
+        b.vop("COPY", "out", "in", rows=rows, cols=hd, dst_stride=hd, a_stride=hd)
+        b.store(
+            "out",
+            -1,
+            dram_offset=page_offset(info, h, j * ps),
+            dram_stride=hd,
+            row_start=0,
+            row_step=1,
+            row_bound=n - j * ps,
+            rows=rows,
+            cols=hd,
+            sram_stride=hd,
+        )

@@ -1,0 +1,177 @@
+"""A decoding session: one simulated NPU whose DRAM (weights + paged KV cache) persists across steps.
+
+DRAM layout: one segment per program (its weights, written once, and its activations), then the
+page pool. A block (vLLM's term) holds one page of every cache slot (each layer's K and V); a
+sequence's block table maps its logical pages to blocks, allocated on demand and freed when it
+ends. Before a program runs, its DMA descriptors are relocated to its segment, and every
+descriptor in the virtual cache window (`kernels/kv_cache.py`) is mapped through the block table:
+the per-step address slots. The host writes only token ids and positions, reads only logits.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator import Simulator, isa
+
+from ..errors import InputError
+from . import expr
+
+ALIGN = 16
+_DMA = (int(isa.Opcode.LOAD), int(isa.Opcode.STORE), int(isa.Opcode.GATHER))
+_LOW = np.uint64(0xFFFFFFFF)
+
+
+class KvCacheFullError(InputError):
+    """The page pool has no free block for a sequence that needs one."""
+
+
+@dataclass
+class BlockTable:
+    """One sequence's pages: `blocks[j]` holds positions [j * page_size, (j + 1) * page_size)."""
+
+    blocks: list = field(default_factory=list)
+    length: int = 0  # positions written
+
+
+class PagePool:
+    """Free-list allocator of `n_blocks` blocks."""
+
+    def __init__(self, n_blocks: int, page_size: int):
+        self.n_blocks, self.page_size = n_blocks, page_size
+        self.free = list(range(n_blocks))[::-1]
+
+    @property
+    def in_use(self) -> int:
+        return self.n_blocks - len(self.free)
+
+    def reserve(self, table: BlockTable, positions: int) -> None:
+        """Grows `table` to hold `positions` positions, or raises KvCacheFullError."""
+        need = -(-positions // self.page_size) - len(table.blocks)
+        if need > len(self.free):
+            raise KvCacheFullError(
+                f"the KV cache is out of pages: {need} more needed, {len(self.free)} free of {self.n_blocks} "
+                f"(page_size {self.page_size}); raise n_pages in compile_causal_lm or decode fewer sequences at once"
+            )
+        table.blocks += [self.free.pop() for _ in range(need)]
+
+    def release(self, table: BlockTable) -> None:
+        self.free += table.blocks[::-1]
+        table.blocks = []
+
+
+@dataclass
+class Translation:
+    """Where a program's DMA descriptors go: relocated words, and the paged ones' (row, slot, page, offset)."""
+
+    words: np.ndarray
+    rows: np.ndarray
+    slot: np.ndarray
+    page: np.ndarray
+    offset: np.ndarray
+
+
+class Session:
+    """Runs the programs of `models` (name -> CompiledModel with paged caches) on one persistent DRAM."""
+
+    def __init__(self, models: dict, config, n_blocks: int, check_hazards: bool = True):
+        self.models = models
+        kv = next(iter(models.values())).artifact.kv
+        self.page_size, self.vbase, self.vspan = kv["page_size"], kv["vbase"], kv["vspan"]
+        self.page_elems = [s["page_elems"] for s in kv["slots"]]
+        self.slot_base = np.cumsum([0] + self.page_elems[:-1]).astype(np.int64)
+        self.block_elems = int(sum(self.page_elems))
+        self.segments, top = {}, 0
+        for name, m in models.items():
+            self.segments[name] = top
+            top += _aligned(_max_dram(m.artifact))
+        self.pool_base = top
+        self.pool = PagePool(n_blocks, self.page_size)
+        self.sim = Simulator(config, top + n_blocks * self.block_elems, check_hazards=check_hazards)
+        self._translations: dict = {}
+        for name, m in models.items():
+            for w, (offset, _) in m.artifact.weight_layout.items():
+                self.sim.dram.write(self.segments[name] + offset, m.artifact.weights[w].ravel())
+
+    @property
+    def kv_bytes_per_block(self) -> int:
+        return self.block_elems * 4
+
+    def _translation(self, name: str, syms: tuple) -> Translation:
+        key = (name, syms)
+        if key not in self._translations:
+            prog = self.models[name].jit.instantiate(list(syms))
+            self._translations[key] = self._translate(prog.words, self.segments[name])
+            if len(self._translations) > 64:
+                self._translations.pop(next(iter(self._translations)))
+        return self._translations[key]
+
+    def _translate(self, words: np.ndarray, seg: int) -> Translation:
+        words = np.array(words, dtype=np.uint64, copy=True)
+        op = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
+        base = (words[:, 1] & _LOW).astype(np.int64)
+        dma = np.isin(op, _DMA)
+        paged = dma & (base >= self.vbase)
+        plain = dma & ~paged
+        words[plain, 1] = (words[plain, 1] & ~_LOW) | (base[plain] + seg).astype(np.uint64)
+        rows = np.flatnonzero(paged)
+        v = base[rows] - self.vbase
+        slot = v // self.vspan
+        if np.any(slot >= len(self.page_elems)):
+            raise RuntimeError("a DMA descriptor addresses a cache slot the program does not have")
+        pe = np.asarray(self.page_elems, np.int64)[slot]
+        rem = v % self.vspan
+        return Translation(words, rows, slot, rem // pe, rem % pe)
+
+    def run(self, name: str, inputs: dict, syms: tuple, table: BlockTable):
+        """Runs program `name` at symbol values `syms` for the sequence of `table`.
+
+        `inputs`: input index -> array (the non-paged inputs). Returns (non-paged outputs, stats,
+        host seconds for the JIT and the address injection, simulator seconds, the words run)."""
+        art = self.models[name].artifact
+        seg = self.segments[name]
+        t0 = time.perf_counter()
+        tr = self._translation(name, syms)
+        blocks = np.asarray(table.blocks, np.int64)
+        if tr.page.size and tr.page.max() >= blocks.size:
+            raise RuntimeError(f"{name} addresses page {int(tr.page.max())}, the sequence has {blocks.size}")
+        phys = self.pool_base + blocks[tr.page] * self.block_elems + self.slot_base[tr.slot] + tr.offset
+        words = tr.words.copy()
+        words[tr.rows, 1] = (words[tr.rows, 1] & ~_LOW) | phys.astype(np.uint64)
+        t1 = time.perf_counter()
+        for i, x in inputs.items():
+            self.sim.dram.write(seg + int(expr.evaluate(art.inputs[i].dram, list(syms))), np.ravel(x))
+        stats = self.sim.run(words)
+        outs = {}
+        for i, meta in enumerate(art.outputs):
+            if i in art.kv["outputs"]:
+                continue
+            shape = [int(expr.evaluate(p, list(syms))) for p in meta.shape]
+            off = seg + int(expr.evaluate(meta.dram, list(syms)))
+            outs[i] = self.sim.dram.read(off, int(np.prod(shape))).reshape(shape).copy()
+        t2 = time.perf_counter()
+        return outs, stats, t1 - t0, t2 - t1, words
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _max_dram(art) -> int:
+    """The program's DRAM size at the upper bounds (sizes grow with every symbol)."""
+    return int(expr.evaluate(art.dram_size, [hi for _, _, hi in art.symbols]))
+
+
+def changed_fields(a: np.ndarray, b: np.ndarray) -> list[tuple[int, str, str, int, int]]:
+    """(instruction, mnemonic, field, value in a, value in b) of every field that differs between two
+    programs of equal length (e.g. consecutive decode steps)."""
+    if a.shape != b.shape:
+        raise ValueError(f"programs of {len(a)} and {len(b)} instructions are not comparable field by field")
+    out = []
+    for i in np.flatnonzero(np.any(a != b, axis=1)):
+        x, y = isa.decode(a[i]), isa.decode(b[i])
+        out += [(int(i), x.mnemonic, f, x.fields[f], y.fields[f]) for f in x.fields if x.fields[f] != y.fields[f]]
+    return out

@@ -1,0 +1,107 @@
+"""--novella-kv-cache: puts the KV cache in pages (option `page-size`; 0 leaves the module alone).
+
+The cache is recognized in the graph, not by model class. A returned tensor is a cache tensor when
+  * it is a `novella.kv_append` (decode: `cat(past, new)` onto a function input), or
+  * it is `[1, heads, T, head_dim]` and the key or value (rhs) of an attention matmul (prefill).
+Each gets `novella.paged = {page_size, heads, head_dim, page_elems, slot}`, slots numbered in
+return order (so prefill and decode agree); a prefill cache tensor is returned through a new
+`novella.kv_write`, which copies every position into its page. Matmuls reading a paged cache
+through a GQA head repeat (reshape, broadcast, reshape) read the cache itself with
+`novella.kv_group` (query heads per cache head), and the repeat is erased; every matmul reading a
+paged cache gets its geometry as `novella.paged_rhs`: nothing copies the
+past. The function gets `novella.kv_cache = {page_size, results, args, slots}`: which results and
+arguments are paged (the host neither writes nor reads them)."""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from ..dialects.novella import KvWriteOp
+from ..kernels.kv_cache import GROUP_ATTR, PAGED_ATTR, PAGED_RHS_ATTR, paged_info
+from .common import PassError, body_ops, functions, set_attr
+
+OPTIONS = {"page-size": (int, 0, "KV cache positions per page (0: no paging)")}
+_CHAIN = ("novella.reshape", "novella.broadcast")
+
+
+def run(module_op, options, config) -> None:
+    ps = options.get("page-size", 0)
+    if ps <= 0:
+        return
+    for fn in functions(module_op):
+        _page(fn, ps)
+
+
+def _root(v):
+    """The value a GQA head repeat (reshape / broadcast chain) starts from, and the chain's ops."""
+    chain = []
+    while isinstance(v.owner, ir.OpView) and v.owner.operation.name in _CHAIN:
+        chain.append(v.owner)
+        v = v.owner.operands[0]
+    return v, chain
+
+
+def _rhs_roots(ops) -> set:
+    return {_root(op.operands[1])[0] for op in ops if op.operation.name == "novella.matmul"}
+
+
+def _geometry(op, v, ps) -> dict:
+    shape = sy.shape_of(ir.RankedTensorType(v.type))
+    heads, hd = (sy.as_int(shape[i]) for i in (1, 3))
+    if len(shape) != 4 or sy.as_int(shape[0]) != 1 or heads is None or hd is None:
+        raise PassError(op, f"a KV cache must be [1, heads, positions, head_dim], got {[str(e) for e in shape]}")
+    return {"page_size": ps, "heads": heads, "head_dim": hd, "page_elems": heads * ps * hd}
+
+
+def _page(fn, ps: int) -> None:
+    ops = body_ops(fn)
+    ret = ops[-1]
+    roots = _rhs_roots(ops)
+    results, args, slots = [], {}, []
+    for i, r in enumerate(list(ret.operands)):
+        owner = r.owner
+        if isinstance(owner, ir.OpView) and owner.operation.name == "novella.kv_append":
+            op = owner
+            past = op.operands[0]
+            args[str(past.arg_number)] = len(results)
+        elif r in roots and _is_cache_shaped(r):
+            with ir.InsertionPoint(ret), ret.location:
+                op = KvWriteOp(r, result=r.type)
+            ret.operands[i] = op.result
+        else:
+            continue
+        geo = _geometry(op, r, ps)
+        set_attr(op, PAGED_ATTR, {**geo, "slot": len(results)})
+        slots.append({k: geo[k] for k in ("heads", "head_dim", "page_elems")})
+        results.append(i)
+    if not results:
+        return
+    _read_through_repeats(fn)
+    set_attr(fn, "novella.kv_cache", {"page_size": ps, "results": results, "args": args, "slots": slots})
+
+
+def _is_cache_shaped(v) -> bool:
+    shape = sy.shape_of(ir.RankedTensorType(v.type))
+    return len(shape) == 4 and sy.as_int(shape[2]) is None
+
+
+def _read_through_repeats(fn) -> None:
+    for op in body_ops(fn):
+        if op.operation.name != "novella.matmul":
+            continue
+        root, chain = _root(op.operands[1])
+        info = paged_info(root)
+        if info is None:
+            continue
+        set_attr(op, PAGED_RHS_ATTR, info)
+        if not chain:
+            continue
+        heads = sy.as_int(sy.shape_of(ir.RankedTensorType(op.operands[1].type))[1])
+        if heads is None or heads % info["heads"]:
+            raise PassError(op, f"reads the KV cache through a head repeat to {heads} heads")
+        op.operands[1] = root
+        set_attr(op, GROUP_ATTR, heads // info["heads"])
+        for c in chain:
+            if not list(c.results[0].uses):
+                c.operation.erase()

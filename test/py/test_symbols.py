@@ -1,0 +1,84 @@
+"""Several symbols end to end, and the symbolic layer's proofs (equality, provably >=)."""
+
+import pytest
+import sympy
+import torch
+from torch.export import Dim
+
+from novella_mlir import compile_torch
+from novella_mlir import symbolic as sy
+from novella_mlir.context import make_context
+from novella_mlir.errors import InputError
+
+
+@pytest.fixture
+def ctx():
+    with make_context():
+        yield
+
+
+def test_equal_is_about_values_not_text(ctx):
+    s0, s1 = sy.sym(0), sy.sym(1)
+    assert sy.equal(s0 + 1, sy.const(1) + s0)
+    assert sy.equal(sy.floordiv(s0 + 1, 2), sy.ceildiv(s0, 2))
+    assert sy.equal(s0 * s1 * 4, s1 * 2 * s0 * 2)
+    assert not sy.equal(s0, s1)
+    assert not sy.equal(sy.floordiv(s0, 2), sy.ceildiv(s0, 2))
+
+
+def test_provably_ge_over_every_combination(ctx):
+    s0, s1 = sy.sym(0), sy.sym(1)
+    box = sy.symbol_box([sy.Symbol(0, "P", 1, 1023), sy.Symbol(1, "T", 1, 1024)], lower_only=True)
+    assert sy.provably_ge(sy.ceildiv(s0, 16) * 16, s0, box)
+    assert sy.provably_ge(s0 * s1 * 64, s0 * 64, box)
+    assert sy.provably_ge((s0 + s1) * 64, s1 * 64 + 64, box)
+    assert sy.provably_ge(sy.floordiv(s0 - 1, 2) + 1, sy.const(1), box)
+    assert not sy.provably_ge(s0 * 64, s1 * 64, box)
+    assert not sy.provably_ge(sy.floordiv(s0, 2), sy.const(1), box)  # false at s0 = 1
+    bounded = sy.symbol_box([sy.Symbol(0, "P", 1, 10), sy.Symbol(1, "T", 1, 1024)])
+    assert sy.provably_ge(sy.const(10), s0, bounded) and not sy.provably_ge(sy.const(10), s0, box)
+
+
+def test_torch_conditions():
+    p, t = sympy.symbols("s0 s1", integer=True, positive=True)
+    box = {p: (1, 1023), t: (1, 1024)}
+    assert sy.provably_holds(sympy.Eq(sympy.Min(32 * p + 32, 64 * p + 64), 32 * p + 32), box)
+    assert sy.provably_holds(sympy.Ne(p + t, 0), box)
+    assert not sy.provably_holds(sympy.Ge(p, t), box)
+
+
+class _Cross(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.k = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+    def forward(self, x, mem):
+        return torch.nn.functional.scaled_dot_product_attention(self.q(x), self.k(mem), mem) + self.q(x)
+
+
+def test_two_symbols_end_to_end():
+    m = _Cross().eval()
+    spec = ({1: Dim("T", min=1, max=64)}, {1: Dim("P", min=1, max=300)})
+    npu = compile_torch(m, torch.randn(1, 5, 32), torch.randn(1, 9, 32), dynamic_shapes=spec)
+    assert npu.artifact.symbols == [["T", 1, 64], ["P", 1, 300]]
+    for t, p in [(1, 1), (1, 17), (7, 33), (33, 7), (64, 300)]:
+        x, mem = torch.randn(1, t, 32), torch.randn(1, p, 32)
+        torch.testing.assert_close(npu(x, mem), m(x, mem), rtol=1e-4, atol=1e-4)
+        assert npu.last_run.symbols == {"T": t, "P": p}
+    assert {(1, 1), (64, 300)} <= set(npu.jit.cache)
+    with pytest.raises(InputError, match=r"T=65 is outside the compiled bounds \[1, 64\]; P=301 is outside"):
+        npu(torch.randn(1, 65, 32), torch.randn(1, 301, 32))
+
+
+def test_shared_dim_means_equal_sizes():
+    class Add(torch.nn.Module):
+        def forward(self, a, b):
+            return a + b
+
+    d = Dim("S", min=1, max=100)
+    npu = compile_torch(Add(), torch.randn(1, 4, 16), torch.randn(1, 4, 16), dynamic_shapes=({1: d}, {1: d}))
+    assert [s[0] for s in npu.artifact.symbols] == ["S"]
+    a, b = torch.randn(1, 9, 16), torch.randn(1, 9, 16)
+    torch.testing.assert_close(npu(a, b), a + b)
+    with pytest.raises(InputError, match="expected"):
+        npu(a, torch.randn(1, 8, 16))
