@@ -84,12 +84,14 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // Two symbols (s0 past length P, s1 new length T): T queries scored against P
-// keys tile each symbol on its own grid dim, each with a partial last tile.
-// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0, s1] -> (1, s1 ceildiv 128, s0 ceildiv 128, 1)>
+// keys tile each symbol on its own grid dim, each with a partial last tile. The head dim (64) is
+// split in two k steps of 32: with two slots per streamed buffer (double buffering) the matmul's
+// tile choice for this budget is tk = 32 (it was 64 single-buffered).
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0, s1] -> (1, s1 ceildiv 128, s0 ceildiv 128, 2)>
 // CHECK-LABEL: func.func @scores
 // CHECK: "novella.matmul"(%arg0, %arg1)
 // CHECK-SAME: novella.grid = #[[$GRID]]
-// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 128 : i64, tn = 128 : i64}
+// CHECK-SAME: novella.tiles = {tk = 32 : i64, tm = 128 : i64, tn = 128 : i64}
 // TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0, s1] -> (1, s1 ceildiv 16, s0 ceildiv 256, 1)>
 // TM16-LABEL: func.func @scores
 // TM16: novella.grid = #[[$GRID]]
