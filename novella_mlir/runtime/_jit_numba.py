@@ -4,11 +4,12 @@ Table layout (`Tables._freeze`): [n_dims, stack size, 17 offsets], then
 ops, args, expr start, expr stop, min items, min ranges (2), tile macro,
 tile ndim, tile grid (n_dims), tile base ranges (2), base slots, base
 exprs, macros (4: template range, load_slots, store_slots), template rows
-(15), guard kinds, guard exprs, var rows (7). A template row: queue, guard
+(15), guard kinds, guard exprs, var rows (8). A template row: queue, guard
 range, var range, then the tensor-relative dram_base: has, slot, lane,
 offset, mask, lo, hi, min id (-1: constant), constant; then whether it
-loads into a ping-pong slot. A var row: lane, offset, mask, lo, hi, min id,
-slot stride (added times the step parity within the macro).
+loads into a ping-pong slot. A var row: lane, offset, mask, lo, hi, min id
+(-1: constant), constant, slot stride (added times the step parity within
+the macro).
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def instantiate(syms, tab, t_base, limit):
     tile_macro, tile_ndim, tile_grid = _part(tab, 6), _part(tab, 7), _rows(tab, 8, n_dims)
     base_range, base_slot, base_expr = _rows(tab, 9, 2), _part(tab, 10), _part(tab, 11)
     macro_range, t_rows = _rows(tab, 12, 4), _rows(tab, 13, 15)
-    guard_kind, guard_expr, var_rows = _part(tab, 14), _part(tab, 15), _rows(tab, 16, 7)
+    guard_kind, guard_expr, var_rows = _part(tab, 14), _part(tab, 15), _rows(tab, 16, 8)
     nt = tile_macro.size
     ext = np.zeros((nt, n_dims), np.int64)
     npts = np.zeros(nt, np.int64)
@@ -213,7 +214,9 @@ def instantiate(syms, tab, t_base, limit):
                 for lane in range(4):
                     words[w, lane] = t_base[t, lane]
                 for vi in range(t_rows[t, 3], t_rows[t, 4]):
-                    v = _min(var_rows[vi, 5], tab, sc, ns) + var_rows[vi, 6] * ((step - step0) % 2)
+                    e = var_rows[vi, 5]
+                    v = var_rows[vi, 6] if e < 0 else _min(e, tab, sc, ns)
+                    v += var_rows[vi, 7] * ((step - step0) % 2)
                     if not _field(words, w, var_rows, vi, 0, v):
                         info[0] = 1
                         return words, info

@@ -118,7 +118,7 @@ class Tables:
             if name == "dram_base":
                 self.ok = False
                 continue
-            self._var_row(layout.get(name), t.var.get(name, [[t.const.get(name, 0)]]), int(stride))
+            self._var_row(layout.get(name), t.var.get(name), int(stride), t.const.get(name, 0))
         dram = [0] * 9
         if relative:
             f = layout.get("dram_base")
@@ -131,12 +131,14 @@ class Tables:
         queue = _QUEUE[isa.QUEUE_OF[op]]
         return [queue, g0, len(self.guard_kind), v0, len(self.var_rows), *dram, int("sram_addr" in t.slot)]
 
-    def _var_row(self, f, progs, stride: int) -> None:
-        """A variable field: lane, offset, mask, lo, hi, min id, slot stride."""
-        if f is None or f.name in isa.FLOAT_FIELDS or f.name == "opcode":
+    def _var_row(self, f, progs, stride: int, const=0) -> None:
+        """A variable field: lane, offset, mask, lo, hi, min id (-1: constant), constant, slot stride."""
+        if f is None or f.name in isa.FLOAT_FIELDS or f.name == "opcode" or isinstance(const, float):
             self.ok = False
             return
-        self.var_rows.append([f.lane, f.offset, f.mask, f.lo, f.hi, self._min(progs), stride])
+        self.var_rows.append(
+            [f.lane, f.offset, f.mask, f.lo, f.hi, self._min(progs) if progs else -1, int(const), stride]
+        )
 
     def _freeze(self) -> None:
         """One int64 array (a header of offsets, then the tables) and the base words: a cheap numba call."""
@@ -158,7 +160,7 @@ class Tables:
             i64(self.t_rows, (0, 15)),
             i64(self.guard_kind),
             i64(self.guard_expr),
-            i64(self.var_rows, (0, 7)),
+            i64(self.var_rows, (0, 8)),
         )
         stack = max([b - a for a, b in zip(self._start, self._stop)] + [0]) + 1
         offsets, pos = [], 2 + len(parts)
