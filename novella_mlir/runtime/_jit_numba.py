@@ -3,10 +3,13 @@
 Table layout (`Tables._freeze`): [n_dims, stack size, 17 offsets], then
 ops, args, expr start, expr stop, min items, min ranges (2), tile macro,
 tile ndim, tile grid (n_dims), tile base ranges (2), base slots, base
-exprs, macro template ranges (2), template rows (14), guard kinds, guard
-exprs, var rows (6). A template row: queue, guard range, var range, then
-the tensor-relative dram_base: has, slot, lane, offset, mask, lo, hi, min
-id (-1: constant), constant. A var row: lane, offset, mask, lo, hi, min id.
+exprs, macros (4: template range, load_slots, store_slots), template rows
+(15), guard kinds, guard exprs, var rows (8). A template row: queue, guard
+range, var range, then the tensor-relative dram_base: has, slot, lane,
+offset, mask, lo, hi, min id (-1: constant), constant; then whether it
+loads into a ping-pong slot. A var row: lane, offset, mask, lo, hi, min id
+(-1: constant), constant, slot stride (added times the step parity within
+the macro).
 """
 
 from __future__ import annotations
@@ -79,8 +82,8 @@ def _min(m, tab, sc, ns):
 
 
 @nb.njit(cache=True)
-def _tokens(words, wstep, wq, n, n_steps):
-    """The token rule of `jit.py` over the whole program; False if a step has no compute instruction."""
+def _edges(wstep, wq, n, n_steps):
+    """first[k, q], last[k, q]: the first and last word of queue q in step k (-1: none)."""
     first = np.full((n_steps, 3), -1, np.int64)
     last = np.full((n_steps, 3), -1, np.int64)
     for w in range(n):
@@ -88,24 +91,47 @@ def _tokens(words, wstep, wq, n, n_steps):
         if first[k, q] < 0:
             first[k, q] = w
         last[k, q] = w
+    return first, last
+
+
+@nb.njit(cache=True)
+def _set(words, w, bit):
+    words[w, 0] |= np.uint64(bit)
+
+
+@nb.njit(cache=True)
+def _tokens(words, wstep, wq, wslot, n, n_steps, s_load, s_store, s_bar):
+    """The token rule of `tokens.flags` over the whole program; False if a step has no compute instruction."""
+    first, last = _edges(wstep, wq, n, n_steps)
+    unslotted = np.zeros(n_steps, np.bool_)
+    for w in range(n):
+        if wq[w] == 0 and wslot[w] == 0:
+            unslotted[wstep[w]] = True
+    latest = np.full(n_steps, -1, np.int64)  # the latest step <= k with stores
+    before_l, before_s = -1, -1
     for k in range(n_steps):
-        c0, c1 = first[k, 1], last[k, 1]
-        if c0 < 0:
+        if first[k, 1] < 0:
             return False
+        latest[k] = k if first[k, 2] >= 0 else (latest[k - 1] if k > 0 else -1)
+    for k in range(n_steps):
         if first[k, 0] >= 0:
-            if k > 0:
-                words[first[k, 0], 0] |= np.uint64(_POP_NEXT)
-            words[last[k, 0], 0] |= np.uint64(_PUSH_NEXT)
-            words[c0, 0] |= np.uint64(_POP_PREV)
-        if k > 0 and first[k - 1, 2] >= 0:
-            words[c0, 0] |= np.uint64(_POP_NEXT)
-        if k + 1 < n_steps and first[k + 1, 0] >= 0:
-            words[c1, 0] |= np.uint64(_PUSH_PREV)
+            d = 2 if s_load[k] >= 2 and not unslotted[k] else 1
+            need = max(k - d, s_bar[k])
+            if need > before_l and need >= 0:
+                _set(words, first[k, 0], _POP_NEXT)  # L pops C2L
+                _set(words, last[need, 1], _PUSH_PREV)  # C pushes C2L
+            before_l = max(before_l, need)
+            _set(words, last[k, 0], _PUSH_NEXT)  # L pushes L2C
+            _set(words, first[k, 1], _POP_PREV)  # C pops L2C
         if first[k, 2] >= 0:
-            words[c1, 0] |= np.uint64(_PUSH_NEXT)
-            words[first[k, 2], 0] |= np.uint64(_POP_PREV)
-            if k + 1 < n_steps:
-                words[last[k, 2], 0] |= np.uint64(_PUSH_PREV)
+            _set(words, last[k, 1], _PUSH_NEXT)  # C pushes C2S
+            _set(words, first[k, 2], _POP_PREV)  # S pops C2S
+        j = min(k - s_store[k], n_steps - 1)
+        need = latest[j] if j >= 0 else -1
+        if need > before_s and need >= 0:
+            _set(words, first[k, 1], _POP_NEXT)  # C pops S2C
+            _set(words, last[need, 2], _PUSH_PREV)  # S pushes S2C
+        before_s = max(before_s, need)
     return True
 
 
@@ -127,8 +153,8 @@ def instantiate(syms, tab, t_base, limit):
     dims = sc[ns : ns + n_dims + 1]
     tile_macro, tile_ndim, tile_grid = _part(tab, 6), _part(tab, 7), _rows(tab, 8, n_dims)
     base_range, base_slot, base_expr = _rows(tab, 9, 2), _part(tab, 10), _part(tab, 11)
-    macro_range, t_rows = _rows(tab, 12, 2), _rows(tab, 13, 14)
-    guard_kind, guard_expr, var_rows = _part(tab, 14), _part(tab, 15), _rows(tab, 16, 6)
+    macro_range, t_rows = _rows(tab, 12, 4), _rows(tab, 13, 15)
+    guard_kind, guard_expr, var_rows = _part(tab, 14), _part(tab, 15), _rows(tab, 16, 8)
     nt = tile_macro.size
     ext = np.zeros((nt, n_dims), np.int64)
     npts = np.zeros(nt, np.int64)
@@ -149,6 +175,11 @@ def instantiate(syms, tab, t_base, limit):
     words = np.zeros((bound, 4), np.uint64)
     wstep = np.zeros(bound, np.int64)
     wq = np.zeros(bound, np.int64)
+    wslot = np.zeros(bound, np.int64)
+    s_load = np.ones(bound, np.int64)  # per step: load_slots, store_slots, the barrier before it
+    s_store = np.ones(bound, np.int64)
+    s_bar = np.full(bound, -1, np.int64)
+    barrier, step0 = -1, 0
     t_start = info[3 : 3 + nt]
     t_end = info[3 + nt :]
     w, step = 0, 0
@@ -175,13 +206,17 @@ def instantiate(syms, tab, t_base, limit):
                 if t_start[ti] < 0:
                     if w > 0:  # the barrier step before a macro
                         wstep[w], wq[w] = step, 1
+                        barrier = s_bar[step] = step
                         w += 1
                         step += 1
                     t_start[ti] = w
+                    step0 = step
                 for lane in range(4):
                     words[w, lane] = t_base[t, lane]
                 for vi in range(t_rows[t, 3], t_rows[t, 4]):
-                    v = _min(var_rows[vi, 5], tab, sc, ns)
+                    e = var_rows[vi, 5]
+                    v = var_rows[vi, 6] if e < 0 else _min(e, tab, sc, ns)
+                    v += var_rows[vi, 7] * ((step - step0) % 2)
                     if not _field(words, w, var_rows, vi, 0, v):
                         info[0] = 1
                         return words, info
@@ -195,13 +230,14 @@ def instantiate(syms, tab, t_base, limit):
                     if not found or not _field(words, w, t_rows, t, 7, v):
                         info[0] = 1
                         return words, info
-                wstep[w], wq[w] = step, t_rows[t, 0]
+                wstep[w], wq[w], wslot[w] = step, t_rows[t, 0], t_rows[t, 14]
                 w += 1
                 emitted = True
             if emitted:
+                s_load[step], s_store[step], s_bar[step] = macro_range[m, 2], macro_range[m, 3], barrier
                 step += 1
         if t_start[ti] >= 0:
             t_end[ti] = w
-    info[0] = 0 if _tokens(words, wstep, wq, w, step) else 2
+    info[0] = 0 if _tokens(words, wstep, wq, wslot, w, step, s_load, s_store, s_bar) else 2
     info[1], info[2] = w, step
     return words[:w], info

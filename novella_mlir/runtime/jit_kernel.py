@@ -7,7 +7,8 @@ constant fields, the bit position and range of each variable field). A new
 length is then a single call to `instantiate`, which walks the tiles, their
 grid points and templates, evaluates the expressions with Python's integer
 semantics (floor division, non-negative modulo), encodes the words and sets
-the dependency tokens by the rule in `jit.py` over the whole program.
+the dependency tokens by the rule in `tokens.py` over the whole program,
+ping-pong slots (`slot` strides, `schedule` step distances) included.
 
 It produces the same words as the NumPy expansion in `jit.py`, which
 remains the reference (and the path for anything the tables cannot express,
@@ -33,10 +34,7 @@ class Tables:
     """Flat int64 tables of one artifact; `ok` is False if some template cannot be expressed."""
 
     def __init__(self, art):
-        # the compiled kernel implements single-slot schedules only; the NumPy expansion does the rest
-        self.ok = all(not t.slot for m in art.macros for t in m.insts) and all(
-            m.schedule.get("load_slots", 1) == 1 and m.schedule.get("store_slots", 1) == 1 for m in art.macros
-        )
+        self.ok = True
         self._ops, self._args, self._start, self._stop = [], [], [], []
         self._mx: list[int] = []
         self._mx_range: list[tuple[int, int]] = []
@@ -88,7 +86,8 @@ class Tables:
             start = len(t_rows)
             for t in m.insts:
                 t_rows.append(self._template(t))
-            self.macro_range.append((start, len(t_rows)))
+            slots = (int(m.schedule.get("load_slots", 1)), int(m.schedule.get("store_slots", 1)))
+            self.macro_range.append((start, len(t_rows), *slots))
         self.t_rows = t_rows
 
     def _template(self, t) -> list:
@@ -103,8 +102,8 @@ class Tables:
             bits = _const_bits(layout.get(name), v)
             if bits is None:
                 self.ok = False
-                continue
-            base[layout[name].lane] |= np.uint64(bits)
+            elif name not in t.slot:
+                base[layout[name].lane] |= np.uint64(bits)
         self.t_base.append(base)
         g0 = len(self.guard_kind)
         for kind, prog in t.when:
@@ -112,13 +111,14 @@ class Tables:
             self.guard_expr.append(self._min([prog]))
         v0 = len(self.var_rows)
         for name, progs in t.var.items():
-            if relative and name == "dram_base":
+            if (relative and name == "dram_base") or name in t.slot:
                 continue
-            f = layout.get(name)
-            if f is None or f.name in isa.FLOAT_FIELDS or name == "opcode":
+            self._var_row(layout.get(name), progs, 0)
+        for name, stride in t.slot.items():  # value + stride * (step mod 2), as `jit._Plan`
+            if name == "dram_base":
                 self.ok = False
                 continue
-            self.var_rows.append([f.lane, f.offset, f.mask, f.lo, f.hi, self._min(progs)])
+            self._var_row(layout.get(name), t.var.get(name), int(stride), t.const.get(name, 0))
         dram = [0] * 9
         if relative:
             f = layout.get("dram_base")
@@ -129,7 +129,16 @@ class Tables:
                 const = t.const.get("dram_base", 0)
                 dram = [1, t.tensor, f.lane, f.offset, f.mask, f.lo, f.hi, self._min(rel) if rel else -1, int(const)]
         queue = _QUEUE[isa.QUEUE_OF[op]]
-        return [queue, g0, len(self.guard_kind), v0, len(self.var_rows), *dram]
+        return [queue, g0, len(self.guard_kind), v0, len(self.var_rows), *dram, int("sram_addr" in t.slot)]
+
+    def _var_row(self, f, progs, stride: int, const=0) -> None:
+        """A variable field: lane, offset, mask, lo, hi, min id (-1: constant), constant, slot stride."""
+        if f is None or f.name in isa.FLOAT_FIELDS or f.name == "opcode" or isinstance(const, float):
+            self.ok = False
+            return
+        self.var_rows.append(
+            [f.lane, f.offset, f.mask, f.lo, f.hi, self._min(progs) if progs else -1, int(const), stride]
+        )
 
     def _freeze(self) -> None:
         """One int64 array (a header of offsets, then the tables) and the base words: a cheap numba call."""
@@ -147,11 +156,11 @@ class Tables:
             i64(self.base_range, (0, 2)),
             i64(self.base_slot),
             i64(self.base_expr),
-            i64(self.macro_range, (0, 2)),
-            i64(self.t_rows, (0, 14)),
+            i64(self.macro_range, (0, 4)),
+            i64(self.t_rows, (0, 15)),
             i64(self.guard_kind),
             i64(self.guard_expr),
-            i64(self.var_rows, (0, 6)),
+            i64(self.var_rows, (0, 8)),
         )
         stack = max([b - a for a, b in zip(self._start, self._stop)] + [0]) + 1
         offsets, pos = [], 2 + len(parts)

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import models  # noqa: E402
 
-from novella_mlir.runtime import jit_kernel  # noqa: E402
+from novella_mlir.runtime import _jit_numba, jit_kernel, tokens  # noqa: E402
 from novella_mlir.runtime.jit import Jit  # noqa: E402
 
 MAX = {"mlp": 2048, "layer": 1500, "encoder": 1500}
@@ -27,6 +27,8 @@ def test_kernel_equals_numpy_expansion(name):
     jit = Jit(art, cache_size=0)
     jit.instantiate([art.symbols[0][1]])
     assert jit._tables.ok
+    assert any(t.slot for m in art.macros for t in m.insts)  # ping-pong slots are what is compared
+    assert any(m.schedule.get("load_slots") == 2 for m in art.macros)
     jit._tables.limit = 1 << 62  # the kernel for every length, however long
     lo, hi = art.symbols[0][1:]
     for t in _lengths(lo, hi):
@@ -52,3 +54,32 @@ def test_repeated_length_is_a_cache_hit():
     jit = Jit(art)
     first = jit.instantiate([77])
     assert jit.instantiate([77]) is first and not first.words.flags.writeable
+
+
+def _random_program(rng):
+    """Per word: step, queue, slotted; per step: load_slots, store_slots, the barrier before it."""
+    step, queue, slotted, s_load, s_store, s_bar = [], [], [], [], [], []
+    barrier = -1
+    for k in range(int(rng.integers(1, 40))):
+        if k and rng.random() < 0.15:  # a barrier NOP
+            barrier = k
+            words, schedule = [1], (1, 1)
+        else:
+            words = [1] * int(rng.integers(1, 3)) + [0] * int(rng.integers(0, 4)) + [2] * int(rng.integers(0, 3))
+            words = list(rng.permutation(words))
+            schedule = tuple(int(x) for x in rng.integers(1, 3, 2))
+        step += [k] * len(words)
+        queue += words
+        slotted += [bool(q == 0 and rng.random() < 0.8) for q in words]
+        s_load.append(schedule[0]), s_store.append(schedule[1]), s_bar.append(barrier)
+    i64 = lambda x: np.asarray(x, np.int64)  # noqa: E731
+    return i64(step), i64(queue), np.asarray(slotted, bool), i64(s_load), i64(s_store), i64(s_bar)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_kernel_tokens_equal_the_token_rule(seed):
+    step, queue, slotted, s_load, s_store, s_bar = _random_program(np.random.default_rng(seed))
+    words = np.zeros((len(step), 4), np.uint64)
+    n, n_steps = len(step), len(s_load)
+    assert _jit_numba._tokens(words, step, queue, slotted.astype(np.int64), n, n_steps, s_load, s_store, s_bar)
+    assert np.array_equal(words[:, 0], tokens.flags(step, queue, slotted, s_load, s_store, s_bar))
