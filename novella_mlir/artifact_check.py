@@ -128,7 +128,8 @@ def validate(m, blob_bytes: int) -> None:
 
 
 def _validate(m, blob_bytes: int) -> None:
-    _keys(m, _TOP, "metadata")
+    _keys(m, _TOP, "metadata", optional=("kv",))
+    _kv(m.get("kv", {}), len(m["inputs"]), len(m["outputs"]))
     _int(m["version"], "version")
     _config(m["config"], m["config_fingerprint"])
     n = _symbols(m["symbols"])
@@ -169,6 +170,31 @@ def _symbols(syms) -> int:
             raise _Bad(f + ".name", f"symbol name '{name}' is used twice")
         names.add(name)
     return len(syms)
+
+
+def _kv(kv, n_inputs: int, n_outputs: int) -> None:
+    """The paged KV cache of a decoder program (--novella-kv-cache), if any."""
+    _type(kv, dict, "kv")
+    if not kv:
+        return
+    _keys(kv, ("page_size", "vbase", "vspan", "slots", "outputs", "inputs"), "kv")
+    _int(kv["page_size"], "kv.page_size", 1, MAX_LENGTH)
+    _int(kv["vbase"], "kv.vbase", 0, DRAM_LIMIT - 1)
+    _int(kv["vspan"], "kv.vspan", 1, DRAM_LIMIT)
+    for j, slot in enumerate(_type(kv["slots"], list, "kv.slots")):
+        _keys(slot, ("heads", "head_dim", "page_elems"), f"kv.slots[{j}]")
+        for name, v in slot.items():
+            _int(v, f"kv.slots[{j}].{name}", 1, DRAM_LIMIT)
+    outs = _type(kv["outputs"], list, "kv.outputs")
+    if len(outs) != len(kv["slots"]):
+        raise _Bad("kv.outputs", f"{len(outs)} paged outputs for {len(kv['slots'])} cache slots")
+    for j, o in enumerate(outs):
+        _int(o, f"kv.outputs[{j}]", 0, n_outputs - 1)
+    for j, pair in enumerate(_type(kv["inputs"], list, "kv.inputs")):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise _Bad(f"kv.inputs[{j}]", f"expected [input index, cache slot], got {_short(pair)}")
+        _int(pair[0], f"kv.inputs[{j}][0]", 0, n_inputs - 1)
+        _int(pair[1], f"kv.inputs[{j}][1]", 0, len(kv["slots"]) - 1)
 
 
 def _check_programs(m, n: int) -> None:
