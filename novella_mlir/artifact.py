@@ -296,7 +296,7 @@ def _check_encodes(art: Artifact, where: str) -> None:
             raise ArtifactError(
                 f"{where} has malformed metadata: the program at the {which} bound ({named}) fails: {e}"
             ) from None
-        bad = _dma_outside(words, int(_eval_at(art.dram_size, values)))
+        bad = _dma_outside(words, int(_eval_at(art.dram_size, values)), artifact_check.virtual_window(art.kv))
         if bad is not None:
             raise ArtifactError(
                 f"{where} has malformed metadata: at the {which} bound ({named}) instruction {bad[0]} "
@@ -310,8 +310,9 @@ def _field(words: np.ndarray, op: isa.Opcode, name: str) -> np.ndarray:
     return np.where(v > f.hi, v - (1 << f.bits), v) if f.signed else v
 
 
-def _dma_outside(words: np.ndarray, size: int):
-    """(index, opcode, lo, hi, size) of the first LOAD/STORE whose in-bound rows leave DRAM, else None."""
+def _dma_outside(words: np.ndarray, size: int, virtual: tuple[int, int] = (0, 0)):
+    """(index, opcode, lo, hi, size) of the first LOAD/STORE whose in-bound rows leave DRAM (and the
+    paged cache's virtual window), else None."""
     opcode = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
     idx = np.flatnonzero((opcode == isa.Opcode.LOAD) | (opcode == isa.Opcode.STORE))
     if not idx.size:
@@ -326,7 +327,8 @@ def _dma_outside(words: np.ndarray, size: int):
     live = (rows > 0) & (j_lo <= j_hi) & ((step > 0) | ((start >= 0) & (start < bound)))
     lo = get["dram_base"] + (start + step * j_lo) * get["dram_stride"]
     hi = get["dram_base"] + (start + step * j_hi) * get["dram_stride"] + get["cols"]
-    bad = np.flatnonzero(live & (get["cols"] > 0) & ((lo < 0) | (hi > size)))
+    in_pages = (lo >= virtual[0]) & (hi <= virtual[1])
+    bad = np.flatnonzero(live & (get["cols"] > 0) & ((lo < 0) | (hi > size)) & ~in_pages)
     if not bad.size:
         return None
     k = bad[0]

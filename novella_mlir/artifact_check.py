@@ -172,6 +172,11 @@ def _symbols(syms) -> int:
     return len(syms)
 
 
+def virtual_window(kv: dict) -> tuple[int, int]:
+    """The paged KV cache's virtual DRAM window [lo, hi) (empty without one): the runtime maps it to pages."""
+    return (kv["vbase"], kv["vbase"] + kv["vspan"] * len(kv["slots"])) if kv else (0, 0)
+
+
 def _kv(kv, n_inputs: int, n_outputs: int) -> None:
     """The paged KV cache of a decoder program (--novella-kv-cache), if any."""
     _type(kv, dict, "kv")
@@ -274,7 +279,7 @@ def _inst(t, f: str, n: int, dims: int, functions) -> None:
 
 
 def _tensor_slot(op, slot, f: str) -> None:
-    if op == isa.Opcode.LOAD:
+    if op in (isa.Opcode.LOAD, isa.Opcode.GATHER):
         _int(slot, f, 0, 64)
     elif op == isa.Opcode.STORE:
         if slot != -1 or isinstance(slot, bool):
@@ -335,8 +340,12 @@ def _regions(m, c) -> None:
     regions = []
     for name, (off, shape) in m["weight_layout"].items():
         regions.append((f"weight_layout['{name}']", off, math.prod(shape), "weight"))
+    kv = m.get("kv") or {}
+    paged = {("outputs", o) for o in kv.get("outputs", [])} | {("inputs", i) for i, _ in kv.get("inputs", [])}
     for kind in ("inputs", "outputs"):
         for i, t in enumerate(m[kind]):
+            if (kind, i) in paged:  # in the KV cache's pages (kv.vbase), placed per step by the runtime
+                continue
             shape = [_eval(p, c) for p in t["shape"]]
             if any(d < 0 for d in shape):
                 raise _Bad(f"{kind}[{i}].shape", f"{shape} at {_at(m, c)} has a negative dim")
@@ -345,9 +354,10 @@ def _regions(m, c) -> None:
         if off < 0 or off + n > size:
             raise _Bad(name, f"DRAM region [{off}, {off + n}) at {_at(m, c)} is outside [0, {size}) (dram_size)")
     _disjoint(m, c, regions)
+    virtual = range(*virtual_window(kv))
     for i, t in enumerate(m["tiles"]):
         for slot, p in t["bases"].items():
-            if not 0 <= _eval(p, c) < size:
+            if not 0 <= _eval(p, c) < size and _eval(p, c) not in virtual:
                 raise _Bad(f"tiles[{i}].bases['{slot}']", f"{_eval(p, c)} at {_at(m, c)} is outside [0, {size})")
 
 
