@@ -32,6 +32,7 @@ PY = sys.executable
 LIT = str(Path(PY).with_name("lit"))
 SUBSET = [
     "test/py/test_simulator.py",
+    "test/py/test_fast_path.py",
     "test/py/test_isa.py",
     "test/py/test_jit.py",
     "test/py/test_mlp_e2e.py",
@@ -61,6 +62,13 @@ MUTANTS = [
         'if f["accumulate"]:',
         "if False:",
         "planted 1: MATMUL never accumulates",
+    ),
+    M(
+        "simulator",
+        "simulator/fast_plan.py",
+        "    if accumulate:\n        np.add(out, acc, out=acc)",
+        "    if False:\n        np.add(out, acc, out=acc)",
+        "planted 1 in the fast path: its MATMUL never accumulates",
     ),
     M(
         "tiling",
