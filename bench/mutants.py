@@ -87,8 +87,8 @@ MUTANTS = [
     M(
         "timing",
         "simulator/timing.py",
-        "end = data_start + _ceil_div(dma_bytes, c.dram_bytes_per_cycle)",
-        "end = data_start + _ceil_div(dma_bytes, 2 * c.dram_bytes_per_cycle)",
+        "return _ceil_div(charged, self.config.dram_bytes_per_cycle)",
+        "return _ceil_div(charged, 2 * self.config.dram_bytes_per_cycle)",
         "planted 4: DMA cost halved",
     ),
     # --- simulator (functional)
@@ -131,8 +131,8 @@ MUTANTS = [
     M(
         "timing",
         "simulator/timing.py",
-        "data_start = max(start + c.dma_latency, self.dram_free)",
-        "data_start = start + c.dma_latency",
+        "data_start = max(start + c.issue_cycles + c.dma_latency, self.dram_free)",
+        "data_start = start + c.issue_cycles + c.dma_latency",
         "DRAM channel not shared by loads and stores",
     ),
     M(
@@ -145,8 +145,8 @@ MUTANTS = [
     M(
         "timing",
         "simulator/timing.py",
-        'return f["rows"] * beats + self.config.vector_latency',
-        'return f["rows"] * beats',
+        '* self.fn_cycles[f["fn"]] + self.config.vector_latency',
+        '* self.fn_cycles[f["fn"]]',
         "VEC latency dropped",
     ),
     M(
@@ -173,22 +173,22 @@ MUTANTS = [
     # --- JIT
     M(
         "jit",
-        "novella_mlir/runtime/jit.py",
-        '"pop_next": (is_l & first & (step > 0)) | (is_c & first & prev_stored),',
-        '"pop_next": (is_l & first & (step > 0)),',
+        "novella_mlir/runtime/tokens.py",
+        'bits["pop_next"][fc[waits]] = True  # C pops S2C\n    bits["push_prev"][ls[need_s[waits]]] = True',
+        'pass  # C pops S2C\n    pass',
         "compute does not wait for the previous step's stores (S2C)",
     ),
     M(
         "jit",
-        "novella_mlir/runtime/jit.py",
-        '            if prev.last_store is not None:\n                words[start, 0] |= _bit("pop_next")',
-        '            if prev.last_store is None:\n                words[start, 0] |= _bit("pop_next")',
-        "the barrier between macros does not wait for the previous macro's stores",
+        "novella_mlir/runtime/tokens.py",
+        "need_l = _once(np.maximum(ks - dist, barrier_before), fl >= 0)",
+        "need_l = _once(ks - dist, fl >= 0)",
+        "loads after a barrier between macros do not wait for it (a macro's loads overlap the previous one)",
     ),
     M(
         "jit",
         "novella_mlir/runtime/jit.py",
-        "key = tuple(int(s) for s in symbols)",
+        "key = tuple(map(int, symbols))",
         "key = tuple(int(s) // 2 for s in symbols)",
         "JIT cache key collides for neighbouring lengths",
     ),
@@ -216,16 +216,16 @@ MUTANTS = [
     M(
         "jit",
         "novella_mlir/runtime/executor.py",
-        "if v is None or not lo <= v <= hi:",
-        "if v is None or not lo <= v <= hi + 1:",
+        "if v is None or not lo <= v <= hi",
+        "if v is None or not lo <= v <= hi + 1",
         "a length one past max_len is accepted",
     ),
     # --- tiling and kernels
     M(
         "tiling",
         "novella_mlir/kernels/linear.py",
-        "grid = [sy.const(n // tn), sy.ceildiv(tv.rows(0), tm), sy.const(k // tk)]",
-        "grid = [sy.const(n // tn), sy.floordiv(tv.rows(0), tm), sy.const(k // tk)]",
+        "m_grid = sy.ceildiv(tv.rows(0), tm)",
+        "m_grid = sy.floordiv(tv.rows(0), tm)",
         "linear grid drops the partial last row tile",
     ),
     M(
@@ -238,9 +238,9 @@ MUTANTS = [
     M(
         "tiling",
         "novella_mlir/kernels/linear.py",
-        'tms = [options["tile-m"]] if options.get("tile-m") else [64, 32, 16]',
-        'tms = [options["tile-m"]] if options.get("tile-m") else [32, 64, 16]',
-        "linear row-tile heuristic prefers 32 (correct, slower programs)",
+        "key = (self.cost(target, m, k, n, tm, tn, tk, act, ws), -tm, -tn)",
+        "key = (-self.cost(target, m, k, n, tm, tn, tk, act, ws), -tm, -tn)",
+        "linear cost model picks its worst candidate (correct, slower programs)",
     ),
     M(
         "tiling",
@@ -260,8 +260,8 @@ MUTANTS = [
     M(
         "allocation",
         "novella_mlir/transforms/novella_allocate.py",
-        "if last_use.get(v) == i and v not in outputs and _is_activation(v):",
-        "if v not in outputs and _is_activation(v):",
+        "if last_use.get(v) == i and v not in outputs and v not in paged and _is_activation(v):",
+        "if v not in outputs and v not in paged and _is_activation(v):",
         "DRAM of a tensor released at its first use, not its last",
     ),
     # --- lowering (inst-gen, artifact)
