@@ -126,17 +126,25 @@ def _recurrent(module: torch.nn.Module) -> str | None:
 
 def _call_site(module: torch.nn.Module, name: str) -> str:
     """` at file:line` where the parent module's forward calls `self.<name>`, if found."""
-    parent_name, _, attr = name.rpartition(".")
-    parent = module.get_submodule(parent_name) if parent_name else module
+    attr = name.rpartition(".")[2]
+    found = _find_line(module, name, "forward", rf"self\.{re.escape(attr)}\b")
+    return f" at {_where(*found)}" if found else ""
+
+
+def _find_line(module: torch.nn.Module, name: str, method: str, pattern: str):
+    """(file, line, text) of the first line of `method` of the module owning `name` that matches `pattern`."""
+    owner_name = name.rpartition(".")[0]
+    owner = module.get_submodule(owner_name) if owner_name else module
+    fn = getattr(type(owner), method)
     try:
-        lines, start = inspect.getsourcelines(type(parent).forward)
-        filename = inspect.getsourcefile(type(parent).forward)
+        lines, start = inspect.getsourcelines(fn)
+        filename = inspect.getsourcefile(fn)
     except (OSError, TypeError):
-        return ""
+        return None
     for i, text in enumerate(lines):
-        if re.search(rf"self\.{re.escape(attr)}\b", text):
-            return f" at {_where(filename, start + i, text)}"
-    return ""
+        if re.search(pattern, text):
+            return filename, start + i, text
+    return None
 
 
 def unbacked(prog) -> str | None:
@@ -176,15 +184,6 @@ def check_dtypes(module: torch.nn.Module) -> None:
 
 def _defined_at(module: torch.nn.Module, name: str) -> str:
     """` (file:line)` where `name` is registered or assigned in its module's __init__, if found."""
-    owner_name, _, attr = name.rpartition(".")
-    owner = module.get_submodule(owner_name) if owner_name else module
-    try:
-        lines, start = inspect.getsourcelines(type(owner).__init__)
-        filename = inspect.getsourcefile(type(owner).__init__)
-    except (OSError, TypeError):
-        return ""
-    pattern = rf"register_(buffer|parameter)\(\s*['\"]{re.escape(attr)}['\"]|self\.{re.escape(attr)}\s*="
-    for i, text in enumerate(lines):
-        if re.search(pattern, text):
-            return f" ({_where(filename, start + i, None)})"
-    return ""
+    attr = re.escape(name.rpartition(".")[2])
+    found = _find_line(module, name, "__init__", rf"register_(buffer|parameter)\(\s*['\"]{attr}['\"]|self\.{attr}\s*=")
+    return f" ({_where(found[0], found[1], None)})" if found else ""
