@@ -1,6 +1,6 @@
 """novella-mlir: compile PyTorch models with a symbolic length for the Novella NPU.
 
-`compile_torch` and `load` import torch lazily, so tools such as
+`compile_torch`, `compile_causal_lm` and the loaders import torch lazily, so tools such as
 `novella-opt` start without it."""
 
 from .errors import ArtifactError, CompileError, InputError, NovellaError, TileFitError, UnsupportedOpError
@@ -13,8 +13,10 @@ __all__ = [
     "NovellaError",
     "TileFitError",
     "UnsupportedOpError",
+    "compile_causal_lm",
     "compile_torch",
     "load",
+    "load_causal_lm",
 ]
 
 
@@ -23,4 +25,8 @@ def __getattr__(name):
         from . import pipeline
 
         return getattr(pipeline, name)
+    if name in ("compile_causal_lm", "load_causal_lm"):
+        from . import causal_lm
+
+        return getattr(causal_lm, name)
     raise AttributeError(name)

@@ -169,3 +169,12 @@ def test_paged_program_refuses_a_plain_call(model):
     _, _, lm = model
     with pytest.raises(InputError, match="keeps its KV cache in pages"):
         lm.prefill(torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_the_package_exports_the_decoder_entry_points():
+    """The issue's snippet calls `novella_mlir.compile_causal_lm` (and users load with `load_causal_lm`)."""
+    import novella_mlir
+
+    assert novella_mlir.compile_causal_lm is compile_causal_lm
+    assert novella_mlir.load_causal_lm is load_causal_lm
+    assert {"compile_causal_lm", "load_causal_lm"} <= set(novella_mlir.__all__)
