@@ -228,19 +228,18 @@ class CompiledModel:
         self.stages = stages
         self.executor = Executor(artifact, self.config)
 
-    def __call__(
-        self, *inputs, trace: bool = False, check_hazards: bool = True, progress: bool | None = None, cast: bool = False
-    ):
-        """Runs the model on the simulator like the nn.Module. Inputs must have the dtypes the model was
-        compiled with (as eager requires) unless `cast=True`; `last_run` then holds this thread's run.
-        `check_hazards=False` skips the race checker (same outputs and cycles, faster); `progress` shows a
-        tqdm bar (default: on a terminal, for long programs)."""
-        return self.run(*inputs, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast)[0]
+    def __call__(self, *inputs, **options):
+        """Runs the model on the simulator like the nn.Module: the outputs of `run` (same options)."""
+        return self.run(*inputs, **options)[0]
 
     def run(
         self, *inputs, trace: bool = False, check_hazards: bool = True, progress: bool | None = None, cast: bool = False
     ):
-        """(outputs, RunResult) of one call: thread-safe access to the run's program, stats and trace."""
+        """(outputs, RunResult) of one call: thread-safe access to the run's program, stats and trace.
+
+        Inputs must have the dtypes the model was compiled with (as eager requires) unless `cast=True`;
+        `check_hazards=False` skips the race checker (same outputs and cycles, faster); `progress` shows
+        a tqdm bar (default: on a terminal, for long programs); `last_run` then holds this thread's run."""
         wants = [m.dtype for m in self.artifact.inputs]
         arrays = [_to_numpy(x, i, w, cast) for i, (x, w) in enumerate(zip(inputs, wants))]
         outs, run = self.executor.run_with_result(

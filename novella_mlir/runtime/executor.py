@@ -102,19 +102,9 @@ class Executor:
     def _named(self, syms) -> str:
         return ", ".join(f"{s[0]}={v}" for s, v in zip(self.art.symbols, syms))
 
-    def run(
-        self,
-        inputs: list[np.ndarray],
-        *,
-        trace: bool = False,
-        check_hazards: bool = True,
-        progress: bool | None = None,
-        cast: bool = False,
-    ) -> list[np.ndarray]:
-        """Outputs for float32 `inputs` (other dtypes only with `cast=True`); the run is `last_run`.
-        `check_hazards=False` skips the race checker (same results and cycles, faster); `progress`: a tqdm
-        bar of executed instructions (None: only on a terminal, for long programs)."""
-        return self.run_with_result(inputs, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast)[0]
+    def run(self, inputs: list[np.ndarray], **options) -> list[np.ndarray]:
+        """The outputs of `run_with_result` (same options); the run is `last_run`."""
+        return self.run_with_result(inputs, **options)[0]
 
     def run_with_result(
         self,
@@ -125,7 +115,10 @@ class Executor:
         progress: bool | None = None,
         cast: bool = False,
     ) -> tuple[list[np.ndarray], RunResult]:
-        """(outputs, this call's RunResult): the thread-safe way to get a run's stats."""
+        """(outputs, this call's RunResult): the thread-safe way to get a run's stats. Inputs must have the
+        compiled dtypes (others only with `cast=True`); `check_hazards=False` skips the race checker (same
+        results and cycles, faster); `progress`: a tqdm bar of executed instructions (None: only on a
+        terminal, for long programs)."""
         if self.art.kv:
             raise InputError(
                 "this program keeps its KV cache in pages of NPU DRAM (--novella-kv-cache); run it in a "
