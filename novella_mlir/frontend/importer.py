@@ -67,12 +67,15 @@ class _WeightHooks(FxImporterHooks):
 
 
 def decomposition_table(graph_targets) -> dict:
-    """torch's decompositions of the NEEDED_DECOMPOSITIONS ops that occur in the graph."""
+    """torch's decompositions of the NEEDED_DECOMPOSITIONS ops, when one occurs in the graph (all of them
+    then: a decomposition may emit another, e.g. mish -> softplus); empty (no retrace) otherwise."""
     from torch._decomp import decomposition_table as table
 
     aten = torch.ops.aten
     wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
-    return {t: table[t] for t in graph_targets if getattr(t, "overloadpacket", None) in wanted and t in table}
+    if not any(getattr(t, "overloadpacket", None) in wanted and t in table for t in graph_targets):
+        return {}
+    return {t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}
 
 
 def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int):

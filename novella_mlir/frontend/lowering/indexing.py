@@ -25,7 +25,7 @@ from ...dialects.novella import (
     SliceOp,
     SubOp,
 )
-from .shape_ops import affine, reshape, to_last, transpose
+from .shape_ops import affine, from_last, reshape, to_last, transpose
 
 
 def _i64(v: int) -> ir.IntegerAttr:
@@ -302,7 +302,8 @@ def _reduce(fn: str):
 
 
 def _reduce_dim(cx, fn: str, x, d: int):
-    """`fn` over dim `d`, kept as size 1: the dim moves last, reduces, and (size 1 now) moves back by a reshape."""
+    """`fn` over dim `d`, kept as size 1: the dim is swapped last, reduces, and is swapped back (the swaps
+    reorder the other dims of a rank > 3 tensor, so the way back is a transpose, of the reduced data)."""
     shape = list(cx.shape(x))
     x = to_last(cx, x, d)
     n = shape[d]
@@ -312,9 +313,7 @@ def _reduce_dim(cx, fn: str, x, d: int):
         from .elementwise import size_value
 
         out = cx.emit(DivOp, check=False, lhs=out, rhs=size_value(cx, n))
-    kept = list(shape)
-    kept[d] = sy.const(1)
-    return reshape(cx, out, kept, check=False)
+    return from_last(cx, out, d, check=False)
 
 
 def _var(cx, root: bool):
