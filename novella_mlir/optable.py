@@ -342,3 +342,21 @@ def torch_lowerings() -> dict[str, Callable]:
                 raise AssertionError(f"{name} is lowered by two entries (the second is {cls.__name__})")
             table[name] = fn
     return table
+
+
+# ------------------------------------------------------------------ issue 8 op families: flip, argmax/argmin,
+# matrix norms, prim.NumToTensor (lowerings in frontend/lowering/reductions.py, flip kernel in kernels/flip.py)
+from .frontend.lowering import reductions  # noqa: E402
+from .kernels import flip as k_flip  # noqa: E402
+
+OPS[nv.FlipOp] = OpDef(shapes.unary, k_flip.Flip(), _LIT + "kernels/flip.mlir", {"torch.aten.flip": reductions.flip})
+OPS[nv.ReduceOp].lowers.update(
+    {
+        "torch.aten.argmax": reductions.argmax,
+        "torch.aten.argmin": reductions.argmin,
+        "torch.aten.linalg_matrix_norm.str_ord": reductions.matrix_norm,
+    }
+)
+FRONTEND_ONLY["torch.prim.NumToTensor.Scalar"] = reductions.num_to_tensor
+BY_NAME[nv.FlipOp.OPERATION_NAME] = OPS[nv.FlipOp]
+OPS[nv.DivOp].lowers["torch.aten.true_divide.Tensor"] = elementwise.div

@@ -188,6 +188,8 @@ def _arg_type(dims, positions, n_syms):
 def _convert_block(block, values, symbols, weights, table):
     for op in block.operations:
         name = op.operation.name
+        if name == "torch.operator":  # an op torch-mlir has no definition of, by its aten name
+            name = ir.StringAttr(op.attributes["name"]).value.removesuffix(".default")
         if name == "func.return":
             return [values[v] for v in op.operands]
         if name == "novella.weight":

@@ -290,15 +290,21 @@ def _reduce(fn: str):
         dims = cx.const(1) if cx.num_operands > 1 else None
         dims = list(range(rank)) if not dims and dims != 0 else [dims] if isinstance(dims, int) else list(dims)
         keep = bool(cx.const(2)) if cx.num_operands > 2 and isinstance(cx.const(2), bool) else False
-        for d in sorted((d % rank for d in dims), reverse=True):
-            x = _reduce_dim(cx, fn, x, d)
-        if not keep:
-            shape = [e for i, e in enumerate(cx.shape(x)) if i not in [d % rank for d in dims]]
-            x = reshape(cx, x, shape)
-        return x
+        return reduce_dims(cx, fn, x, dims, keep)
 
     lower.__name__ = f"lower_{fn}"
     return lower
+
+
+def reduce_dims(cx, fn: str, x, dims: list[int], keep: bool, check: bool = True):
+    """`fn` over each of `dims` in turn; the reduced dims are dropped unless `keep`."""
+    rank = len(cx.shape(x))
+    dims = sorted({d % rank for d in dims}, reverse=True)
+    for d in dims:
+        x = _reduce_dim(cx, fn, x, d)
+    if not keep:
+        x = reshape(cx, x, [e for i, e in enumerate(cx.shape(x)) if i not in dims], check=check)
+    return x
 
 
 def _reduce_dim(cx, fn: str, x, d: int):

@@ -1,0 +1,111 @@
+"""Lowerings of argmax / argmin, matrix norms, flip and `prim.NumToTensor`.
+
+argmax over a dim (the dynamic one too) is the first index where the value equals the
+maximum: the dim is swapped last, `m = max`, `mask = (x == m) | (x != x)` (a NaN counts as
+the maximum, as in torch), then `min(where(mask, arange, BIG))`. The index is an integer
+held as f32 (exact below 2**24, `frontend/dtypes.py`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from torch_mlir import ir
+
+from ... import symbolic as sy
+from ...dialects.novella import CompareOp, FlipOp, MaximumOp, MulOp, ReduceOp, WhereOp
+from .elementwise import size_value
+from .indexing import _table
+from .shape_ops import from_last, reshape, to_last
+
+_NO_INDEX = float(2**24)  # larger than every index the NPU holds exactly
+
+
+def _fn(v: str) -> ir.StringAttr:
+    return ir.StringAttr.get(v)
+
+
+def _positions(cx, n: ir.AffineExpr) -> ir.Value:
+    """[0, 1, ..., n-1] as a [n] tensor (a table at n's upper bound, sliced to n)."""
+    static = sy.as_int(n)
+    if static is not None:
+        return cx.add_weight("positions", np.arange(static, dtype=np.float64))
+    hi = sy.value_range(n, cx.symbols)[1]
+    return _table(cx, "positions", np.arange(hi, dtype=np.float64), [n])
+
+
+def _arg_last(cx, x, fn: str):
+    """Index of the first max (min) over the last dim, kept as size 1."""
+    n = cx.shape(x)[-1]
+    m = cx.emit(ReduceOp, check=False, input=x, fn=_fn(fn))
+    hit = cx.emit(CompareOp, check=False, lhs=x, rhs=m, fn=_fn("eq"))
+    nan = cx.emit(CompareOp, check=False, lhs=x, rhs=x, fn=_fn("ne"))
+    mask = cx.emit(MaximumOp, check=False, lhs=hit, rhs=nan)
+    idx = cx.emit(WhereOp, check=False, cond=mask, x=_positions(cx, n), y=cx.scalar(_NO_INDEX))
+    return cx.emit(ReduceOp, check=False, input=idx, fn=_fn("min"))
+
+
+def _arg(fn: str):
+    def lower(cx):
+        x = cx.operand(0)
+        shape = list(cx.shape(x))
+        dim = cx.const(1) if cx.num_operands > 1 else None
+        keep = bool(cx.const(2)) if cx.num_operands > 2 else False
+        if dim is None or not shape:
+            flat = reshape(cx, x, [sy.const(1), sy.canon(sy.numel(shape)) if shape else sy.const(1)], check=False)
+            out = _arg_last(cx, flat, fn)
+            return reshape(cx, out, [sy.const(1)] * len(shape) if keep else [])
+        d = dim % len(shape)
+        out = from_last(cx, _arg_last(cx, to_last(cx, x, d), fn), d, check=False)
+        return reshape(cx, out, shape[:d] + ([sy.const(1)] if keep else []) + shape[d + 1 :])
+
+    lower.__name__ = f"lower_arg{fn}"
+    return lower
+
+
+argmax = _arg("max")
+argmin = _arg("min")
+
+
+def matrix_norm(cx):
+    """linalg.matrix_norm(x, 'fro' | 'nuc', dim, keepdim): 'fro' is sqrt(sum(x^2)) over the two dims;
+    'nuc' (the sum of singular values) needs an SVD, which the NPU does not have."""
+    from .indexing import reduce_dims
+    from .pointwise import math_op
+
+    x, ord_ = cx.operand(0), cx.const(1)
+    dims = list(cx.const(2)) if cx.num_operands > 2 and cx.const(2) is not None else [-2, -1]
+    keep = bool(cx.const(3)) if cx.num_operands > 3 else False
+    if ord_ != "fro":
+        raise cx.error(
+            f"matrix_norm with ord={ord_!r} needs a singular value decomposition, which the NPU does not run; "
+            "use ord='fro', 1, -1, inf or -inf, or compute this norm outside the compiled model"
+        )
+    sq = cx.emit(MulOp, check=False, lhs=x, rhs=x)
+    return math_op(cx, "sqrt", reduce_dims(cx, "sum", sq, dims, keep, check=False))
+
+
+def num_to_tensor(cx):
+    """prim.NumToTensor: a number as a 0-d constant, a symbolic size as its value computed on the NPU."""
+    v = cx.const(0)
+    if isinstance(v, ir.AffineExpr):
+        return size_value(cx, v)
+    return cx.scalar(float(v))
+
+
+def flip(cx):
+    """flip over each listed dim in turn; a dim with a dynamic dim after it is swapped last first
+    (`novella.flip` needs the dims after the flipped one static)."""
+    x = cx.operand(0)
+    rank = len(cx.shape(x))
+    dims = sorted({d % rank for d in cx.const(1)})
+    for i, d in enumerate(dims):
+        check = i == len(dims) - 1
+        if any(sy.as_int(e) is None for e in cx.shape(x)[d + 1 :]):
+            y = _flip(cx, to_last(cx, x, d), rank - 1, check=False)
+            x = from_last(cx, y, d, check=check)
+        else:
+            x = _flip(cx, x, d, check)
+    return x
+
+
+def _flip(cx, x, d: int, check: bool):
+    return cx.emit(FlipOp, check=check, input=x, dim=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d))
