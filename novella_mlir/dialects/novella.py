@@ -715,3 +715,6 @@ class FlipOp(Novella.Operation, name="flip"):
         if not 0 <= d < x.rank:
             return _fail(op, f"dim {d} is out of range for {x}")
         return _SameShapeUnary.verify_invariants(op)
+
+
+MATH_FNS = MATH_FNS + ("expm1", "log1p")  # the EXPM1 / LOG1P vector functions (docs/isa.md)
