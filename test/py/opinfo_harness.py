@@ -34,12 +34,14 @@ CLAIMED = (
     "softmax", "log_softmax", "nn.functional.layer_norm", "transpose", "permute", "t", "cat", "stack", "split",
     "chunk", "unbind", "narrow", "select", "expand", "repeat", "flip", "index_select", "squeeze", "unsqueeze",
     "reshape", "view", "flatten", "clone", "contiguous", "matmul", "mm", "bmm", "addmm", "nn.functional.linear",
-    "addcmul", "lerp", "nn.functional.glu",
+    "addcmul", "lerp", "nn.functional.glu", "argmax", "argmin", "linalg.vector_norm", "norm", "linalg.matrix_norm",
+    "linalg.norm", "fliplr", "flipud",
 )  # fmt: skip
 
 # The fast subset CI runs (op, first N eligible samples).
 CI_SUBSET = (("add", 6), ("lt", 6), ("exp", 2), ("sigmoid", 2), ("where", 2), ("softmax", 1), ("amax", 1),
-             ("var", 1), ("transpose", 1), ("cat", 1), ("tril", 1), ("clamp", 1), ("nn.functional.gelu", 1))  # fmt: skip
+             ("var", 1), ("transpose", 1), ("cat", 1), ("tril", 1), ("clamp", 1), ("nn.functional.gelu", 1),
+             ("argmax", 1), ("flip", 1))  # fmt: skip
 
 
 @dataclass
@@ -146,7 +148,8 @@ def run_pair(info, sample, dim: int) -> tuple[str, str]:
     if len({tuple(r.dim() for r in rs) for rs in refs.values()}) > 1:
         return "skip", "output rank depends on the length (e.g. squeeze at 1)"
     try:
-        npu = compile_torch(module, *tensors, dynamic_dim=dim, min_len=1, max_len=MAX_LEN)
+        # cache=False: the compile cache keys a module by its class and state, not by `fn` (the op)
+        npu = compile_torch(module, *tensors, dynamic_dim=dim, min_len=1, max_len=MAX_LEN, cache=False)
     except Exception as e:
         return "fail", _reason(e)
     for n, ts in inputs.items():
