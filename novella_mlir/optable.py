@@ -360,3 +360,4 @@ OPS[nv.ReduceOp].lowers.update(
 FRONTEND_ONLY["torch.prim.NumToTensor.Scalar"] = reductions.num_to_tensor
 BY_NAME[nv.FlipOp.OPERATION_NAME] = OPS[nv.FlipOp]
 OPS[nv.DivOp].lowers["torch.aten.true_divide.Tensor"] = elementwise.div
+OPS[nv.ReduceOp].lowers["torch.aten.linalg_matrix_norm"] = reductions.matrix_norm

@@ -80,9 +80,10 @@ def test_vector_norms():
 
 def test_matrix_norm_fro_and_nuc_refused():
     check(lambda x: torch.linalg.matrix_norm(x), [torch.randn(2, 8, 3)], 1, 100, (1, 7, 65, 100), atol=1e-4)
-    with pytest.raises(NovellaError, match="matrix_norm with ord='nuc' needs a singular value decomposition"):
-        compile_torch(Lambda(lambda x: torch.linalg.matrix_norm(x, "nuc")), torch.randn(2, 8, 3), min_len=1,
-                      max_len=16)  # fmt: skip
+    for ord_, shown in (("nuc", "'nuc'"), (2, "2")):
+        with pytest.raises(NovellaError, match=f"matrix_norm with ord={shown} needs a singular value decomposition"):
+            compile_torch(Lambda(lambda x: torch.linalg.matrix_norm(x, ord_)), torch.randn(2, 8, 3), min_len=1,
+                          max_len=16)  # fmt: skip
 
 
 def test_softplus_with_beta_threshold_and_mish():

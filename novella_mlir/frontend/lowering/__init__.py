@@ -141,7 +141,10 @@ class LoweringContext:
             raise self.error(f"shape mismatch: torch says {want}, the shape rule gives {[str(e) for e in exprs]}")
 
     def error(self, message: str) -> NovellaError:
-        return NovellaError(f"{source_location(self.op.location)}: '{self.op.name}': {message}")
+        name = self.op.operation.name
+        if name == "torch.operator":
+            name = ir.StringAttr(self.op.attributes["name"]).value
+        return NovellaError(f"{source_location(self.op.location)}: '{name}': {message}")
 
 
 def convert(torch_module: ir.Module, imported) -> ir.Module:

@@ -66,8 +66,10 @@ argmin = _arg("min")
 
 
 def matrix_norm(cx):
-    """linalg.matrix_norm(x, 'fro' | 'nuc', dim, keepdim): 'fro' is sqrt(sum(x^2)) over the two dims;
-    'nuc' (the sum of singular values) needs an SVD, which the NPU does not have."""
+    """linalg.matrix_norm(x, ord, dim, keepdim) as torch.export leaves it: 'fro' is sqrt(sum(x^2)) over the
+    two dims. 'nuc', 2 and -2 (the sum or an extreme of the singular values) need an SVD, which the NPU
+    does not have. (torch.export traces ord 1, -1, inf and -inf through torch's C++ code, which fixes the
+    sizes: those fail at export.)"""
     from .indexing import reduce_dims
     from .pointwise import math_op
 
@@ -77,7 +79,7 @@ def matrix_norm(cx):
     if ord_ != "fro":
         raise cx.error(
             f"matrix_norm with ord={ord_!r} needs a singular value decomposition, which the NPU does not run; "
-            "use ord='fro', 1, -1, inf or -inf, or compute this norm outside the compiled model"
+            "use ord='fro', or compute this norm outside the compiled model"
         )
     sq = cx.emit(MulOp, check=False, lhs=x, rhs=x)
     return math_op(cx, "sqrt", reduce_dims(cx, "sum", sq, dims, keep, check=False))
