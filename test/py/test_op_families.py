@@ -58,7 +58,12 @@ def test_flip_with_the_length_last():
 
 def test_argmax_argmin_first_index_any_dim():
     fns = lambda x: (  # noqa: E731
-        x.argmax(1), x.argmin(1, keepdim=True), x.argmax(-1), x.argmin(0, keepdim=True), x.argmax(), x.argmin()
+        x.argmax(1),
+        x.argmin(1, keepdim=True),
+        x.argmax(-1),
+        x.argmin(0, keepdim=True),
+        x.argmax(),
+        x.argmin(),
     )
     check(fns, [torch.randn(3, 8, 4)], 1, 130, (1, 2, 33, 65, 130), atol=0, rtol=0, ties=True)
 
@@ -82,7 +87,7 @@ def test_matrix_norm_fro_and_nuc_refused():
     check(lambda x: torch.linalg.matrix_norm(x), [torch.randn(2, 8, 3)], 1, 100, (1, 7, 65, 100), atol=1e-4)
     for ord_, shown in (("nuc", "'nuc'"), (2, "2")):
         with pytest.raises(NovellaError, match=f"matrix_norm with ord={shown} needs a singular value decomposition"):
-            compile_torch(Lambda(lambda x: torch.linalg.matrix_norm(x, ord_)), torch.randn(2, 8, 3), min_len=1,
+            compile_torch(Lambda(lambda x, o=ord_: torch.linalg.matrix_norm(x, o)), torch.randn(2, 8, 3), min_len=1,
                           max_len=16)  # fmt: skip
 
 
