@@ -142,6 +142,8 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
         artifact = art_mod.extract(mod, imported.weights, config)
     for meta, dtype in zip(artifact.inputs, importer.input_dtypes(prog)):
         meta.dtype = dtype
+    for meta, dtype in zip(artifact.outputs, importer.output_dtypes(prog)):
+        meta.dtype = dtype
     model = CompiledModel(artifact, config, stages)
     # validation: the programs at every corner of the bounds instantiate and encode
     _check_bounds_encode(model)

@@ -158,6 +158,13 @@ def input_dtypes(prog) -> list[str]:
     return [str(n.meta["val"].dtype).removeprefix("torch.") for n in nodes]
 
 
+def output_dtypes(prog) -> list[str]:
+    """The torch dtype of each output (an integer or bool output is held as fp32 and returned as its dtype)."""
+    out = next(n for n in prog.graph.nodes if n.op == "output").args[0]
+    vals = [n.meta.get("val") for n in (out if isinstance(out, (tuple, list)) else [out])]
+    return [str(v.dtype).removeprefix("torch.") if isinstance(v, torch.Tensor) else "float32" for v in vals]
+
+
 def _is_user_input(prog, node) -> bool:
     spec = next(s for s in prog.graph_signature.input_specs if s.arg.name == node.name)
     return spec.kind.name == "USER_INPUT"

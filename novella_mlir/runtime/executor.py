@@ -146,7 +146,7 @@ class Executor:
         for meta in self.art.outputs:
             shape = [int(expr.evaluate(p, syms)) for p in meta.shape]
             off = int(expr.evaluate(meta.dram, syms))
-            outs.append(sim.dram.read(off, int(np.prod(shape))).reshape(shape).copy())
+            outs.append(dtypes.from_npu(sim.dram.read(off, int(np.prod(shape))).reshape(shape), meta.dtype))
         t2 = time.perf_counter()
         named = {s[0]: v for s, v in zip(self.art.symbols, syms)}
         run = RunResult(named, program, stats, t1 - t0, t2 - t1, sim.trace if trace else None)

@@ -158,7 +158,9 @@ def run_pair(info, sample, dim: int) -> tuple[str, str]:
         except Exception as e:
             return "fail", f"run: {_reason(e)}"
         for g, r in zip(got, refs[n]):
-            if g.shape != r.shape or not torch.allclose(g, r.float(), atol=ATOL, rtol=RTOL, equal_nan=True):
+            if g.dtype != r.dtype:
+                return "fail", f"dtype {g.dtype} where eager gives {r.dtype}"
+            if g.shape != r.shape or not torch.allclose(g.float(), r.float(), atol=ATOL, rtol=RTOL, equal_nan=True):
                 return "fail", f"mismatch at T={n}"
     return "pass", ""
 

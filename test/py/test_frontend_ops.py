@@ -28,7 +28,9 @@ def check(module, example, dim=1, lo=1, hi=80, lengths=(1, 2, 33, 80), atol=1e-5
         with torch.no_grad():
             ref = module(*xs)
         got = npu(*xs)
-        assert torch.allclose(got, ref.float(), atol=atol, rtol=1e-5), f"T={n}: max error {(got - ref).abs().max()}"
+        assert got.dtype == ref.dtype, f"T={n}: dtype {got.dtype}, eager gives {ref.dtype}"
+        err = (got.float() - ref.float()).abs().max()
+        assert torch.allclose(got.float(), ref.float(), atol=atol, rtol=1e-5), f"T={n}: max error {err}"
     return npu
 
 
