@@ -361,3 +361,6 @@ FRONTEND_ONLY["torch.prim.NumToTensor.Scalar"] = reductions.num_to_tensor
 BY_NAME[nv.FlipOp.OPERATION_NAME] = OPS[nv.FlipOp]
 OPS[nv.DivOp].lowers["torch.aten.true_divide.Tensor"] = elementwise.div
 OPS[nv.ReduceOp].lowers["torch.aten.linalg_matrix_norm"] = reductions.matrix_norm
+OPS[nv.ReduceOp].lowers["torch.aten.linalg_norm"] = reductions.linalg_norm
+OPS[nv.ReduceOp].lowers["torch.aten.linalg_norm.ord_str"] = reductions.linalg_norm
+OPS[nv.FlipOp].lowers.update({"torch.aten.fliplr": reductions.fliplr, "torch.aten.flipud": reductions.flipud})

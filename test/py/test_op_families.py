@@ -93,6 +93,16 @@ def test_matrix_norm_fro_and_nuc_refused():
                           max_len=16)  # fmt: skip
 
 
+def test_linalg_norm_vector_and_matrix_and_fliplr_flipud():
+    def norms(x):
+        n = torch.linalg.norm
+        m = x[0]  # [T, 4]: a matrix norm over the length (torch.export fixes the sizes for ord inf)
+        return (n(x), n(x, 3, dim=1), n(x, dim=(1, 2), keepdim=True), n(m, 1), n(m, -1), n(m, "fro"),
+                torch.fliplr(x), torch.flipud(x))  # fmt: skip
+
+    check(norms, [torch.randn(3, 8, 4)], 1, 100, (1, 7, 65, 100), atol=1e-4, rtol=1e-5)
+
+
 def test_softplus_with_beta_threshold_and_mish():
     check(lambda x: (F.softplus(x), F.softplus(x, beta=2.0, threshold=1.5), F.mish(x)), [torch.randn(2, 8)], 1,
           130, (1, 33, 65, 130), atol=1e-5)  # fmt: skip

@@ -7,6 +7,8 @@ held as f32 (exact below 2**24, `frontend/dtypes.py`)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from torch_mlir import ir
 
@@ -65,24 +67,85 @@ argmax = _arg("max")
 argmin = _arg("min")
 
 
-def matrix_norm(cx):
-    """linalg.matrix_norm(x, ord, dim, keepdim) as torch.export leaves it: 'fro' is sqrt(sum(x^2)) over the
-    two dims. 'nuc', 2 and -2 (the sum or an extreme of the singular values) need an SVD, which the NPU
-    does not have. (torch.export traces ord 1, -1, inf and -inf through torch's C++ code, which fixes the
-    sizes: those fail at export.)"""
+def _matrix_norm(cx, x, ord_, dims: list[int], keep: bool):
+    """'fro': sqrt(sum(x^2)) over the two dims; 1 / -1 (inf / -inf): the max / min over the second (first)
+    dim of the abs sums over the other. 'nuc', 2 and -2 (singular values) need an SVD."""
     from .indexing import reduce_dims
     from .pointwise import math_op
 
-    x, ord_ = cx.operand(0), cx.const(1)
-    dims = list(cx.const(2)) if cx.num_operands > 2 and cx.const(2) is not None else [-2, -1]
-    keep = bool(cx.const(3)) if cx.num_operands > 3 else False
-    if ord_ != "fro":
+    rank = len(cx.shape(x))
+    dims = [d % rank for d in dims]
+    if ord_ == "fro":
+        sq = cx.emit(MulOp, check=False, lhs=x, rhs=x)
+        return math_op(cx, "sqrt", reduce_dims(cx, "sum", sq, dims, keep, check=False))
+    if ord_ not in (1, -1, math.inf, -math.inf):
         raise cx.error(
             f"matrix_norm with ord={ord_!r} needs a singular value decomposition, which the NPU does not run; "
-            "use ord='fro', or compute this norm outside the compiled model"
+            "use ord='fro', 1, -1, inf or -inf, or compute this norm outside the compiled model"
         )
-    sq = cx.emit(MulOp, check=False, lhs=x, rhs=x)
-    return math_op(cx, "sqrt", reduce_dims(cx, "sum", sq, dims, keep, check=False))
+    inner, outer = dims if abs(ord_) == 1 else dims[::-1]
+    sums = reduce_dims(cx, "sum", math_op(cx, "abs", x, check=False), [inner], True, check=False)
+    out = reduce_dims(cx, "max" if ord_ > 0 else "min", sums, [outer], True, check=False)
+    return out if keep else reshape(cx, out, [e for i, e in enumerate(cx.shape(x)) if i not in dims], check=False)
+
+
+def _vector_norm(cx, x, ord_, dims: list[int], keep: bool):
+    """sum(|x|^p)^(1/p) over `dims` (inf / -inf: max / min of |x|, 0: the count of non-zeros)."""
+    from .indexing import reduce_dims
+    from .pointwise import math_op, scalar_op
+
+    if ord_ in (math.inf, -math.inf):
+        return reduce_dims(cx, "max" if ord_ > 0 else "min", math_op(cx, "abs", x, check=False), dims, keep, False)
+    if ord_ == 0:
+        nonzero = scalar_op(cx, "ne", x, 0.0, check=False)
+        return reduce_dims(cx, "sum", nonzero, dims, keep, check=False)
+    if ord_ == 2:
+        sq = cx.emit(MulOp, check=False, lhs=x, rhs=x)
+        return math_op(cx, "sqrt", reduce_dims(cx, "sum", sq, dims, keep, check=False), check=False)
+    a = math_op(cx, "abs", x, check=False)
+    if ord_ != 1:
+        a = math_op(cx, "exp", scalar_op(cx, "mul", math_op(cx, "log", a, check=False), ord_, check=False), check=False)
+    total = reduce_dims(cx, "sum", a, dims, keep, check=False)
+    if ord_ == 1:
+        return total
+    root = scalar_op(cx, "mul", math_op(cx, "log", total, check=False), 1.0 / ord_, check=False)
+    return math_op(cx, "exp", root, check=False)
+
+
+def matrix_norm(cx):
+    """linalg.matrix_norm(x, ord, dim, keepdim) as torch.export leaves it ('fro', 'nuc', 2, -2; torch traces
+    ord 1, -1, inf and -inf through its C++ code, which fixes the sizes: those fail at export)."""
+    dims = list(cx.const(2)) if cx.num_operands > 2 and cx.const(2) is not None else [-2, -1]
+    keep = bool(cx.const(3)) if cx.num_operands > 3 else False
+    return _matrix_norm(cx, cx.operand(0), cx.const(1), dims, keep)
+
+
+def linalg_norm(cx):
+    """linalg.norm(x, ord, dim, keepdim): a vector norm over one dim (or all, when ord and dim are None),
+    a matrix norm over two (or a 2-D input with an ord), as torch defines it."""
+    x = cx.operand(0)
+    rank = len(cx.shape(x))
+    ord_ = cx.const(1) if cx.num_operands > 1 else None
+    dim = cx.const(2) if cx.num_operands > 2 else None
+    keep = bool(cx.const(3)) if cx.num_operands > 3 else False
+    dims = [dim] if isinstance(dim, int) else list(dim) if dim is not None else None
+    if dims is None and ord_ is not None:
+        dims = list(range(rank))
+    if dims is not None and len(dims) == 2:
+        return _matrix_norm(cx, x, "fro" if ord_ is None else ord_, dims, keep)
+    if dims is None:
+        flat = reshape(cx, x, [sy.canon(sy.numel(cx.shape(x)))] if rank else [sy.const(1)], check=False)
+        out = _vector_norm(cx, flat, 2, [0], False)
+        return reshape(cx, out, [sy.const(1)] * rank) if keep else out
+    return _vector_norm(cx, x, 2 if ord_ is None else ord_, dims, keep)
+
+
+def fliplr(cx):
+    return _flip_dim(cx, cx.operand(0), 1, True)
+
+
+def flipud(cx):
+    return _flip_dim(cx, cx.operand(0), 0, True)
 
 
 def num_to_tensor(cx):
@@ -94,19 +157,21 @@ def num_to_tensor(cx):
 
 
 def flip(cx):
-    """flip over each listed dim in turn; a dim with a dynamic dim after it is swapped last first
-    (`novella.flip` needs the dims after the flipped one static)."""
+    """flip over each listed dim in turn (`novella.flip` reverses one dim)."""
     x = cx.operand(0)
     rank = len(cx.shape(x))
     dims = sorted({d % rank for d in cx.const(1)})
     for i, d in enumerate(dims):
-        check = i == len(dims) - 1
-        if any(sy.as_int(e) is None for e in cx.shape(x)[d + 1 :]):
-            y = _flip(cx, to_last(cx, x, d), rank - 1, check=False)
-            x = from_last(cx, y, d, check=check)
-        else:
-            x = _flip(cx, x, d, check)
+        x = _flip_dim(cx, x, d, check=i == len(dims) - 1)
     return x
+
+
+def _flip_dim(cx, x, d: int, check: bool):
+    """`novella.flip` needs the dims after the flipped one static: else the dim is swapped last first."""
+    if any(sy.as_int(e) is None for e in cx.shape(x)[d + 1 :]):
+        y = _flip(cx, to_last(cx, x, d), len(cx.shape(x)) - 1, check=False)
+        return from_last(cx, y, d, check=check)
+    return _flip(cx, x, d, check)
 
 
 def _flip(cx, x, d: int, check: bool):
