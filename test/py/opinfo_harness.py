@@ -12,6 +12,7 @@ pair skipped (compile_torch marks one dim index dynamic in every tensor input).
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -172,9 +173,10 @@ def _reason(e: Exception) -> str:
         text = text.split("'")[1] + ": " + lines[1].split("error: ", 1)[-1]
     if "unsupported op" in text:
         return "unsupported " + text.split("unsupported op '")[1].split("'")[0]
-    if "cannot keep dim" in text or "torch.export" in text:
+    if "cannot keep dim" in text or "torch.export" in text or "fixes the size of dim" in text:
         return "export: torch narrows or specializes the length"
-    return f"{type(e).__name__}: {text[:90]}"
+    text = re.sub(r"^\S+\.py:\d+: ", "", text)  # the source line is the harness's own
+    return f"{type(e).__name__}: {text[:110]}"
 
 
 def run_op(info, limit: int | None = None) -> Tally:
