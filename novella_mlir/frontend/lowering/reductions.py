@@ -1,8 +1,8 @@
-"""Lowerings of argmax / argmin, matrix norms, flip and `prim.NumToTensor`.
+"""Lowerings of argmax / argmin, linalg.norm and matrix norms, flip / fliplr / flipud and `prim.NumToTensor`.
 
 argmax over a dim (the dynamic one too) is the first index where the value equals the
 maximum: the dim is swapped last, `m = max`, `mask = (x == m) | (x != x)` (a NaN counts as
-the maximum, as in torch), then `min(where(mask, arange, BIG))`. The index is an integer
+the maximum, as in torch), then `min(where(mask, positions, 2**24))`. The index is an integer
 held as f32 (exact below 2**24, `frontend/dtypes.py`)."""
 
 from __future__ import annotations
