@@ -147,3 +147,8 @@ def test_non_f32_value_names_the_op_and_line_that_produce_it():
     msg = str(e.value)
     assert "test_op_families.py:" in msg and "`y = x.double()  # the producing line`" in msg
     assert "'torch.aten.to.dtype'" in msg and "float64" in msg and "float32" in msg
+
+
+def test_an_empty_result_is_refused_naming_the_op():
+    with pytest.raises(NovellaError, match="'torch.aten.repeat': the result is an empty tensor"):
+        compile_torch(Lambda(lambda x: x.repeat(0, 2)), torch.randn(3, 2), dynamic_dim=0, min_len=1, max_len=16)

@@ -129,6 +129,8 @@ class LoweringContext:
                 result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
             except shapes.ShapeError as e:
                 raise self.error(str(e)) from None
+        if any(sy.as_int(e) == 0 for e in result_shape):
+            raise self.error("the result is an empty tensor (a dim of size 0), which the NPU does not hold")
         if check:
             self._check_static(result_shape)
         rtype = sy.tensor_type(result_shape, ir.F32Type.get(), self.n_syms)
