@@ -190,6 +190,29 @@ def to_postfix(e: ir.AffineExpr) -> list:
     return to_postfix(e.lhs) + to_postfix(e.rhs) + [_TOKENS[type(e)]]
 
 
+_FROM_TOKENS = {
+    "+": lambda a, b: a + b,
+    "*": lambda a, b: a * b,
+    "floordiv": ir.AffineExpr.get_floor_div,
+    "ceildiv": ir.AffineExpr.get_ceil_div,
+    "mod": ir.AffineExpr.get_mod,
+}
+
+
+def from_postfix(program: list) -> ir.AffineExpr:
+    """The affine expression of a postfix program (the inverse of `to_postfix`; needs a Context)."""
+    stack = []
+    for tok in program:
+        if isinstance(tok, int):
+            stack.append(const(tok))
+        elif tok in _FROM_TOKENS:
+            b = stack.pop()
+            stack.append(_FROM_TOKENS[tok](stack.pop(), b))
+        else:
+            stack.append((sym if tok[0] == "s" else dim)(int(tok[1:])))
+    return stack[0]
+
+
 # ---------------------------------------------------------------- sympy (torch.export)
 
 

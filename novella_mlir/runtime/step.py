@@ -1,0 +1,280 @@
+"""Per-step programs: instantiated once per shape bucket, then only the injected fields are rewritten.
+
+The artifact says what a program's words depend on, so nothing is found by comparing programs:
+  * the *structure* (which words exist) depends on the grid extents and the guards that refer to a
+    symbol. The extents, and the outcome of each guard that is not "the last point of a grid dim"
+    (proved with `symbolic.equal`), are the bucket key: decode buckets are the page counts;
+  * an *injected* field is a template field whose expression refers to a symbol, or a tile-relative
+    `dram_base` whose tile base does: the attended length and what is laid out by it (row lengths,
+    bounds, strides, offsets of the score rows), and the append's write position;
+  * a *page address* is the `dram_base` of a DMA into the paged cache's virtual window: mapped
+    through the sequence's block table (`kv.py`) every step.
+A bucket is one fresh instantiation by the JIT (the templates), relocated into the session's DRAM.
+Each step evaluates only the injected fields' expressions at the new symbol values and the page
+addresses at the current block table, and writes them into the bucket's words in place: one numba
+call (`_step_numba.patch`). Its value per word is the expression plus the constant the
+instantiation fixed (ping-pong slot offset, tensor base, DRAM segment), taken from the bucket's
+own words. `reference` is the readable path it is tested against, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+from torch_mlir import ir
+
+from simulator import isa
+
+from .. import symbolic as sy
+from . import expr
+
+_OPS = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7}
+_DMA = (isa.Opcode.LOAD, isa.Opcode.STORE, isa.Opcode.GATHER)
+KINDS = ("write address", "page address", "length")
+
+
+def _has_sym(progs) -> bool:
+    return any(isinstance(tok, str) and tok[0] == "s" for p in progs for tok in p)
+
+
+def _key(x):
+    return tuple(_key(v) for v in x) if isinstance(x, list) else x
+
+
+def _mask(t, syms, dims, n) -> np.ndarray:
+    m = np.ones(n, bool)
+    for kind, prog in t.when:
+        v = expr.evaluate(prog, syms, dims)
+        m &= (v == 0) if kind == "eq" else (v >= 0)
+    return m
+
+
+def _last_point(prog, grid) -> bool:
+    """`prog == 0` says "the last point of a grid dim" (d_k == extent_k - 1), for every value."""
+    with ir.Context():
+        g = sy.from_postfix(prog)
+        for k, ext in enumerate(grid):
+            last = sy.dim(k) - sy.from_postfix(ext) + sy.const(1)
+            if _has_sym([ext]) and (sy.equal(g, last) or sy.equal(g, last * -1)):
+                return True
+    return False
+
+
+class Plan:
+    """What an artifact's words depend on, read from its templates and tiles."""
+
+    def __init__(self, art, vbase: int):
+        self.art = art
+        self.grid_progs = list({_key(g): g for t in art.tiles for g in t.grid if _has_sym([g])}.values())
+        self.guard_keys, self.fields, self.paged = [], {}, {}
+        for ti, tile in enumerate(art.tiles):
+            for j, t in enumerate(art.macros[tile.macro].insts):
+                if any(not (kind == "eq" and _last_point(p, tile.grid)) for kind, p in t.when if _has_sym([p])):
+                    self.guard_keys.append((ti, j))
+                names = [n for n, progs in t.var.items() if _has_sym(progs)]
+                if t.tensor is not None:
+                    base = tile.bases.get(str(t.tensor))
+                    if base is not None and _has_sym([base]) and "dram_base" not in names:
+                        names.append("dram_base")
+                    if base is not None and not _has_sym([base]) and expr.evaluate(base, []) >= vbase:
+                        self.paged[ti, j] = True
+                if names:
+                    self.fields[ti, j] = names
+
+    def key(self, syms) -> tuple:
+        """The bucket of `syms`: the symbol-dependent grid extents and guard outcomes."""
+        k = tuple(int(expr.evaluate(g, syms)) for g in self.grid_progs)
+        for ti, j in self.guard_keys:
+            tile = self.art.tiles[ti]
+            extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
+            n = int(np.prod(extents)) if extents else 1
+            dims = np.unravel_index(np.arange(max(n, 0)), extents) if extents and n > 0 else ()
+            k += (_mask(self.art.macros[tile.macro].insts[j], syms, dims, max(n, 0)).tobytes(),)
+        return k
+
+    def kind(self, ti: int, j: int, name: str) -> str:
+        if name == "dram_base" and self.paged.get((ti, j)):
+            store = self.art.macros[self.art.tiles[ti].macro].insts[j].opcode == "STORE"
+            return "write address" if store else "page address"
+        return "length"
+
+
+class _Exprs:
+    """The bucket's expressions as flat int64 rows (the layout `_step_numba` reads)."""
+
+    def __init__(self):
+        self.ranges, self.tokens, self.mins, self.items = [], [], [], []
+        self._ids: dict = {}
+        self._mins: dict = {}
+
+    def _expr(self, prog) -> int:
+        k = _key(prog)
+        if k not in self._ids:
+            start = len(self.tokens) // 2
+            for tok in prog:
+                if isinstance(tok, int):
+                    self.tokens += [0, tok]
+                elif tok in _OPS:
+                    self.tokens += [_OPS[tok], 0]
+                else:
+                    self.tokens += [1 if tok[0] == "s" else 2, int(tok[1:])]
+            self._ids[k] = len(self.ranges)
+            self.ranges.append((start, len(self.tokens) // 2))
+        return self._ids[k]
+
+    def min(self, progs) -> int:
+        k = _key(progs)
+        if k not in self._mins:
+            ids = [self._expr(p) for p in progs]
+            self._mins[k] = len(self.mins)
+            self.mins.append((len(self.items), len(self.items) + len(ids)))
+            self.items += ids
+        return self._mins[k]
+
+    def table(self) -> np.ndarray:
+        head = [len(self.ranges), len(self.mins), len(self.items)]
+        flat = head + [v for r in self.ranges for v in r] + [v for r in self.mins for v in r] + self.items
+        return np.asarray(flat + self.tokens, np.int64)
+
+
+def field_value(words: np.ndarray, f) -> np.ndarray:
+    v = ((words[:, f.lane] >> np.uint64(f.offset)) & np.uint64(f.mask)).astype(np.int64)
+    return np.where(v > f.hi, v - (1 << f.bits), v) if f.signed else v
+
+
+@dataclass
+class Bucket:
+    """One instantiation and its patch tables."""
+
+    key: tuple
+    words: np.ndarray  # (n, 4) uint64, patched in place every step
+    ex: np.ndarray
+    fields: np.ndarray  # (n_fields, 11) int64
+    dims: np.ndarray  # (n_points, n_dims) int64
+    pages: np.ndarray  # (n_pages, 6) int64
+    injected: list  # per field row: (tile index, template index, field name, kind)
+    page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
+
+
+class Stepper:
+    """Words of one program for any symbol values and block table; one bucket per structure."""
+
+    def __init__(self, art, jit, translate, kv: np.ndarray, cache_size: int = 64):
+        self.art, self.jit, self.translate, self.kv = art, jit, translate, kv
+        self.plan = Plan(art, int(kv[2]))
+        self.buckets: OrderedDict = OrderedDict()
+        self.cache_size = cache_size
+        self._keys: dict = {}
+
+    def bucket(self, syms: tuple) -> tuple[Bucket, bool]:
+        """The bucket of `syms` and whether it was instantiated now."""
+        k = self._keys.get(syms)
+        if k is None:
+            k = self._keys[syms] = self.plan.key(list(syms))
+        b = self.buckets.get(k)
+        if b is not None:
+            self.buckets.move_to_end(k)
+            return b, False
+        b = self.buckets[k] = self._build(k, syms)
+        if len(self.buckets) > self.cache_size:
+            self.buckets.popitem(last=False)
+        return b, True
+
+    def words(self, syms: tuple, blocks: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The bucket's words patched for `syms` and `blocks` (in place), and whether it was new."""
+        from ._step_numba import patch
+
+        b, new = self.bucket(syms)
+        status = patch(np.asarray(syms, np.int64), b.ex, b.fields, b.dims, b.pages, b.words, self.kv, blocks)
+        if status:
+            self._fail(b, status, syms, blocks)
+        return b.words, new
+
+    def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
+        if status < 0:
+            raise RuntimeError(f"the program addresses a page beyond the sequence's {blocks.size} blocks")
+        ti, j, name, _ = b.injected[status - 1]
+        raise RuntimeError(
+            f"{self.art.tiles[ti].name}: field {name} of template {j} does not fit its ISA width at {list(syms)}"
+        )
+
+    def _build(self, key: tuple, syms: tuple) -> Bucket:
+        prog = self.jit.instantiate(list(syms))
+        tr = self.translate(prog.words)
+        spans = {name: (s, e) for name, s, e in prog.spans}
+        ex, rows, dims, injected = _Exprs(), [], [], []
+        patched_dram, paged_rows = set(), set()
+        for ti, tile in enumerate(self.art.tiles):
+            if tile.name in spans:
+                args = (ex, rows, dims, injected, paged_rows)
+                self._tile(ti, tile, spans[tile.name], syms, prog.words, tr.words, *args)
+        for r, (ti, j, name, _) in zip(rows, injected):
+            if name == "dram_base":
+                patched_dram.add(r[0])
+        pages = self._pages(tr, patched_dram)
+        n_dims = max([len(d) for d in dims] + [1])
+        dims_arr = np.zeros((max(len(dims), 1), n_dims), np.int64)
+        for i, d in enumerate(dims):
+            dims_arr[i, : len(d)] = d
+        if set(tr.rows.tolist()) != paged_rows:
+            raise RuntimeError("the paged DMAs by address and by template disagree")
+        return Bucket(
+            key, tr.words, ex.table(), np.asarray(rows, np.int64).reshape(-1, 11), dims_arr,
+            pages, injected, pages[:, 0].copy(),
+        )  # fmt: skip
+
+    def _tile(self, ti, tile, span, syms, raw, words, ex, rows, dims, injected, paged_rows) -> None:
+        mm = self.art.macros[tile.macro]
+        todo = [j for j in range(len(mm.insts)) if (ti, j) in self.plan.fields or (ti, j) in self.plan.paged]
+        if not todo:
+            return
+        extents = [int(expr.evaluate(g, list(syms))) for g in tile.grid]
+        n = int(np.prod(extents)) if extents else 1
+        grid = np.unravel_index(np.arange(n), extents) if extents else ()
+        masks = np.stack([_mask(t, list(syms), grid, n) for t in mm.insts], axis=1)
+        if int(masks.sum()) != span[1] - span[0]:
+            raise RuntimeError(f"{tile.name}: {span[1] - span[0]} words, the templates give {int(masks.sum())}")
+        pos = (np.cumsum(masks.ravel()) - 1).reshape(masks.shape)
+        for j in todo:
+            t, sel = mm.insts[j], masks[:, j]
+            at = span[0] + pos[sel, j]
+            if (ti, j) in self.plan.paged:
+                paged_rows.update(at.tolist())
+            point = tuple(d[sel] for d in grid)
+            d0 = len(dims)
+            dims += [tuple(int(d[i]) for d in point) for i in range(len(at))]
+            layout = {f.name: f for f in isa.LAYOUT[isa.Opcode[t.opcode]]}
+            for name in self.plan.fields.get((ti, j), ()):
+                f, paged = layout[name], name == "dram_base" and self.plan.paged.get((ti, j), False)
+                add = field_value((raw if paged else words)[at], f)
+                terms = [t.var.get(name, [[t.const.get(name, 0)]])]
+                if name == "dram_base" and t.tensor is not None:
+                    terms.append([tile.bases[str(t.tensor)]])
+                ids = []
+                for progs in terms:
+                    if _has_sym(progs):
+                        ids.append(ex.min(progs))
+                        add = add - np.asarray(expr.evaluate_min(progs, list(syms), point), np.int64)
+                ids += [-1] * (2 - len(ids))
+                for i, w in enumerate(at):
+                    rows.append([int(w), f.lane, f.offset, f.mask, f.lo, f.hi, *ids, int(add[i]), int(paged), d0 + i])
+                    injected.append((ti, j, name, self.plan.kind(ti, j, name)))
+
+    def _pages(self, tr, patched: set) -> np.ndarray:
+        """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
+        out = []
+        slot_base = self.kv[5::2]
+        for r, s, p, o in zip(tr.rows.tolist(), tr.slot.tolist(), tr.page.tolist(), tr.offset.tolist()):
+            if r in patched:
+                continue
+            op = isa.Opcode(int(tr.words[r, 0] & np.uint64(0xF)))
+            f = next(f for f in isa.LAYOUT[op] if f.name == "dram_base")
+            out.append([r, f.lane, f.offset, f.mask, p, int(slot_base[s]) + o])
+        return np.asarray(out, np.int64).reshape(-1, 6)
+
+    def declared(self, b: Bucket) -> set:
+        """(word, field) of every injected field and page address of bucket `b`."""
+        out = {(int(r[0]), name) for r, (_, _, name, _) in zip(b.fields, b.injected)}
+        return out | {(int(r), "dram_base") for r in b.page_rows}
