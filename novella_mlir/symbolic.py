@@ -213,6 +213,27 @@ def from_postfix(program: list) -> ir.AffineExpr:
     return stack[0]
 
 
+def affine_in_symbols(e: ir.AffineExpr) -> bool:
+    """`e` is a(d) + sum_k b_k(d) * s_k: affine in the symbols once the dims are fixed (no symbol
+    inside a floordiv, ceildiv or mod, no product of two symbol terms)."""
+    return _symbol_degree(e) <= 1
+
+
+def _symbol_degree(e) -> int:
+    """0: no symbol, 1: affine in the symbols (dims fixed), 2: neither."""
+    e = canon(e)
+    if isinstance(e, ir.AffineSymbolExpr):
+        return 1
+    if isinstance(e, (ir.AffineConstantExpr, ir.AffineDimExpr)):
+        return 0
+    a, b = _symbol_degree(e.lhs), _symbol_degree(e.rhs)
+    if isinstance(e, ir.AffineAddExpr):
+        return max(a, b)
+    if isinstance(e, ir.AffineMulExpr):
+        return a + b if min(a, b) == 0 else 2
+    return 0 if a == b == 0 else 2
+
+
 # ---------------------------------------------------------------- sympy (torch.export)
 
 

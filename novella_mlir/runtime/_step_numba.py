@@ -4,7 +4,9 @@
 min its item range, the items (expression ids), the tokens (op, arg)]; the ops are
 those of `expr.py` (0 constant, 1 symbol, 2 dim, 3 +, 4 *, 5 floordiv, 6 ceildiv, 7 mod).
 A field row: word, lane, offset, mask, lo, hi, min id (-1: none), base min id (-1: none), constant,
-paged (1: a virtual cache address, mapped through the block table), dims row. A page row: word,
+paged (1: a virtual cache address, mapped through the block table), dims row, and a range of
+`forms` rows [a, b_0, ...]: when not empty, the value is min over the range of a + b . s (fields
+affine in the symbols need no interpreter; the constant is in a). A page row: word,
 lane, offset, mask, logical page, offset in the block.
 `kv`: pool base, block elements, vbase, vspan, then per cache slot (page elements, offset in the
 block). Returns 0, -1 if the block table lacks a page, or 1 + the index of a field row whose
@@ -64,6 +66,19 @@ def _min(ex, m, syms, dims, stack):
 
 
 @nb.njit(cache=True)
+def _form(forms, lo, hi, syms, ns):
+    """min over forms lo..hi of a + b . s."""
+    v = 0
+    for r in range(lo, hi):
+        w = forms[r, 0]
+        for k in range(ns):
+            w += forms[r, 1 + k] * syms[k]
+        if r == lo or w < v:
+            v = w
+    return v
+
+
+@nb.njit(cache=True)
 def _put(words, w, lane, off, mask, v):
     m = np.uint64(mask) << np.uint64(off)
     words[w, lane] = (words[w, lane] & ~m) | ((np.uint64(v & mask)) << np.uint64(off))
@@ -82,18 +97,22 @@ def _physical(v, kv, blocks):
 
 
 @nb.njit(cache=True)
-def patch(syms, ex, fields, dims, pages, words, kv, blocks):
+def patch(syms, ex, fields, dims, forms, pages, words, kv, blocks):
     depth = 1
     for e in range(ex[0]):
         depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
     stack = np.zeros(depth, np.int64)
+    ns = syms.size
     for i in range(fields.shape[0]):
-        d = dims[fields[i, 10]]
-        v = fields[i, 8]
-        if fields[i, 6] >= 0:
-            v += _min(ex, fields[i, 6], syms, d, stack)
-        if fields[i, 7] >= 0:
-            v += _min(ex, fields[i, 7], syms, d, stack)
+        if fields[i, 12] > fields[i, 11]:
+            v = _form(forms, fields[i, 11], fields[i, 12], syms, ns)
+        else:
+            d = dims[fields[i, 10]]
+            v = fields[i, 8]
+            if fields[i, 6] >= 0:
+                v += _min(ex, fields[i, 6], syms, d, stack)
+            if fields[i, 7] >= 0:
+                v += _min(ex, fields[i, 7], syms, d, stack)
         if fields[i, 9]:
             v = _physical(v, kv, blocks)
             if v < 0:
@@ -107,3 +126,17 @@ def patch(syms, ex, fields, dims, pages, words, kv, blocks):
         v = kv[0] + blocks[pages[j, 4]] * kv[1] + pages[j, 5]
         _put(words, pages[j, 0], pages[j, 1], pages[j, 2], pages[j, 3], v)
     return 0
+
+
+@nb.njit(cache=True)
+def values(syms, ex):
+    """Every min of `ex` at `syms` (expressions without dims: the bucket key's grid extents)."""
+    depth = 1
+    for e in range(ex[0]):
+        depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
+    stack = np.zeros(depth, np.int64)
+    dims = np.zeros(1, np.int64)
+    out = np.zeros(ex[1], np.int64)
+    for m in range(ex[1]):
+        out[m] = _min(ex, m, syms, dims, stack)
+    return out

@@ -68,7 +68,8 @@ class Plan:
     def __init__(self, art, vbase: int):
         self.art = art
         self.grid_progs = list({_key(g): g for t in art.tiles for g in t.grid if _has_sym([g])}.values())
-        self.guard_keys, self.fields, self.paged = [], {}, {}
+        self.guard_keys, self.fields, self.paged, self._affine = [], {}, {}, {}
+        self._grid_ex = None
         for ti, tile in enumerate(art.tiles):
             for j, t in enumerate(art.macros[tile.macro].insts):
                 if any(not (kind == "eq" and _last_point(p, tile.grid)) for kind, p in t.when if _has_sym([p])):
@@ -83,9 +84,24 @@ class Plan:
                 if names:
                     self.fields[ti, j] = names
 
+    def affine(self, prog) -> bool:
+        """`prog` is affine in the symbols for fixed dims (`symbolic.affine_in_symbols`)."""
+        k = _key(prog)
+        if k not in self._affine:
+            with ir.Context():
+                self._affine[k] = sy.affine_in_symbols(sy.from_postfix(prog))
+        return self._affine[k]
+
     def key(self, syms) -> tuple:
         """The bucket of `syms`: the symbol-dependent grid extents and guard outcomes."""
-        k = tuple(int(expr.evaluate(g, syms)) for g in self.grid_progs)
+        from ._step_numba import values
+
+        if self._grid_ex is None:
+            ex = _Exprs()
+            for g in self.grid_progs:
+                ex.min([g])
+            self._grid_ex = ex.table()
+        k = tuple(values(np.asarray(syms, np.int64), self._grid_ex).tolist())
         for ti, j in self.guard_keys:
             tile = self.art.tiles[ti]
             extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
@@ -151,8 +167,9 @@ class Bucket:
     key: tuple
     words: np.ndarray  # (n, 4) uint64, patched in place every step
     ex: np.ndarray
-    fields: np.ndarray  # (n_fields, 11) int64
+    fields: np.ndarray  # (n_fields, 13) int64
     dims: np.ndarray  # (n_points, n_dims) int64
+    forms: np.ndarray  # (n_forms, 1 + n_symbols) int64: a, b of the affine fields' a + b . s
     pages: np.ndarray  # (n_pages, 6) int64
     injected: list  # per field row: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
@@ -166,13 +183,10 @@ class Stepper:
         self.plan = Plan(art, int(kv[2]))
         self.buckets: OrderedDict = OrderedDict()
         self.cache_size = cache_size
-        self._keys: dict = {}
 
     def bucket(self, syms: tuple) -> tuple[Bucket, bool]:
         """The bucket of `syms` and whether it was instantiated now."""
-        k = self._keys.get(syms)
-        if k is None:
-            k = self._keys[syms] = self.plan.key(list(syms))
+        k = self.plan.key(syms)
         b = self.buckets.get(k)
         if b is not None:
             self.buckets.move_to_end(k)
@@ -187,7 +201,7 @@ class Stepper:
         from ._step_numba import patch
 
         b, new = self.bucket(syms)
-        status = patch(np.asarray(syms, np.int64), b.ex, b.fields, b.dims, b.pages, b.words, self.kv, blocks)
+        status = patch(np.asarray(syms, np.int64), b.ex, b.fields, b.dims, b.forms, b.pages, b.words, self.kv, blocks)
         if status:
             self._fail(b, status, syms, blocks)
         return b.words, new
@@ -204,11 +218,11 @@ class Stepper:
         prog = self.jit.instantiate(list(syms))
         tr = self.translate(prog.words)
         spans = {name: (s, e) for name, s, e in prog.spans}
-        ex, rows, dims, injected = _Exprs(), [], [], []
+        ex, rows, dims, injected, form_rows = _Exprs(), [], [], [], []
         patched_dram, paged_rows = set(), set()
         for ti, tile in enumerate(self.art.tiles):
             if tile.name in spans:
-                args = (ex, rows, dims, injected, paged_rows)
+                args = (ex, rows, dims, injected, paged_rows, form_rows)
                 self._tile(ti, tile, spans[tile.name], syms, prog.words, tr.words, *args)
         for r, (ti, j, name, _) in zip(rows, injected):
             if name == "dram_base":
@@ -220,12 +234,13 @@ class Stepper:
             dims_arr[i, : len(d)] = d
         if set(tr.rows.tolist()) != paged_rows:
             raise RuntimeError("the paged DMAs by address and by template disagree")
+        forms = np.asarray(form_rows, np.int64).reshape(-1, 1 + len(syms))
         return Bucket(
-            key, tr.words, ex.table(), np.asarray(rows, np.int64).reshape(-1, 11), dims_arr,
+            key, tr.words, ex.table(), np.asarray(rows, np.int64).reshape(-1, 13), dims_arr, forms,
             pages, injected, pages[:, 0].copy(),
         )  # fmt: skip
 
-    def _tile(self, ti, tile, span, syms, raw, words, ex, rows, dims, injected, paged_rows) -> None:
+    def _tile(self, ti, tile, span, syms, raw, words, ex, rows, dims, injected, paged_rows, form_rows) -> None:
         mm = self.art.macros[tile.macro]
         todo = [j for j in range(len(mm.insts)) if (ti, j) in self.plan.fields or (ti, j) in self.plan.paged]
         if not todo:
@@ -252,15 +267,44 @@ class Stepper:
                 terms = [t.var.get(name, [[t.const.get(name, 0)]])]
                 if name == "dram_base" and t.tensor is not None:
                     terms.append([tile.bases[str(t.tensor)]])
-                ids = []
-                for progs in terms:
-                    if _has_sym(progs):
-                        ids.append(ex.min(progs))
-                        add = add - np.asarray(expr.evaluate_min(progs, list(syms), point), np.int64)
-                ids += [-1] * (2 - len(ids))
+                sym_terms = [progs for progs in terms if _has_sym(progs)]
+                for progs in sym_terms:
+                    add = add - np.asarray(expr.evaluate_min(progs, list(syms), point), np.int64)
+                forms = self._forms(sym_terms, add, point, len(syms)) if self._linear(sym_terms) else None
+                ids = [ex.min(progs) for progs in sym_terms] + [-1] * (2 - len(sym_terms))
                 for i, w in enumerate(at):
-                    rows.append([int(w), f.lane, f.offset, f.mask, f.lo, f.hi, *ids, int(add[i]), int(paged), d0 + i])
+                    f_lo = len(form_rows)
+                    if forms is not None:
+                        form_rows.extend(fr[i] for fr in forms)
+                    rows.append([int(w), f.lane, f.offset, f.mask, f.lo, f.hi, *ids, int(add[i]), int(paged), d0 + i,
+                                 f_lo, len(form_rows)])  # fmt: skip
                     injected.append((ti, j, name, self.plan.kind(ti, j, name)))
+
+    def _linear(self, terms) -> bool:
+        """The value is min_r(affine_r) + affine terms: evaluated as forms a + b . s, no interpreter."""
+        return sum(len(p) > 1 for p in terms) <= 1 and all(self.plan.affine(q) for p in terms for q in p)
+
+    @staticmethod
+    def _forms(terms, add, point, ns: int) -> list:
+        """Per result r of the min (the other terms added): (n, 1 + ns) arrays [a, b_0, ...] with the
+        value min_r(a + b . s); exact for expressions affine in the symbols."""
+        if not terms:
+            return [np.stack([add] + [np.zeros_like(add)] * ns, 1)]
+        main = max(terms, key=len)
+        rest = [p[0] for p in terms if p is not main]
+        n = len(add)
+
+        def at(prog, s):
+            return np.broadcast_to(np.asarray(expr.evaluate(prog, s, point), np.int64), (n,))
+
+        out = []
+        for prog in main:
+            progs = [prog, *rest]
+            zero = [0] * ns
+            v0 = sum(at(p, zero) for p in progs)
+            b = [sum(at(p, [int(k == i) for i in range(ns)]) for p in progs) - v0 for k in range(ns)]
+            out.append(np.stack([add + v0, *b], 1))
+        return out
 
     def _pages(self, tr, patched: set) -> np.ndarray:
         """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
