@@ -140,3 +140,50 @@ def values(syms, ex):
     for m in range(ex[1]):
         out[m] = _min(ex, m, syms, dims, stack)
     return out
+
+
+@nb.njit(cache=True)
+def prepare(syms, ex, fields, dims):
+    """Completes a new bucket's field rows in place: column 8 holds the field's value in the words;
+    it becomes the constant (the value minus the terms at `syms`). Rows marked affine (column 11 = 1)
+    get their forms: per result r of the min in column 6 (plus the term in column 7),
+    [a, b_0, ...] with the value a + b . s (exact, the terms being affine in the symbols)."""
+    ns = syms.size
+    depth = 1
+    for e in range(ex[0]):
+        depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
+    stack = np.zeros(depth, np.int64)
+    at = 3 + 2 * ex[0]
+    items = at + 2 * ex[1]
+    n_forms = 0
+    for i in range(fields.shape[0]):
+        if fields[i, 11] == 1:
+            m = fields[i, 6]
+            n_forms += ex[at + 2 * m + 1] - ex[at + 2 * m]
+    forms = np.zeros((n_forms, 1 + ns), np.int64)
+    s = np.zeros(ns, np.int64)
+    k = 0
+    for i in range(fields.shape[0]):
+        d = dims[fields[i, 10]]
+        for c in range(6, 8):
+            if fields[i, c] >= 0:
+                fields[i, 8] -= _min(ex, fields[i, c], syms, d, stack)
+        if fields[i, 11] != 1:
+            fields[i, 11] = fields[i, 12] = 0
+            continue
+        m, other = fields[i, 6], fields[i, 7]
+        fields[i, 11] = k
+        for j in range(ex[at + 2 * m], ex[at + 2 * m + 1]):
+            for q in range(ns + 1):
+                for x in range(ns):
+                    s[x] = 1 if x == q - 1 else 0
+                v = _eval(ex, ex[items + j], s, d, stack)
+                if other >= 0:
+                    v += _min(ex, other, s, d, stack)
+                forms[k, q] = v
+            for q in range(1, ns + 1):
+                forms[k, q] -= forms[k, 0]
+            forms[k, 0] += fields[i, 8]
+            k += 1
+        fields[i, 12] = k
+    return forms

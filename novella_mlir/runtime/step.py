@@ -83,6 +83,23 @@ class Plan:
                         self.paged[ti, j] = True
                 if names:
                     self.fields[ti, j] = names
+        self.ex = _Exprs()
+        self.specs = {k: [self._spec(*k, name) for name in names] for k, names in self.fields.items()}
+        self.table = self.ex.table()
+
+    def _spec(self, ti: int, j: int, name: str) -> tuple:
+        """(field, paged, [min ids], linear, what) of one injected field of template j of tile ti."""
+        tile = self.art.tiles[ti]
+        t = self.art.macros[tile.macro].insts[j]
+        f = next(f for f in isa.LAYOUT[isa.Opcode[t.opcode]] if f.name == name)
+        terms = [t.var.get(name, [[t.const.get(name, 0)]])]
+        if name == "dram_base" and t.tensor is not None:
+            terms.append([tile.bases[str(t.tensor)]])
+        terms = sorted([p for p in terms if _has_sym(p)], key=len, reverse=True)
+        ids = [self.ex.min(p) for p in terms] + [-1] * (2 - len(terms))
+        linear = bool(terms) and sum(len(p) > 1 for p in terms) <= 1 and all(self.affine(q) for p in terms for q in p)
+        paged = name == "dram_base" and self.paged.get((ti, j), False)
+        return f, paged, ids, linear, (ti, j, name, self.kind(ti, j, name))
 
     def affine(self, prog) -> bool:
         """`prog` is affine in the symbols for fixed dims (`symbolic.affine_in_symbols`)."""
@@ -160,6 +177,29 @@ def field_value(words: np.ndarray, f) -> np.ndarray:
     return np.where(v > f.hi, v - (1 << f.bits), v) if f.signed else v
 
 
+class _Rows:
+    """A bucket's patch tables while it is built: arrays per (tile, template, field)."""
+
+    def __init__(self, ns: int):
+        self.ns = ns
+        self.rows, self.dims, self.paged, self.injected = [], [], [], []
+        self.n_dims = 0
+
+    def add_dims(self, d: np.ndarray) -> int:
+        self.dims.append(d)
+        self.n_dims += len(d)
+        return self.n_dims - len(d)
+
+    def add_rows(self, at, head, value, paged: int, d0: int, linear: bool, what) -> None:
+        """Rows of one (tile, template, field); `_step_numba.prepare` completes them."""
+        n = len(at)
+        r = np.empty((n, 13), np.int64)
+        r[:, 0], r[:, 1:8], r[:, 8], r[:, 9], r[:, 10] = at, head, value, paged, d0 + np.arange(n)
+        r[:, 11], r[:, 12] = int(linear), 0
+        self.rows.append(r)
+        self.injected.extend([what] * n)
+
+
 @dataclass
 class Bucket:
     """One instantiation and its patch tables."""
@@ -215,108 +255,66 @@ class Stepper:
         )
 
     def _build(self, key: tuple, syms: tuple) -> Bucket:
+        from ._step_numba import prepare
+
         prog = self.jit.instantiate(list(syms))
         tr = self.translate(prog.words)
         spans = {name: (s, e) for name, s, e in prog.spans}
-        ex, rows, dims, injected, form_rows = _Exprs(), [], [], [], []
-        patched_dram, paged_rows = set(), set()
+        acc = _Rows(len(syms))
         for ti, tile in enumerate(self.art.tiles):
             if tile.name in spans:
-                args = (ex, rows, dims, injected, paged_rows, form_rows)
-                self._tile(ti, tile, spans[tile.name], syms, prog.words, tr.words, *args)
-        for r, (ti, j, name, _) in zip(rows, injected):
-            if name == "dram_base":
-                patched_dram.add(r[0])
-        pages = self._pages(tr, patched_dram)
-        n_dims = max([len(d) for d in dims] + [1])
-        dims_arr = np.zeros((max(len(dims), 1), n_dims), np.int64)
-        for i, d in enumerate(dims):
-            dims_arr[i, : len(d)] = d
-        if set(tr.rows.tolist()) != paged_rows:
+                self._tile(ti, tile, spans[tile.name], list(syms), prog.words, tr.words, acc)
+        rows = np.concatenate(acc.rows) if acc.rows else np.zeros((0, 13), np.int64)
+        paged = np.concatenate(acc.paged) if acc.paged else np.zeros(0, np.int64)
+        if not np.array_equal(np.sort(tr.rows), np.sort(paged)):
             raise RuntimeError("the paged DMAs by address and by template disagree")
-        forms = np.asarray(form_rows, np.int64).reshape(-1, 1 + len(syms))
-        return Bucket(
-            key, tr.words, ex.table(), np.asarray(rows, np.int64).reshape(-1, 13), dims_arr, forms,
-            pages, injected, pages[:, 0].copy(),
-        )  # fmt: skip
+        patched = rows[[name == "dram_base" for *_, name, _ in acc.injected], 0] if len(rows) else rows[:, 0]
+        pages = self._pages(tr, patched)
+        n_dims = max([d.shape[1] for d in acc.dims] + [1])
+        dims = np.zeros((max(sum(len(d) for d in acc.dims), 1), n_dims), np.int64)
+        at = 0
+        for d in acc.dims:
+            dims[at : at + len(d), : d.shape[1]] = d
+            at += len(d)
+        ex = self.plan.table
+        forms = prepare(np.asarray(syms, np.int64), ex, rows, dims)
+        return Bucket(key, tr.words, ex, rows, dims, forms, pages, acc.injected, pages[:, 0].copy())
 
-    def _tile(self, ti, tile, span, syms, raw, words, ex, rows, dims, injected, paged_rows, form_rows) -> None:
+    def _tile(self, ti, tile, span, syms, raw, words, acc) -> None:
         mm = self.art.macros[tile.macro]
         todo = [j for j in range(len(mm.insts)) if (ti, j) in self.plan.fields or (ti, j) in self.plan.paged]
         if not todo:
             return
-        extents = [int(expr.evaluate(g, list(syms))) for g in tile.grid]
+        extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
         n = int(np.prod(extents)) if extents else 1
         grid = np.unravel_index(np.arange(n), extents) if extents else ()
-        masks = np.stack([_mask(t, list(syms), grid, n) for t in mm.insts], axis=1)
+        masks = np.stack([_mask(t, syms, grid, n) for t in mm.insts], axis=1)
         if int(masks.sum()) != span[1] - span[0]:
             raise RuntimeError(f"{tile.name}: {span[1] - span[0]} words, the templates give {int(masks.sum())}")
         pos = (np.cumsum(masks.ravel()) - 1).reshape(masks.shape)
         for j in todo:
-            t, sel = mm.insts[j], masks[:, j]
+            sel = masks[:, j]
             at = span[0] + pos[sel, j]
             if (ti, j) in self.plan.paged:
-                paged_rows.update(at.tolist())
+                acc.paged.append(at)
             point = tuple(d[sel] for d in grid)
-            d0 = len(dims)
-            dims += [tuple(int(d[i]) for d in point) for i in range(len(at))]
-            layout = {f.name: f for f in isa.LAYOUT[isa.Opcode[t.opcode]]}
-            for name in self.plan.fields.get((ti, j), ()):
-                f, paged = layout[name], name == "dram_base" and self.plan.paged.get((ti, j), False)
-                add = field_value((raw if paged else words)[at], f)
-                terms = [t.var.get(name, [[t.const.get(name, 0)]])]
-                if name == "dram_base" and t.tensor is not None:
-                    terms.append([tile.bases[str(t.tensor)]])
-                sym_terms = [progs for progs in terms if _has_sym(progs)]
-                for progs in sym_terms:
-                    add = add - np.asarray(expr.evaluate_min(progs, list(syms), point), np.int64)
-                forms = self._forms(sym_terms, add, point, len(syms)) if self._linear(sym_terms) else None
-                ids = [ex.min(progs) for progs in sym_terms] + [-1] * (2 - len(sym_terms))
-                for i, w in enumerate(at):
-                    f_lo = len(form_rows)
-                    if forms is not None:
-                        form_rows.extend(fr[i] for fr in forms)
-                    rows.append([int(w), f.lane, f.offset, f.mask, f.lo, f.hi, *ids, int(add[i]), int(paged), d0 + i,
-                                 f_lo, len(form_rows)])  # fmt: skip
-                    injected.append((ti, j, name, self.plan.kind(ti, j, name)))
+            d0 = acc.add_dims(np.stack(point, 1) if point else np.zeros((len(at), 0), np.int64))
+            for f, paged, ids, linear, what in self.plan.specs.get((ti, j), ()):
+                value = field_value((raw if paged else words)[at], f)
+                acc.add_rows(at, [f.lane, f.offset, f.mask, f.lo, f.hi, *ids], value, int(paged), d0, linear, what)
 
-    def _linear(self, terms) -> bool:
-        """The value is min_r(affine_r) + affine terms: evaluated as forms a + b . s, no interpreter."""
-        return sum(len(p) > 1 for p in terms) <= 1 and all(self.plan.affine(q) for p in terms for q in p)
-
-    @staticmethod
-    def _forms(terms, add, point, ns: int) -> list:
-        """Per result r of the min (the other terms added): (n, 1 + ns) arrays [a, b_0, ...] with the
-        value min_r(a + b . s); exact for expressions affine in the symbols."""
-        if not terms:
-            return [np.stack([add] + [np.zeros_like(add)] * ns, 1)]
-        main = max(terms, key=len)
-        rest = [p[0] for p in terms if p is not main]
-        n = len(add)
-
-        def at(prog, s):
-            return np.broadcast_to(np.asarray(expr.evaluate(prog, s, point), np.int64), (n,))
-
-        out = []
-        for prog in main:
-            progs = [prog, *rest]
-            zero = [0] * ns
-            v0 = sum(at(p, zero) for p in progs)
-            b = [sum(at(p, [int(k == i) for i in range(ns)]) for p in progs) - v0 for k in range(ns)]
-            out.append(np.stack([add + v0, *b], 1))
-        return out
-
-    def _pages(self, tr, patched: set) -> np.ndarray:
+    def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
         """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
-        out = []
-        slot_base = self.kv[5::2]
-        for r, s, p, o in zip(tr.rows.tolist(), tr.slot.tolist(), tr.page.tolist(), tr.offset.tolist()):
-            if r in patched:
-                continue
-            op = isa.Opcode(int(tr.words[r, 0] & np.uint64(0xF)))
-            f = next(f for f in isa.LAYOUT[op] if f.name == "dram_base")
-            out.append([r, f.lane, f.offset, f.mask, p, int(slot_base[s]) + o])
-        return np.asarray(out, np.int64).reshape(-1, 6)
+        keep = ~np.isin(tr.rows, patched)
+        rows = tr.rows[keep]
+        out = np.zeros((len(rows), 6), np.int64)
+        out[:, 0], out[:, 4] = rows, tr.page[keep]
+        out[:, 5] = self.kv[5::2][tr.slot[keep]] + tr.offset[keep]
+        op = (tr.words[rows, 0] & np.uint64(0xF)).astype(np.int64)
+        for code in np.unique(op):
+            f = next(f for f in isa.LAYOUT[isa.Opcode(int(code))] if f.name == "dram_base")
+            out[op == code, 1:4] = (f.lane, f.offset, f.mask)
+        return out
 
     def declared(self, b: Bucket) -> set:
         """(word, field) of every injected field and page address of bucket `b`."""
