@@ -91,6 +91,12 @@ def check_convention(model) -> tuple[int, list]:
     return int(logits.shape[-1]), _cache_tensors(cache)
 
 
+def pass_options(page_size: int) -> dict:
+    """The options both programs compile with: a paged cache, and DRAM offsets fixed at the upper bounds
+    (no tensor base moves with the length, so a step only patches the injected fields: `runtime/step.py`)."""
+    return {"novella-kv-cache": {"page-size": page_size}, "novella-allocate": {"fixed-offsets": 1}}
+
+
 def compile_causal_lm(
     model, max_len: int, page_size: int = 16, *, n_pages: int | None = None, max_batch: int = 4,
     config=None, cache: bool | None = None,
@@ -102,7 +108,7 @@ def compile_causal_lm(
     if max_len < 2:
         raise InputError(f"max_len must be >= 2 (one prompt token and one generated), got {max_len}")
     vocab, example = check_convention(model)
-    options = {"novella-kv-cache": {"page-size": page_size}, "novella-allocate": {"fixed-offsets": 1}}
+    options = pass_options(page_size)
     t0 = time.perf_counter()
     prefill = compile_torch(
         _Prefill(model), torch.zeros(1, 2, dtype=torch.long),
