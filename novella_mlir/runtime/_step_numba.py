@@ -187,3 +187,79 @@ def prepare(syms, ex, fields, dims):
             k += 1
         fields[i, 12] = k
     return forms
+
+
+@nb.njit(cache=True)
+def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
+    """The field rows of a new bucket (before `prepare`), their dims, and the words of the paged DMAs.
+
+    `tiles`: per tile, its template range (lo, hi), number of dims, first `tt` row, whether it has
+    work, then its grid's min ids; `tt`: per (tile, template), guard range, spec range, paged;
+    `guards`: kind (0 eq, 1 ge), min id; `specs`: lane, offset, mask, lo, hi, min ids (2), affine,
+    paged, bits, signed; `spans`: each tile's words (start, end; -1: none). The points and
+    templates are walked in the JIT's order, so each word's index is the running count. Status 1:
+    a tile's words disagree with its templates."""
+    depth = 1
+    for e in range(ex[0]):
+        depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
+    stack = np.zeros(depth, np.int64)
+    dims = np.zeros(n_dims, np.int64)
+    nt = tiles.shape[0]
+    ext = np.zeros((nt, n_dims), np.int64)
+    npts = np.zeros(nt, np.int64)
+    n_rows, n_paged = 0, 0
+    for ti in range(nt):
+        if spans[ti, 0] < 0 or tiles[ti, 4] == 0:
+            continue
+        n = 1
+        for g in range(tiles[ti, 2]):
+            ext[ti, g] = _min(ex, tiles[ti, 5 + g], syms, dims, stack)
+            n *= max(ext[ti, g], 0)
+        npts[ti] = n
+        for j in range(tiles[ti, 1] - tiles[ti, 0]):
+            k = tiles[ti, 3] + j
+            n_rows += n * (tt[k, 3] - tt[k, 2])
+            n_paged += n * tt[k, 4]
+    rows = np.zeros((n_rows, 14), np.int64)
+    rdims = np.zeros((n_rows, n_dims), np.int64)
+    paged = np.zeros(n_paged, np.int64)
+    r, pg = 0, 0
+    for ti in range(nt):
+        if spans[ti, 0] < 0 or tiles[ti, 4] == 0:
+            continue
+        w = spans[ti, 0]
+        for p in range(npts[ti]):
+            q = p
+            for g in range(tiles[ti, 2] - 1, -1, -1):
+                dims[g] = q % ext[ti, g]
+                q //= ext[ti, g]
+            for j in range(tiles[ti, 1] - tiles[ti, 0]):
+                k = tiles[ti, 3] + j
+                ok = True
+                for gi in range(tt[k, 0], tt[k, 1]):
+                    v = _min(ex, guards[gi, 1], syms, dims, stack)
+                    if (guards[gi, 0] == 0 and v != 0) or (guards[gi, 0] == 1 and v < 0):
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                if tt[k, 4]:
+                    paged[pg] = w
+                    pg += 1
+                for sp in range(tt[k, 2], tt[k, 3]):
+                    lane, off, mask = specs[sp, 0], specs[sp, 1], specs[sp, 2]
+                    src = raw if specs[sp, 8] else words
+                    v = np.int64((src[w, lane] >> np.uint64(off)) & np.uint64(mask))
+                    if specs[sp, 10] and v > specs[sp, 4]:
+                        v -= np.int64(1) << np.int64(specs[sp, 9])
+                    rows[r, 0], rows[r, 1], rows[r, 2], rows[r, 3] = w, lane, off, mask
+                    for c in range(3, 7):
+                        rows[r, 1 + c] = specs[sp, c]  # lo, hi, the two min ids
+                    rows[r, 8], rows[r, 9], rows[r, 10], rows[r, 11] = v, specs[sp, 8], r, specs[sp, 7]
+                    rows[r, 13] = sp
+                    rdims[r] = dims
+                    r += 1
+                w += 1
+        if w != spans[ti, 1]:
+            return rows[:r], rdims[:r], paged[:pg], 1
+    return rows[:r], rdims[:r], paged[:pg], 0

@@ -67,6 +67,7 @@ class Plan:
 
     def __init__(self, art, vbase: int):
         self.art = art
+        self.tile_index = {t.name: i for i, t in enumerate(art.tiles)}
         self.grid_progs = list({_key(g): g for t in art.tiles for g in t.grid if _has_sym([g])}.values())
         self.guard_keys, self.fields, self.paged, self._affine = [], {}, {}, {}
         self._grid_ex = None
@@ -84,11 +85,34 @@ class Plan:
                 if names:
                     self.fields[ti, j] = names
         self.ex = _Exprs()
-        self.specs = {k: [self._spec(*k, name) for name in names] for k, names in self.fields.items()}
+        self._flatten()
         self.table = self.ex.table()
 
-    def _spec(self, ti: int, j: int, name: str) -> tuple:
-        """(field, paged, [min ids], linear, what) of one injected field of template j of tile ti."""
+    def _flatten(self) -> None:
+        """The tables `_step_numba.build` walks: tiles, (tile, template) rows, guards, field specs."""
+        tiles, tt, guards, specs, self.whats = [], [], [], [], []
+        self.n_dims = max([len(t.grid) for t in self.art.tiles] + [1])
+        for ti, tile in enumerate(self.art.tiles):
+            insts = self.art.macros[tile.macro].insts
+            t0, work = len(tt), 0
+            for j, t in enumerate(insts):
+                g0 = len(guards)
+                guards += [[0 if kind == "eq" else 1, self.ex.min([p])] for kind, p in t.when]
+                s0 = len(specs)
+                for name in self.fields.get((ti, j), ()):
+                    specs.append(self._spec(ti, j, name))
+                paged = int(self.paged.get((ti, j), False))
+                work |= len(specs) > s0 or paged
+                tt.append([g0, len(guards), s0, len(specs), paged])
+            grid = [self.ex.min([g]) for g in tile.grid] + [-1] * (self.n_dims - len(tile.grid))
+            tiles.append([0, len(insts), len(tile.grid), t0, int(work), *grid])
+        i64 = lambda x, c: np.asarray(x, np.int64).reshape(-1, c)  # noqa: E731
+        self.tiles, self.tt = i64(tiles, 5 + self.n_dims), i64(tt, 5)
+        self.guards, self.specs = i64(guards, 2), i64(specs, 11)
+
+    def _spec(self, ti: int, j: int, name: str) -> list:
+        """The spec row of one injected field of template j of tile ti (its `what` in `whats`):
+        lane, offset, mask, lo, hi, min ids of its symbol terms (2), affine, paged, bits, signed."""
         tile = self.art.tiles[ti]
         t = self.art.macros[tile.macro].insts[j]
         f = next(f for f in isa.LAYOUT[isa.Opcode[t.opcode]] if f.name == name)
@@ -99,7 +123,8 @@ class Plan:
         ids = [self.ex.min(p) for p in terms] + [-1] * (2 - len(terms))
         linear = bool(terms) and sum(len(p) > 1 for p in terms) <= 1 and all(self.affine(q) for p in terms for q in p)
         paged = name == "dram_base" and self.paged.get((ti, j), False)
-        return f, paged, ids, linear, (ti, j, name, self.kind(ti, j, name))
+        self.whats.append((ti, j, name, self.kind(ti, j, name)))
+        return [f.lane, f.offset, f.mask, f.lo, f.hi, *ids, int(linear), int(paged), f.bits, int(f.signed)]
 
     def affine(self, prog) -> bool:
         """`prog` is affine in the symbols for fixed dims (`symbolic.affine_in_symbols`)."""
@@ -172,34 +197,6 @@ class _Exprs:
         return np.asarray(flat + self.tokens, np.int64)
 
 
-def field_value(words: np.ndarray, f) -> np.ndarray:
-    v = ((words[:, f.lane] >> np.uint64(f.offset)) & np.uint64(f.mask)).astype(np.int64)
-    return np.where(v > f.hi, v - (1 << f.bits), v) if f.signed else v
-
-
-class _Rows:
-    """A bucket's patch tables while it is built: arrays per (tile, template, field)."""
-
-    def __init__(self, ns: int):
-        self.ns = ns
-        self.rows, self.dims, self.paged, self.injected = [], [], [], []
-        self.n_dims = 0
-
-    def add_dims(self, d: np.ndarray) -> int:
-        self.dims.append(d)
-        self.n_dims += len(d)
-        return self.n_dims - len(d)
-
-    def add_rows(self, at, head, value, paged: int, d0: int, linear: bool, what) -> None:
-        """Rows of one (tile, template, field); `_step_numba.prepare` completes them."""
-        n = len(at)
-        r = np.empty((n, 13), np.int64)
-        r[:, 0], r[:, 1:8], r[:, 8], r[:, 9], r[:, 10] = at, head, value, paged, d0 + np.arange(n)
-        r[:, 11], r[:, 12] = int(linear), 0
-        self.rows.append(r)
-        self.injected.extend([what] * n)
-
-
 @dataclass
 class Bucket:
     """One instantiation and its patch tables."""
@@ -207,12 +204,17 @@ class Bucket:
     key: tuple
     words: np.ndarray  # (n, 4) uint64, patched in place every step
     ex: np.ndarray
-    fields: np.ndarray  # (n_fields, 13) int64
+    fields: np.ndarray  # (n_fields, 14) int64 (the last column: the spec)
     dims: np.ndarray  # (n_points, n_dims) int64
     forms: np.ndarray  # (n_forms, 1 + n_symbols) int64: a, b of the affine fields' a + b . s
     pages: np.ndarray  # (n_pages, 6) int64
-    injected: list  # per field row: (tile index, template index, field name, kind)
+    whats: list  # per spec: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
+
+    @property
+    def injected(self) -> list:
+        """Per field row: (tile index, template index, field name, kind)."""
+        return [self.whats[k] for k in self.fields[:, 13].tolist()]
 
 
 class Stepper:
@@ -249,59 +251,28 @@ class Stepper:
     def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
         if status < 0:
             raise RuntimeError(f"the program addresses a page beyond the sequence's {blocks.size} blocks")
-        ti, j, name, _ = b.injected[status - 1]
+        ti, j, name, _ = b.whats[int(b.fields[status - 1, 13])]
         raise RuntimeError(
             f"{self.art.tiles[ti].name}: field {name} of template {j} does not fit its ISA width at {list(syms)}"
         )
 
     def _build(self, key: tuple, syms: tuple) -> Bucket:
-        from ._step_numba import prepare
+        from ._step_numba import build, prepare
 
         prog = self.jit.instantiate(list(syms))
         tr = self.translate(prog.words)
-        spans = {name: (s, e) for name, s, e in prog.spans}
-        acc = _Rows(len(syms))
-        for ti, tile in enumerate(self.art.tiles):
-            if tile.name in spans:
-                self._tile(ti, tile, spans[tile.name], list(syms), prog.words, tr.words, acc)
-        rows = np.concatenate(acc.rows) if acc.rows else np.zeros((0, 13), np.int64)
-        paged = np.concatenate(acc.paged) if acc.paged else np.zeros(0, np.int64)
-        if not np.array_equal(np.sort(tr.rows), np.sort(paged)):
-            raise RuntimeError("the paged DMAs by address and by template disagree")
-        patched = rows[[name == "dram_base" for *_, name, _ in acc.injected], 0] if len(rows) else rows[:, 0]
-        pages = self._pages(tr, patched)
-        n_dims = max([d.shape[1] for d in acc.dims] + [1])
-        dims = np.zeros((max(sum(len(d) for d in acc.dims), 1), n_dims), np.int64)
-        at = 0
-        for d in acc.dims:
-            dims[at : at + len(d), : d.shape[1]] = d
-            at += len(d)
-        ex = self.plan.table
-        forms = prepare(np.asarray(syms, np.int64), ex, rows, dims)
-        return Bucket(key, tr.words, ex, rows, dims, forms, pages, acc.injected, pages[:, 0].copy())
-
-    def _tile(self, ti, tile, span, syms, raw, words, acc) -> None:
-        mm = self.art.macros[tile.macro]
-        todo = [j for j in range(len(mm.insts)) if (ti, j) in self.plan.fields or (ti, j) in self.plan.paged]
-        if not todo:
-            return
-        extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
-        n = int(np.prod(extents)) if extents else 1
-        grid = np.unravel_index(np.arange(n), extents) if extents else ()
-        masks = np.stack([_mask(t, syms, grid, n) for t in mm.insts], axis=1)
-        if int(masks.sum()) != span[1] - span[0]:
-            raise RuntimeError(f"{tile.name}: {span[1] - span[0]} words, the templates give {int(masks.sum())}")
-        pos = (np.cumsum(masks.ravel()) - 1).reshape(masks.shape)
-        for j in todo:
-            sel = masks[:, j]
-            at = span[0] + pos[sel, j]
-            if (ti, j) in self.plan.paged:
-                acc.paged.append(at)
-            point = tuple(d[sel] for d in grid)
-            d0 = acc.add_dims(np.stack(point, 1) if point else np.zeros((len(at), 0), np.int64))
-            for f, paged, ids, linear, what in self.plan.specs.get((ti, j), ()):
-                value = field_value((raw if paged else words)[at], f)
-                acc.add_rows(at, [f.lane, f.offset, f.mask, f.lo, f.hi, *ids], value, int(paged), d0, linear, what)
+        p = self.plan
+        spans = np.full((len(self.art.tiles), 2), -1, np.int64)
+        for name, start, end in prog.spans:
+            spans[p.tile_index[name]] = (start, end)
+        s = np.asarray(syms, np.int64)
+        rows, dims, paged, status = build(s, p.table, p.tiles, p.tt, p.guards, p.specs, spans, prog.words, tr.words,
+                                          p.n_dims)  # fmt: skip
+        if status or not np.array_equal(np.sort(tr.rows), np.sort(paged)):
+            raise RuntimeError("the program's words disagree with its templates (the JIT and the plan differ)")
+        forms = prepare(s, p.table, rows, dims)
+        pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
+        return Bucket(key, tr.words, p.table, rows, dims, forms, pages, p.whats, pages[:, 0].copy())
 
     def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
         """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""

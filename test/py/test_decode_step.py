@@ -64,14 +64,6 @@ def test_prefill_is_patched_too(lm):
         sess.pool.release(table)
 
 
-def _classes(st, bucket, keep):
-    out = collections.defaultdict(set)
-    for r, (ti, j, name, kind) in zip(bucket.fields, bucket.injected):
-        if kind in keep:
-            out[int(r[0])].add(name)
-    return out
-
-
 def test_changing_fields_are_exactly_the_declared_ones(lm):
     """Within a bucket (past 16..31: two pages) consecutive steps differ only in declared fields, and
     every declared (tile, template, field) changes; a new block table changes the page addresses."""
