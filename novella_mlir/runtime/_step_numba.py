@@ -9,8 +9,8 @@ paged (1: a virtual cache address, mapped through the block table), dims row, an
 affine in the symbols need no interpreter; the constant is in a). A page row: word,
 lane, offset, mask, logical page, offset in the block.
 `kv`: pool base, block elements, vbase, vspan, then per cache slot (page elements, offset in the
-block). Returns 0, -1 if the block table lacks a page, or 1 + the index of a field row whose
-value does not fit its field.
+block). Returns 0, -1 if the block table lacks a page, -2 if the symbols are not in the bucket, or
+1 + the index of a field row whose value does not fit its field.
 """
 
 from __future__ import annotations
@@ -97,11 +97,19 @@ def _physical(v, kv, blocks):
 
 
 @nb.njit(cache=True)
-def patch(syms, ex, fields, dims, forms, pages, words, kv, blocks):
+def patch(syms, key_ex, key, ex, fields, dims, forms, pages, words, kv, blocks):
+    """Rewrites the injected fields and page addresses of a bucket's words for `syms` and `blocks`;
+    first checks that `syms` are in the bucket (the grid extents `key_ex` evaluate to `key`), else -2."""
     depth = 1
-    for e in range(ex[0]):
-        depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
+    for e in range(max(ex[0], key_ex[0])):
+        if e < ex[0]:
+            depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
+        if e < key_ex[0]:
+            depth = max(depth, key_ex[4 + 2 * e] - key_ex[3 + 2 * e])
     stack = np.zeros(depth, np.int64)
+    for m in range(key_ex[1]):
+        if _min(key_ex, m, syms, stack, stack) != key[m]:
+            return -2
     ns = syms.size
     for i in range(fields.shape[0]):
         if fields[i, 12] > fields[i, 11]:

@@ -134,16 +134,20 @@ class Plan:
                 self._affine[k] = sy.affine_in_symbols(sy.from_postfix(prog))
         return self._affine[k]
 
-    def key(self, syms) -> tuple:
-        """The bucket of `syms`: the symbol-dependent grid extents and guard outcomes."""
-        from ._step_numba import values
-
+    def key_table(self) -> np.ndarray:
+        """The symbol-dependent grid extents as an expression table (the numeric part of the key)."""
         if self._grid_ex is None:
             ex = _Exprs()
             for g in self.grid_progs:
                 ex.min([g])
             self._grid_ex = ex.table()
-        k = tuple(values(np.asarray(syms, np.int64), self._grid_ex).tolist())
+        return self._grid_ex
+
+    def key(self, syms) -> tuple:
+        """The bucket of `syms`: the symbol-dependent grid extents and guard outcomes."""
+        from ._step_numba import values
+
+        k = tuple(values(np.asarray(syms, np.int64), self.key_table()).tolist())
         for ti, j in self.guard_keys:
             tile = self.art.tiles[ti]
             extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
@@ -210,6 +214,7 @@ class Bucket:
     pages: np.ndarray  # (n_pages, 6) int64
     whats: list  # per spec: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
+    key_values: np.ndarray  # the grid extents of the key (what `patch` checks)
 
     @property
     def injected(self) -> list:
@@ -225,6 +230,7 @@ class Stepper:
         self.plan = Plan(art, int(kv[2]))
         self.buckets: OrderedDict = OrderedDict()
         self.cache_size = cache_size
+        self._last: Bucket | None = None
 
     def bucket(self, syms: tuple) -> tuple[Bucket, bool]:
         """The bucket of `syms` and whether it was instantiated now."""
@@ -235,20 +241,34 @@ class Stepper:
             return b, False
         b = self.buckets[k] = self._build(k, syms)
         if len(self.buckets) > self.cache_size:
-            self.buckets.popitem(last=False)
+            if self.buckets.popitem(last=False)[1] is self._last:
+                self._last = None
         return b, True
 
     def words(self, syms: tuple, blocks: np.ndarray) -> tuple[np.ndarray, bool]:
-        """The bucket's words patched for `syms` and `blocks` (in place), and whether it was new."""
-        from ._step_numba import patch
+        """The bucket's words patched for `syms` and `blocks` (in place), and whether it was new.
 
-        b, new = self.bucket(syms)
-        status = patch(np.asarray(syms, np.int64), b.ex, b.fields, b.dims, b.forms, b.pages, b.words, self.kv, blocks)
+        The last bucket is tried first: the patch checks its key itself (one compiled call per step)."""
+        s = np.asarray(syms, np.int64)
+        b, new = self._last, False
+        status = self._patch(b, s, blocks) if b is not None and not self.plan.guard_keys else -2
+        if status == -2:
+            b, new = self.bucket(syms)
+            status = self._patch(b, s, blocks)
         if status:
             self._fail(b, status, syms, blocks)
+        self._last = b
         return b.words, new
 
+    def _patch(self, b: Bucket, s: np.ndarray, blocks: np.ndarray) -> int:
+        from ._step_numba import patch
+
+        return patch(s, self.plan.key_table(), b.key_values, b.ex, b.fields, b.dims, b.forms, b.pages, b.words,
+                     self.kv, blocks)  # fmt: skip
+
     def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
+        if status == -2:
+            raise RuntimeError(f"{list(syms)} are not in the bucket {b.key} they were looked up in")
         if status < 0:
             raise RuntimeError(f"the program addresses a page beyond the sequence's {blocks.size} blocks")
         ti, j, name, _ = b.whats[int(b.fields[status - 1, 13])]
@@ -272,7 +292,8 @@ class Stepper:
             raise RuntimeError("the program's words disagree with its templates (the JIT and the plan differ)")
         forms = prepare(s, p.table, rows, dims)
         pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
-        return Bucket(key, tr.words, p.table, rows, dims, forms, pages, p.whats, pages[:, 0].copy())
+        kv = np.asarray(key[: len(p.grid_progs)], np.int64)
+        return Bucket(key, tr.words, p.table, rows, dims, forms, pages, p.whats, pages[:, 0].copy(), kv)
 
     def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
         """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
