@@ -232,6 +232,11 @@ class Stepper:
         self.cache_size = cache_size
         self._last: Bucket | None = None
 
+    def clear(self) -> None:
+        """Forgets every bucket (the next step of each structure instantiates again)."""
+        self.buckets.clear()
+        self._last = None
+
     def bucket(self, syms: tuple) -> tuple[Bucket, bool]:
         """The bucket of `syms` and whether it was instantiated now."""
         k = self.plan.key(syms)

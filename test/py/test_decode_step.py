@@ -101,7 +101,7 @@ def test_changing_fields_are_exactly_the_declared_ones(lm):
 def test_generation_instantiates_once_per_page_count(lm):
     sess = lm.session()
     st = sess.steppers["decode"]
-    st.buckets.clear()
+    st.clear()
     ids = torch.randint(3, 200, (1, 7), generator=torch.Generator().manual_seed(5))
     lm.generate(ids, max_new_tokens=40)
     dec = [s for s in lm.last_run.steps if s.kind == "decode"]
