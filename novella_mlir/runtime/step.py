@@ -14,7 +14,8 @@ Each step evaluates only the injected fields' expressions at the new symbol valu
 addresses at the current block table, and writes them into the bucket's words in place: one numba
 call (`_step_numba.patch`). Its value per word is the expression plus the constant the
 instantiation fixed (ping-pong slot offset, tensor base, DRAM segment), taken from the bucket's
-own words. `reference` is the readable path it is tested against, bit for bit.
+own words. `kv.Session.reference` (a fresh instantiation of the whole program) is the readable
+path it is tested against, bit for bit.
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ from .. import symbolic as sy
 from . import expr
 
 _OPS = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7}
-_DMA = (isa.Opcode.LOAD, isa.Opcode.STORE, isa.Opcode.GATHER)
-KINDS = ("write address", "page address", "length")
+KINDS = ("write address", "page address", "length")  # what an injected field is (Plan.kind)
 
 
 def _has_sym(progs) -> bool:
