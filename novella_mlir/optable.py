@@ -316,6 +316,7 @@ FRONTEND_ONLY: dict[str, Callable] = {
     "torch.aten.alias": shape_ops.identity,
     "torch.aten.detach": shape_ops.identity,
     "torch.aten.lift_fresh_copy": shape_ops.identity,
+    "torch.aten.copy": kv_cache.copy,
     "torch.aten.dropout": shape_ops.dropout,
 }
 

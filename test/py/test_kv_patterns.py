@@ -2,7 +2,8 @@
 
 A hand-written one-layer attention decoder (no transformers class) grows its cache by one position
 with `cat(past, k)`, or pads it and writes position P = past length with `index_copy`,
-`slice_scatter` or `k_cache[:, :, pos] = k` (`index_put`). Each must compile to the same program as
+`slice_scatter`, `k_cache[:, :, arange(P, P + 1)] = k` (`index_put`) or `k_cache[:, :, P:P + 1] = k`
+(a slice, a copy into it and a `slice_scatter` after functionalization). Each must compile to the same program as
 `cat` (one in-place append into the paged cache) and, unpaged, equal PyTorch eager at several
 past lengths."""
 
@@ -20,7 +21,7 @@ from torch.export import Dim
 from novella_mlir import compile_torch
 from novella_mlir.errors import NovellaError
 
-PATTERNS = ("cat", "index_copy", "slice_scatter", "index_put")
+PATTERNS = ("cat", "index_copy", "slice_scatter", "index_put", "setitem")
 MAX_PAST = 40
 
 
@@ -41,6 +42,9 @@ class TinyDecoder(torch.nn.Module):
             return buf.index_copy(2, torch.arange(p, p + 1), new)
         if self.write == "slice_scatter":
             return torch.slice_scatter(buf, new, dim=2, start=p, end=p + 1)
+        if self.write == "setitem":
+            buf[:, :, p : p + 1] = new
+            return buf
         buf[:, :, torch.arange(p, p + 1)] = new
         return buf
 
@@ -106,3 +110,16 @@ def test_a_scatter_that_is_no_append_is_refused():
         NovellaError, match=r"slice_scatter is supported as a KV-cache append only: writing positions \[P"
     ):
         compile_torch(_WrongPosition("x"), *args, dynamic_shapes=(None, {2: past}, {2: past}), cache=False)
+
+
+class _ReadsAtP(torch.nn.Module):
+    def forward(self, x, k_past, v_past):
+        p = k_past.shape[2]
+        return x * 2, k_past[:, :, p - 1 : p] * 2, v_past
+
+
+def test_a_slice_read_at_a_symbolic_start_is_refused():
+    past = Dim("past", min=2, max=MAX_PAST)
+    args = (torch.randn(1, 1, 32), torch.randn(1, 4, 3, 8), torch.randn(1, 4, 3, 8))
+    with pytest.raises(NovellaError, match="a slice with a symbolic start .supported only as the target of a KV-cache"):
+        compile_torch(_ReadsAtP(), *args, dynamic_shapes=(None, {2: past}, {2: past}), cache=False)

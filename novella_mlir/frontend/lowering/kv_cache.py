@@ -1,5 +1,6 @@
 """Lowerings of the in-place KV-cache writes: `pad`, and `slice_scatter` / `index_put` (`index_copy`
-decomposes to it) that write the new positions of a grown cache.
+decomposes to it) that write the new positions of a grown cache; `buf[:, :, P:P + 1] = k` is a
+slice with a symbolic start (a `WriteTarget`, no tensor), a `copy` into it and a `slice_scatter`.
 
 A static-cache style decoder grows its cache buffer and writes the new key at position P, the past
 length: `pad(past, (0, 0, 0, 1)).index_copy(2, arange(P, P + 1), k)`, `slice_scatter(..., start=P,
@@ -27,6 +28,31 @@ class Positions:
 
     start: object
     stop: object
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """`x[..., start:end, ...]` with a symbolic start: usable only as the target of a copy (a write)."""
+
+    shape: tuple
+
+    def __repr__(self) -> str:
+        return "a slice with a symbolic start (supported only as the target of a KV-cache write)"
+
+
+def write_target(cx, x, dim: int, start, end) -> WriteTarget:
+    shape = list(cx.shape(x))
+    shape[dim] = sy.canon(affine(end) - affine(start))
+    return WriteTarget(tuple(shape))
+
+
+def copy(cx):
+    """`copy(dst, src)`: src, in dst's shape (no broadcast); dst may be a `WriteTarget`."""
+    dst, src = cx.value(cx.op.operands[0]), cx.operand(1)
+    shape = list(dst.shape) if isinstance(dst, WriteTarget) else cx.shape(cx.operand(0))
+    if not sy.equal_shapes(shape, cx.shape(src)):
+        raise cx.error(f"copy of {[str(e) for e in cx.shape(src)]} into {[str(e) for e in shape]}: no broadcast")
+    return src
 
 
 def _i64(v: int) -> ir.IntegerAttr:
