@@ -44,7 +44,7 @@ PASSES: dict[str, PassInfo] = {
         _info("novella-shape-infer", novella_shape_infer, novella_shape_infer.OPTIONS),
         _info("novella-legalize", novella_legalize),
         _info("novella-kv-cache", novella_kv_cache, novella_kv_cache.OPTIONS),
-        _info("novella-allocate", novella_allocate),
+        _info("novella-allocate", novella_allocate, novella_allocate.OPTIONS),
         _info("novella-tile", novella_tile, novella_tile.OPTIONS),
         _info("novella-macro-gen", novella_macro_gen),
         _info("novella-inst-gen", novella_inst_gen),

@@ -99,6 +99,10 @@ def arange(cx):
     nums = [cx.value(v) for v in cx.op.operands[:n]]
     start, end, step = (0, nums[0], 1) if n == 1 else (nums + [1])[:3]
     if not all(isinstance(v, (int, float)) for v in (start, step)):
+        if step == 1 and not isinstance(start, float) and not isinstance(end, float):
+            from .kv_cache import Positions
+
+            return Positions(start, end)  # positions an index op writes (a KV-cache append), no tensor
         raise cx.error("arange with a symbolic start or step is not supported")
     if isinstance(end, (int, float)):
         return cx.add_weight("arange", np.arange(start, end, step, dtype=np.float64))
