@@ -8,6 +8,12 @@
 * **TileMeta**: one entry per macro in program order: which MacroMeta, the
   grid extents as expressions of the symbols, and each tensor slot's DRAM
   base. Nothing in either part grows with the length.
+* **Programs**: an artifact holds one or more programs, each with its own
+  MacroMeta, TileMeta and DRAM plan, for a box of symbol values (`ranges`,
+  disjoint, together covering the symbols' bounds) and a `reason`: the
+  generic program, a sub-range torch.export traced separately (a guard of
+  the model), or a shape bucket the cost model chose (`--novella-buckets`).
+  The runtime picks the program by the symbol values; weights are shared.
 
 The file format is `NVLA` + version + a JSON header (sizes, sha256 and,
 when saved with a key, an HMAC-SHA256 signature) + the metadata JSON + the
@@ -33,10 +39,10 @@ from simulator import isa
 
 from . import artifact_check
 from . import symbolic as sy
-from .errors import ArtifactError
+from .errors import ArtifactError, InputError
 from .transforms.common import attr_dict, body_ops, from_attr, functions
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a list of programs, each for a box of symbol values
 MAGIC = b"NVLA"
 _ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
 
@@ -74,47 +80,110 @@ class TensorMeta:
     dtype: str = "float32"  # the torch dtype of a model input (held as fp32 in DRAM: frontend/dtypes.py)
 
 
+PROGRAM_FIELDS = ("inputs", "outputs", "dram_size", "weight_layout", "macros", "tiles", "kv")
+
+
+@dataclass
+class Program:
+    """One program of an artifact: the box of symbol values it covers (`ranges`, one [lo, hi] per
+    symbol), why it exists (`reason`: "generic", an export guard, a cost-model bucket) and its
+    own DRAM plan, MacroMeta and TileMeta."""
+
+    ranges: list  # [[lo, hi], ...], one per symbol
+    reason: str
+    inputs: list
+    outputs: list
+    dram_size: list  # postfix
+    weight_layout: dict  # name -> [offset, shape]
+    macros: list
+    tiles: list
+    # the paged KV cache (`--novella-kv-cache`): page_size, vbase, vspan, slots [{heads, head_dim,
+    # page_elems}], and which inputs / outputs are paged (by index; the host neither writes nor reads them)
+    kv: dict = field(default_factory=dict)
+
+
 @dataclass
 class Artifact:
+    """The compiled model: its symbols' bounds, the programs that cover them (disjoint boxes, picked
+    by the symbol values at run time), the weights they share and the config they were built for.
+
+    With one program, its fields (`macros`, `tiles`, `inputs`, ...) read through the artifact."""
+
     version: int
     config: dict
     config_fingerprint: str
     symbols: list  # [[name, lo, hi], ...]
-    inputs: list
-    outputs: list
-    dram_size: list
-    weight_layout: dict  # name -> [offset, shape]
-    macros: list
-    tiles: list
+    programs: list
     weights: dict = field(default_factory=dict, repr=False)
-    # the paged KV cache (`--novella-kv-cache`): page_size, vbase, vspan, slots [{heads, head_dim,
-    # page_elems}], and which inputs / outputs are paged (by index; the host neither writes nor reads them)
-    kv: dict = field(default_factory=dict)
+
+    def __getattr__(self, name):
+        if name in PROGRAM_FIELDS and "programs" in self.__dict__:
+            progs = self.__dict__["programs"]
+            if len(progs) == 1:
+                return getattr(progs[0], name)
+            raise AttributeError(
+                f"this artifact holds {len(progs)} programs ({self.describe_ranges()}); '{name}' is per "
+                "program: use artifact.programs[i], artifact.view(i) or artifact.pick(symbol values)"
+            )
+        raise AttributeError(f"'Artifact' object has no attribute '{name}'")
+
+    def describe_ranges(self) -> str:
+        """The programs' boxes in words: `T in [1, 1] (export guard ...); T in [2, 2048] (generic)`."""
+        names = [s[0] for s in self.symbols]
+        parts = []
+        for p in self.programs:
+            box = ", ".join(f"{n} in [{lo}, {hi}]" for n, (lo, hi) in zip(names, p.ranges)) or "no symbols"
+            parts.append(f"{box} ({p.reason})")
+        return "; ".join(parts)
+
+    def pick(self, values) -> int:
+        """The index of the program whose box holds the symbol values; an InputError naming the symbols
+        and the programs' ranges when none does."""
+        values = [int(v) for v in values]
+        for i, p in enumerate(self.programs):
+            if all(lo <= v <= hi for v, (lo, hi) in zip(values, p.ranges)):
+                return i
+        named = ", ".join(f"{s[0]}={v}" for s, v in zip(self.symbols, values))
+        raise InputError(
+            f"{named} is outside every compiled program: {self.describe_ranges()}; "
+            "recompile with wider bounds (min_len/max_len, or the Dim's min/max in dynamic_shapes)"
+        )
+
+    def view(self, i: int) -> Artifact:
+        """Program `i` alone, as a one-program artifact whose symbol bounds are the program's box."""
+        p = self.programs[i]
+        syms = [[s[0], lo, hi] for s, (lo, hi) in zip(self.symbols, p.ranges)]
+        names = {n for n in p.weight_layout}
+        weights = {k: v for k, v in self.weights.items() if k in names}
+        return Artifact(self.version, self.config, self.config_fingerprint, syms, [p], weights)
 
     def metadata(self) -> dict:
         """JSON-able metadata; a template's empty `slot` and a macro's empty `schedule` are left out."""
         d = asdict(self)
         d.pop("weights")
-        for mm in d["macros"]:
-            if not mm["schedule"]:
-                del mm["schedule"]
-            for t in mm["insts"]:
-                if not t["slot"]:
-                    del t["slot"]
+        for prog in d["programs"]:
+            for mm in prog["macros"]:
+                if not mm["schedule"]:
+                    del mm["schedule"]
+                for t in mm["insts"]:
+                    if not t["slot"]:
+                        del t["slot"]
         return d
 
-    def _section_bytes(self, key: str) -> int:
-        return len(json.dumps(self.metadata()[key], separators=(",", ":")).encode())
+    def program_nbytes(self, i: int) -> tuple[int, int]:
+        """(MacroMeta, TileMeta) bytes of program `i`."""
+        prog = self.metadata()["programs"][i]
+        return tuple(len(json.dumps(prog[k], separators=(",", ":")).encode()) for k in ("macros", "tiles"))
 
     @property
     def macro_nbytes(self) -> int:
-        """Bytes of MacroMeta (the instruction templates)."""
-        return self._section_bytes("macros")
+        """Bytes of MacroMeta (the instruction templates) of every program."""
+        return sum(self.program_nbytes(i)[0] for i in range(len(self.programs)))
 
     @property
     def tile_nbytes(self) -> int:
-        """Bytes of TileMeta (grids, bases)."""
-        return self._section_bytes("tiles")
+        """Bytes of TileMeta (grids, bases) of every program."""
+        return sum(self.program_nbytes(i)[1] for i in range(len(self.programs)))
 
     @property
     def nbytes(self) -> int:
@@ -135,6 +204,31 @@ class Artifact:
         header = json.dumps(fields).encode()
         with open(path, "wb") as f:
             f.write(MAGIC + struct.pack("<II", FORMAT_VERSION, len(header)) + header + meta + blob)
+
+
+def combine(artifacts: list[Artifact]) -> Artifact:
+    """One artifact holding the programs of `artifacts` (compiled from one model for disjoint boxes of
+    the same symbols; each program's `ranges` and `reason` already set). Weights are shared by name:
+    two programs that name a weight must agree on its values (one model, one set of weights)."""
+    symbolic = [a for a in artifacts if a.symbols]
+    if not symbolic:
+        raise ArtifactError("cannot combine programs without symbols")
+    names = [s[0] for s in symbolic[0].symbols]
+    weights: dict = {}
+    programs = []
+    for a in artifacts:
+        if a.symbols and [s[0] for s in a.symbols] != names:
+            raise ArtifactError(f"cannot combine programs over symbols {names} and {[s[0] for s in a.symbols]}")
+        for name, w in a.weights.items():
+            if name in weights and not np.array_equal(weights[name], w):
+                raise ArtifactError(f"two programs hold different values for weight '{name}'")
+            weights.setdefault(name, w)
+        programs += a.programs
+    programs.sort(key=lambda p: [r[0] for r in p.ranges])
+    bounds = [[n, min(p.ranges[j][0] for p in programs), max(p.ranges[j][1] for p in programs)]
+              for j, n in enumerate(names)]  # fmt: skip
+    base = symbolic[0]
+    return Artifact(base.version, base.config, base.config_fingerprint, bounds, programs, weights)
 
 
 MAX_FILE_BYTES = 4 << 30
@@ -256,16 +350,22 @@ def _from_metadata(meta_b: bytes, blob: bytes, where: str) -> Artifact:
         raise ArtifactError(f"{where} has malformed metadata: {e}") from None
     if m["version"] != FORMAT_VERSION:
         raise ArtifactError(f"{where} has malformed metadata: version {m['version']}, expected {FORMAT_VERSION}")
-    m["macros"] = [
-        MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]], x.get("schedule", {}))
-        for x in m["macros"]
-    ]
-    m["tiles"] = [TileMeta(**t) for t in m["tiles"]]
-    m["inputs"] = [TensorMeta(**t) for t in m["inputs"]]
-    m["outputs"] = [TensorMeta(**t) for t in m["outputs"]]
+    m["programs"] = [_program(p) for p in m["programs"]]
     art = Artifact(**m)
-    art.weights = _weights(art.weight_layout, blob, where)
+    layout = {k: v for p in art.programs for k, v in p.weight_layout.items()}
+    art.weights = _weights(layout, blob, where)
     return art
+
+
+def _program(p: dict) -> Program:
+    p["macros"] = [
+        MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]], x.get("schedule", {}))
+        for x in p["macros"]
+    ]
+    p["tiles"] = [TileMeta(**t) for t in p["tiles"]]
+    p["inputs"] = [TensorMeta(**t) for t in p["inputs"]]
+    p["outputs"] = [TensorMeta(**t) for t in p["outputs"]]
+    return Program(**p)
 
 
 def _weights(layout: dict, blob: bytes, where: str) -> dict:
@@ -283,7 +383,12 @@ def _weights(layout: dict, blob: bytes, where: str) -> dict:
 
 
 def _check_encodes(art: Artifact, where: str) -> None:
-    """The programs at the lower and upper bounds instantiate: every field fits its ISA width."""
+    """Each program at the lower and upper corner of its box instantiates: every field fits its ISA width."""
+    for i in range(len(art.programs)):
+        _check_program_encodes(art.view(i), where + (f" program {i}" if len(art.programs) > 1 else ""))
+
+
+def _check_program_encodes(art: Artifact, where: str) -> None:
     from .runtime.jit import Jit
 
     jit = Jit(art)
@@ -344,8 +449,8 @@ def _eval_at(program, values) -> int:
 # ------------------------------------------------------------------ extraction
 
 
-def extract(module: ir.Module, weights: dict, config) -> Artifact:
-    """Builds the artifact from a module after `--novella-inst-gen`."""
+def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -> Artifact:
+    """Builds a one-program artifact from a module after `--novella-inst-gen` (`reason`: why the program exists)."""
     mop = module.operation
     fn = functions(mop)[0]
     block = fn.regions[0].blocks[0]
@@ -364,19 +469,25 @@ def extract(module: ir.Module, weights: dict, config) -> Artifact:
                 macros.append(mm)
             tiles.append(TileMeta(idx, f"{mm.kernel.split('.')[1]}_{len(tiles)}", _grid(op), bases))
     ret = list(block.operations)[-1]
-    return Artifact(
-        version=FORMAT_VERSION,
-        config=config.to_dict(),
-        config_fingerprint=config.fingerprint(),
-        symbols=[[s.name, s.lo, s.hi] for s in sy.read_symbols(mop)],
+    symbols = [[s.name, s.lo, s.hi] for s in sy.read_symbols(mop)]
+    program = Program(
+        ranges=[[lo, hi] for _, lo, hi in symbols],
+        reason=reason,
         inputs=[_tensor_meta(a, dram) for a in block.arguments],
         outputs=[_tensor_meta(v, dram) for v in ret.operands],
         dram_size=sy.to_postfix(sy.map_results(fn.attributes["novella.dram_size"])[0]),
         weight_layout=layout,
         macros=macros,
         tiles=tiles,
-        weights={k: np.ascontiguousarray(v, np.float32) for k, v in weights.items()},
         kv=_kv_meta(fn),
+    )
+    return Artifact(
+        version=FORMAT_VERSION,
+        config=config.to_dict(),
+        config_fingerprint=config.fingerprint(),
+        symbols=symbols,
+        programs=[program],
+        weights={k: np.ascontiguousarray(v, np.float32) for k, v in weights.items()},
     )
 
 
