@@ -21,6 +21,7 @@ from .frontend import importer
 from .frontend.exporting import NarrowedError
 from .frontend.lowering import convert, source_location
 from .runtime.executor import Executor
+from .transforms import novella_buckets
 from .transforms.registry import BACKEND_PIPELINE, run_passes
 
 
@@ -63,6 +64,7 @@ def compile_torch(
     decomposition_table=None,
     pass_options: dict | None = None,
     cache: bool | None = None,
+    buckets: bool = True,
 ) -> CompiledModel:
     """Compiles `module` once, with dim `dynamic_dim` of its inputs symbolic in [min_len, max_len].
 
@@ -77,8 +79,13 @@ def compile_torch(
     `dynamic_dim` / `min_len` / `max_len` are ignored.
 
     `cache` (default: on unless NOVELLA_CACHE=0) looks the compile up in the
-    persistent cache (`novella_mlir/cache.py`) and stores it there."""
+    persistent cache (`novella_mlir/cache.py`) and stores it there.
+
+    `buckets=False` compiles one generic program per export range: no shape buckets (`--novella-buckets`,
+    where the cost model may add a program tiled for short lengths)."""
     config = config or load_config()
+    if not buckets:
+        pass_options = {**(pass_options or {}), "novella-buckets": {"enable": 0}}
     key = None
     if compile_cache.enabled(cache) and decomposition_table is None and dump_dir is None:
         key = compile_cache.key(
@@ -137,12 +144,18 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
         # frontend: registry-driven lowering to the novella dialect; the shape mutator types every `?`
         mod = convert(imported.module, imported)
         stages.record("novella", mod)
-        # backend: shape-infer, legalize, allocate, tile, macro-gen, inst-gen (each verified)
+        # backend: shape-infer, legalize, allocate, buckets, tile, macro-gen, inst-gen, schedule (each
+        # verified); from --novella-buckets on, once per program (a shape bucket, or the generic one)
+        programs = [(mod, "generic")]
         for flag in BACKEND_PIPELINE:
-            _run(mod, flag, config, (pass_options or {}).get(flag, {}))
-            stages.record(flag, mod)
-        # artifact: MacroMeta + TileMeta (+ weights and DRAM plan)
-        artifact = art_mod.extract(mod, imported.weights, config)
+            for i, (m, reason) in enumerate(programs):
+                _run(m, flag, config, (pass_options or {}).get(flag, {}))
+                stages.record(flag if reason == "generic" else f"{flag} (program {i})", m)
+            if flag == "novella-buckets":
+                programs = novella_buckets.programs(mod)
+        # artifact: MacroMeta + TileMeta (+ weights and DRAM plan) of each program, in one artifact
+        parts = [art_mod.extract(m, imported.weights, config, reason) for m, reason in programs]
+        artifact = parts[0] if len(parts) == 1 else art_mod.combine(parts)
     for meta, dtype in zip(artifact.programs[0].inputs, importer.input_dtypes(prog)):
         meta.dtype = dtype
     model = CompiledModel(artifact, config, stages)

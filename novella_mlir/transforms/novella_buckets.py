@@ -1,0 +1,104 @@
+"""--novella-buckets: shape buckets, a cost-model decision: a program of its own for short lengths.
+
+Runs after `--novella-allocate` (each op's SRAM budget is known), before
+`--novella-tile`. Kernels plan their tiles for a nominal length (so that
+tiling does not change with max_len); a short sub-range of a symbol may
+be better served by tiles planned for its own upper end. For every kernel
+that predicts its cycles (`predict`, from `novella_mlir/costmodel.py`),
+the pass sums the predictions of the generic program and of a program
+planned for each candidate upper end B (`Target.bucket_edges`), and keeps
+the largest B at which the model predicts at least `min-gain` percent
+fewer cycles at T = B and no more at the bucket's bottom and middle
+(`costmodel.split`). Analytic: nothing is simulated.
+
+The decision is the module attribute `novella.buckets`: one entry per
+program, `{symbol, lo, hi, plan, reason}`. The pipeline then compiles each
+entry from a copy of the module whose symbol bounds are [lo, hi] and whose
+`novella.plan_lengths` is `plan`; one artifact holds the programs. No entry
+when no bucket pays, the pass is disabled (`enable=0`), or the module has
+a paged KV cache (a decode session runs one program).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import costmodel
+from .. import symbolic as sy
+from ..kernels import PLAN_ATTR, TensorView, get_kernel
+from ..kernels.attention import NOMINAL_LENGTH
+from ..target import Target
+from .common import body_ops, check_symbols, from_attr, functions, set_attr
+
+OPTIONS = {
+    "enable": (int, 1, "emit shape buckets when the cost model predicts a gain (0: one generic program)", (0, 1)),
+    "min-gain": (int, 10, "percent fewer predicted cycles a bucket needs at its upper end", (0, 1000)),
+}
+
+ATTR = "novella.buckets"
+
+
+def run(module_op, options, config) -> None:
+    symbols = check_symbols(module_op)
+    if ATTR in module_op.attributes:
+        del module_op.attributes[ATTR]
+    if not options["enable"] or not symbols or PLAN_ATTR in module_op.attributes:
+        return
+    fns = functions(module_op)
+    if any("novella.kv_cache" in fn.attributes for fn in fns):
+        return
+    hardware = Target.from_config(config)
+    ops = []
+    for fn in fns:
+        for op in body_ops(fn):
+            k = get_kernel(op.operation.name) if "novella.sram_budget" in op.attributes else None
+            if k is not None and hasattr(k, "predict"):
+                ops.append((op, k, hardware.with_budget(from_attr(op.attributes["novella.sram_budget"]))))
+    if not ops:
+        return
+    views = [TensorView(op) for op, _, _ in ops]
+
+    def predict(plan, at):
+        total = 0.0
+        for (op, k, target), tv in zip(ops, views):
+            c = k.predict(op, tv, target, {}, plan, at)
+            if c is None:
+                return None
+            total += c
+        return total
+
+    nominal = [NOMINAL_LENGTH] * len(symbols)
+    bounds = [(s.lo, s.hi) for s in symbols]
+    buckets = costmodel.split(predict, bounds, nominal, hardware.bucket_edges(NOMINAL_LENGTH), options["min-gain"] / 100)
+    if buckets:
+        set_attr(module_op, ATTR, [_entry(b, symbols, i == len(buckets) - 1) for i, b in enumerate(buckets)])
+
+
+def _entry(b: costmodel.Bucket, symbols, generic: bool) -> dict:
+    name = symbols[b.symbol].name
+    if generic:
+        reason = "generic"
+    else:
+        gains = ", ".join(f"{g:.2f}x" for g in b.gains)
+        reason = (
+            f"shape bucket: tiles planned for {name} = {b.hi} instead of {NOMINAL_LENGTH}; the cost model "
+            f"predicts {gains} fewer cycles at {name} = {b.lo}, {(b.lo + b.hi) // 2}, {b.hi}"
+        )
+    return {"symbol": b.symbol, "lo": b.lo, "hi": b.hi, "plan": list(b.plan), "reason": reason}
+
+
+def programs(module) -> list:
+    """(module, reason) per program of `novella.buckets`: copies of `module` with the symbol's bounds
+    narrowed and the plan lengths set; [(module, "generic")] without buckets."""
+    if ATTR not in module.operation.attributes:
+        return [(module, "generic")]
+    out = []
+    for e in from_attr(module.operation.attributes[ATTR]):
+        m = module.operation.clone()
+        syms = sy.read_symbols(m)
+        syms[e["symbol"]] = dataclasses.replace(syms[e["symbol"]], lo=e["lo"], hi=e["hi"])
+        sy.write_symbols(m, syms)
+        if e["reason"] != "generic":
+            set_attr(m, PLAN_ATTR, e["plan"])
+        out.append((m, e["reason"]))
+    return out
