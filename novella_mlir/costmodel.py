@@ -64,33 +64,33 @@ def total(steps: list[tuple[StepCost, int]], slots: int) -> float:
 
 @dataclass(frozen=True)
 class Bucket:
-    """A program for symbol `symbol` in [lo, hi], tiled as if the symbols were `plan`."""
+    """Lengths 1 to `hi` of symbol `symbol` get tiles planned as if the symbols were `plan`."""
 
     symbol: int
-    lo: int
     hi: int
     plan: tuple[int, ...]
-    gains: tuple[float, ...] = ()  # predicted generic / bucket cycles at lo, (lo + hi) // 2, hi
+    gains: tuple[float, ...]  # predicted generic / bucket cycles at 1, hi // 2, hi
 
 
-def split(predict, bounds: list[tuple[int, int]], nominal: list[int], edges: list[int], min_gain: float):
-    """Shape buckets: for the first symbol where it pays, the bucket [lo, B] planned for B, B the largest
-    of `edges` below the symbol's max at which the cost model predicts, at the bucket's top B, at least
-    `min_gain` (a fraction) fewer cycles than the generic program planned for `nominal`, and no more
-    cycles at its bottom and middle. `predict(plan, at)` is the model's cycles at symbol values `at` of
-    the program planned for `plan` (None: unknown). Returns [bucket, generic] or [] (no split)."""
-    for j, (lo, hi) in enumerate(bounds):
+def bucket(predict, nominal: list[int], edges: list[int], min_gain: float) -> Bucket | None:
+    """The shape bucket of a program, if one pays: for the first symbol where one does, the largest
+    of `edges` (below its nominal length) at which the cost model predicts at least `min_gain` (a
+    fraction) fewer cycles, at T = edge, for tiles planned for the edge than for the nominal
+    length, and no more cycles at T = 1 and edge // 2. `predict(plan, at)` is the model's cycles at
+    symbol values `at` of the program planned for symbol values `plan` (None: unknown). The decision
+    depends on the model and the Target, not on the symbols' bounds, so a static compile at T tiles
+    as the bucket holding T does."""
+    for j, nom in enumerate(nominal):
         best = None
-        for edge in sorted(e for e in edges if lo <= e < hi and e < nominal[j]):
+        for edge in sorted(e for e in edges if 1 <= e < nom):
             plan = tuple(edge if i == j else v for i, v in enumerate(nominal))
-            points = sorted({lo, (lo + edge) // 2, edge})
             gains = []
-            for length in points:
+            for length in sorted({1, max(edge // 2, 1), edge}):
                 at = [length if i == j else v for i, v in enumerate(nominal)]
-                generic, bucket = predict(list(nominal), at), predict(list(plan), at)
-                gains.append(generic / bucket if generic and bucket else 1.0)
+                generic, planned = predict(list(nominal), at), predict(list(plan), at)
+                gains.append(generic / planned if generic and planned else 1.0)
             if min(gains) >= 1.0 and gains[-1] >= 1.0 + min_gain:
-                best = Bucket(j, lo, edge, plan, tuple(gains))
+                best = Bucket(j, edge, plan, tuple(gains))
         if best is not None:
-            return [best, Bucket(j, best.hi + 1, hi, tuple(nominal))]
-    return []
+            return best
+    return None

@@ -146,13 +146,14 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
         stages.record("novella", mod)
         # backend: shape-infer, legalize, allocate, buckets, tile, macro-gen, inst-gen, schedule (each
         # verified); from --novella-buckets on, once per program (a shape bucket, or the generic one)
-        programs = [(mod, "generic")]
+        programs, main = [(mod, "generic")], 0
         for flag in BACKEND_PIPELINE:
-            for i, (m, reason) in enumerate(programs):
+            for i, (m, _) in enumerate(programs):
                 _run(m, flag, config, (pass_options or {}).get(flag, {}))
-                stages.record(flag if reason == "generic" else f"{flag} (program {i})", m)
+                stages.record(flag if i == main else f"{flag} (program {i})", m)
             if flag == "novella-buckets":
                 programs = novella_buckets.programs(mod)
+                main = next((i for i, (_, r) in enumerate(programs) if r == "generic"), 0)
         # artifact: MacroMeta + TileMeta (+ weights and DRAM plan) of each program, in one artifact
         parts = [art_mod.extract(m, imported.weights, config, reason) for m, reason in programs]
         artifact = parts[0] if len(parts) == 1 else art_mod.combine(parts)

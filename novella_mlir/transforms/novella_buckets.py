@@ -8,15 +8,21 @@ that predicts its cycles (`predict`, from `novella_mlir/costmodel.py`),
 the pass sums the predictions of the generic program and of a program
 planned for each candidate upper end B (`Target.bucket_edges`), and keeps
 the largest B at which the model predicts at least `min-gain` percent
-fewer cycles at T = B and no more at the bucket's bottom and middle
-(`costmodel.split`). Analytic: nothing is simulated.
+fewer cycles at T = B and no more at T = 1 and B / 2 (`costmodel.bucket`).
+Analytic: nothing is simulated. The edge depends on the model and the
+Target only, not on the bounds: lengths 1..B are planned for B whatever
+max_len, and a static compile at T <= B tiles as the bucket does.
 
 The decision is the module attribute `novella.buckets`: one entry per
-program, `{symbol, lo, hi, plan, reason}`. The pipeline then compiles each
-entry from a copy of the module whose symbol bounds are [lo, hi] and whose
-`novella.plan_lengths` is `plan`; one artifact holds the programs. No entry
-when no bucket pays, the pass is disabled (`enable=0`), or the module has
-a paged KV cache (a decode session runs one program).
+program, `{symbol, lo, hi, plan, reason}`, the bucket's [lo, min(hi, B)]
+and the generic [B + 1, hi] intersected with the bounds (one entry when
+the bounds lie on one side). The pipeline then compiles each entry from
+a copy of the module whose symbol bounds are [lo, hi] and whose
+`novella.plan_lengths` is `plan` (a bucket's); one artifact holds the
+programs; with one bucket entry the pass sets `novella.plan_lengths` itself.
+No entry when no bucket pays, the pass is disabled
+(`enable=0`), or the module has a paged KV cache (a decode session runs
+one program).
 """
 
 from __future__ import annotations
@@ -42,7 +48,9 @@ def run(module_op, options, config) -> None:
     symbols = check_symbols(module_op)
     if ATTR in module_op.attributes:
         del module_op.attributes[ATTR]
-    if not options["enable"] or not symbols or PLAN_ATTR in module_op.attributes:
+    if PLAN_ATTR in module_op.attributes:
+        del module_op.attributes[PLAN_ATTR]
+    if not options["enable"] or not symbols:
         return
     fns = functions(module_op)
     if any("novella.kv_cache" in fn.attributes for fn in fns):
@@ -68,23 +76,30 @@ def run(module_op, options, config) -> None:
         return total
 
     nominal = [NOMINAL_LENGTH] * len(symbols)
-    bounds = [(s.lo, s.hi) for s in symbols]
-    buckets = costmodel.split(predict, bounds, nominal, hardware.bucket_edges(NOMINAL_LENGTH), options["min-gain"] / 100)
-    if buckets:
-        set_attr(module_op, ATTR, [_entry(b, symbols, i == len(buckets) - 1) for i, b in enumerate(buckets)])
+    b = costmodel.bucket(predict, nominal, hardware.bucket_edges(NOMINAL_LENGTH), options["min-gain"] / 100)
+    if b is None:
+        return
+    s = symbols[b.symbol]
+    entries = []
+    if s.lo <= b.hi:
+        entries.append(_entry(b, symbols, s.lo, min(s.hi, b.hi), list(b.plan)))
+    if s.hi > b.hi:
+        entries.append(_entry(None, symbols, max(s.lo, b.hi + 1), s.hi, nominal, b.symbol))
+    set_attr(module_op, ATTR, entries)
+    if len(entries) == 1 and entries[0]["reason"] != "generic":  # the whole range is the bucket
+        set_attr(module_op, PLAN_ATTR, entries[0]["plan"])
 
 
-def _entry(b: costmodel.Bucket, symbols, generic: bool) -> dict:
+def _entry(b, symbols, lo: int, hi: int, plan: list, symbol: int | None = None) -> dict:
+    if b is None:
+        return {"symbol": symbol, "lo": lo, "hi": hi, "plan": plan, "reason": "generic"}
     name = symbols[b.symbol].name
-    if generic:
-        reason = "generic"
-    else:
-        gains = ", ".join(f"{g:.2f}x" for g in b.gains)
-        reason = (
-            f"shape bucket: tiles planned for {name} = {b.hi} instead of {NOMINAL_LENGTH}; the cost model "
-            f"predicts {gains} fewer cycles at {name} = {b.lo}, {(b.lo + b.hi) // 2}, {b.hi}"
-        )
-    return {"symbol": b.symbol, "lo": b.lo, "hi": b.hi, "plan": list(b.plan), "reason": reason}
+    gains = ", ".join(f"{g:.2f}x" for g in b.gains)
+    reason = (
+        f"shape bucket: tiles planned for {name} = {b.hi} instead of {NOMINAL_LENGTH}; the cost model "
+        f"predicts {gains} fewer cycles at {name} = {', '.join(map(str, sorted({1, max(b.hi // 2, 1), b.hi})))}"
+    )
+    return {"symbol": b.symbol, "lo": lo, "hi": hi, "plan": plan, "reason": reason}
 
 
 def programs(module) -> list:
@@ -92,9 +107,10 @@ def programs(module) -> list:
     narrowed and the plan lengths set; [(module, "generic")] without buckets."""
     if ATTR not in module.operation.attributes:
         return [(module, "generic")]
+    entries = from_attr(module.operation.attributes[ATTR])
     out = []
-    for e in from_attr(module.operation.attributes[ATTR]):
-        m = module.operation.clone()
+    for e in entries:
+        m = module if len(entries) == 1 else module.operation.clone()
         syms = sy.read_symbols(m)
         syms[e["symbol"]] = dataclasses.replace(syms[e["symbol"]], lo=e["lo"], hi=e["hi"])
         sy.write_symbols(m, syms)
