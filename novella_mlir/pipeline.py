@@ -226,7 +226,9 @@ def _excluded(module, example_args, dynamic_dim, rng, narrowed, guard, kw) -> li
                 p.reason = guard if p.reason == "generic" else p.reason
             return [sub.artifact]
         if r1 - r0 + 1 > MAX_SPECIALIZED:
-            raise NovellaError(f"{narrowed}\nThe lengths T in [{r0}, {r1}] do not compile on their own: {why}") from None
+            raise NovellaError(
+                f"{narrowed}\nThe lengths T in [{r0}, {r1}] do not compile on their own: {why}"
+            ) from None
     out = []
     for length in range(r0, r1 + 1):
         args = tuple(_resized(x, dynamic_dim, length) for x in example_args)
@@ -323,10 +325,16 @@ class CompiledModel:
             "tile_meta_bytes": a.tile_nbytes,
             "weight_bytes": a.weight_nbytes,
             "programs": [
-                {"ranges": p.ranges, "reason": p.reason, "macro_meta_bytes": mb, "tile_meta_bytes": tb,
-                 "macros": len(p.macros), "tiles": len(p.tiles)}
+                {
+                    "ranges": p.ranges,
+                    "reason": p.reason,
+                    "macro_meta_bytes": mb,
+                    "tile_meta_bytes": tb,
+                    "macros": len(p.macros),
+                    "tiles": len(p.tiles),
+                }
                 for p, (mb, tb) in ((p, a.program_nbytes(i)) for i, p in enumerate(a.programs))
-            ],  # fmt: skip
+            ],
             "stage_seconds": self.stages.seconds if self.stages else {},
         }
 

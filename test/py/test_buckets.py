@@ -82,7 +82,7 @@ def test_round_trip_and_inspect(npu, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "programs: 2, picked at run time by the symbol values" in out
     macro, tile = npu.artifact.program_nbytes(0)
-    assert f"#0 T in [1, 64]" in out and f"{macro + tile} B (macro {macro}, tile {tile})" in out
+    assert "#0 T in [1, 64]" in out and f"{macro + tile} B (macro {macro}, tile {tile})" in out
     assert "boundaries (last value of each lower program): 64" in out
     assert "==== program 1: T in [65, 1024]" in out
 

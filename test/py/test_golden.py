@@ -45,7 +45,10 @@ def snapshot(artifact) -> dict:
     if len(progs) == 1:
         out = {"symbols": meta["symbols"], **{k: progs[0][k] for k in KEYS[1:]}}
     else:
-        out = {"symbols": meta["symbols"], "programs": [{k: p[k] for k in ("ranges", "reason", *KEYS[1:])} for p in progs]}
+        out = {
+            "symbols": meta["symbols"],
+            "programs": [{k: p[k] for k in ("ranges", "reason", *KEYS[1:])} for p in progs],
+        }
     return json.loads(json.dumps(out))
 
 
