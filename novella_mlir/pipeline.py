@@ -15,6 +15,7 @@ from simulator import isa, load_config
 
 from . import artifact as art_mod
 from . import cache as compile_cache
+from . import symbolic as sy
 from .context import make_context
 from .errors import CompileError, InputError, NovellaError
 from .frontend import importer
@@ -36,6 +37,10 @@ class Stages:
         if self.dump_dir:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
 
+    def alias(self, name: str, of: str) -> None:
+        """`name` shows the text recorded as `of` (the generic program's stages, by its range too)."""
+        self.texts[name] = self.texts[of]
+
     def record(self, name: str, module: ir.Module) -> None:
         _verify(module, name)
         now = time.perf_counter()
@@ -43,6 +48,15 @@ class Stages:
         self.texts[name] = str(module)
         if self.dump_dir:
             (self.dump_dir / f"{len(self.texts) - 1:02d}-{name}.mlir").write_text(self.texts[name])
+
+
+_PER_PROGRAM = BACKEND_PIPELINE[BACKEND_PIPELINE.index("novella-buckets") + 1 :]
+
+
+def stage_name(flag: str, module) -> str:
+    """The stage name of one program's IR when a module splits into programs: `novella-tile @ T in [1, 64]`."""
+    box = ", ".join(f"{s.name} in [{s.lo}, {s.hi}]" for s in sy.read_symbols(module.operation))
+    return f"{flag} @ {box}"
 
 
 def _verify(module: ir.Module, stage: str) -> None:
@@ -150,7 +164,9 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
         for flag in BACKEND_PIPELINE:
             for i, (m, _) in enumerate(programs):
                 _run(m, flag, config, (pass_options or {}).get(flag, {}))
-                stages.record(flag if i == main else f"{flag} (program {i})", m)
+                stages.record(flag if i == main else stage_name(flag, m), m)
+                if i == main and len(programs) > 1:
+                    stages.alias(stage_name(flag, m), flag)
             if flag == "novella-buckets":
                 programs = novella_buckets.programs(mod)
                 main = next((i for i, (_, r) in enumerate(programs) if r == "generic"), 0)
@@ -310,12 +326,19 @@ class CompiledModel:
     def jit(self):
         return self.executor.jit
 
-    def ir(self, stage: str) -> str:
-        """IR text after `stage` ("torch", "novella", or a pass flag such as "novella-tile")."""
-        if not self.stages or stage not in self.stages.texts:
+    def ir(self, stage: str, at=None) -> str:
+        """IR text after `stage` ("torch", "novella", or a pass flag such as "novella-tile"): of the generic
+        program, or with `at` (symbol values) of the program that runs them (a shape bucket's, from
+        `novella-buckets` on)."""
+        name = stage
+        if at is not None and self.stages and len(self.artifact.programs) > 1:
+            prog = self.artifact.programs[self.artifact.pick(at)]
+            box = ", ".join(f"{s[0]} in [{lo}, {hi}]" for s, (lo, hi) in zip(self.artifact.symbols, prog.ranges))
+            name = f"{stage} @ {box}" if stage in _PER_PROGRAM else stage
+        if not self.stages or name not in self.stages.texts:
             known = ", ".join(self.stages.texts) if self.stages else "none (loaded from a file)"
-            raise KeyError(f"no IR for stage '{stage}'; stages: {known}")
-        return self.stages.texts[stage]
+            raise KeyError(f"no IR for stage '{name}'; stages: {known}")
+        return self.stages.texts[name]
 
     def summary(self) -> dict:
         a = self.artifact

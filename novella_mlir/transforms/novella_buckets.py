@@ -111,9 +111,9 @@ def programs(module) -> list:
     out = []
     for e in entries:
         m = module if len(entries) == 1 else module.operation.clone()
-        syms = sy.read_symbols(m)
+        syms = sy.read_symbols(m.operation)
         syms[e["symbol"]] = dataclasses.replace(syms[e["symbol"]], lo=e["lo"], hi=e["hi"])
-        sy.write_symbols(m, syms)
+        sy.write_symbols(m.operation, syms)
         if e["reason"] != "generic":
             set_attr(m, PLAN_ATTR, e["plan"])
         out.append((m, e["reason"]))
