@@ -208,8 +208,9 @@ class Artifact:
 
 def combine(artifacts: list[Artifact]) -> Artifact:
     """One artifact holding the programs of `artifacts` (compiled from one model for disjoint boxes of
-    the same symbols; each program's `ranges` and `reason` already set). Weights are shared by name:
-    two programs that name a weight must agree on its values (one model, one set of weights)."""
+    the same symbols; each program's `ranges` and `reason` already set). Weights are shared by name
+    when their values agree; a program whose weight of that name differs (a constant table built at
+    its own bounds, e.g. an `arange`) keeps it under a name of its own (`name@<program>`)."""
     symbolic = [a for a in artifacts if a.symbols]
     if not symbolic:
         raise ArtifactError("cannot combine programs without symbols")
@@ -219,11 +220,15 @@ def combine(artifacts: list[Artifact]) -> Artifact:
     for a in artifacts:
         if a.symbols and [s[0] for s in a.symbols] != names:
             raise ArtifactError(f"cannot combine programs over symbols {names} and {[s[0] for s in a.symbols]}")
-        for name, w in a.weights.items():
-            if name in weights and not np.array_equal(weights[name], w):
-                raise ArtifactError(f"two programs hold different values for weight '{name}'")
-            weights.setdefault(name, w)
-        programs += a.programs
+        for p in a.programs:
+            for name in list(p.weight_layout):
+                w = a.weights[name]
+                if name in weights and not (weights[name].shape == w.shape and np.array_equal(weights[name], w)):
+                    new = f"{name}@{len(programs)}"
+                    p.weight_layout = {(new if k == name else k): v for k, v in p.weight_layout.items()}
+                    name = new
+                weights.setdefault(name, w)
+            programs.append(p)
     programs.sort(key=lambda p: [r[0] for r in p.ranges])
     bounds = [[n, min(p.ranges[j][0] for p in programs), max(p.ranges[j][1] for p in programs)]
               for j, n in enumerate(names)]  # fmt: skip

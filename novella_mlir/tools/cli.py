@@ -206,7 +206,8 @@ def cmd_run(args) -> int:
     art = npu.artifact
     syms = symbol_values(args.len, art.symbols)
     rng = np.random.default_rng(args.seed)
-    inputs = [rng.standard_normal(evaluate_shape(m, syms), dtype=np.float32) for m in art.inputs]
+    metas = art.programs[art.pick(syms)].inputs
+    inputs = [rng.standard_normal(evaluate_shape(m, syms), dtype=np.float32) for m in metas]
     outs = npu(*inputs, trace=bool(args.trace), check_hazards=not args.no_hazard_check)
     outs = outs if isinstance(outs, tuple) else (outs,)
     run = npu.last_run
