@@ -158,32 +158,41 @@ class Artifact:
         return Artifact(self.version, self.config, self.config_fingerprint, syms, [p], weights)
 
     def metadata(self) -> dict:
-        """JSON-able metadata; a template's empty `slot` and a macro's empty `schedule` are left out."""
+        """JSON-able metadata. The programs' MacroMeta and TileMeta are pooled: `macros` and `tiles` hold
+        each distinct template set and tile rule once; a program lists its macros (its own order) and
+        tiles by pool index, and a pooled tile names its macro by pool index. A shape bucket thus costs
+        only the templates and tile rules it changes. A template's empty `slot` and a macro's empty
+        `schedule` are left out."""
         d = asdict(self)
         d.pop("weights")
+        pool_m, pool_t, keys_m, keys_t = [], [], {}, {}
         for prog in d["programs"]:
-            for mm in prog["macros"]:
-                if not mm["schedule"]:
-                    del mm["schedule"]
-                for t in mm["insts"]:
-                    if not t["slot"]:
-                        del t["slot"]
+            local = [_pooled(_compact(mm), pool_m, keys_m) for mm in prog["macros"]]
+            prog["macros"] = local
+            prog["tiles"] = [_pooled({**t, "macro": _ref(local, t["macro"])}, pool_t, keys_t) for t in prog["tiles"]]
+        d["macros"], d["tiles"] = pool_m, pool_t
+        return d
+
+    def program_metadata(self, i: int) -> dict:
+        """Program `i`'s metadata in full (its macros and tiles themselves, tiles naming macros by its order)."""
+        d = asdict(self.programs[i])
+        d["macros"] = [_compact(mm) for mm in d["macros"]]
         return d
 
     def program_nbytes(self, i: int) -> tuple[int, int]:
-        """(MacroMeta, TileMeta) bytes of program `i`."""
-        prog = self.metadata()["programs"][i]
-        return tuple(len(json.dumps(prog[k], separators=(",", ":")).encode()) for k in ("macros", "tiles"))
+        """(MacroMeta, TileMeta) bytes program `i` adds to the file: the pooled template sets and tile rules
+        no earlier program uses, and its index lists."""
+        return _pool_costs(self.metadata())[i]
 
     @property
     def macro_nbytes(self) -> int:
-        """Bytes of MacroMeta (the instruction templates) of every program."""
-        return sum(self.program_nbytes(i)[0] for i in range(len(self.programs)))
+        """Bytes of MacroMeta (the pooled instruction templates and each program's list of them)."""
+        return sum(c[0] for c in _pool_costs(self.metadata()))
 
     @property
     def tile_nbytes(self) -> int:
-        """Bytes of TileMeta (grids, bases) of every program."""
-        return sum(self.program_nbytes(i)[1] for i in range(len(self.programs)))
+        """Bytes of TileMeta (the pooled grids and bases and each program's list of them)."""
+        return sum(c[1] for c in _pool_costs(self.metadata()))
 
     @property
     def nbytes(self) -> int:
@@ -204,6 +213,51 @@ class Artifact:
         header = json.dumps(fields).encode()
         with open(path, "wb") as f:
             f.write(MAGIC + struct.pack("<II", FORMAT_VERSION, len(header)) + header + meta + blob)
+
+
+def _compact(mm: dict) -> dict:
+    if not mm["schedule"]:
+        del mm["schedule"]
+    for t in mm["insts"]:
+        if not t["slot"]:
+            del t["slot"]
+    return mm
+
+
+def _ref(local: list, i):
+    """The pool index of a program's macro `i`; -1 for a tile naming no macro of its program (the checker
+    refuses it on load)."""
+    return local[i] if isinstance(i, int) and 0 <= i < len(local) else -1
+
+
+def _json(x) -> bytes:
+    return json.dumps(x, separators=(",", ":")).encode()
+
+
+def _pooled(item: dict, pool: list, keys: dict) -> int:
+    """The index of `item` in `pool`, appended if new."""
+    k = json.dumps(item, sort_keys=True)
+    if k not in keys:
+        keys[k] = len(pool)
+        pool.append(item)
+    return keys[k]
+
+
+def _pool_costs(meta: dict) -> list[tuple[int, int]]:
+    """Per program, (MacroMeta, TileMeta) bytes: its index lists and the pool entries no program counted
+    before it uses; generic programs count first, so a bucket costs what it does not share with them."""
+    seen: dict = {"macros": set(), "tiles": set()}
+    out: list = [None] * len(meta["programs"])
+    order = sorted(range(len(out)), key=lambda i: not meta["programs"][i]["reason"].startswith("generic"))
+    for i in order:
+        prog = meta["programs"][i]
+        cost = []
+        for k in ("macros", "tiles"):
+            new = [j for j in dict.fromkeys(prog[k]) if j not in seen[k]]
+            seen[k].update(new)
+            cost.append(sum(len(_json(meta[k][j])) + 1 for j in new) + len(_json(prog[k])))
+        out[i] = tuple(cost)
+    return out
 
 
 def combine(artifacts: list[Artifact]) -> Artifact:
@@ -350,7 +404,7 @@ def _from_metadata(meta_b: bytes, blob: bytes, where: str) -> Artifact:
     except (ValueError, RecursionError) as e:
         raise ArtifactError(f"{where} has malformed metadata JSON: {e}") from None
     try:
-        artifact_check.validate(m, len(blob))
+        m = artifact_check.validate(m, len(blob))
     except ArtifactError as e:
         raise ArtifactError(f"{where} has malformed metadata: {e}") from None
     if m["version"] != FORMAT_VERSION:

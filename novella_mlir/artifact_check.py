@@ -124,12 +124,43 @@ def _eval(p, syms) -> int:
     return int(expr.evaluate(p, list(syms)))
 
 
-def validate(m, blob_bytes: int) -> None:
-    """Raises ArtifactError naming the first bad field of the metadata dict `m` (weights blob of `blob_bytes`)."""
+def validate(m, blob_bytes: int) -> dict:
+    """The metadata dict `m` (weights blob of `blob_bytes`) with each program's pooled macros and tiles
+    in full; raises ArtifactError naming the first bad field."""
     try:
+        m = _unpool(m)
         _validate(m, blob_bytes)
     except _Bad as e:
         raise ArtifactError(str(e)) from None
+    return m
+
+
+def _unpool(m) -> dict:
+    """Each program's `macros` / `tiles` (indices into the pools `m["macros"]` / `m["tiles"]`) as the entries
+    themselves, a tile's macro as the index in its program's list."""
+    _keys(m, _TOP + ("macros", "tiles"), "metadata")
+    pools = {k: _type(m[k], list, k) for k in ("macros", "tiles")}
+    progs = []
+    for i, p in enumerate(_type(m["programs"], list, "programs")):
+        f = f"programs[{i}]"
+        _type(p, dict, f)
+        refs = {}
+        for k in ("macros", "tiles"):
+            refs[k] = _type(p.get(k), list, f"{f}.{k}")
+            for j, v in enumerate(refs[k]):
+                _int(v, f"{f}.{k}[{j}]", 0, len(pools[k]) - 1)
+        if len(set(refs["macros"])) != len(refs["macros"]):
+            raise _Bad(f + ".macros", "lists a pooled macro twice")
+        local = {v: j for j, v in enumerate(refs["macros"])}
+        tiles = []
+        for j, v in enumerate(refs["tiles"]):
+            t = _type(pools["tiles"][v], dict, f"tiles[{v}]")
+            if t.get("macro") not in local or isinstance(t.get("macro"), bool):
+                raise _Bad(f"{f}.tiles[{j}].macro", f"tile rule {v} names macro {_short(t.get('macro'))}, "
+                           f"which the program does not list")  # fmt: skip
+            tiles.append({**t, "macro": local[t["macro"]]})
+        progs.append({**p, "macros": [pools["macros"][v] for v in refs["macros"]], "tiles": tiles})
+    return {k: v for k, v in m.items() if k not in ("macros", "tiles")} | {"programs": progs}
 
 
 def _validate(m, blob_bytes: int) -> None:

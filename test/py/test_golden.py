@@ -40,8 +40,8 @@ If it is not intended, it is a regression; the diff (golden -> now) starts:
 def snapshot(artifact) -> dict:
     """The deterministic, weight-free instruction metadata of an artifact (JSON types only): one program's
     fields at the top level, several programs as a list with their ranges and reasons."""
-    meta = artifact.metadata()
-    progs = meta["programs"]
+    progs = [artifact.program_metadata(i) for i in range(len(artifact.programs))]
+    meta = {"symbols": artifact.symbols}
     if len(progs) == 1:
         out = {"symbols": meta["symbols"], **{k: progs[0][k] for k in KEYS[1:]}}
     else:
