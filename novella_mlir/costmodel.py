@@ -88,8 +88,11 @@ def bucket(predict, nominal: list[int], edges: list[int], min_gain: float) -> Bu
             for length in sorted({1, max(edge // 2, 1), edge}):
                 at = [length if i == j else v for i, v in enumerate(nominal)]
                 generic, planned = predict(list(nominal), at), predict(list(plan), at)
-                gains.append(generic / planned if generic and planned else 1.0)
-            if min(gains) >= 1.0 and gains[-1] >= 1.0 + min_gain:
+                if not (generic and planned):  # a cost the model cannot predict: no bucket on a guess
+                    gains = []
+                    break
+                gains.append(generic / planned)
+            if gains and min(gains) >= 1.0 and gains[-1] >= 1.0 + min_gain:
                 best = Bucket(j, edge, plan, tuple(gains))
         if best is not None:
             return best

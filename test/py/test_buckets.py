@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import novella_mlir
-from novella_mlir import compile_torch
+from novella_mlir import compile_torch, costmodel
 from novella_mlir.tools import cli
 
 
@@ -93,3 +93,32 @@ def test_one_program_artifact_reads_through(npu):
         art.macros  # noqa: B018
     view = art.view(0)
     assert view.symbols == [["T", 1, 64]] and view.macros is art.programs[0].macros
+
+
+def _predict(rows_gain):
+    """A cost model whose program planned for `plan` runs length `at` in at / plan_gain cycles."""
+
+    def predict(plan, at):
+        return float(at[0]) * (rows_gain(plan[0], at[0]))
+
+    return predict
+
+
+def test_bucket_takes_the_largest_edge_that_pays_everywhere_in_it():
+    # planning for p <= 64 makes lengths up to p 1.3x cheaper; no gain above 64
+    pay = _predict(lambda p, t: 1 / 1.3 if p <= 64 and t <= p else 1.0)
+    b = costmodel.bucket(pay, [4096], [16, 32, 64, 128, 256], 0.10)
+    assert (b.symbol, b.hi, b.plan) == (0, 64, (64,)) and min(b.gains) > 1.29
+    assert costmodel.bucket(pay, [4096], [16, 32, 64], 0.40) is None, "the gain is below min-gain"
+    # a bucket that is cheaper at its top but dearer at T = 1 is refused
+    mixed = _predict(lambda p, t: 0.5 if t == p else (1.2 if t == 1 and p < 4096 else 1.0))
+    assert costmodel.bucket(mixed, [4096], [16, 32, 64], 0.10) is None
+    assert costmodel.bucket(lambda plan, at: None, [4096], [16, 32], 0.0) is None, "unknown costs: no bucket"
+
+
+def test_bucket_edges_follow_the_target():
+    from novella_mlir.target import Target
+    from simulator import load_config
+
+    t = Target.from_config(load_config())
+    assert t.bucket_edges(4096) == [16, 32, 64, 128, 256, 512, 1024, 2048]
