@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
-FORMAT = 1
+FORMAT = 2  # 2: artifacts hold a list of programs
 
 
 def enabled(cache: bool | None) -> bool:
