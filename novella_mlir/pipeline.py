@@ -173,10 +173,12 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
         # artifact: MacroMeta + TileMeta (+ weights and DRAM plan) of each program, in one artifact
         parts = [art_mod.extract(m, imported.weights, config, reason) for m, reason in programs]
         artifact = parts[0] if len(parts) == 1 else art_mod.combine(parts)
-    for meta, dtype in zip(artifact.programs[0].inputs, importer.input_dtypes(prog)):
-        meta.dtype = dtype
-    for meta, dtype in zip(artifact.outputs, importer.output_dtypes(prog)):
-        meta.dtype = dtype
+    in_dtypes, out_dtypes = importer.input_dtypes(prog), importer.output_dtypes(prog)
+    for program in artifact.programs:
+        for meta, dtype in zip(program.inputs, in_dtypes):
+            meta.dtype = dtype
+        for meta, dtype in zip(program.outputs, out_dtypes):
+            meta.dtype = dtype
     model = CompiledModel(artifact, config, stages)
     # validation: the programs at every corner of the bounds instantiate and encode
     _check_bounds_encode(model)
