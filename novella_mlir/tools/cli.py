@@ -349,7 +349,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _sweep_parser(sub) -> None:
-    s = sub.add_parser("sweep", help="compile and run models x lengths x configs (on Ray if installed); table and plots")
+    s = sub.add_parser(
+        "sweep", help="compile and run models x lengths x configs (on Ray if installed); table and plots"
+    )
     s.add_argument("targets", nargs="+", metavar="MODULE:FACTORY", help="one or more model factories, as for compile")
     s.add_argument("--example-shape", type=_shape, action="append", required=True, help="as for compile")
     s.add_argument("--dynamic-dim", type=int, default=1)
