@@ -5,9 +5,8 @@ from __future__ import annotations
 from .. import costmodel as cm
 from .. import symbolic as sy
 from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
+from .elementwise import ACT_FNS as _ACT_FNS
 from .elementwise import emit_act
-
-_ACT_FNS = {"none": (), "relu": ("relu",), "gelu": ("mul", "erf", "add", "mul", "mul")}
 
 
 class Linear:
@@ -39,8 +38,9 @@ class Linear:
         plan.add("acc", "acc", tm * tn)
         return plan
 
-    def cost(self, target, m, k, n, tm, tn, tk, act, ws) -> float:
-        """Predicted cycles of the whole op (cost model) for M = m rows."""
+    def cost(self, target, dims, cand) -> float:
+        """Predicted cycles of the whole op (cost model): dims = (M, K, N, act), cand = (tm, tn, tk, ws)."""
+        (m, k, n, act), (tm, tn, tk, ws) = dims, cand
         m_tiles, n_blocks, k_steps = -(-m // tm), n // tn, k // tk
         rows = min(tm, m)
         a_load, a_dram = cm.dma(target, rows, tk, contiguous=tk == k)
@@ -77,7 +77,7 @@ class Linear:
                     for tk in target.divisors(k, target.array_rows):
                         plan = self._plan(target, tm, tn, tk, k, act, ws)
                         if plan.fits():
-                            key = (self.cost(target, m, k, n, tm, tn, tk, act, ws), -tm, -tn)
+                            key = (self.cost(target, (m, k, n, act), (tm, tn, tk, ws)), -tm, -tn)
                             if best is None or key < best[0]:
                                 best = (key, (tm, tn, tk, ws), plan)
         if best is None:
