@@ -71,6 +71,7 @@ CASES = [
     Case("softmax [T,1500]", attention.Softmax, lambda: torch.nn.Softmax(-1), ((1, "T", 1500),)),
     Case("q@k^T [6,T,64]", attention.Matmul, lambda: Fn(lambda q, k: q @ k.transpose(-1, -2)), ((6, "T", 64), (6, "T", 64))),
     Case("x@W [4,T,64]x[64,96]", attention.Matmul, lambda: Fn(torch.matmul, torch.randn(4, 64, 96)), ((4, "T", 64),)),
+    Case("x@W [2,T,1024]x[1024,64]", attention.Matmul, lambda: Fn(torch.matmul, torch.randn(2, 1024, 64)), ((2, "T", 1024),)),
     Case("conv1d 80->384 k3", conv.Conv1d, lambda: Chan(80, 384, 3, 1), ((1, "T", 80),)),
     Case("conv1d 384->384 k3 s2", conv.Conv1d, lambda: Chan(384, 384, 3, 2), ((1, "T", 384),)),
 ]  # fmt: skip

@@ -78,16 +78,19 @@ class Group:
     count: int
     load_slots: int = 2
     store_slots: int = 2
+    n_dma: int = 1  # most LOADs or STOREs one queue issues per step
 
     def period(self, t: Target) -> float:
-        """Cycles between consecutive such steps in steady state: the busiest queue, or the DRAM channel
-        (its data plus one exposed DMA issue and latency: the queues' latency phases coincide once per
-        step). With one slot, compute is in series with the loads it waits for (the next loads wait for
-        this compute) or the stores, and those loads and stores share the DRAM meanwhile."""
-        channel = self.dram + t.issue_cycles + t.dma_latency if self.dram else 0.0
+        """Cycles between consecutive such steps in steady state: the busiest queue, or the DRAM channel.
+        The channel idles while every queue is in a DMA's issue and latency phase: with one DMA per queue
+        and step, each queue's latency runs under the other's data; back-to-back DMAs on one queue expose
+        a latency each. With one slot, compute is in series with the loads it waits for (the next loads
+        wait for this compute) or the stores; those start together, so their latencies coincide."""
+        lat = t.issue_cycles + t.dma_latency
+        channel = self.dram + lat * max(self.n_dma - 1, 0) if self.dram else 0.0
         serial = 0.0
         if (self.load_slots < 2 and self.load) or (self.store_slots < 2 and self.store):
-            waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), channel)
+            waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), self.dram + lat)
             serial = self.compute + waits
         return max(self.load, self.compute, self.store, channel, serial)
 

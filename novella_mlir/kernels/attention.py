@@ -175,18 +175,25 @@ class Matmul:
         plain = plain + [(k_last, n_last - 1)] * (n_last > 1)
         groups = []
 
-        def add(r, c, kk, count, store, lhs):
+        def add(r, c, kk, count, store, lhs, first_k=False):
             b_move = (c, kk, kk == k) if transpose else (kk, c, c == n)
-            lq, ld = cm.dmas(target, [(r, kk, kk == k), b_move] if lhs else [b_move])
-            st, sd = cm.dma(target, r, c, c == n) if store else (0.0, 0.0)
+            moves = [(r, kk, kk == k), b_move] if lhs else [b_move]
+            lq, ld = cm.dmas(target, moves)
+            st, sd = cm.dma(target, r, c, c == n)
+            if not resident:  # the store's data shares the DRAM with the next block's first loads
+                ld += sd * first_k
+                sd = 0.0
+            st, sd = (st, sd) if store else (0.0, 0.0)
             mm = cm.matmul(target, r, kk, c)
-            groups.append(cm.Group(lq, mm, st, ld + sd, count, 1 if resident and lhs else 2, 2 if resident else 1))
+            slots = (1 if resident and lhs else 2, 2 if resident else 1)
+            groups.append(cm.Group(lq, mm, st, ld + sd, count, *slots, n_dma=len(moves)))
 
         for r, nr in _pieces(m, tm):
             for ni, (c, nc) in enumerate(_pieces(n, tn)):
                 blocks = batch * nr * nc
-                for kk, cnt in plain:
-                    add(r, c, kk, blocks * cnt, False, True)
+                for j, (kk, cnt) in enumerate(plain):
+                    add(r, c, kk, blocks, False, True, j == 0)
+                    add(r, c, kk, blocks * (cnt - 1), False, True)
                 if resident and ni == 0:  # the first n tile of each row block loads the lhs tile
                     add(r, c, k_last, batch * nr, True, True)
                     add(r, c, k_last, blocks - batch * nr, True, False)

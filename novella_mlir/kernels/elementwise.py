@@ -61,9 +61,10 @@ def row_kernel_cost(target, rows: int, cols: int, tm: int, loads, fns, once=()) 
     the first step only (a broadcast row or scalar, resident: that step's loads wait one step)."""
 
     def group(r, n, extra=()):
-        lq, ld = cm.dmas(target, [*loads(r), *extra])
+        moves = [*loads(r), *extra]
+        lq, ld = cm.dmas(target, moves)
         sq, sd = cm.dma(target, r, cols, contiguous=True)
-        return cm.Group(lq, cm.vecs(target, fns(r)), sq, ld + sd, n, 1 if extra else 2)
+        return cm.Group(lq, cm.vecs(target, fns(r)), sq, ld + sd, n, 1 if extra else 2, n_dma=len(moves))
 
     groups = cm.row_groups(rows, tm, group)
     return cm.pipeline(target, cm.with_first(group(min(tm, rows), 1, once), groups) if once else groups)
