@@ -175,7 +175,7 @@ MUTANTS = [
         "jit",
         "novella_mlir/runtime/tokens.py",
         'bits["pop_next"][fc[waits]] = True  # C pops S2C\n    bits["push_prev"][ls[need_s[waits]]] = True',
-        'pass  # C pops S2C\n    pass',
+        "pass  # C pops S2C\n    pass",
         "compute does not wait for the previous step's stores (S2C)",
     ),
     M(

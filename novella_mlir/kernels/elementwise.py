@@ -130,7 +130,11 @@ class Binary:
         """Predicted cycles (cost model) of row tile `tm` over dims = (rows, cols, kind of a, kind of b, fn)."""
         rows, cols, ka, kb, fn = dims
         once = [(1, cols, True)] * (kb == "row") + [(1, 1, True)] * (ka == "scalar") + [(1, 1, True)] * (kb == "scalar")
-        moves = {"full": lambda r: [(r, cols, True)], "row": lambda r: [(r, cols, False)], "col": lambda r: [(r, 1, True)]}
+        moves = {
+            "full": lambda r: [(r, cols, True)],
+            "row": lambda r: [(r, cols, False)],
+            "col": lambda r: [(r, 1, True)],
+        }
         a_moves, b_moves = moves.get(ka, lambda r: []), moves.get(kb, lambda r: [])
         if kb == "row":
             b_moves = lambda r: []  # noqa: E731
@@ -225,7 +229,9 @@ class Unary:
     def cost(self, target, dims, tm) -> float:
         """Predicted cycles (cost model) of row tile `tm` over dims = (rows, cols, VEC fns per tile)."""
         rows, cols, fns = dims
-        return row_kernel_cost(target, rows, cols, tm, lambda r: [(r, cols, True)], lambda r: [(f, r, cols) for f in fns])
+        return row_kernel_cost(
+            target, rows, cols, tm, lambda r: [(r, cols, True)], lambda r: [(f, r, cols) for f in fns]
+        )
 
     def macro(self, op, tv, t, b):
         tm, cols, total = t.tiles["tm"], tv.cols(-1), tv.rows(-1)
