@@ -1,98 +1,184 @@
-"""Validation of the analytic cost model (novella_mlir/costmodel.py) on linear layers.
+"""Validation of the analytic cost model (novella_mlir/costmodel.py and each kernel's `cost`).
 
-    .venv/bin/python bench/costmodel.py [--length 256] [--sample 8]
+    .venv/bin/python bench/costmodel.py [--length 300] [--max-sim 16] [--configs edge,default,large] [--in-process]
 
-For each op shape x config: every tiling / loop order the linear kernel considers that fits
-the SRAM is scored by the cost model at the run length; the model's pick and the next best
-candidates by the model, plus random others (`--sample` in all), are each compiled (the pick
-forced) and simulated. Printed side by side: the pick's simulated cycles over the best simulated
-candidate (goal <= 1.05), and the pick's predicted over simulated cycles (goal within 10%).
-"best" is over the simulated sample, not over every candidate (that would be hundreds of compiles).
+For each op shape x config, at the run length T: the op (one kernel: linear, row elementwise,
+layer norm, softmax, batched matmul, conv1d) is compiled with the kernels planning for T
+(`NOMINAL_LENGTH` set to T), recording every tiling the kernel considers that fits the SRAM and
+its predicted cycles. Then every candidate (or, past `--max-sim`, the model's best half of them
+plus random others) is compiled with that tiling forced and simulated. Printed side by side: the
+pick's simulated cycles over the best simulated candidate (goal <= 1.05) and the pick's predicted
+over its simulated cycles (goal within 10%). The compiles and simulations run on `novella sweep`'s
+engine (Ray when installed, else in-process).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from novella_mlir import compile_torch
-from novella_mlir.kernels.linear import Linear
-from novella_mlir.target import Target
-from simulator import load_config
-
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = [  # (K, N, activation)
-    (64, 256, "gelu"), (256, 64, "relu"), (384, 1536, "gelu"), (1536, 384, "none"), (384, 384, "none"),
-    (384, 1152, "none"), (128, 512, "relu"), (512, 128, "none"), (80, 384, "gelu"), (192, 768, "gelu"),
+sys.path.insert(0, str(ROOT))
+
+from novella_mlir import compile_torch, sweep  # noqa: E402
+from novella_mlir.kernels import attention, conv, elementwise, linear, normalization  # noqa: E402
+from simulator import load_config  # noqa: E402
+
+
+class Chan(torch.nn.Module):
+    """A channels-last conv: [1, T, Cin] -> [1, T', Cout] (the transposes around the NCW conv cancel)."""
+
+    def __init__(self, cin, cout, k, stride):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(cin, cout, k, stride=stride, padding=k // 2)
+
+    def forward(self, x):
+        return self.conv(x.transpose(1, 2)).transpose(1, 2)
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn, param=None):
+        super().__init__()
+        self.fn = fn
+        self.p = None if param is None else torch.nn.Parameter(param)
+
+    def forward(self, *xs):
+        return self.fn(*xs, self.p) if self.p is not None else self.fn(*xs)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kernel: type
+    build: object  # () -> nn.Module
+    inputs: tuple  # per input: its shape with "T" for the length
+
+
+CASES = [
+    Case("linear 384->1536 gelu", linear.Linear, lambda: torch.nn.Sequential(torch.nn.Linear(384, 1536), torch.nn.GELU()), ((1, "T", 384),)),
+    Case("linear 1536->384", linear.Linear, lambda: torch.nn.Linear(1536, 384), ((1, "T", 1536),)),
+    Case("linear 80->384 relu", linear.Linear, lambda: torch.nn.Sequential(torch.nn.Linear(80, 384), torch.nn.ReLU()), ((1, "T", 80),)),
+    Case("linear 128->512 relu", linear.Linear, lambda: torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.ReLU()), ((1, "T", 128),)),
+    Case("linear 192->768 gelu", linear.Linear, lambda: torch.nn.Sequential(torch.nn.Linear(192, 768), torch.nn.GELU()), ((1, "T", 192),)),
+    Case("gelu [T,1536]", elementwise.Unary, lambda: torch.nn.GELU(), ((1, "T", 1536),)),
+    Case("add [T,384]+[T,384]", elementwise.Binary, lambda: Fn(torch.add), ((1, "T", 384), (1, "T", 384))),
+    Case("mul [T,384]*row", elementwise.Binary, lambda: Fn(torch.mul, torch.randn(384)), ((1, "T", 384),)),
+    Case("layernorm 384", normalization.LayerNorm, lambda: torch.nn.LayerNorm(384), ((1, "T", 384),)),
+    Case("softmax [T,64]", attention.Softmax, lambda: torch.nn.Softmax(-1), ((1, "T", 64),)),
+    Case("softmax [T,1500]", attention.Softmax, lambda: torch.nn.Softmax(-1), ((1, "T", 1500),)),
+    Case("softmax [4,T] T cols", attention.Softmax, lambda: torch.nn.Softmax(-1), ((4, "T"),)),
+    Case("q@k^T [6,T,64]", attention.Matmul, lambda: Fn(lambda q, k: q @ k.transpose(-1, -2)), ((6, "T", 64), (6, "T", 64))),
+    Case("x@W [4,T,64]x[64,96]", attention.Matmul, lambda: Fn(torch.matmul, torch.randn(4, 64, 96)), ((4, "T", 64),)),
+    Case("x@W [2,T,1024]x[1024,64]", attention.Matmul, lambda: Fn(torch.matmul, torch.randn(2, 1024, 64)), ((2, "T", 1024),)),
+    Case("conv1d 80->384 k3", conv.Conv1d, lambda: Chan(80, 384, 3, 1), ((1, "T", 80),)),
+    Case("conv1d 384->384 k3 s2", conv.Conv1d, lambda: Chan(384, 384, 3, 2), ((1, "T", 384),)),
 ]  # fmt: skip
-ACTS = {"gelu": torch.nn.GELU, "relu": torch.nn.ReLU, "none": torch.nn.Identity}
 
 
 def _config(name):
-    return load_config(None if name == "default" else ROOT / "simulator" / "configs" / f"{name}.toml")
+    path = sweep.config_file(name)
+    return load_config(path) if path else load_config()
 
 
-def candidates(target, m, k, n, act):
-    lin = Linear()
-    out = []
-    for ws in (1, 0):
-        for tm in target.array_tiles(16):
-            for tn in target.divisors(n, target.array_cols):
-                for tk in target.divisors(k, target.array_rows):
-                    if lin._plan(target, tm, tn, tk, k, act, ws).fits():
-                        out.append((lin.cost(target, m, k, n, tm, tn, tk, act, ws), (tm, tn, tk, ws)))
-    return sorted(out)
+def _shape(s, length):
+    return [length if d == "T" else d for d in s]
 
 
-def simulate(cfg, k, n, act, length, forced):
-    """Cycles of the linear compiled with its tiling forced to `forced` (the cost model patched)."""
+def _compile(case: Case, config: str, length: int, cost):
+    """The op compiled with its kernels planning for `length` and `case.kernel.cost` replaced by `cost`."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(k, n), ACTS[act]()).eval()
-    original = Linear.cost
-    Linear.cost = lambda self, target, m, k_, n_, tm, tn, tk, a, ws: 0.0 if (tm, tn, tk, ws) == forced else 1e30
+    model = case.build().eval()
+    examples = [torch.randn(*_shape(s, 16)) for s in case.inputs]
+    original, nominal = case.kernel.cost, attention.NOMINAL_LENGTH
+    case.kernel.cost, attention.NOMINAL_LENGTH = cost, length
     try:
-        npu = compile_torch(model, torch.randn(1, 16, k), min_len=1, max_len=4096, config=cfg, cache=False)
+        npu = compile_torch(model, *examples, min_len=1, max_len=4096, config=_config(config), cache=False)
     finally:
-        Linear.cost = original
-    x = torch.randn(1, length, k)
-    y = npu(x, check_hazards=False)
-    assert torch.allclose(y, model(x), rtol=1e-4, atol=1e-4)
+        case.kernel.cost, attention.NOMINAL_LENGTH = original, nominal
+    return model, npu
+
+
+def record(item):
+    """(case index, config, T) -> [(predicted cycles, candidate)] the tiler considered, cheapest first."""
+    index, config, length = item
+    case, seen = CASES[index], {}
+    original = case.kernel.cost
+
+    def recording(self, target, dims, cand):
+        seen[cand] = original(self, target, dims, cand)
+        return seen[cand]
+
+    _compile(case, config, length, recording)
+    return sorted((c, k) for k, c in seen.items())
+
+
+def simulate(item):
+    """(case index, config, T, candidate) -> simulated cycles of the op with that tiling forced."""
+    index, config, length, forced = item
+    case = CASES[index]
+    model, npu = _compile(case, config, length, lambda self, target, dims, cand: 0.0 if cand == forced else 1e30)
+    g = torch.Generator().manual_seed(length)
+    xs = [torch.randn(*_shape(s, length), generator=g) for s in case.inputs]
+    y = npu(*xs, check_hazards=False)
+    with torch.no_grad():
+        ref = model(*xs)
+    if not torch.allclose(y, ref, rtol=1e-4, atol=1e-4):
+        raise AssertionError(f"{case.name} on {config} with {forced}: max error {(y - ref).abs().max():.3g}")
     return npu.last_run.stats.cycles
+
+
+def chosen(cands, max_sim: int, rng) -> list:
+    if len(cands) <= max_sim:
+        return [c for _, c in cands]
+    top = [c for _, c in cands[: max_sim // 2]]
+    return top + rng.sample([c for _, c in cands[max_sim // 2 :]], max_sim - len(top))
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--length", type=int, default=256)
-    p.add_argument("--sample", type=int, default=8)
+    p.add_argument("--length", type=int, default=300)
+    p.add_argument("--max-sim", type=int, default=16, help="simulate every candidate up to this many, else sample")
     p.add_argument("--configs", default="edge,default,large")
+    p.add_argument("--cases", help="comma-separated case indices (default: all)")
+    p.add_argument("--in-process", action="store_true")
+    p.add_argument("--address", help="a Ray cluster")
+    p.add_argument("--verbose", action="store_true", help="also print every simulated candidate")
     args = p.parse_args(argv)
+    engine = dict(in_process=args.in_process, address=args.address)
     rng = random.Random(0)
-    head = (f"{'config':>8} {'K':>5} {'N':>5} {'act':>5} {'cands':>5} {'pick (tm,tn,tk,ws)':>20} "
-            f"{'pick sim':>10} {'best sim':>10} {'pick/best':>9} {'pred/sim':>8}")  # fmt: skip
+    indices = [int(i) for i in args.cases.split(",")] if args.cases else range(len(CASES))
+    keys = [(i, c, args.length) for c in args.configs.split(",") for i in indices]
+    cands = dict(zip(keys, sweep.run_tasks(record, keys, **engine)))
+    picks = {k: chosen(v, args.max_sim, rng) for k, v in cands.items()}
+    items = [(*k, c) for k in keys for c in picks[k]]
+    sims = dict(zip(items, sweep.run_tasks(simulate, items, **engine)))
+    head = (f"{'config':>8} {'op':<24} {'cands':>5} {'sim':>4} {'pick':>18} {'pick pred':>10} {'pick sim':>10} "
+            f"{'best sim':>10} {'pick/best':>9} {'pred/sim':>8}")  # fmt: skip
+    print(f"cost model validation at T={args.length}")
     print(head)
     print("-" * len(head))
-    rows = []
-    for name in args.configs.split(","):
-        cfg = _config(name)
-        target = Target.from_config(cfg)
-        for k, n, act in SHAPES:
-            cands = candidates(target, args.length, k, n, act)
-            top = cands[: max(1, args.sample // 2)]
-            rest = cands[len(top) :]
-            chosen = top + rng.sample(rest, min(len(rest), args.sample - len(top)))
-            sims = {c: simulate(cfg, k, n, act, args.length, c) for _, c in chosen}
-            pick_cost, pick = cands[0]
-            best = min(sims.values())
-            r = (name, k, n, act, len(cands), pick, sims[pick], best, sims[pick] / best, pick_cost / sims[pick])
-            rows.append(r)
-            print(f"{name:>8} {k:>5} {n:>5} {act:>5} {len(cands):>5} {str(pick):>20} {sims[pick]:>10} {best:>10} "
-                  f"{r[8]:>9.3f} {r[9]:>8.3f}", flush=True)  # fmt: skip
-    ok_pick = sum(r[8] <= 1.05 for r in rows)
-    ok_pred = sum(abs(r[9] - 1) <= 0.10 for r in rows)
-    print(f"pick within 5% of the best simulated: {ok_pick}/{len(rows)}; prediction within 10%: {ok_pred}/{len(rows)}")
+    ok_pick = ok_pred = 0
+    for k in keys:
+        i, config, _ = k
+        pred, pick = cands[k][0]
+        simulated = {c: sims[(*k, c)] for c in picks[k]}
+        best = min(simulated.values())
+        ratio, acc = simulated[pick] / best, pred / simulated[pick]
+        if args.verbose:
+            pred_of = dict((c, v) for v, c in cands[k])
+            for c, v in sorted(simulated.items(), key=lambda x: x[1]):
+                print(f"{'':>8} {'':<24} {str(c):>18} pred {pred_of[c]:>10.0f} sim {v:>10} {pred_of[c] / v:>6.3f}")
+        ok_pick += ratio <= 1.05
+        ok_pred += abs(acc - 1) <= 0.10
+        print(f"{config:>8} {CASES[i].name:<24} {len(cands[k]):>5} {len(simulated):>4} {str(pick):>18} {pred:>10.0f} "
+              f"{simulated[pick]:>10} {best:>10} {ratio:>9.3f} {acc:>8.3f}", flush=True)  # fmt: skip
+    n = len(keys)
+    print(f"pick within 5% of the best simulated: {ok_pick}/{n}; predicted within 10% of simulated: {ok_pred}/{n}")
 
 
 if __name__ == "__main__":

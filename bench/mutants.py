@@ -175,7 +175,7 @@ MUTANTS = [
         "jit",
         "novella_mlir/runtime/tokens.py",
         'bits["pop_next"][fc[waits]] = True  # C pops S2C\n    bits["push_prev"][ls[need_s[waits]]] = True',
-        'pass  # C pops S2C\n    pass',
+        "pass  # C pops S2C\n    pass",
         "compute does not wait for the previous step's stores (S2C)",
     ),
     M(
@@ -238,8 +238,8 @@ MUTANTS = [
     M(
         "tiling",
         "novella_mlir/kernels/linear.py",
-        "key = (self.cost(target, m, k, n, tm, tn, tk, act, ws), -tm, -tn)",
-        "key = (-self.cost(target, m, k, n, tm, tn, tk, act, ws), -tm, -tn)",
+        "key = (self.cost(target, (m, k, n, act), (tm, tn, tk, ws)), -tm, -tn)",
+        "key = (-self.cost(target, (m, k, n, act), (tm, tn, tk, ws)), -tm, -tn)",
         "linear cost model picks its worst candidate (correct, slower programs)",
     ),
     M(

@@ -13,6 +13,7 @@ sizes, loop orders) and keep the cheapest.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .target import Target
@@ -97,3 +98,69 @@ def bucket(predict, nominal: list[int], edges: list[int], min_gain: float) -> Bu
         if best is not None:
             return best
     return None
+
+
+# ------------------------------------------------------------------ step groups under the token rule
+
+
+@dataclass(frozen=True)
+class Group:
+    """`count` identical grid steps: their queue cycles, DRAM data cycles, and the token step distances
+    `--novella-schedule` gives them (2: the loads / stores of the step are in ping-pong slots)."""
+
+    load: float
+    compute: float
+    store: float
+    dram: float
+    count: int
+    load_slots: int = 2
+    store_slots: int = 2
+    n_dma: int = 1  # most LOADs or STOREs one queue issues per step
+
+    def period(self, t: Target) -> float:
+        """Cycles between consecutive such steps in steady state: the busiest queue, or the DRAM channel.
+        The channel idles while every queue is in a DMA's issue and latency phase: with one DMA per queue
+        and step, each queue's latency runs under the other's data; back-to-back DMAs on one queue expose
+        a latency each. With one slot, compute is in series with the loads it waits for (the next loads
+        wait for this compute) or the stores; those start together, so their latencies coincide."""
+        lat = t.issue_cycles + t.dma_latency
+        channel = self.dram + lat * max(self.n_dma - 1, 0) if self.dram else 0.0
+        serial = 0.0
+        if (self.load_slots < 2 and self.load) or (self.store_slots < 2 and self.store):
+            waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), self.dram + lat)
+            serial = self.compute + waits
+        return max(self.load, self.compute, self.store, channel, serial)
+
+
+def pipeline(t: Target, groups: list[Group]) -> float:
+    """Predicted cycles of one macro: every step at its period, plus the pipeline fill and drain (the
+    queues a step's period does not cover, e.g. the first loads and the last stores)."""
+    groups = [g for g in groups if g.count > 0]
+    body = sum(g.period(t) * g.count for g in groups)
+    fill = max((g.load + g.compute + g.store - g.period(t) for g in groups), default=0.0)
+    return body + max(fill, 0.0)
+
+
+def vecs(t: Target, ops) -> float:
+    """Compute-queue cycles of VEC ops given as (fn, rows, cols)."""
+    return sum(vec(t, r, c, fn) for fn, r, c in ops)
+
+
+def dmas(t: Target, moves) -> tuple[float, float]:
+    """(queue cycles, DRAM data cycles) of DMA ops on one queue given as (rows, cols, contiguous)."""
+    q = d = 0.0
+    for rows, cols, contiguous in moves:
+        a, b = dma(t, rows, cols, contiguous)
+        q, d = q + a, d + b
+    return q, d
+
+
+def row_groups(rows: int, tm: int, make) -> list[Group]:
+    """Groups of the full row tiles and the partial last one: make(tile rows, count) -> Group."""
+    full, rem = divmod(rows, tm)
+    return [make(tm, full)] * (full > 0) + [make(rem, 1)] * (rem > 0)
+
+
+def with_first(first: Group, groups: list[Group]) -> list[Group]:
+    """`first` (the first step, e.g. with the loads of resident buffers) replaces one step of groups[0]."""
+    return [first, dataclasses.replace(groups[0], count=groups[0].count - 1), *groups[1:]]

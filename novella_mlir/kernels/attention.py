@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects import shapes
 from ..dialects.novella import MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
@@ -74,6 +75,12 @@ def _candidates(extent: ir.AffineExpr, symbols, sizes) -> list[int]:
 
 
 # ------------------------------------------------------------------ matmul
+
+
+def _pieces(total: int, t: int) -> list[tuple[int, int]]:
+    """(tile size, how many) of the full tiles of `t` along `total` and the partial last one."""
+    full, rem = divmod(total, t)
+    return [(t, full)] * (full > 0) + [(rem, 1)] * (rem > 0)
 
 
 @dataclass
@@ -140,13 +147,13 @@ class Matmul:
             else:
                 tks = [t for t in tks if ps % t == 0] or [ps]
         best, plan = None, None
+        k_static = sy.as_int(dims.k)
+        sizes = (*(upper(e, syms) for e in (dims.batch, dims.m, dims.k, dims.n)), dims.transpose, k_static is not None)
         for tm, tn, tk in itertools.product(tms, tns, tks):
-            k_static = sy.as_int(dims.k)
             plan = _matmul_plan(op, target, tm, tn, tk, k_static is not None and k_static <= tk)
             if not plan.fits():
                 continue
-            steps = [-(-upper(e, syms) // t) for e, t in ((dims.m, tm), (dims.n, tn), (dims.k, tk))]
-            key = (steps[0] * steps[1] * steps[2], -min(tm, tn), -tk)
+            key = (self.cost(target, sizes, (tm, tn, tk)), -min(tm, tn), -tk)
             if best is None or key < best[0]:
                 best = (key, (tm, tn, tk), plan)
         if best is None:
@@ -154,6 +161,45 @@ class Matmul:
         (tm, tn, tk), plan = best[1], best[2]
         grid = [dims.batch, ceildiv(dims.m, tm), ceildiv(dims.n, tn), ceildiv(dims.k, tk)]
         return Tiling({"tm": tm, "tn": tn, "tk": tk}, grid, plan.buffers)
+
+    def cost(self, target, dims, cand) -> float:
+        """Predicted cycles (cost model) of tiles cand = (tm, tn, tk) over dims = (batch, M, K, N,
+        transposed rhs, K static). With one k step the lhs tile stays resident across the n loop (its
+        load waits one step) and the accumulator has two slots; else the accumulator has one, so the
+        compute after a store waits for it."""
+        batch, m, k, n, transpose, k_static = dims
+        tm, tn, tk = cand
+        resident = bool(k_static) and k <= tk
+        ksteps = _pieces(k, tk)
+        *plain, (k_last, n_last) = ksteps
+        plain = plain + [(k_last, n_last - 1)] * (n_last > 1)
+        groups = []
+
+        def add(r, c, kk, count, store, lhs, first_k=False):
+            b_move = (c, kk, kk == k) if transpose else (kk, c, c == n)
+            moves = [(r, kk, kk == k), b_move] if lhs else [b_move]
+            lq, ld = cm.dmas(target, moves)
+            st, sd = cm.dma(target, r, c, c == n)
+            if not resident:  # the store's data shares the DRAM with the next block's first loads
+                ld += sd * first_k
+                sd = 0.0
+            st, sd = (st, sd) if store else (0.0, 0.0)
+            mm = cm.matmul(target, r, kk, c)
+            slots = (1 if resident and lhs else 2, 2 if resident else 1)
+            groups.append(cm.Group(lq, mm, st, ld + sd, count, *slots, n_dma=len(moves)))
+
+        for r, nr in _pieces(m, tm):
+            for ni, (c, nc) in enumerate(_pieces(n, tn)):
+                blocks = batch * nr * nc
+                for j, (kk, cnt) in enumerate(plain):
+                    add(r, c, kk, blocks, False, True, j == 0)
+                    add(r, c, kk, blocks * (cnt - 1), False, True)
+                if resident and ni == 0:  # the first n tile of each row block loads the lhs tile
+                    add(r, c, k_last, batch * nr, True, True)
+                    add(r, c, k_last, blocks - batch * nr, True, False)
+                else:
+                    add(r, c, k_last, blocks, True, not resident)
+        return cm.pipeline(target, groups)
 
     def macro(self, op, tv, t, b):
         dims = matmul_dims(op, tv)
@@ -248,11 +294,21 @@ def _softmax_plan(op, target, tm, tc, chunked) -> BufferPlan:
     return plan
 
 
-def _softmax_cost(rows_max: int, cols_max: int, tm: int, tc: int) -> int:
-    """Estimated instruction count: 7 per row tile in one pass, ~20 per chunk when chunked."""
-    row_tiles = -(-rows_max // tm)
-    chunks = -(-cols_max // tc)
-    return row_tiles * (7 if chunks == 1 else 20 * chunks)
+def _softmax_steps(target, r: int, w: int, cols: int, scaled: bool, chunked: bool, first: bool) -> list:
+    """The groups of one row tile of r rows and a chunk of w columns (all of them unchunked)."""
+    tile, col = (lambda fn: (fn, r, w)), (lambda fn: (fn, r, 1))
+    exp = [tile("sub"), *[tile("mul")] * scaled, tile("exp")]
+    load = cm.dma(target, r, w, contiguous=w == cols)
+    store = cm.dma(target, r, w, contiguous=w == cols)
+    if not chunked:
+        ops = [tile("rowmax"), *exp, tile("rowsum"), tile("div")]
+        return [(load, ops, store)]
+    if first:
+        pass0 = [tile("rowmax"), *exp, tile("rowsum")]
+    else:
+        rescale = [col("max"), col("sub"), *[col("mul")] * scaled, col("exp"), col("mul"), col("copy")]
+        pass0 = [tile("rowmax"), *rescale, *exp, tile("rowsum"), col("add")]
+    return [(load, pass0, None), (load, [*exp, tile("div")], store)]
 
 
 SCALE_ATTR = "novella.scale"
@@ -284,10 +340,11 @@ class Softmax:
         chunks = target.pow2(128 * target.vector_lanes, target.vector_lanes)
         tcs += [c for c in chunks if c < cols_max or not static_cols]
         best, plan = None, None
+        dims = (rows_max, cols_max, static_cols, softmax_scale(op) != 1.0)
         for tm, tc in itertools.product(tms, tcs):
             plan = _softmax_plan(op, target, tm, tc, tc < cols_max or not static_cols)
             if plan.fits():
-                key = (_softmax_cost(rows_max, cols_max, tm, tc), -tm)
+                key = (self.cost(target, dims, (tm, tc)), -tm)
                 if best is None or key < best[0]:
                     best = (key, tm, tc, plan)
         if best is None:
@@ -298,6 +355,23 @@ class Softmax:
         if chunked:
             grid += [sy.const(2), ceildiv(cols, tc)]
         return Tiling({"tm": tm, "tc": tc, "chunked": int(chunked)}, grid, plan.buffers)
+
+    def cost(self, target, dims, cand) -> float:
+        """Predicted cycles (cost model) of cand = (tm, tc) over dims = (rows, cols, cols static, scaled):
+        per row tile one pass over its row (unchunked), or two over its column chunks."""
+        rows, cols, static_cols, scaled = dims
+        tm, tc = cand
+        chunked = tc < cols or not static_cols
+        groups = []
+        for r, nr in _pieces(rows, tm):
+            chunks = _pieces(cols, tc) if chunked else [(cols, 1)]
+            first_w = chunks[0][0]
+            per_tile = [(first_w, 1, True)] + [(w, n - (i == 0), False) for i, (w, n) in enumerate(chunks)]
+            for w, n, head in per_tile:
+                for (lq, ld), ops, store in _softmax_steps(target, r, w, cols, scaled, chunked, head):
+                    sq, sd = store or (0.0, 0.0)
+                    groups.append(cm.Group(lq, cm.vecs(target, ops), sq, ld + sd, nr * n))
+        return cm.pipeline(target, groups)
 
     def macro(self, op, tv, t, b):
         tm, tc = t.tiles["tm"], t.tiles["tc"]

@@ -7,14 +7,17 @@ transpose; the transposes between convs (and the Whisper stem's
 
 from __future__ import annotations
 
+import dataclasses
+
 from torch_mlir import ir
 
+from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import Conv1dOp
 from ..target import MAX_COLS
 from . import BufferPlan, Tiling, first, module_symbols, tile_rows
 from .data_movement import make_transpose, typed
-from .elementwise import emit_act
+from .elementwise import ACT_FNS, emit_act, nominal_rows
 
 
 def _attr(op, name):
@@ -58,17 +61,41 @@ class Conv1d:
         cin, cout, k, stride, _, _, _ = _dims(op, tv)
         tms = [options["tile-m"]] if options.get("tile-m") else target.array_tiles(16, max(target.array_rows // 2, 1))
         tns = target.divisors(cout, target.array_cols)
+        dims = (cin, cout, k, stride, nominal_rows(op, tv), _attr(op, "act"))
         best = None
         for tm in tms:
             for tn in tns:
                 plan = self._plan(op, target, tm, tn, cin, k, stride)
-                if plan.fits() and (best is None or (tm * tn, tn) > (best[0] * best[1], best[1])):
-                    best = (tm, tn, plan)
+                if not plan.fits():
+                    continue
+                key = (self.cost(target, dims, (tm, tn)), -tm * tn)
+                if best is None or key < best[0]:
+                    best = (key, tm, tn, plan)
         if best is None:
             self._plan(op, target, tms[-1], tns[-1], cin, k, stride).check()
-        tm, tn, plan = best
+        _, tm, tn, plan = best
         grid = [sy.const(cout // tn), sy.ceildiv(tv.shape(-1)[1], tm)]
         return Tiling({"tm": tm, "tn": tn}, grid, plan.buffers)
+
+    def cost(self, target, dims, cand) -> float:
+        """Predicted cycles (cost model) of cand = (tm, tn) over dims = (Cin, Cout, taps, stride, output
+        length, act): single-slot buffers; the first step of each column block gathers its weights."""
+        cin, cout, k, stride, length, act = dims
+        tm, tn = cand
+        group = max(1, MAX_COLS // cin)
+        gather = [(min(group, tn - c0) * cin, 1, False) for _ in range(k) for c0 in range(0, tn, group)]
+
+        def step(r, n, gathers=False):
+            lq, ld = cm.dmas(target, [((r - 1) * stride + k, cin, True)] + (gather + [(1, tn, True)]) * gathers)
+            sq, sd = cm.dma(target, r, tn, contiguous=tn == cout)
+            mm = k * cm.matmul(target, r, cin, tn)
+            epi = cm.vecs(target, [(f, r, tn) for f in ("add", *ACT_FNS[act])])
+            return cm.Group(lq, mm + epi, sq, ld + sd, n * (cout // tn), 1, 1)
+
+        head = dataclasses.replace(step(min(tm, length), 1, True), count=cout // tn)
+        groups = cm.row_groups(length, tm, step)
+        groups[0] = dataclasses.replace(groups[0], count=groups[0].count - cout // tn)
+        return cm.pipeline(target, [head, *groups])
 
     def macro(self, op, tv, t, b):
         cin, cout, k, stride, pad, length, out_len = _dims(op, tv)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 
+from .. import costmodel as cm
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, tile_rows
+from . import BufferPlan, Tiling, first, module_symbols, tile_rows
+
+ACT_FNS = {"none": (), "relu": ("relu",), "gelu": ("mul", "erf", "add", "mul", "mul")}
 
 
 def emit_act(b, act: str, buf: str, tmp: str, rows, cols: int, stride: int, when=None, out=None) -> None:
@@ -27,19 +30,44 @@ def emit_act(b, act: str, buf: str, tmp: str, rows, cols: int, stride: int, when
         b.vop("COPY", out, buf, **geo)
 
 
-def row_tiling(rows, cols: int, target, n_buffers: int, options, extra=()) -> Tiling:
-    """Largest row tile such that `n_buffers` [tm, cols] SPAD buffers (+ `extra`: (name, size or
-    size(tm))) fit."""
+def row_tiling(rows, cols: int, target, n_buffers: int, options, extra=(), cost=None) -> Tiling:
+    """The row tile, of those whose `n_buffers` [tm, cols] SPAD buffers (+ `extra`: (name, size or
+    size(tm))) fit, that `cost(tm)` (the cost model's cycles) finds cheapest; without `cost`, the largest."""
     first = options.get("tile-m")
+    best = None
     for tm in [first] if first else target.row_tiles(4):
         plan = BufferPlan(target)
         for i in range(n_buffers):
             plan.add(f"t{i}", "spad", tm * cols, stream=True)
         for name, size in extra:
             plan.add(name, "spad", size(tm) if callable(size) else size, stream=callable(size))
-        if plan.fits() or tm == 1 or first:
-            return Tiling({"tm": tm}, [sy.ceildiv(rows, tm)], plan.check())
-    raise AssertionError("unreachable")
+        if plan.fits() or first or (tm == 1 and best is None):
+            key = (cost(tm) if cost and not first else 0.0, -tm)
+            if best is None or key < best[0]:
+                best = (key, tm, plan)
+    _, tm, plan = best
+    return Tiling({"tm": tm}, [sy.ceildiv(rows, tm)], plan.check())
+
+
+def nominal_rows(op, tv) -> int:
+    from .attention import upper
+
+    return upper(tv.rows(-1), module_symbols(op))
+
+
+def row_kernel_cost(target, rows: int, cols: int, tm: int, loads, fns, once=()) -> float:
+    """Cycles of a row-tiled kernel: per step the LOADs `loads(r)` ((rows, cols, contiguous) for r tile
+    rows), the VEC fns `fns(r)` ((fn, rows, cols)), one contiguous STORE of [r, cols]; `once`: LOADs of
+    the first step only (a broadcast row or scalar, resident: that step's loads wait one step)."""
+
+    def group(r, n, extra=()):
+        moves = [*loads(r), *extra]
+        lq, ld = cm.dmas(target, moves)
+        sq, sd = cm.dma(target, r, cols, contiguous=True)
+        return cm.Group(lq, cm.vecs(target, fns(r)), sq, ld + sd, n, 1 if extra else 2, n_dma=len(moves))
+
+    groups = cm.row_groups(rows, tm, group)
+    return cm.pipeline(target, cm.with_first(group(min(tm, rows), 1, once), groups) if once else groups)
 
 
 def _load_rows(b, buf, tensor, tm, rows_total, cols, rows):
@@ -93,8 +121,29 @@ class Binary:
         return (kb, ka, (1, 0)) if swap else (ka, kb, (0, 1))
 
     def tile(self, op, tv, target, options):
-        self.kinds(op, tv)
-        return row_tiling(tv.rows(-1), tv.cols(-1), target, 3, options, extra=(("acol", lambda tm: tm),))
+        ka, kb, _ = self.kinds(op, tv)
+        dims = (nominal_rows(op, tv), tv.cols(-1), ka, kb, op.name.split(".")[1])
+        cost = lambda tm: self.cost(target, dims, tm)  # noqa: E731
+        return row_tiling(tv.rows(-1), tv.cols(-1), target, 3, options, extra=(("acol", lambda tm: tm),), cost=cost)
+
+    def cost(self, target, dims, tm) -> float:
+        """Predicted cycles (cost model) of row tile `tm` over dims = (rows, cols, kind of a, kind of b, fn)."""
+        rows, cols, ka, kb, fn = dims
+        once = [(1, cols, True)] * (kb == "row") + [(1, 1, True)] * (ka == "scalar") + [(1, 1, True)] * (kb == "scalar")
+        moves = {
+            "full": lambda r: [(r, cols, True)],
+            "row": lambda r: [(r, cols, False)],
+            "col": lambda r: [(r, 1, True)],
+        }
+        a_moves, b_moves = moves.get(ka, lambda r: []), moves.get(kb, lambda r: [])
+        if kb == "row":
+            b_moves = lambda r: []  # noqa: E731
+
+        def fns(r):
+            spread = [("fill", r, cols), ("add", r, cols)] if ka != "full" and ka != "row" else []
+            return [*spread, (fn, r, cols)]
+
+        return row_kernel_cost(target, rows, cols, tm, lambda r: [*a_moves(r), *b_moves(r)], fns, once)
 
     def macro(self, op, tv, t, b):
         ka, kb, (ia, ib) = self.kinds(op, tv)
@@ -166,7 +215,23 @@ class Unary:
     """Activations and ops with a compile-time scalar: row tile `t0` in, result in `t1`."""
 
     def tile(self, op, tv, target, options):
-        return row_tiling(tv.rows(-1), tv.cols(-1), target, 2, options)
+        dims = (nominal_rows(op, tv), tv.cols(-1), self.fns(op))
+        cost = lambda tm: self.cost(target, dims, tm)  # noqa: E731
+        return row_tiling(tv.rows(-1), tv.cols(-1), target, 2, options, cost=cost)
+
+    def fns(self, op) -> tuple[str, ...]:
+        kind = op.name.split(".")[1]
+        if kind == "scalar":
+            fn = op.attributes["fn"].value
+            return ("mul", "add") if fn == "rsub" else (fn,)
+        return ACT_FNS[kind]
+
+    def cost(self, target, dims, tm) -> float:
+        """Predicted cycles (cost model) of row tile `tm` over dims = (rows, cols, VEC fns per tile)."""
+        rows, cols, fns = dims
+        return row_kernel_cost(
+            target, rows, cols, tm, lambda r: [(r, cols, True)], lambda r: [(f, r, cols) for f in fns]
+        )
 
     def macro(self, op, tv, t, b):
         tm, cols, total = t.tiles["tm"], tv.cols(-1), tv.rows(-1)

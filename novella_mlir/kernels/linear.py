@@ -7,9 +7,9 @@ import functools
 from .. import costmodel as cm
 from .. import symbolic as sy
 from . import BufferPlan, Tiling, first, last, plan_lengths, tile_rows
+from .attention import _pieces
+from .elementwise import ACT_FNS as _ACT_FNS
 from .elementwise import emit_act
-
-_ACT_FNS = {"none": (), "relu": ("relu",), "gelu": ("mul", "erf", "add", "mul", "mul")}
 
 
 class Linear:
@@ -42,29 +42,34 @@ class Linear:
         plan.add("acc", "acc", tm * tn)
         return plan
 
-    def cost(self, target, m, k, n, tm, tn, tk, act, ws) -> float:
-        """Predicted cycles of the whole op (cost model) for M = m rows."""
-        m_tiles, n_blocks, k_steps = -(-m // tm), n // tn, k // tk
-        rows = min(tm, m)
-        a_load, a_dram = cm.dma(target, rows, tk, contiguous=tk == k)
-        loads, dram = [a_load], a_dram
-        if not ws:
-            for r, c in ((tn, tk), (1, tn)):
-                q, d = cm.dma(target, r, c, contiguous=tk == k)
-                loads.append(q)
-                dram += d
-        mm = cm.matmul(target, rows, tk, tn)
-        epi = sum(cm.vec(target, rows, tn, f) for f in ("add", *_ACT_FNS[act]))
-        st, st_dram = cm.dma(target, rows, tn, contiguous=tn == n)
-        plain = cm.StepCost(sum(loads), mm, 0, dram)
-        last_step = cm.StepCost(sum(loads), mm + epi, st, dram + st_dram)
-        blocks = m_tiles * n_blocks
-        steps = [(plain, blocks * (k_steps - 1)), (last_step, blocks)]
-        out = cm.total(steps, target.buffer_slots)
-        if ws:  # each weight slab loads once, while the previous block's last compute waits
-            w_load, w_dram = cm.dma(target, tn, k, contiguous=True)
-            out += n_blocks * w_load
-        return out
+    def cost(self, target, dims, cand) -> float:
+        """Predicted cycles of the whole op (cost model): dims = (M, K, N, act), cand = (tm, tn, tk, ws).
+        Weight-stationary, the first step of each column block also loads the weight slab and bias
+        (single slot: those loads wait for the previous compute); the last k step runs the epilogue
+        and stores."""
+        (m, k, n, act), (tm, tn, tk, ws) = dims, cand
+        n_blocks, k_steps = n // tn, k // tk
+        groups = []
+
+        def add(r, count, last, slab, j):
+            moves = [(r, tk, tk == k)] + [(tn, tk, tk == k), (1, tn, True)] * (not ws)
+            moves += [(tn, k, True), (1, tn, True)] * slab
+            lq, ld = cm.dmas(target, moves)
+            epi = cm.vecs(target, [(f, r, tn) for f in ("add", *_ACT_FNS[act])]) if last else 0.0
+            st, sd = cm.dma(target, r, tn, contiguous=tn == n)
+            if k_steps > 1:  # the store's data shares the DRAM with the next block's first loads
+                ld += sd * (j == 0)
+                sd = 0.0
+            c = cm.matmul(target, r, tk, tn) + epi
+            groups.append(cm.Group(lq, c, st * last, ld + sd * last, count, 1 if slab else 2, 2, n_dma=len(moves)))
+
+        ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
+        for j, cnt in ks:
+            for i, (r, nr) in enumerate(_pieces(m, tm)):
+                last, slab = j == k_steps - 1, bool(ws) and j == 0 and i == 0
+                add(r, n_blocks * cnt, last, True, j) if slab else None
+                add(r, n_blocks * (nr - slab) * cnt, last, False, j)
+        return cm.pipeline(target, groups)
 
     def choose(self, target, m, k, n, act, options):
         """(key, (tm, tn, tk, ws), plan) of the cheapest fitting candidate for M = m rows, or (None, None, plan)
@@ -80,7 +85,7 @@ class Linear:
                     for tk in target.divisors(k, target.array_rows):
                         plan = self._plan(target, tm, tn, tk, k, act, ws)
                         if plan.fits():
-                            key = (self.cost(target, m, k, n, tm, tn, tk, act, ws), -tm, -tn)
+                            key = (self.cost(target, (m, k, n, act), (tm, tn, tk, ws)), -tm, -tn)
                             if best is None or key < best[0]:
                                 best = (key, (tm, tn, tk, ws), plan)
         return best or (None, None, plan)
@@ -92,7 +97,7 @@ class Linear:
         if best[0] is None:
             return None
         tm, tn, tk, ws = best[1]
-        return self.cost(target, sy.evaluate(tv.rows(0), at), k, n, tm, tn, tk, act, ws)
+        return self.cost(target, (sy.evaluate(tv.rows(0), at), k, n, act), (tm, tn, tk, ws))
 
     def tile(self, op, tv, target, options):
         k, n = tv.cols(0), tv.static(1, 0)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from .. import costmodel as cm
 from .. import symbolic as sy
 from . import BufferPlan, Tiling, first, tile_rows
+from .elementwise import nominal_rows
+
+# The VEC ops of one [r, C] tile: (fn, whole rows (else one column)).
+_OPS = (("rowsum", 1), ("div", 0), ("sub", 1), ("mul", 1), ("rowsum", 1), ("div", 0), ("add", 0), ("rsqrt", 0),
+        ("mul", 1), ("mul", 1), ("add", 1))  # fmt: skip
 
 
 class LayerNorm:
@@ -16,19 +22,41 @@ class LayerNorm:
     result goes to `sq`, which no LOAD writes, so the next step's load of `x`
     cannot race this step's store."""
 
+    def _plan(self, target, tm, c):
+        plan = BufferPlan(target)
+        plan.add("x", "spad", tm * c)
+        plan.add("sq", "spad", tm * c)
+        plan.add("w", "spad", c)
+        plan.add("b", "spad", c)
+        plan.add("mean", "spad", tm)
+        plan.add("var", "spad", tm)
+        return plan
+
     def tile(self, op, tv, target, options):
-        c = tv.cols(0)
-        for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(8):
-            plan = BufferPlan(target)
-            plan.add("x", "spad", tm * c)
-            plan.add("sq", "spad", tm * c)
-            plan.add("w", "spad", c)
-            plan.add("b", "spad", c)
-            plan.add("mean", "spad", tm)
-            plan.add("var", "spad", tm)
-            if plan.fits() or options.get("tile-m") or tm == 1:
-                return Tiling({"tm": tm}, [sy.ceildiv(tv.rows(0), tm)], plan.check())
-        raise ValueError("unreachable")
+        c, forced = tv.cols(0), options.get("tile-m")
+        dims = (nominal_rows(op, tv), c)
+        best = None
+        for tm in [forced] if forced else target.row_tiles(8):
+            plan = self._plan(target, tm, c)
+            if plan.fits() or forced or (tm == 1 and best is None):
+                key = (0.0 if forced else self.cost(target, dims, tm), -tm)
+                if best is None or key < best[0]:
+                    best = (key, tm, plan)
+        _, tm, plan = best
+        return Tiling({"tm": tm}, [sy.ceildiv(tv.rows(0), tm)], plan.check())
+
+    def cost(self, target, dims, tm) -> float:
+        """Predicted cycles (cost model) of row tile `tm` over dims = (rows, C): single-slot buffers, so
+        a step's loads wait for the previous compute and its compute for the previous store."""
+        rows, c = dims
+
+        def group(r, n, first_step=False):
+            lq, ld = cm.dmas(target, [(r, c, True)] + [(1, c, True)] * 2 * first_step)
+            sq, sd = cm.dma(target, r, c, contiguous=True)
+            ops = [(fn, r, c if whole else 1) for fn, whole in _OPS]
+            return cm.Group(lq, cm.vecs(target, ops), sq, ld + sd, n, 1, 1)
+
+        return cm.pipeline(target, cm.with_first(group(min(tm, rows), 1, True), cm.row_groups(rows, tm, group)))
 
     def macro(self, op, tv, t, b):
         tm, c, total = t.tiles["tm"], tv.cols(0), tv.rows(0)

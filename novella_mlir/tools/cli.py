@@ -3,6 +3,7 @@
 novella compile pkg.module:factory --example-shape 1,16,384 --dynamic-dim 1 --max-len 1500 -o model.nvla
 novella run model.nvla --len 500 [--trace trace.json] [--seed 0] [--no-hazard-check]
 novella inspect model.nvla
+novella sweep pkg.module:factory --example-shape 1,16,384 --lengths 1,17,500 --configs edge,default,large
 novella demo
 """
 
@@ -235,6 +236,50 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ sweep
+
+
+def cmd_sweep(args) -> int:
+    from .. import sweep as sw
+
+    models = [
+        sw.ModelSpec(t, tuple(map(tuple, args.example_shape)), args.dynamic_dim, args.min_len, args.max_len)
+        for t in args.targets
+    ]
+    _check_compile_args(args)
+    try:
+        jobs = sw.jobs(models, args.configs.split(","), args.lengths)
+        engine = "in-process" if args.in_process or not sw.ray_available() else f"Ray ({args.address or 'local'})"
+        _progress(f"novella sweep: {len(jobs)} compiles x {len(args.lengths)} lengths on {engine}")
+        rows = sw.sweep(
+            jobs, address=args.address, in_process=args.in_process, working_dir=args.working_dir,
+            num_cpus=args.workers, progress=lambda i, n: _progress(f"      {i}/{n} compiles done"),
+        )  # fmt: skip
+    except sw.SweepError as e:
+        raise CliError(str(e)) from None
+    out = Path(args.out)
+    paths = sw.write_table(rows, out)
+    if not args.no_plots:
+        paths += sw.write_plots(rows, out)
+    print(sw.markdown(rows))
+    print("wrote " + ", ".join(map(str, paths)))
+    failed = [r for r in rows if not r.get("ok")]
+    for r in failed:
+        why = r.get("error") or f"max error {r['max_err']:.3g} against eager"
+        print(f"novella sweep: {r['model']} on {r['config']} at T={r['T']}: {why}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _lengths(text: str) -> list[int]:
+    try:
+        out = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated lengths like 1,17,500, got '{text}'") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"lengths must be >= 1, got '{text}'")
+    return out
+
+
 # ------------------------------------------------------------------ demo
 
 
@@ -304,11 +349,31 @@ def _parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="show an artifact's templates, tile rules, sizes and config")
     i.add_argument("model")
     i.add_argument("--config", help="also check the artifact against this config")
+    _sweep_parser(sub)
     sub.add_parser("demo", help="run the Whisper-encoder demo of the installed package (extra arguments go to it)")
     return p
 
 
-COMMANDS = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect, "demo": cmd_demo}
+def _sweep_parser(sub) -> None:
+    s = sub.add_parser(
+        "sweep", help="compile and run models x lengths x configs (on Ray if installed); table and plots"
+    )
+    s.add_argument("targets", nargs="+", metavar="MODULE:FACTORY", help="one or more model factories, as for compile")
+    s.add_argument("--example-shape", type=_shape, action="append", required=True, help="as for compile")
+    s.add_argument("--dynamic-dim", type=int, default=1)
+    s.add_argument("--min-len", type=int, default=1)
+    s.add_argument("--max-len", type=int, default=2048)
+    s.add_argument("--lengths", type=_lengths, required=True, help="comma-separated run lengths, e.g. 1,17,500")
+    s.add_argument("--configs", default="default", help="shipped config names or TOML paths, comma-separated")
+    s.add_argument("--out", default="sweep", help="directory for sweep.csv, sweep.md and the plots")
+    s.add_argument("--address", help="a Ray cluster (ray://host:10001 or auto); default: a local Ray")
+    s.add_argument("--working-dir", help="ship this directory to the Ray workers (model modules a cluster lacks)")
+    s.add_argument("--workers", type=int, help="CPUs of the local Ray instance (default: all)")
+    s.add_argument("--in-process", action="store_true", help="no Ray: run the compiles one after another here")
+    s.add_argument("--no-plots", action="store_true")
+
+
+COMMANDS = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect, "sweep": cmd_sweep, "demo": cmd_demo}
 
 
 def main(argv=None) -> int:

@@ -7,13 +7,13 @@
 // max_len; each case says what its choice follows from.
 
 // Q @ K^T: M and N are both the dynamic length, K^T is read in place (transpose_b);
-// the edge tiles are min(128, T - 128 * d). The 128 x 128 accumulator tile fills the
-// accumulator, so K = 64 is split in two k steps (tk = 32): with one k step the lhs would
-// be resident and the accumulator double-buffered, which does not fit.
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 2)>
-// CHECK-DAG: #[[M:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (128, d1 * -128 + s0)>
-// CHECK-DAG: #[[N:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (128, d2 * -128 + s0)>
-// CHECK-DAG: #[[OUT:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (d0 * (s0 * s0) + d2 * 128)>
+// the edge tiles are min(256, T - 256 * d1) and min(16, T - 16 * d2). K = 64 is one k step,
+// so the 256-row query tile stays resident (loaded on the first key tile) while 16-key tiles
+// stream past it and the accumulator stores from two slots: the cost model's cheapest.
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 256, s0 ceildiv 16, 1)>
+// CHECK-DAG: #[[M:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (256, d1 * -256 + s0)>
+// CHECK-DAG: #[[N:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (16, d2 * -16 + s0)>
+// CHECK-DAG: #[[OUT:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (d0 * (s0 * s0) + d2 * 16)>
 // CHECK-LABEL: func.func @scores
 // CHECK-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32
 // CHECK: %[[S:.*]] = "novella.macro"() ({
@@ -21,7 +21,7 @@
 // CHECK: "novella.dma_load"(%[[K]]) {buffer = "b", {{.*}}rows = #[[N]]
 // CHECK: "novella.mma"() {{{.*}}lhs = "a", m = #[[M]], n = #[[N]], rhs = "b", transpose_b = 1 : i64}
 // CHECK: "novella.dma_store"() {buffer = "acc", cols = #[[N]], dram_offset = #[[OUT]]
-// CHECK: }) {grid = #[[GRID]], kernel = "novella.matmul"{{.*}}novella.tiles = {tk = 32 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
+// CHECK: }) {grid = #[[GRID]], kernel = "novella.matmul"{{.*}}novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 16 : i64}, transpose_rhs = true}
 // CHECK: return %[[S]]
 // LEGAL-LABEL: func.func @scores
 // LEGAL: "novella.matmul"{{.*}}transpose_rhs = true
@@ -35,12 +35,12 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // P @ V: the contraction dim is dynamic: a symbolic number of k-tiles, the last one
-// partial (k = min(256, T - 256 * d3)); accumulate from the second k-tile on, store on the last.
-// The lhs and rhs tiles stream through two slots each, so the k tile is 256 (512 with one slot).
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, 1, s0 ceildiv 256)>
-// CHECK-DAG: #[[KK:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (256, d3 * -256 + s0)>
+// partial (k = min(64, T - 64 * d3)); accumulate from the second k-tile on, store on the last.
+// The lhs and rhs tiles stream through two slots each; the cost model takes 256-row, 64-deep tiles.
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 256, 1, s0 ceildiv 64)>
+// CHECK-DAG: #[[KK:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (64, d3 * -64 + s0)>
 // CHECK-DAG: #[[ACCUM:.*]] = affine_map<(d0, d1, d2, d3)[s0] -> (d3, 1)>
-// CHECK-DAG: #[[LASTK:.*]] = affine_set<(d0, d1, d2, d3)[s0] : (-d3 + s0 ceildiv 256 - 1 == 0)>
+// CHECK-DAG: #[[LASTK:.*]] = affine_set<(d0, d1, d2, d3)[s0] : (-d3 + s0 ceildiv 64 - 1 == 0)>
 // CHECK-LABEL: func.func @context
 // CHECK-SAME: (%[[P:.*]]: tensor<2x?x?xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32
 // CHECK: "novella.dma_load"(%[[P]]) {buffer = "a", cols = #[[KK]]
@@ -87,20 +87,20 @@ module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
 
 // Rows longer than a field (4095) are chunked: grid (row tile, pass, chunk); pass 0 keeps
 // the running max and rescaled running sum, pass 1 normalizes and stores.
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (1, 2, s0 ceildiv 2048)>
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (4, 2, s0 ceildiv 2048)>
 // CHECK-DAG: #[[FIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 == 0, d2 == 0)>
 // CHECK-DAG: #[[REST:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 == 0, d2 - 1 >= 0)>
 // CHECK-DAG: #[[NORM:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - 1 == 0)>
 // CHECK-LABEL: func.func @long_rows
-// CHECK: "novella.vop"() {{{.*}}dst = "m", {{.*}}fn = "ROWMAX", rows = 4 : i64, when = #[[FIRST]]}
-// CHECK: "novella.vop"() {{{.*}}dst = "cm", {{.*}}fn = "ROWMAX", rows = 4 : i64, when = #[[REST]]}
-// CHECK: "novella.vop"() {a = "l", {{.*}}b = "t", {{.*}}fn = "MUL", rows = 4 : i64, when = #[[REST]]}
-// CHECK: "novella.vop"() {a = "out", {{.*}}b = "l", {{.*}}fn = "DIV", mode = "COL", rows = 4 : i64, when = #[[NORM]]}
+// CHECK: "novella.vop"() {{{.*}}dst = "m", {{.*}}fn = "ROWMAX", rows = 1 : i64, when = #[[FIRST]]}
+// CHECK: "novella.vop"() {{{.*}}dst = "cm", {{.*}}fn = "ROWMAX", rows = 1 : i64, when = #[[REST]]}
+// CHECK: "novella.vop"() {a = "l", {{.*}}b = "t", {{.*}}fn = "MUL", rows = 1 : i64, when = #[[REST]]}
+// CHECK: "novella.vop"() {a = "out", {{.*}}b = "l", {{.*}}fn = "DIV", mode = "COL", rows = 1 : i64, when = #[[NORM]]}
 // CHECK: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[NORM]]}
-// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 4 : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 1 : i64}
 // LEGAL-LABEL: func.func @long_rows
 // MACRO-LABEL: func.func @long_rows
-// MACRO: kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 4 : i64}
+// MACRO: kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 1 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
   func.func @long_rows(%x: tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>) -> tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>> {
     %0 = "novella.softmax"(%x) {novella.dram = affine_map<()[s0] -> (0)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>) -> tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>
@@ -112,17 +112,18 @@ module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
 
 // Legalize: attention decomposes into matmul(transpose_rhs) + softmax (scale fused) + matmul.
 // Without legalize and allocate, --novella-tile refuses it (expected-error below).
-// Then three macros: Q @ K^T in 128 x 128 tiles with tk = 32 (two k steps, see @scores);
-// the softmax over the dynamic key length is chunked (tc = 32 columns, 256 of the 2 * T rows
-// per tile); P @ V runs k-tiles of 256 keys (tn = 64 = the head dim).
+// Then three macros, as the cost model picks them: Q @ K^T with a resident 256-row query tile
+// and 16-key tiles (one k step, see @scores); the softmax over the dynamic key length is
+// chunked (tc = 2048 columns, 4 of the 2 * T rows per tile); P @ V runs 256-row tiles over
+// k-tiles of 64 keys (tn = 64 = the head dim).
 // LEGAL-DAG: #[[SCORES:.*]] = affine_map<()[s0] -> (2, s0, s0)>
-// MACRO-DAG: #[[QK:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 2)>
-// MACRO-DAG: #[[SMAX:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 256, 2, s0 ceildiv 32)>
-// MACRO-DAG: #[[PV:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, 1, s0 ceildiv 256)>
+// MACRO-DAG: #[[QK:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 256, s0 ceildiv 16, 1)>
+// MACRO-DAG: #[[SMAX:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 4, 2, s0 ceildiv 2048)>
+// MACRO-DAG: #[[PV:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 256, 1, s0 ceildiv 64)>
 // MACRO-LABEL: func.func @attention
-// MACRO: }) {grid = #[[QK]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 32 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
-// MACRO: }) {grid = #[[SMAX]], kernel = "novella.softmax", {{.*}}novella.tiles = {chunked = 1 : i64, tc = 32 : i64, tm = 256 : i64}}
-// MACRO: }) {grid = #[[PV]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 256 : i64, tm = 64 : i64, tn = 64 : i64}, transpose_rhs = false}
+// MACRO: }) {grid = #[[QK]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 16 : i64}, transpose_rhs = true}
+// MACRO: }) {grid = #[[SMAX]], kernel = "novella.softmax", {{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 4 : i64}}
+// MACRO: }) {grid = #[[PV]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 64 : i64}, transpose_rhs = false}
 // MACRO-NOT: kernel =
 // MACRO: return
 // LEGAL-LABEL: func.func @attention
@@ -146,10 +147,10 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // eager attention exports it) folds into the matmul's transpose_rhs.
 // The whole pipeline then runs one matmul macro that reads K^T in place: no transpose macro.
 // LEGAL-DAG: #[[KEYS:.*]] = affine_map<()[s0] -> (2, s0, 64)>
-// MACRO-DAG: #[[G:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 128, 2)>
+// MACRO-DAG: #[[G:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 256, s0 ceildiv 16, 1)>
 // MACRO-LABEL: func.func @fold_transpose
 // MACRO-NOT: kernel = "novella.transpose"
-// MACRO: }) {grid = #[[G]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 32 : i64, tm = 128 : i64, tn = 128 : i64}, transpose_rhs = true}
+// MACRO: }) {grid = #[[G]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 16 : i64}, transpose_rhs = true}
 // MACRO-NOT: kernel =
 // MACRO: return
 // LEGAL-LABEL: func.func @fold_transpose

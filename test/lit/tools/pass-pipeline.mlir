@@ -15,7 +15,7 @@
 // (ws = 1: the 32x64 weight is resident, x streams through two slots).
 // RUN: novella-opt %S/Inputs/linear.mlir -p 'builtin.module(novella-allocate,novella-tile)' | FileCheck %s --check-prefix=DEFAULT
 // RUN: novella-opt %S/Inputs/linear.mlir -p 'builtin.module(novella-allocate,novella-tile)' --config %S/Inputs/small-sram.toml | FileCheck %s --check-prefix=SMALL
-// DEFAULT: novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 32 : i64, ws = 1 : i64}
+// DEFAULT: novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 32 : i64, ws = 1 : i64}
 // SMALL: novella.sram_budget = {acc = 1024 : i64, spad = 4096 : i64}, novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 16 : i64, ws = 1 : i64}
 
 // A config too small for any tile makes the pass fail on the op.

@@ -14,12 +14,12 @@
 // CHECK-NEXT: "novella.inst"(%[[W]]) {{{[^}]*}}opcode = "LOAD", {{[^}]*}}sram_addr = 0 : i64, {{[^}]*}}when
 // CHECK-NOT: slot
 // CHECK-NEXT: "novella.inst"(%[[B]]) {{{[^}]*}}opcode = "LOAD", {{[^}]*}}sram_addr = 2048 : i64, {{[^}]*}}when
-// CHECK-NEXT: "novella.inst"(%[[X]]) {{{.*}}opcode = "LOAD", {{.*}}slot = {sram_addr = 16384 : i64}, sram_addr = 2080 : i64
-// CHECK-NEXT: "novella.inst"() {a_addr = 2080 : i64, {{.*}}opcode = "MATMUL", slot = {a_addr = 16384 : i64}
-// CHECK-NEXT: "novella.inst"() {{{.*}}dst_addr = 34848 : i64, {{.*}}fn = "ADD", {{.*}}slot = {dst_addr = 8192 : i64}
-// CHECK-NEXT: "novella.inst"() {a_addr = 34848 : i64, {{.*}}fn = "RELU", {{.*}}slot = {a_addr = 8192 : i64, dst_addr = 8192 : i64}
-// CHECK-NEXT: "novella.inst"() {{{.*}}opcode = "STORE", {{.*}}slot = {sram_addr = 8192 : i64}, sram_addr = 34848 : i64
-// CHECK-NEXT: }) {{{.*}}novella.buffers = {a = ["spad", 2080, 16384, 2], {{.*}}out = ["spad", 34848, 8192, 2], w = ["spad", 0, 2048]}, {{.*}}novella.schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
+// CHECK-NEXT: "novella.inst"(%[[X]]) {{{.*}}opcode = "LOAD", {{.*}}slot = {sram_addr = 1024 : i64}, sram_addr = 2080 : i64
+// CHECK-NEXT: "novella.inst"() {a_addr = 2080 : i64, {{.*}}opcode = "MATMUL", slot = {a_addr = 1024 : i64}
+// CHECK-NEXT: "novella.inst"() {{{.*}}dst_addr = 4128 : i64, {{.*}}fn = "ADD", {{.*}}slot = {dst_addr = 512 : i64}
+// CHECK-NEXT: "novella.inst"() {a_addr = 4128 : i64, {{.*}}fn = "RELU", {{.*}}slot = {a_addr = 512 : i64, dst_addr = 512 : i64}
+// CHECK-NEXT: "novella.inst"() {{{.*}}opcode = "STORE", {{.*}}slot = {sram_addr = 512 : i64}, sram_addr = 4128 : i64
+// CHECK-NEXT: }) {{{.*}}novella.buffers = {a = ["spad", 2080, 1024, 2], {{.*}}out = ["spad", 4128, 512, 2], w = ["spad", 0, 2048]}, {{.*}}novella.schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
 // With one slot per buffer nothing is slotted and the token distances are 1 (single buffering).
 // ONE-LABEL: func.func @linear
 // ONE-NOT: slot =

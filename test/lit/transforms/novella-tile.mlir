@@ -4,14 +4,16 @@
 // The row tiles of the linear cover the symbolic rows: grid (n, m, k) with a
 // ceildiv of T along m (the last tile may be partial); weight, bias and the
 // accumulator are sized by the tile and packed into the scratchpad. The cost
-// model keeps the small weight resident (ws = 1) and takes the largest row tile;
-// x and the output stream through two slots each (the 4th entry, 2).
-// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 256, 1)>
+// model keeps the small weight resident (ws = 1); the op is DRAM-bound at every
+// row tile, and 16-row tiles have the shortest pipeline fill (simulated: 1% fewer
+// cycles than 256 rows at T = 4096); x and the output stream through two slots
+// each (the 4th entry, 2).
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 16, 1)>
 // CHECK-LABEL: func.func @linear
 // CHECK: "novella.linear"
-// CHECK-SAME: novella.buffers = {a = ["spad", 2080, 16384, 2], acc = ["acc", 0, 8192], bias = ["spad", 2048, 32], out = ["spad", 34848, 8192, 2], w = ["spad", 0, 2048]}
+// CHECK-SAME: novella.buffers = {a = ["spad", 2080, 1024, 2], acc = ["acc", 0, 512], bias = ["spad", 2048, 32], out = ["spad", 4128, 512, 2], w = ["spad", 0, 2048]}
 // CHECK-SAME: novella.grid = #[[$GRID]]
-// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 32 : i64, ws = 1 : i64}
+// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 32 : i64, ws = 1 : i64}
 // TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 16, 1)>
 // TM16-LABEL: func.func @linear
 // TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 32 : i64, ws = 1 : i64}
@@ -84,15 +86,15 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // Two symbols (s0 past length P, s1 new length T): T queries scored against P
-// keys tile each symbol on its own grid dim, each with a partial last tile. The head dim (64) is
-// split in two k steps of 32: with two slots per streamed buffer (double buffering) the matmul's
-// tile choice for this budget is tk = 32 (it was 64 single-buffered).
-// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0, s1] -> (1, s1 ceildiv 128, s0 ceildiv 128, 2)>
+// keys tile each symbol on its own grid dim, each with a partial last tile. The cost model keeps
+// the head dim (64) in one k step, so a 256-row query tile stays resident while 16-key tiles
+// stream past it (two slots) and the accumulator stores from two slots.
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0, s1] -> (1, s1 ceildiv 256, s0 ceildiv 16, 1)>
 // CHECK-LABEL: func.func @scores
 // CHECK: "novella.matmul"(%arg0, %arg1)
 // CHECK-SAME: novella.grid = #[[$GRID]]
-// CHECK-SAME: novella.tiles = {tk = 32 : i64, tm = 128 : i64, tn = 128 : i64}
-// TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0, s1] -> (1, s1 ceildiv 16, s0 ceildiv 256, 1)>
+// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 16 : i64}
+// TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0, s1] -> (1, s1 ceildiv 16, s0 ceildiv 32, 1)>
 // TM16-LABEL: func.func @scores
 // TM16: novella.grid = #[[$GRID]]
 module attributes {novella.symbols = {s0 = ["P", 1, 1023], s1 = ["T", 1, 1024]}} {
