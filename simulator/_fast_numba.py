@@ -184,3 +184,25 @@ def schedule(queue, pops, pushes, fixed, data, latency, acc_ids, spans, win_off,
             waits[ch, 0] += 1
             waits[ch, 1] += s - free
     return OK, order, start, end, waits
+
+
+@nb.njit(cache=True)
+def erf_into(a, dst, p, q):
+    """dst = `functional.erf_f32(a)`, the same fp32 operations in the same order (bit for bit; no FMA).
+    `a` and `dst` are the same tile or disjoint."""
+    lo, hi, zero = np.float32(-4.0), np.float32(4.0), np.float32(0.0)
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            x = a[i, j]
+            if x < lo:
+                x = lo
+            elif x > hi:
+                x = hi
+            x2 = x * x
+            num = zero * x2 + p[0]
+            for c in range(1, p.size):
+                num = num * x2 + p[c]
+            den = zero * x2 + q[0]
+            for c in range(1, q.size):
+                den = den * x2 + q[c]
+            dst[i, j] = x * num / den

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .functional import BINARY_OPS, F32, REDUCE_OPS, UNARY_OPS
+from .functional import _ERF_P, _ERF_Q, BINARY_OPS, F32, REDUCE_OPS, UNARY_OPS
 from .hazards import Span
 from .isa import BINARY_FNS, LAYOUT, QUEUE_OF, QUEUES, REDUCE_FNS, Opcode, VecFn, VecMode
 from .units import CHANNELS, TOKEN_ROUTES
@@ -149,6 +149,17 @@ def _unary(fn, a, dst):
 
 def _reduce(ufunc, a, dst):
     dst[...] = ufunc.reduce(a, 1, None, None, True)  # what np.sum / np.max(a, axis=1, keepdims=True) call
+
+
+def _erf(a, dst):
+    from ._fast_numba import erf_into  # numba compiles on first use
+
+    erf_into(a, dst, _ERF_P, _ERF_Q)
+
+
+def _same_or_apart(a, dst, a_span, d_span) -> bool:
+    """Whether tiles (mem, addr, stride) of the same shape are the same tile or touch disjoint ranges."""
+    return a == dst or a[0] != dst[0] or d_span[2] <= a_span[1] or a_span[2] <= d_span[1]
 
 
 def _fill(value, dst):
@@ -396,5 +407,7 @@ class Plan:
                 self._prepare(i, [*spans, d_span], ufunc, (a_view, b_val, d_view))
         elif fn in REDUCE_FNS:
             self._prepare(i, [*spans, d_span], _reduce, (_REDUCE_UFUNC[fn], a_view, d_view))
+        elif fn == VecFn.ERF and a_view is not None and _same_or_apart(a, dst, spans[0], d_span):
+            self._prepare(i, [*spans, d_span], _erf, (a_view, d_view))
         else:
             self._prepare(i, [*spans, d_span], _unary, (UNARY_OPS[fn], a_view, d_view))
