@@ -187,22 +187,30 @@ def schedule(queue, pops, pushes, fixed, data, latency, acc_ids, spans, win_off,
 
 
 @nb.njit(cache=True)
+def _erf_row(x, den, p, q):
+    """x <- erf(x): the polynomials in one loop (it vectorizes), the divisions in another (it would not)."""
+    lo, hi, zero = np.float32(-4.0), np.float32(4.0), np.float32(0.0)
+    p0, p1, p2, p3, p4, p5, p6 = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
+    q0, q1, q2, q3, q4 = q[0], q[1], q[2], q[3], q[4]
+    for j in range(x.size):
+        v = x[j]
+        v = lo if v < lo else (hi if v > hi else v)
+        v2 = v * v
+        x[j] = v * (((((((zero * v2 + p0) * v2 + p1) * v2 + p2) * v2 + p3) * v2 + p4) * v2 + p5) * v2 + p6)
+        den[j] = ((((zero * v2 + q0) * v2 + q1) * v2 + q2) * v2 + q3) * v2 + q4
+    for j in range(x.size):
+        x[j] = x[j] / den[j]
+
+
+@nb.njit(cache=True)
 def erf_into(a, dst, p, q):
     """dst = `functional.erf_f32(a)`, the same fp32 operations in the same order (bit for bit; no FMA).
-    `a` and `dst` are the same tile or disjoint."""
-    lo, hi, zero = np.float32(-4.0), np.float32(4.0), np.float32(0.0)
+    `a` and `dst` are the same tile or disjoint. Row by row through contiguous buffers, so it vectorizes."""
+    row = np.empty(a.shape[1], np.float32)
+    den = np.empty(a.shape[1], np.float32)
     for i in range(a.shape[0]):
         for j in range(a.shape[1]):
-            x = a[i, j]
-            if x < lo:
-                x = lo
-            elif x > hi:
-                x = hi
-            x2 = x * x
-            num = zero * x2 + p[0]
-            for c in range(1, p.size):
-                num = num * x2 + p[c]
-            den = zero * x2 + q[0]
-            for c in range(1, q.size):
-                den = den * x2 + q[c]
-            dst[i, j] = x * num / den
+            row[j] = a[i, j]
+        _erf_row(row, den, p, q)
+        for j in range(a.shape[1]):
+            dst[i, j] = row[j]
