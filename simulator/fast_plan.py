@@ -147,6 +147,16 @@ def _unary(fn, a, dst):
     dst[...] = fn(a)
 
 
+def _unary_out(ufunc, a, dst):
+    ufunc(a, out=dst)
+
+
+def _contiguous_ufunc(fn, a, dst) -> bool:
+    """Whether `fn(a, out=dst)` runs the inner loop `dst[...] = fn(a)` runs (a ufunc; both tiles contiguous, so
+    both calls take NumPy's contiguous loop, whose bits do not depend on where the output is)."""
+    return isinstance(fn, np.ufunc) and a.flags.c_contiguous and dst.flags.c_contiguous
+
+
 def _reduce(ufunc, a, dst):
     dst[...] = ufunc.reduce(a, 1, None, None, True)  # what np.sum / np.max(a, axis=1, keepdims=True) call
 
@@ -409,5 +419,7 @@ class Plan:
             self._prepare(i, [*spans, d_span], _reduce, (_REDUCE_UFUNC[fn], a_view, d_view))
         elif fn == VecFn.ERF and a_view is not None and _same_or_apart(a, dst, spans[0], d_span):
             self._prepare(i, [*spans, d_span], _erf, (a_view, d_view))
+        elif a_view is not None and _contiguous_ufunc(UNARY_OPS[fn], a_view, d_view):
+            self._prepare(i, [*spans, d_span], _unary_out, (UNARY_OPS[fn], a_view, d_view))
         else:
             self._prepare(i, [*spans, d_span], _unary, (UNARY_OPS[fn], a_view, d_view))
