@@ -702,3 +702,26 @@ class KvWriteOp(Novella.Operation, name="kv_write"):
         if not _f32(x, y) or x.rank != y.rank or x.rank < 2:
             return _fail(op, f"expects f32 input and result of one rank >= 2, got {x} -> {y}")
         return True
+
+
+# ------------------------------------------------------------------ flip (issue 8 op families)
+
+
+class FlipOp(Novella.Operation, name="flip"):
+    """`torch.flip(input, [dim])`: the order of dim `dim` reversed (the dim may be dynamic)."""
+
+    input: ext.Operand[Tensor]
+    dim: ir.IntegerAttr
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    @_verified(1)
+    def verify_invariants(op) -> bool:
+        x = op.operands[0].type
+        d = _attr(op, "dim", ir.IntegerAttr)
+        if not 0 <= d < x.rank:
+            return _fail(op, f"dim {d} is out of range for {x}")
+        return _SameShapeUnary.verify_invariants(op)
+
+
+MATH_FNS = MATH_FNS + ("expm1", "log1p")  # the EXPM1 / LOG1P vector functions (docs/isa.md)
