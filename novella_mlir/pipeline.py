@@ -148,6 +148,7 @@ def compile_torch(
 def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_options, names=None) -> CompiledModel:
     """The exported program through the FX importer, the frontend and the backend passes. `bounds`
     (min, max) overrides the one symbol's range; None keeps each symbol's (named after `names`)."""
+    sy.forget()  # proofs are remembered within one compile (repeated layers), not across compiles
     ctx = make_context()
     stages = Stages(dump_dir)
     imported = importer.import_program(ctx, prog, decomposition_table, names=names)

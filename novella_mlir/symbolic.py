@@ -9,6 +9,7 @@ postfix programs (see `to_postfix` and `novella_mlir.runtime.expr`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -437,6 +438,13 @@ def provably_ge(a, b, box: dict) -> bool:
 
 
 def _ge_zero(diff, box: dict) -> bool:
+    return _ge_zero_on(diff, frozenset(box.items()))
+
+
+@functools.lru_cache(maxsize=8192)
+def _ge_zero_on(diff, box_items: frozenset) -> bool:
+    """`_ge_zero`, remembered: a model's repeated layers ask the same questions."""
+    box = dict(box_items)
     if diff.is_Number:
         return bool(diff >= 0)
     est = _estimate(diff, "lo")
@@ -446,13 +454,23 @@ def _ge_zero(diff, box: dict) -> bool:
     return _nonneg_on_box(est, box) or _nonneg_on_box(est + 1, box, strict=True)
 
 
+def forget() -> None:
+    """Drops the remembered proofs (`compile_torch` starts each compile without them)."""
+    _ge_zero_on.cache_clear()
+    _equal_sympy.cache_clear()
+
+
 def equal(a, b) -> bool:
     """a == b as expressions of the symbols (for every value, not at sampled points)."""
-    import sympy
-
     if isinstance(a, ir.AffineExpr) and isinstance(b, ir.AffineExpr) and canon(a) == canon(b):
         return True
-    sa, sb = _as_sympy(a), _as_sympy(b)
+    return _equal_sympy(_as_sympy(a), _as_sympy(b))
+
+
+@functools.lru_cache(maxsize=8192)
+def _equal_sympy(sa, sb) -> bool:
+    import sympy
+
     diff = sympy.expand(sa - sb)
     if diff == 0:
         return True

@@ -21,6 +21,7 @@ against the readable path.
 from __future__ import annotations
 
 from collections import deque
+from operator import itemgetter
 
 import numpy as np
 
@@ -44,8 +45,50 @@ def prepare(sim, words: np.ndarray) -> Plan:
 
 
 def run(sim, plan: Plan):
-    """Runs a prepared program on `sim` (already reset) and returns its RunStats, as the readable loop would."""
+    """Runs a prepared program on `sim` (already reset) and returns its RunStats, as the readable loop would.
+
+    A program whose every instruction has a fast form is issued by the compiled loop (`_fast_numba`), then
+    executed in its order; anything else, or a race or deadlock found there, runs the Python loop below
+    (which raises the readable machine's error at the same instruction)."""
+    if plan.compiled and len(plan.code):
+        done = _compiled(sim, plan)
+        if done is not None:
+            return done
     return _Loop(sim, plan).run()
+
+
+def _compiled(sim, plan: Plan):
+    from . import _fast_numba as nb
+
+    tm = sim.timing
+    data = tm.dma_cycles(plan.charged)
+    latency = sim.config.issue_cycles + sim.config.dma_latency
+    status, order, start, end, waits = nb.schedule(
+        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, latency,
+        plan.acc_ids, plan.span_rows, plan.win_off, sim.check_hazards,
+    )  # fmt: skip
+    if status != nb.OK:
+        return None
+    calls = plan.calls
+    progress = sim.progress
+    order_list = order.tolist()
+    step = len(order_list) if progress is None else 1024
+    with np.errstate(all="ignore"):
+        for k in range(0, len(order_list), step):
+            chunk = order_list[k : k + step]
+            for f, a in itemgetter(*chunk)(calls) if len(chunk) > 1 else (calls[chunk[0]],):
+                f(*a)
+            if progress is not None and len(chunk) == step:
+                progress.update(step)
+    loop = _Loop(sim, plan)
+    loop.order, loop.start, loop.end = order, start, end
+    loop.waits = waits.tolist()
+    for q, name in enumerate(QUEUES):
+        done = order[plan.queue[order] == q]
+        tm.queue_free[name] = int(end[done[-1]]) if len(done) else 0
+    dma = order[plan.fixed[order] < 0]
+    tm.dram_free = int(end[dma[-1]]) if len(dma) else 0
+    return loop._stats([0, 0, 0])
 
 
 class _Loop:
@@ -182,7 +225,7 @@ class _Loop:
         p, s = self.p, self.sim.stats
         order = np.asarray(self.order, np.int64)
         code = p.code[order]
-        fast = np.asarray([p.handler[i] is not None for i in self.order], bool)
+        fast = np.asarray([h is not None for h in p.handler], bool)[order]
         s.instructions = len(order)
         ends = np.asarray(self.end, np.int64)
         s.cycles = int(ends.max()) if len(ends) else 0

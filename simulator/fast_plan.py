@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .functional import BINARY_OPS, F32, REDUCE_OPS, UNARY_OPS
+from .functional import _ERF_P, _ERF_Q, BINARY_OPS, F32, REDUCE_OPS, UNARY_OPS
 from .hazards import Span
 from .isa import BINARY_FNS, LAYOUT, QUEUE_OF, QUEUES, REDUCE_FNS, Opcode, VecFn, VecMode
 from .units import CHANNELS, TOKEN_ROUTES
@@ -78,6 +78,7 @@ def _inbound_rows(start, step, bound, rows):
     return lo, np.maximum(hi, lo)
 
 
+_REDUCE_UFUNC = {VecFn.ROWSUM: np.add, VecFn.ROWMAX: np.maximum}
 _FLAG_MASK = np.uint64(~0xF0 & 0xFFFFFFFFFFFFFFFF)
 
 
@@ -120,21 +121,22 @@ def _load(dst, jlo, jhi, src):
         dst[jhi:] = 0
 
 
-def _store(dst, src):
-    dst[...] = src
+def _matmul_acc(a, b, out, acc):
+    np.matmul(a, b, out)  # `out`: a scratch tile of the product's shape
+    np.add(out, acc, acc)  # the readable path's out += acc, written in place
 
 
-def _matmul(a, b, acc, accumulate):
-    # A strided `a` gives the same bits as a copy (BLAS packs it); a transposed `b` would not.
-    out = np.matmul(a, np.ascontiguousarray(b))
-    if accumulate:
-        np.add(out, acc, out=acc)  # the readable path's out += acc, written in place
-    else:
-        acc[...] = out
+def _matmul_copy_b(a, b, acc):
+    np.matmul(a, np.ascontiguousarray(b), acc)
+
+
+def _matmul_copy_b_acc(a, b, out, acc):
+    np.matmul(a, np.ascontiguousarray(b), out)
+    np.add(out, acc, acc)
 
 
 def _binary(ufunc, a, b, dst):
-    ufunc(a, b, out=dst)  # exact IEEE arithmetic; NumPy buffers inputs that overlap `out`
+    ufunc(a, b, out=dst)  # np.maximum / np.minimum take `out` by keyword only
 
 
 def _select(a, b, dst):
@@ -145,8 +147,29 @@ def _unary(fn, a, dst):
     dst[...] = fn(a)
 
 
-def _reduce(fn, a, dst):
-    dst[...] = fn(a, axis=1, keepdims=True)
+def _unary_out(ufunc, a, dst):
+    ufunc(a, out=dst)
+
+
+def _contiguous_ufunc(fn, a, dst) -> bool:
+    """Whether `fn(a, out=dst)` runs the inner loop `dst[...] = fn(a)` runs (a ufunc; both tiles contiguous, so
+    both calls take NumPy's contiguous loop, whose bits do not depend on where the output is)."""
+    return isinstance(fn, np.ufunc) and a.flags.c_contiguous and dst.flags.c_contiguous
+
+
+def _reduce(ufunc, a, dst):
+    dst[...] = ufunc.reduce(a, 1, None, None, True)  # what np.sum / np.max(a, axis=1, keepdims=True) call
+
+
+def _erf(a, dst):
+    from ._fast_numba import erf_into  # numba compiles on first use
+
+    erf_into(a, dst, _ERF_P, _ERF_Q)
+
+
+def _same_or_apart(a, dst, a_span, d_span) -> bool:
+    """Whether tiles (mem, addr, stride) of the same shape are the same tile or touch disjoint ranges."""
+    return a == dst or a[0] != dst[0] or d_span[2] <= a_span[1] or a_span[2] <= d_span[1]
 
 
 def _fill(value, dst):
@@ -166,6 +189,7 @@ class Plan:
         self.views = _Views((sim.spad, sim.acc, sim.dram))
         self.sizes = (sim.spad.size, sim.acc.size, sim.dram.size)
         self.span_cache: dict = {}
+        self.scratch: dict = {}  # shape -> a scratch tile (products before accumulation)
         self.queue = np.zeros(n, np.int64)
         for op in LAYOUT:
             self.queue[code == int(op)] = QUEUES.index(QUEUE_OF[op])
@@ -192,9 +216,13 @@ class Plan:
         for op, build in builders.items():
             if op in FAST_OPS:
                 build(rep[(rep_code == op) & ~self._unknown_fields(op)[rep]])
+        self.compiled = all(self.handler[k] is not None for k in rep.tolist())
+        if self.compiled:
+            self._access_tables(rep, inverse)
         of = rep[inverse].tolist()
         h, a, sp = self.handler, self.args, self.spans
         self.handler, self.args, self.spans = [h[k] for k in of], [a[k] for k in of], [sp[k] for k in of]
+        self.calls = list(zip(self.handler, self.args))
 
     def _unknown_fields(self, op) -> np.ndarray:
         """Words that set a field of `op`'s layout its fast form does not implement."""
@@ -237,6 +265,30 @@ class Plan:
         sk = self.queue * 4 + c.get("push_prev", zero) + 2 * c.get("push_next", zero)
         self.pops = [table_pop[k] for k in pk.tolist()]
         self.pushes = [table_push[k] for k in sk.tolist()]
+        pad = lambda table: np.asarray([(*table[k], -1, -1)[:2] for k in range(12)], np.int64)  # noqa: E731
+        self.pop_ch, self.push_ch = pad(table_pop)[pk], pad(table_push)[sk]
+
+    def _access_tables(self, rep, inverse) -> None:
+        """The compiled issue loop's tables (`_fast_numba.schedule`): span rows, each instruction's span
+        ids, and the offsets of the hazard windows (one per memory, queue and kind, sized to fit)."""
+        ids, rows = {}, []
+        rep_ids = np.full((len(rep), 4), -1, np.int64)
+        for r, k in enumerate(rep.tolist()):
+            for j, e in enumerate(self.spans[k]):
+                s = e[0]
+                sid = ids.get(s)
+                if sid is None:
+                    sid = ids[s] = len(rows)
+                    stride, addr = (s.stride, s.addr) if s.stride >= 0 else (-s.stride, e[1])
+                    rows.append((s.mem, s.write, e[1], e[2], addr, stride, s.rows, s.cols, s.dense))
+                rep_ids[r, j] = sid
+        self.span_rows = np.asarray(rows, np.int64).reshape(-1, 9)
+        self.acc_ids = rep_ids[inverse]
+        valid = self.acc_ids >= 0
+        sid = self.acc_ids[valid]
+        cls = (self.span_rows[sid, 0] * 3 + np.broadcast_to(self.queue[:, None], valid.shape)[valid]) * 2
+        cls += self.span_rows[sid, 1]
+        self.win_off = np.concatenate([[0], np.cumsum(np.bincount(cls, minlength=18))]).astype(np.int64)
 
     def _span(self, mem, write, addr, stride, rows, cols):
         """The tracker's `entry` of a tile, or None if it is out of range or empty; a writable view needs
@@ -286,7 +338,7 @@ class Plan:
                 sram = self._span(mem, False, sa + lo * ss, ss, n, nc)
                 if sram is not None and dram is not None:
                     args = (self.views.get(2, da, ds, n, nc), self.views.get(mem, sa + lo * ss, ss, n, nc))
-                    self._prepare(i, [sram, dram], _store, args)
+                    self._prepare(i, [sram, dram], np.copyto, args)
             elif nc:
                 self._prepare(i, [], _nop, ())
 
@@ -304,8 +356,20 @@ class Plan:
                 spans.append(self._span(1, False, ca, cst, m, n))
             spans.append(self._span(1, True, ca, cst, m, n))
             if all(s is not None for s in spans):
-                b = v(0, ba, bst, br, bc)
-                self._prepare(i, spans, _matmul, (v(0, aa, ast, m, k), b.T if tb else b, v(1, ca, cst, m, n), accum))
+                self._prepare(i, spans, *self._matmul_call(v(0, aa, ast, m, k), v(0, ba, bst, br, bc), tb, v(1, ca, cst, m, n), accum))
+
+    def _matmul_call(self, a, b, tb, acc, accumulate):
+        """(handler, args) of one MATMUL. B is handed to BLAS as the readable path hands it: a transposed
+        tile as a transposed view (the same NT product, bit for bit, as of a transposed copy), a strided
+        plain tile as a contiguous copy (a strided column would take another dot-product path)."""
+        copy = not tb and not b.flags.c_contiguous
+        b = b.T if tb else b
+        if not accumulate:
+            return (_matmul_copy_b, (a, b, acc)) if copy else (np.matmul, (a, b, acc))
+        out = self.scratch.get(acc.shape)
+        if out is None:
+            out = self.scratch[acc.shape] = np.empty(acc.shape, np.float32)
+        return (_matmul_copy_b_acc if copy else _matmul_acc), (a, b, out, acc)
 
     def _vec(self, idx) -> None:
         if not len(idx):
@@ -346,8 +410,16 @@ class Plan:
                 spans.append(self._span(dst[0], False, dst[1], dst[2], rows, out_cols))
                 self._prepare(i, [*spans, d_span], _select, (a_view, b_val, d_view))
                 return
-            self._prepare(i, [*spans, d_span], _binary, (BINARY_OPS[fn], a_view, b_val, d_view))
+            ufunc = BINARY_OPS[fn]  # exact IEEE arithmetic; NumPy buffers inputs that overlap the output
+            if ufunc in (np.maximum, np.minimum):
+                self._prepare(i, [*spans, d_span], _binary, (ufunc, a_view, b_val, d_view))
+            else:
+                self._prepare(i, [*spans, d_span], ufunc, (a_view, b_val, d_view))
         elif fn in REDUCE_FNS:
-            self._prepare(i, [*spans, d_span], _reduce, (REDUCE_OPS[fn], a_view, d_view))
+            self._prepare(i, [*spans, d_span], _reduce, (_REDUCE_UFUNC[fn], a_view, d_view))
+        elif fn == VecFn.ERF and a_view is not None and _same_or_apart(a, dst, spans[0], d_span):
+            self._prepare(i, [*spans, d_span], _erf, (a_view, d_view))
+        elif a_view is not None and _contiguous_ufunc(UNARY_OPS[fn], a_view, d_view):
+            self._prepare(i, [*spans, d_span], _unary_out, (UNARY_OPS[fn], a_view, d_view))
         else:
             self._prepare(i, [*spans, d_span], _unary, (UNARY_OPS[fn], a_view, d_view))

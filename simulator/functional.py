@@ -180,7 +180,7 @@ class FunctionalModel:
             b = self.spad.data[self._tile(self.spad, f["b_addr"], f["b_stride"], n, k)].T
         else:
             b = self.spad.data[self._tile(self.spad, f["b_addr"], f["b_stride"], k, n)]
-        out = np.matmul(a, np.ascontiguousarray(b))
+        out = np.matmul(a, b)  # BLAS: NT for a transposed B
         if f["accumulate"]:
             out += self.acc.data[self._tile(self.acc, f["acc_addr"], f["acc_stride"], m, n)]
         self.acc.data[self._tile(self.acc, f["acc_addr"], f["acc_stride"], m, n, True)] = out

@@ -31,7 +31,7 @@ def _rows(tab, k, cols):
     return part.reshape((part.size // cols, cols))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")  # inlined in numba's IR: no call per field
 def _eval(e, tab, sc, ns):
     """Expression e of the tables; `sc` = [symbols (ns), dims (n_dims + 1), stack]. Two arrays, so a
     call costs little reference counting."""
@@ -68,7 +68,7 @@ def _eval(e, tab, sc, ns):
     return sc[o_stack]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")  # inlined in numba's IR: no call per field
 def _min(m, tab, sc, ns):
     """The minimum of the expressions of min id m."""
     mx, rng = tab[6], tab[7]
@@ -94,7 +94,7 @@ def _edges(wstep, wq, n, n_steps):
     return first, last
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")  # inlined in numba's IR: no call per field
 def _set(words, w, bit):
     words[w, 0] |= np.uint64(bit)
 
@@ -135,7 +135,7 @@ def _tokens(words, wstep, wq, wslot, n, n_steps, s_load, s_store, s_bar):
     return True
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")  # inlined in numba's IR: no call per field
 def _field(words, w, rows, r, c, v):
     """ORs value v into word w at the field described by rows[r, c:c + 5] (lane, offset, mask, lo, hi)."""
     if v < rows[r, c + 3] or v > rows[r, c + 4]:

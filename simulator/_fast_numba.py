@@ -1,0 +1,216 @@
+"""The fast path's issue loop, compiled with numba (imported on first use; numba caches it on disk).
+
+`schedule` replays the readable machine's issue rule (`Simulator._pick` and
+`_step`: the runnable queue head that can start earliest, ties load,
+compute, store), its token FIFOs, the timing model's start/end cycles, and,
+if asked, the interval hazard checker (`hazards.HazardTracker`) with vector
+clocks. It touches no memory: it only decides the order, the cycles and
+whether a race or a deadlock exists. The functional work (`fast.py`) then
+runs the instructions in that order. A non-zero status sends the run to the
+Python loop, which raises the readable machine's error at the same point.
+
+Tables (built by `fast_plan.Plan`): per instruction its queue, up to two
+popped and two pushed channels (-1: none), fixed duration (-1: a DMA:
+`latency` + its DRAM data phase `data`), and its accesses `acc_ids` (up
+to 4 span ids, -1: none). A span row: mem, write, lo, hi, addr, stride
+(>= 0), rows, cols, dense.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+OK, DEADLOCK, HAZARD = 0, 1, 2
+
+
+@nb.njit(cache=True)
+def _rows_meet(x, y, b0, sb, rb, cb):
+    """Whether the rows b0 + j * sb (j < rb, each cb long) have an element in [x, y)."""
+    if rb <= 1 or sb == 0:
+        return b0 < y and x < b0 + cb
+    j_lo = -((b0 + cb - 1 - x) // sb)  # ceil((x - cb + 1 - b0) / sb)
+    j_hi = (y - 1 - b0) // sb
+    if j_lo < 0:
+        j_lo = 0
+    if j_hi > rb - 1:
+        j_hi = rb - 1
+    return j_lo <= j_hi
+
+
+@nb.njit(cache=True)
+def _meet(spans, a, b):
+    """Whether spans a and b (overlapping intervals) share an element (`hazards._meet`)."""
+    if spans[a, 8] and spans[b, 8]:
+        return True
+    lo = max(spans[a, 2], spans[b, 2])
+    hi = min(spans[a, 3], spans[b, 3])
+    if spans[a, 6] > spans[b, 6]:
+        a, b = b, a
+    a0, sa, ra, ca = spans[a, 4], spans[a, 5], spans[a, 6], spans[a, 7]
+    b0, sb, rb, cb = spans[b, 4], spans[b, 5], spans[b, 6], spans[b, 7]
+    if ra <= 1 or sa == 0:
+        ra = 1
+    for r in range(ra):
+        x = max(a0 + r * sa, lo)
+        y = min(a0 + r * sa + ca, hi)
+        if x < y and _rows_meet(x, y, b0, sb, rb, cb):
+            return True
+    return False
+
+
+@nb.njit(cache=True)
+def _races(spans, sid, q, clock, win_seq, win_sid, win_off, win_len):
+    """Whether access `sid` of queue q races with a windowed access of another queue."""
+    mem, write, lo, hi = spans[sid, 0], spans[sid, 1], spans[sid, 2], spans[sid, 3]
+    for o in range(3):
+        if o == q:
+            continue
+        horizon = clock[o]
+        for kind in range(1, -1, -1):  # their writes, then (for a write) their reads
+            if kind == 0 and not write:
+                continue
+            w = (mem * 3 + o) * 2 + kind
+            base = win_off[w]
+            i = win_len[w] - 1
+            while i >= 0 and win_seq[base + i] > horizon:
+                other = win_sid[base + i]
+                if spans[other, 2] < hi and lo < spans[other, 3] and _meet(spans, sid, other):
+                    return True
+                i -= 1
+    return False
+
+
+@nb.njit(cache=True)
+def schedule(queue, pops, pushes, fixed, data, latency, acc_ids, spans, win_off, check):
+    """(status, order, start, end, waits (4 channels x [count, cycles])); status OK, DEADLOCK or HAZARD."""
+    n = queue.size
+    qlist = np.empty((3, n), np.int64)
+    qlen = np.zeros(3, np.int64)
+    for i in range(n):
+        q = queue[i]
+        qlist[q, qlen[q]] = i
+        qlen[q] += 1
+    fifo = np.empty((4, n + 1, 4), np.int64)  # per channel: (ready, clock[0..2]) of each token
+    f_head = np.zeros(4, np.int64)
+    f_tail = np.zeros(4, np.int64)
+    heads = np.zeros(3, np.int64)
+    qfree = np.zeros(3, np.int64)
+    clocks = np.full((3, 3), -1, np.int64)
+    clock = np.zeros(3, np.int64)
+    win_seq = np.empty(win_off[-1], np.int64)
+    win_sid = np.empty(win_off[-1], np.int64)
+    win_len = np.zeros(win_off.size - 1, np.int64)
+    order = np.empty(n, np.int64)
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    waits = np.zeros((4, 2), np.int64)
+    dram_free = 0
+    for step in range(n):
+        best, bstart = -1, 0
+        for q in range(3):
+            h = heads[q]
+            if h >= qlen[q]:
+                continue
+            i = qlist[q, h]
+            s = qfree[q]
+            ok = True
+            for k in range(2):
+                c = pops[i, k]
+                if c < 0:
+                    break
+                if f_head[c] == f_tail[c]:
+                    ok = False
+                    break
+                if fifo[c, f_head[c], 0] > s:
+                    s = fifo[c, f_head[c], 0]
+            if ok and (best < 0 or s < bstart):
+                best, bstart = q, s
+        if best < 0:
+            return DEADLOCK, order[:step], start, end, waits
+        q, s = best, bstart
+        seq = heads[q]
+        i = qlist[q, seq]
+        heads[q] = seq + 1
+        free = qfree[q]
+        ready, ch = -1, -1
+        for d in range(3):
+            clock[d] = clocks[q, d]
+        for k in range(2):
+            c = pops[i, k]
+            if c < 0:
+                break
+            t = f_head[c]
+            f_head[c] = t + 1
+            if fifo[c, t, 0] > ready:
+                ready, ch = fifo[c, t, 0], c
+            for d in range(3):
+                if fifo[c, t, 1 + d] > clock[d]:
+                    clock[d] = fifo[c, t, 1 + d]
+        clock[q] = seq
+        if check:
+            for k in range(4):
+                sid = acc_ids[i, k]
+                if sid >= 0 and _races(spans, sid, q, clock, win_seq, win_sid, win_off, win_len):
+                    order[step] = i
+                    return HAZARD, order[: step + 1], start, end, waits
+            for k in range(4):
+                sid = acc_ids[i, k]
+                if sid >= 0:
+                    w = (spans[sid, 0] * 3 + q) * 2 + spans[sid, 1]
+                    win_seq[win_off[w] + win_len[w]] = seq
+                    win_sid[win_off[w] + win_len[w]] = sid
+                    win_len[w] += 1
+        for d in range(3):
+            clocks[q, d] = clock[d]
+        if fixed[i] >= 0:
+            e = s + fixed[i]
+        else:
+            e = max(s + latency, dram_free) + data[i]
+            dram_free = e
+        qfree[q] = e
+        for k in range(2):
+            c = pushes[i, k]
+            if c < 0:
+                break
+            t = f_tail[c]
+            fifo[c, t, 0] = e
+            for d in range(3):
+                fifo[c, t, 1 + d] = clock[d]
+            f_tail[c] = t + 1
+        start[i], end[i] = s, e
+        order[step] = i
+        if ch >= 0 and s > free:
+            waits[ch, 0] += 1
+            waits[ch, 1] += s - free
+    return OK, order, start, end, waits
+
+
+@nb.njit(cache=True)
+def _erf_row(x, den, p, q):
+    """x <- erf(x): the polynomials in one loop (it vectorizes), the divisions in another (it would not)."""
+    lo, hi, zero = np.float32(-4.0), np.float32(4.0), np.float32(0.0)
+    p0, p1, p2, p3, p4, p5, p6 = p[0], p[1], p[2], p[3], p[4], p[5], p[6]
+    q0, q1, q2, q3, q4 = q[0], q[1], q[2], q[3], q[4]
+    for j in range(x.size):
+        v = x[j]
+        v = lo if v < lo else (hi if v > hi else v)
+        v2 = v * v
+        x[j] = v * (((((((zero * v2 + p0) * v2 + p1) * v2 + p2) * v2 + p3) * v2 + p4) * v2 + p5) * v2 + p6)
+        den[j] = ((((zero * v2 + q0) * v2 + q1) * v2 + q2) * v2 + q3) * v2 + q4
+    for j in range(x.size):
+        x[j] = x[j] / den[j]
+
+
+@nb.njit(cache=True)
+def erf_into(a, dst, p, q):
+    """dst = `functional.erf_f32(a)`, the same fp32 operations in the same order (bit for bit; no FMA).
+    `a` and `dst` are the same tile or disjoint. Row by row through contiguous buffers, so it vectorizes."""
+    row = np.empty(a.shape[1], np.float32)
+    den = np.empty(a.shape[1], np.float32)
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            row[j] = a[i, j]
+        _erf_row(row, den, p, q)
+        for j in range(a.shape[1]):
+            dst[i, j] = row[j]
