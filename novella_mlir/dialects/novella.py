@@ -695,3 +695,50 @@ class KvWriteOp(Novella.Operation, name="kv_write"):
         if not _f32(x, y) or x.rank != y.rank or x.rank < 2:
             return _fail(op, f"expects f32 input and result of one rank >= 2, got {x} -> {y}")
         return True
+
+
+# ------------------------------------------------------------------ fused attention (issue 10, part 4)
+
+
+class FlashAttentionOp(Novella.Operation, name="flash_attention"):
+    """Fused attention `softmax(scale * q @ k^T + mask) @ v`, the scores kept on chip (online softmax).
+
+    query: [..., Lq, D], key: [..., Lk, D], value: [..., Lk, Dv], result: [..., Lq, Dv]; the
+    batch dims of each operand equal the result's or multiply to 1. `mask` (optional, additive)
+    is [..., Mq, Lk] with Mq = Lq or 1, its batch dims multiplying to 1 or to the result's.
+    `causal` = 1 keeps key j for query i when j <= i (torch's top-left `is_causal`; Lq = Lk).
+    Written by `--novella-legalize` from matmul -> softmax -> matmul."""
+
+    query: ext.Operand[Tensor]
+    key: ext.Operand[Tensor]
+    value: ext.Operand[Tensor]
+    scale: ir.FloatAttr
+    causal: ir.IntegerAttr
+    result: ext.Result[Tensor]
+    mask: ext.Operand[Tensor] | None = None
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        try:
+            _structure(op, len(op.operands))
+            _attr(op, "scale", ir.FloatAttr)
+            causal = _attr(op, "causal", ir.IntegerAttr)
+        except _Invalid as e:
+            return _fail(op, str(e))
+        types = [x.type for x in op.operands]
+        y = op.results[0].type
+        if len(types) not in (3, 4) or not _f32(*types, y):
+            return _fail(op, f"expects 3 or 4 f32 operands (query, key, value, mask), got {len(types)}")
+        q, k, v = types[:3]
+        if not q.rank == k.rank == v.rank == y.rank or q.rank < 2:
+            return _fail(op, f"expects query, key, value and result of equal rank >= 2, got {q}, {k}, {v}")
+        dq, dk, dv, dy = (_static_dims(t) for t in (q, k, v, y))
+        if not _dims_compatible(dq[-1], dk[-1]) or not _dims_compatible(dk[-2], dv[-2]):
+            return _fail(op, f"query/key head dims or key/value lengths differ: {q}, {k}, {v}")
+        if not _dims_compatible(dq[-2], dy[-2]) or not _dims_compatible(dv[-1], dy[-1]):
+            return _fail(op, f"result {y} must be [..., Lq, Dv] for query {q} and value {v}")
+        if causal not in (0, 1):
+            return _fail(op, f"causal must be 0 or 1, got {causal}")
+        if len(types) == 4 and (types[3].rank < 2 or not _dims_compatible(_static_dims(types[3])[-1], dk[-2])):
+            return _fail(op, f"mask {types[3]} must be [..., Lq or 1, Lk] for key {k}")
+        return True

@@ -177,3 +177,15 @@ def _check_same_numel(a: Shape, b: Shape) -> None:
     na, nb = sy.numel(a), sy.numel(b)
     if not sy.equal(na, nb):
         raise ShapeError(f"reshape changes the element count: {na} vs {nb}")
+
+
+def flash_attention(shapes, attrs, rt):
+    """`attention`'s shape; the mask [..., Mq, Lk] must have the key length last and Mq = Lq or 1."""
+    out = attention(shapes[:3], attrs, rt)
+    if len(shapes) == 4:
+        m = shapes[3]
+        if len(m) < 2 or not _same(m[-1], shapes[1][-2]):
+            raise ShapeError(f"flash_attention mask last dim {m[-1]} differs from the key length {shapes[1][-2]}")
+        if sy.as_int(m[-2]) != 1 and not _same(m[-2], shapes[0][-2]):
+            raise ShapeError(f"flash_attention mask rows {m[-2]} are neither 1 nor the query length")
+    return out

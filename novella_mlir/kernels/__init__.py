@@ -33,11 +33,11 @@ def module_symbols(op) -> list[sy.Symbol]:
     return sy.read_symbols(module_of(op))
 
 
-def legalize_patterns() -> list:
+def legalize_patterns(fusion: bool = True) -> list:
     """(root op class, fn(op, rewriter) -> falsy on success) for --novella-legalize, from the op table."""
-    from ..optable import LEGALIZE_PATTERNS
+    from ..optable import FUSION_PATTERNS, LEGALIZE_PATTERNS
 
-    return list(LEGALIZE_PATTERNS)
+    return list(LEGALIZE_PATTERNS) + (list(FUSION_PATTERNS) if fusion else [])
 
 
 def get_kernel(op_name: str):

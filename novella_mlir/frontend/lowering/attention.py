@@ -23,6 +23,7 @@ from ...dialects.novella import (
     SubOp,
     WhereOp,
 )
+from ...kernels.flash_attention import CAUSAL_ATTR
 from .shape_ops import from_last, to_last
 
 
@@ -140,6 +141,8 @@ def scaled_dot_product_attention(cx):
     tr = ir.BoolAttr.get(True)
     scores = cx.emit(MatmulOp, check=False, lhs=qs, rhs=k, transpose_rhs=tr)
     scores = cx.emit(AddOp, check=False, lhs=scores, rhs=additive)
+    if mask is None:  # --novella-legalize turns this into flash_attention's causal = 1
+        scores.owner.attributes[CAUSAL_ATTR] = ir.UnitAttr.get()
     probs = cx.emit(SoftmaxOp, check=False, input=scores)
     return cx.emit(MatmulOp, lhs=probs, rhs=v, transpose_rhs=ir.BoolAttr.get(False))
 
