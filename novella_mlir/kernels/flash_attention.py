@@ -301,7 +301,8 @@ def fuse_attention(op, rewriter):
     qk = _producer(scores, "novella.matmul") if scores is not None else None
     if qk is None or not _flag(qk, "transpose_rhs") or not _only_use(scores):
         return True
-    if add is not None and (not _only_use(add.results[0]) or SCALE_ATTR in sm.attributes):
+    scaled = SCALE_ATTR in sm.attributes and not (causal and softmax_scale(sm) > 0)  # scale * -inf = -inf
+    if add is not None and (not _only_use(add.results[0]) or scaled):
         return True
     q, k = qk.operands
     if not _operands_ok(q, k, v, y) or (
