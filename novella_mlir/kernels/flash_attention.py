@@ -18,7 +18,7 @@ from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import FlashAttentionOp
 from . import BufferPlan, Tiling, first, last, module_symbols
-from .attention import SCALE_ATTR, _candidates, ceildiv, extent, mul, softmax_scale, upper
+from .attention import _candidates, ceildiv, extent, mul, softmax_scale, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
 NEG_FLOOR = -3.0e38  # the running max starts no lower: a fully masked tile row gives exp(-inf) = 0, not NaN
@@ -301,7 +301,7 @@ def fuse_attention(op, rewriter):
     qk = _producer(scores, "novella.matmul") if scores is not None else None
     if qk is None or not _flag(qk, "transpose_rhs") or not _only_use(scores):
         return True
-    scaled = SCALE_ATTR in sm.attributes and not (causal and softmax_scale(sm) > 0)  # scale * -inf = -inf
+    scaled = softmax_scale(sm) != 1.0 and not (causal and softmax_scale(sm) > 0)  # scale * -inf = -inf
     if add is not None and (not _only_use(add.results[0]) or scaled):
         return True
     q, k = qk.operands
