@@ -329,7 +329,10 @@ LEGALIZE_PATTERNS: tuple = (
 )
 
 # Fusions, added after LEGALIZE_PATTERNS unless --novella-legalize has fuse-attention=0.
-FUSION_PATTERNS: tuple = ((nv.MatmulOp, k_flash.fuse_attention),)
+FUSION_PATTERNS: tuple = (
+    (nv.MatmulOp, k_flash.fuse_attention),
+    (nv.FlashAttentionOp, k_flash.absorb_head_transposes),
+)
 
 BY_NAME: dict[str, OpDef] = {cls.OPERATION_NAME: d for cls, d in OPS.items()}
 

@@ -16,7 +16,7 @@ from torch_mlir import ir
 
 from .. import costmodel as cm
 from .. import symbolic as sy
-from ..dialects.novella import FlashAttentionOp
+from ..dialects.novella import FlashAttentionOp, ReshapeOp, heads_major
 from . import BufferPlan, Tiling, first, last, module_symbols
 from .attention import _candidates, ceildiv, extent, mul, softmax_scale, upper
 
@@ -30,23 +30,39 @@ def _batch(shape) -> ir.AffineExpr:
 
 
 class Geometry:
-    """The op's sizes: batch (the result's leading dims), lengths, head dims, per-operand batch strides."""
+    """The op's logical sizes (batch = the result's leading dims, lengths, head dims) and where each
+    of q, k, v and the result keeps row 0 of batch `bi` and how far apart its rows are."""
 
     def __init__(self, op, tv):
-        q, k, v, y = tv.shape(0), tv.shape(1), tv.shape(2), tv.shape(-1)
+        self.minor = list(ir.DenseI64ArrayAttr(op.attributes["heads_minor"]))
+        stored = [tv.shape(0), tv.shape(1), tv.shape(2), tv.shape(-1)]
+        q, k, v, y = (heads_major(list(s), f) for s, f in zip(stored, self.minor))
         self.batch, self.lq, self.lk = _batch(y), q[-2], k[-2]
         self.d, self.dv = sy.as_int(q[-1]), sy.as_int(v[-1])
         self.causal = bool(ir.IntegerAttr(op.attributes["causal"]).value)
         self.scale = ir.FloatAttr(op.attributes["scale"]).value
-        self.strides = [self._stride(s) for s in (q, k, v)]
+        self.places = [self._place(s, f) for s, f in zip((q, k, v, y), self.minor)]
         self.mask = tv.shape(3) if len(op.operands) == 4 else None
         if self.mask is not None:
             self.mask_rows = self.mask[-2]
-            self.mask_stride = self._stride(self.mask)
+            self.mask_stride = mul(self.mask[-2], self.mask[-1]) if sy.as_int(_batch(self.mask)) != 1 else sy.const(0)
 
-    def _stride(self, s) -> ir.AffineExpr:
+    def _place(self, s, minor: int):
+        """(fn(bi) -> DRAM offset of row 0 of batch bi, row stride) of a tensor of logical shape s."""
+        width = sy.as_int(s[-1])
+        if minor:  # stored [..., L, H, D]: batch bi is head bi mod H of position block bi floordiv H
+            h = sy.as_int(s[-3])
+            block = mul(s[-2], sy.const(h * width))
+            return (lambda bi: sy.floordiv(bi, h) * block + ir.AffineExpr.get_mod(bi, sy.const(h)) * width), h * width
         nb = _batch(s)
-        return sy.const(0) if sy.as_int(nb) == 1 and sy.as_int(self.batch) != 1 else mul(s[-2], s[-1])
+        stride = sy.const(0) if sy.as_int(nb) == 1 and sy.as_int(self.batch) != 1 else mul(s[-2], s[-1])
+        return (lambda bi: bi * stride), width
+
+    def base(self, i: int, bi):
+        return self.places[i][0](bi)
+
+    def row_stride(self, i: int) -> int:
+        return self.places[i][1]
 
 
 def _plan(target, g: Geometry, tq: int, tk: int) -> BufferPlan:
@@ -72,7 +88,7 @@ def cost(target, g: Geometry, batch: int, lq: int, lk: int, tq: int, tk: int) ->
     rows, cols = min(tq, lq), min(tk, lk)
     nq, nk = -(-lq // tq), -(-lk // tk)
     visited = nq * (nq + 1) // 2 if g.causal else nq * nk
-    loads = [cm.dma(target, cols, g.d, True), cm.dma(target, cols, g.dv, True)]
+    loads = [cm.dma(target, cols, g.d, not g.minor[1]), cm.dma(target, cols, g.dv, not g.minor[2])]
     if g.mask is not None:
         loads.append(cm.dma(target, rows, cols))
     compute = cm.matmul(target, rows, g.d, cols) + cm.matmul(target, rows, cols, g.dv)
@@ -80,8 +96,8 @@ def cost(target, g: Geometry, batch: int, lq: int, lk: int, tq: int, tk: int) ->
     compute += cm.vec(target, rows, g.dv, "mul") + sum(cm.vec(target, 1, rows, f) for f in _SMALL)
     if g.mask is not None:
         compute += cm.vec(target, rows, cols, "add")
-    q_load, q_dram = cm.dma(target, rows, g.d, True)
-    st, st_dram = cm.dma(target, rows, g.dv, True)
+    q_load, q_dram = cm.dma(target, rows, g.d, not g.minor[0])
+    st, st_dram = cm.dma(target, rows, g.dv, not g.minor[3])
     block = q_load + cm.vec(target, rows, g.d, "mul") + cm.vec(target, rows, g.dv, "div")
     ld, dram = sum(x[0] for x in loads), sum(x[1] for x in loads)
     plain = cm.StepCost(ld, compute, 0, dram)
@@ -128,12 +144,12 @@ class FlashAttention:
         e = _Emit(b, rows, cols, tq, tk, g.dv)
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
-        b.load_rows("q", 0, dram_offset=bi * g.strides[0], dram_stride=g.d, row_start=qi * tq,
+        b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
                     row_bound=g.lq, rows=rows, cols=g.d, when=start)  # fmt: skip
         b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
               when=start)  # fmt: skip
         for name, tensor, width in (("k", 1, g.d), ("v", 2, g.dv)):
-            b.load_rows(name, tensor, dram_offset=bi * g.strides[tensor], dram_stride=width, row_start=j * tk,
+            b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=j * tk,
                         row_bound=g.lk, rows=cols, cols=width, when=live or None)  # fmt: skip
         b.mma("s", "q", "k", a_stride=g.d, b_stride=g.d, acc_stride=tk, m=rows, k=g.d, n=cols,
               accumulate=0, transpose_b=1, when=live or None)  # fmt: skip
@@ -146,7 +162,7 @@ class FlashAttention:
         e.next_tile(when=rest)
         b.vop("DIV", "out", "o", "l", mode="COL", rows=rows, cols=g.dv, dst_stride=g.dv, a_stride=g.dv,
               b_stride=1, when=final)  # fmt: skip
-        b.store_rows("out", dram_offset=bi * mul(g.lq, sy.const(g.dv)), dram_stride=g.dv, row_start=qi * tq,
+        b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
                      row_bound=g.lq, rows=rows, cols=g.dv, when=final)  # fmt: skip
 
 
@@ -319,11 +335,77 @@ def fuse_attention(op, rewriter):
     with rewriter.ip, op.location:
         new = FlashAttentionOp(query=q, key=k, value=v, mask=None if causal else mask, scale=ir.FloatAttr.get_f32(scale),
                                causal=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(causal)),
-                               result=y.type)  # fmt: skip
+                               heads_minor=ir.DenseI64ArrayAttr.get([0, 0, 0, 0]), result=y.type)  # fmt: skip
     rewriter.replace_op(op, new.operation)
     for dead in (sm, add, qk, pre):
         if dead is not None:
             rewriter.erase_op(dead)
     if causal:
         _erase_dead(rewriter, mask)
+    return False
+
+
+def _swaps_heads(op, minor_side) -> bool:
+    """A `novella.transpose` of dims -3 and -2 whose `minor_side` value ([..., L, H, D]) has a static H."""
+    if not isinstance(op, ir.OpView) or op.operation.name != "novella.transpose":
+        return False
+    perm, r = list(ir.DenseI64ArrayAttr(op.attributes["perm"])), len(ir.DenseI64ArrayAttr(op.attributes["perm"]))
+    dims = _shape(minor_side(op))
+    return r >= 3 and perm == list(range(r - 3)) + [r - 2, r - 3, r - 1] and sy.as_int(dims[-2]) is not None
+
+
+def _only_user(v: ir.Value):
+    uses = list(v.uses)
+    if len(uses) != 1:
+        return None
+    user = uses[0].owner
+    return user.opview if hasattr(user, "opview") else user
+
+
+def _unscaled_query(q: ir.Value):
+    """(query without a single-use `scalar` mul, possibly behind one single-use reshape, its factor, dead ops)."""
+    reshape = _producer(q, "novella.reshape") if _only_use(q) else None
+    inner = reshape.operands[0] if reshape is not None else q
+    pre = _producer(inner, "novella.scalar")
+    if pre is None or ir.StringAttr(pre.attributes["fn"]).value != "mul" or not _only_use(inner):
+        return q, 1.0, []
+    factor = ir.FloatAttr(pre.attributes["value"]).value
+    if reshape is None:
+        return pre.operands[0], factor, [pre]
+    new = ReshapeOp(input=pre.operands[0], result=q.type, loc=reshape.location).result
+    return new, factor, [reshape, pre]
+
+
+def absorb_head_transposes(op, rewriter):
+    """flash_attention reads a head transpose's input and writes through its result's head
+    transpose in place (`heads_minor`: [..., L, H, D] rows, as the projections store them), and
+    folds a `scalar` mul of the query (behind at most one reshape) into its scale."""
+    minor = list(ir.DenseI64ArrayAttr(op.attributes["heads_minor"]))
+    operands, dead = list(op.operands), []
+    for i in range(3):
+        t = operands[i].owner
+        if not minor[i] and _swaps_heads(t, lambda t: t.operands[0]):
+            operands[i], minor[i] = t.operands[0], 1
+            dead.append(t)
+    out_t = _only_user(op.results[0])
+    out_t = out_t if not minor[3] and _swaps_heads(out_t, lambda t: t.results[0]) else None
+    with rewriter.ip, op.location:
+        operands[0], factor, scaled = _unscaled_query(operands[0])
+    if not dead and out_t is None and not scaled:
+        return True
+    minor[3] = minor[3] or int(out_t is not None)
+    result = (out_t or op).results[0].type
+    scale = ir.FloatAttr(op.attributes["scale"]).value * factor
+    with rewriter.ip, op.location:
+        new = FlashAttentionOp(*operands[:3], ir.FloatAttr.get_f32(scale), op.attributes["causal"],
+                               ir.DenseI64ArrayAttr.get(minor), result,
+                               mask=operands[3] if len(operands) == 4 else None)  # fmt: skip
+    if out_t is not None:
+        rewriter.replace_op(out_t, new.operation)
+        rewriter.erase_op(op)
+    else:
+        rewriter.replace_op(op, new.operation)
+    for d in dead + scaled:
+        if not list(d.results[0].uses):
+            rewriter.erase_op(d)
     return False

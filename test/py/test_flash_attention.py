@@ -122,3 +122,17 @@ def test_fuse_attention_off_keeps_three_kernels():
     assert "novella.flash_attention" not in legal and "novella.softmax" in legal
     x = torch.randn(1, 2, 33, 64)
     torch.testing.assert_close(npu(x), model(x).detach(), **TOL)
+
+
+def test_head_transposes_and_query_scale_are_absorbed():
+    """Whisper's layout: q scaled, q/k/v split into heads by view + transpose, merged back after."""
+    from test_attention_ops import MultiHeadAttention
+
+    torch.manual_seed(0)
+    model = MultiHeadAttention().eval()
+    npu = compile_torch(model, torch.randn(1, 20, 128), dynamic_dim=1, min_len=1, max_len=MAX_LEN)
+    legal = npu.ir("novella-legalize")
+    assert "heads_minor = array<i64: 1, 1, 1, 1>" in legal and "novella.transpose" not in legal
+    for length in (1, 63, 129, MAX_LEN):
+        x = torch.randn(1, length, 128)
+        torch.testing.assert_close(npu(x), model(x).detach(), **TOL)

@@ -102,3 +102,31 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
   }
 }
+
+// -----
+
+// Head transposes around the fused op are absorbed: q, k and v are read, and the result written,
+// in the projections' [1, T, H, D] layout (heads_minor; row stride H * D = 128, head h at column
+// h * 64), and the scalar mul of q folds into the scale (0.5 * 0.25).
+// LEGAL-LABEL: func.func @heads
+// LEGAL-SAME: (%[[Q:[^:]*]]: tensor<1x?x2x64xf32, {{.*}}, %[[K:[^:]*]]: tensor<1x?x2x64xf32, {{.*}}, %[[V:[^:]*]]: tensor<1x?x2x64xf32
+// LEGAL-NOT: novella.transpose
+// LEGAL-NOT: novella.scalar
+// LEGAL: %[[O:.*]] = "novella.flash_attention"(%[[Q]], %[[K]], %[[V]]) {causal = 0 : i64, heads_minor = array<i64: 1, 1, 1, 1>, {{.*}}scale = 1.250000e-01 : f32} : {{.*}} -> tensor<1x?x2x64xf32
+// LEGAL-NOT: novella.transpose
+// LEGAL: return %[[O]]
+// CHECK-DAG: #[[BASE:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d0 floordiv 2) * (s0 * 128) + (d0 mod 2) * 64)>
+// CHECK-LABEL: func.func @heads
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "q", cols = 64 : i64, dram_offset = #[[BASE]], dram_stride = 128 : i64
+// CHECK: "novella.dma_store"() {buffer = "out", cols = 64 : i64, dram_offset = #[[BASE]], dram_stride = 128 : i64
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @heads(%q: tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>, %k: tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>, %v: tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>> {
+    %qs = "novella.scalar"(%q) {fn = "mul", value = 0.5 : f32} : (tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>
+    %qt = "novella.transpose"(%qs) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>
+    %kt = "novella.transpose"(%k) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>
+    %vt = "novella.transpose"(%v) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>
+    %0 = "novella.attention"(%qt, %kt, %vt) {scale = 0.25 : f32} : (tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>, tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>, tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>) -> tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>
+    %y = "novella.transpose"(%0) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>) -> tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>
+    return %y : tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>
+  }
+}
