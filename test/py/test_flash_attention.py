@@ -136,3 +136,32 @@ def test_head_transposes_and_query_scale_are_absorbed():
     for length in (1, 63, 129, MAX_LEN):
         x = torch.randn(1, length, 128)
         torch.testing.assert_close(npu(x), model(x).detach(), **TOL)
+
+
+class ArangeMask(Attention):
+    """A bool mask built from positions, as transformers does; `shift` moves the diagonal."""
+
+    def __init__(self, swapped=False, shift=0):
+        super().__init__()
+        self.swapped, self.shift = swapped, shift
+
+    def forward(self, x):
+        i = torch.arange(x.shape[2])
+        rows, cols = i[None, :], i[:, None] + self.shift
+        keep = cols >= rows if self.swapped else rows <= cols
+        return F.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), attn_mask=keep)
+
+
+@pytest.mark.parametrize("swapped,shift,causal", [(False, 0, True), (True, 0, True), (False, 1, False)])
+def test_position_mask_recognized_as_causal(swapped, shift, causal):
+    """key <= query over position tables is the causal mask (tiles skipped, mask dropped); a shifted
+    diagonal is not, and stays an additive mask operand."""
+    torch.manual_seed(0)
+    model = ArangeMask(swapped, shift).eval()
+    npu = compile_torch(model, torch.randn(1, 2, 16, 64), dynamic_dim=2, min_len=1, max_len=MAX_LEN)
+    legal = npu.ir("novella-legalize")
+    assert ("causal = 1" in legal) == causal and ("novella.compare" in legal) != causal
+    assert "novella.flash_attention" in legal
+    for length in (1, 65, 201, MAX_LEN):
+        x = torch.randn(1, 2, length, 64)
+        torch.testing.assert_close(npu(x), model(x).detach(), **TOL)
