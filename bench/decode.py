@@ -2,7 +2,8 @@
 
   * per-token cycles of a decode step as the past grows, against the decode roofline
     max(MACs / MACs per cycle, (weights + K/V bytes read + K/V bytes written) / DRAM bandwidth);
-  * host JIT time per step (instantiation + address injection) against the NPU step time;
+  * host JIT time per step against the NPU step time (1 GHz): a step patches the injected fields of
+    its bucket's program (`runtime/step.py`); a new page count instantiates a bucket once;
   * a decode step against the no-cache baseline (prefill re-run on the whole sequence);
   * KV memory in use, paged vs an allocation of max_len per sequence;
   * with --sizes: MacroMeta + TileMeta bytes of both programs at max_len 1024 and 8192.
@@ -48,28 +49,39 @@ def weight_bytes(hf) -> int:
 
 
 def decode_step(lm, sess, past: int):
-    """(stats, host seconds) of one decode step at `past` (cache contents arbitrary: cycles only)."""
+    """(stats, host seconds of a new bucket, host seconds of a patched step) at `past` (cache contents
+    arbitrary: cycles only). The patch is the median of 5 steps at past-4 .. past in one bucket."""
     table = BlockTable()
     sess.pool.reserve(table, past + 1)
     inputs = {0: np.array([[5.0]], np.float32), 1: np.array([[float(past)]], np.float32)}
-    sess.run("decode", inputs, (past,), table)  # first run at this length: JIT cache miss, as in generation
-    _, stats, jit_s, _, _ = sess.run("decode", inputs, (past,), table)
-    miss = _fresh_jit_seconds(lm, sess, past, table, inputs)
-    sess.pool.release(table)
-    return stats, miss, jit_s
-
-
-def _fresh_jit_seconds(lm, sess, past, table, inputs) -> float:
-    sess._translations.clear()
+    sess.steppers["decode"].clear()
     lm.decode.jit.cache.clear()
-    _, _, jit_s, _, _ = sess.run("decode", inputs, (past,), table)
-    return jit_s
+    _, stats, new_s, _, _, new = sess.run("decode", inputs, (past,), table)
+    assert new
+    stepper, blocks = sess.steppers["decode"], np.asarray(table.blocks, np.int64)
+    key = stepper.plan.key([past])
+    patch = []
+    for p in range(max(1, past - 4), past + 1):
+        if stepper.plan.key([p]) == key:
+            t0 = time.perf_counter()
+            stepper.words((p,), blocks)
+            patch.append(time.perf_counter() - t0)
+    sess.pool.release(table)
+    return stats, new_s, float(np.median(patch))
+
+
+def generation(lm, n_new: int = 32):
+    """Mean host JIT seconds and mean NPU seconds per decode step of one greedy generation."""
+    lm.session(check_hazards=False).steppers["decode"].clear()
+    lm.generate(torch.randint(3, 500, (1, 7), generator=torch.Generator().manual_seed(0)), n_new, check_hazards=False)
+    dec = [s for s in lm.last_run.steps if s.kind == "decode"]
+    return dec, np.mean([s.jit_seconds for s in dec]), np.mean([s.cycles for s in dec]) / 1e9
 
 
 def prefill_cycles(sess, length: int) -> int:
     table = BlockTable()
     sess.pool.reserve(table, length)
-    _, stats, _, _, _ = sess.run("prefill", {0: np.full((1, length), 5.0, np.float32)}, (length,), table)
+    _, stats, *_ = sess.run("prefill", {0: np.full((1, length), 5.0, np.float32)}, (length,), table)
     sess.pool.release(table)
     return stats.cycles
 
@@ -96,16 +108,28 @@ def main() -> None:
         f"compulsory weights {wb:,} B (artifact holds {lm.decode.artifact.weight_nbytes:,} B), K/V {kv_row} B per position; DRAM {bw} B/cycle, {mpc} MACs/cycle, 1 GHz\n"
     )
     print("per-token decode cycles vs past length and the decode roofline")
-    print(f"{'past':>6} {'cycles':>9} {'DMA B':>10} {'roof':>9} {'cyc/roof':>8} {'JIT new us':>10} {'JIT hit us':>10} "
-          f"{'NPU us':>8} {'JIT/NPU':>7} {'prefill(P+1)':>12} {'no-cache x':>10}")  # fmt: skip
+    print("(JIT new: a page count's first step instantiates its bucket; JIT step: the patch of every later step)")
+    print(f"{'past':>6} {'cycles':>9} {'DMA B':>10} {'roof':>9} {'cyc/roof':>8} {'JIT new us':>10} {'JIT step us':>11} "
+          f"{'NPU us':>8} {'step/NPU':>8} {'new/NPU':>7} {'prefill(P+1)':>12} {'no-cache x':>10}")  # fmt: skip
     for past in [int(p) for p in args.pasts.split(",") if int(p) < args.max_len]:
-        stats, jit_new, jit_hit = decode_step(lm, sess, past)
+        stats, jit_new, jit_step = decode_step(lm, sess, past)
         roof = max(stats.macs / mpc, (wb + kv_row * (past + 2)) / bw)  # K/V of past + 1 read, 1 written
         npu_us = stats.cycles / 1e3
         base = prefill_cycles(sess, past + 1)
         print(f"{past:>6} {stats.cycles:>9,} {stats.dma_bytes_loaded + stats.dma_bytes_stored:>10,} {roof:>9,.0f} "
-              f"{stats.cycles / roof:>8.2f} {jit_new * 1e6:>10.0f} {jit_hit * 1e6:>10.0f} {npu_us:>8.1f} "
-              f"{jit_new * 1e6 / npu_us:>7.2f} {base:>12,} {base / stats.cycles:>10.1f}")  # fmt: skip
+              f"{stats.cycles / roof:>8.2f} {jit_new * 1e6:>10.0f} {jit_step * 1e6:>11.1f} {npu_us:>8.1f} "
+              f"{jit_step * 1e6 / npu_us:>8.3f} {jit_new * 1e6 / npu_us:>7.2f} {base:>12,} {base / stats.cycles:>10.1f}")  # fmt: skip
+    dec, jit_mean, npu_mean = generation(lm)
+    new = [s.jit_seconds for s in dec if s.new_bucket]
+    patched = [s.jit_seconds for s in dec if not s.new_bucket]
+    med = float(np.median([s.jit_seconds for s in dec]))
+    print(
+        f"\ngreedy generation, 7-token prompt, {len(dec) + 1} tokens, {len(dec)} decode steps, NPU {npu_mean * 1e6:.1f} us "
+        f"per step: JIT per step mean {jit_mean * 1e6:.1f} us ({jit_mean / npu_mean:.3f} of NPU), median {med * 1e6:.1f} us "
+        f"({med / npu_mean:.3f}); {len(new)} steps instantiated a bucket (median {np.median(new) * 1e6:.0f} us), "
+        f"{len(patched)} patched (median {np.median(patched) * 1e6:.1f} us, {np.median(patched) / npu_mean:.3f} of NPU). "
+        "(2 shared cores: a timed step may include a preemption of several ms; the median is robust to it)"
+    )
     print(f"\nKV memory: paged (page_size {args.page_size}) vs max_len per sequence")
     lengths = [39, 140, 532]
     per_block = sess.kv_bytes_per_block

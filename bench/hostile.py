@@ -68,7 +68,7 @@ def _resave(edit) -> Path:
     header.update(meta_bytes=len(meta), sha256=hashlib.sha256(meta + blob).hexdigest())
     hb = json.dumps(header).encode()
     path = n["dir"] / f"edit{len(list(n['dir'].iterdir()))}.nvla"
-    path.write_bytes(data[:4] + struct.pack("<II", 1, len(hb)) + hb + meta + blob)
+    path.write_bytes(data[:8] + struct.pack("<I", len(hb)) + hb + meta + blob)
     return path
 
 
@@ -113,8 +113,8 @@ def _set(path, value):
 
 
 for _name, _edit in {
-    "weights_overlap_input": lambda m: m["inputs"][0].__setitem__("dram", [0]),
-    "output_on_input": lambda m: m["outputs"][0].__setitem__("dram", m["inputs"][0]["dram"]),
+    "weights_overlap_input": lambda m: m["programs"][0]["inputs"][0].__setitem__("dram", [0]),
+    "output_on_input": lambda m: m["programs"][0]["outputs"][0].__setitem__("dram", m["programs"][0]["inputs"][0]["dram"]),
     "grid_zero": lambda m: m["tiles"][0].__setitem__("grid", [[0]] + m["tiles"][0]["grid"][1:]),
     "grid_negative": lambda m: m["tiles"][1].__setitem__("grid", [[-2]] + m["tiles"][1]["grid"][1:]),
     "grid_zero_at_lower_bound": lambda m: m["tiles"][0].__setitem__(
@@ -124,10 +124,10 @@ for _name, _edit in {
     "load_to_store": lambda m: _inst(m, "LOAD").__setitem__("opcode", "STORE"),
     "config_edited": lambda m: m["config"].__setitem__("dram_bytes_per_cycle", 64),
     "deep_json": lambda m: ('{"a":' * 100000 + "1" + "}" * 100000).encode(),
-    "dram_too_small": _set(["dram_size"], [10]),
+    "dram_too_small": _set(["programs", 0, "dram_size"], [10]),
     "zero_division": lambda m: m["tiles"][0].__setitem__("grid", [["s0", 0, "ceildiv"]] + m["tiles"][0]["grid"][1:]),
-    "huge_dram": _set(["dram_size"], [10**15]),
-    "huge_weight_shape": lambda m: m["weight_layout"][next(iter(m["weight_layout"]))].__setitem__(1, [10**9, 10**9]),
+    "huge_dram": _set(["programs", 0, "dram_size"], [10**15]),
+    "huge_weight_shape": lambda m: m["programs"][0]["weight_layout"][next(iter(m["programs"][0]["weight_layout"]))].__setitem__(1, [10**9, 10**9]),
     "string_in_numeric": lambda m: _inst(m, "LOAD")["const"].__setitem__("cols", "abc"),
     "string_bound": lambda m: m["symbols"][0].__setitem__(1, "1"),
     "vecfn_31": lambda m: _inst(m, "VEC")["const"].__setitem__("fn", 31),
@@ -138,10 +138,10 @@ for _name, _edit in {
     "symbols_empty": _set(["symbols"], []),
     "bounds_reversed": lambda m: m["symbols"].__setitem__(0, ["T", 300, 2]),
     "bounds_huge": lambda m: m["symbols"].__setitem__(0, ["T", 1, 2**40]),
-    "weight_offset_negative": lambda m: m["weight_layout"][next(iter(m["weight_layout"]))].__setitem__(0, -64),
-    "weights_overlap_each_other": lambda m: [v.__setitem__(0, 0) for v in m["weight_layout"].values()],
+    "weight_offset_negative": lambda m: m["programs"][0]["weight_layout"][next(iter(m["programs"][0]["weight_layout"]))].__setitem__(0, -64),
+    "weights_overlap_each_other": lambda m: [v.__setitem__(0, 0) for v in m["programs"][0]["weight_layout"].values()],
     "tile_base_negative": lambda m: m["tiles"][0]["bases"].__setitem__("-1", [-100]),
-    "input_shape_string": lambda m: m["inputs"][0].__setitem__("shape", "abc"),
+    "input_shape_string": lambda m: m["programs"][0]["inputs"][0].__setitem__("shape", "abc"),
     "n_dims_negative": lambda m: m["macros"][0].__setitem__("n_dims", -1),
     "macros_null": _set(["macros"], None),
 }.items():
@@ -156,7 +156,7 @@ def header_huge_meta_bytes():
     data = n["path"].read_bytes()
     hb = json.dumps({"meta_bytes": 10**12, "blob_bytes": 0, "sha256": "0" * 64}).encode()
     p = n["dir"] / "hdr.nvla"
-    p.write_bytes(data[:4] + struct.pack("<II", 1, len(hb)) + hb + data[12 + struct.unpack("<I", data[8:12])[0] :])
+    p.write_bytes(data[:8] + struct.pack("<I", len(hb)) + hb + data[12 + struct.unpack("<I", data[8:12])[0] :])
     _run_artifact(p)
 
 
@@ -320,7 +320,7 @@ for _name, _argv, _ok in (
     ("run_deep_json", lambda: ["run", str(_resave(lambda m: ("[" * 100000 + "]" * 100000).encode())), "--len", "5"], False),
     ("run_vecfn_31", lambda: ["run", str(_resave(lambda m: _inst(m, "VEC")["const"].__setitem__("fn", 31))), "--len", "5"], False),
     ("run_string_field", lambda: ["run", str(_resave(lambda m: _inst(m, "LOAD")["const"].__setitem__("rows", "x"))), "--len", "5"], False),
-    ("run_dram_small", lambda: ["run", str(_resave(_set(["dram_size"], [10]))), "--len", "5"], False),
+    ("run_dram_small", lambda: ["run", str(_resave(_set(["programs", 0, "dram_size"], [10]))), "--len", "5"], False),
     ("run_trace_unwritable", lambda: ["run", str(_npu()["path"]), "--len", "5", "--trace", "/nonexistent/dir/t.json"], False),
     ("run_bad_config", lambda: ["run", str(_npu()["path"]), "--len", "5", "--config", "/nonexistent.toml"], False),
     ("inspect_garbage", lambda: ["inspect", str(_resave(lambda m: b"garbage"))], False),

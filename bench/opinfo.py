@@ -61,7 +61,8 @@ def render(results: dict) -> str:
     ]
     for name in sorted(ops):
         t = ops[name]
-        why = "; ".join(f"{r} ({n})" for r, n in t["reasons"].items()) or ""
+        reasons = sorted(t["reasons"].items(), key=lambda kv: (-kv[1], kv[0]))  # the same order from json
+        why = "; ".join(f"{r} ({n})" for r, n in reasons)
         lines.append(f"| `{name}` | {t['passed']} | {t['failed']} | {t['skipped']} | {why.replace('|', '/')} |")
     lines += ["", "## Supported: lowered by the frontend", ""]
     lines += [", ".join(f"`{n}`" for n in supported_aten()), "", "## Decomposed by torch's tables first", ""]

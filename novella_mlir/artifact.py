@@ -8,6 +8,12 @@
 * **TileMeta**: one entry per macro in program order: which MacroMeta, the
   grid extents as expressions of the symbols, and each tensor slot's DRAM
   base. Nothing in either part grows with the length.
+* **Programs**: an artifact holds one or more programs, each with its own
+  MacroMeta, TileMeta and DRAM plan, for a box of symbol values (`ranges`,
+  disjoint, together covering the symbols' bounds) and a `reason`: the
+  generic program, a sub-range torch.export traced separately (a guard of
+  the model), or a shape bucket the cost model chose (`--novella-buckets`).
+  The runtime picks the program by the symbol values; weights are shared.
 
 The file format is `NVLA` + version + a JSON header (sizes, sha256 and,
 when saved with a key, an HMAC-SHA256 signature) + the metadata JSON + the
@@ -32,13 +38,10 @@ from torch_mlir import ir
 from simulator import isa
 
 from . import artifact_check
-from . import symbolic as sy
-from .errors import ArtifactError
-from .transforms.common import attr_dict, body_ops, from_attr, functions
+from .errors import ArtifactError, InputError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a list of programs, each for a box of symbol values
 MAGIC = b"NVLA"
-_ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
 
 
 @dataclass
@@ -74,47 +77,119 @@ class TensorMeta:
     dtype: str = "float32"  # the torch dtype of a model input (held as fp32 in DRAM: frontend/dtypes.py)
 
 
+PROGRAM_FIELDS = ("inputs", "outputs", "dram_size", "weight_layout", "macros", "tiles", "kv")
+
+
 @dataclass
-class Artifact:
-    version: int
-    config: dict
-    config_fingerprint: str
-    symbols: list  # [[name, lo, hi], ...]
+class Program:
+    """One program of an artifact: the box of symbol values it covers (`ranges`, one [lo, hi] per
+    symbol), why it exists (`reason`: "generic", an export guard, a cost-model bucket) and its
+    own DRAM plan, MacroMeta and TileMeta."""
+
+    ranges: list  # [[lo, hi], ...], one per symbol
+    reason: str
     inputs: list
     outputs: list
-    dram_size: list
+    dram_size: list  # postfix
     weight_layout: dict  # name -> [offset, shape]
     macros: list
     tiles: list
-    weights: dict = field(default_factory=dict, repr=False)
     # the paged KV cache (`--novella-kv-cache`): page_size, vbase, vspan, slots [{heads, head_dim,
     # page_elems}], and which inputs / outputs are paged (by index; the host neither writes nor reads them)
     kv: dict = field(default_factory=dict)
 
+
+@dataclass
+class Artifact:
+    """The compiled model: its symbols' bounds, the programs that cover them (disjoint boxes, picked
+    by the symbol values at run time), the weights they share and the config they were built for.
+
+    With one program, its fields (`macros`, `tiles`, `inputs`, ...) read through the artifact."""
+
+    version: int
+    config: dict
+    config_fingerprint: str
+    symbols: list  # [[name, lo, hi], ...]
+    programs: list
+    weights: dict = field(default_factory=dict, repr=False)
+
+    def __getattr__(self, name):
+        if name in PROGRAM_FIELDS and "programs" in self.__dict__:
+            progs = self.__dict__["programs"]
+            if len(progs) == 1:
+                return getattr(progs[0], name)
+            raise AttributeError(
+                f"this artifact holds {len(progs)} programs ({self.describe_ranges()}); '{name}' is per "
+                "program: use artifact.programs[i], artifact.view(i) or artifact.pick(symbol values)"
+            )
+        raise AttributeError(f"'Artifact' object has no attribute '{name}'")
+
+    def describe_ranges(self) -> str:
+        """The programs' boxes in words: `T in [1, 1] (export guard ...); T in [2, 2048] (generic)`."""
+        names = [s[0] for s in self.symbols]
+        parts = []
+        for p in self.programs:
+            box = ", ".join(f"{n} in [{lo}, {hi}]" for n, (lo, hi) in zip(names, p.ranges)) or "no symbols"
+            parts.append(f"{box} ({p.reason})")
+        return "; ".join(parts)
+
+    def pick(self, values) -> int:
+        """The index of the program whose box holds the symbol values; an InputError naming the symbols
+        and the programs' ranges when none does."""
+        values = [int(v) for v in values]
+        for i, p in enumerate(self.programs):
+            if all(lo <= v <= hi for v, (lo, hi) in zip(values, p.ranges)):
+                return i
+        named = ", ".join(f"{s[0]}={v}" for s, v in zip(self.symbols, values))
+        raise InputError(
+            f"{named} is outside every compiled program: {self.describe_ranges()}; "
+            "recompile with wider bounds (min_len/max_len, or the Dim's min/max in dynamic_shapes)"
+        )
+
+    def view(self, i: int) -> Artifact:
+        """Program `i` alone, as a one-program artifact whose symbol bounds are the program's box."""
+        p = self.programs[i]
+        syms = [[s[0], lo, hi] for s, (lo, hi) in zip(self.symbols, p.ranges)]
+        names = {n for n in p.weight_layout}
+        weights = {k: v for k, v in self.weights.items() if k in names}
+        return Artifact(self.version, self.config, self.config_fingerprint, syms, [p], weights)
+
     def metadata(self) -> dict:
-        """JSON-able metadata; a template's empty `slot` and a macro's empty `schedule` are left out."""
+        """JSON-able metadata. The programs' MacroMeta and TileMeta are pooled: `macros` and `tiles` hold
+        each distinct template set and tile rule once; a program lists its macros (its own order) and
+        tiles by pool index, and a pooled tile names its macro by pool index. A shape bucket thus costs
+        only the templates and tile rules it changes. A template's empty `slot` and a macro's empty
+        `schedule` are left out."""
         d = asdict(self)
         d.pop("weights")
-        for mm in d["macros"]:
-            if not mm["schedule"]:
-                del mm["schedule"]
-            for t in mm["insts"]:
-                if not t["slot"]:
-                    del t["slot"]
+        pool_m, pool_t, keys_m, keys_t = [], [], {}, {}
+        for prog in d["programs"]:
+            local = [_pooled(_compact(mm), pool_m, keys_m) for mm in prog["macros"]]
+            prog["macros"] = local
+            prog["tiles"] = [_pooled({**t, "macro": _ref(local, t["macro"])}, pool_t, keys_t) for t in prog["tiles"]]
+        d["macros"], d["tiles"] = pool_m, pool_t
         return d
 
-    def _section_bytes(self, key: str) -> int:
-        return len(json.dumps(self.metadata()[key], separators=(",", ":")).encode())
+    def program_metadata(self, i: int) -> dict:
+        """Program `i`'s metadata in full (its macros and tiles themselves, tiles naming macros by its order)."""
+        d = asdict(self.programs[i])
+        d["macros"] = [_compact(mm) for mm in d["macros"]]
+        return d
+
+    def program_nbytes(self, i: int) -> tuple[int, int]:
+        """(MacroMeta, TileMeta) bytes program `i` adds to the file: the pooled template sets and tile rules
+        no earlier program uses, and its index lists."""
+        return _pool_costs(self.metadata())[i]
 
     @property
     def macro_nbytes(self) -> int:
-        """Bytes of MacroMeta (the instruction templates)."""
-        return self._section_bytes("macros")
+        """Bytes of MacroMeta (the pooled instruction templates and each program's list of them)."""
+        return sum(c[0] for c in _pool_costs(self.metadata()))
 
     @property
     def tile_nbytes(self) -> int:
-        """Bytes of TileMeta (grids, bases)."""
-        return self._section_bytes("tiles")
+        """Bytes of TileMeta (the pooled grids and bases and each program's list of them)."""
+        return sum(c[1] for c in _pool_costs(self.metadata()))
 
     @property
     def nbytes(self) -> int:
@@ -135,6 +210,81 @@ class Artifact:
         header = json.dumps(fields).encode()
         with open(path, "wb") as f:
             f.write(MAGIC + struct.pack("<II", FORMAT_VERSION, len(header)) + header + meta + blob)
+
+
+def _compact(mm: dict) -> dict:
+    if not mm["schedule"]:
+        del mm["schedule"]
+    for t in mm["insts"]:
+        if not t["slot"]:
+            del t["slot"]
+    return mm
+
+
+def _ref(local: list, i):
+    """The pool index of a program's macro `i`; -1 for a tile naming no macro of its program (the checker
+    refuses it on load)."""
+    return local[i] if isinstance(i, int) and 0 <= i < len(local) else -1
+
+
+def _json(x) -> bytes:
+    return json.dumps(x, separators=(",", ":")).encode()
+
+
+def _pooled(item: dict, pool: list, keys: dict) -> int:
+    """The index of `item` in `pool`, appended if new."""
+    k = json.dumps(item, sort_keys=True)
+    if k not in keys:
+        keys[k] = len(pool)
+        pool.append(item)
+    return keys[k]
+
+
+def _pool_costs(meta: dict) -> list[tuple[int, int]]:
+    """Per program, (MacroMeta, TileMeta) bytes: its index lists and the pool entries no program counted
+    before it uses; generic programs count first, so a bucket costs what it does not share with them."""
+    seen: dict = {"macros": set(), "tiles": set()}
+    out: list = [None] * len(meta["programs"])
+    order = sorted(range(len(out)), key=lambda i: not meta["programs"][i]["reason"].startswith("generic"))
+    for i in order:
+        prog = meta["programs"][i]
+        cost = []
+        for k in ("macros", "tiles"):
+            new = [j for j in dict.fromkeys(prog[k]) if j not in seen[k]]
+            seen[k].update(new)
+            cost.append(sum(len(_json(meta[k][j])) + 1 for j in new) + len(_json(prog[k])))
+        out[i] = tuple(cost)
+    return out
+
+
+def combine(artifacts: list[Artifact]) -> Artifact:
+    """One artifact holding the programs of `artifacts` (compiled from one model for disjoint boxes of
+    the same symbols; each program's `ranges` and `reason` already set). Weights are shared by name
+    when their values agree; a program whose weight of that name differs (a constant table built at
+    its own bounds, e.g. an `arange`) keeps it under a name of its own (`name@<program>`)."""
+    symbolic = [a for a in artifacts if a.symbols]
+    if not symbolic:
+        raise ArtifactError("cannot combine programs without symbols")
+    names = [s[0] for s in symbolic[0].symbols]
+    weights: dict = {}
+    programs = []
+    for a in artifacts:
+        if a.symbols and [s[0] for s in a.symbols] != names:
+            raise ArtifactError(f"cannot combine programs over symbols {names} and {[s[0] for s in a.symbols]}")
+        for p in a.programs:
+            for name in list(p.weight_layout):
+                w = a.weights[name]
+                if name in weights and not (weights[name].shape == w.shape and np.array_equal(weights[name], w)):
+                    new = f"{name}@{len(programs)}"
+                    p.weight_layout = {(new if k == name else k): v for k, v in p.weight_layout.items()}
+                    name = new
+                weights.setdefault(name, w)
+            programs.append(p)
+    programs.sort(key=lambda p: [r[0] for r in p.ranges])
+    bounds = [[n, min(p.ranges[j][0] for p in programs), max(p.ranges[j][1] for p in programs)]
+              for j, n in enumerate(names)]  # fmt: skip
+    base = symbolic[0]
+    return Artifact(base.version, base.config, base.config_fingerprint, bounds, programs, weights)
 
 
 MAX_FILE_BYTES = 4 << 30
@@ -251,21 +401,27 @@ def _from_metadata(meta_b: bytes, blob: bytes, where: str) -> Artifact:
     except (ValueError, RecursionError) as e:
         raise ArtifactError(f"{where} has malformed metadata JSON: {e}") from None
     try:
-        artifact_check.validate(m, len(blob))
+        m = artifact_check.validate(m, len(blob))
     except ArtifactError as e:
         raise ArtifactError(f"{where} has malformed metadata: {e}") from None
     if m["version"] != FORMAT_VERSION:
         raise ArtifactError(f"{where} has malformed metadata: version {m['version']}, expected {FORMAT_VERSION}")
-    m["macros"] = [
-        MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]], x.get("schedule", {}))
-        for x in m["macros"]
-    ]
-    m["tiles"] = [TileMeta(**t) for t in m["tiles"]]
-    m["inputs"] = [TensorMeta(**t) for t in m["inputs"]]
-    m["outputs"] = [TensorMeta(**t) for t in m["outputs"]]
+    m["programs"] = [_program(p) for p in m["programs"]]
     art = Artifact(**m)
-    art.weights = _weights(art.weight_layout, blob, where)
+    layout = {k: v for p in art.programs for k, v in p.weight_layout.items()}
+    art.weights = _weights(layout, blob, where)
     return art
+
+
+def _program(p: dict) -> Program:
+    p["macros"] = [
+        MacroMeta(x["kernel"], x["n_dims"], [InstTemplate(**i) for i in x["insts"]], x.get("schedule", {}))
+        for x in p["macros"]
+    ]
+    p["tiles"] = [TileMeta(**t) for t in p["tiles"]]
+    p["inputs"] = [TensorMeta(**t) for t in p["inputs"]]
+    p["outputs"] = [TensorMeta(**t) for t in p["outputs"]]
+    return Program(**p)
 
 
 def _weights(layout: dict, blob: bytes, where: str) -> dict:
@@ -283,7 +439,12 @@ def _weights(layout: dict, blob: bytes, where: str) -> dict:
 
 
 def _check_encodes(art: Artifact, where: str) -> None:
-    """The programs at the lower and upper bounds instantiate: every field fits its ISA width."""
+    """Each program at the lower and upper corner of its box instantiates: every field fits its ISA width."""
+    for i in range(len(art.programs)):
+        _check_program_encodes(art.view(i), where + (f" program {i}" if len(art.programs) > 1 else ""))
+
+
+def _check_program_encodes(art: Artifact, where: str) -> None:
     from .runtime.jit import Jit
 
     jit = Jit(art)
@@ -341,116 +502,8 @@ def _eval_at(program, values) -> int:
     return expr.evaluate(program, list(values))
 
 
-# ------------------------------------------------------------------ extraction
+def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -> Artifact:
+    """A one-program artifact from a module after `--novella-inst-gen` (`artifact_extract.py`)."""
+    from .artifact_extract import extract as run
 
-
-def extract(module: ir.Module, weights: dict, config) -> Artifact:
-    """Builds the artifact from a module after `--novella-inst-gen`."""
-    mop = module.operation
-    fn = functions(mop)[0]
-    block = fn.regions[0].blocks[0]
-    dram = _dram_of(fn)
-    macros, index, tiles, layout = [], {}, [], {}
-    for op in body_ops(fn):
-        name = op.operation.name
-        if name == "novella.weight":
-            wname = ir.StringAttr(op.attributes["name"]).value
-            layout[wname] = [sy.evaluate(_dram_expr(op), []), list(weights[wname].shape)]
-        elif name == "novella.macro":
-            mm, bases = _macro(op, dram)
-            key = json.dumps(asdict(mm), sort_keys=True)
-            idx = index.setdefault(key, len(macros))
-            if idx == len(macros):
-                macros.append(mm)
-            tiles.append(TileMeta(idx, f"{mm.kernel.split('.')[1]}_{len(tiles)}", _grid(op), bases))
-    ret = list(block.operations)[-1]
-    return Artifact(
-        version=FORMAT_VERSION,
-        config=config.to_dict(),
-        config_fingerprint=config.fingerprint(),
-        symbols=[[s.name, s.lo, s.hi] for s in sy.read_symbols(mop)],
-        inputs=[_tensor_meta(a, dram) for a in block.arguments],
-        outputs=[_tensor_meta(v, dram) for v in ret.operands],
-        dram_size=sy.to_postfix(sy.map_results(fn.attributes["novella.dram_size"])[0]),
-        weight_layout=layout,
-        macros=macros,
-        tiles=tiles,
-        weights={k: np.ascontiguousarray(v, np.float32) for k, v in weights.items()},
-        kv=_kv_meta(fn),
-    )
-
-
-def _kv_meta(fn) -> dict:
-    """The paged cache of a function after `--novella-kv-cache` (empty without one)."""
-    from .kernels.kv_cache import PAGED_VBASE, PAGED_VSPAN
-
-    if "novella.kv_cache" not in fn.attributes:
-        return {}
-    d = from_attr(fn.attributes["novella.kv_cache"])
-    return {
-        "page_size": d["page_size"],
-        "vbase": PAGED_VBASE,
-        "vspan": PAGED_VSPAN,
-        "slots": d["slots"],
-        "outputs": d["results"],
-        "inputs": sorted([int(k), v] for k, v in d["args"].items()),
-    }
-
-
-def _dram_expr(op) -> ir.AffineExpr:
-    return sy.map_results(op.attributes["novella.dram"])[0]
-
-
-def _dram_of(fn):
-    """value -> DRAM offset expression, for block arguments and op results."""
-    block = fn.regions[0].blocks[0]
-    arg_attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
-    out = {}
-    for a, d in zip(block.arguments, arg_attrs):
-        out[a] = sy.map_results(ir.DictAttr(d)["novella.dram"])[0]
-    for op in body_ops(fn):
-        if "novella.dram" in op.attributes:
-            out[op.results[0]] = _dram_expr(op)
-    return out
-
-
-def _tensor_meta(v, dram) -> TensorMeta:
-    shape = sy.shape_of(ir.RankedTensorType(v.type))
-    return TensorMeta([sy.to_postfix(e) for e in shape], sy.to_postfix(dram[v]))
-
-
-def _grid(macro) -> list:
-    return [sy.to_postfix(e) for e in sy.map_results(macro.attributes["grid"])]
-
-
-def _macro(macro, dram) -> tuple[MacroMeta, dict]:
-    n_dims = len(sy.map_results(macro.attributes["grid"]))
-    bases = {"-1": sy.to_postfix(dram[macro.results[0]])}
-    insts = []
-    for inst in macro.regions[0].blocks[0].operations:
-        t = _template(inst)
-        if t.tensor is not None and t.tensor >= 0:
-            bases[str(t.tensor)] = sy.to_postfix(dram[inst.operands[0]])
-        insts.append(t)
-    kernel = ir.StringAttr(macro.attributes["kernel"]).value
-    schedule = from_attr(macro.attributes["novella.schedule"]) if "novella.schedule" in macro.attributes else {}
-    return MacroMeta(kernel, n_dims, insts, schedule), bases
-
-
-def _template(inst) -> InstTemplate:
-    attrs = attr_dict(inst)
-    opcode = ir.StringAttr(attrs.pop("opcode")).value
-    tensor = from_attr(attrs.pop("tensor")) if "tensor" in attrs else None
-    if opcode == "STORE":
-        tensor = -1
-    when = sy.integer_set_constraints(attrs.pop("when")) if "when" in attrs else []
-    when = [[kind, sy.to_postfix(e)] for kind, e in when]
-    slot = from_attr(attrs.pop("slot")) if "slot" in attrs else {}
-    const, var = {}, {}
-    for k, a in attrs.items():
-        if isinstance(a, ir.AffineMapAttr):
-            var[k] = [sy.to_postfix(e) for e in a.value.results]
-        else:
-            v = from_attr(a)
-            const[k] = int(_ENUMS[k][v]) if k in _ENUMS else v
-    return InstTemplate(opcode, const, var, when, tensor, slot)
+    return run(module, weights, config, reason)

@@ -8,6 +8,9 @@ Every check names the field at fault (`macros[1].insts[4].const.rows`):
   naming only existing symbols and grid dims (sizes may be polynomial in
   the symbols: attention scores are T x T);
 * symbol bounds: names unique, 0 <= lo <= hi <= the ISA's row range;
+* programs: each one's `ranges` a sub-box of the bounds, the boxes
+  disjoint and together covering the bounds; a weight named by several
+  programs has one shape; each program is checked below over its own box;
 * at every corner of the bounds box: tile grids >= 1, weight, input and
   output DRAM regions inside `dram_size` and not overlapping, tile bases
   inside DRAM, `dram_size` addressable by the 32-bit `dram_base` field;
@@ -34,8 +37,9 @@ MAX_CONST = 1 << 40
 MAX_STEPS = 1 << 24  # grid points of all tiles at the upper bound
 MAX_SLOTS = 2  # ping-pong (--novella-schedule)
 INPUT_DTYPES = ("float32", "int64", "int32", "int16", "int8", "uint8", "bool")
-_TOP = ("version", "config", "config_fingerprint", "symbols", "inputs", "outputs", "dram_size")
-_TOP += ("weight_layout", "macros", "tiles")
+MAX_PROGRAMS = 16
+_TOP = ("version", "config", "config_fingerprint", "symbols", "programs")
+_PROGRAM = ("ranges", "reason", "inputs", "outputs", "dram_size", "weight_layout", "macros", "tiles")
 _OPS = ("+", "*", "floordiv", "ceildiv", "mod")
 _OPERAND = re.compile(r"([sd])(\d{1,3})")
 _HEADER = {f.name for f in isa.HEADER}
@@ -48,6 +52,7 @@ MAX_LENGTH = next(f for f in isa.LAYOUT[isa.Opcode.LOAD] if f.name == "row_bound
 class _Bad(Exception):
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
+        self.field, self.message = field, message
 
 
 def _int(v, field: str, lo: int | None = None, hi: int | None = None) -> int:
@@ -119,28 +124,112 @@ def _eval(p, syms) -> int:
     return int(expr.evaluate(p, list(syms)))
 
 
-def validate(m, blob_bytes: int) -> None:
-    """Raises ArtifactError naming the first bad field of the metadata dict `m` (weights blob of `blob_bytes`)."""
+def validate(m, blob_bytes: int) -> dict:
+    """The metadata dict `m` (weights blob of `blob_bytes`) with each program's pooled macros and tiles
+    in full; raises ArtifactError naming the first bad field."""
     try:
+        m = _unpool(m)
         _validate(m, blob_bytes)
     except _Bad as e:
         raise ArtifactError(str(e)) from None
+    return m
+
+
+def _unpool(m) -> dict:
+    """Each program's `macros` / `tiles` (indices into the pools `m["macros"]` / `m["tiles"]`) as the entries
+    themselves, a tile's macro as the index in its program's list."""
+    _keys(m, _TOP + ("macros", "tiles"), "metadata")
+    pools = {k: _type(m[k], list, k) for k in ("macros", "tiles")}
+    progs = []
+    for i, p in enumerate(_type(m["programs"], list, "programs")):
+        f = f"programs[{i}]"
+        _type(p, dict, f)
+        refs = {}
+        for k in ("macros", "tiles"):
+            refs[k] = _type(p.get(k), list, f"{f}.{k}")
+            for j, v in enumerate(refs[k]):
+                _int(v, f"{f}.{k}[{j}]", 0, len(pools[k]) - 1)
+        if len(set(refs["macros"])) != len(refs["macros"]):
+            raise _Bad(f + ".macros", "lists a pooled macro twice")
+        local = {v: j for j, v in enumerate(refs["macros"])}
+        tiles = []
+        for j, v in enumerate(refs["tiles"]):
+            t = _type(pools["tiles"][v], dict, f"tiles[{v}]")
+            if t.get("macro") not in local or isinstance(t.get("macro"), bool):
+                raise _Bad(f"{f}.tiles[{j}].macro", f"tile rule {v} names macro {_short(t.get('macro'))}, "
+                           f"which the program does not list")  # fmt: skip
+            tiles.append({**t, "macro": local[t["macro"]]})
+        progs.append({**p, "macros": [pools["macros"][v] for v in refs["macros"]], "tiles": tiles})
+    return {k: v for k, v in m.items() if k not in ("macros", "tiles")} | {"programs": progs}
 
 
 def _validate(m, blob_bytes: int) -> None:
-    _keys(m, _TOP, "metadata", optional=("kv",))
-    _kv(m.get("kv", {}), len(m["inputs"]), len(m["outputs"]))
+    _keys(m, _TOP, "metadata")
     _int(m["version"], "version")
     _config(m["config"], m["config_fingerprint"])
     n = _symbols(m["symbols"])
-    _check_programs(m, n)
-    need = sum(math.prod(shape) for _, shape in m["weight_layout"].values()) * 4
+    progs = _type(m["programs"], list, "programs")
+    if not 1 <= len(progs) <= MAX_PROGRAMS:
+        raise _Bad("programs", f"{len(progs)} programs; an artifact holds 1 to {MAX_PROGRAMS}")
+    shapes: dict = {}
+    for i, p in enumerate(progs):
+        f = f"programs[{i}]"
+        _keys(p, _PROGRAM, f, optional=("kv",))
+        _type(p["reason"], str, f + ".reason")
+        _ranges(p["ranges"], m["symbols"], f + ".ranges")
+        _weight_layout(p["weight_layout"], f + ".weight_layout")
+        for name, (_, shape) in p["weight_layout"].items():
+            if shapes.setdefault(name, shape) != shape:
+                raise _Bad(f"{f}.weight_layout['{name}']", f"shape {shape}, another program has {shapes[name]}")
+    _cover(progs, m["symbols"])
+    need = sum(math.prod(shape) for shape in shapes.values()) * 4
     if need != blob_bytes:
-        raise _Bad("weight_layout", f"the weight layout needs {need} bytes, the weights blob has {blob_bytes}")
-    corners = list(itertools.product(*[(lo, hi) for _, lo, hi in m["symbols"]]))
-    for c in corners:
-        _regions(m, c)
-        _grids(m, c)
+        where = "weight_layout" if len(progs) == 1 else "programs[*].weight_layout"
+        raise _Bad(where, f"the weight layout needs {need} bytes, the weights blob has {blob_bytes}")
+    for i, p in enumerate(progs):
+        flat = {**p, "symbols": [[s[0], lo, hi] for s, (lo, hi) in zip(m["symbols"], p["ranges"])]}
+        flat["config"] = m["config"]
+        try:
+            _program(flat, n)
+        except _Bad as e:
+            raise _Bad(f"programs[{i}].{e.field}", e.message) from None
+
+
+def _program(p, n: int) -> None:
+    """One program, with `symbols` narrowed to its box: expressions, then regions and grids at its corners."""
+    _kv(p.get("kv", {}), len(_type(p["inputs"], list, "inputs")), len(_type(p["outputs"], list, "outputs")))
+    _check_programs(p, n)
+    for c in itertools.product(*[(lo, hi) for _, lo, hi in p["symbols"]]):
+        _regions(p, c)
+        _grids(p, c)
+
+
+def _ranges(ranges, symbols, f: str) -> None:
+    if not isinstance(ranges, list) or len(ranges) != len(symbols):
+        raise _Bad(f, f"expected one [lo, hi] per symbol ({len(symbols)}), got {_short(ranges)}")
+    for j, (r, (name, lo, hi)) in enumerate(zip(ranges, symbols)):
+        if not isinstance(r, list) or len(r) != 2:
+            raise _Bad(f"{f}[{j}]", f"expected [lo, hi], got {_short(r)}")
+        a, b = _int(r[0], f"{f}[{j}][0]"), _int(r[1], f"{f}[{j}][1]")
+        if not lo <= a <= b <= hi:
+            raise _Bad(f"{f}[{j}]", f"{name} in [{a}, {b}] is not a sub-range of its bounds [{lo}, {hi}]")
+
+
+def _cover(progs, symbols) -> None:
+    """The programs' boxes are disjoint and together cover the bounds box (volumes add up)."""
+    names = [s[0] for s in symbols]
+
+    def box(p):
+        return ", ".join(f"{n} in [{lo}, {hi}]" for n, (lo, hi) in zip(names, p["ranges"])) or "the only point"
+
+    for (i, a), (j, b) in itertools.combinations(enumerate(progs), 2):
+        if all(x[0] <= y[1] and y[0] <= x[1] for x, y in zip(a["ranges"], b["ranges"])):
+            raise _Bad(f"programs[{j}].ranges", f"{box(b)} overlaps programs[{i}] ({box(a)})")
+    volume = sum(math.prod(hi - lo + 1 for lo, hi in p["ranges"]) for p in progs)
+    if volume != math.prod(hi - lo + 1 for _, lo, hi in symbols):
+        have = "; ".join(box(p) for p in progs)
+        bounds = ", ".join(f"{n} in [{lo}, {hi}]" for n, lo, hi in symbols)
+        raise _Bad("programs", f"the programs' ranges ({have}) do not cover the bounds {bounds}")
 
 
 def _config(cfg, fingerprint) -> None:
@@ -215,20 +304,24 @@ def _check_programs(m, n: int) -> None:
             for d, p in enumerate(t["shape"]):
                 check_program(p, f"{f}.shape[{d}]", n)
             check_program(t["dram"], f + ".dram", n)
-    _type(m["weight_layout"], dict, "weight_layout")
-    for name, entry in m["weight_layout"].items():
-        f = f"weight_layout['{name}']"
-        if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[1], list):
-            raise _Bad(f, f"expected [offset, shape], got {_short(entry)}")
-        _int(entry[0], f + ".offset", 0, DRAM_LIMIT - 1)
-        for d, v in enumerate(entry[1]):
-            _int(v, f"{f}.shape[{d}]", 0, DRAM_LIMIT)
+    _weight_layout(m["weight_layout"], "weight_layout")
     _type(m["macros"], list, "macros")
     for i, mm in enumerate(m["macros"]):
         _macro(mm, f"macros[{i}]", n, m["config"]["vector_functions"])
     _type(m["tiles"], list, "tiles")
     for i, t in enumerate(m["tiles"]):
         _tile(t, f"tiles[{i}]", n, m["macros"])
+
+
+def _weight_layout(layout, where: str) -> None:
+    _type(layout, dict, where)
+    for name, entry in layout.items():
+        f = f"{where}['{name}']"
+        if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[1], list):
+            raise _Bad(f, f"expected [offset, shape], got {_short(entry)}")
+        _int(entry[0], f + ".offset", 0, DRAM_LIMIT - 1)
+        for d, v in enumerate(entry[1]):
+            _int(v, f"{f}.shape[{d}]", 0, DRAM_LIMIT)
 
 
 def _macro(mm, f: str, n: int, functions) -> None:

@@ -5,7 +5,8 @@ everything the compile depends on:
 
 * the model: the source of every submodule class (and its bases up to
   `nn.Module`), the module tree (`repr`), every submodule's plain Python
-  attributes (flags such as `norm_first`, sizes, configs), and a digest of
+  attributes (flags such as `norm_first`, sizes, configs, and functions by name and
+  bytecode), and a digest of
   every parameter and buffer (values, shapes, dtypes);
 * the example inputs' shapes and dtypes, the dynamic dim and the bounds;
 * the hardware config (its fingerprint) and the pass options;
@@ -36,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
-FORMAT = 1
+FORMAT = 2  # 2: artifacts hold a list of programs
 
 
 def enabled(cache: bool | None) -> bool:
@@ -83,6 +84,10 @@ def _plain(v):
         return {str(k): _plain(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
     if hasattr(v, "to_dict"):  # transformers configs
         return _plain(v.to_dict())
+    if callable(v) and hasattr(v, "__qualname__"):  # a function held by a module (`self.act = torch.tanh`)
+        code = getattr(v, "__code__", None)
+        body = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest() if code else ""
+        return f"<fn {getattr(v, '__module__', '')}.{v.__qualname__} {body}>"
     return f"<{type(v).__module__}.{type(v).__qualname__}>"
 
 

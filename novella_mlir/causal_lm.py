@@ -91,6 +91,17 @@ def check_convention(model) -> tuple[int, list]:
     return int(logits.shape[-1]), _cache_tensors(cache)
 
 
+def pass_options(page_size: int) -> dict:
+    """The options both programs compile with: a paged cache, and DRAM offsets fixed at the upper bounds
+    (no tensor base moves with the length, so a step only patches the injected fields: `runtime/step.py`).
+    The fused attention kernel does not read a paged cache yet, so attention keeps its three kernels."""
+    return {
+        "novella-kv-cache": {"page-size": page_size},
+        "novella-allocate": {"fixed-offsets": 1},
+        "novella-legalize": {"fuse-attention": 0},
+    }
+
+
 def compile_causal_lm(
     model, max_len: int, page_size: int = 16, *, n_pages: int | None = None, max_batch: int = 4,
     config=None, cache: bool | None = None,
@@ -102,8 +113,7 @@ def compile_causal_lm(
     if max_len < 2:
         raise InputError(f"max_len must be >= 2 (one prompt token and one generated), got {max_len}")
     vocab, example = check_convention(model)
-    # the fused attention kernel does not read a paged cache yet: the cache keeps the three kernels
-    options = {"novella-kv-cache": {"page-size": page_size}, "novella-legalize": {"fuse-attention": 0}}
+    options = pass_options(page_size)
     t0 = time.perf_counter()
     prefill = compile_torch(
         _Prefill(model), torch.zeros(1, 2, dtype=torch.long),
@@ -119,7 +129,8 @@ def compile_causal_lm(
         if len(m.artifact.kv.get("outputs", [])) != len(example):
             raise CompileError(
                 f"the {name} program's KV cache was not recognized ({len(m.artifact.kv.get('outputs', []))} "
-                f"of {len(example)} cache tensors); the model must extend its cache with cat(past, new)"
+                f"of {len(example)} cache tensors); the model must extend its cache with cat(past, new), or write "
+                "position P of a grown cache with index_copy, slice_scatter or index_put"
             )
     pages = n_pages if n_pages is not None else max_batch * -(-max_len // page_size)
     return CausalLM(prefill, decode, vocab, max_len, page_size, pages, time.perf_counter() - t0)
@@ -134,12 +145,13 @@ class Step:
     position: int  # the past length (decode) or prompt length (prefill)
     cycles: int
     dma_bytes: int
-    jit_seconds: float  # instantiation + address injection (host)
+    jit_seconds: float  # host: a new bucket's instantiation, else the patch of the injected fields
     sim_seconds: float
     pages_in_use: int
     kv_bytes_in_use: int
     instructions: int
-    words: np.ndarray = field(repr=False, default=None)
+    new_bucket: bool = False  # the step's structure (page count) was instantiated now
+    words: np.ndarray = field(repr=False, default=None)  # a copy of the words run (generate(keep_words=True))
 
 
 @dataclass
@@ -159,6 +171,7 @@ class CausalLM:
         self.compile_seconds = seconds
         self.last_run: GenerateRun | None = None
         self._session: Session | None = None
+        self._keep_words = False
 
     @property
     def nbytes(self) -> int:
@@ -172,9 +185,14 @@ class CausalLM:
             self._session = Session(models, self.prefill.config, self.n_pages, check_hazards=check_hazards)
         return self._session
 
-    def generate(self, prompts, max_new_tokens: int, eos_token_id: int | None = None, check_hazards: bool = True):
+    def generate(
+        self, prompts, max_new_tokens: int, eos_token_id: int | None = None, check_hazards: bool = True,
+        keep_words: bool = False,
+    ):  # fmt: skip
         """Greedy decoding. A [1, T] LongTensor gives [1, T + N]; a list of 1-D prompts gives a list, the
-        sequences decoded together on one page pool. Stops early at `eos_token_id` only when given."""
+        sequences decoded together on one page pool. Stops early at `eos_token_id` only when given.
+        `keep_words`: each Step keeps a copy of the instruction words it ran."""
+        self._keep_words = keep_words
         single = isinstance(prompts, torch.Tensor)
         seqs = [self._check_prompt(p, single) for p in ([prompts] if single else list(prompts))]
         if max_new_tokens < 0:
@@ -236,27 +254,26 @@ class CausalLM:
     def _prefill(self, sess, i, ids, table, run):
         sess.pool.reserve(table, len(ids))
         x = np.asarray(ids, np.float32)[None, :]
-        outs, stats, jit_s, sim_s, words = sess.run("prefill", {0: x}, (len(ids),), table)
+        outs, *res = sess.run("prefill", {0: x}, (len(ids),), table)
         table.length = len(ids)
-        self._record(run, sess, "prefill", i, len(ids), stats, jit_s, sim_s, words)
+        self._record(run, sess, "prefill", i, len(ids), *res)
         return outs[0][0, -1]
 
     def _step(self, sess, i, seq, table, run):
         past = table.length
         sess.pool.reserve(table, past + 1)
         inputs = {0: np.array([[seq[-1]]], np.float32), 1: np.array([[past]], np.float32)}
-        outs, stats, jit_s, sim_s, words = sess.run("decode", inputs, (past,), table)
+        outs, *res = sess.run("decode", inputs, (past,), table)
         table.length = past + 1
-        self._record(run, sess, "decode", i, past, stats, jit_s, sim_s, words)
+        self._record(run, sess, "decode", i, past, *res)
         return outs[0][0, -1]
 
-    @staticmethod
-    def _record(run, sess, kind, i, position, stats, jit_s, sim_s, words) -> None:
+    def _record(self, run, sess, kind, i, position, stats, jit_s, sim_s, words, new) -> None:
         kv = sess.pool.in_use * sess.kv_bytes_per_block
         run.kv_bytes_peak = max(run.kv_bytes_peak, kv)
         run.steps.append(
             Step(kind, i, position, stats.cycles, stats.dma_bytes_loaded + stats.dma_bytes_stored, jit_s, sim_s,
-                 sess.pool.in_use, kv, stats.instructions, words)
+                 sess.pool.in_use, kv, stats.instructions, new, words.copy() if self._keep_words else None)
         )  # fmt: skip
 
     def save(self, path) -> None:

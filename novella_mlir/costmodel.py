@@ -60,3 +60,40 @@ def total(steps: list[tuple[StepCost, int]], slots: int) -> float:
         fill = max((c.load + c.store for c, _ in steps), default=0)
         return max(body + fill, dram)
     return max(sum((c.load + c.compute + c.store) * n for c, n in steps), dram)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Lengths 1 to `hi` of symbol `symbol` get tiles planned as if the symbols were `plan`."""
+
+    symbol: int
+    hi: int
+    plan: tuple[int, ...]
+    gains: tuple[float, ...]  # predicted generic / bucket cycles at 1, hi // 2, hi
+
+
+def bucket(predict, nominal: list[int], edges: list[int], min_gain: float) -> Bucket | None:
+    """The shape bucket of a program, if one pays: for the first symbol where one does, the largest
+    of `edges` (below its nominal length) at which the cost model predicts at least `min_gain` (a
+    fraction) fewer cycles, at T = edge, for tiles planned for the edge than for the nominal
+    length, and no more cycles at T = 1 and edge // 2. `predict(plan, at)` is the model's cycles at
+    symbol values `at` of the program planned for symbol values `plan` (None: unknown). The decision
+    depends on the model and the Target, not on the symbols' bounds, so a static compile at T tiles
+    as the bucket holding T does."""
+    for j, nom in enumerate(nominal):
+        best = None
+        for edge in sorted(e for e in edges if 1 <= e < nom):
+            plan = tuple(edge if i == j else v for i, v in enumerate(nominal))
+            gains = []
+            for length in sorted({1, max(edge // 2, 1), edge}):
+                at = [length if i == j else v for i, v in enumerate(nominal)]
+                generic, planned = predict(list(nominal), at), predict(list(plan), at)
+                if not (generic and planned):  # a cost the model cannot predict: no bucket on a guess
+                    gains = []
+                    break
+                gains.append(generic / planned)
+            if gains and min(gains) >= 1.0 and gains[-1] >= 1.0 + min_gain:
+                best = Bucket(j, edge, plan, tuple(gains))
+        if best is not None:
+            return best
+    return None

@@ -11,6 +11,10 @@ class UnsupportedOpError(NovellaError):
     """The frontend has no lowering for an aten op."""
 
 
+class UnsupportedDtypeError(NovellaError):
+    """A value has a dtype the NPU cannot hold (a float that is not float32)."""
+
+
 class CompileError(NovellaError):
     """A pass rejected the IR (with an MLIR diagnostic)."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .dialects import novella as nv
 from .dialects import shapes
-from .frontend.lowering import activation, attention, elementwise, indexing, linear, nn, pointwise, shape_ops
+from .frontend.lowering import activation, attention, elementwise, indexing, kv_cache, linear, nn, pointwise, shape_ops
 from .kernels import attention as k_attention
 from .kernels import conv as k_conv
 from .kernels import data_movement as k_data
@@ -267,6 +267,10 @@ OPS: dict[type, OpDef] = {
         shapes.concat,
         k_kv.KvAppend(),
         _LIT + "transforms/novella-kv-cache.mlir",
+        {
+            "torch.aten.slice_scatter": kv_cache.slice_scatter,
+            "torch.aten.index_put": kv_cache.index_put,
+        },
     ),
     nv.KvWriteOp: OpDef(shapes.unary, k_kv.KvWrite(), _LIT + "transforms/novella-kv-cache.mlir"),
     # fused attention (issue 10, part 4): formed by --novella-legalize (FUSION_PATTERNS), no torch op
@@ -280,6 +284,8 @@ OPS: dict[type, OpDef] = {
             "torch.aten.split.Tensor": indexing.split,
             "torch.aten.split_with_sizes": indexing.split_with_sizes,
             "torch.aten.chunk": indexing.chunk,
+            "torch.aten.pad": kv_cache.pad,
+            "torch.aten.constant_pad_nd": kv_cache.pad,
         },
     ),
 }
@@ -313,6 +319,7 @@ FRONTEND_ONLY: dict[str, Callable] = {
     "torch.aten.alias": shape_ops.identity,
     "torch.aten.detach": shape_ops.identity,
     "torch.aten.lift_fresh_copy": shape_ops.identity,
+    "torch.aten.copy": kv_cache.copy,
     "torch.aten.dropout": shape_ops.dropout,
 }
 
@@ -351,3 +358,25 @@ def torch_lowerings() -> dict[str, Callable]:
                 raise AssertionError(f"{name} is lowered by two entries (the second is {cls.__name__})")
             table[name] = fn
     return table
+
+
+# ------------------------------------------------------------------ issue 8 op families: flip, argmax/argmin,
+# matrix norms, prim.NumToTensor (lowerings in frontend/lowering/reductions.py, flip kernel in kernels/flip.py)
+from .frontend.lowering import reductions  # noqa: E402
+from .kernels import flip as k_flip  # noqa: E402
+
+OPS[nv.FlipOp] = OpDef(shapes.unary, k_flip.Flip(), _LIT + "kernels/flip.mlir", {"torch.aten.flip": reductions.flip})
+OPS[nv.ReduceOp].lowers.update(
+    {
+        "torch.aten.argmax": reductions.argmax,
+        "torch.aten.argmin": reductions.argmin,
+        "torch.aten.linalg_matrix_norm.str_ord": reductions.matrix_norm,
+    }
+)
+FRONTEND_ONLY["torch.prim.NumToTensor.Scalar"] = reductions.num_to_tensor
+BY_NAME[nv.FlipOp.OPERATION_NAME] = OPS[nv.FlipOp]
+OPS[nv.DivOp].lowers["torch.aten.true_divide.Tensor"] = elementwise.div
+OPS[nv.ReduceOp].lowers["torch.aten.linalg_matrix_norm"] = reductions.matrix_norm
+OPS[nv.ReduceOp].lowers["torch.aten.linalg_norm"] = reductions.linalg_norm
+OPS[nv.ReduceOp].lowers["torch.aten.linalg_norm.ord_str"] = reductions.linalg_norm
+OPS[nv.FlipOp].lowers.update({"torch.aten.fliplr": reductions.fliplr, "torch.aten.flipud": reductions.flipud})

@@ -15,12 +15,14 @@ from simulator import isa, load_config
 
 from . import artifact as art_mod
 from . import cache as compile_cache
+from . import symbolic as sy
 from .context import make_context
 from .errors import CompileError, InputError, NovellaError
 from .frontend import importer
 from .frontend.exporting import NarrowedError
 from .frontend.lowering import convert, source_location
 from .runtime.executor import Executor
+from .transforms import novella_buckets
 from .transforms.registry import BACKEND_PIPELINE, run_passes
 
 
@@ -35,6 +37,10 @@ class Stages:
         if self.dump_dir:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
 
+    def alias(self, name: str, of: str) -> None:
+        """`name` shows the text recorded as `of` (the generic program's stages, by its range too)."""
+        self.texts[name] = self.texts[of]
+
     def record(self, name: str, module: ir.Module) -> None:
         _verify(module, name)
         now = time.perf_counter()
@@ -42,6 +48,15 @@ class Stages:
         self.texts[name] = str(module)
         if self.dump_dir:
             (self.dump_dir / f"{len(self.texts) - 1:02d}-{name}.mlir").write_text(self.texts[name])
+
+
+_PER_PROGRAM = BACKEND_PIPELINE[BACKEND_PIPELINE.index("novella-buckets") + 1 :]
+
+
+def stage_name(flag: str, module) -> str:
+    """The stage name of one program's IR when a module splits into programs: `novella-tile @ T in [1, 64]`."""
+    box = ", ".join(f"{s.name} in [{s.lo}, {s.hi}]" for s in sy.read_symbols(module.operation))
+    return f"{flag} @ {box}"
 
 
 def _verify(module: ir.Module, stage: str) -> None:
@@ -63,6 +78,7 @@ def compile_torch(
     decomposition_table=None,
     pass_options: dict | None = None,
     cache: bool | None = None,
+    buckets: bool = True,
 ) -> CompiledModel:
     """Compiles `module` once, with dim `dynamic_dim` of its inputs symbolic in [min_len, max_len].
 
@@ -77,8 +93,13 @@ def compile_torch(
     `dynamic_dim` / `min_len` / `max_len` are ignored.
 
     `cache` (default: on unless NOVELLA_CACHE=0) looks the compile up in the
-    persistent cache (`novella_mlir/cache.py`) and stores it there."""
+    persistent cache (`novella_mlir/cache.py`) and stores it there.
+
+    `buckets=False` compiles one generic program per export range: no shape buckets (`--novella-buckets`,
+    where the cost model may add a program tiled for short lengths)."""
     config = config or load_config()
+    if not buckets:
+        pass_options = {**(pass_options or {}), "novella-buckets": {"enable": 0}}
     key = None
     if compile_cache.enabled(cache) and decomposition_table is None and dump_dir is None:
         key = compile_cache.key(
@@ -114,7 +135,10 @@ def compile_torch(
             if min_len == max_len or e.kept is None:
                 raise
             kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
-            return _specialize(module, example_args, dynamic_dim, (min_len, max_len), e, **kw)
+            model = _specialize(module, example_args, dynamic_dim, (min_len, max_len), e, **kw)
+            if key is not None:
+                compile_cache.store(key, model.artifact, model.stages)
+            return model
         model = _compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
     if key is not None:
         compile_cache.store(key, model.artifact, model.stages)
@@ -134,14 +158,27 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
         # frontend: registry-driven lowering to the novella dialect; the shape mutator types every `?`
         mod = convert(imported.module, imported)
         stages.record("novella", mod)
-        # backend: shape-infer, legalize, allocate, tile, macro-gen, inst-gen (each verified)
+        # backend: shape-infer, legalize, allocate, buckets, tile, macro-gen, inst-gen, schedule (each
+        # verified); from --novella-buckets on, once per program (a shape bucket, or the generic one)
+        programs, main = [(mod, "generic")], 0
         for flag in BACKEND_PIPELINE:
-            _run(mod, flag, config, (pass_options or {}).get(flag, {}))
-            stages.record(flag, mod)
-        # artifact: MacroMeta + TileMeta (+ weights and DRAM plan)
-        artifact = art_mod.extract(mod, imported.weights, config)
-    for meta, dtype in zip(artifact.inputs, importer.input_dtypes(prog)):
-        meta.dtype = dtype
+            for i, (m, _) in enumerate(programs):
+                _run(m, flag, config, (pass_options or {}).get(flag, {}))
+                stages.record(flag if i == main else stage_name(flag, m), m)
+                if i == main and len(programs) > 1:
+                    stages.alias(stage_name(flag, m), flag)
+            if flag == "novella-buckets":
+                programs = novella_buckets.programs(mod)
+                main = next((i for i, (_, r) in enumerate(programs) if r == "generic"), 0)
+        # artifact: MacroMeta + TileMeta (+ weights and DRAM plan) of each program, in one artifact
+        parts = [art_mod.extract(m, imported.weights, config, reason) for m, reason in programs]
+        artifact = parts[0] if len(parts) == 1 else art_mod.combine(parts)
+    in_dtypes, out_dtypes = importer.input_dtypes(prog), importer.output_dtypes(prog)
+    for program in artifact.programs:
+        for meta, dtype in zip(program.inputs, in_dtypes):
+            meta.dtype = dtype
+        for meta, dtype in zip(program.outputs, out_dtypes):
+            meta.dtype = dtype
     model = CompiledModel(artifact, config, stages)
     # validation: the programs at every corner of the bounds instantiate and encode
     _check_bounds_encode(model)
@@ -174,41 +211,77 @@ def _resized(arg, dim: int, length: int):
 MAX_SPECIALIZED = 4
 
 
-def _specialize(module, example_args, dynamic_dim, bounds, narrowed, **kw) -> SpecializedModel:
-    """torch.export keeps only `narrowed.kept` of `bounds`: that part compiled once with the length
-    symbolic, each excluded length (at most MAX_SPECIALIZED) as its own static program."""
+def _specialize(module, example_args, dynamic_dim, bounds, narrowed, **kw) -> CompiledModel:
+    """torch.export keeps only `narrowed.kept` of `bounds`: one artifact whose programs are that part,
+    compiled with the length symbolic, and each excluded sub-range, traced again on its own (symbolic
+    when torch keeps it, else one static program per length, at most MAX_SPECIALIZED of them)."""
     (lo, hi), (a, b) = bounds, narrowed.kept
-    rest = [*range(lo, a), *range(b + 1, hi + 1)]
-    if len(rest) > MAX_SPECIALIZED:
-        raise narrowed
-    main = compile_torch(module, *example_args, dynamic_dim=dynamic_dim, min_len=a, max_len=b, **kw)
-    parts = [((a, b), main)]
-    for length in rest:
+    inner = dict(kw, cache=False)
+    main = compile_torch(module, *example_args, dynamic_dim=dynamic_dim, min_len=a, max_len=b, **inner)
+    guard = f"export guard: {narrowed.guard or narrowed}"
+    parts = [main.artifact]
+    for r0, r1 in ((lo, a - 1), (b + 1, hi)):
+        if r0 <= r1:
+            parts += _excluded(module, example_args, dynamic_dim, (r0, r1), narrowed, guard, inner)
+    for p in main.artifact.programs:
+        if p.reason == "generic":
+            p.reason = f"generic: the range torch.export keeps ([{a}, {b}])"
+    artifact = art_mod.combine(parts)
+    model = CompiledModel(artifact, kw["config"], main.stages)
+    _check_bounds_encode(model)
+    return model
+
+
+def _excluded(module, example_args, dynamic_dim, rng, narrowed, guard, kw) -> list:
+    """The programs (artifacts) of a sub-range torch.export excluded."""
+    r0, r1 = rng
+    if r1 - r0 >= 2:
+        args = tuple(_resized(x, dynamic_dim, r1) for x in example_args)
+        try:
+            sub = compile_torch(module, *args, dynamic_dim=dynamic_dim, min_len=r0, max_len=r1, **kw)
+        except NovellaError as e:
+            sub, why = None, e
+        if sub is not None:
+            for p in sub.artifact.programs:
+                p.reason = guard if p.reason == "generic" else p.reason
+            return [sub.artifact]
+        if r1 - r0 + 1 > MAX_SPECIALIZED:
+            raise NovellaError(
+                f"{narrowed}\nThe lengths T in [{r0}, {r1}] do not compile on their own: {why}"
+            ) from None
+    out = []
+    for length in range(r0, r1 + 1):
         args = tuple(_resized(x, dynamic_dim, length) for x in example_args)
         try:
             prog = importer.export_static(module, args)
         except NovellaError as e:
             raise NovellaError(f"{narrowed}\nThe static program for T = {length} fails too: {e}") from None
-        parts.append(((length, length), _compile_program(prog, (length, length), kw["config"], None,
-                                                         kw["decomposition_table"], kw["pass_options"])))  # fmt: skip
-    return SpecializedModel(parts, dynamic_dim, str(narrowed))
+        static = _compile_program(prog, (length, length), kw["config"], None, kw["decomposition_table"],
+                                  kw["pass_options"])  # fmt: skip
+        for p in static.artifact.programs:
+            p.ranges, p.reason = [[length, length]], f"{guard} (static, T = {length})"
+        out.append(static.artifact)
+    return out
 
 
 def _check_bounds_encode(model) -> None:
     """Instantiates the program at every corner of the symbols' bounds, so a field that
     overflows its ISA width is a compile error, not a failure at run time."""
-    syms = model.artifact.symbols
-    for corner in itertools.product(*[(1, 2)] * len(syms)):
-        values = [s[pick] for s, pick in zip(syms, corner)]
-        which = "/".join("lower" if p == 1 else "upper" for p in corner) or "lower"
-        try:
-            model.jit.instantiate(values)
-        except isa.EncodingError as e:
-            named = ", ".join(f"{s[0]}={v}" for s, v in zip(syms, values))
-            raise CompileError(
-                f"the program at the {which} bound ({named}) does not encode: {e}. "
-                "Lower max_len, or report the kernel that produced the field."
-            ) from None
+    art = model.artifact
+    for i, prog in enumerate(art.programs):
+        syms = [[s[0], lo, hi] for s, (lo, hi) in zip(art.symbols, prog.ranges)]
+        for corner in itertools.product(*[(1, 2)] * len(syms)):
+            values = [s[pick] for s, pick in zip(syms, corner)]
+            which = "/".join("lower" if p == 1 else "upper" for p in corner) or "lower"
+            try:
+                model.jit.instantiate(values)
+            except isa.EncodingError as e:
+                named = ", ".join(f"{s[0]}={v}" for s, v in zip(syms, values))
+                what = f"program {i} ({prog.reason})" if len(art.programs) > 1 else "the program"
+                raise CompileError(
+                    f"{what} at the {which} bound ({named}) does not encode: {e}. "
+                    "Lower max_len, or report the kernel that produced the field."
+                ) from None
 
 
 def _run(module, flag, config, options) -> None:
@@ -240,7 +313,7 @@ class CompiledModel:
         Inputs must have the dtypes the model was compiled with (as eager requires) unless `cast=True`;
         `check_hazards=False` skips the race checker (same outputs and cycles, faster); `progress` shows
         a tqdm bar (default: on a terminal, for long programs); `last_run` then holds this thread's run."""
-        wants = [m.dtype for m in self.artifact.inputs]
+        wants = [m.dtype for m in self.artifact.programs[0].inputs]
         arrays = [_to_numpy(x, i, w, cast) for i, (x, w) in enumerate(zip(inputs, wants))]
         outs, run = self.executor.run_with_result(
             arrays, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast
@@ -257,12 +330,19 @@ class CompiledModel:
     def jit(self):
         return self.executor.jit
 
-    def ir(self, stage: str) -> str:
-        """IR text after `stage` ("torch", "novella", or a pass flag such as "novella-tile")."""
-        if not self.stages or stage not in self.stages.texts:
+    def ir(self, stage: str, at=None) -> str:
+        """IR text after `stage` ("torch", "novella", or a pass flag such as "novella-tile"): of the generic
+        program, or with `at` (symbol values) of the program that runs them (a shape bucket's, from
+        `novella-buckets` on)."""
+        name = stage
+        if at is not None and self.stages and len(self.artifact.programs) > 1:
+            prog = self.artifact.programs[self.artifact.pick(at)]
+            box = ", ".join(f"{s[0]} in [{lo}, {hi}]" for s, (lo, hi) in zip(self.artifact.symbols, prog.ranges))
+            name = f"{stage} @ {box}" if stage in _PER_PROGRAM else stage
+        if not self.stages or name not in self.stages.texts:
             known = ", ".join(self.stages.texts) if self.stages else "none (loaded from a file)"
-            raise KeyError(f"no IR for stage '{stage}'; stages: {known}")
-        return self.stages.texts[stage]
+            raise KeyError(f"no IR for stage '{name}'; stages: {known}")
+        return self.stages.texts[name]
 
     def summary(self) -> dict:
         a = self.artifact
@@ -271,8 +351,17 @@ class CompiledModel:
             "macro_meta_bytes": a.macro_nbytes,
             "tile_meta_bytes": a.tile_nbytes,
             "weight_bytes": a.weight_nbytes,
-            "macros": len(a.macros),
-            "tiles": len(a.tiles),
+            "programs": [
+                {
+                    "ranges": p.ranges,
+                    "reason": p.reason,
+                    "macro_meta_bytes": mb,
+                    "tile_meta_bytes": tb,
+                    "macros": len(p.macros),
+                    "tiles": len(p.tiles),
+                }
+                for p, (mb, tb) in ((p, a.program_nbytes(i)) for i, p in enumerate(a.programs))
+            ],
             "stage_seconds": self.stages.seconds if self.stages else {},
         }
 
@@ -299,65 +388,6 @@ def _to_numpy(x, i: int, want: str, cast: bool):
             )
         x = x.float()
     return x.numpy()
-
-
-class SpecializedModel:
-    """Programs for disjoint length ranges, picked by the input's length: the range torch.export
-    traces symbolically, plus static programs for the few lengths it excludes (`why`)."""
-
-    def __init__(self, parts, dynamic_dim: int, why: str):
-        self.parts = sorted(parts, key=lambda p: p[0])
-        self.dynamic_dim = dynamic_dim
-        self.why = why
-        self.main = max(parts, key=lambda p: p[0][1] - p[0][0])[1]
-        self._last = self.main
-
-    def pick(self, length: int) -> CompiledModel:
-        for (lo, hi), model in self.parts:
-            if lo <= length <= hi:
-                return model
-        ranges = ", ".join(f"[{lo}, {hi}]" for (lo, hi), _ in self.parts)
-        raise InputError(f"length {length} is outside the compiled ranges {ranges}")
-
-    def __call__(self, *inputs, **options):
-        return self.run(*inputs, **options)[0]
-
-    def run(self, *inputs, **options):
-        """(outputs, RunResult) from the program for the input's length; options as CompiledModel.run."""
-        first = next((x for x in inputs if hasattr(x, "shape")), None)
-        if first is None or len(first.shape) <= self.dynamic_dim:
-            raise InputError(f"no input has a dim {self.dynamic_dim} (the dynamic length) to pick a program by")
-        self._last = self.pick(int(first.shape[self.dynamic_dim]))
-        return self._last.run(*inputs, **options)
-
-    @property
-    def artifact(self):
-        return self.main.artifact
-
-    @property
-    def last_run(self):
-        return self._last.last_run
-
-    def ir(self, stage: str) -> str:
-        return self.main.ir(stage)
-
-    def summary(self) -> dict:
-        out = self.main.summary()
-        out["specializations"] = [{"lengths": list(r), **m.summary()} for r, m in self.parts if m is not self.main]
-        out["specialized_because"] = self.why
-        return out
-
-    def describe(self) -> str:
-        lines = [f"{len(self.parts)} programs, selected by length: {self.why}"]
-        for (lo, hi), m in self.parts:
-            kind = "symbolic" if m is self.main else "static"
-            lines.append(f"  T in [{lo}, {hi}]: {kind}, {len(m.artifact.macros)} macros")
-        return "\n".join(lines)
-
-    def save(self, path) -> None:
-        """The main program at `path`, each static one beside it as `<path>.T<length>`."""
-        for (lo, _), m in self.parts:
-            m.save(path if m is self.main else f"{path}.T{lo}")
 
 
 def load(path, config=None, key: bytes | str | None = None) -> CompiledModel:

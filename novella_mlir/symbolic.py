@@ -190,6 +190,50 @@ def to_postfix(e: ir.AffineExpr) -> list:
     return to_postfix(e.lhs) + to_postfix(e.rhs) + [_TOKENS[type(e)]]
 
 
+_FROM_TOKENS = {
+    "+": lambda a, b: a + b,
+    "*": lambda a, b: a * b,
+    "floordiv": ir.AffineExpr.get_floor_div,
+    "ceildiv": ir.AffineExpr.get_ceil_div,
+    "mod": ir.AffineExpr.get_mod,
+}
+
+
+def from_postfix(program: list) -> ir.AffineExpr:
+    """The affine expression of a postfix program (the inverse of `to_postfix`; needs a Context)."""
+    stack = []
+    for tok in program:
+        if isinstance(tok, int):
+            stack.append(const(tok))
+        elif tok in _FROM_TOKENS:
+            b = stack.pop()
+            stack.append(_FROM_TOKENS[tok](stack.pop(), b))
+        else:
+            stack.append((sym if tok[0] == "s" else dim)(int(tok[1:])))
+    return stack[0]
+
+
+def affine_in_symbols(e: ir.AffineExpr) -> bool:
+    """`e` is a(d) + sum_k b_k(d) * s_k: affine in the symbols once the dims are fixed (no symbol
+    inside a floordiv, ceildiv or mod, no product of two symbol terms)."""
+    return _symbol_degree(e) <= 1
+
+
+def _symbol_degree(e) -> int:
+    """0: no symbol, 1: affine in the symbols (dims fixed), 2: neither."""
+    e = canon(e)
+    if isinstance(e, ir.AffineSymbolExpr):
+        return 1
+    if isinstance(e, (ir.AffineConstantExpr, ir.AffineDimExpr)):
+        return 0
+    a, b = _symbol_degree(e.lhs), _symbol_degree(e.rhs)
+    if isinstance(e, ir.AffineAddExpr):
+        return max(a, b)
+    if isinstance(e, ir.AffineMulExpr):
+        return a + b if min(a, b) == 0 else 2
+    return 0 if a == b == 0 else 2
+
+
 # ---------------------------------------------------------------- sympy (torch.export)
 
 

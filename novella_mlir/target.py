@@ -93,3 +93,12 @@ class Target:
         align = align or self.array_cols
         out = [d for d in range(min(n, self.max_cols), 0, -1) if n % d == 0 and (d % align == 0 or d == n)]
         return out or [n]
+
+    def bucket_edges(self, nominal: int) -> list[int]:
+        """Upper ends a shape bucket may have: powers of two from one array height to half the nominal
+        length (so that the buckets, like the tiling, do not depend on max_len)."""
+        out, e = [], self.array_rows
+        while e <= nominal // 2:
+            out.append(e)
+            e *= 2
+        return out

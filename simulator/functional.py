@@ -72,6 +72,8 @@ UNARY_OPS = {
     VecFn.COS: np.cos,
     VecFn.LOG: np.log,
     VecFn.ABS: np.abs,
+    VecFn.EXPM1: np.expm1,
+    VecFn.LOG1P: np.log1p,
 }
 BINARY_OPS = {
     VecFn.ADD: np.add,

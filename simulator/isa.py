@@ -56,6 +56,8 @@ class VecFn(IntEnum):
     EQ = 23
     NE = 24
     SEL = 25
+    EXPM1 = 26
+    LOG1P = 27
 
 
 class VecMode(IntEnum):
@@ -74,6 +76,7 @@ COMPARE_FNS = frozenset({VecFn.LT, VecFn.LE, VecFn.GT, VecFn.GE, VecFn.EQ, VecFn
 BINARY_FNS = frozenset({VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV, VecFn.MAX, VecFn.MIN, VecFn.SEL} | COMPARE_FNS)
 UNARY_FNS = frozenset(
     {VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY, VecFn.SIN, VecFn.COS, VecFn.LOG, VecFn.ABS}
+    | {VecFn.EXPM1, VecFn.LOG1P}
 )
 REDUCE_FNS = frozenset({VecFn.ROWSUM, VecFn.ROWMAX})
 

@@ -697,6 +697,29 @@ class KvWriteOp(Novella.Operation, name="kv_write"):
         return True
 
 
+# ------------------------------------------------------------------ flip (issue 8 op families)
+
+
+class FlipOp(Novella.Operation, name="flip"):
+    """`torch.flip(input, [dim])`: the order of dim `dim` reversed (the dim may be dynamic)."""
+
+    input: ext.Operand[Tensor]
+    dim: ir.IntegerAttr
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    @_verified(1)
+    def verify_invariants(op) -> bool:
+        x = op.operands[0].type
+        d = _attr(op, "dim", ir.IntegerAttr)
+        if not 0 <= d < x.rank:
+            return _fail(op, f"dim {d} is out of range for {x}")
+        return _SameShapeUnary.verify_invariants(op)
+
+
+MATH_FNS = MATH_FNS + ("expm1", "log1p")  # the EXPM1 / LOG1P vector functions (docs/isa.md)
+
+
 # ------------------------------------------------------------------ fused attention (issue 10, part 4)
 
 

@@ -6,7 +6,8 @@ Every tensor lives in DRAM as fp32. A bool is 0.0 or 1.0; an integer
 ids, positions, index buffers and masks fit; a weight, constant or model
 input outside that range is refused rather than rounded. Integer results
 of fp32 arithmetic (e.g. `arange + 1`, products of ids) stay exact while
-they stay within the range.
+they stay within the range. An integer or bool model output (argmax indices, a mask) is
+returned with the dtype eager PyTorch gives it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ def to_npu(t: torch.Tensor, what: str) -> np.ndarray:
     a = t.to(torch.int64).contiguous().numpy() if t.dtype != torch.bool else t.numpy().astype(np.int64)
     check_exact(a, what)
     return a.astype(np.float32)
+
+
+def from_npu(a: np.ndarray, dtype: str) -> np.ndarray:
+    """An fp32 output as the torch dtype the model gives it (integers and bools are exact: see above)."""
+    if dtype == "bool":
+        return a != 0
+    return a.astype(np.dtype(dtype)) if dtype != "float32" else a.copy()
 
 
 def check_exact(a: np.ndarray, what: str) -> None:

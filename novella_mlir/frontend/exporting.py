@@ -44,9 +44,10 @@ _NUMPY_SIZE_FNS = {
 class NarrowedError(NovellaError):
     """torch.export keeps only part of the length range; `kept` is what it keeps, if known."""
 
-    def __init__(self, message: str, kept: tuple[int, int] | None = None):
+    def __init__(self, message: str, kept: tuple[int, int] | None = None, guard: str = ""):
         super().__init__(message)
         self.kept = kept
+        self.guard = guard  # the guard in words (`explain`), for the reason of a sub-range's program
 
 
 def export(module, args, dynamic_dim: int, lo: int, hi: int):
@@ -55,16 +56,88 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int):
     prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
     if prog is not None and messages.unbacked(prog):
         raise NovellaError(messages.unbacked(prog))
-    if kept == (lo, hi):
+    if kept != (lo, hi):
+        spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
+        prog = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
+    if not isinstance(prog, str):
+        _check_length_one(module, args, dynamic_dim, prog, (lo, hi))
         return prog
-    spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
-    first = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
-    if not isinstance(first, str):
-        return first
+    first = prog
     msg = f"torch.export cannot keep dim {dynamic_dim} symbolic over [{lo}, {hi}]: {first}"
     if kept:
         msg += f" The part it can trace is [{kept[0]}, {kept[1]}]."
-    raise NarrowedError(msg + " Compile the lengths outside it separately (min_len == max_len).", kept)
+    raise NarrowedError(msg + " Compile the lengths outside it separately (min_len == max_len).", kept, first)
+
+
+ONE_GUARD = (
+    "torch.export traces a symbolic size as if it were at least 2 (it specializes sizes 0 and 1), and the "
+    "trace at T = 1 computes something else"
+)
+
+
+def _check_length_one(module, args, dynamic_dim: int, prog, bounds) -> None:
+    """A range from T = 1: the symbolic trace holds there only if the model's own trace at T = 1 is the
+    same graph (torch.export assumes T >= 2 without a guard, so `if T > 1` silently takes one branch).
+    When they differ, a NarrowedError keeps [2, hi]: T = 1 becomes a program of its own."""
+    lo, hi = bounds
+    if lo != 1 or hi < 2:
+        return
+    one = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            shape = list(a.shape)
+            shape[dynamic_dim] = 1
+            a = torch.zeros(shape, dtype=a.dtype)
+        one.append(a)
+    try:
+        with fx_config.patch(backed_size_oblivious=False):
+            static = torch.export.export(module, tuple(one), strict=False)
+    except Exception:  # noqa: BLE001 - no trace at T = 1 to compare with: keep the symbolic one
+        return
+    if _canonical(prog.graph, at_one=True) != _canonical(static.graph, at_one=False):
+        msg = f"{ONE_GUARD}; T = 1 is compiled as a program of its own."
+        raise NarrowedError(msg, (2, hi), ONE_GUARD)
+
+
+def _canonical(graph, at_one: bool) -> list:
+    """The tensor ops of a graph in order, as (target, args, kwargs) with tensor operands by position and
+    symbolic sizes evaluated at 1 (`at_one`), for comparing a symbolic trace with a static one."""
+    index, out = {}, []
+    for n in graph.nodes:
+        val = n.meta.get("val")
+        tensor = isinstance(val, torch.Tensor) or (
+            isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val)
+        )
+        if n.op == "call_function" and str(n.target) in _VALUE_IDENTITY and n.args[0] in index:
+            index[n] = index[n.args[0]]
+        elif n.op == "placeholder" or (n.op == "call_function" and tensor):
+            index[n] = len(set(index.values()))
+            if n.op == "call_function":
+                out.append((str(n.target), _arg(n.args, index, at_one), _arg(dict(n.kwargs), index, at_one)))
+        elif n.op == "output":
+            out.append(("output", _arg(n.args, index, at_one), ()))
+    return out
+
+
+_VALUE_IDENTITY = ("aten.contiguous.default", "aten.alias.default", "aten.detach.default", "aten.clone.default")
+
+
+def _arg(a, index: dict, at_one: bool):
+    if isinstance(a, torch.fx.Node):
+        if a in index:
+            return ("node", index[a])
+        return _arg(a.meta.get("val"), index, at_one)
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        expr = a.node.expr
+        value = expr.subs({s: 1 for s in expr.free_symbols}) if at_one else expr
+        return ("sym", str(value))
+    if isinstance(a, (list, tuple)):
+        return tuple(_arg(x, index, at_one) for x in a)
+    if isinstance(a, dict):
+        return tuple((k, _arg(v, index, at_one)) for k, v in sorted(a.items()))
+    if isinstance(a, (int, float, bool)) and not isinstance(a, torch.Tensor):
+        return ("sym", str(sympy.sympify(a))) if isinstance(a, int) and not isinstance(a, bool) else a
+    return str(a)
 
 
 def spec_dims(spec) -> dict:

@@ -26,7 +26,7 @@ NEEDED_DECOMPOSITIONS = (
     "silu", "triu", "tril", "var_mean", "hardtanh", "elu",
     "leaky_relu", "stack", "unbind", "masked_fill", "softplus", "mish",
     "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "_safe_softmax", "native_dropout", "linalg_vector_norm",
-    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm",
+    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm", "index_copy",
 )  # fmt: skip
 
 
@@ -67,12 +67,15 @@ class _WeightHooks(FxImporterHooks):
 
 
 def decomposition_table(graph_targets) -> dict:
-    """torch's decompositions of the NEEDED_DECOMPOSITIONS ops that occur in the graph."""
+    """torch's decompositions of the NEEDED_DECOMPOSITIONS ops, when one occurs in the graph (all of them
+    then: a decomposition may emit another, e.g. mish -> softplus); empty (no retrace) otherwise."""
     from torch._decomp import decomposition_table as table
 
     aten = torch.ops.aten
     wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
-    return {t: table[t] for t in graph_targets if getattr(t, "overloadpacket", None) in wanted and t in table}
+    if not any(getattr(t, "overloadpacket", None) in wanted and t in table for t in graph_targets):
+        return {}
+    return {t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}
 
 
 def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int):
@@ -153,6 +156,13 @@ def input_dtypes(prog) -> list[str]:
     """The torch dtype of each user input, e.g. "float32", "int64", "bool"."""
     nodes = [n for n in prog.graph.nodes if n.op == "placeholder" and _is_user_input(prog, n)]
     return [str(n.meta["val"].dtype).removeprefix("torch.") for n in nodes]
+
+
+def output_dtypes(prog) -> list[str]:
+    """The torch dtype of each output (an integer or bool output is held as fp32 and returned as its dtype)."""
+    out = next(n for n in prog.graph.nodes if n.op == "output").args[0]
+    vals = [n.meta.get("val") for n in (out if isinstance(out, (tuple, list)) else [out])]
+    return [str(v.dtype).removeprefix("torch.") if isinstance(v, torch.Tensor) else "float32" for v in vals]
 
 
 def _is_user_input(prog, node) -> bool:

@@ -8,6 +8,9 @@ same name:
   extent expression per loop, outermost first) and the SRAM buffers
   (`--novella-tile`); every size, alignment and field limit comes from the
   `Target` (`novella_mlir/target.py`), whose `budget` is the op's SRAM;
+* optionally `predict(op, tv, target, options, plan, at) -> cycles`: the cost model's cycles at
+  symbol values `at` of the tiling `tile` picks when planning for symbol values `plan`
+  (`plan_lengths`); `--novella-buckets` compares them to decide on shape buckets;
 * `macro(op, tv, tiling, b: MacroBuilder)`: the tile-level ops of one grid
   step, with addresses as affine expressions of the grid dims `d0, d1, ...`
   and the symbols `s0, ...` (`--novella-macro-gen`).
@@ -31,6 +34,23 @@ def module_symbols(op) -> list[sy.Symbol]:
     from ..transforms.common import module_of
 
     return sy.read_symbols(module_of(op))
+
+
+PLAN_ATTR = "novella.plan_lengths"
+
+
+def plan_lengths(op) -> list[int]:
+    """The symbol values kernels plan tiles for: NOMINAL_LENGTH for each symbol (so that tiling does not
+    change with max_len), or, in a shape bucket's program, the bucket's upper ends (`novella.plan_lengths`,
+    written by `--novella-buckets`)."""
+    from ..transforms.common import from_attr, module_of
+    from .attention import NOMINAL_LENGTH
+
+    mod = module_of(op)
+    n = max(len(sy.read_symbols(mod)), 1)
+    if PLAN_ATTR in mod.attributes:
+        return list(from_attr(mod.attributes[PLAN_ATTR]))
+    return [NOMINAL_LENGTH] * n
 
 
 def legalize_patterns(fusion: bool = True) -> list:

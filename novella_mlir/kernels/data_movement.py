@@ -78,29 +78,37 @@ class _RowMove:
     One outer dim `g` (the dynamic one) is tiled by the grid; the other
     outer dims (`units`, static) are unrolled. A side (input or output) on
     which the units all follow `g` holds one tile as contiguous rows of
-    P*C elements and moves it with a single DMA."""
+    P*C elements and moves it with a single DMA. A dynamic last dim C is
+    tiled too (a second grid dim of column chunks of `tc`, the last one
+    partial); the outer dims are then static and `g` is the largest."""
 
     def __init__(self, tv, perm):
-        self.cols = tv.cols(0)
+        self.c = tv.shape(0)[-1]
+        self.dynamic_cols = sy.as_int(self.c) is None
         self.ishape = tv.shape(0)[:-1]
         self.perm = perm[:-1]
         self.oshape = [self.ishape[p] for p in self.perm]
         dyn = [i for i, e in enumerate(self.ishape) if sy.as_int(e) is None]
-        if len(dyn) > 1:
+        if len(dyn) + self.dynamic_cols > 1:
             raise ValueError(f"transpose of {[str(e) for e in tv.shape(0)]}: more than one dynamic dim")
         sizes = [sy.as_int(e) or 0 for e in self.ishape]
         self.g = dyn[0] if dyn else max(range(len(sizes)), key=lambda i: sizes[i])
         self.units = [i for i in range(len(self.ishape)) if i != self.g and sy.as_int(self.ishape[i]) != 1]
         self.count = prod(sy.as_int(self.ishape[i]) for i in self.units)
-        if self.count > MAX_UNROLL or self.count * self.cols > MAX_COLS:
-            raise ValueError(f"transpose moves {self.count} blocks of {self.cols} per row; too many to unroll")
+        self.tc = min(MAX_COLS // max(self.count, 1), 256) if self.dynamic_cols else sy.as_int(self.c)
+        if self.count > MAX_UNROLL or self.count * self.tc > MAX_COLS or self.tc < 1:
+            raise ValueError(f"transpose moves {self.count} blocks of {self.c} per row; too many to unroll")
         in_strides = _stride_exprs(self.ishape)
         out_strides = _stride_exprs(self.oshape)
         self.strides = {
-            "in": [s * self.cols for s in in_strides],
-            "out": [out_strides[self.perm.index(i)] * self.cols for i in range(len(self.ishape))],
+            "in": [s * self.c for s in in_strides],
+            "out": [out_strides[self.perm.index(i)] * self.c for i in range(len(self.ishape))],
         }
-        self.packed = {"in": self._packed(list(range(len(self.ishape)))), "out": self._packed(self.perm)}
+        whole = not self.dynamic_cols
+        self.packed = {
+            "in": self._packed(list(range(len(self.ishape)))) if whole else None,
+            "out": self._packed(self.perm) if whole else None,
+        }
         self.order = next((o for o in self.packed.values() if o is not None), self.units)
 
     def _packed(self, dims) -> list[int] | None:
@@ -110,23 +118,25 @@ class _RowMove:
         return after if sorted(after) == sorted(self.units) else None
 
     def tile(self, op, target, options):
-        width = self.count * self.cols
+        width = self.count * self.tc
+        grid = [sy.ceildiv(self.c, self.tc)] if self.dynamic_cols else []
         for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(32):
             plan = BufferPlan(target)
             plan.add("t", "spad", tm * width)
             plan.add("o", "spad", tm * width)
             if plan.fits() or options.get("tile-m"):
-                return Tiling({"tm": tm}, [sy.ceildiv(self.ishape[self.g], tm)], plan.check())
+                tiles = {"tm": tm, "tc": self.tc} if self.dynamic_cols else {"tm": tm}
+                return Tiling(tiles, [sy.ceildiv(self.ishape[self.g], tm), *grid], plan.check())
         raise ValueError("unreachable")
 
     def _blocks(self):
         """(sram column, {dim: index}) per unit block, in SRAM order."""
         ranges = [range(sy.as_int(self.ishape[d])) for d in self.order]
         for k, idx in enumerate(itertools.product(*ranges)):
-            yield k * self.cols, dict(zip(self.order, idx))
+            yield k * self.tc, dict(zip(self.order, idx))
 
     def _dma(self, b, side, tm, rows):
-        width = self.count * self.cols
+        width = self.count * self.tc
         total = self.ishape[self.g]
         geo = dict(
             dram_stride=self.strides[side][self.g],
@@ -140,14 +150,16 @@ class _RowMove:
         if self.packed[side] is not None and self.packed[side] == self.order:
             move(buf, tensor, dram_offset=0, cols=width, **geo)
             return
+        chunk = b.d(1) * self.tc if self.dynamic_cols else sy.const(0)
+        cols = tile_rows(1, self.tc, self.c) if self.dynamic_cols else self.tc
         for col, idx in self._blocks():
-            offset = sum((self.strides[side][d] * i for d, i in idx.items()), sy.const(0))
-            move(buf, tensor, dram_offset=offset, cols=self.cols, buf_offset=col, **geo)
+            offset = sum((self.strides[side][d] * i for d, i in idx.items()), chunk)
+            move(buf, tensor, dram_offset=offset, cols=cols, buf_offset=col, **geo)
 
     def macro(self, t, b):
         tm = t.tiles["tm"]
         rows = tile_rows(0, tm, self.ishape[self.g])
-        width = self.count * self.cols
+        width = self.count * self.tc
         self._dma(b, "in", tm, rows)
         b.vop("COPY", "o", "t", rows=rows, cols=width, dst_stride=width, a_stride=width)
         self._dma(b, "out", tm, rows)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 from .. import costmodel as cm
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
+from . import BufferPlan, Tiling, first, last, plan_lengths, tile_rows
 from .elementwise import emit_act
 
 _ACT_FNS = {"none": (), "relu": ("relu",), "gelu": ("mul", "erf", "add", "mul", "mul")}
@@ -21,8 +23,9 @@ class Linear:
 
     The K loop accumulates in the accumulator; the epilogue (bias, activation) writes a
     two-slot output buffer on the last k step, whose STORE runs under the next step's compute.
-    The cost model (`novella_mlir/costmodel.py`) scores every order and tile size at the nominal
-    length and the cheapest fitting one wins."""
+    The cost model (`novella_mlir/costmodel.py`) scores every order and tile size at the planned
+    length (`plan_lengths`: the nominal length, or a shape bucket's upper end) and the cheapest
+    fitting one wins."""
 
     def _plan(self, target, tm, tn, tk, k, act, ws):
         plan = BufferPlan(target)
@@ -63,13 +66,13 @@ class Linear:
             out += n_blocks * w_load
         return out
 
-    def tile(self, op, tv, target, options):
-        from .attention import upper
+    def choose(self, target, m, k, n, act, options):
+        """(key, (tm, tn, tk, ws), plan) of the cheapest fitting candidate for M = m rows, or (None, None, plan)
+        (memoized: `--novella-buckets` and `--novella-tile` ask for the same candidates)."""
+        return _choose(self, target, m, k, n, act, options.get("tile-m") or 0)
 
-        k, n = tv.cols(0), tv.static(1, 0)
-        act = op.attributes["act"].value
-        m = upper(tv.rows(0), module_symbols(op))
-        tms = [options["tile-m"]] if options.get("tile-m") else target.array_tiles(16)
+    def _search(self, target, m, k, n, act, tile_m):
+        tms = [tile_m] if tile_m else target.array_tiles(16)
         best, plan = None, None
         for ws in (1, 0):
             for tm in tms:
@@ -80,8 +83,23 @@ class Linear:
                             key = (self.cost(target, m, k, n, tm, tn, tk, act, ws), -tm, -tn)
                             if best is None or key < best[0]:
                                 best = (key, (tm, tn, tk, ws), plan)
-        if best is None:
-            plan.check()
+        return best or (None, None, plan)
+
+    def predict(self, op, tv, target, options, plan, at) -> float | None:
+        """Cycles at symbol values `at` of the tiling chosen when planning for `plan`."""
+        k, n, act = tv.cols(0), tv.static(1, 0), op.attributes["act"].value
+        best = self.choose(target, sy.evaluate(tv.rows(0), plan), k, n, act, options)
+        if best[0] is None:
+            return None
+        tm, tn, tk, ws = best[1]
+        return self.cost(target, sy.evaluate(tv.rows(0), at), k, n, tm, tn, tk, act, ws)
+
+    def tile(self, op, tv, target, options):
+        k, n = tv.cols(0), tv.static(1, 0)
+        m = sy.evaluate(tv.rows(0), plan_lengths(op))
+        best = self.choose(target, m, k, n, op.attributes["act"].value, options)
+        if best[0] is None:
+            best[2].check()
         (tm, tn, tk, ws), plan = best[1], best[2]
         m_grid = sy.ceildiv(tv.rows(0), tm)
         grid = [sy.const(n // tn), m_grid, sy.const(k // tk)] if ws else [m_grid, sy.const(n // tn), sy.const(k // tk)]
@@ -138,3 +156,8 @@ class Linear:
             cols=tn,
             when=epilogue,
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _choose(kernel, target, m, k, n, act, tile_m):
+    return kernel._search(target, m, k, n, act, tile_m)

@@ -157,6 +157,8 @@ def math_body(tl: Tile, fn: str, dst: str, a: str, tmp: str) -> None:
         "cos": "COS",
         "abs": "ABS",
         "erf": "ERF",
+        "expm1": "EXPM1",
+        "log1p": "LOG1P",
     }
     if fn in simple:
         v(simple[fn], dst, a, **geo)

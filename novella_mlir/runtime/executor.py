@@ -57,17 +57,20 @@ class Executor:
         self._local.run = run
 
     def bind(self, inputs: list[np.ndarray]) -> list[int]:
-        """Symbol values from the input shapes; refuses wrong ranks, static dims and lengths out of bounds."""
-        if len(inputs) != len(self.art.inputs):
-            raise InputError(f"expected {len(self.art.inputs)} inputs, got {len(inputs)}")
+        """Symbol values from the input shapes; refuses wrong ranks, static dims and lengths out of bounds.
+        A dim is a symbol's size when some program's input shape is that bare symbol."""
+        first = self.art.programs[0].inputs
+        if len(inputs) != len(first):
+            raise InputError(f"expected {len(first)} inputs, got {len(inputs)}")
         syms = [None] * len(self.art.symbols)
-        for i, (x, meta) in enumerate(zip(inputs, self.art.inputs)):
-            if x.ndim != len(meta.shape):
+        for i, x in enumerate(inputs):
+            if x.ndim != len(first[i].shape):
                 what = "a 0-d array (a scalar)" if x.ndim == 0 else f"rank {x.ndim}"
-                raise InputError(f"input #{i} is {what}, the model was compiled for rank {len(meta.shape)}")
-            for d, prog in enumerate(meta.shape):
-                if len(prog) == 1 and isinstance(prog[0], str) and prog[0].startswith("s"):
-                    syms[int(prog[0][1:])] = int(x.shape[d])
+                raise InputError(f"input #{i} is {what}, the model was compiled for rank {len(first[i].shape)}")
+            for prog in self.art.programs:
+                for d, p in enumerate(prog.inputs[i].shape):
+                    if len(p) == 1 and isinstance(p[0], str) and p[0].startswith("s"):
+                        syms[int(p[0][1:])] = int(x.shape[d])
         bad = [
             f"{name}={v} is outside the compiled bounds [{lo}, {hi}]"
             if v is not None
@@ -80,11 +83,15 @@ class Executor:
                 f"length {'; '.join(bad)}; recompile with wider bounds "
                 "(min_len/max_len, or the Dim's min/max in dynamic_shapes)"
             )
-        for i, (x, meta) in enumerate(zip(inputs, self.art.inputs)):
+        for i, (x, meta) in enumerate(zip(inputs, self.program(syms).inputs)):
             want = [int(expr.evaluate(p, syms)) for p in meta.shape]
             if list(x.shape) != want:
                 raise InputError(f"input #{i} has shape {list(x.shape)}, expected {want} for {self._named(syms)}")
         return syms
+
+    def program(self, syms):
+        """The artifact's program for these symbol values (`Artifact.pick`)."""
+        return self.art.programs[self.art.pick(syms)]
 
     def _simulator(self, dram_elems: int, check_hazards: bool, trace: bool) -> Simulator:
         """A simulator with zeroed memories. The last one is reused when the DRAM size matches: its memory
@@ -119,23 +126,25 @@ class Executor:
         compiled dtypes (others only with `cast=True`); `check_hazards=False` skips the race checker (same
         results and cycles, faster); `progress`: a tqdm bar of executed instructions (None: only on a
         terminal, for long programs)."""
-        if self.art.kv:
+        if any(p.kv for p in self.art.programs):
             raise InputError(
                 "this program keeps its KV cache in pages of NPU DRAM (--novella-kv-cache); run it in a "
                 "session (novella_mlir.causal_lm.compile_causal_lm(...).generate), not as a single call"
             )
-        if len(inputs) != len(self.art.inputs):
-            raise InputError(f"expected {len(self.art.inputs)} inputs, got {len(inputs)}")
-        inputs = [check_input(x, i, cast, m.dtype) for i, (x, m) in enumerate(zip(inputs, self.art.inputs))]
+        metas = self.art.programs[0].inputs
+        if len(inputs) != len(metas):
+            raise InputError(f"expected {len(metas)} inputs, got {len(inputs)}")
+        inputs = [check_input(x, i, cast, m.dtype) for i, (x, m) in enumerate(zip(inputs, metas))]
         syms = self.bind(inputs)
+        prog = self.program(syms)
         t0 = time.perf_counter()
         with self._jit_lock:
             program = self.jit.instantiate(syms)
         t1 = time.perf_counter()
-        sim = self._simulator(int(expr.evaluate(self.art.dram_size, syms)), check_hazards, trace)
-        for name, (offset, _) in self.art.weight_layout.items():
+        sim = self._simulator(int(expr.evaluate(prog.dram_size, syms)), check_hazards, trace)
+        for name, (offset, _) in prog.weight_layout.items():
             sim.dram.write(offset, self.art.weights[name].ravel())
-        for x, meta in zip(inputs, self.art.inputs):
+        for x, meta in zip(inputs, prog.inputs):
             sim.dram.write(int(expr.evaluate(meta.dram, syms)), x.ravel())
         with progress_bar(program.n_words, progress) as bar:
             sim.progress = bar
@@ -143,10 +152,10 @@ class Executor:
             if bar is not None:
                 bar.update(bar.total - bar.n)
         outs = []
-        for meta in self.art.outputs:
+        for meta in prog.outputs:
             shape = [int(expr.evaluate(p, syms)) for p in meta.shape]
             off = int(expr.evaluate(meta.dram, syms))
-            outs.append(sim.dram.read(off, int(np.prod(shape))).reshape(shape).copy())
+            outs.append(dtypes.from_npu(sim.dram.read(off, int(np.prod(shape))).reshape(shape), meta.dtype))
         t2 = time.perf_counter()
         named = {s[0]: v for s, v in zip(self.art.symbols, syms)}
         run = RunResult(named, program, stats, t1 - t0, t2 - t1, sim.trace if trace else None)

@@ -167,12 +167,19 @@ _EMPTY = _empty()
 
 
 class Jit:
-    """Instantiates programs from an artifact, with a per-length cache."""
+    """Instantiates programs from an artifact, with a cache keyed by the tuple of symbol values.
+
+    An artifact of several programs (`artifact.Program`: export-guard sub-ranges, shape buckets) gets
+    one Jit per program; the symbol values pick the program (`Artifact.pick`)."""
 
     def __init__(self, artifact, cache_size: int = 16):
         self.art = artifact
         self.cache: OrderedDict = OrderedDict()
         self.cache_size = cache_size
+        self.parts = []
+        if len(artifact.programs) > 1:
+            self.parts = [Jit(artifact.view(i), cache_size=0) for i in range(len(artifact.programs))]
+            return
         self.queues = [[_QUEUE[isa.QUEUE_OF[isa.Opcode[t.opcode]]] for t in m.insts] for m in artifact.macros]
         self._plans = [[None] * len(m.insts) for m in artifact.macros]
         self._ids: dict = {}
@@ -191,6 +198,8 @@ class Jit:
         return prog
 
     def _build(self, syms) -> Program:
+        if self.parts:
+            return self.parts[self.art.pick(syms)]._build(syms)
         if self._tables is None:
             self._tables = jit_kernel.Tables(self.art)
         if self._tables.ok:

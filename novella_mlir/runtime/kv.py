@@ -19,6 +19,8 @@ from simulator import Simulator, isa
 
 from ..errors import InputError
 from . import expr
+from .jit import Jit
+from .step import Stepper
 
 ALIGN = 16
 _DMA = (int(isa.Opcode.LOAD), int(isa.Opcode.STORE), int(isa.Opcode.GATHER))
@@ -91,23 +93,33 @@ class Session:
         self.pool_base = top
         self.pool = PagePool(n_blocks, self.page_size)
         self.sim = Simulator(config, top + n_blocks * self.block_elems, check_hazards=check_hazards)
-        self._translations: dict = {}
         for name, m in models.items():
             for w, (offset, _) in m.artifact.weight_layout.items():
                 self.sim.dram.write(self.segments[name] + offset, m.artifact.weights[w].ravel())
+        self.kv_layout = np.asarray(
+            [self.pool_base, self.block_elems, self.vbase, self.vspan]
+            + [v for pe, sb in zip(self.page_elems, self.slot_base.tolist()) for v in (pe, sb)],
+            np.int64,
+        )
+        self.steppers = {
+            name: Stepper(m.artifact, m.jit, lambda w, seg=self.segments[name]: self._translate(w, seg), self.kv_layout)
+            for name, m in models.items()
+        }
 
     @property
     def kv_bytes_per_block(self) -> int:
         return self.block_elems * 4
 
-    def _translation(self, name: str, syms: tuple) -> Translation:
-        key = (name, syms)
-        if key not in self._translations:
-            prog = self.models[name].jit.instantiate(list(syms))
-            self._translations[key] = self._translate(prog.words, self.segments[name])
-            if len(self._translations) > 64:
-                self._translations.pop(next(iter(self._translations)))
-        return self._translations[key]
+    def reference(self, name: str, syms: tuple, table: BlockTable) -> np.ndarray:
+        """The words of program `name` the readable way: a fresh JIT instantiates all of it, every DMA
+        descriptor is relocated and each paged one mapped through `table` (what `Stepper` must equal)."""
+        tr = self._translate(Jit(self.models[name].artifact).instantiate(list(syms)).words, self.segments[name])
+        blocks = np.asarray(table.blocks, np.int64)
+        if tr.page.size and tr.page.max() >= blocks.size:
+            raise RuntimeError(f"{name} addresses page {int(tr.page.max())}, the sequence has {blocks.size}")
+        phys = self.pool_base + blocks[tr.page] * self.block_elems + self.slot_base[tr.slot] + tr.offset
+        tr.words[tr.rows, 1] = (tr.words[tr.rows, 1] & ~_LOW) | phys.astype(np.uint64)
+        return tr.words
 
     def _translate(self, words: np.ndarray, seg: int) -> Translation:
         words = np.array(words, dtype=np.uint64, copy=True)
@@ -130,17 +142,13 @@ class Session:
         """Runs program `name` at symbol values `syms` for the sequence of `table`.
 
         `inputs`: input index -> array (the non-paged inputs). Returns (non-paged outputs, stats,
-        host seconds for the JIT and the address injection, simulator seconds, the words run)."""
+        host seconds for the JIT (a new bucket's instantiation, or the patch of the injected fields),
+        simulator seconds, the words run (the bucket's array: patched again by the next step), and
+        whether the step instantiated a new bucket)."""
         art = self.models[name].artifact
         seg = self.segments[name]
         t0 = time.perf_counter()
-        tr = self._translation(name, syms)
-        blocks = np.asarray(table.blocks, np.int64)
-        if tr.page.size and tr.page.max() >= blocks.size:
-            raise RuntimeError(f"{name} addresses page {int(tr.page.max())}, the sequence has {blocks.size}")
-        phys = self.pool_base + blocks[tr.page] * self.block_elems + self.slot_base[tr.slot] + tr.offset
-        words = tr.words.copy()
-        words[tr.rows, 1] = (words[tr.rows, 1] & ~_LOW) | phys.astype(np.uint64)
+        words, new = self.steppers[name].words(tuple(syms), np.asarray(table.blocks, np.int64))
         t1 = time.perf_counter()
         for i, x in inputs.items():
             self.sim.dram.write(seg + int(expr.evaluate(art.inputs[i].dram, list(syms))), np.ravel(x))
@@ -153,7 +161,7 @@ class Session:
             off = seg + int(expr.evaluate(meta.dram, list(syms)))
             outs[i] = self.sim.dram.read(off, int(np.prod(shape))).reshape(shape).copy()
         t2 = time.perf_counter()
-        return outs, stats, t1 - t0, t2 - t1, words
+        return outs, stats, t1 - t0, t2 - t1, words, new
 
 
 def _aligned(n: int) -> int:

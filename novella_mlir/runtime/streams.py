@@ -81,8 +81,14 @@ class PerLength:
         return sum(w.nbytes for w in self.streams.values())
 
 
+def program_of(artifact, syms):
+    """The one-program artifact that runs `syms` (itself when it holds one program)."""
+    return artifact if len(artifact.programs) == 1 else artifact.view(artifact.pick(syms))
+
+
 def count_words(artifact, syms) -> int:
     """Words of the program for `syms`, counted from grid extents and guards without encoding."""
+    artifact = program_of(artifact, syms)
     total, n_macros = 0, 0
     for tile in artifact.tiles:
         extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
@@ -98,6 +104,13 @@ def count_words_range(artifact, lo: int, hi: int) -> np.ndarray:
     Vectorized over the lengths: a template's count is the product over grid
     dims of the values of that dim passing the guards that refer to it alone;
     a template with a guard over several dims is counted point by point."""
+    if len(artifact.programs) > 1:
+        parts = []
+        for i, p in enumerate(artifact.programs):
+            a, b = max(lo, p.ranges[0][0]), min(hi, p.ranges[0][1])
+            if a <= b:
+                parts.append(count_words_range(artifact.view(i), a, b))
+        return np.concatenate(parts)
     ts = np.arange(lo, hi + 1, dtype=np.int64)
     total = np.zeros(len(ts), np.int64)
     macros = np.zeros(len(ts), np.int64)
@@ -198,6 +211,7 @@ _BARRIER = [("compute", {}, isa.Opcode.NOP, False)]
 
 def reference_steps(artifact, syms) -> list[tuple]:
     """The program as a list of (step, schedule) (grid points with instructions; barrier NOPs between macros)."""
+    artifact = program_of(artifact, syms)
     steps = []
     for tile in artifact.tiles:
         mm = artifact.macros[tile.macro]

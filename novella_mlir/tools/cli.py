@@ -120,6 +120,7 @@ def cmd_compile(args) -> int:
         config=config or load_config(),
         dump_dir=args.dump_dir,
         pass_options=pass_options,
+        buckets=not args.no_buckets,
     )
     for stage, secs in npu.stages.seconds.items():
         _progress(f"      {stage:<22} {secs:6.2f} s")
@@ -127,9 +128,10 @@ def cmd_compile(args) -> int:
     size = Path(args.output).stat().st_size
     _progress(f"[3/3] wrote {args.output} ({size} bytes) in {time.perf_counter() - t0:.1f} s")
     a = npu.artifact
+    n_macros, n_tiles = sum(len(p.macros) for p in a.programs), sum(len(p.tiles) for p in a.programs)
     print(
-        f"{args.output}: {len(a.macros)} templates ({a.macro_nbytes} B), {len(a.tiles)} tile rules "
-        f"({a.tile_nbytes} B), weights {a.weight_nbytes} B"
+        f"{args.output}: {len(a.programs)} program(s), {n_macros} templates ({a.macro_nbytes} B), {n_tiles} tile "
+        f"rules ({a.tile_nbytes} B), weights {a.weight_nbytes} B"
     )
     return 0
 
@@ -204,7 +206,8 @@ def cmd_run(args) -> int:
     art = npu.artifact
     syms = symbol_values(args.len, art.symbols)
     rng = np.random.default_rng(args.seed)
-    inputs = [rng.standard_normal(evaluate_shape(m, syms), dtype=np.float32) for m in art.inputs]
+    metas = art.programs[art.pick(syms)].inputs
+    inputs = [rng.standard_normal(evaluate_shape(m, syms), dtype=np.float32) for m in metas]
     outs = npu(*inputs, trace=bool(args.trace), check_hazards=not args.no_hazard_check)
     outs = outs if isinstance(outs, tuple) else (outs,)
     run = npu.last_run
@@ -282,6 +285,9 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="PASS:NAME=VALUE",
         help="e.g. novella-tile:tile-m=32 (repeatable)",
+    )
+    c.add_argument(
+        "--no-buckets", action="store_true", help="one generic program: no shape buckets (--novella-buckets)"
     )
     c.add_argument("-o", "--output", default="model.nvla")
     r = sub.add_parser("run", help="run an artifact at one length on the simulator with random inputs")

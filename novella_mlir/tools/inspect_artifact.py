@@ -66,28 +66,54 @@ def _slot(k) -> str:
 
 
 def describe(art, path: str = "") -> str:
-    """The sections of `novella inspect`: sizes, symbols, I/O, config, templates, tile rules."""
+    """The sections of `novella inspect`: sizes, symbols, programs (ranges, reasons, bytes), config, and per
+    program its I/O, templates and tile rules."""
     names = [s[0] for s in art.symbols]
     lines = [f"artifact {path}  (format v{art.version})".rstrip(), ""]
     lines += _sizes(art)
     lines += ["", "symbols"] + [f"  {n} in [{lo}, {hi}]" for n, lo, hi in art.symbols]
-    lines += ["", "inputs / outputs (shape @ DRAM offset, in fp32 elements)"]
-    for kind, metas in (("input", art.inputs), ("output", art.outputs)):
+    lines += ["", *programs_table(art)]
+    lines += ["", f"config (fingerprint {art.config_fingerprint[:12]})"]
+    lines += [f"  {k} = {v}" for k, v in art.config.items()]
+    for i, prog in enumerate(art.programs):
+        lines += ["", f"==== program {i}: {_box(prog, names)}", *_program(prog, names)]
+    return "\n".join(lines)
+
+
+def _box(prog, names) -> str:
+    return ", ".join(f"{n} in [{lo}, {hi}]" for n, (lo, hi) in zip(names, prog.ranges)) or "(no symbols)"
+
+
+def programs_table(art) -> list[str]:
+    """One line per program: its box of symbol values, MacroMeta + TileMeta bytes, and why it exists."""
+    names = [s[0] for s in art.symbols]
+    lines = [f"programs: {len(art.programs)}, picked at run time by the symbol values"]
+    for i, prog in enumerate(art.programs):
+        macro, tile = art.program_nbytes(i)
+        lines.append(f"  #{i} {_box(prog, names):<22} {macro + tile:>8} B (macro {macro}, tile {tile})  {prog.reason}")
+    edges = [p.ranges[j][1] for p in art.programs[:-1] for j in range(len(names))
+             if p.ranges[j][1] < art.symbols[j][2]]  # fmt: skip
+    if len(art.programs) > 1 and edges:
+        lines.append(f"  boundaries (last value of each lower program): {', '.join(map(str, sorted(set(edges))))}")
+    return lines
+
+
+def _program(prog, names) -> list[str]:
+    lines = ["inputs / outputs (shape @ DRAM offset, in fp32 elements)"]
+    for kind, metas in (("input", prog.inputs), ("output", prog.outputs)):
         for i, m in enumerate(metas):
             shape = ", ".join(infix(p, names) for p in m.shape)
             lines.append(f"  {kind} {i}: [{shape}] @ {infix(m.dram, names)}")
-    lines.append(f"  DRAM size: {infix(art.dram_size, names)}")
-    lines += ["", f"config (fingerprint {art.config_fingerprint[:12]})"]
-    lines += [f"  {k} = {v}" for k, v in art.config.items()]
-    lines += ["", f"MacroMeta: {len(art.macros)} macros (instruction template sets; equal layers share one)"]
-    for i, mm in enumerate(art.macros):
+    lines.append(f"  DRAM size: {infix(prog.dram_size, names)}")
+    lines += ["", f"MacroMeta: {len(prog.macros)} macros (instruction template sets; equal layers share one)"]
+    for i, mm in enumerate(prog.macros):
         lines += _macro(i, mm, names)
-    lines += ["", f"TileMeta: {len(art.tiles)} tile rules (one per macro, program order)"]
-    for t in art.tiles:
+    lines += ["", f"TileMeta: {len(prog.tiles)} tile rules (one per macro, program order)"]
+    for t in prog.tiles:
         grid = ", ".join(infix(g, names) for g in t.grid)
         bases = ", ".join(f"{_slot(k)} @ {infix(v, names)}" for k, v in sorted(t.bases.items()))
         lines.append(f"  {t.name}: macro #{t.macro}, grid [{grid}]; {bases}")
-    return "\n".join(lines)
+    return lines
 
 
 def _sizes(art) -> list[str]:

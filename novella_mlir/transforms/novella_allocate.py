@@ -7,7 +7,11 @@ then inputs, then intermediates and results (a paged KV cache tensor gets a virt
 `PAGED_VBASE + slot * PAGED_VSPAN`, which the runtime maps through the block table); a buffer whose last reader has
 run is reused by a later tensor whose size it covers at every length in
 bounds. `novella.reshape` aliases its input. Each op with a kernel also
-gets `novella.sram_budget`, the SRAM it may tile into."""
+gets `novella.sram_budget`, the SRAM it may tile into.
+
+Option `fixed-offsets=1` sizes every buffer at the symbols' upper bounds, so every offset is a
+constant: the addresses of a program then do not move with the length, and a decode step
+instantiated once is patched in place per step (`runtime/step.py`), as a CUDA graph is replayed."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from ..kernels.kv_cache import PAGED_VBASE, PAGED_VSPAN, paged_info
 from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage, set_attr
 
 ALIGN = 16
+OPTIONS = {"fixed-offsets": (int, 0, "1: buffers sized at the upper bounds, every DRAM offset a constant", (0, 1))}
 
 
 def _aligned(size: ir.AffineExpr) -> ir.AffineExpr:
@@ -27,8 +32,8 @@ def _aligned(size: ir.AffineExpr) -> ir.AffineExpr:
 class _Arena:
     """Bump allocator with first-fit reuse of freed blocks that dominate the request."""
 
-    def __init__(self, symbols):
-        self.symbols = symbols
+    def __init__(self, symbols, fixed: bool = False):
+        self.symbols, self.fixed = symbols, fixed
         self.box = sy.symbol_box(symbols, lower_only=True, lo=1)
         self.top = sy.const(0)
         self.free: list[tuple[ir.AffineExpr, ir.AffineExpr]] = []
@@ -39,8 +44,12 @@ class _Arena:
         Independent of the compiled bounds, so the layout does not change with them."""
         return sy.provably_ge(big, small, self.box)
 
-    def alloc(self, size: ir.AffineExpr) -> ir.AffineExpr:
+    def _block(self, size: ir.AffineExpr) -> ir.AffineExpr:
         size = _aligned(size)
+        return sy.const(sy.value_range(size, self.symbols)[1]) if self.fixed else size
+
+    def alloc(self, size: ir.AffineExpr) -> ir.AffineExpr:
+        size = self._block(size)
         for i, (off, blk) in enumerate(self.free):
             if self._covers(blk, size):
                 del self.free[i]
@@ -50,7 +59,7 @@ class _Arena:
         return off
 
     def release(self, off, size) -> None:
-        self.free.append((off, _aligned(size)))
+        self.free.append((off, self._block(size)))
 
 
 def run(module_op, options, config) -> None:
@@ -59,7 +68,7 @@ def run(module_op, options, config) -> None:
     n = len(symbols)
     budget = {"spad": config.spad_elems, "acc": config.acc_elems}
     for fn in functions(module_op):
-        _place(fn, symbols, n, budget)
+        _place(fn, symbols, n, budget, bool(options.get("fixed-offsets", 0)))
         _check_addressable(fn, symbols)
 
 
@@ -81,10 +90,10 @@ def _size(v) -> ir.AffineExpr:
     return sy.numel(sy.shape_of(ir.RankedTensorType(v.type)))
 
 
-def _place(fn, symbols, n, budget) -> None:
+def _place(fn, symbols, n, budget, fixed: bool) -> None:
     ops = body_ops(fn)
     block = fn.regions[0].blocks[0]
-    arena = _Arena(symbols)
+    arena = _Arena(symbols, fixed)
     offsets: dict = {}
     for op in ops:
         if op.operation.name == "novella.weight":

@@ -1,7 +1,9 @@
 """--novella-kv-cache: puts the KV cache in pages (option `page-size`; 0 leaves the module alone).
 
 The cache is recognized in the graph, not by model class. A returned tensor is a cache tensor when
-  * it is a `novella.kv_append` (decode: `cat(past, new)` onto a function input), or
+  * it is a `novella.kv_append` (decode: `cat(past, new)` onto a function input, or the write of
+    position P into a grown past by `index_copy` / `slice_scatter` / `index_put`, which the
+    frontend lowers to the same append: `frontend/lowering/kv_cache.py`), or
   * it is `[1, heads, T, head_dim]` and the key or value (rhs) of an attention matmul (prefill).
 Each gets `novella.paged = {page_size, heads, head_dim, page_elems, slot}`, slots numbered in
 return order (so prefill and decode agree); a prefill cache tensor is returned through a new

@@ -14,6 +14,7 @@ from torch_mlir import ir, passmanager
 
 from . import (
     novella_allocate,
+    novella_buckets,
     novella_inst_gen,
     novella_kv_cache,
     novella_legalize,
@@ -44,7 +45,8 @@ PASSES: dict[str, PassInfo] = {
         _info("novella-shape-infer", novella_shape_infer, novella_shape_infer.OPTIONS),
         _info("novella-legalize", novella_legalize, novella_legalize.OPTIONS),
         _info("novella-kv-cache", novella_kv_cache, novella_kv_cache.OPTIONS),
-        _info("novella-allocate", novella_allocate),
+        _info("novella-allocate", novella_allocate, novella_allocate.OPTIONS),
+        _info("novella-buckets", novella_buckets, novella_buckets.OPTIONS),
         _info("novella-tile", novella_tile, novella_tile.OPTIONS),
         _info("novella-macro-gen", novella_macro_gen),
         _info("novella-inst-gen", novella_inst_gen),
@@ -58,6 +60,7 @@ BACKEND_PIPELINE = (
     "novella-legalize",
     "novella-kv-cache",
     "novella-allocate",
+    "novella-buckets",
     "novella-tile",
     "novella-macro-gen",
     "novella-inst-gen",

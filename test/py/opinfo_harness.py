@@ -12,6 +12,7 @@ pair skipped (compile_torch marks one dim index dynamic in every tensor input).
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,12 +35,14 @@ CLAIMED = (
     "softmax", "log_softmax", "nn.functional.layer_norm", "transpose", "permute", "t", "cat", "stack", "split",
     "chunk", "unbind", "narrow", "select", "expand", "repeat", "flip", "index_select", "squeeze", "unsqueeze",
     "reshape", "view", "flatten", "clone", "contiguous", "matmul", "mm", "bmm", "addmm", "nn.functional.linear",
-    "addcmul", "lerp", "nn.functional.glu",
+    "addcmul", "lerp", "nn.functional.glu", "argmax", "argmin", "linalg.vector_norm", "norm", "linalg.matrix_norm",
+    "linalg.norm", "fliplr", "flipud",
 )  # fmt: skip
 
 # The fast subset CI runs (op, first N eligible samples).
 CI_SUBSET = (("add", 6), ("lt", 6), ("exp", 2), ("sigmoid", 2), ("where", 2), ("softmax", 1), ("amax", 1),
-             ("var", 1), ("transpose", 1), ("cat", 1), ("tril", 1), ("clamp", 1), ("nn.functional.gelu", 1))  # fmt: skip
+             ("var", 1), ("transpose", 1), ("cat", 1), ("tril", 1), ("clamp", 1), ("nn.functional.gelu", 1),
+             ("argmax", 1), ("flip", 1))  # fmt: skip
 
 
 @dataclass
@@ -146,7 +149,8 @@ def run_pair(info, sample, dim: int) -> tuple[str, str]:
     if len({tuple(r.dim() for r in rs) for rs in refs.values()}) > 1:
         return "skip", "output rank depends on the length (e.g. squeeze at 1)"
     try:
-        npu = compile_torch(module, *tensors, dynamic_dim=dim, min_len=1, max_len=MAX_LEN)
+        # cache=False: the compile cache keys a module by its class and state, not by `fn` (the op)
+        npu = compile_torch(module, *tensors, dynamic_dim=dim, min_len=1, max_len=MAX_LEN, cache=False)
     except Exception as e:
         return "fail", _reason(e)
     for n, ts in inputs.items():
@@ -155,7 +159,9 @@ def run_pair(info, sample, dim: int) -> tuple[str, str]:
         except Exception as e:
             return "fail", f"run: {_reason(e)}"
         for g, r in zip(got, refs[n]):
-            if g.shape != r.shape or not torch.allclose(g, r.float(), atol=ATOL, rtol=RTOL, equal_nan=True):
+            if g.dtype != r.dtype:
+                return "fail", f"dtype {g.dtype} where eager gives {r.dtype}"
+            if g.shape != r.shape or not torch.allclose(g.float(), r.float(), atol=ATOL, rtol=RTOL, equal_nan=True):
                 return "fail", f"mismatch at T={n}"
     return "pass", ""
 
@@ -167,9 +173,10 @@ def _reason(e: Exception) -> str:
         text = text.split("'")[1] + ": " + lines[1].split("error: ", 1)[-1]
     if "unsupported op" in text:
         return "unsupported " + text.split("unsupported op '")[1].split("'")[0]
-    if "cannot keep dim" in text or "torch.export" in text:
+    if "cannot keep dim" in text or "torch.export" in text or "fixes the size of dim" in text:
         return "export: torch narrows or specializes the length"
-    return f"{type(e).__name__}: {text[:90]}"
+    text = re.sub(r"^\S+\.py:\d+: ", "", text)  # the source line is the harness's own
+    return f"{type(e).__name__}: {text[:110]}"
 
 
 def run_op(info, limit: int | None = None) -> Tally:

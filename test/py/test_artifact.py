@@ -131,7 +131,7 @@ def _resave(npu, path, edit) -> None:
 @pytest.mark.parametrize(
     "edit, match",
     [
-        (lambda a: setattr(a.tiles[0], "macro", 7), "names macro 7"),
+        (lambda a: setattr(a.tiles[0], "macro", 7), "names macro -1, which the program does not list"),
         (lambda a: a.tiles[0].grid.append([1]), "grid dims"),
         (lambda a: a.tiles[0].bases.pop("1"), "no DRAM base"),
         (lambda a: setattr(a.macros[0].insts[2], "var", {"rows": [["s0", "+"]]}), "malformed expression"),

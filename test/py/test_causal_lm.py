@@ -144,7 +144,7 @@ def test_decode_artifact_does_not_grow_with_max_len():
     from torch.export import Dim
 
     from novella_mlir import compile_torch
-    from novella_mlir.causal_lm import _Decode, check_convention
+    from novella_mlir.causal_lm import _Decode, check_convention, pass_options
 
     arts = []
     for n in (1024, 8192):
@@ -156,8 +156,7 @@ def test_decode_artifact_does_not_grow_with_max_len():
         kv = tuple(torch.zeros_like(t) for t in check_convention(hf)[1])
         spec = (None, None, tuple({2: Dim("past", min=1, max=n - 1)} for _ in kv))
         ids, pos = torch.zeros(1, 1, dtype=torch.long), torch.full((1, 1), 2, dtype=torch.long)
-        m = compile_torch(_Decode(hf), ids, pos, *kv, dynamic_shapes=spec,
-                          pass_options={"novella-kv-cache": {"page-size": 16}})  # fmt: skip
+        m = compile_torch(_Decode(hf), ids, pos, *kv, dynamic_shapes=spec, pass_options=pass_options(16))
         arts.append(m.artifact)
     a, b = arts
     assert [len(m.insts) for m in a.macros] == [len(m.insts) for m in b.macros]
@@ -178,3 +177,22 @@ def test_the_package_exports_the_decoder_entry_points():
     assert novella_mlir.compile_causal_lm is compile_causal_lm
     assert novella_mlir.load_causal_lm is load_causal_lm
     assert {"compile_causal_lm", "load_causal_lm"} <= set(novella_mlir.__all__)
+
+
+def test_the_issue_snippet_as_written():
+    """The issue's snippet, verbatim but seeded: the hf reference keeps its config's eos (which
+    min_new_tokens masks), and `generate` without an eos decodes plain greedy for max_new_tokens."""
+    import novella_mlir
+
+    torch.manual_seed(0)
+    hf = tf.LlamaForCausalLM(tf.LlamaConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                                             intermediate_size=256, vocab_size=512, max_position_embeddings=1024)).eval()  # fmt: skip
+    lm = novella_mlir.compile_causal_lm(hf, max_len=1024, page_size=16)
+    ids = torch.randint(3, 500, (1, 7))
+    out = lm.generate(ids, max_new_tokens=32)
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)  # fmt: skip
+    assert torch.equal(out, ref)
+    outs = lm.generate([torch.randint(3, 500, (T,)) for T in (1, 7, 33)], max_new_tokens=32)
+    assert [len(o) for o in outs] == [33, 39, 65]
+    last = lm.last_run.steps[-1]
+    assert last.kind == "decode" and last.cycles > 0 and 0 < last.jit_seconds and last.pages_in_use > 0

@@ -60,6 +60,25 @@ def test_key_covers_weights_bounds_config_and_passes(on):
     assert cache.key(model, args, **kw) != base
 
 
+class _Act(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def test_key_covers_a_function_the_module_holds(on):
+    from simulator import load_config
+
+    kw = dict(dynamic_dim=1, min_len=1, max_len=64, config=load_config(), pass_options=None)
+    args = (torch.randn(1, 8, 32),)
+    keys = {cache.key(_Act(f), args, **kw) for f in (torch.tanh, torch.exp, lambda x: x * 2, lambda x: x * 3)}
+    assert len(keys) == 4
+    assert cache.key(_Act(torch.tanh), args, **kw) in keys
+
+
 def test_corrupted_entry_warns_and_recompiles(on):
     model = _mlp()
     _compile(model)

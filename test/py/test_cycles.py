@@ -66,7 +66,7 @@ def run(name: str, length: int):
     y = npu(x)
     stats = npu.last_run.stats.to_dict()
     compulsory = (npu.artifact.weight_nbytes + x.numel() * 4, y.numel() * 4)
-    program = oracle.instantiate(npu.ir("novella-schedule"), [spec.symbol(length)])
+    program = oracle.instantiate(npu.ir("novella-schedule", at=[spec.symbol(length)]), [spec.symbol(length)])
     return stats, flops.get_total_flops() // 2, compulsory, npu.last_run.program.words, program, (y, ref)
 
 

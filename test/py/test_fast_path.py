@@ -59,12 +59,13 @@ def assert_same(words, setup, **kw):
 def _model_setup(npu, x):
     ex = npu.executor
     syms = ex.bind([x])
+    prog = ex.program(syms)  # the program (shape bucket) that runs this length
 
     def setup(fast_path, **kw):
-        sim = Simulator(ex.config, int(expr.evaluate(ex.art.dram_size, syms)), fast=fast_path, **kw)
-        for name, (off, _) in ex.art.weight_layout.items():
+        sim = Simulator(ex.config, int(expr.evaluate(prog.dram_size, syms)), fast=fast_path, **kw)
+        for name, (off, _) in prog.weight_layout.items():
             sim.dram.write(off, ex.art.weights[name].ravel())
-        sim.dram.write(int(expr.evaluate(ex.art.inputs[0].dram, syms)), x.ravel())
+        sim.dram.write(int(expr.evaluate(prog.inputs[0].dram, syms)), x.ravel())
         return sim
 
     return ex.jit.instantiate(syms).words, setup

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import novella_mlir
 from novella_mlir import compile_torch
 from novella_mlir.errors import InputError, NovellaError
 
@@ -28,7 +29,9 @@ def check(module, example, dim=1, lo=1, hi=80, lengths=(1, 2, 33, 80), atol=1e-5
         with torch.no_grad():
             ref = module(*xs)
         got = npu(*xs)
-        assert torch.allclose(got, ref.float(), atol=atol, rtol=1e-5), f"T={n}: max error {(got - ref).abs().max()}"
+        assert got.dtype == ref.dtype, f"T={n}: dtype {got.dtype}, eager gives {ref.dtype}"
+        err = (got.float() - ref.float()).abs().max()
+        assert torch.allclose(got.float(), ref.float(), atol=atol, rtol=1e-5), f"T={n}: max error {err}"
     return npu
 
 
@@ -123,17 +126,62 @@ class Branchy(torch.nn.Module):
         return x * 2.0 + 0.0
 
 
-def test_narrowed_range_is_specialized_by_length():
+def test_narrowed_range_is_one_artifact_with_a_program_per_part(tmp_path):
     npu = check(Branchy(3), [torch.randn(1, 8, 4)], lengths=(1, 3, 4, 80))
-    assert [r for r, _ in npu.parts] == [(1, 1), (2, 2), (3, 3), (4, 80)]
-    assert "T in [1, 3]" in npu.why and "programs, selected by length" in npu.describe()
-    with pytest.raises(InputError, match="outside the compiled ranges"):
+    progs = npu.artifact.programs
+    assert [p.ranges for p in progs] == [[[1, 3]], [[4, 80]]]
+    assert "export guard" in progs[0].reason and "false for T in [1, 3]" in progs[0].reason
+    assert progs[1].reason.startswith("generic")
+    npu.save(tmp_path / "m.nvla")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.nvla"], "one file, no side files"
+    again = novella_mlir.load(tmp_path / "m.nvla")
+    for t in (1, 3, 4, 80):
+        x = torch.randn(1, t, 4)
+        assert torch.equal(again(x), npu(x))
+    assert {(1,), (3,), (4,), (80,)} <= set(again.jit.cache), "the JIT cache is keyed by the symbol values"
+    with pytest.raises(InputError, match=r"T=81 is outside the compiled bounds \[1, 80\]"):
         npu(torch.randn(1, 81, 4))
+    with pytest.raises(InputError, match=r"T=81 is outside every compiled program: T in \[1, 3\] \(export guard"):
+        npu.jit.instantiate([81])
+
+
+class OneBranch(torch.nn.Module):
+    """`T > 1` picks the branch: torch.export traces sizes as >= 2 and keeps [1, N] without a guard."""
+
+    def forward(self, x):
+        if x.shape[1] > 1:
+            return x.softmax(dim=1)
+        return x * 3.0
+
+
+def test_trace_that_assumes_t_at_least_2_gets_a_program_for_t_1():
+    npu = check(OneBranch(), [torch.randn(1, 8, 4)], lengths=(1, 2, 37, 80))
+    progs = npu.artifact.programs
+    assert [p.ranges for p in progs] == [[[1, 1]], [[2, 80]]]
+    assert "at least 2" in progs[0].reason and "static, T = 1" in progs[0].reason
+
+
+def test_same_trace_at_t_1_keeps_one_program():
+    npu = check(Lambda(lambda x: x.softmax(dim=1) * 2.0), [torch.randn(1, 8, 4)], lengths=(1, 2, 80))
+    assert [p.ranges for p in npu.artifact.programs] == [[[1, 80]]]
+
+
+class BranchySort(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[1] > 10:
+            return x * 2.0
+        return torch.sort(x, dim=-1).values
 
 
 def test_narrowed_range_refused_with_the_guard_in_words():
-    with pytest.raises(NovellaError, match="branches on `\\(11 <= T\\).*false for T in \\[1, 10\\]"):
-        compile_torch(Branchy(10), torch.randn(1, 16, 4), min_len=1, max_len=80)
+    with pytest.raises(NovellaError, match="branches on `\\(11 <= T\\).*false for T in \\[1, 10\\]") as e:
+        compile_torch(BranchySort(), torch.randn(1, 16, 4), min_len=1, max_len=80)
+    assert "T in [1, 10] do not compile on their own" in str(e.value) and "sort" in str(e.value)
+
+
+def test_long_excluded_range_is_one_symbolic_program():
+    npu = check(Branchy(10), [torch.randn(1, 16, 4)], lengths=(1, 10, 11, 80))
+    assert [p.ranges for p in npu.artifact.programs] == [[[1, 10]], [[11, 80]]]
 
 
 def test_square_frees_its_operand_once():

@@ -38,9 +38,18 @@ If it is not intended, it is a regression; the diff (golden -> now) starts:
 
 
 def snapshot(artifact) -> dict:
-    """The deterministic, weight-free instruction metadata of an artifact (JSON types only)."""
-    meta = artifact.metadata()
-    return json.loads(json.dumps({k: meta[k] for k in KEYS}))
+    """The deterministic, weight-free instruction metadata of an artifact (JSON types only): one program's
+    fields at the top level, several programs as a list with their ranges and reasons."""
+    progs = [artifact.program_metadata(i) for i in range(len(artifact.programs))]
+    meta = {"symbols": artifact.symbols}
+    if len(progs) == 1:
+        out = {"symbols": meta["symbols"], **{k: progs[0][k] for k in KEYS[1:]}}
+    else:
+        out = {
+            "symbols": meta["symbols"],
+            "programs": [{k: p[k] for k in ("ranges", "reason", *KEYS[1:])} for p in progs],
+        }
+    return json.loads(json.dumps(out))
 
 
 def dumps(x, indent: int = 0) -> str:

@@ -53,8 +53,18 @@ def _resave(path, out, edit):
     meta = new if isinstance(new, bytes) else json.dumps(m).encode()
     header.update(meta_bytes=len(meta), sha256=hashlib.sha256(meta + blob).hexdigest())
     hb = json.dumps(header).encode()
-    out.write_bytes(b"NVLA" + struct.pack("<II", 1, len(hb)) + hb + meta + blob)
+    out.write_bytes(b"NVLA" + struct.pack("<II", artifact.FORMAT_VERSION, len(hb)) + hb + meta + blob)
     return out
+
+
+def _p(m):
+    """The first (here: only) program of the metadata."""
+    return m["programs"][0]
+
+
+def _tile0(m):
+    """The first tile rule of the first program (tile rules are pooled; the program lists them)."""
+    return m["tiles"][_p(m)["tiles"][0]]
 
 
 def _inst(m, opcode):
@@ -62,25 +72,31 @@ def _inst(m, opcode):
 
 
 EDITS = {
-    "weights overlap the input": (lambda m: m["inputs"][0].__setitem__("dram", [0]), "overlaps"),
-    "output on the input": (lambda m: m["outputs"][0].__setitem__("dram", m["inputs"][0]["dram"]), "overlaps"),
-    "grid 0": (lambda m: m["tiles"][0]["grid"].__setitem__(0, [0]), r"tiles\[0\].grid\[0\]: extent 0"),
-    "grid negative": (lambda m: m["tiles"][0]["grid"].__setitem__(1, [-3]), r"tiles\[0\].grid\[1\]"),
+    "weights overlap the input": (lambda m: _p(m)["inputs"][0].__setitem__("dram", [0]), "overlaps"),
+    "output on the input": (lambda m: _p(m)["outputs"][0].__setitem__("dram", _p(m)["inputs"][0]["dram"]), "overlaps"),
+    "grid 0": (lambda m: _tile0(m)["grid"].__setitem__(0, [0]), r"tiles\[0\].grid\[0\]: extent 0"),
+    "grid negative": (lambda m: _tile0(m)["grid"].__setitem__(1, [-3]), r"tiles\[0\].grid\[1\]"),
     "bool for int": (lambda m: _inst(m, "LOAD")["const"].__setitem__("rows", True), r"const.rows: expected an integer"),
     "LOAD to STORE": (lambda m: _inst(m, "LOAD").__setitem__("opcode", "STORE"), "a STORE writes the macro's result"),
     "config edited": (lambda m: m["config"].__setitem__("dram_bytes_per_cycle", 64), "config_fingerprint"),
     "deep JSON": (lambda m: b"[" * 50000 + b"]" * 50000, "nested 50000 deep"),
-    "DRAM too small": (lambda m: m.__setitem__("dram_size", [10]), r"outside \[0, 10\)"),
-    "divide by zero": (lambda m: m["tiles"][0]["grid"].__setitem__(1, ["s0", 0, "ceildiv"]), "divides by 0"),
-    "huge DRAM": (lambda m: m.__setitem__("dram_size", [10**15]), "dram_size"),
+    "DRAM too small": (lambda m: _p(m).__setitem__("dram_size", [10]), r"outside \[0, 10\)"),
+    "divide by zero": (lambda m: _tile0(m)["grid"].__setitem__(1, ["s0", 0, "ceildiv"]), "divides by 0"),
+    "huge DRAM": (lambda m: _p(m).__setitem__("dram_size", [10**15]), "dram_size"),
     "string in a field": (lambda m: _inst(m, "LOAD")["const"].__setitem__("cols", "abc"), r"const.cols"),
     "VecFn 31": (lambda m: _inst(m, "VEC")["const"].__setitem__("fn", 31), "not a valid VecFn"),
     "field too wide": (lambda m: _inst(m, "LOAD")["const"].__setitem__("sram_stride", 1 << 20), "sram_stride"),
     "bounds reversed": (lambda m: m["symbols"].__setitem__(0, ["T", 300, 2]), r"symbols\[0\]: bad symbol bounds"),
     "bounds 2^40": (lambda m: m["symbols"].__setitem__(0, ["T", 1, 2**40]), r"symbols\[0\]: bad symbol bounds"),
     "string bound": (lambda m: m["symbols"][0].__setitem__(1, "1"), r"symbols\[0\].min"),
-    "divide by a symbol": (lambda m: m["tiles"][0]["grid"].__setitem__(1, ["s0", "s0", "floordiv"]), "a symbol"),
-    "unknown symbol": (lambda m: m["tiles"][0]["grid"].__setitem__(1, ["s3"]), "refers to s3"),
+    "divide by a symbol": (lambda m: _tile0(m)["grid"].__setitem__(1, ["s0", "s0", "floordiv"]), "a symbol"),
+    "unknown symbol": (lambda m: _tile0(m)["grid"].__setitem__(1, ["s3"]), "refers to s3"),
+    "programs overlap": (lambda m: m["programs"].append(json.loads(json.dumps(_p(m)))), r"programs\[1\].ranges: T in"),
+    "programs leave a gap": (lambda m: _p(m)["ranges"][0].__setitem__(1, 5), r"do not cover the bounds T in"),
+    "range outside the bounds": (lambda m: _p(m)["ranges"][0].__setitem__(0, 0), "not a sub-range of its bounds"),
+    "no program": (lambda m: m.__setitem__("programs", []), "an artifact holds 1 to"),
+    "pool index": (lambda m: _p(m)["tiles"].__setitem__(0, 999), r"programs\[0\].tiles\[0\]: value 999 is outside"),
+    "foreign macro": (lambda m: _p(m)["macros"].pop(), r"programs\[0\].tiles\[\d+\].macro: tile rule \d+ names"),
 }
 
 
@@ -95,12 +111,12 @@ def test_artifact_edits_are_refused_naming_the_field(saved, tmp_path, name):
 
 def test_size_caps_are_checked_before_reading(saved, tmp_path):
     p = tmp_path / "h.nvla"
-    p.write_bytes(b"NVLA" + struct.pack("<II", 1, 2**31) + b"{}")
+    p.write_bytes(b"NVLA" + struct.pack("<II", artifact.FORMAT_VERSION, 2**31) + b"{}")
     with pytest.raises(ArtifactError, match="corrupted header"):
         artifact.load(p)
     header, meta, blob = _parts(saved.read_bytes())
     hb = json.dumps(dict(header, meta_bytes=10**12)).encode()
-    p.write_bytes(b"NVLA" + struct.pack("<II", 1, len(hb)) + hb + meta + blob)
+    p.write_bytes(b"NVLA" + struct.pack("<II", artifact.FORMAT_VERSION, len(hb)) + hb + meta + blob)
     with pytest.raises(ArtifactError, match="more than"):
         artifact.load(p)
     with pytest.raises(ArtifactError, match="not a file"):

@@ -170,3 +170,16 @@ def test_docs_tables_match_layout():
     assert set(tables) == {op.name for op in Opcode}
     for op in Opcode:
         assert tuple(tables[op.name]) == LAYOUT[op], op.name
+
+
+def test_docs_vec_fn_table_matches_isa():
+    """The VEC fn table (name, code, kind) equals VecFn and the unary/binary/reduce sets, and every fn
+    round-trips through the fn field."""
+    from simulator.isa import BINARY_FNS, REDUCE_FNS, UNARY_FNS
+
+    rows = re.findall(r"^\| ([A-Z0-9]+) \| (\d+) \| (unary|binary|reduce|nullary) \|", DOC.read_text(), re.M)
+    assert {name: int(code) for name, code, _ in rows} == {f.name: f.value for f in VecFn}
+    kinds = {"unary": UNARY_FNS, "binary": BINARY_FNS, "reduce": REDUCE_FNS}
+    for name, _, kind in rows:
+        assert kind == "nullary" and VecFn[name] == VecFn.FILL or VecFn[name] in kinds.get(kind, ()), name
+        assert decode(encode(Opcode.VEC, fn=VecFn[name]))["fn"] == VecFn[name]

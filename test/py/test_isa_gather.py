@@ -137,8 +137,21 @@ def test_sel_keeps_unselected_dst_even_when_inf():
     )
 
 
-@pytest.mark.parametrize("fn,ref", [(VecFn.SIN, np.sin), (VecFn.COS, np.cos), (VecFn.LOG, np.log), (VecFn.ABS, np.abs)])
+@pytest.mark.parametrize(
+    "fn,ref",
+    [(VecFn.SIN, np.sin), (VecFn.COS, np.cos), (VecFn.LOG, np.log), (VecFn.ABS, np.abs), (VecFn.EXPM1, np.expm1),
+     (VecFn.LOG1P, np.log1p)],
+)  # fmt: skip
 def test_math_fns(fn, ref):
     a = np.linspace(0.1, 7, 12, dtype=np.float32).reshape(3, 4) * np.array([1, -1, 1, -1], np.float32)
     with np.errstate(invalid="ignore"):
         np.testing.assert_array_equal(_vec(fn, a), ref(a).astype(np.float32))
+
+
+@pytest.mark.parametrize("fn,naive", [(VecFn.EXPM1, lambda a: np.exp(a) - 1), (VecFn.LOG1P, lambda a: np.log(1 + a))])
+def test_expm1_log1p_keep_relative_accuracy_near_0(fn, naive):
+    a = np.array([[1e-30, -3e-12, 1e-8, -1e-7, 2e-5, 0.25, -0.5, 3.0]], np.float32)
+    exact = np.expm1(a.astype(np.float64)) if fn == VecFn.EXPM1 else np.log1p(a.astype(np.float64))
+    rel = np.abs(_vec(fn, a).astype(np.float64) - exact) / np.abs(exact)
+    assert rel.max() < 2**-23  # within 1 ulp, where exp - 1 / log(1 + x) lose every digit:
+    assert (np.abs(naive(a).astype(np.float64) - exact) / np.abs(exact)).max() > 0.5

@@ -21,7 +21,7 @@ from torch_mlir.dialects import func
 from ... import symbolic as sy
 from ...dialects import shapes
 from ...dialects.novella import WeightOp
-from ...errors import NovellaError, UnsupportedOpError
+from ...errors import NovellaError, UnsupportedDtypeError, UnsupportedOpError
 from .. import dtypes
 
 
@@ -129,6 +129,8 @@ class LoweringContext:
                 result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
             except shapes.ShapeError as e:
                 raise self.error(str(e)) from None
+        if any(sy.as_int(e) == 0 for e in result_shape):
+            raise self.error("the result is an empty tensor (a dim of size 0), which the NPU does not hold")
         if check:
             self._check_static(result_shape)
         rtype = sy.tensor_type(result_shape, ir.F32Type.get(), self.n_syms)
@@ -141,7 +143,10 @@ class LoweringContext:
             raise self.error(f"shape mismatch: torch says {want}, the shape rule gives {[str(e) for e in exprs]}")
 
     def error(self, message: str) -> NovellaError:
-        return NovellaError(f"{source_location(self.op.location)}: '{self.op.name}': {message}")
+        name = self.op.operation.name
+        if name == "torch.operator":
+            name = ir.StringAttr(self.op.attributes["name"]).value
+        return NovellaError(f"{source_location(self.op.location)}: '{name}': {message}")
 
 
 def convert(torch_module: ir.Module, imported) -> ir.Module:
@@ -188,6 +193,8 @@ def _arg_type(dims, positions, n_syms):
 def _convert_block(block, values, symbols, weights, table):
     for op in block.operations:
         name = op.operation.name
+        if name == "torch.operator":  # an op torch-mlir has no definition of, by its aten name
+            name = ir.StringAttr(op.attributes["name"]).value.removesuffix(".default")
         if name == "func.return":
             return [values[v] for v in op.operands]
         if name == "novella.weight":
@@ -208,10 +215,39 @@ def _convert_block(block, values, symbols, weights, table):
                 f"lowering for it. Rewrite the model to avoid it, or add a lowering for '{name}' to the "
                 "entry of the novella op it produces in novella_mlir/optable.py."
             )
+        _check_f32(op, name)
         result = fn(LoweringContext(op, values, symbols, weights))
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
             values[r] = v
     raise NovellaError("torch function has no return")
+
+
+_NOT_F32 = {"f64": "float64", "f16": "float16", "bf16": "bfloat16"}
+
+
+def _check_f32(op, name: str) -> None:
+    """Refuses a float tensor result that is not f32 (a 0-d one is a scalar and promotes nothing), naming
+    the op that produces it, the user's line (with its code) and the library line it comes from."""
+    for r in op.results:
+        e = dtypes.element_type(r.type)
+        if (e in _NOT_F32 or e.startswith("complex")) and not str(r.type).startswith("!torch.vtensor<[],"):
+            where = source_location(op.location)
+            code = _code(where)
+            raise UnsupportedDtypeError(
+                f"{where}: '{name}'{code} produces a {_NOT_F32.get(e, e)} tensor ({r.type}); the NPU computes "
+                "only in float32 (integers and bools are held as float32), so this value cannot be held. Keep "
+                "it float32: remove the conversion (e.g. `.double()`, `.half()`, `.to(torch.bfloat16)`) or "
+                "the dtype= argument that creates it."
+            )
+
+
+def _code(where: str) -> str:
+    """` (`code`)` of the `file:line` that `where` starts with, if the file is readable."""
+    import linecache
+
+    m = re.match(r"(.+?):(\d+)", where)
+    text = linecache.getline(m.group(1), int(m.group(2))).strip() if m else ""
+    return f" (`{text}`)" if text else ""
 
 
 def _constant(op, values):

@@ -35,6 +35,9 @@ def _binary(kind: str):
         x = cx.operand(0)
         alpha = cx.const(2) if kind in ("add", "sub") and cx.num_operands > 2 else 1
         other = cx.value(cx.op.operands[1])
+        data = cx.weight_data(other) if isinstance(other, ir.Value) else None
+        if data is not None and data.ndim == 0:  # a 0-d constant (prim.NumToTensor) is a scalar operand
+            other = float(data)
         if isinstance(other, ir.AffineExpr):
             other = size_value(cx, other)
         if not isinstance(other, ir.Value):

@@ -25,7 +25,7 @@ from ...dialects.novella import (
     SliceOp,
     SubOp,
 )
-from .shape_ops import affine, reshape, to_last, transpose
+from .shape_ops import affine, from_last, reshape, to_last, transpose
 
 
 def _i64(v: int) -> ir.IntegerAttr:
@@ -99,6 +99,10 @@ def arange(cx):
     nums = [cx.value(v) for v in cx.op.operands[:n]]
     start, end, step = (0, nums[0], 1) if n == 1 else (nums + [1])[:3]
     if not all(isinstance(v, (int, float)) for v in (start, step)):
+        if step == 1 and not isinstance(start, float) and not isinstance(end, float):
+            from .kv_cache import Positions
+
+            return Positions(start, end)  # positions an index op writes (a KV-cache append), no tensor
         raise cx.error("arange with a symbolic start or step is not supported")
     if isinstance(end, (int, float)):
         return cx.add_weight("arange", np.arange(start, end, step, dtype=np.float64))
@@ -290,19 +294,26 @@ def _reduce(fn: str):
         dims = cx.const(1) if cx.num_operands > 1 else None
         dims = list(range(rank)) if not dims and dims != 0 else [dims] if isinstance(dims, int) else list(dims)
         keep = bool(cx.const(2)) if cx.num_operands > 2 and isinstance(cx.const(2), bool) else False
-        for d in sorted((d % rank for d in dims), reverse=True):
-            x = _reduce_dim(cx, fn, x, d)
-        if not keep:
-            shape = [e for i, e in enumerate(cx.shape(x)) if i not in [d % rank for d in dims]]
-            x = reshape(cx, x, shape)
-        return x
+        return reduce_dims(cx, fn, x, dims, keep)
 
     lower.__name__ = f"lower_{fn}"
     return lower
 
 
+def reduce_dims(cx, fn: str, x, dims: list[int], keep: bool, check: bool = True):
+    """`fn` over each of `dims` in turn; the reduced dims are dropped unless `keep`."""
+    rank = len(cx.shape(x))
+    dims = sorted({d % rank for d in dims}, reverse=True)
+    for d in dims:
+        x = _reduce_dim(cx, fn, x, d)
+    if not keep:
+        x = reshape(cx, x, [e for i, e in enumerate(cx.shape(x)) if i not in dims], check=check)
+    return x
+
+
 def _reduce_dim(cx, fn: str, x, d: int):
-    """`fn` over dim `d`, kept as size 1: the dim moves last, reduces, and (size 1 now) moves back by a reshape."""
+    """`fn` over dim `d`, kept as size 1: the dim is swapped last, reduces, and is swapped back (the swaps
+    reorder the other dims of a rank > 3 tensor, so the way back is a transpose, of the reduced data)."""
     shape = list(cx.shape(x))
     x = to_last(cx, x, d)
     n = shape[d]
@@ -312,9 +323,7 @@ def _reduce_dim(cx, fn: str, x, d: int):
         from .elementwise import size_value
 
         out = cx.emit(DivOp, check=False, lhs=out, rhs=size_value(cx, n))
-    kept = list(shape)
-    kept[d] = sy.const(1)
-    return reshape(cx, out, kept, check=False)
+    return from_last(cx, out, d, check=False)
 
 
 def _var(cx, root: bool):

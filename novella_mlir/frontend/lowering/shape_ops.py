@@ -268,7 +268,9 @@ def slice_(cx):
         end = None
     start = 0 if start is None else start
     if not isinstance(start, int):
-        raise cx.error("slice with a symbolic start is not supported")
+        from .kv_cache import write_target
+
+        return write_target(cx, x, dim, start, end)  # `buf[:, :, P:P + 1] = k`: a KV-cache write
     full = sy.as_int(shape[dim])
     if start < 0 and full is not None:
         start += full

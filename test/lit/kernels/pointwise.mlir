@@ -70,3 +70,22 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0, %2 : tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0, 16)>>, tensor<?x8xf32>
   }
 }
+
+// -----
+
+// expm1 and log1p are one vector function each (EXPM1, LOG1P: no cancellation near 0).
+// CHECK-LABEL: func.func @expm1_log1p
+// CHECK: %[[E:.*]] = "novella.math"(%{{.*}}) {fn = "expm1"} : ({{.*}}) -> tensor<?x64xf32, #{{.*}}>
+// CHECK: "novella.math"(%[[E]]) {fn = "log1p"}
+// MACRO-LABEL: func.func @expm1_log1p
+// MACRO: "novella.vop"() {{{.*}}fn = "EXPM1"
+// MACRO: kernel = "novella.math"
+// MACRO: "novella.vop"() {{{.*}}fn = "LOG1P"
+// MACRO: kernel = "novella.math"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @expm1_log1p(%x: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32> {
+    %0 = "novella.math"(%x) {fn = "expm1"} : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32>
+    %1 = "novella.math"(%0) {fn = "log1p"} : (tensor<?x64xf32>) -> tensor<?x64xf32>
+    return %1 : tensor<?x64xf32>
+  }
+}

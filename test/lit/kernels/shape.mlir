@@ -103,3 +103,24 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %1 : tensor<1x?x16xf32>
   }
 }
+
+// -----
+
+// A transpose that keeps a dynamic last dim: rows of s0 elements are moved in column chunks of
+// 256 (the second grid dim, the last chunk partial); each of the 3 unit blocks is its own DMA.
+// MACRO-DAG: #[[COLS:.*]] = affine_map<(d0, d1)[s0] -> (256, d1 * -256 + s0)>
+// MACRO-DAG: #[[CHUNK:.*]] = affine_map<(d0, d1)[s0] -> (d1 * 256)>
+// MACRO-DAG: #[[UNIT1:.*]] = affine_map<(d0, d1)[s0] -> (d1 * 256 + s0 * 4)>
+// MACRO-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 256)>
+// MACRO-LABEL: func.func @keep_dynamic_last
+// MACRO: "novella.dma_load"(%{{.*}}) {buf_offset = 0 : i64, buffer = "t", cols = #[[COLS]], dram_offset = #[[CHUNK]]
+// MACRO-NEXT: "novella.dma_load"(%{{.*}}) {buf_offset = 256 : i64, buffer = "t", cols = #[[COLS]], dram_offset = #[[UNIT1]]
+// MACRO: "novella.vop"() {a = "t", {{.*}}cols = 768 : i64, dst = "o", {{.*}}fn = "COPY"
+// MACRO: "novella.dma_store"() {buf_offset = 0 : i64, buffer = "o", cols = #[[COLS]], dram_offset = #[[CHUNK]]
+// MACRO: grid = #[[GRID]], kernel = "novella.transpose"{{.*}}novella.tiles = {tc = 256 : i64, tm = 32 : i64}
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @keep_dynamic_last(%x: tensor<3x4x?xf32, affine_map<()[s0] -> (3, 4, s0)>>) -> tensor<4x3x?xf32> {
+    %0 = "novella.transpose"(%x) {perm = array<i64: 1, 0, 2>} : (tensor<3x4x?xf32, affine_map<()[s0] -> (3, 4, s0)>>) -> tensor<4x3x?xf32>
+    return %0 : tensor<4x3x?xf32>
+  }
+}

@@ -1,5 +1,6 @@
 // RUN: novella-opt %s --novella-allocate --split-input-file | FileCheck %s
 // RUN: novella-opt %s --novella-allocate --split-input-file --config %S/../tools/Inputs/small-sram.toml | FileCheck %s --check-prefix=SMALL
+// RUN: novella-opt %s --novella-allocate=fixed-offsets=1 --split-input-file | FileCheck %s --check-prefix=FIXED
 
 // Weights first (static offsets), then the input, then the intermediates at
 // offsets affine in T. The scalar op reuses the linear's buffer, free once
@@ -92,5 +93,27 @@ module attributes {novella.symbols = {s0 = ["T", 1, 64]}} {
     %a = "novella.relu"(%x) : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
     %b = "novella.relu"(%x) : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
     return %c, %a, %b : tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>, tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+  }
+}
+
+// -----
+
+// fixed-offsets=1: every buffer is sized at the upper bound of T (x: 2048 * 64, the linear and relu
+// results: 2048 * 32), so each offset is a constant: the program's addresses do not move with T.
+// FIXED-DAG: #[[$SIZE:.*]] = affine_map<()[s0] -> (264224)>
+// FIXED-DAG: #[[$T1:.*]] = affine_map<()[s0] -> (133152)>
+// FIXED-DAG: #[[$T2:.*]] = affine_map<()[s0] -> (198688)>
+// FIXED-LABEL: func.func @fixed
+// FIXED-SAME: {novella.dram = affine_map<()[s0] -> (2080)>}
+// FIXED-SAME: attributes {novella.dram_size = #[[$SIZE]]}
+// FIXED: %[[L:.*]] = "novella.linear"({{.*}}novella.dram = #[[$T1]]
+// FIXED: "novella.relu"(%[[L]]) {novella.dram = #[[$T2]]
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @fixed(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>> {
+    %w = "novella.weight"() {name = "w"} : () -> tensor<32x64xf32>
+    %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "none"} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+    %1 = "novella.relu"(%0) : (tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+    return %1 : tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
   }
 }

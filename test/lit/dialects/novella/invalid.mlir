@@ -172,3 +172,11 @@ func.func @matmul_default_transpose(%a: tensor<4x8xf32>, %b: tensor<16x8xf32>) -
   %0 = "novella.matmul"(%a, %b) : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
   return %0 : tensor<4x16xf32>
 }
+
+// -----
+
+func.func @flip_dim_out_of_range(%x: tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>) -> tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>> {
+  // expected-error @+1 {{'novella.flip' op dim 3 is out of range for tensor<2x?x8xf32}}
+  %0 = "novella.flip"(%x) {dim = 3 : i64} : (tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>) -> tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>
+  return %0 : tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>
+}

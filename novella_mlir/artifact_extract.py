@@ -1,0 +1,136 @@
+"""Extraction: a module after `--novella-inst-gen` as a one-program artifact (MacroMeta, TileMeta,
+DRAM plan, weights); layers of equal shapes share one MacroMeta entry."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import numpy as np
+from torch_mlir import ir
+
+from simulator import isa
+
+from . import symbolic as sy
+from .artifact import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta
+from .transforms.common import attr_dict, body_ops, from_attr, functions
+
+_ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
+
+
+def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -> Artifact:
+    """Builds a one-program artifact from a module after `--novella-inst-gen` (`reason`: why the program exists)."""
+    mop = module.operation
+    fn = functions(mop)[0]
+    block = fn.regions[0].blocks[0]
+    dram = _dram_of(fn)
+    macros, index, tiles, layout = [], {}, [], {}
+    for op in body_ops(fn):
+        name = op.operation.name
+        if name == "novella.weight":
+            wname = ir.StringAttr(op.attributes["name"]).value
+            layout[wname] = [sy.evaluate(_dram_expr(op), []), list(weights[wname].shape)]
+        elif name == "novella.macro":
+            mm, bases = _macro(op, dram)
+            key = json.dumps(asdict(mm), sort_keys=True)
+            idx = index.setdefault(key, len(macros))
+            if idx == len(macros):
+                macros.append(mm)
+            tiles.append(TileMeta(idx, f"{mm.kernel.split('.')[1]}_{len(tiles)}", _grid(op), bases))
+    ret = list(block.operations)[-1]
+    symbols = [[s.name, s.lo, s.hi] for s in sy.read_symbols(mop)]
+    program = Program(
+        ranges=[[lo, hi] for _, lo, hi in symbols],
+        reason=reason,
+        inputs=[_tensor_meta(a, dram) for a in block.arguments],
+        outputs=[_tensor_meta(v, dram) for v in ret.operands],
+        dram_size=sy.to_postfix(sy.map_results(fn.attributes["novella.dram_size"])[0]),
+        weight_layout=layout,
+        macros=macros,
+        tiles=tiles,
+        kv=_kv_meta(fn),
+    )
+    return Artifact(
+        version=FORMAT_VERSION,
+        config=config.to_dict(),
+        config_fingerprint=config.fingerprint(),
+        symbols=symbols,
+        programs=[program],
+        weights={k: np.ascontiguousarray(v, np.float32) for k, v in weights.items()},
+    )
+
+
+def _kv_meta(fn) -> dict:
+    """The paged cache of a function after `--novella-kv-cache` (empty without one)."""
+    from .kernels.kv_cache import PAGED_VBASE, PAGED_VSPAN
+
+    if "novella.kv_cache" not in fn.attributes:
+        return {}
+    d = from_attr(fn.attributes["novella.kv_cache"])
+    return {
+        "page_size": d["page_size"],
+        "vbase": PAGED_VBASE,
+        "vspan": PAGED_VSPAN,
+        "slots": d["slots"],
+        "outputs": d["results"],
+        "inputs": sorted([int(k), v] for k, v in d["args"].items()),
+    }
+
+
+def _dram_expr(op) -> ir.AffineExpr:
+    return sy.map_results(op.attributes["novella.dram"])[0]
+
+
+def _dram_of(fn):
+    """value -> DRAM offset expression, for block arguments and op results."""
+    block = fn.regions[0].blocks[0]
+    arg_attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
+    out = {}
+    for a, d in zip(block.arguments, arg_attrs):
+        out[a] = sy.map_results(ir.DictAttr(d)["novella.dram"])[0]
+    for op in body_ops(fn):
+        if "novella.dram" in op.attributes:
+            out[op.results[0]] = _dram_expr(op)
+    return out
+
+
+def _tensor_meta(v, dram) -> TensorMeta:
+    shape = sy.shape_of(ir.RankedTensorType(v.type))
+    return TensorMeta([sy.to_postfix(e) for e in shape], sy.to_postfix(dram[v]))
+
+
+def _grid(macro) -> list:
+    return [sy.to_postfix(e) for e in sy.map_results(macro.attributes["grid"])]
+
+
+def _macro(macro, dram) -> tuple[MacroMeta, dict]:
+    n_dims = len(sy.map_results(macro.attributes["grid"]))
+    bases = {"-1": sy.to_postfix(dram[macro.results[0]])}
+    insts = []
+    for inst in macro.regions[0].blocks[0].operations:
+        t = _template(inst)
+        if t.tensor is not None and t.tensor >= 0:
+            bases[str(t.tensor)] = sy.to_postfix(dram[inst.operands[0]])
+        insts.append(t)
+    kernel = ir.StringAttr(macro.attributes["kernel"]).value
+    schedule = from_attr(macro.attributes["novella.schedule"]) if "novella.schedule" in macro.attributes else {}
+    return MacroMeta(kernel, n_dims, insts, schedule), bases
+
+
+def _template(inst) -> InstTemplate:
+    attrs = attr_dict(inst)
+    opcode = ir.StringAttr(attrs.pop("opcode")).value
+    tensor = from_attr(attrs.pop("tensor")) if "tensor" in attrs else None
+    if opcode == "STORE":
+        tensor = -1
+    when = sy.integer_set_constraints(attrs.pop("when")) if "when" in attrs else []
+    when = [[kind, sy.to_postfix(e)] for kind, e in when]
+    slot = from_attr(attrs.pop("slot")) if "slot" in attrs else {}
+    const, var = {}, {}
+    for k, a in attrs.items():
+        if isinstance(a, ir.AffineMapAttr):
+            var[k] = [sy.to_postfix(e) for e in a.value.results]
+        else:
+            v = from_attr(a)
+            const[k] = int(_ENUMS[k][v]) if k in _ENUMS else v
+    return InstTemplate(opcode, const, var, when, tensor, slot)

@@ -1,0 +1,319 @@
+"""Per-step programs: instantiated once per shape bucket, then only the injected fields are rewritten.
+
+The artifact says what a program's words depend on, so nothing is found by comparing programs:
+  * the *structure* (which words exist) depends on the grid extents and the guards that refer to a
+    symbol. The extents, and the outcome of each guard that is not "the last point of a grid dim"
+    (proved with `symbolic.equal`), are the bucket key: decode buckets are the page counts;
+  * an *injected* field is a template field whose expression refers to a symbol, or a tile-relative
+    `dram_base` whose tile base does: the attended length and what is laid out by it (row lengths,
+    bounds, strides, offsets of the score rows), and the append's write position;
+  * a *page address* is the `dram_base` of a DMA into the paged cache's virtual window: mapped
+    through the sequence's block table (`kv.py`) every step.
+A bucket is one fresh instantiation by the JIT (the templates), relocated into the session's DRAM.
+Each step evaluates only the injected fields' expressions at the new symbol values and the page
+addresses at the current block table, and writes them into the bucket's words in place: one numba
+call (`_step_numba.patch`). Its value per word is the expression plus the constant the
+instantiation fixed (ping-pong slot offset, tensor base, DRAM segment), taken from the bucket's
+own words. `kv.Session.reference` (a fresh instantiation of the whole program) is the readable
+path it is tested against, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+from torch_mlir import ir
+
+from simulator import isa
+
+from .. import symbolic as sy
+from . import expr
+
+_OPS = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7}
+KINDS = ("write address", "page address", "length")  # what an injected field is (Plan.kind)
+
+
+def _has_sym(progs) -> bool:
+    return any(isinstance(tok, str) and tok[0] == "s" for p in progs for tok in p)
+
+
+def _key(x):
+    return tuple(_key(v) for v in x) if isinstance(x, list) else x
+
+
+def _mask(t, syms, dims, n) -> np.ndarray:
+    m = np.ones(n, bool)
+    for kind, prog in t.when:
+        v = expr.evaluate(prog, syms, dims)
+        m &= (v == 0) if kind == "eq" else (v >= 0)
+    return m
+
+
+def _last_point(prog, grid) -> bool:
+    """`prog == 0` says "the last point of a grid dim" (d_k == extent_k - 1), for every value."""
+    with ir.Context():
+        g = sy.from_postfix(prog)
+        for k, ext in enumerate(grid):
+            last = sy.dim(k) - sy.from_postfix(ext) + sy.const(1)
+            if _has_sym([ext]) and (sy.equal(g, last) or sy.equal(g, last * -1)):
+                return True
+    return False
+
+
+class Plan:
+    """What an artifact's words depend on, read from its templates and tiles."""
+
+    def __init__(self, art, vbase: int):
+        self.art = art
+        self.tile_index = {t.name: i for i, t in enumerate(art.tiles)}
+        self.grid_progs = list({_key(g): g for t in art.tiles for g in t.grid if _has_sym([g])}.values())
+        self.guard_keys, self.fields, self.paged, self._affine = [], {}, {}, {}
+        self._grid_ex = None
+        for ti, tile in enumerate(art.tiles):
+            for j, t in enumerate(art.macros[tile.macro].insts):
+                if any(not (kind == "eq" and _last_point(p, tile.grid)) for kind, p in t.when if _has_sym([p])):
+                    self.guard_keys.append((ti, j))
+                names = [n for n, progs in t.var.items() if _has_sym(progs)]
+                if t.tensor is not None:
+                    base = tile.bases.get(str(t.tensor))
+                    if base is not None and _has_sym([base]) and "dram_base" not in names:
+                        names.append("dram_base")
+                    if base is not None and not _has_sym([base]) and expr.evaluate(base, []) >= vbase:
+                        self.paged[ti, j] = True
+                if names:
+                    self.fields[ti, j] = names
+        self.ex = _Exprs()
+        self._flatten()
+        self.table = self.ex.table()
+
+    def _flatten(self) -> None:
+        """The tables `_step_numba.build` walks: tiles, (tile, template) rows, guards, field specs."""
+        tiles, tt, guards, specs, self.whats = [], [], [], [], []
+        self.n_dims = max([len(t.grid) for t in self.art.tiles] + [1])
+        for ti, tile in enumerate(self.art.tiles):
+            insts = self.art.macros[tile.macro].insts
+            t0, work = len(tt), 0
+            for j, t in enumerate(insts):
+                g0 = len(guards)
+                guards += [[0 if kind == "eq" else 1, self.ex.min([p])] for kind, p in t.when]
+                s0 = len(specs)
+                for name in self.fields.get((ti, j), ()):
+                    specs.append(self._spec(ti, j, name))
+                paged = int(self.paged.get((ti, j), False))
+                work |= len(specs) > s0 or paged
+                tt.append([g0, len(guards), s0, len(specs), paged])
+            grid = [self.ex.min([g]) for g in tile.grid] + [-1] * (self.n_dims - len(tile.grid))
+            tiles.append([0, len(insts), len(tile.grid), t0, int(work), *grid])
+        i64 = lambda x, c: np.asarray(x, np.int64).reshape(-1, c)  # noqa: E731
+        self.tiles, self.tt = i64(tiles, 5 + self.n_dims), i64(tt, 5)
+        self.guards, self.specs = i64(guards, 2), i64(specs, 11)
+
+    def _spec(self, ti: int, j: int, name: str) -> list:
+        """The spec row of one injected field of template j of tile ti (its `what` in `whats`):
+        lane, offset, mask, lo, hi, min ids of its symbol terms (2), affine, paged, bits, signed."""
+        tile = self.art.tiles[ti]
+        t = self.art.macros[tile.macro].insts[j]
+        f = next(f for f in isa.LAYOUT[isa.Opcode[t.opcode]] if f.name == name)
+        terms = [t.var.get(name, [[t.const.get(name, 0)]])]
+        if name == "dram_base" and t.tensor is not None:
+            terms.append([tile.bases[str(t.tensor)]])
+        terms = sorted([p for p in terms if _has_sym(p)], key=len, reverse=True)
+        ids = [self.ex.min(p) for p in terms] + [-1] * (2 - len(terms))
+        linear = bool(terms) and sum(len(p) > 1 for p in terms) <= 1 and all(self.affine(q) for p in terms for q in p)
+        paged = name == "dram_base" and self.paged.get((ti, j), False)
+        self.whats.append((ti, j, name, self.kind(ti, j, name)))
+        return [f.lane, f.offset, f.mask, f.lo, f.hi, *ids, int(linear), int(paged), f.bits, int(f.signed)]
+
+    def affine(self, prog) -> bool:
+        """`prog` is affine in the symbols for fixed dims (`symbolic.affine_in_symbols`)."""
+        k = _key(prog)
+        if k not in self._affine:
+            with ir.Context():
+                self._affine[k] = sy.affine_in_symbols(sy.from_postfix(prog))
+        return self._affine[k]
+
+    def key_table(self) -> np.ndarray:
+        """The symbol-dependent grid extents as an expression table (the numeric part of the key)."""
+        if self._grid_ex is None:
+            ex = _Exprs()
+            for g in self.grid_progs:
+                ex.min([g])
+            self._grid_ex = ex.table()
+        return self._grid_ex
+
+    def key(self, syms) -> tuple:
+        """The bucket of `syms`: the symbol-dependent grid extents and guard outcomes."""
+        from ._step_numba import values
+
+        k = tuple(values(np.asarray(syms, np.int64), self.key_table()).tolist())
+        for ti, j in self.guard_keys:
+            tile = self.art.tiles[ti]
+            extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
+            n = int(np.prod(extents)) if extents else 1
+            dims = np.unravel_index(np.arange(max(n, 0)), extents) if extents and n > 0 else ()
+            k += (_mask(self.art.macros[tile.macro].insts[j], syms, dims, max(n, 0)).tobytes(),)
+        return k
+
+    def kind(self, ti: int, j: int, name: str) -> str:
+        if name == "dram_base" and self.paged.get((ti, j)):
+            store = self.art.macros[self.art.tiles[ti].macro].insts[j].opcode == "STORE"
+            return "write address" if store else "page address"
+        return "length"
+
+
+class _Exprs:
+    """The bucket's expressions as flat int64 rows (the layout `_step_numba` reads)."""
+
+    def __init__(self):
+        self.ranges, self.tokens, self.mins, self.items = [], [], [], []
+        self._ids: dict = {}
+        self._mins: dict = {}
+
+    def _expr(self, prog) -> int:
+        k = _key(prog)
+        if k not in self._ids:
+            start = len(self.tokens) // 2
+            for tok in prog:
+                if isinstance(tok, int):
+                    self.tokens += [0, tok]
+                elif tok in _OPS:
+                    self.tokens += [_OPS[tok], 0]
+                else:
+                    self.tokens += [1 if tok[0] == "s" else 2, int(tok[1:])]
+            self._ids[k] = len(self.ranges)
+            self.ranges.append((start, len(self.tokens) // 2))
+        return self._ids[k]
+
+    def min(self, progs) -> int:
+        k = _key(progs)
+        if k not in self._mins:
+            ids = [self._expr(p) for p in progs]
+            self._mins[k] = len(self.mins)
+            self.mins.append((len(self.items), len(self.items) + len(ids)))
+            self.items += ids
+        return self._mins[k]
+
+    def table(self) -> np.ndarray:
+        head = [len(self.ranges), len(self.mins), len(self.items)]
+        flat = head + [v for r in self.ranges for v in r] + [v for r in self.mins for v in r] + self.items
+        return np.asarray(flat + self.tokens, np.int64)
+
+
+@dataclass
+class Bucket:
+    """One instantiation and its patch tables."""
+
+    key: tuple
+    words: np.ndarray  # (n, 4) uint64, patched in place every step
+    ex: np.ndarray
+    fields: np.ndarray  # (n_fields, 14) int64 (the last column: the spec)
+    dims: np.ndarray  # (n_points, n_dims) int64
+    forms: np.ndarray  # (n_forms, 1 + n_symbols) int64: a, b of the affine fields' a + b . s
+    pages: np.ndarray  # (n_pages, 6) int64
+    whats: list  # per spec: (tile index, template index, field name, kind)
+    page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
+    key_values: np.ndarray  # the grid extents of the key (what `patch` checks)
+
+    @property
+    def injected(self) -> list:
+        """Per field row: (tile index, template index, field name, kind)."""
+        return [self.whats[k] for k in self.fields[:, 13].tolist()]
+
+
+class Stepper:
+    """Words of one program for any symbol values and block table; one bucket per structure."""
+
+    def __init__(self, art, jit, translate, kv: np.ndarray, cache_size: int = 64):
+        self.art, self.jit, self.translate, self.kv = art, jit, translate, kv
+        self.plan = Plan(art, int(kv[2]))
+        self.buckets: OrderedDict = OrderedDict()
+        self.cache_size = cache_size
+        self._last: Bucket | None = None
+
+    def clear(self) -> None:
+        """Forgets every bucket (the next step of each structure instantiates again)."""
+        self.buckets.clear()
+        self._last = None
+
+    def bucket(self, syms: tuple) -> tuple[Bucket, bool]:
+        """The bucket of `syms` and whether it was instantiated now."""
+        k = self.plan.key(syms)
+        b = self.buckets.get(k)
+        if b is not None:
+            self.buckets.move_to_end(k)
+            return b, False
+        b = self.buckets[k] = self._build(k, syms)
+        if len(self.buckets) > self.cache_size:
+            if self.buckets.popitem(last=False)[1] is self._last:
+                self._last = None
+        return b, True
+
+    def words(self, syms: tuple, blocks: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The bucket's words patched for `syms` and `blocks` (in place), and whether it was new.
+
+        The last bucket is tried first: the patch checks its key itself (one compiled call per step)."""
+        s = np.asarray(syms, np.int64)
+        b, new = self._last, False
+        status = self._patch(b, s, blocks) if b is not None and not self.plan.guard_keys else -2
+        if status == -2:
+            b, new = self.bucket(syms)
+            status = self._patch(b, s, blocks)
+        if status:
+            self._fail(b, status, syms, blocks)
+        self._last = b
+        return b.words, new
+
+    def _patch(self, b: Bucket, s: np.ndarray, blocks: np.ndarray) -> int:
+        from ._step_numba import patch
+
+        return patch(s, self.plan.key_table(), b.key_values, b.ex, b.fields, b.dims, b.forms, b.pages, b.words,
+                     self.kv, blocks)  # fmt: skip
+
+    def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
+        if status == -2:
+            raise RuntimeError(f"{list(syms)} are not in the bucket {b.key} they were looked up in")
+        if status < 0:
+            raise RuntimeError(f"the program addresses a page beyond the sequence's {blocks.size} blocks")
+        ti, j, name, _ = b.whats[int(b.fields[status - 1, 13])]
+        raise RuntimeError(
+            f"{self.art.tiles[ti].name}: field {name} of template {j} does not fit its ISA width at {list(syms)}"
+        )
+
+    def _build(self, key: tuple, syms: tuple) -> Bucket:
+        from ._step_numba import build, prepare
+
+        prog = self.jit.instantiate(list(syms))
+        tr = self.translate(prog.words)
+        p = self.plan
+        spans = np.full((len(self.art.tiles), 2), -1, np.int64)
+        for name, start, end in prog.spans:
+            spans[p.tile_index[name]] = (start, end)
+        s = np.asarray(syms, np.int64)
+        rows, dims, paged, status = build(s, p.table, p.tiles, p.tt, p.guards, p.specs, spans, prog.words, tr.words,
+                                          p.n_dims)  # fmt: skip
+        if status or not np.array_equal(np.sort(tr.rows), np.sort(paged)):
+            raise RuntimeError("the program's words disagree with its templates (the JIT and the plan differ)")
+        forms = prepare(s, p.table, rows, dims)
+        pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
+        kv = np.asarray(key[: len(p.grid_progs)], np.int64)
+        return Bucket(key, tr.words, p.table, rows, dims, forms, pages, p.whats, pages[:, 0].copy(), kv)
+
+    def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
+        """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
+        keep = ~np.isin(tr.rows, patched)
+        rows = tr.rows[keep]
+        out = np.zeros((len(rows), 6), np.int64)
+        out[:, 0], out[:, 4] = rows, tr.page[keep]
+        out[:, 5] = self.kv[5::2][tr.slot[keep]] + tr.offset[keep]
+        op = (tr.words[rows, 0] & np.uint64(0xF)).astype(np.int64)
+        for code in np.unique(op):
+            f = next(f for f in isa.LAYOUT[isa.Opcode(int(code))] if f.name == "dram_base")
+            out[op == code, 1:4] = (f.lane, f.offset, f.mask)
+        return out
+
+    def declared(self, b: Bucket) -> set:
+        """(word, field) of every injected field and page address of bucket `b`."""
+        out = {(int(r[0]), name) for r, (_, _, name, _) in zip(b.fields, b.injected)}
+        return out | {(int(r), "dram_base") for r in b.page_rows}

@@ -1,0 +1,120 @@
+"""--novella-buckets: shape buckets, a cost-model decision: a program of its own for short lengths.
+
+Runs after `--novella-allocate` (each op's SRAM budget is known), before
+`--novella-tile`. Kernels plan their tiles for a nominal length (so that
+tiling does not change with max_len); a short sub-range of a symbol may
+be better served by tiles planned for its own upper end. For every kernel
+that predicts its cycles (`predict`, from `novella_mlir/costmodel.py`),
+the pass sums the predictions of the generic program and of a program
+planned for each candidate upper end B (`Target.bucket_edges`), and keeps
+the largest B at which the model predicts at least `min-gain` percent
+fewer cycles at T = B and no more at T = 1 and B / 2 (`costmodel.bucket`).
+Analytic: nothing is simulated. The edge depends on the model and the
+Target only, not on the bounds: lengths 1..B are planned for B whatever
+max_len, and a static compile at T <= B tiles as the bucket does.
+
+The decision is the module attribute `novella.buckets`: one entry per
+program, `{symbol, lo, hi, plan, reason}`, the bucket's [lo, min(hi, B)]
+and the generic [B + 1, hi] intersected with the bounds (one entry when
+the bounds lie on one side). The pipeline then compiles each entry from
+a copy of the module whose symbol bounds are [lo, hi] and whose
+`novella.plan_lengths` is `plan` (a bucket's); one artifact holds the
+programs; with one bucket entry the pass sets `novella.plan_lengths` itself.
+No entry when no bucket pays, the pass is disabled
+(`enable=0`), or the module has a paged KV cache (a decode session runs
+one program).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import costmodel
+from .. import symbolic as sy
+from ..kernels import PLAN_ATTR, TensorView, get_kernel
+from ..kernels.attention import NOMINAL_LENGTH
+from ..target import Target
+from .common import body_ops, check_symbols, from_attr, functions, set_attr
+
+OPTIONS = {
+    "enable": (int, 1, "emit shape buckets when the cost model predicts a gain (0: one generic program)", (0, 1)),
+    "min-gain": (int, 10, "percent fewer predicted cycles a bucket needs at its upper end", (0, 1000)),
+}
+
+ATTR = "novella.buckets"
+
+
+def run(module_op, options, config) -> None:
+    symbols = check_symbols(module_op)
+    if ATTR in module_op.attributes:
+        del module_op.attributes[ATTR]
+    if PLAN_ATTR in module_op.attributes:
+        del module_op.attributes[PLAN_ATTR]
+    if not options["enable"] or not symbols:
+        return
+    fns = functions(module_op)
+    if any("novella.kv_cache" in fn.attributes for fn in fns):
+        return
+    hardware = Target.from_config(config)
+    ops = []
+    for fn in fns:
+        for op in body_ops(fn):
+            k = get_kernel(op.operation.name) if "novella.sram_budget" in op.attributes else None
+            if k is not None and hasattr(k, "predict"):
+                ops.append((op, k, hardware.with_budget(from_attr(op.attributes["novella.sram_budget"]))))
+    if not ops:
+        return
+    views = [TensorView(op) for op, _, _ in ops]
+
+    def predict(plan, at):
+        total = 0.0
+        for (op, k, target), tv in zip(ops, views):
+            c = k.predict(op, tv, target, {}, plan, at)
+            if c is None:
+                return None
+            total += c
+        return total
+
+    nominal = [NOMINAL_LENGTH] * len(symbols)
+    b = costmodel.bucket(predict, nominal, hardware.bucket_edges(NOMINAL_LENGTH), options["min-gain"] / 100)
+    if b is None:
+        return
+    s = symbols[b.symbol]
+    entries = []
+    if s.lo <= b.hi:
+        entries.append(_entry(b, symbols, s.lo, min(s.hi, b.hi), list(b.plan)))
+    if s.hi > b.hi:
+        entries.append(_entry(None, symbols, max(s.lo, b.hi + 1), s.hi, nominal, b.symbol))
+    set_attr(module_op, ATTR, entries)
+    if len(entries) == 1 and entries[0]["reason"] != "generic":  # the whole range is the bucket
+        set_attr(module_op, PLAN_ATTR, entries[0]["plan"])
+
+
+def _entry(b, symbols, lo: int, hi: int, plan: list, symbol: int | None = None) -> dict:
+    if b is None:
+        return {"symbol": symbol, "lo": lo, "hi": hi, "plan": plan, "reason": "generic"}
+    name = symbols[b.symbol].name
+    gains = ", ".join(f"{g:.2f}x" for g in b.gains)
+    reason = (
+        f"shape bucket: tiles planned for {name} = {b.hi} instead of {NOMINAL_LENGTH}; the cost model "
+        f"predicts {gains} fewer cycles at {name} = {', '.join(map(str, sorted({1, max(b.hi // 2, 1), b.hi})))}"
+    )
+    return {"symbol": b.symbol, "lo": lo, "hi": hi, "plan": plan, "reason": reason}
+
+
+def programs(module) -> list:
+    """(module, reason) per program of `novella.buckets`: copies of `module` with the symbol's bounds
+    narrowed and the plan lengths set; [(module, "generic")] without buckets."""
+    if ATTR not in module.operation.attributes:
+        return [(module, "generic")]
+    entries = from_attr(module.operation.attributes[ATTR])
+    out = []
+    for e in entries:
+        m = module if len(entries) == 1 else module.operation.clone()
+        syms = sy.read_symbols(m.operation)
+        syms[e["symbol"]] = dataclasses.replace(syms[e["symbol"]], lo=e["lo"], hi=e["hi"])
+        sy.write_symbols(m.operation, syms)
+        if e["reason"] != "generic":
+            set_attr(m, PLAN_ATTR, e["plan"])
+        out.append((m, e["reason"]))
+    return out

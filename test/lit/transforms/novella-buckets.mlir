@@ -1,0 +1,69 @@
+// RUN: novella-opt %s --novella-buckets --split-input-file --verify-diagnostics | FileCheck %s
+// RUN: novella-opt %s --novella-buckets=enable=0 --split-input-file | FileCheck %s --check-prefix=OFF
+// RUN: novella-opt %s --novella-buckets=min-gain=50 --split-input-file | FileCheck %s --check-prefix=GAIN50
+// RUN: novella-opt %s --novella-buckets --novella-tile --split-input-file | FileCheck %s --check-prefix=TILE
+
+// fc1 of an MLP (384 -> 1536, gelu) over T in [1, 2048]. Planned for the nominal
+// length the linear keeps its weight slab resident; for T <= 64 the cost model
+// prefers streaming weight tiles (output-stationary), predicting 1.09x-1.30x fewer
+// cycles over [1, 64]: a bucket [1, 64] planned for T = 64, the generic program above.
+// (The `?` case: T is symbolic; the decision is the module attribute.)
+// CHECK-LABEL: module attributes
+// CHECK-SAME: novella.buckets = [{hi = 64 : i64, lo = 1 : i64, plan = [64], reason = "shape bucket: tiles planned for T = 64 instead of 4096; the cost model predicts {{.*}} fewer cycles at T = 1, 32, 64", symbol = 0 : i64},
+// CHECK-SAME: {hi = 2048 : i64, lo = 65 : i64, plan = [4096], reason = "generic", symbol = 0 : i64}]
+// CHECK: func.func @fc1(%{{.*}}: tensor<1x?x384xf32
+// With a split, this module stays the generic program (the pipeline compiles the
+// bucket from a copy whose bounds are [1, 64] and novella.plan_lengths = [64]).
+// TILE-LABEL: func.func @fc1
+// TILE: novella.tiles = {tk = 192 : i64, tm = 32 : i64, tn = 96 : i64, ws = 1 : i64}
+// OFF-NOT: novella.buckets
+// OFF: func.func @fc1
+// GAIN50-NOT: novella.buckets
+// GAIN50: func.func @fc1
+#x = affine_map<()[s0] -> (1, s0, 384)>
+#y = affine_map<()[s0] -> (1, s0, 1536)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @fc1(%x: tensor<1x?x384xf32, #x> {novella.dram = affine_map<()[s0] -> (591360)>}) -> tensor<1x?x1536xf32, #y> {
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<1536x384xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (589824)>} : () -> tensor<1536xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "gelu", novella.dram = affine_map<()[s0] -> (s0 * 384 + 591360)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x384xf32, #x>, tensor<1536x384xf32>, tensor<1536xf32>) -> tensor<1x?x1536xf32, #y>
+    return %0 : tensor<1x?x1536xf32, #y>
+  }
+}
+
+// -----
+
+// The edge depends on the model and the Target, not on the bounds: T in [1, 16]
+// lies inside the bucket, so its one program is planned for T = 64 as well.
+// CHECK-LABEL: module attributes
+// CHECK-SAME: novella.buckets = [{hi = 16 : i64, lo = 1 : i64, plan = [64], reason = "shape bucket: tiles planned for T = 64
+// CHECK-SAME: novella.plan_lengths = [64]
+// CHECK-NOT: generic
+// CHECK: func.func @short
+// TILE-LABEL: func.func @short
+// TILE: novella.tiles = {tk = 48 : i64, tm = 64 : i64, tn = 192 : i64, ws = 0 : i64}
+#x = affine_map<()[s0] -> (1, s0, 384)>
+#y = affine_map<()[s0] -> (1, s0, 1536)>
+module attributes {novella.symbols = {s0 = ["T", 1, 16]}} {
+  func.func @short(%x: tensor<1x?x384xf32, #x> {novella.dram = affine_map<()[s0] -> (591360)>}) -> tensor<1x?x1536xf32, #y> {
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<1536x384xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (589824)>} : () -> tensor<1536xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "gelu", novella.dram = affine_map<()[s0] -> (s0 * 384 + 591360)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x384xf32, #x>, tensor<1536x384xf32>, tensor<1536xf32>) -> tensor<1x?x1536xf32, #y>
+    return %0 : tensor<1x?x1536xf32, #y>
+  }
+}
+
+// -----
+
+// A static program has no symbol to split.
+// CHECK-LABEL: module {
+// CHECK-NOT: novella.buckets
+// CHECK: func.func @static
+module {
+  func.func @static(%x: tensor<1x8x384xf32> {novella.dram = affine_map<() -> (591360)>}) -> tensor<1x8x1536xf32> {
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<() -> (0)>} : () -> tensor<1536x384xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<() -> (589824)>} : () -> tensor<1536xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "gelu", novella.dram = affine_map<() -> (594432)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x8x384xf32>, tensor<1536x384xf32>, tensor<1536xf32>) -> tensor<1x8x1536xf32>
+    return %0 : tensor<1x8x1536xf32>
+  }
+}
