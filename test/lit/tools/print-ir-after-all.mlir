@@ -8,7 +8,7 @@
 // CHECK: module attributes {novella.symbols = {s0 = ["T", 1, 2048]}}
 // CHECK: "novella.linear"{{.*}}{act = "relu"}
 // CHECK-NOT: novella.dram
-// CHECK: // -----// IR Dump After NovellaAllocate: novella-allocate //----- //
+// CHECK: // -----// IR Dump After NovellaAllocate: novella-allocate{fixed-offsets=0} //----- //
 // CHECK: novella.dram
 // CHECK-NOT: novella.tiles
 // CHECK: // -----// IR Dump After NovellaTile: novella-tile{tile-m=32 slots=2} //----- //
