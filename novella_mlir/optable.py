@@ -23,6 +23,7 @@ from .kernels import attention as k_attention
 from .kernels import conv as k_conv
 from .kernels import data_movement as k_data
 from .kernels import elementwise as k_elementwise
+from .kernels import flash_attention as k_flash
 from .kernels import indexing as k_index
 from .kernels import kv_cache as k_kv
 from .kernels import linear as k_linear
@@ -272,6 +273,8 @@ OPS: dict[type, OpDef] = {
         },
     ),
     nv.KvWriteOp: OpDef(shapes.unary, k_kv.KvWrite(), _LIT + "transforms/novella-kv-cache.mlir"),
+    # fused attention (issue 10, part 4): formed by --novella-legalize (FUSION_PATTERNS), no torch op
+    nv.FlashAttentionOp: OpDef(shapes.flash_attention, k_flash.FlashAttention(), _LIT + "kernels/flash-attention.mlir"),
     nv.ConcatOp: OpDef(
         shapes.concat,
         k_index.Concat(),
@@ -330,6 +333,12 @@ LEGALIZE_PATTERNS: tuple = (
     (nv.GeluOp, k_data.sink_below_unary),
     (nv.ReluOp, k_data.sink_below_unary),
     (nv.ScalarOp, k_data.sink_below_unary),
+)
+
+# Fusions, added after LEGALIZE_PATTERNS unless --novella-legalize has fuse-attention=0.
+FUSION_PATTERNS: tuple = (
+    (nv.MatmulOp, k_flash.fuse_attention),
+    (nv.FlashAttentionOp, k_flash.absorb_head_transposes),
 )
 
 BY_NAME: dict[str, OpDef] = {cls.OPERATION_NAME: d for cls, d in OPS.items()}

@@ -725,3 +725,64 @@ class FlipOp(Novella.Operation, name="flip"):
 
 
 MATH_FNS = MATH_FNS + ("expm1", "log1p")  # the EXPM1 / LOG1P vector functions (docs/isa.md)
+
+
+# ------------------------------------------------------------------ fused attention (issue 10, part 4)
+
+
+def heads_major(dims: list, minor: int) -> list:
+    """The logical [..., H, L, D] dims of a tensor stored [..., L, H, D] when `minor`, else `dims`."""
+    return dims[:-3] + [dims[-2], dims[-3], dims[-1]] if minor else dims
+
+
+class FlashAttentionOp(Novella.Operation, name="flash_attention"):
+    """Fused attention `softmax(scale * q @ k^T + mask) @ v`, the scores kept on chip (online softmax).
+
+    query: [..., Lq, D], key: [..., Lk, D], value: [..., Lk, Dv], result: [..., Lq, Dv]; the
+    batch dims of each operand equal the result's or multiply to 1. `mask` (optional, additive)
+    is [..., Mq, Lk] with Mq = Lq or 1, its batch dims multiplying to 1 or to the result's.
+    `causal` = 1 keeps key j for query i when j <= i (torch's top-left `is_causal`; Lq = Lk).
+    `heads_minor` (query, key, value, result; 0 or 1): a 1 means that tensor is stored as
+    [..., L, H, D] (the heads inside each position's row, as a projection writes it); the shapes
+    above are then its logical transpose [..., H, L, D]. Written by `--novella-legalize` from
+    matmul -> softmax -> matmul, with the head transposes around it absorbed."""
+
+    query: ext.Operand[Tensor]
+    key: ext.Operand[Tensor]
+    value: ext.Operand[Tensor]
+    scale: ir.FloatAttr
+    causal: ir.IntegerAttr
+    heads_minor: Any  # array<i64: 4 flags>
+    result: ext.Result[Tensor]
+    mask: ext.Operand[Tensor] | None = None
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        try:
+            _structure(op, len(op.operands))
+            _attr(op, "scale", ir.FloatAttr)
+            causal = _attr(op, "causal", ir.IntegerAttr)
+        except _Invalid as e:
+            return _fail(op, str(e))
+        types = [x.type for x in op.operands]
+        y = op.results[0].type
+        if len(types) not in (3, 4) or not _f32(*types, y):
+            return _fail(op, f"expects 3 or 4 f32 operands (query, key, value, mask), got {len(types)}")
+        q, k, v = types[:3]
+        if not q.rank == k.rank == v.rank == y.rank or q.rank < 2:
+            return _fail(op, f"expects query, key, value and result of equal rank >= 2, got {q}, {k}, {v}")
+        if not isinstance(op.attributes["heads_minor"], ir.DenseI64ArrayAttr):
+            return _fail(op, f"attribute 'heads_minor' must be array<i64: ...>, got {op.attributes['heads_minor']}")
+        minor = list(ir.DenseI64ArrayAttr(op.attributes["heads_minor"]))
+        if len(minor) != 4 or set(minor) - {0, 1} or (any(minor) and q.rank < 3):
+            return _fail(op, f"heads_minor must be 4 flags 0/1 (rank >= 3 where set), got {minor}")
+        dq, dk, dv, dy = (heads_major(_static_dims(t), f) for t, f in zip((q, k, v, y), minor))
+        if not _dims_compatible(dq[-1], dk[-1]) or not _dims_compatible(dk[-2], dv[-2]):
+            return _fail(op, f"query/key head dims or key/value lengths differ: {q}, {k}, {v}")
+        if not _dims_compatible(dq[-2], dy[-2]) or not _dims_compatible(dv[-1], dy[-1]):
+            return _fail(op, f"result {y} must be [..., Lq, Dv] for query {q} and value {v}")
+        if causal not in (0, 1):
+            return _fail(op, f"causal must be 0 or 1, got {causal}")
+        if len(types) == 4 and (types[3].rank < 2 or not _dims_compatible(_static_dims(types[3])[-1], dk[-2])):
+            return _fail(op, f"mask {types[3]} must be [..., Lq or 1, Lk] for key {k}")
+        return True

@@ -177,3 +177,20 @@ def _check_same_numel(a: Shape, b: Shape) -> None:
     na, nb = sy.numel(a), sy.numel(b)
     if not sy.equal(na, nb):
         raise ShapeError(f"reshape changes the element count: {na} vs {nb}")
+
+
+def flash_attention(shapes, attrs, rt):
+    """`attention`'s shape on the logical (heads-major) operands; the mask [..., Mq, Lk] must have
+    the key length last and Mq = Lq or 1."""
+    from .novella import heads_major
+
+    minor = list(ir.DenseI64ArrayAttr(attrs["heads_minor"])) if "heads_minor" in attrs else [0] * 4
+    shapes = [heads_major(list(s), f) for s, f in zip(shapes[:3], minor)] + list(shapes[3:])
+    out = heads_major(attention(shapes[:3], attrs, rt), minor[3])
+    if len(shapes) == 4:
+        m = shapes[3]
+        if len(m) < 2 or not _same(m[-1], shapes[1][-2]):
+            raise ShapeError(f"flash_attention mask last dim {m[-1]} differs from the key length {shapes[1][-2]}")
+        if sy.as_int(m[-2]) != 1 and not _same(m[-2], shapes[0][-2]):
+            raise ShapeError(f"flash_attention mask rows {m[-2]} are neither 1 nor the query length")
+    return out

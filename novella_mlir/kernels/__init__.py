@@ -53,11 +53,11 @@ def plan_lengths(op) -> list[int]:
     return [NOMINAL_LENGTH] * n
 
 
-def legalize_patterns() -> list:
+def legalize_patterns(fusion: bool = True) -> list:
     """(root op class, fn(op, rewriter) -> falsy on success) for --novella-legalize, from the op table."""
-    from ..optable import LEGALIZE_PATTERNS
+    from ..optable import FUSION_PATTERNS, LEGALIZE_PATTERNS
 
-    return list(LEGALIZE_PATTERNS)
+    return list(LEGALIZE_PATTERNS) + (list(FUSION_PATTERNS) if fusion else [])
 
 
 def get_kernel(op_name: str):

@@ -3,6 +3,8 @@
 Patterns (greedy, registered from Python):
   * `relu`/`gelu` of a single-use `linear` folds into the linear's epilogue;
   * the patterns listed in `LEGALIZE_PATTERNS` of `novella_mlir/optable.py`;
+  * with `fuse-attention=1` (the default) the `FUSION_PATTERNS` there: matmul -> softmax -> matmul
+    becomes one `novella.flash_attention` (option 0 keeps the three kernels, e.g. for a paged KV cache);
 then every tensor op must have a kernel, or the pass fails naming the op."""
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from ..dialects.novella import GeluOp, LinearOp, ReluOp
 from ..kernels import get_kernel, legalize_patterns
 from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage
 
+OPTIONS = {"fuse-attention": (int, 1, "fuse matmul -> softmax -> matmul into novella.flash_attention", (0, 1))}
 NO_KERNEL_NEEDED = ("novella.reshape", "func.return")
 
 
@@ -40,7 +43,7 @@ def run(module_op, options, config) -> None:
     patterns = rewrite.RewritePatternSet()
     patterns.add(ReluOp, _fuse_activation("relu"))
     patterns.add(GeluOp, _fuse_activation("gelu"))
-    for root, fn in legalize_patterns():
+    for root, fn in legalize_patterns(fusion=bool(options.get("fuse-attention", 1))):
         patterns.add(root, fn)
     rewrite.apply_patterns_and_fold_greedily(module_op, patterns.freeze())
     for fn in functions(module_op):

@@ -43,7 +43,7 @@ PASSES: dict[str, PassInfo] = {
     p.flag: p
     for p in (
         _info("novella-shape-infer", novella_shape_infer, novella_shape_infer.OPTIONS),
-        _info("novella-legalize", novella_legalize),
+        _info("novella-legalize", novella_legalize, novella_legalize.OPTIONS),
         _info("novella-kv-cache", novella_kv_cache, novella_kv_cache.OPTIONS),
         _info("novella-allocate", novella_allocate, novella_allocate.OPTIONS),
         _info("novella-buckets", novella_buckets, novella_buckets.OPTIONS),

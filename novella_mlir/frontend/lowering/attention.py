@@ -23,6 +23,7 @@ from ...dialects.novella import (
     SubOp,
     WhereOp,
 )
+from ...kernels.flash_attention import CAUSAL_ATTR
 from .shape_ops import from_last, to_last
 
 
@@ -140,6 +141,9 @@ def scaled_dot_product_attention(cx):
     tr = ir.BoolAttr.get(True)
     scores = cx.emit(MatmulOp, check=False, lhs=qs, rhs=k, transpose_rhs=tr)
     scores = cx.emit(AddOp, check=False, lhs=scores, rhs=additive)
+    lq, lk = cx.shape(q)[-2], cx.shape(k)[-2]
+    if mask is None or cx.kind(3) == "bool" and _is_causal_mask(cx, mask, lq, lk):
+        scores.owner.attributes[CAUSAL_ATTR] = ir.UnitAttr.get()  # legalize: flash_attention causal = 1
     probs = cx.emit(SoftmaxOp, check=False, input=scores)
     return cx.emit(MatmulOp, lhs=probs, rhs=v, transpose_rhs=ir.BoolAttr.get(False))
 
@@ -149,6 +153,38 @@ def _additive(cx, mask, kind: str):
     if kind != "bool":
         return mask
     return cx.emit(WhereOp, check=False, cond=mask, x=cx.scalar(0.0), y=cx.scalar(-math.inf))
+
+
+def _is_causal_mask(cx, mask, lq, lk) -> bool:
+    """`mask` is compare(le, key positions [.., 1, Lk], query positions [.., Lq, 1]) (or ge, swapped) of
+    position tables 0, 1, 2, ...: torch's top-left causal mask (as transformers builds it)."""
+    owner = mask.owner
+    if not isinstance(owner, ir.OpView) or owner.operation.name != "novella.compare" or not sy.equal(lq, lk):
+        return False
+    fn = ir.StringAttr(owner.attributes["fn"]).value
+    if fn not in ("le", "ge"):
+        return False
+    row, col = owner.operands if fn == "le" else list(owner.operands)[::-1]
+    return _positions_along(cx, row, lk, -1) and _positions_along(cx, col, lq, -2)
+
+
+def _positions_along(cx, v, n, axis: int) -> bool:
+    """`v` is 0, 1, ..., n - 1 along `axis`, size 1 elsewhere: reshapes of a slice from 0 of a table 0, 1, 2, ..."""
+    shape = cx.shape(v)
+    rank = len(shape)
+    if (
+        rank < 2
+        or not sy.equal(shape[axis], n)
+        or any(sy.as_int(e) != 1 for i, e in enumerate(shape) if i != rank + axis)
+    ):
+        return False
+    while isinstance(v.owner, ir.OpView) and v.owner.operation.name in ("novella.reshape", "novella.slice"):
+        op = v.owner
+        if op.operation.name == "novella.slice" and ir.IntegerAttr(op.attributes["start"]).value != 0:
+            return False
+        v = op.operands[0]
+    data = cx.weight_data(v)
+    return data is not None and sum(d != 1 for d in data.shape) <= 1 and (data.ravel() == range(data.size)).all()
 
 
 def _positions(cx, n, shape_of):

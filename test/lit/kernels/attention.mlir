@@ -1,6 +1,6 @@
 // RUN: novella-opt %s --novella-tile --novella-macro-gen --split-input-file --verify-diagnostics | FileCheck %s
-// RUN: novella-opt %s --novella-legalize --split-input-file | FileCheck %s --check-prefix=LEGAL
-// RUN: novella-opt %s --novella-legalize --novella-allocate --novella-tile --novella-macro-gen --split-input-file | FileCheck %s --check-prefix=MACRO
+// RUN: novella-opt %s -p 'builtin.module(novella-legalize{fuse-attention=0})' --split-input-file | FileCheck %s --check-prefix=LEGAL
+// RUN: novella-opt %s -p 'builtin.module(novella-legalize{fuse-attention=0},novella-allocate,novella-tile,novella-macro-gen)' --split-input-file | FileCheck %s --check-prefix=MACRO
 //
 // Tile sizes are the kernels' cost-model choices, planned with every symbol at the nominal
 // length (kernels/attention.py NOMINAL_LENGTH), never at the bounds, so they do not move with
@@ -110,7 +110,8 @@ module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
 
 // -----
 
-// Legalize: attention decomposes into matmul(transpose_rhs) + softmax (scale fused) + matmul.
+// Legalize with fuse-attention=0 (flash-attention.mlir has the fused kernel): attention
+// decomposes into matmul(transpose_rhs) + softmax (scale fused) + matmul.
 // Without legalize and allocate, --novella-tile refuses it (expected-error below).
 // Then three macros, as the cost model picks them: Q @ K^T with a resident 256-row query tile
 // and 16-key tiles (one k step, see @scores); the softmax over the dynamic key length is

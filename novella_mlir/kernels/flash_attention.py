@@ -1,0 +1,411 @@
+"""Fused attention (flash-attention style) and the legalize pattern that forms it.
+
+For one batch/head and one block of `tq` query rows the grid walks the key/value
+tiles of `tk` rows: S = (scale * Q) @ K^T lands in the accumulator, the running
+row max `m` and rescaled row sum `l` live in the scratchpad (online softmax), and
+O = O * exp(m_old - m) + exp(S - m) @ V accumulates in the accumulator. The last
+visited tile writes O / l; the score matrix never reaches DRAM. A causal op uses
+square tiles: tiles above the diagonal are skipped, the diagonal tile adds a
+staircase of -inf built once in the scratchpad."""
+
+from __future__ import annotations
+
+import itertools
+
+from torch_mlir import ir
+
+from .. import costmodel as cm
+from .. import symbolic as sy
+from ..dialects.novella import FlashAttentionOp, ReshapeOp, heads_major
+from . import BufferPlan, Tiling, first, last, module_symbols
+from .attention import _candidates, ceildiv, extent, mul, softmax_scale, upper
+
+CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
+NEG_FLOOR = -3.0e38  # the running max starts no lower: a fully masked tile row gives exp(-inf) = 0, not NaN
+_SMALL = ("max", "sub", "exp", "mul", "copy", "add")  # per-row vector ops of a non-first step
+
+
+def _batch(shape) -> ir.AffineExpr:
+    return sy.canon(mul(*shape[:-2])) if len(shape) > 2 else sy.const(1)
+
+
+class Geometry:
+    """The op's logical sizes (batch = the result's leading dims, lengths, head dims) and where each
+    of q, k, v and the result keeps row 0 of batch `bi` and how far apart its rows are."""
+
+    def __init__(self, op, tv):
+        self.minor = list(ir.DenseI64ArrayAttr(op.attributes["heads_minor"]))
+        stored = [tv.shape(0), tv.shape(1), tv.shape(2), tv.shape(-1)]
+        q, k, v, y = (heads_major(list(s), f) for s, f in zip(stored, self.minor))
+        self.batch, self.lq, self.lk = _batch(y), q[-2], k[-2]
+        self.d, self.dv = sy.as_int(q[-1]), sy.as_int(v[-1])
+        self.causal = bool(ir.IntegerAttr(op.attributes["causal"]).value)
+        self.scale = ir.FloatAttr(op.attributes["scale"]).value
+        self.places = [self._place(s, f) for s, f in zip((q, k, v, y), self.minor)]
+        self.mask = tv.shape(3) if len(op.operands) == 4 else None
+        if self.mask is not None:
+            self.mask_rows = self.mask[-2]
+            self.mask_stride = mul(self.mask[-2], self.mask[-1]) if sy.as_int(_batch(self.mask)) != 1 else sy.const(0)
+
+    def _place(self, s, minor: int):
+        """(fn(bi) -> DRAM offset of row 0 of batch bi, row stride) of a tensor of logical shape s."""
+        width = sy.as_int(s[-1])
+        if minor:  # stored [..., L, H, D]: batch bi is head bi mod H of position block bi floordiv H
+            h = sy.as_int(s[-3])
+            block = mul(s[-2], sy.const(h * width))
+            return (lambda bi: sy.floordiv(bi, h) * block + ir.AffineExpr.get_mod(bi, sy.const(h)) * width), h * width
+        nb = _batch(s)
+        stride = sy.const(0) if sy.as_int(nb) == 1 and sy.as_int(self.batch) != 1 else mul(s[-2], s[-1])
+        return (lambda bi: bi * stride), width
+
+    def base(self, i: int, bi):
+        return self.places[i][0](bi)
+
+    def row_stride(self, i: int) -> int:
+        return self.places[i][1]
+
+
+def _plan(target, g: Geometry, tq: int, tk: int) -> BufferPlan:
+    plan = BufferPlan(target)
+    plan.add("q", "spad", tq * g.d)
+    plan.add("k", "spad", tk * g.d, stream=True)
+    plan.add("v", "spad", tk * g.dv, stream=True)
+    if g.mask is not None:
+        plan.add("mask", "spad", tq * tk, stream=True)
+    if g.causal:
+        plan.add("tri", "spad", tk * tk)
+    plan.add("p", "spad", tq * tk)
+    for name in ("m", "l", "cm", "t"):
+        plan.add(name, "spad", tq)
+    plan.add("out", "spad", tq * g.dv, stream=True)
+    plan.add("s", "acc", tq * tk)
+    plan.add("o", "acc", tq * g.dv)
+    return plan
+
+
+def cost(target, g: Geometry, batch: int, lq: int, lk: int, tq: int, tk: int) -> float:
+    """Predicted cycles of the whole op (cost model) at lengths lq, lk."""
+    rows, cols = min(tq, lq), min(tk, lk)
+    nq, nk = -(-lq // tq), -(-lk // tk)
+    visited = nq * (nq + 1) // 2 if g.causal else nq * nk
+    loads = [cm.dma(target, cols, g.d, not g.minor[1]), cm.dma(target, cols, g.dv, not g.minor[2])]
+    if g.mask is not None:
+        loads.append(cm.dma(target, rows, cols))
+    compute = cm.matmul(target, rows, g.d, cols) + cm.matmul(target, rows, cols, g.dv)
+    compute += sum(cm.vec(target, rows, cols, f) for f in ("rowmax", "sub", "exp", "rowsum"))
+    compute += cm.vec(target, rows, g.dv, "mul") + sum(cm.vec(target, 1, rows, f) for f in _SMALL)
+    if g.mask is not None:
+        compute += cm.vec(target, rows, cols, "add")
+    q_load, q_dram = cm.dma(target, rows, g.d, not g.minor[0])
+    st, st_dram = cm.dma(target, rows, g.dv, not g.minor[3])
+    block = q_load + cm.vec(target, rows, g.d, "mul") + cm.vec(target, rows, g.dv, "div")
+    ld, dram = sum(x[0] for x in loads), sum(x[1] for x in loads)
+    plain = cm.StepCost(ld, compute, 0, dram)
+    opening = cm.StepCost(ld, compute + block, st, dram + q_dram + st_dram)
+    blocks = batch * nq
+    return cm.total([(plain, batch * visited - blocks), (opening, blocks)], target.buffer_slots)
+
+
+class FlashAttention:
+    """`novella.flash_attention`: grid (batch, query block, key/value tile); see the module docstring.
+
+    Tile sizes are the cheapest fitting pair of the cost model at the nominal length, from the
+    Target's row tiles (multiples of the array height); a causal op uses square tiles."""
+
+    def tile(self, op, tv, target, options):
+        g = Geometry(op, tv)
+        syms = module_symbols(op)
+        sizes = target.array_tiles(16)
+        tqs = [options["tile-m"]] if options.get("tile-m") else _candidates(g.lq, syms, sizes)
+        tks = _candidates(g.lk, syms, sizes)
+        pairs = [(t, t) for t in tqs if t in tks] if g.causal else list(itertools.product(tqs, tks))
+        batch, lq, lk = (upper(e, syms) for e in (g.batch, g.lq, g.lk))
+        best, plan = None, None
+        for tq, tk in pairs or [(min(tqs), min(tqs))]:
+            plan = _plan(target, g, tq, tk)
+            if plan.fits():
+                key = (cost(target, g, batch, lq, lk, tq, tk), -tq, -tk)
+                if best is None or key < best[0]:
+                    best = (key, tq, tk, plan)
+        if best is None:
+            plan.check()
+        _, tq, tk, plan = best
+        grid = [g.batch, ceildiv(g.lq, tq), ceildiv(g.lk, tk)]
+        return Tiling({"tq": tq, "tk": tk}, grid, plan.buffers)
+
+    def macro(self, op, tv, t, b):
+        g = Geometry(op, tv)
+        tq, tk = t.tiles["tq"], t.tiles["tk"]
+        bi, qi, j = b.d(0), b.d(1), b.d(2)
+        rows, cols = extent(1, tq, g.lq), extent(2, tk, g.lk)
+        live = [("ge", qi - j)] if g.causal else []  # causal: skip the tiles above the diagonal
+        start, rest = first(2), live + [("ge", j - 1)]
+        final = [("eq", qi - j)] if g.causal else last(2, ceildiv(g.lk, tk))
+        e = _Emit(b, rows, cols, tq, tk, g.dv)
+        if g.causal:
+            _staircase(b, tk, when=first(0) + first(1) + first(2))
+        b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
+                    row_bound=g.lq, rows=rows, cols=g.d, when=start)  # fmt: skip
+        b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
+              when=start)  # fmt: skip
+        for name, tensor, width in (("k", 1, g.d), ("v", 2, g.dv)):
+            b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=j * tk,
+                        row_bound=g.lk, rows=cols, cols=width, when=live or None)  # fmt: skip
+        b.mma("s", "q", "k", a_stride=g.d, b_stride=g.d, acc_stride=tk, m=rows, k=g.d, n=cols,
+              accumulate=0, transpose_b=1, when=live or None)  # fmt: skip
+        if g.mask is not None:
+            _load_mask(b, g, rows, cols, tq, tk, when=live or None)
+            e.tile("ADD", "s", "s", "mask", when=live or None)
+        if g.causal:
+            e.tile("ADD", "s", "s", "tri", when=[("eq", qi - j)])
+        e.open_row_block(floor=g.mask is not None, when=start)
+        e.next_tile(when=rest)
+        b.vop("DIV", "out", "o", "l", mode="COL", rows=rows, cols=g.dv, dst_stride=g.dv, a_stride=g.dv,
+              b_stride=1, when=final)  # fmt: skip
+        b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
+                     row_bound=g.lq, rows=rows, cols=g.dv, when=final)  # fmt: skip
+
+
+class _Emit:
+    """VEC and MATMUL ops of one step on the [rows, cols] score tile and the per-row vectors."""
+
+    def __init__(self, b, rows, cols, tq, tk, dv):
+        self.b, self.rows, self.cols, self.tq, self.tk, self.dv = b, rows, cols, tq, tk, dv
+
+    def tile(self, fn, dst, a, other=None, mode="TENSOR", when=None):
+        s = self.tk
+        f = dict(rows=self.rows, cols=self.cols, dst_stride=s, a_stride=s, b_stride=1 if mode == "COL" else s)
+        self.b.vop(fn, dst, a, other, mode=mode, when=when, **f)
+
+    def reduce(self, fn, dst, when):
+        self.b.vop(fn, dst, "s", rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, when=when)
+
+    def row(self, fn, dst, a, other=None, when=None, **f):
+        """Elementwise on per-row vectors, issued as one [1, rows] row (they are contiguous)."""
+        tq = self.tq
+        self.b.vop(fn, dst, a, other, rows=1, cols=self.rows, dst_stride=tq, a_stride=tq, b_stride=tq, when=when, **f)
+
+    def exp_shifted(self, when):
+        """p = exp(s - m)."""
+        self.tile("SUB", "p", "s", "m", mode="COL", when=when)
+        self.tile("EXP", "p", "p", when=when)
+
+    def pv(self, accumulate: int, when):
+        dv = self.dv
+        self.b.mma("o", "p", "v", a_stride=self.tk, b_stride=dv, acc_stride=dv, m=self.rows, k=self.cols, n=dv,
+                   accumulate=accumulate, transpose_b=0, when=when)  # fmt: skip
+
+    def open_row_block(self, floor: bool, when):
+        self.reduce("ROWMAX", "m", when)
+        if floor:
+            self.row("MAX", "m", "m", mode="SCALAR", imm=NEG_FLOOR, when=when)
+        self.exp_shifted(when)
+        self.reduce_p("l", when)
+        self.pv(0, when)
+
+    def next_tile(self, when):
+        self.reduce("ROWMAX", "cm", when)
+        self.row("MAX", "cm", "cm", "m", when=when)
+        self.row("SUB", "t", "m", "cm", when=when)
+        self.row("EXP", "t", "t", when=when)
+        self.row("MUL", "l", "l", "t", when=when)
+        self.row("COPY", "m", "cm", when=when)
+        self.exp_shifted(when)
+        self.reduce_p("cm", when)
+        self.row("ADD", "l", "l", "cm", when=when)
+        dv = self.dv
+        self.b.vop("MUL", "o", "o", "t", mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=dv,
+                   b_stride=1, when=when)  # fmt: skip
+        self.pv(1, when)
+
+    def reduce_p(self, dst, when):
+        self.b.vop("ROWSUM", dst, "p", rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, when=when)
+
+
+def _staircase(b, t: int, when) -> None:
+    """tri[r, c] = 0 for c <= r, -inf above: FILL -inf, then doubling (S_2n = [[S_n, -inf], [0, S_n]])."""
+    f = dict(dst_stride=t, a_stride=t, when=when)
+    b.vop("FILL", "tri", imm=float("-inf"), rows=t, cols=t, **f)
+    b.vop("FILL", "tri", imm=0.0, rows=1, cols=1, **f)
+    n = 1
+    while n < t:
+        h = min(n, t - n)
+        b.vop("FILL", "tri", imm=0.0, rows=h, cols=n, dst_offset=sy.const(n * t), **f)
+        b.vop("COPY", "tri", "tri", rows=h, cols=h, dst_offset=sy.const(n * t + n), **f)
+        n *= 2
+
+
+def _load_mask(b, g: Geometry, rows, cols, tq: int, tk: int, when) -> None:
+    broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
+    b.load("mask", 3, dram_offset=b.d(0) * g.mask_stride + b.d(2) * tk, dram_stride=g.lk,
+           row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
+           row_bound=g.mask_rows, rows=rows, cols=cols, sram_stride=tk, when=when)  # fmt: skip
+
+
+# ------------------------------------------------------------------ legalize pattern
+
+
+def _producer(v: ir.Value, name: str):
+    owner = v.owner
+    return owner if isinstance(owner, ir.OpView) and owner.operation.name == name else None
+
+
+def _only_use(v: ir.Value) -> bool:
+    return len(list(v.uses)) == 1
+
+
+def _shape(v: ir.Value):
+    return sy.shape_of(ir.RankedTensorType(v.type))
+
+
+def _flag(op, name: str) -> bool:
+    return name in op.attributes and bool(ir.IntegerAttr(op.attributes[name]).value)
+
+
+def _split_mask(x: ir.Value, lq, lk):
+    """(scores, mask, causal, add op) of a softmax input that is `scores + mask` (either order), or `x` itself."""
+    add = _producer(x, "novella.add")
+    if add is None:
+        return x, None, False, None
+    for scores, mask in ((add.operands[0], add.operands[1]), (add.operands[1], add.operands[0])):
+        mm = _producer(scores, "novella.matmul")
+        if mm is not None and sy.equal_shapes(_shape(scores), _shape(x)):
+            return scores, mask, CAUSAL_ATTR in add.attributes and sy.equal(lq, lk), add
+    return None, None, False, None
+
+
+def _mask_ok(mask, batch, lq, lk) -> bool:
+    m = _shape(mask)
+    if len(m) < 2 or not sy.equal(m[-1], lk) or not (sy.as_int(m[-2]) == 1 or sy.equal(m[-2], lq)):
+        return False
+    nb = _batch(m)
+    return sy.as_int(nb) == 1 or sy.equal(nb, batch)
+
+
+def _operands_ok(q, k, v, y) -> bool:
+    shapes_ = [_shape(t) for t in (q, k, v)]
+    yb = _batch(_shape(y))
+    if len({len(s) for s in shapes_}) != 1 or len(shapes_[0]) != len(_shape(y)):
+        return False
+    static = sy.as_int(shapes_[0][-1]) is not None and sy.as_int(shapes_[2][-1]) is not None
+    return static and all(sy.as_int(_batch(s)) == 1 or sy.equal(_batch(s), yb) for s in shapes_)
+
+
+def _erase_dead(rewriter, v: ir.Value) -> None:
+    """Erase the producer of `v` and, recursively, of its operands, while nothing else uses them."""
+    owner = v.owner
+    if not isinstance(owner, ir.OpView) or list(owner.results[0].uses):
+        return
+    operands = list(owner.operands)
+    rewriter.erase_op(owner)
+    for o in operands:
+        _erase_dead(rewriter, o)
+
+
+def fuse_attention(op, rewriter):
+    """matmul(softmax(scale * (matmul(q, k, transpose_rhs) [+ mask])), v) -> flash_attention.
+
+    The scores, the softmax and a mask add must have no other use. A `scalar` mul of q folds into
+    the scale. A mask tagged causal by the frontend (`novella.causal`) becomes `causal = 1`; any other
+    additive mask [..., Lq or 1, Lk] whose batch is 1 or the result's becomes the `mask` operand."""
+    sm = _producer(op.operands[0], "novella.softmax")
+    if _flag(op, "transpose_rhs") or sm is None or not _only_use(sm.results[0]):
+        return True
+    v, y = op.operands[1], op.results[0]
+    lq, lk = _shape(sm.results[0])[-2], _shape(v)[-2]
+    scores, mask, causal, add = _split_mask(sm.operands[0], lq, lk)
+    qk = _producer(scores, "novella.matmul") if scores is not None else None
+    if qk is None or not _flag(qk, "transpose_rhs") or not _only_use(scores):
+        return True
+    scaled = softmax_scale(sm) != 1.0 and not (causal and softmax_scale(sm) > 0)  # scale * -inf = -inf
+    if add is not None and (not _only_use(add.results[0]) or scaled):
+        return True
+    q, k = qk.operands
+    if not _operands_ok(q, k, v, y) or (
+        mask is not None and not causal and not _mask_ok(mask, _batch(_shape(y)), lq, lk)
+    ):
+        return True
+    scale = softmax_scale(sm)
+    pre = _producer(q, "novella.scalar")
+    if pre is not None and ir.StringAttr(pre.attributes["fn"]).value == "mul" and _only_use(q):
+        scale *= ir.FloatAttr(pre.attributes["value"]).value
+        q = pre.operands[0]
+    else:
+        pre = None
+    with rewriter.ip, op.location:
+        new = FlashAttentionOp(query=q, key=k, value=v, mask=None if causal else mask, scale=ir.FloatAttr.get_f32(scale),
+                               causal=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(causal)),
+                               heads_minor=ir.DenseI64ArrayAttr.get([0, 0, 0, 0]), result=y.type)  # fmt: skip
+    rewriter.replace_op(op, new.operation)
+    for dead in (sm, add, qk, pre):
+        if dead is not None:
+            rewriter.erase_op(dead)
+    if causal:
+        _erase_dead(rewriter, mask)
+    return False
+
+
+def _swaps_heads(op, minor_side) -> bool:
+    """A `novella.transpose` of dims -3 and -2 whose `minor_side` value ([..., L, H, D]) has a static H."""
+    if not isinstance(op, ir.OpView) or op.operation.name != "novella.transpose":
+        return False
+    perm, r = list(ir.DenseI64ArrayAttr(op.attributes["perm"])), len(ir.DenseI64ArrayAttr(op.attributes["perm"]))
+    dims = _shape(minor_side(op))
+    return r >= 3 and perm == list(range(r - 3)) + [r - 2, r - 3, r - 1] and sy.as_int(dims[-2]) is not None
+
+
+def _only_user(v: ir.Value):
+    uses = list(v.uses)
+    if len(uses) != 1:
+        return None
+    user = uses[0].owner
+    return user.opview if hasattr(user, "opview") else user
+
+
+def _unscaled_query(q: ir.Value):
+    """(query without a single-use `scalar` mul, possibly behind one single-use reshape, its factor, dead ops)."""
+    reshape = _producer(q, "novella.reshape") if _only_use(q) else None
+    inner = reshape.operands[0] if reshape is not None else q
+    pre = _producer(inner, "novella.scalar")
+    if pre is None or ir.StringAttr(pre.attributes["fn"]).value != "mul" or not _only_use(inner):
+        return q, 1.0, []
+    factor = ir.FloatAttr(pre.attributes["value"]).value
+    if reshape is None:
+        return pre.operands[0], factor, [pre]
+    new = ReshapeOp(input=pre.operands[0], result=q.type, loc=reshape.location).result
+    return new, factor, [reshape, pre]
+
+
+def absorb_head_transposes(op, rewriter):
+    """flash_attention reads a head transpose's input and writes through its result's head
+    transpose in place (`heads_minor`: [..., L, H, D] rows, as the projections store them), and
+    folds a `scalar` mul of the query (behind at most one reshape) into its scale."""
+    minor = list(ir.DenseI64ArrayAttr(op.attributes["heads_minor"]))
+    operands, dead = list(op.operands), []
+    for i in range(3):
+        t = operands[i].owner
+        if not minor[i] and _swaps_heads(t, lambda t: t.operands[0]):
+            operands[i], minor[i] = t.operands[0], 1
+            dead.append(t)
+    out_t = _only_user(op.results[0])
+    out_t = out_t if not minor[3] and _swaps_heads(out_t, lambda t: t.results[0]) else None
+    with rewriter.ip, op.location:
+        operands[0], factor, scaled = _unscaled_query(operands[0])
+    if not dead and out_t is None and not scaled:
+        return True
+    minor[3] = minor[3] or int(out_t is not None)
+    result = (out_t or op).results[0].type
+    scale = ir.FloatAttr(op.attributes["scale"]).value * factor
+    with rewriter.ip, op.location:
+        new = FlashAttentionOp(*operands[:3], ir.FloatAttr.get_f32(scale), op.attributes["causal"],
+                               ir.DenseI64ArrayAttr.get(minor), result,
+                               mask=operands[3] if len(operands) == 4 else None)  # fmt: skip
+    if out_t is not None:
+        rewriter.replace_op(out_t, new.operation)
+        rewriter.erase_op(op)
+    else:
+        rewriter.replace_op(op, new.operation)
+    for d in dead + scaled:
+        if not list(d.results[0].uses):
+            rewriter.erase_op(d)
+    return False

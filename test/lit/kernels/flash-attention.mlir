@@ -1,0 +1,132 @@
+// RUN: novella-opt %s --novella-legalize --split-input-file | FileCheck %s --check-prefix=LEGAL
+// RUN: novella-opt %s --novella-legalize --novella-allocate --novella-tile --novella-macro-gen --split-input-file | FileCheck %s
+// RUN: novella-opt %s -p 'builtin.module(novella-legalize{fuse-attention=0})' --split-input-file | FileCheck %s --check-prefix=UNFUSED
+//
+// novella.flash_attention (kernels/flash_attention.py): one macro, grid (batch, query block,
+// key/value tile); the scores stay in the accumulator ("s"), the running max "m" and sum "l" in the
+// scratchpad, the output accumulates in "o"; only "out" is stored, on the last key/value tile.
+// The tile sizes are the cost model's pick at the nominal length: tq = 64 query rows and tk = 128
+// keys (s and o fill 12288 of the 16384 accumulator elements; K and V stream through two slots).
+
+// LEGAL-LABEL: func.func @sdpa
+// LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32
+// LEGAL: %[[O:.*]] = "novella.flash_attention"(%[[Q]], %[[K]], %[[V]]) {causal = 0 : i64, {{.*}}scale = 1.250000e-01 : f32}
+// LEGAL-NOT: novella.matmul
+// LEGAL-NOT: novella.softmax
+// LEGAL: return %[[O]]
+// CHECK-DAG: #[[ROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d1 * -64 + s0)>
+// CHECK-DAG: #[[KEYS:.*]] = affine_map<(d0, d1, d2)[s0] -> (128, d2 * -128 + s0)>
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, s0 ceildiv 128)>
+// CHECK-DAG: #[[FIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 == 0)>
+// CHECK-DAG: #[[REST:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 - 1 >= 0)>
+// CHECK-DAG: #[[LAST:.*]] = affine_set<(d0, d1, d2)[s0] : (-d2 + s0 ceildiv 128 - 1 == 0)>
+// CHECK-LABEL: func.func @sdpa
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<2x?x64xf32, {{.*}}, %[[K:[^:]*]]: tensor<2x?x64xf32, {{.*}}, %[[V:[^:]*]]: tensor<2x?x64xf32
+// CHECK: "novella.dma_load"(%[[Q]]) {buffer = "q", {{.*}}rows = #[[ROWS]], {{.*}}when = #[[FIRST]]}
+// CHECK-NEXT: "novella.vop"() {a = "q", {{.*}}fn = "MUL", imm = 1.250000e-01 : f32, mode = "SCALAR", rows = #[[ROWS]], when = #[[FIRST]]}
+// CHECK-NEXT: "novella.dma_load"(%[[K]]) {buffer = "k", {{.*}}rows = #[[KEYS]]
+// CHECK-NEXT: "novella.dma_load"(%[[V]]) {buffer = "v", {{.*}}rows = #[[KEYS]]
+// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", {{.*}}lhs = "q", m = #[[ROWS]], n = #[[KEYS]], rhs = "k", transpose_b = 1 : i64}
+// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}dst = "m", dst_stride = 1 : i64, fn = "ROWMAX", rows = #[[ROWS]], when = #[[FIRST]]}
+// CHECK: "novella.mma"() {{{.*}}acc = "o", {{.*}}accumulate = 0 : i64, {{.*}}k = #[[KEYS]], lhs = "p", {{.*}}rhs = "v", transpose_b = 0 : i64, when = #[[FIRST]]}
+// CHECK: "novella.vop"() {a = "s", {{.*}}dst = "cm", dst_stride = 1 : i64, fn = "ROWMAX", rows = #[[ROWS]], when = #[[REST]]}
+// CHECK: "novella.vop"() {a = "o", {{.*}}b = "t", {{.*}}dst = "o", {{.*}}fn = "MUL", mode = "COL", rows = #[[ROWS]], when = #[[REST]]}
+// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "o", {{.*}}accumulate = 1 : i64, {{.*}}when = #[[REST]]}
+// CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "l", {{.*}}dst = "out", {{.*}}fn = "DIV", mode = "COL", rows = #[[ROWS]], when = #[[LAST]]}
+// CHECK-NEXT: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[LAST]]}
+// CHECK-NOT: novella.dma_store
+// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}novella.tiles = {tk = 128 : i64, tq = 64 : i64}
+// UNFUSED-LABEL: func.func @sdpa
+// UNFUSED: "novella.matmul"
+// UNFUSED: "novella.softmax"
+// UNFUSED: "novella.matmul"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @sdpa(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %v: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>> {
+    %0 = "novella.attention"(%q, %k, %v) {scale = 0.125 : f32} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+    return %0 : tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+  }
+}
+
+// -----
+
+// The eager chain with an additive mask broadcast over the batch: the mask becomes the fourth
+// operand, loaded one [64, 128] tile per step (batch stride 0) and added to the scores; the running
+// max starts at -3e38 (a fully masked tile row gives exp(-inf) = 0, not NaN).
+// LEGAL-LABEL: func.func @masked
+// LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[M:.*]]: tensor<1x?x?xf32
+// LEGAL: %[[O:.*]] = "novella.flash_attention"(%[[Q]], %[[K]], %[[V]], %[[M]]) {causal = 0 : i64, {{.*}}scale = 1.000000e+00 : f32}
+// LEGAL-NOT: novella.add
+// LEGAL: return %[[O]]
+// CHECK-LABEL: func.func @masked
+// CHECK-SAME: %[[M:[^:]*]]: tensor<1x?x?xf32
+// CHECK: "novella.dma_load"(%[[M]]) {buffer = "mask", {{.*}}dram_offset = #[[MOFF:[^,]*]], {{.*}}tensor = 3 : i64}
+// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "mask", {{.*}}dst = "s", {{.*}}fn = "ADD"
+// CHECK: fn = "MAX", imm = -3.000000e+38 : f32, mode = "SCALAR"
+// CHECK: kernel = "novella.flash_attention"
+// UNFUSED-LABEL: func.func @masked
+// UNFUSED: "novella.add"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @masked(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %v: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %m: tensor<1x?x?xf32, affine_map<()[s0] -> (1, s0, s0)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>> {
+    %s = "novella.matmul"(%q, %k) {transpose_rhs = true} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    %a = "novella.add"(%s, %m) : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>, tensor<1x?x?xf32, affine_map<()[s0] -> (1, s0, s0)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    %p = "novella.softmax"(%a) : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    %0 = "novella.matmul"(%p, %v) {transpose_rhs = false} : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+    return %0 : tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+  }
+}
+
+// -----
+
+// A causal mask (the frontend tags its add with novella.causal) becomes causal = 1 and is dropped:
+// square tiles (64 x 64), the tiles above the diagonal are skipped (d1 - d2 >= 0 guards every
+// step), the diagonal tile adds a -inf staircase built once, and the output is stored on the
+// diagonal tile (d1 - d2 == 0).
+// LEGAL-LABEL: func.func @causal
+// LEGAL: "novella.flash_attention"(%{{.*}}, %{{.*}}, %{{.*}}) {causal = 1 : i64, {{.*}}scale = 5.000000e-01 : f32}
+// LEGAL-NOT: novella.add
+// CHECK-DAG: #[[ONCE:.*]] = affine_set<(d0, d1, d2)[s0] : (d0 == 0, d1 == 0, d2 == 0)>
+// CHECK-DAG: #[[LIVE:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - d2 >= 0)>
+// CHECK-DAG: #[[DIAG:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - d2 == 0)>
+// CHECK-LABEL: func.func @causal
+// CHECK: "novella.vop"() {{{.*}}dst = "tri", {{.*}}fn = "FILL", imm = 0xFF800000 : f32, {{.*}}when = #[[ONCE]]}
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "k", {{.*}}when = #[[LIVE]]}
+// CHECK: "novella.vop"() {a = "s", {{.*}}b = "tri", {{.*}}fn = "ADD", {{.*}}when = #[[DIAG]]}
+// CHECK: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[DIAG]]}
+// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {tk = 64 : i64, tq = 64 : i64}
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @causal(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %v: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %m: tensor<1x?x?xf32, affine_map<()[s0] -> (1, s0, s0)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>> {
+    %s = "novella.matmul"(%q, %k) {transpose_rhs = true} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    %a = "novella.add"(%s, %m) {novella.causal} : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>, tensor<1x?x?xf32, affine_map<()[s0] -> (1, s0, s0)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    %p = "novella.softmax"(%a) {novella.scale = 0.5 : f32} : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    %0 = "novella.matmul"(%p, %v) {transpose_rhs = false} : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+    return %0 : tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+  }
+}
+
+// -----
+
+// Head transposes around the fused op are absorbed: q, k and v are read, and the result written,
+// in the projections' [1, T, H, D] layout (heads_minor; row stride H * D = 128, head h at column
+// h * 64), and the scalar mul of q folds into the scale (0.5 * 0.25).
+// LEGAL-LABEL: func.func @heads
+// LEGAL-SAME: (%[[Q:[^:]*]]: tensor<1x?x2x64xf32, {{.*}}, %[[K:[^:]*]]: tensor<1x?x2x64xf32, {{.*}}, %[[V:[^:]*]]: tensor<1x?x2x64xf32
+// LEGAL-NOT: novella.transpose
+// LEGAL-NOT: novella.scalar
+// LEGAL: %[[O:.*]] = "novella.flash_attention"(%[[Q]], %[[K]], %[[V]]) {causal = 0 : i64, heads_minor = array<i64: 1, 1, 1, 1>, {{.*}}scale = 1.250000e-01 : f32} : {{.*}} -> tensor<1x?x2x64xf32
+// LEGAL-NOT: novella.transpose
+// LEGAL: return %[[O]]
+// CHECK-DAG: #[[BASE:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d0 floordiv 2) * (s0 * 128) + (d0 mod 2) * 64)>
+// CHECK-LABEL: func.func @heads
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "q", cols = 64 : i64, dram_offset = #[[BASE]], dram_stride = 128 : i64
+// CHECK: "novella.dma_store"() {buffer = "out", cols = 64 : i64, dram_offset = #[[BASE]], dram_stride = 128 : i64
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @heads(%q: tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>, %k: tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>, %v: tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>> {
+    %qs = "novella.scalar"(%q) {fn = "mul", value = 0.5 : f32} : (tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>
+    %qt = "novella.transpose"(%qs) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>
+    %kt = "novella.transpose"(%k) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>
+    %vt = "novella.transpose"(%v) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>
+    %0 = "novella.attention"(%qt, %kt, %vt) {scale = 0.25 : f32} : (tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>, tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>, tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>) -> tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>
+    %y = "novella.transpose"(%0) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x2x?x64xf32, affine_map<()[s0] -> (1, 2, s0, 64)>>) -> tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>
+    return %y : tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>
+  }
+}

@@ -1,0 +1,167 @@
+"""novella.flash_attention against PyTorch eager: no mask, an additive mask, causal, a one-row
+query; lengths 1, a tile's neighbours, odd and the maximum. The score matrix never reaches DRAM:
+the only bytes stored are the output's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_attention_ops import TOL, IrModel, _module, _ty, tiles
+
+from novella_mlir import compile_torch
+
+MAX_LEN = 300
+
+
+def _fused(args, out, mask=None, causal=False, scale=0.125) -> IrModel:
+    q, k, v = args[:3]
+    s = [q[1][0], q[1][1], k[1][1]]
+    m = f", %m) {{{'novella.causal' if causal else ''}}} : ({_ty(s)}, {_ty(mask)}) -> {_ty(s)}" if mask else None
+    body = f'    %s = "novella.matmul"(%q, %k) {{transpose_rhs = true}} : ({_ty(q[1])}, {_ty(k[1])}) -> {_ty(s)}\n'
+    x = "%s"
+    if mask:
+        body += f'    %a = "novella.add"(%s{m}\n'
+        x = "%a"
+    body += f'    %p = "novella.softmax"({x}) {{novella.scale = {scale} : f32}} : ({_ty(s)}) -> {_ty(s)}\n'
+    body += f'    %y = "novella.matmul"(%p, %v) {{transpose_rhs = false}} : ({_ty(s)}, {_ty(v[1])}) -> {_ty(out)}'
+    model = IrModel(_module(args, body, out))
+    assert "novella.flash_attention" in model.ir and "novella.softmax" not in model.ir
+    return model
+
+
+def _stored_only_output(model, out: torch.Tensor) -> None:
+    assert model.executor.last_run.stats.dma_bytes_stored == out.numel() * 4
+
+
+@pytest.fixture(scope="module")
+def plain():
+    qkv = [(n, [2, "T", 64]) for n in "qkv"]
+    return _fused(qkv, [2, "T", 64])
+
+
+@pytest.mark.parametrize("length", sorted({1, 63, 64, 65, 127, 128, 129, 201, MAX_LEN}))
+def test_unmasked_matches_eager(plain, length):
+    q, k, v = (torch.randn(2, length, 64) * 2 for _ in range(3))
+    y = plain(q, k, v)
+    torch.testing.assert_close(y, F.scaled_dot_product_attention(q, k, v, scale=0.125), **TOL)
+    _stored_only_output(plain, y)
+
+
+@pytest.fixture(scope="module")
+def causal():
+    qkv = [(n, [2, "T", 64]) for n in "qkv"] + [("m", [1, "T", "T"])]
+    return _fused(qkv, [2, "T", 64], mask=[1, "T", "T"], causal=True, scale=0.5)
+
+
+@pytest.mark.parametrize("length", sorted({1, 63, 64, 65, 129, 201, MAX_LEN}))
+def test_causal_skips_the_mask_and_matches_eager(causal, length):
+    t = tiles(causal.ir, "novella.flash_attention")
+    assert t["tq"] == t["tk"]
+    q, k, v = (torch.randn(2, length, 64) for _ in range(3))
+    unused = torch.full((1, length, length), float("nan"))  # the causal mask operand is never read
+    y = causal(q, k, v, unused)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.5)
+    torch.testing.assert_close(y, want, **TOL)
+    _stored_only_output(causal, y)
+
+
+@pytest.fixture(scope="module")
+def masked():
+    qkv = [(n, [2, "T", 64]) for n in "qkv"] + [("m", [1, "T", "T"])]
+    return _fused(qkv, [2, "T", 64], mask=[1, "T", "T"], scale=1.0)
+
+
+@pytest.mark.parametrize("length", sorted({1, 127, 129, 201, MAX_LEN}))
+def test_banded_mask_with_fully_masked_tile_rows(masked, length):
+    """A sliding window: rows past the first key tile see nothing in it (exp(-inf) must give 0, not NaN)."""
+    i = torch.arange(length)
+    keep = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 40)
+    mask = torch.zeros(1, length, length).masked_fill(~keep, float("-inf"))
+    q, k, v = (torch.randn(2, length, 64) for _ in range(3))
+    y = masked(q, k, v, mask)
+    torch.testing.assert_close(y, F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0], scale=1.0), **TOL)
+
+
+def test_one_row_query_over_a_symbolic_key_length():
+    args = [("q", [4, 1, 64]), ("k", [4, "T", 64]), ("v", [4, "T", 32])]
+    model = _fused(args, [4, 1, 32])
+    for length in (1, 65, 129, MAX_LEN):
+        q, k, v = torch.randn(4, 1, 64), torch.randn(4, length, 64), torch.randn(4, length, 32)
+        y = model(q, k, v)
+        torch.testing.assert_close(y, F.scaled_dot_product_attention(q, k, v, scale=0.125), **TOL)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim=64, **sdpa_kwargs):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(dim, dim) for _ in range(3))
+        self.sdpa_kwargs = sdpa_kwargs
+
+    def forward(self, x):
+        return F.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), **self.sdpa_kwargs)
+
+
+def test_sdpa_is_causal_frontend():
+    torch.manual_seed(0)
+    model = Attention(is_causal=True).eval()
+    npu = compile_torch(model, torch.randn(1, 2, 16, 64), dynamic_dim=2, min_len=1, max_len=MAX_LEN)
+    legal = npu.ir("novella-legalize")
+    assert "causal = 1" in legal and "novella.compare" not in legal and "novella.softmax" not in legal
+    for length in (1, 65, 201, MAX_LEN):
+        x = torch.randn(1, 2, length, 64)
+        torch.testing.assert_close(npu(x), model(x).detach(), **TOL)
+
+
+def test_fuse_attention_off_keeps_three_kernels():
+    torch.manual_seed(0)
+    model = Attention().eval()
+    opts = {"novella-legalize": {"fuse-attention": 0}}
+    npu = compile_torch(model, torch.randn(1, 2, 16, 64), dynamic_dim=2, min_len=1, max_len=64, pass_options=opts)
+    legal = npu.ir("novella-legalize")
+    assert "novella.flash_attention" not in legal and "novella.softmax" in legal
+    x = torch.randn(1, 2, 33, 64)
+    torch.testing.assert_close(npu(x), model(x).detach(), **TOL)
+
+
+def test_head_transposes_and_query_scale_are_absorbed():
+    """Whisper's layout: q scaled, q/k/v split into heads by view + transpose, merged back after."""
+    from test_attention_ops import MultiHeadAttention
+
+    torch.manual_seed(0)
+    model = MultiHeadAttention().eval()
+    npu = compile_torch(model, torch.randn(1, 20, 128), dynamic_dim=1, min_len=1, max_len=MAX_LEN)
+    legal = npu.ir("novella-legalize")
+    assert "heads_minor = array<i64: 1, 1, 1, 1>" in legal and "novella.transpose" not in legal
+    for length in (1, 63, 129, MAX_LEN):
+        x = torch.randn(1, length, 128)
+        torch.testing.assert_close(npu(x), model(x).detach(), **TOL)
+
+
+class ArangeMask(Attention):
+    """A bool mask built from positions, as transformers does; `shift` moves the diagonal."""
+
+    def __init__(self, swapped=False, shift=0):
+        super().__init__()
+        self.swapped, self.shift = swapped, shift
+
+    def forward(self, x):
+        i = torch.arange(x.shape[2])
+        rows, cols = i[None, :], i[:, None] + self.shift
+        keep = cols >= rows if self.swapped else rows <= cols
+        return F.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), attn_mask=keep)
+
+
+@pytest.mark.parametrize("swapped,shift,causal", [(False, 0, True), (True, 0, True), (False, 1, False)])
+def test_position_mask_recognized_as_causal(swapped, shift, causal):
+    """key <= query over position tables is the causal mask (tiles skipped, mask dropped); a shifted
+    diagonal is not, and stays an additive mask operand."""
+    torch.manual_seed(0)
+    model = ArangeMask(swapped, shift).eval()
+    npu = compile_torch(model, torch.randn(1, 2, 16, 64), dynamic_dim=2, min_len=1, max_len=MAX_LEN)
+    legal = npu.ir("novella-legalize")
+    assert ("causal = 1" in legal) == causal and ("novella.compare" in legal) != causal
+    assert "novella.flash_attention" in legal
+    for length in (1, 65, 201, MAX_LEN):
+        x = torch.randn(1, 2, length, 64)
+        torch.testing.assert_close(npu(x), model(x).detach(), **TOL)
