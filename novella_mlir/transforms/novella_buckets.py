@@ -39,6 +39,7 @@ from .common import body_ops, check_symbols, from_attr, functions, set_attr
 OPTIONS = {
     "enable": (int, 1, "emit shape buckets when the cost model predicts a gain (0: one generic program)", (0, 1)),
     "min-gain": (int, 10, "percent fewer predicted cycles a bucket needs at its upper end", (0, 1000)),
+    "max-buckets": (int, 3, "most buckets below the generic program, each nested in the one above", (1, 8)),
 }
 
 ATTR = "novella.buckets"
@@ -76,27 +77,43 @@ def run(module_op, options, config) -> None:
         return total
 
     nominal = [NOMINAL_LENGTH] * len(symbols)
-    b = costmodel.bucket(predict, nominal, hardware.bucket_edges(NOMINAL_LENGTH), options["min-gain"] / 100)
-    if b is None:
+    chain = _chain(predict, nominal, hardware, options)
+    if not chain:
         return
-    s = symbols[b.symbol]
-    entries = []
-    if s.lo <= b.hi:
-        entries.append(_entry(b, symbols, s.lo, min(s.hi, b.hi), list(b.plan)))
-    if s.hi > b.hi:
-        entries.append(_entry(None, symbols, max(s.lo, b.hi + 1), s.hi, nominal, b.symbol))
+    sym = chain[0].symbol
+    s = symbols[sym]
+    entries, lo = [], s.lo
+    for b, base in zip(chain, [c.hi for c in chain[1:]] + [NOMINAL_LENGTH]):
+        if lo <= min(s.hi, b.hi):
+            entries.append(_entry(b, symbols, lo, min(s.hi, b.hi), list(b.plan), base=base))
+        lo = max(lo, b.hi + 1)
+    if s.hi >= lo:
+        entries.append(_entry(None, symbols, lo, s.hi, nominal, sym))
     set_attr(module_op, ATTR, entries)
-    if len(entries) == 1 and entries[0]["reason"] != "generic":  # the whole range is the bucket
+    if len(entries) == 1 and entries[0]["reason"] != "generic":  # the whole range is one bucket
         set_attr(module_op, PLAN_ATTR, entries[0]["plan"])
 
 
-def _entry(b, symbols, lo: int, hi: int, plan: list, symbol: int | None = None) -> dict:
+def _chain(predict, nominal, hardware, options) -> list:
+    """The buckets, shortest first: the first against the generic program, each later one nested
+    below the previous, against that bucket's plan (`costmodel.bucket` again on its sub-range)."""
+    chain, base, edges = [], nominal, hardware.bucket_edges(NOMINAL_LENGTH)
+    while len(chain) < options["max-buckets"]:
+        b = costmodel.bucket(predict, list(base), edges, options["min-gain"] / 100)
+        if b is None or (chain and (b.symbol != chain[-1].symbol or b.hi >= chain[-1].hi)):
+            break
+        chain.append(b)
+        base = list(b.plan)
+    return chain[::-1]
+
+
+def _entry(b, symbols, lo: int, hi: int, plan: list, symbol: int | None = None, base: int = NOMINAL_LENGTH) -> dict:
     if b is None:
         return {"symbol": symbol, "lo": lo, "hi": hi, "plan": plan, "reason": "generic"}
     name = symbols[b.symbol].name
     gains = ", ".join(f"{g:.2f}x" for g in b.gains)
     reason = (
-        f"shape bucket: tiles planned for {name} = {b.hi} instead of {NOMINAL_LENGTH}; the cost model "
+        f"shape bucket: tiles planned for {name} = {b.hi} instead of {base}; the cost model "
         f"predicts {gains} fewer cycles at {name} = {', '.join(map(str, sorted({1, max(b.hi // 2, 1), b.hi})))}"
     )
     return {"symbol": b.symbol, "lo": lo, "hi": hi, "plan": plan, "reason": reason}
