@@ -195,7 +195,7 @@ def is_function_input(v) -> bool:
 def _slice(cx, x, dim: int, start: int, length):
     shape = list(cx.shape(x))
     if sy.as_int(affine(length)) == 0:
-        raise cx.error("a slice of length 0 (an empty tensor) is not supported")
+        raise cx.empty_error(f"the slice along dim {dim} has length 0")
     if sy.equal(affine(length), shape[dim]) and start == 0:
         return x
     shape[dim] = sy.canon(affine(length))
@@ -247,6 +247,8 @@ def split(cx):
 def repeat(cx):
     """x.repeat(reps): each dim d of x (padded to len(reps)) becomes [reps[d], d], a broadcast copy, then merged."""
     x, reps = cx.operand(0), list(cx.const(1))
+    if 0 in reps:
+        raise cx.empty_error(f"repeat({', '.join(map(str, reps))}) has a 0 count")
     shape = [sy.const(1)] * (len(reps) - len(cx.shape(x))) + list(cx.shape(x))
     spread = [e for s in shape for e in (sy.const(1), s)]
     wide = [e for r, s in zip(reps, shape) for e in (sy.const(r), s)]

@@ -278,7 +278,7 @@ def slice_(cx):
         start = max(start + full, 0)
     length = sy.canon(_slice_length(cx, shape[dim], start, end))
     if sy.as_int(length) is not None and sy.as_int(length) <= 0:
-        raise cx.error("a slice of length 0 (an empty tensor) is not supported")
+        raise cx.empty_error(f"the slice along dim {dim} has length 0")
     if sy.equal(length, shape[dim]):
         return x
     shape[dim] = length
