@@ -150,5 +150,7 @@ def test_non_f32_value_names_the_op_and_line_that_produce_it():
 
 
 def test_an_empty_result_is_refused_naming_the_op():
-    with pytest.raises(NovellaError, match=r"'torch.aten.repeat': repeat\(0, 2\) has a 0 count, so the result is an empty"):
+    with pytest.raises(
+        NovellaError, match=r"'torch.aten.repeat': repeat\(0, 2\) has a 0 count, so the result is an empty"
+    ):
         compile_torch(Lambda(lambda x: x.repeat(0, 2)), torch.randn(3, 2), dynamic_dim=0, min_len=1, max_len=16)
