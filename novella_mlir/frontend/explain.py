@@ -141,8 +141,8 @@ def fixing_call(run) -> str | None:
 
 
 def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int, hi: int, culprit=None) -> str:
-    """One sentence (plus what to do) for an exception raised by torch.export; `culprit` names the torch call
-    that fixed the size (`fixing_call`), if found."""
+    """One sentence (plus what to do) for an exception raised by torch.export; `culprit()`, asked only for a
+    size torch fixed, names the torch call that fixed it (`fixing_call`), or None."""
     where = user_line(exc)
     at = f" at {where}" if where else ""
     text = str(exc)
@@ -160,9 +160,10 @@ def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int,
                 f"of dim {dim} instead of keeping it symbolic in [{lo}, {hi}]; recurrent layers are not "
                 "supported, compile for one length (min_len == max_len) or replace the layer"
             )
-        if culprit:
+        call = culprit() if culprit else None
+        if call:
             return (
-                f"{culprit} fixes the size of dim {dim} instead of keeping it symbolic in [{lo}, {hi}]: torch's "
+                f"{call} fixes the size of dim {dim} instead of keeping it symbolic in [{lo}, {hi}]: torch's "
                 "kernel for it needs the size as a number while torch.export traces it; compute the same "
                 "result with other ops (e.g. sums and amax over dims), or compile one length (min_len == max_len)"
             )
