@@ -7,6 +7,7 @@ what to look at and what to do:
 
 * `check_dtypes(module)`: parameters and buffers must be float32;
 * `export_error(exc, module, dim, lo, hi)`: the message for an exception of `torch.export.export`;
+* `fixing_call(run)`: the torch call and user line after which a symbolic size became a constant;
 * `unbacked(prog)`: the message for an exported graph with data-dependent sizes (`nonzero`), else None;
 * `quiet()`: silences torch's noise during export (the `copyreg` FutureWarning,
   the fake-tensor traceback it logs before raising, the graph dumps).

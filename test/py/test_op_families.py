@@ -96,7 +96,7 @@ def test_matrix_norm_fro_and_nuc_refused():
 def test_linalg_norm_vector_and_matrix_and_fliplr_flipud():
     def norms(x):
         n = torch.linalg.norm
-        m = x[0]  # [T, 4]: a matrix norm over the length (torch.export fixes the sizes for ord inf)
+        m = x[0]  # [T, 4]: a matrix norm over the length
         return (n(x), n(x, 3, dim=1), n(x, dim=(1, 2), keepdim=True), n(m, 1), n(m, -1), n(m, "fro"),
                 torch.fliplr(x), torch.flipud(x))  # fmt: skip
 

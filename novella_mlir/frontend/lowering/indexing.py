@@ -369,7 +369,9 @@ def _var(cx, root: bool):
         from .elementwise import size_value
         from .pointwise import scalar_op
 
-        count = scalar_op(cx, "max", scalar_op(cx, "sub", size_value(cx, n), float(corr), check=False), 0.0, False)
+        count = scalar_op(cx, "sub", size_value(cx, n), float(corr), check=False)
+        if sy.value_range(n, cx.symbols)[0] <= corr:  # N - correction can reach 0 or less: clamp as torch does
+            count = scalar_op(cx, "max", count, 0.0, check=False)
         out = cx.emit(DivOp, check=False, lhs=sq, rhs=count)
     if root:
         from .pointwise import math_op
