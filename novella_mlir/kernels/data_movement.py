@@ -243,7 +243,8 @@ class Slice:
         dim, start, inner = self._geometry(op, tv)
         size, have = tv.shape(-1)[dim], tv.shape(0)[dim]
         symbols = module_symbols(op)
-        if not sy.provably_ge(have, size + start, sy.symbol_box(symbols)):
+        box = sy.symbol_box(symbols)
+        if not (sy.provably_ge(have, size + start, box) and sy.provably_ge(start, sy.const(0), box)):
             raise ValueError(f"slice [{start}, {start} + {size}) exceeds dim {dim} of size {have} for some lengths")
         for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(32):
             plan = BufferPlan(target)

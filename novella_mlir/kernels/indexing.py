@@ -14,7 +14,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..target import MAX_COLS
-from . import BufferPlan, Tiling, first, last, tile_rows
+from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
 from .attention import ceildiv, mul
 
 COL_TILE = 512
@@ -107,6 +107,9 @@ class ColumnSlice:
 
     def tile(self, op, tv, target, options):
         outer, _, width, _ = self._dims(op, tv)
+        start = slice_start(op, tv.shape(0)[op.attributes["dim"].value])
+        if not sy.provably_ge(start, sy.const(0), sy.symbol_box(module_symbols(op))):
+            raise ValueError(f"slice from {start} starts before the dim for some lengths")
         tc = _col_tile(width)
         tm, bufs = _row_tiling(2, tc, target, options)
         return Tiling({"tm": tm, "tc": tc}, [ceildiv(outer, tm), ceildiv(width, tc)], bufs)
