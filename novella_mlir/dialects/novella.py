@@ -345,7 +345,9 @@ class ReshapeOp(Novella.Operation, name="reshape"):
 
 
 class SliceOp(Novella.Operation, name="slice"):
-    """`input[start : start + size]` along `dim`; the size is the result's (possibly symbolic) dim."""
+    """`input[start : start + size]` along `dim`; the size is the result's (possibly symbolic) dim. A
+    negative start counts from the end of the dim, as in Python: `start = -1` is position `n - 1` of a
+    `?` dim of size n (`x.select(d, -1)`, `x[:, -3:]`), a start the JIT evaluates at run time."""
 
     input: ext.Operand[Tensor]
     dim: ir.IntegerAttr
@@ -358,12 +360,14 @@ class SliceOp(Novella.Operation, name="slice"):
         x, y = op.operands[0].type, op.results[0].type
         d = _attr(op, "dim", ir.IntegerAttr)
         start = _attr(op, "start", ir.IntegerAttr)
-        if y.rank != x.rank or not 0 <= d < x.rank or start < 0:
+        if y.rank != x.rank or not 0 <= d < x.rank:
             return _fail(op, f"dim {d} / start {start} do not slice {x} to {y}")
         dx, dy = _static_dims(x), _static_dims(y)
         if any(i != d and not _dims_compatible(a, b) for i, (a, b) in enumerate(zip(dx, dy))):
             return _fail(op, f"result {y} may differ from {x} only in dim {d}")
-        if None not in (dx[d], dy[d]) and start + dy[d] > dx[d]:
+        if start < 0 and (dx[d] is not None or (dy[d] is not None and dy[d] > -start)):
+            return _fail(op, f"a negative start {start} (from the end) needs a `?` dim {d} and at most {-start} rows")
+        if start >= 0 and None not in (dx[d], dy[d]) and start + dy[d] > dx[d]:
             return _fail(op, f"slice [{start}, {start + dy[d]}) is out of bounds of dim {d} of {x}")
         return _SameShapeUnary.verify_f32(op)
 

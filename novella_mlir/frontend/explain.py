@@ -7,6 +7,7 @@ what to look at and what to do:
 
 * `check_dtypes(module)`: parameters and buffers must be float32;
 * `export_error(exc, module, dim, lo, hi)`: the message for an exception of `torch.export.export`;
+* `fixing_call(run)`: the torch call and user line after which a symbolic size became a constant;
 * `unbacked(prog)`: the message for an exported graph with data-dependent sizes (`nonzero`), else None;
 * `quiet()`: silences torch's noise during export (the `copyreg` FutureWarning,
   the fake-tensor traceback it logs before raising, the graph dumps).
@@ -25,6 +26,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ..errors import NovellaError
 
@@ -87,8 +89,61 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int, hi: int) -> str:
-    """One sentence (plus what to do) for an exception raised by torch.export."""
+class _SizeWatch(TorchFunctionMode):
+    """Notes the first torch call made from the user's code after which a symbolic size of one of its tensor
+    arguments is a constant (a kernel that read it as an int), with the user's line."""
+
+    culprit: str | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        sizes = [] if self.culprit else _symbolic_sizes((args, kwargs))
+        out = func(*args, **kwargs)
+        if any(_fixed(env, s) for env, s in sizes):
+            line = next((_where(f.filename, f.lineno, f.line) for f in reversed(traceback.extract_stack())
+                         if _is_user(f.filename)), None)  # fmt: skip
+            self.culprit = f"`{_torch_name(func)}`" + (f" at {line}" if line else "")
+        return out
+
+
+def _symbolic_sizes(tree) -> list:
+    out = []
+    for t in torch.utils._pytree.tree_leaves(tree):
+        for e in t.shape if isinstance(t, torch.Tensor) else ():
+            if isinstance(e, torch.SymInt):
+                out += [(e.node.shape_env, s) for s in e.node.expr.free_symbols if not _fixed(e.node.shape_env, s)]
+    return out
+
+
+def _fixed(env, sym) -> bool:
+    r = env.var_to_range.get(sym)
+    return bool(getattr(env.replacements.get(sym), "is_number", False)) or (r is not None and r.lower == r.upper)
+
+
+def _torch_name(func) -> str:
+    name, module = getattr(func, "__name__", str(func)), getattr(func, "__module__", None) or "torch"
+    if module == "torch._C._linalg":
+        return f"torch.linalg.{name.removeprefix('linalg_')}"
+    if "Tensor" in getattr(func, "__qualname__", ""):
+        return f"Tensor.{name}"
+    return f"{module.replace('torch._C._nn', 'torch.nn.functional')}.{name}"
+
+
+def fixing_call(run) -> str | None:
+    """The torch call (and the user's line) that fixed a symbolic size while `run` (an export that fails so)
+    ran once more, watched; None when the size was fixed outside a torch call (e.g. `int(x.shape[1])`)."""
+    watch = _SizeWatch()
+    try:
+        with watch:
+            run()
+    except Exception:  # noqa: BLE001 - the failure is known; only the watch's note is wanted
+        pass
+    return watch.culprit
+
+
+def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int, hi: int, culprit=None) -> str:
+    """One sentence (plus what to do) for an exception raised by torch.export; `culprit()`, asked only for a
+    size torch fixed, names the torch call that fixed it (`fixing_call`), or None."""
     where = user_line(exc)
     at = f" at {where}" if where else ""
     text = str(exc)
@@ -105,6 +160,13 @@ def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int,
                 f"{rnn}: a recurrent layer loops over the sequence in Python, so torch.export fixes the length "
                 f"of dim {dim} instead of keeping it symbolic in [{lo}, {hi}]; recurrent layers are not "
                 "supported, compile for one length (min_len == max_len) or replace the layer"
+            )
+        call = culprit() if culprit else None
+        if call:
+            return (
+                f"{call} fixes the size of dim {dim} instead of keeping it symbolic in [{lo}, {hi}]: torch's "
+                "kernel for it needs the size as a number while torch.export traces it; compute the same "
+                "result with other ops (e.g. sums and amax over dims), or compile one length (min_len == max_len)"
             )
         return (
             f"the model fixes the size of dim {dim}{at} instead of keeping it symbolic in [{lo}, {hi}] "

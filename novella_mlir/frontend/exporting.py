@@ -172,7 +172,13 @@ def export_spec(module, args, spec, raise_error: bool = True, dim: int | str | N
     if isinstance(first, Exception):
         lo, hi = _single(dims)
         where = dim if dim is not None else ", ".join(dims)
-        raise NovellaError(messages.export_error(first, module, where, lo, hi))
+
+        def culprit():
+            return messages.fixing_call(
+                lambda: torch.export.export(module, tuple(args), dynamic_shapes=spec, strict=False)
+            )
+
+        raise NovellaError(messages.export_error(first, module, where, lo, hi, culprit))
     if isinstance(first, str) and raise_error:
         named = ", ".join(f"{n} in [{lo}, {hi}]" for n, (lo, hi) in dims.items())
         raise NarrowedError(f"torch.export cannot keep {named} symbolic: {first}")

@@ -19,6 +19,7 @@ from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
 from . import dtypes, explain, exporting
+from .traceable import symbolic_kernels
 
 # The only decompositions the frontend runs (torch's own, from torch._decomp): composite ops
 # whose parts the NPU lowers. Everything else in the exported graph is lowered as it is.
@@ -87,7 +88,7 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
     range before they are dropped. If torch narrows the range, the error
     names the guard in words."""
     explain.check_dtypes(module)
-    with explain.quiet():
+    with explain.quiet(), symbolic_kernels():
         prog = exporting.export(module, args, dynamic_dim, min_len, max_len)
     data_dependent = explain.unbacked(prog)
     if data_dependent:
@@ -97,7 +98,8 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
 
 def export_spec(module: torch.nn.Module, args, dynamic_shapes):
     """torch.export with torch's `dynamic_shapes` spec of named Dims (see `exporting.export_spec`)."""
-    return exporting.export_spec(module, args, dynamic_shapes)
+    with symbolic_kernels():
+        return exporting.export_spec(module, args, dynamic_shapes)
 
 
 def symbol_names(prog, args, dynamic_shapes) -> dict:
@@ -107,7 +109,7 @@ def symbol_names(prog, args, dynamic_shapes) -> dict:
 def export_static(module: torch.nn.Module, args):
     """torch.export at the example's shapes (one length: a static program)."""
     try:
-        with explain.quiet():
+        with explain.quiet(), symbolic_kernels():
             return torch.export.export(module.eval(), tuple(args), strict=False)
     except Exception as e:  # torch raises many kinds; keep the message, drop the trace
         raise exporting.NovellaError(f"torch.export failed: {str(e).splitlines()[0]}") from None
@@ -120,7 +122,7 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
     targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
     table = globals()["decomposition_table"](targets) if decomposition_table is None else decomposition_table
     if table or any(_mutates(t) for t in targets):
-        with explain.quiet():
+        with explain.quiet(), symbolic_kernels():
             prog = prog.run_decompositions(table)
         exporting.strip_asserts(prog)
     t1 = time.perf_counter()

@@ -18,6 +18,7 @@ from ..dialects import shapes
 from ..dialects.novella import TransposeOp
 from ..target import MAX_COLS
 from . import BufferPlan, Tiling, first, module_symbols, tile_rows
+from .indexing import slice_start
 
 MAX_UNROLL = 64
 
@@ -236,13 +237,14 @@ class Slice:
         shape = tv.shape(0)
         if dim == len(shape) - 1 or any(sy.as_int(e) != 1 for e in shape[:dim]):
             raise ValueError(f"slice along dim {dim} of {[str(e) for e in shape]}: only row ranges are supported")
-        return dim, op.attributes["start"].value, _static_numel(shape[dim + 1 :])
+        return dim, slice_start(op, shape[dim]), _static_numel(shape[dim + 1 :])
 
     def tile(self, op, tv, target, options):
         dim, start, inner = self._geometry(op, tv)
         size, have = tv.shape(-1)[dim], tv.shape(0)[dim]
         symbols = module_symbols(op)
-        if not sy.provably_ge(have, size + sy.const(start), sy.symbol_box(symbols)):
+        box = sy.symbol_box(symbols)
+        if not (sy.provably_ge(have, size + start, box) and sy.provably_ge(start, sy.const(0), box)):
             raise ValueError(f"slice [{start}, {start} + {size}) exceeds dim {dim} of size {have} for some lengths")
         for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(32):
             plan = BufferPlan(target)

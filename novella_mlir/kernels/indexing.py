@@ -10,9 +10,11 @@ row counts may be symbolic.
 
 from __future__ import annotations
 
+from torch_mlir import ir
+
 from .. import symbolic as sy
 from ..target import MAX_COLS
-from . import BufferPlan, Tiling, first, last, tile_rows
+from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
 from .attention import ceildiv, mul
 
 COL_TILE = 512
@@ -41,6 +43,12 @@ def _row_tiling(n_buffers: int, tc: int, target, options, extra: int = 0):
         if plan.fits() or tm == 1:
             return tm, plan.check()
     raise AssertionError("unreachable")
+
+
+def slice_start(op, size) -> ir.AffineExpr:
+    """The first position a `novella.slice` reads along its dim of `size`: a negative start counts from the end."""
+    start = op.attributes["start"].value
+    return sy.canon(size + sy.const(start)) if start < 0 else sy.const(start)
 
 
 def view2d(shape, dim: int):
@@ -90,14 +98,18 @@ class ColumnSlice:
     """`novella.slice` on any dim: the column range [start*inner, (start+len)*inner) of each outer row."""
 
     def _dims(self, op, tv):
-        d, start = op.attributes["dim"].value, op.attributes["start"].value
+        d = op.attributes["dim"].value
         x, y = tv.shape(0), tv.shape(-1)
         outer, width_in = view2d(x, d)
         _, width = view2d(y, d)
-        return outer, width_in, width, sy.const(start) * mul(*x[d + 1 :]) if d + 1 < len(x) else sy.const(start)
+        start = slice_start(op, x[d])
+        return outer, width_in, width, start * mul(*x[d + 1 :]) if d + 1 < len(x) else start
 
     def tile(self, op, tv, target, options):
         outer, _, width, _ = self._dims(op, tv)
+        start = slice_start(op, tv.shape(0)[op.attributes["dim"].value])
+        if not sy.provably_ge(start, sy.const(0), sy.symbol_box(module_symbols(op))):
+            raise ValueError(f"slice from {start} starts before the dim for some lengths")
         tc = _col_tile(width)
         tm, bufs = _row_tiling(2, tc, target, options)
         return Tiling({"tm": tm, "tc": tc}, [ceildiv(outer, tm), ceildiv(width, tc)], bufs)

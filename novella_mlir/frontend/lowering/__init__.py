@@ -130,7 +130,7 @@ class LoweringContext:
             except shapes.ShapeError as e:
                 raise self.error(str(e)) from None
         if any(sy.as_int(e) == 0 for e in result_shape):
-            raise self.error("the result is an empty tensor (a dim of size 0), which the NPU does not hold")
+            raise self.empty_error(f"a dim of the result {[str(e) for e in result_shape]} is 0")
         if check:
             self._check_static(result_shape)
         rtype = sy.tensor_type(result_shape, ir.F32Type.get(), self.n_syms)
@@ -141,6 +141,12 @@ class LoweringContext:
         got = [sy.as_int(e) for e in exprs]
         if len(want) != len(got) or any(w is not None and w != g for w, g in zip(want, got)):
             raise self.error(f"shape mismatch: torch says {want}, the shape rule gives {[str(e) for e in exprs]}")
+
+    def empty_error(self, what: str) -> NovellaError:
+        return self.error(
+            f"{what}, so the result is an empty tensor, which the NPU does not hold (a compiled program "
+            "moves no empty values); remove the op from the model, or build the empty tensor outside it"
+        )
 
     def error(self, message: str) -> NovellaError:
         name = self.op.operation.name

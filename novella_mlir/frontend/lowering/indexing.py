@@ -195,11 +195,26 @@ def is_function_input(v) -> bool:
 def _slice(cx, x, dim: int, start: int, length):
     shape = list(cx.shape(x))
     if sy.as_int(affine(length)) == 0:
-        raise cx.error("a slice of length 0 (an empty tensor) is not supported")
+        raise cx.empty_error(f"the slice along dim {dim} has length 0")
     if sy.equal(affine(length), shape[dim]) and start == 0:
         return x
     shape[dim] = sy.canon(affine(length))
     return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=_i64(start))
+
+
+def slice_from_end(cx, x, dim: int, back: int, length, what: str):
+    """Positions [n - back, n - back + length) of the `?` dim `dim` of size n: a slice whose start the JIT
+    evaluates from the length (a negative start). n >= back must hold at every length the bounds allow."""
+    n = cx.shape(x)[dim]
+    lo = sy.value_range(n, cx.symbols)[0]
+    if lo < back:
+        raise cx.error(
+            f"{what} reads position {back} from the end of dim {dim}, whose size {n} can be as small as {lo}; "
+            f"raise min_len so that the size is at least {back}, or index from the start"
+        )
+    shape = list(cx.shape(x))
+    shape[dim] = sy.canon(length)
+    return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=_i64(-back))
 
 
 def _split_at(cx, x, dim: int, sizes: list):
@@ -232,6 +247,8 @@ def split(cx):
 def repeat(cx):
     """x.repeat(reps): each dim d of x (padded to len(reps)) becomes [reps[d], d], a broadcast copy, then merged."""
     x, reps = cx.operand(0), list(cx.const(1))
+    if 0 in reps:
+        raise cx.empty_error(f"repeat({', '.join(map(str, reps))}) has a 0 count")
     shape = [sy.const(1)] * (len(reps) - len(cx.shape(x))) + list(cx.shape(x))
     spread = [e for s in shape for e in (sy.const(1), s)]
     wide = [e for r, s in zip(reps, shape) for e in (sy.const(r), s)]
@@ -264,11 +281,10 @@ def select(cx):
     x, dim, index = cx.operand(0), cx.const(1), cx.const(2)
     shape = list(cx.shape(x))
     dim %= len(shape)
-    if index < 0:
-        if sy.as_int(shape[dim]) is None:
-            raise cx.error("select with a negative index into a symbolic-size dim is not supported")
-        index += sy.as_int(shape[dim])
-    part = _slice(cx, x, dim, index, 1)
+    if index < 0 and sy.as_int(shape[dim]) is None:
+        part = slice_from_end(cx, x, dim, -index, sy.const(1), f"select({dim}, {index})")
+    else:
+        part = _slice(cx, x, dim, index + (sy.as_int(shape[dim]) if index < 0 else 0), 1)
     return reshape(cx, part, shape[:dim] + shape[dim + 1 :])
 
 
@@ -347,15 +363,15 @@ def _var(cx, root: bool):
     for d in dims:
         sq = _reduce_dim(cx, "sum", sq, d)
     n = sy.canon(sy.numel([shape[d] for d in dims]))
-    if sy.as_int(n) is not None and sy.as_int(n) - corr > 0:
-        out = _scale(cx, sq, 1.0 / (sy.as_int(n) - corr))
-    elif sy.as_int(n) is not None:
-        raise cx.error(f"var over {sy.as_int(n)} elements with correction {corr} divides by zero")
+    if sy.as_int(n) is not None:  # torch divides by max(N - correction, 0): 0 gives inf / nan, as eager does
+        out = _scale(cx, sq, 1.0 / (sy.as_int(n) - corr)) if sy.as_int(n) > corr else _divide(cx, sq, 0.0)
     else:
         from .elementwise import size_value
         from .pointwise import scalar_op
 
         count = scalar_op(cx, "sub", size_value(cx, n), float(corr), check=False)
+        if sy.value_range(n, cx.symbols)[0] <= corr:  # N - correction can reach 0 or less: clamp as torch does
+            count = scalar_op(cx, "max", count, 0.0, check=False)
         out = cx.emit(DivOp, check=False, lhs=sq, rhs=count)
     if root:
         from .pointwise import math_op
@@ -370,6 +386,12 @@ def _scale(cx, x, value: float):
     from .pointwise import scalar_op
 
     return scalar_op(cx, "mul", x, value, check=False)
+
+
+def _divide(cx, x, value: float):
+    from .pointwise import scalar_op
+
+    return scalar_op(cx, "div", x, value, check=False)
 
 
 def var(cx):

@@ -113,8 +113,8 @@ def _vector_norm(cx, x, ord_, dims: list[int], keep: bool):
 
 
 def matrix_norm(cx):
-    """linalg.matrix_norm(x, ord, dim, keepdim) as torch.export leaves it ('fro', 'nuc', 2, -2; torch traces
-    ord 1, -1, inf and -inf through its C++ code, which fixes the sizes: those fail at export)."""
+    """linalg.matrix_norm(x, ord, dim, keepdim) as torch.export leaves it (any ord: `frontend/traceable.py`
+    keeps the length symbolic while torch traces ord 1, -1, inf and -inf)."""
     dims = list(cx.const(2)) if cx.num_operands > 2 and cx.const(2) is not None else [-2, -1]
     keep = bool(cx.const(3)) if cx.num_operands > 3 else False
     return _matrix_norm(cx, cx.operand(0), cx.const(1), dims, keep)

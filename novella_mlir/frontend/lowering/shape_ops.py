@@ -272,15 +272,30 @@ def slice_(cx):
 
         return write_target(cx, x, dim, start, end)  # `buf[:, :, P:P + 1] = k`: a KV-cache write
     full = sy.as_int(shape[dim])
-    if start < 0 and full is not None:
-        start += full
+    if start < 0 and full is None:
+        return _slice_end(cx, x, dim, start, end)
+    if start < 0:
+        start = max(start + full, 0)
     length = sy.canon(_slice_length(cx, shape[dim], start, end))
     if sy.as_int(length) is not None and sy.as_int(length) <= 0:
-        raise cx.error("a slice of length 0 (an empty tensor) is not supported")
+        raise cx.empty_error(f"the slice along dim {dim} has length 0")
     if sy.equal(length, shape[dim]):
         return x
     shape[dim] = length
     return cx.emit(SliceOp, result_shape=shape, input=x, dim=_i64(dim), start=_i64(start))
+
+
+def _slice_end(cx, x, dim: int, start: int, end):
+    """`x[..., start:end]` with a negative start into a `?` dim: `end` is the dim's end or negative too."""
+    from .indexing import slice_from_end
+
+    if end is not None and not (isinstance(end, int) and start < end < 0):
+        raise cx.error(
+            f"slice [{start}:{end}] of the symbolic-size dim {dim}: a negative start needs no end or a negative "
+            "end after it; slice from the start of the dim, or narrow first"
+        )
+    length = -start if end is None else end - start
+    return slice_from_end(cx, x, dim, -start, sy.const(length), f"slice [{start}:{'' if end is None else end}]")
 
 
 INT64_CLAMP = 2**62  # torch writes `x[a:]` as end = INT64_MAX: any end this large is the dim's end

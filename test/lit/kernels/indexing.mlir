@@ -74,3 +74,37 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
   }
 }
+
+// -----
+
+// x.select(1, -1) on a [2, T, 8] input: a negative start counts from the end, so the one row read
+// starts at column (T - 1) * 8 of each [T * 8] row, an offset the JIT evaluates from T.
+// CHECK-LABEL: func.func @last_position
+// CHECK: "novella.slice"(%{{.*}}) {dim = 1 : i64, start = -1 : i64}
+// INST-DAG: #[[OFF:.*]] = affine_map<(d0, d1)[s0] -> (d1 * 8 + (s0 - 1) * 8)>
+// INST-DAG: #[[ROW:.*]] = affine_map<(d0, d1)[s0] -> (s0 * 8)>
+// INST-LABEL: func.func @last_position
+// INST: "novella.inst"(%{{.*}}) {cols = 8 : i64, dram_base = #[[OFF]], dram_stride = #[[ROW]], {{.*}}opcode = "LOAD"
+// INST: kernel = "novella.slice"
+module attributes {novella.symbols = {s0 = ["T", 1, 1024]}} {
+  func.func @last_position(%x: tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>) -> tensor<2x1x8xf32> {
+    %0 = "novella.slice"(%x) {dim = 1 : i64, start = -1 : i64} : (tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>) -> tensor<2x1x8xf32>
+    return %0 : tensor<2x1x8xf32>
+  }
+}
+
+// -----
+
+// x[-3:] along the outer `?` dim of a [T, 16] input: a row range whose first row is T - 3.
+// CHECK-LABEL: func.func @last_rows
+// CHECK: "novella.slice"(%{{.*}}) {dim = 0 : i64, start = -3 : i64}
+// INST-DAG: #[[FIRST:.*]] = affine_map<(d0)[s0] -> ((s0 - 3) * 16)>
+// INST-LABEL: func.func @last_rows
+// INST: "novella.inst"(%{{.*}}) {cols = 16 : i64, dram_base = #[[FIRST]], {{.*}}opcode = "LOAD", row_bound = 3 : i64
+// INST: kernel = "novella.slice"
+module attributes {novella.symbols = {s0 = ["T", 3, 1024]}} {
+  func.func @last_rows(%x: tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>) -> tensor<3x16xf32> {
+    %0 = "novella.slice"(%x) {dim = 0 : i64, start = -3 : i64} : (tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>) -> tensor<3x16xf32>
+    return %0 : tensor<3x16xf32>
+  }
+}

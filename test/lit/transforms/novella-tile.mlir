@@ -103,3 +103,14 @@ module attributes {novella.symbols = {s0 = ["P", 1, 1023], s1 = ["T", 1, 1024]}}
     return %0 : tensor<1x?x?xf32, affine_map<()[s0, s1] -> (1, s1, s0)>>
   }
 }
+
+// -----
+
+// A slice two positions back from the end of a `?` dim that can be 1 long would read before it.
+module attributes {novella.symbols = {s0 = ["T", 1, 1024]}} {
+  func.func @before_the_start(%x: tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>> {novella.dram = affine_map<()[s0] -> (0)>}) -> tensor<2x2x8xf32> {
+    // expected-error @+1 {{'novella.slice' op slice from s0 - 2 starts before the dim for some lengths}}
+    %0 = "novella.slice"(%x) {dim = 1 : i64, start = -2 : i64, novella.dram = affine_map<()[s0] -> (s0 * 16)>, novella.sram_budget = {acc = 65536 : i64, spad = 65536 : i64}} : (tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>) -> tensor<2x2x8xf32>
+    return %0 : tensor<2x2x8xf32>
+  }
+}

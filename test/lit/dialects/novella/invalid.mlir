@@ -158,6 +158,14 @@ func.func @slice_string_dim(%x: tensor<4x8xf32>) -> tensor<4x4xf32> {
 
 // -----
 
+func.func @slice_negative_start_of_a_static_dim(%x: tensor<4x8xf32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{'novella.slice' op a negative start -2 (from the end) needs a `?` dim 1 and at most 2 rows}}
+  %0 = "novella.slice"(%x) {dim = 1 : i64, start = -2 : i64} : (tensor<4x8xf32>) -> tensor<4x2xf32>
+  return %0 : tensor<4x2xf32>
+}
+
+// -----
+
 func.func @scalar_unknown_fn(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   // expected-error @+1 {{'novella.scalar' op unknown fn 'pow' (expected one of add, sub, mul, div, rsub, max, min, lt, le, gt, ge, eq, ne)}}
   %0 = "novella.scalar"(%x) {fn = "pow", value = 2.0 : f32} : (tensor<4x8xf32>) -> tensor<4x8xf32>

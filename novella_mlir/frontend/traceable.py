@@ -1,0 +1,58 @@
+"""Python kernels for composite aten ops whose C++ kernel fixes a symbolic size while torch.export traces it.
+
+torch.export keeps a CompositeImplicitAutograd op such as `aten.linalg_matrix_norm` in the graph, and
+finds its result's shape by running the op's C++ kernel on fake tensors. For ord 1, -1, inf and -inf
+that kernel reads a size as a plain integer, which specializes the length (`T = 5`) and fails the
+export. `symbolic_kernels()` registers, for the duration of an export or a decomposition run, a
+Python kernel for the op with the same result, written with torch ops that keep the size symbolic
+(the abs sums over one dim, then their max or min over the other, as torch defines these norms). It
+is consulted only while torch's Python dispatcher runs (tracing); eager PyTorch is unchanged, and
+the op stays in the graph as it is (`frontend/lowering/reductions.py` lowers it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+
+_CIA = torch._C.DispatchKey.CompositeImplicitAutograd
+
+
+def _matrix_norm(A, ord, dim=(-2, -1), keepdim=False, dtype=None):
+    """torch.linalg.matrix_norm for a numeric ord: 1 / -1 (inf / -inf) are the max / min over the second
+    (first) dim of the abs sums over the other; 2 / -2 (singular values) run torch's own kernel."""
+    op = torch.ops.aten.linalg_matrix_norm.default
+    if abs(float(ord)) not in (1.0, math.inf) or len(dim) != 2:
+        return op._op_dk(_CIA, A, ord, dim, keepdim, dtype=dtype)
+    rank = A.dim()
+    first, second = (d % rank for d in dim)
+    if first == second:
+        raise RuntimeError(f"linalg.matrix_norm: dims must be different. Got ({dim[0]}, {dim[1]})")
+    summed, reduced = (second, first) if math.isinf(ord) else (first, second)
+    sums = torch.linalg.vector_norm(A, 1.0, dim=[summed], keepdim=True, dtype=dtype)
+    out = sums.amax(reduced, keepdim=True) if ord > 0 else sums.amin(reduced, keepdim=True)
+    return out if keepdim else out.squeeze([first, second])
+
+
+_KERNELS = {"linalg_matrix_norm.default": _matrix_norm}
+
+
+@contextlib.contextmanager
+def symbolic_kernels():
+    """The Python kernels above registered for torch's CompositeImplicitAutograd key while the block runs."""
+    ops = []
+    for name, fn in _KERNELS.items():
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload)
+        if _CIA in op.py_kernels:  # someone else's kernel (or an enclosing block's): leave it
+            continue
+        op.py_impl(_CIA)(fn)
+        ops.append(op)
+    try:
+        yield
+    finally:
+        for op in ops:
+            op.py_kernels.pop(_CIA, None)
+            op._dispatch_cache.clear()
