@@ -155,7 +155,8 @@ def _unpool(m) -> dict:
         tiles = []
         for j, v in enumerate(refs["tiles"]):
             t = _type(pools["tiles"][v], dict, f"tiles[{v}]")
-            if t.get("macro") not in local or isinstance(t.get("macro"), bool):
+            mac = t.get("macro")
+            if not isinstance(mac, int) or isinstance(mac, bool) or mac not in local:
                 raise _Bad(f"{f}.tiles[{j}].macro", f"tile rule {v} names macro {_short(t.get('macro'))}, "
                            f"which the program does not list")  # fmt: skip
             tiles.append({**t, "macro": local[t["macro"]]})
