@@ -256,7 +256,7 @@ class Jit:
         guards = {}
         for p in plans:
             if p.guard not in guards:
-                guards[p.guard] = _mask(p.t, syms, dims, n)
+                guards[p.guard] = when_mask(p.t, syms, dims, n)
         masks = np.stack([guards[p.guard] for p in plans], axis=1)
         per_point = masks.sum(axis=1)
         pos = (np.cumsum(masks.ravel()) - 1).reshape(masks.shape)
@@ -314,14 +314,14 @@ def _raise_encoding_error(mm, syms, extents, bases) -> None:
     n = int(np.prod(extents)) if extents else 1
     dims = np.unravel_index(np.arange(n, dtype=np.int64), extents) if extents else ()
     for t in mm.insts:
-        m = _mask(t, syms, dims, n)
+        m = when_mask(t, syms, dims, n)
         if m.any():
             sel = tuple(d[m] for d in dims)
             isa.encode_batch(isa.Opcode[t.opcode], int(m.sum()), _fields(t, syms, sel, bases))
     raise RuntimeError(f"macro {mm.kernel}: a field does not encode, but the encoder accepts every value")
 
 
-def _mask(t, syms, dims, n) -> np.ndarray:
+def when_mask(t, syms, dims, n) -> np.ndarray:
     m = np.ones(n, bool)
     for kind, prog in t.when:
         v = expr.evaluate(prog, syms, dims)

@@ -30,6 +30,7 @@ from simulator import isa
 
 from .. import symbolic as sy
 from . import expr
+from .jit import when_mask
 
 _OPS = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7}
 KINDS = ("write address", "page address", "length")  # what an injected field is (Plan.kind)
@@ -41,14 +42,6 @@ def _has_sym(progs) -> bool:
 
 def _key(x):
     return tuple(_key(v) for v in x) if isinstance(x, list) else x
-
-
-def _mask(t, syms, dims, n) -> np.ndarray:
-    m = np.ones(n, bool)
-    for kind, prog in t.when:
-        v = expr.evaluate(prog, syms, dims)
-        m &= (v == 0) if kind == "eq" else (v >= 0)
-    return m
 
 
 def _last_point(prog, grid) -> bool:
@@ -153,7 +146,7 @@ class Plan:
             extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
             n = int(np.prod(extents)) if extents else 1
             dims = np.unravel_index(np.arange(max(n, 0)), extents) if extents and n > 0 else ()
-            k += (_mask(self.art.macros[tile.macro].insts[j], syms, dims, max(n, 0)).tobytes(),)
+            k += (when_mask(self.art.macros[tile.macro].insts[j], syms, dims, max(n, 0)).tobytes(),)
         return k
 
     def kind(self, ti: int, j: int, name: str) -> str:
