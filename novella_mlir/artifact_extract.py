@@ -4,7 +4,6 @@ DRAM plan, weights); layers of equal shapes share one MacroMeta entry."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 import numpy as np
 from torch_mlir import ir
@@ -32,7 +31,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
             layout[wname] = [sy.evaluate(_dram_expr(op), []), list(weights[wname].shape)]
         elif name == "novella.macro":
             mm, bases = _macro(op, dram)
-            key = json.dumps(asdict(mm), sort_keys=True)
+            key = json.dumps(mm, sort_keys=True, default=vars)  # dataclasses as their fields, uncopied
             idx = index.setdefault(key, len(macros))
             if idx == len(macros):
                 macros.append(mm)

@@ -209,7 +209,7 @@ def store(k: str, artifact, stages) -> None:
         secret = _signing_key(create=True)
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
         artifact.save(tmp / "model.nvla", key=secret)
-        (tmp / "stages.json").write_text(json.dumps({"texts": stages.texts, "seconds": stages.seconds}))
+        (tmp / "stages.json").write_text(json.dumps({"texts": dict(stages.texts), "seconds": stages.seconds}))
         shutil.rmtree(root / k, ignore_errors=True)
         os.replace(tmp, root / k)
     except OSError as e:

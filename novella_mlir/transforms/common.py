@@ -76,8 +76,7 @@ def is_tensor_op(op) -> bool:
 
 def attr_dict(op) -> dict:
     """All attributes of `op` by name."""
-    attrs = op.operation.attributes
-    return {attrs[i].name: attrs[i].attr for i in range(len(attrs))}
+    return dict(op.operation.attributes.items())
 
 
 # ------------------------------------------------------------------ preconditions
