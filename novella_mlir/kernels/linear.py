@@ -25,6 +25,8 @@ class Linear:
     length (`plan_lengths`: the nominal length, or a shape bucket's upper end) and the cheapest
     fitting one wins."""
 
+    exhaustive = False  # score every fitting candidate, no bound (bench/costmodel.py, which replaces `cost`)
+
     def _plan(self, target, tm, tn, tk, k, act, ws):
         plan = BufferPlan(target)
         if ws:
@@ -94,7 +96,7 @@ class Linear:
         bounds = [_lower_bound(target, m, k, n, c) for c in cands]
         best = None
         for i in sorted(range(len(cands)), key=bounds.__getitem__):
-            if best is not None and bounds[i] > best[0][0] * (1 + 1e-9):
+            if best is not None and bounds[i] > best[0][0] * (1 + 1e-9) and not self.exhaustive:
                 break
             tm, tn = cands[i][:2]
             key = (self.cost(target, (m, k, n, act), cands[i]), -tm, -tn, i)
