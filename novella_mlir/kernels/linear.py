@@ -79,17 +79,18 @@ class Linear:
 
     def _search(self, target, m, k, n, act, tile_m):
         """The first, in the loop order below, of the fitting candidates with the least (cost, -tm, -tn).
-        Exact shortcuts: a candidate's SRAM use grows with tk, so the fitting tks of (ws, tm, tn) are a
-        tail of the list (found by bisection); candidates are scored in the order of a lower bound of their cost
+        Exact shortcuts: a candidate's SRAM use grows with tk and tn, so the fitting tks of (ws, tm, tn)
+        are a tail of the list, no shorter than for a larger tn (found by bisection); candidates are scored in the order of a lower bound of their cost
         (`_lower_bound`, at most the cost), until that bound exceeds the best cost."""
         tms = [tile_m] if tile_m else target.array_tiles(16)
         tns, tks = target.divisors(n, target.array_cols), target.divisors(k, target.array_rows)
         cands = []
         for ws in (1, 0):
             for tm in tms:
-                for tn in tns:
+                first = len(tks)
+                for tn in tns:  # largest first: a smaller tn fits from the same tk on, or sooner
                     fits = lambda i, tm=tm, tn=tn, ws=ws: self._plan(target, tm, tn, tks[i], k, act, ws).fits()  # noqa: E731
-                    first = _first_true(len(tks), fits)
+                    first = _first_true(first, fits)
                     cands += [(tm, tn, tk, ws) for tk in tks[first:]]
         if not cands:
             return None, None, self._plan(target, tms[-1], tns[-1], tks[-1], k, act, 0)
