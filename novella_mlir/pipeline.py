@@ -18,13 +18,8 @@ from . import artifact as art_mod
 from . import cache as compile_cache
 from . import kernels
 from . import symbolic as sy
-from .context import make_context
 from .errors import CompileError, InputError, NovellaError
-from .frontend import importer
-from .frontend.exporting import NarrowedError
-from .frontend.lowering import convert, source_location
 from .runtime.executor import Executor
-from .transforms import novella_buckets
 from .transforms.registry import BACKEND_PIPELINE, run_passes
 
 
@@ -146,7 +141,11 @@ def compile_torch(
             stages = Stages()
             stages.texts, stages.seconds = hit[1], hit[2]
             return CompiledModel(hit[0], config, stages)
-    # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims)
+    # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims); a cache
+    # hit does not import the frontend (torch.export, sympy, the torch dialect: ~0.35 s)
+    from .frontend import importer
+    from .frontend.exporting import NarrowedError
+
     if dynamic_shapes is not None:
         prog = importer.export_spec(module, example_args, dynamic_shapes)
         names = importer.symbol_names(prog, example_args, dynamic_shapes)
@@ -178,6 +177,11 @@ def compile_torch(
 def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_options, names=None) -> CompiledModel:
     """The exported program through the FX importer, the frontend and the backend passes. `bounds`
     (min, max) overrides the one symbol's range; None keeps each symbol's (named after `names`)."""
+    from .context import make_context
+    from .frontend import importer
+    from .frontend.lowering import convert
+    from .transforms import novella_buckets
+
     sy.forget()  # proofs and kernel searches are remembered within one compile (repeated layers), not across
     kernels.forget()
     ctx = make_context()
@@ -266,6 +270,8 @@ def _specialize(module, example_args, dynamic_dim, bounds, narrowed, **kw) -> Co
 
 def _excluded(module, example_args, dynamic_dim, rng, narrowed, guard, kw) -> list:
     """The programs (artifacts) of a sub-range torch.export excluded."""
+    from .frontend import importer
+
     r0, r1 = rng
     if r1 - r0 >= 2:
         args = tuple(_resized(x, dynamic_dim, r1) for x in example_args)
@@ -317,6 +323,8 @@ def _check_bounds_encode(model) -> None:
 
 
 def _run(module, flag, config, options) -> None:
+    from .frontend.lowering import source_location
+
     try:
         run_passes(module, [(flag, options)], config)
     except ir.MLIRError as e:
