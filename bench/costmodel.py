@@ -96,10 +96,16 @@ def _compile(case: Case, config: str, length: int, cost):
     examples = [torch.randn(*_shape(s, 16)) for s in case.inputs]
     original, nominal = case.kernel.cost, attention.NOMINAL_LENGTH
     case.kernel.cost, attention.NOMINAL_LENGTH = cost, length
+    exhaustive = vars(case.kernel).get("exhaustive")
+    case.kernel.exhaustive = True  # a search that prunes by the model's bounds would skip candidates here
     try:
         npu = compile_torch(model, *examples, min_len=1, max_len=4096, config=_config(config), cache=False)
     finally:
         case.kernel.cost, attention.NOMINAL_LENGTH = original, nominal
+        if exhaustive is None:
+            del case.kernel.exhaustive
+        else:
+            case.kernel.exhaustive = exhaustive
     return model, npu
 
 

@@ -4,7 +4,6 @@ DRAM plan, weights); layers of equal shapes share one MacroMeta entry."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 import numpy as np
 from torch_mlir import ir
@@ -24,15 +23,15 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
     fn = functions(mop)[0]
     block = fn.regions[0].blocks[0]
     dram = _dram_of(fn)
-    macros, index, tiles, layout = [], {}, [], {}
+    macros, index, tiles, layout, memo = [], {}, [], {}, {}
     for op in body_ops(fn):
         name = op.operation.name
         if name == "novella.weight":
             wname = ir.StringAttr(op.attributes["name"]).value
             layout[wname] = [sy.evaluate(_dram_expr(op), []), list(weights[wname].shape)]
         elif name == "novella.macro":
-            mm, bases = _macro(op, dram)
-            key = json.dumps(asdict(mm), sort_keys=True)
+            mm, bases = _macro(op, dram, memo)
+            key = json.dumps(mm, sort_keys=True, default=vars)  # dataclasses as their fields, uncopied
             idx = index.setdefault(key, len(macros))
             if idx == len(macros):
                 macros.append(mm)
@@ -103,12 +102,12 @@ def _grid(macro) -> list:
     return [sy.to_postfix(e) for e in sy.map_results(macro.attributes["grid"])]
 
 
-def _macro(macro, dram) -> tuple[MacroMeta, dict]:
+def _macro(macro, dram, memo: dict) -> tuple[MacroMeta, dict]:
     n_dims = len(sy.map_results(macro.attributes["grid"]))
     bases = {"-1": sy.to_postfix(dram[macro.results[0]])}
     insts = []
     for inst in macro.regions[0].blocks[0].operations:
-        t = _template(inst)
+        t = _template(inst, memo)
         if t.tensor is not None and t.tensor >= 0:
             bases[str(t.tensor)] = sy.to_postfix(dram[inst.operands[0]])
         insts.append(t)
@@ -117,7 +116,8 @@ def _macro(macro, dram) -> tuple[MacroMeta, dict]:
     return MacroMeta(kernel, n_dims, insts, schedule), bases
 
 
-def _template(inst) -> InstTemplate:
+def _template(inst, memo: dict) -> InstTemplate:
+    """`memo`: postfix programs by affine map attribute (uniqued in the context), shared by equal layers."""
     attrs = attr_dict(inst)
     opcode = ir.StringAttr(attrs.pop("opcode")).value
     tensor = from_attr(attrs.pop("tensor")) if "tensor" in attrs else None
@@ -129,7 +129,9 @@ def _template(inst) -> InstTemplate:
     const, var = {}, {}
     for k, a in attrs.items():
         if isinstance(a, ir.AffineMapAttr):
-            var[k] = [sy.to_postfix(e) for e in a.value.results]
+            if a not in memo:
+                memo[a] = [sy.to_postfix(e) for e in a.value.results]
+            var[k] = [list(p) for p in memo[a]]
         else:
             v = from_attr(a)
             const[k] = int(_ENUMS[k][v]) if k in _ENUMS else v

@@ -22,6 +22,12 @@ Entries live in `$NOVELLA_CACHE_DIR`, else `$XDG_CACHE_HOME/novella-mlir`,
 else `~/.cache/novella-mlir`. Turn it off with `compile_torch(..., cache=False)`
 or `NOVELLA_CACHE=0`. An entry that cannot be read (truncated, corrupted,
 from another format) is reported with a warning and recompiled over.
+
+Entries are signed (HMAC-SHA256) with a random key kept in the cache directory
+(`.key`, readable by its owner only). A hit whose signature checks out was
+written by this compiler, so `artifact.load` skips instantiating it at its bounds
+(which would start numba's runtime, 0.3-0.7 s); the checksum and structural
+checks still run, and an entry that fails them is compiled again.
 """
 
 from __future__ import annotations
@@ -150,6 +156,31 @@ def key(module, example_args, *, dynamic_dim, min_len, max_len, config, pass_opt
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _signing_key(create: bool) -> bytes | None:
+    """The cache directory's secret (32 random bytes in `.key`, mode 0600), made when `create`."""
+    path = directory() / ".key"
+    try:
+        data = path.read_bytes()
+        if len(data) == 32:
+            return data
+    except OSError:
+        pass
+    if not create:
+        return None
+    fd, tmp = tempfile.mkstemp(dir=directory(), prefix=".tmp-key-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(32))
+    try:
+        os.link(tmp, path)  # the first writer wins; a concurrent one reads its key
+    except FileExistsError:
+        pass
+    except OSError:  # no hard links on this file system
+        os.replace(tmp, path)
+        return _signing_key(create=False)
+    os.unlink(tmp)
+    return _signing_key(create=False)
+
+
 def lookup(k: str, config):
     """The cached (artifact, stage texts, stage seconds) for key `k`, or None (missing or unreadable)."""
     from . import artifact as art_mod
@@ -158,7 +189,10 @@ def lookup(k: str, config):
     if not entry.exists():
         return None
     try:
-        art = art_mod.load(entry / "model.nvla", config)
+        secret = _signing_key(create=False)
+        if secret is None:
+            raise OSError("the cache's signing key is missing")
+        art = art_mod.load(entry / "model.nvla", config, key=secret, check_bounds=False)
         stages = json.loads((entry / "stages.json").read_text())
         return art, stages["texts"], stages["seconds"]
     except Exception as e:  # noqa: BLE001 - any damage to an entry means: compile again
@@ -172,9 +206,10 @@ def store(k: str, artifact, stages) -> None:
     root = directory()
     try:
         root.mkdir(parents=True, exist_ok=True)
+        secret = _signing_key(create=True)
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
-        artifact.save(tmp / "model.nvla")
-        (tmp / "stages.json").write_text(json.dumps({"texts": stages.texts, "seconds": stages.seconds}))
+        artifact.save(tmp / "model.nvla", key=secret)
+        (tmp / "stages.json").write_text(json.dumps({"texts": dict(stages.texts), "seconds": stages.seconds}))
         shutil.rmtree(root / k, ignore_errors=True)
         os.replace(tmp, root / k)
     except OSError as e:

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -15,22 +16,46 @@ from simulator import isa, load_config
 
 from . import artifact as art_mod
 from . import cache as compile_cache
+from . import kernels
 from . import symbolic as sy
-from .context import make_context
 from .errors import CompileError, InputError, NovellaError
-from .frontend import importer
-from .frontend.exporting import NarrowedError
-from .frontend.lowering import convert, source_location
 from .runtime.executor import Executor
-from .transforms import novella_buckets
 from .transforms.registry import BACKEND_PIPELINE, run_passes
 
 
+class IRTexts(Mapping):
+    """Stage name -> IR text. Each stage keeps a clone of its module (a C++ copy, ~0.05 ms) and prints
+    it when first read: printing the encoder's 15 stages is ~70 ms of a compile that may never read them."""
+
+    def __init__(self):
+        self._items: dict = {}  # name -> text, a module clone not printed yet, or ("alias", stage)
+
+    def __getitem__(self, name: str) -> str:
+        v = self._items[name]
+        if isinstance(v, tuple):
+            return self[v[1]]
+        if not isinstance(v, str):
+            v = self._items[name] = str(v)
+        return v
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def keep(self, name: str, module: ir.Module) -> None:
+        self._items[name] = module.operation.clone()
+
+    def alias(self, name: str, of: str) -> None:
+        self._items[name] = ("alias", of)
+
+
 class Stages:
-    """IR text after each stage, optionally dumped as numbered files."""
+    """IR text after each stage (`texts`, printed when read), optionally dumped as numbered files."""
 
     def __init__(self, dump_dir=None):
-        self.texts: dict[str, str] = {}
+        self.texts: Mapping[str, str] = IRTexts()
         self.seconds: dict[str, float] = {}
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self._t = time.perf_counter()
@@ -39,13 +64,13 @@ class Stages:
 
     def alias(self, name: str, of: str) -> None:
         """`name` shows the text recorded as `of` (the generic program's stages, by its range too)."""
-        self.texts[name] = self.texts[of]
+        self.texts.alias(name, of)
 
     def record(self, name: str, module: ir.Module) -> None:
         _verify(module, name)
         now = time.perf_counter()
         self.seconds[name], self._t = now - self._t, now
-        self.texts[name] = str(module)
+        self.texts.keep(name, module)
         if self.dump_dir:
             (self.dump_dir / f"{len(self.texts) - 1:02d}-{name}.mlir").write_text(self.texts[name])
 
@@ -116,7 +141,11 @@ def compile_torch(
             stages = Stages()
             stages.texts, stages.seconds = hit[1], hit[2]
             return CompiledModel(hit[0], config, stages)
-    # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims)
+    # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims); a cache
+    # hit does not import the frontend (torch.export, sympy, the torch dialect: ~0.35 s)
+    from .frontend import importer
+    from .frontend.exporting import NarrowedError
+
     if dynamic_shapes is not None:
         prog = importer.export_spec(module, example_args, dynamic_shapes)
         names = importer.symbol_names(prog, example_args, dynamic_shapes)
@@ -148,7 +177,13 @@ def compile_torch(
 def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_options, names=None) -> CompiledModel:
     """The exported program through the FX importer, the frontend and the backend passes. `bounds`
     (min, max) overrides the one symbol's range; None keeps each symbol's (named after `names`)."""
-    sy.forget()  # proofs are remembered within one compile (repeated layers), not across compiles
+    from .context import make_context
+    from .frontend import importer
+    from .frontend.lowering import convert
+    from .transforms import novella_buckets
+
+    sy.forget()  # proofs and kernel searches are remembered within one compile (repeated layers), not across
+    kernels.forget()
     ctx = make_context()
     stages = Stages(dump_dir)
     imported = importer.import_program(ctx, prog, decomposition_table, names=names)
@@ -235,6 +270,8 @@ def _specialize(module, example_args, dynamic_dim, bounds, narrowed, **kw) -> Co
 
 def _excluded(module, example_args, dynamic_dim, rng, narrowed, guard, kw) -> list:
     """The programs (artifacts) of a sub-range torch.export excluded."""
+    from .frontend import importer
+
     r0, r1 = rng
     if r1 - r0 >= 2:
         args = tuple(_resized(x, dynamic_dim, r1) for x in example_args)
@@ -286,6 +323,8 @@ def _check_bounds_encode(model) -> None:
 
 
 def _run(module, flag, config, options) -> None:
+    from .frontend.lowering import source_location
+
     try:
         run_passes(module, [(flag, options)], config)
     except ir.MLIRError as e:

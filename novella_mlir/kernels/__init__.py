@@ -21,12 +21,29 @@ Tensors are seen as row-major 2-D views `[rows, cols]` where `cols` is the
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..errors import TileFitError
+
+_MEMOS: list = []
+
+
+def memoized(fn):
+    """`fn` remembering its results within one compile (a cost or tile search asked again for layers of
+    equal shape, and by `--novella-buckets` then `--novella-tile`); `forget` drops them all."""
+    memo = functools.lru_cache(maxsize=4096)(fn)
+    _MEMOS.append(memo)
+    return memo
+
+
+def forget() -> None:
+    """Drops every kernel memo (`compile_torch` starts each compile without them, as `symbolic.forget`)."""
+    for memo in _MEMOS:
+        memo.cache_clear()
 
 
 def module_symbols(op) -> list[sy.Symbol]:

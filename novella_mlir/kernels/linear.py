@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-
 from .. import costmodel as cm
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, last, plan_lengths, tile_rows
+from . import BufferPlan, Tiling, first, last, memoized, plan_lengths, tile_rows
 from .attention import _pieces
 from .elementwise import ACT_FNS as _ACT_FNS
 from .elementwise import emit_act
@@ -27,6 +25,8 @@ class Linear:
     length (`plan_lengths`: the nominal length, or a shape bucket's upper end) and the cheapest
     fitting one wins."""
 
+    exhaustive = False  # score every fitting candidate, no bound (bench/costmodel.py, which replaces `cost`)
+
     def _plan(self, target, tm, tn, tk, k, act, ws):
         plan = BufferPlan(target)
         if ws:
@@ -42,6 +42,7 @@ class Linear:
         plan.add("acc", "acc", tm * tn)
         return plan
 
+    @memoized
     def cost(self, target, dims, cand) -> float:
         """Predicted cycles of the whole op (cost model): dims = (M, K, N, act), cand = (tm, tn, tk, ws).
         Weight-stationary, the first step of each column block also loads the weight slab and bias
@@ -77,18 +78,33 @@ class Linear:
         return _choose(self, target, m, k, n, act, options.get("tile-m") or 0)
 
     def _search(self, target, m, k, n, act, tile_m):
+        """The first, in the loop order below, of the fitting candidates with the least (cost, -tm, -tn).
+        Exact shortcuts: a candidate's SRAM use grows with tk and tn, so the fitting tks of (ws, tm, tn)
+        are a tail of the list, no shorter than for a larger tn (found by bisection); candidates are scored in the order of a lower bound of their cost
+        (`_lower_bound`, at most the cost), until that bound exceeds the best cost."""
         tms = [tile_m] if tile_m else target.array_tiles(16)
-        best, plan = None, None
+        tns, tks = target.divisors(n, target.array_cols), target.divisors(k, target.array_rows)
+        cands = []
         for ws in (1, 0):
             for tm in tms:
-                for tn in target.divisors(n, target.array_cols):
-                    for tk in target.divisors(k, target.array_rows):
-                        plan = self._plan(target, tm, tn, tk, k, act, ws)
-                        if plan.fits():
-                            key = (self.cost(target, (m, k, n, act), (tm, tn, tk, ws)), -tm, -tn)
-                            if best is None or key < best[0]:
-                                best = (key, (tm, tn, tk, ws), plan)
-        return best or (None, None, plan)
+                first = len(tks)
+                for tn in tns:  # largest first: a smaller tn fits from the same tk on, or sooner
+                    fits = lambda i, tm=tm, tn=tn, ws=ws: self._plan(target, tm, tn, tks[i], k, act, ws).fits()  # noqa: E731
+                    first = _first_true(first, fits)
+                    cands += [(tm, tn, tk, ws) for tk in tks[first:]]
+        if not cands:
+            return None, None, self._plan(target, tms[-1], tns[-1], tks[-1], k, act, 0)
+        bounds = [_lower_bound(target, m, k, n, c) for c in cands]
+        best = None
+        for i in sorted(range(len(cands)), key=bounds.__getitem__):
+            if best is not None and bounds[i] > best[0][0] * (1 + 1e-9) and not self.exhaustive:
+                break
+            tm, tn = cands[i][:2]
+            key = (self.cost(target, (m, k, n, act), cands[i]), -tm, -tn, i)
+            if best is None or key < best[0]:
+                best = (key, cands[i])
+        tm, tn, tk, ws = best[1]
+        return best[0][:3], best[1], self._plan(target, tm, tn, tk, k, act, ws)
 
     def predict(self, op, tv, target, options, plan, at) -> float | None:
         """Cycles at symbol values `at` of the tiling chosen when planning for `plan`."""
@@ -163,6 +179,26 @@ class Linear:
         )
 
 
-@functools.lru_cache(maxsize=1024)
+def _first_true(n: int, pred) -> int:
+    """The least i in [0, n] with pred(i), for a pred that stays true once true (n: none)."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if pred(mid) else (mid + 1, hi)
+    return lo
+
+
+def _lower_bound(target, m, k, n, cand) -> float:
+    """At most `Linear.cost` of `cand`: the larger of its MATMUL cycles and its DRAM data cycles without
+    burst rounding (each step's period is at least its compute and its DRAM data; the fill is not negative)."""
+    tm, tn, tk, ws = cand
+    pieces = _pieces(m, tm)
+    mac = (n // tn) * (k // tk) * sum(nr * cm.matmul(target, r, tk, tn) for r, nr in pieces)
+    w_reads = 1 if ws else sum(nr for _, nr in pieces)
+    elems = (n // tn) * m * k + w_reads * n * k + m * n
+    return max(mac, elems * 4 / target.dram_bytes_per_cycle)
+
+
+@memoized
 def _choose(kernel, target, m, k, n, act, tile_m):
     return kernel._search(target, m, k, n, act, tile_m)

@@ -76,8 +76,7 @@ def is_tensor_op(op) -> bool:
 
 def attr_dict(op) -> dict:
     """All attributes of `op` by name."""
-    attrs = op.operation.attributes
-    return {attrs[i].name: attrs[i].attr for i in range(len(attrs))}
+    return dict(op.operation.attributes.items())
 
 
 # ------------------------------------------------------------------ preconditions
@@ -116,13 +115,18 @@ def check_symbols(module_op) -> list[sy.Symbol]:
 def _check_symbol_uses(module_op, n: int) -> None:
     """Every affine map in types and attributes uses only declared symbols."""
     found: list = []
+    types, maps = set(), set()  # seen (uniqued): a repeated one was found, or passed, at its first use
 
     def check(op):
-        for v in list(op.operands) + list(op.results):
-            if isinstance(v.type, ir.RankedTensorType) and isinstance(v.type.encoding, ir.AffineMapAttr):
-                found.append((op, v.type.encoding, f"type {v.type}"))
+        for v in (*op.operands, *op.results):
+            t = v.type
+            if t not in types:
+                types.add(t)
+                if isinstance(t, ir.RankedTensorType) and isinstance(t.encoding, ir.AffineMapAttr):
+                    found.append((op, t.encoding, f"type {t}"))
         for name, a in attr_dict(op).items():
-            if isinstance(a, ir.AffineMapAttr):
+            if isinstance(a, ir.AffineMapAttr) and a not in maps:
+                maps.add(a)
                 found.append((op, a, f"attribute '{name}'"))
         return ir.WalkResult.ADVANCE
 

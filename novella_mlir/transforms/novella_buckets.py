@@ -28,6 +28,7 @@ one program).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from .. import costmodel
 from .. import symbolic as sy
@@ -67,7 +68,8 @@ def run(module_op, options, config) -> None:
         return
     views = [TensorView(op) for op, _, _ in ops]
 
-    def predict(plan, at):
+    @functools.cache  # the generic plan is asked again at each edge's lengths
+    def predict_at(plan, at):
         total = 0.0
         for (op, k, target), tv in zip(ops, views):
             c = k.predict(op, tv, target, {}, plan, at)
@@ -75,6 +77,9 @@ def run(module_op, options, config) -> None:
                 return None
             total += c
         return total
+
+    def predict(plan, at):
+        return predict_at(tuple(plan), tuple(at))
 
     nominal = [NOMINAL_LENGTH] * len(symbols)
     chain = _chain(predict, nominal, hardware, options)

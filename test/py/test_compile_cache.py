@@ -92,6 +92,37 @@ def test_corrupted_entry_warns_and_recompiles(on):
     _compile(model)  # the entry was rewritten: a clean hit
 
 
+def test_a_signed_hit_skips_the_bound_check(on, monkeypatch):
+    from novella_mlir import artifact
+
+    model = _mlp()
+    _compile(model)
+    assert ((on / ".key").stat().st_mode & 0o777) == 0o600
+    monkeypatch.setattr(artifact, "_check_encodes", lambda *a: pytest.fail("a signed hit must not instantiate"))
+    npu = _compile(model)
+    x = torch.randn(1, 9, 32)
+    torch.testing.assert_close(npu(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_an_entry_not_signed_with_the_caches_key_is_recompiled(on):
+    from novella_mlir import artifact
+
+    model = _mlp()
+    first = _compile(model)
+    (entry,) = _entries(on)
+    first.artifact.save(entry / "model.nvla", key=b"another key")  # well-formed, checksum fine, foreign signer
+    with pytest.warns(UserWarning, match="HMAC-SHA256 mismatch.*compiling again"):
+        _compile(model)
+    artifact.load(entry / "model.nvla", key=(on / ".key").read_bytes(), check_bounds=False)  # rewritten, signed
+
+
+def test_unsigned_load_cannot_skip_the_bound_check(tmp_path):
+    from novella_mlir import ArtifactError, artifact
+
+    with pytest.raises(ArtifactError, match="needs the signing key"):
+        artifact.load(tmp_path / "x.nvla", check_bounds=False)
+
+
 @pytest.mark.parametrize("how", ["argument", "env"])
 def test_cache_can_be_turned_off(on, monkeypatch, how):
     if how == "env":

@@ -1,0 +1,44 @@
+"""The linear tile search's exact shortcuts (bisected fit, lower-bound pruning) pick what scoring every
+fitting candidate picks, and its bound never exceeds the cost model's cycles."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from novella_mlir import kernels
+from novella_mlir.kernels import linear
+from novella_mlir.target import Target
+from simulator import load_config
+
+BASE = Target.from_config(load_config())
+SHAPES = [(64, 96), (384, 1536), (1536, 384), (80, 384), (1024, 64), (48, 40), (7, 9)]
+
+
+def _search(target, m, k, n, act, tile_m, exhaustive):
+    kernels.forget()
+    old = linear.Linear.exhaustive
+    linear.Linear.exhaustive = exhaustive
+    try:
+        return linear.Linear()._search(target, m, k, n, act, tile_m)
+    finally:
+        linear.Linear.exhaustive = old
+
+
+@pytest.mark.parametrize("spad", [0, 65536, 4096, 1024])
+def test_pruned_search_picks_as_the_exhaustive_one(spad):
+    target = BASE.with_budget({"spad": spad, "acc": BASE.budget_acc}) if spad else BASE
+    for m, (k, n), act, tile_m in itertools.product((1, 17, 300, 1500), SHAPES, ("none", "gelu"), (0, 32)):
+        fast = _search(target, m, k, n, act, tile_m, exhaustive=False)
+        slow = _search(target, m, k, n, act, tile_m, exhaustive=True)
+        assert fast[:2] == slow[:2], (m, k, n, act, tile_m)
+        assert fast[2].used == slow[2].used and fast[2].buffers == slow[2].buffers
+
+
+def test_lower_bound_is_at_most_the_cost():
+    lin = linear.Linear()
+    for m, (k, n), act in itertools.product((1, 17, 300), SHAPES, ("none", "gelu")):
+        for tm, tn, tk, ws in itertools.product((16, 64), BASE.divisors(n), BASE.divisors(k, BASE.array_rows), (0, 1)):
+            cand = (tm, tn, tk, ws)
+            assert linear._lower_bound(BASE, m, k, n, cand) <= lin.cost(BASE, (m, k, n, act), cand) + 1e-6, cand
