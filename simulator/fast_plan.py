@@ -4,6 +4,8 @@ memories' tiles) plus the hazard checker's intervals."""
 
 from __future__ import annotations
 
+from operator import setitem
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -161,6 +163,10 @@ def _reduce(ufunc, a, dst):
     dst[...] = ufunc.reduce(a, 1, None, None, True)  # what np.sum / np.max(a, axis=1, keepdims=True) call
 
 
+def _reduce_out(ufunc, a, dst):
+    ufunc.reduce(a, 1, None, dst, True)  # the same reduction written in place (contiguous tiles that do not overlap)
+
+
 def _erf(a, dst):
     from ._fast_numba import erf_into  # numba compiles on first use
 
@@ -223,6 +229,7 @@ class Plan:
         h, a, sp = self.handler, self.args, self.spans
         self.handler, self.args, self.spans = [h[k] for k in of], [a[k] for k in of], [sp[k] for k in of]
         self.calls = list(zip(self.handler, self.args))
+        self.schedules: dict = {}  # check_hazards -> the compiled issue loop's result (`fast._schedule`)
 
     def _unknown_fields(self, op) -> np.ndarray:
         """Words that set a field of `op`'s layout its fast form does not implement."""
@@ -331,14 +338,14 @@ class Plan:
                 spans = [dram, sram] if n else [sram]
                 dst = self.views.get(mem, sa, ss, rows, nc)
                 if lo == 0 and hi == rows:  # every row in bounds: a copy
-                    self._prepare(i, spans, np.copyto, (dst, src))
+                    self._prepare(i, spans, setitem, (dst, ..., src))  # dst[...] = src: no copyto dispatch
                 else:
                     self._prepare(i, spans, _load, (dst, lo, hi, src))
             elif n:
                 sram = self._span(mem, False, sa + lo * ss, ss, n, nc)
                 if sram is not None and dram is not None:
-                    args = (self.views.get(2, da, ds, n, nc), self.views.get(mem, sa + lo * ss, ss, n, nc))
-                    self._prepare(i, [sram, dram], np.copyto, args)
+                    args = (self.views.get(2, da, ds, n, nc), ..., self.views.get(mem, sa + lo * ss, ss, n, nc))
+                    self._prepare(i, [sram, dram], setitem, args)
             elif nc:
                 self._prepare(i, [], _nop, ())
 
@@ -416,9 +423,14 @@ class Plan:
             else:
                 self._prepare(i, [*spans, d_span], ufunc, (a_view, b_val, d_view))
         elif fn in REDUCE_FNS:
-            self._prepare(i, [*spans, d_span], _reduce, (_REDUCE_UFUNC[fn], a_view, d_view))
+            ufunc = _REDUCE_UFUNC[fn]
+            apart = a_view is not None and (a[0] != dst[0] or d_span[2] <= spans[0][1] or spans[0][2] <= d_span[1])
+            into = apart and a_view.flags.c_contiguous and d_view.flags.c_contiguous
+            self._prepare(i, [*spans, d_span], _reduce_out if into else _reduce, (ufunc, a_view, d_view))
         elif fn == VecFn.ERF and a_view is not None and _same_or_apart(a, dst, spans[0], d_span):
             self._prepare(i, [*spans, d_span], _erf, (a_view, d_view))
+        elif fn == VecFn.COPY and a_view is not None:
+            self._prepare(i, [*spans, d_span], setitem, (d_view, ..., a_view))  # NumPy buffers an overlap
         elif a_view is not None and _contiguous_ufunc(UNARY_OPS[fn], a_view, d_view):
             self._prepare(i, [*spans, d_span], _unary_out, (UNARY_OPS[fn], a_view, d_view))
         else:
