@@ -80,6 +80,7 @@ def _inbound_rows(start, step, bound, rows):
     return lo, np.maximum(hi, lo)
 
 
+_BROADCAST_FNS = (VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV)  # `_fast_numba.broadcast_into`'s op codes
 _REDUCE_UFUNC = {VecFn.ROWSUM: np.add, VecFn.ROWMAX: np.maximum}
 _FLAG_MASK = np.uint64(~0xF0 & 0xFFFFFFFFFFFFFFFF)
 
@@ -417,6 +418,8 @@ class Plan:
                 spans.append(self._span(dst[0], False, dst[1], dst[2], rows, out_cols))
                 self._prepare(i, [*spans, d_span], _select, (a_view, b_val, d_view))
                 return
+            if self._broadcast(i, fn, mode, a, dst, spans, d_span, a_view, b_val, d_view):
+                return
             ufunc = BINARY_OPS[fn]  # exact IEEE arithmetic; NumPy buffers inputs that overlap the output
             if ufunc in (np.maximum, np.minimum):
                 self._prepare(i, [*spans, d_span], _binary, (ufunc, a_view, b_val, d_view))
@@ -435,3 +438,19 @@ class Plan:
             self._prepare(i, [*spans, d_span], _unary_out, (UNARY_OPS[fn], a_view, d_view))
         else:
             self._prepare(i, [*spans, d_span], _unary, (UNARY_OPS[fn], a_view, d_view))
+
+    def _broadcast(self, i, fn, mode, a, dst, spans, d_span, a_view, b_val, d_view) -> bool:
+        """+, -, *, / of a row, column or scalar operand: the compiled loop (`_fast_numba.broadcast_into`, the
+        same fp32 operation per element; NumPy's broadcasting loop is 2-3x slower), if no tile overlaps."""
+        if fn not in _BROADCAST_FNS or mode == VecMode.TENSOR or a_view is None or b_val is None:
+            return False
+        if not _same_or_apart(a, dst, spans[0], d_span):
+            return False
+        if mode == VecMode.SCALAR:
+            b_val = np.full((1, 1), b_val, F32)
+        elif not (spans[1][3] != d_span[3] or d_span[2] <= spans[1][1] or spans[1][2] <= d_span[1]):
+            return False
+        from ._fast_numba import broadcast_into  # numba compiles on first use
+
+        self._prepare(i, [*spans, d_span], broadcast_into, (int(fn), a_view, b_val, d_view))
+        return True

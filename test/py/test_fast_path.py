@@ -123,6 +123,9 @@ VEC_WORDS = [
     _vec(VecFn.FILL, imm=-2.25, dst_mem=1),
     _vec(VecFn.COPY, dst_addr=2, dst_stride=3),  # overlapping rows: the readable path
     _vec(VecFn.ADD, mode=VecMode.COL, b_stride=0),  # a broadcast column
+    _vec(VecFn.MUL, mode=VecMode.COL, dst_addr=0, dst_stride=9),  # in place (the compiled broadcast loop)
+    _vec(VecFn.DIV, mode=VecMode.SCALAR, imm=0.0),  # division by zero, bit for bit
+    _vec(VecFn.SUB, mode=VecMode.ROW, b_addr=402),  # the row inside the destination: NumPy's loop
     _vec(VecFn.ROWSUM, cols=0),  # an error on both paths
     _vec(VecFn.EXP, dst_addr=65530),  # out of range on both paths
     encode(Opcode.MATMUL, m=5, k=7, n=3, a_stride=9, b_addr=100, b_stride=8, acc_stride=3, transpose_b=1),
