@@ -214,3 +214,40 @@ def erf_into(a, dst, p, q):
         _erf_row(row, den, p, q)
         for j in range(a.shape[1]):
             dst[i, j] = row[j]
+
+
+@nb.njit(cache=True, error_model="numpy")
+def broadcast_into(op, a, b, dst):
+    """dst = a (+, -, *, /)[op] b, b a (1, cols) row, a (rows, 1) column or a (1, 1) scalar broadcast over a's
+    shape: one IEEE fp32 operation per element, as NumPy's ufunc (bit for bit), without NumPy's slow
+    broadcasting loop. `dst` is `a`'s tile or disjoint from it, and disjoint from `b`."""
+    if b.shape[1] > 1:
+        for i in range(a.shape[0]):
+            bi = i if b.shape[0] > 1 else 0
+            if op == 0:
+                for j in range(a.shape[1]):
+                    dst[i, j] = a[i, j] + b[bi, j]
+            elif op == 1:
+                for j in range(a.shape[1]):
+                    dst[i, j] = a[i, j] - b[bi, j]
+            elif op == 2:
+                for j in range(a.shape[1]):
+                    dst[i, j] = a[i, j] * b[bi, j]
+            else:
+                for j in range(a.shape[1]):
+                    dst[i, j] = a[i, j] / b[bi, j]
+        return
+    for i in range(a.shape[0]):
+        y = b[i if b.shape[0] > 1 else 0, 0]
+        if op == 0:
+            for j in range(a.shape[1]):
+                dst[i, j] = a[i, j] + y
+        elif op == 1:
+            for j in range(a.shape[1]):
+                dst[i, j] = a[i, j] - y
+        elif op == 2:
+            for j in range(a.shape[1]):
+                dst[i, j] = a[i, j] * y
+        else:
+            for j in range(a.shape[1]):
+                dst[i, j] = a[i, j] / y

@@ -58,37 +58,52 @@ def run(sim, plan: Plan):
 
 
 def _compiled(sim, plan: Plan):
-    from . import _fast_numba as nb
-
-    tm = sim.timing
-    data = tm.dma_cycles(plan.charged)
-    latency = sim.config.issue_cycles + sim.config.dma_latency
-    status, order, start, end, waits = nb.schedule(
-        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, latency,
-        plan.acc_ids, plan.span_rows, plan.win_off, sim.check_hazards,
-    )  # fmt: skip
-    if status != nb.OK:
+    done = _schedule(sim, plan)
+    if done is None:
         return None
-    calls = plan.calls
+    order, start, end, waits, ordered = done
     progress = sim.progress
-    order_list = order.tolist()
-    step = len(order_list) if progress is None else 1024
+    step = len(ordered) if progress is None else 1024
     with np.errstate(all="ignore"):
-        for k in range(0, len(order_list), step):
-            chunk = order_list[k : k + step]
-            for f, a in itemgetter(*chunk)(calls) if len(chunk) > 1 else (calls[chunk[0]],):
+        for k in range(0, len(ordered), step):
+            for f, a in ordered[k : k + step]:
                 f(*a)
-            if progress is not None and len(chunk) == step:
+            if progress is not None and k + step <= len(ordered):
                 progress.update(step)
+    tm = sim.timing
     loop = _Loop(sim, plan)
     loop.order, loop.start, loop.end = order, start, end
-    loop.waits = waits.tolist()
+    loop.waits = [list(w) for w in waits]
     for q, name in enumerate(QUEUES):
         done = order[plan.queue[order] == q]
         tm.queue_free[name] = int(end[done[-1]]) if len(done) else 0
     dma = order[plan.fixed[order] < 0]
     tm.dram_free = int(end[dma[-1]]) if len(dma) else 0
     return loop._stats([0, 0, 0])
+
+
+def _schedule(sim, plan: Plan):
+    """(order, start, end, token waits, the (handler, args) in that order) of the compiled issue loop, or None
+    (a race or deadlock: the Python loop reports it). Data-independent, so kept on the plan for the next run
+    of the same program; a run checked for hazards also serves an unchecked one (same order and cycles)."""
+    check = bool(sim.check_hazards)
+    done = plan.schedules.get(check) or (None if check else plan.schedules.get(True))
+    if done is not None:
+        return done
+    from . import _fast_numba as nb
+
+    data = sim.timing.dma_cycles(plan.charged)
+    latency = sim.config.issue_cycles + sim.config.dma_latency
+    status, order, start, end, waits = nb.schedule(
+        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, latency,
+        plan.acc_ids, plan.span_rows, plan.win_off, check,
+    )  # fmt: skip
+    if status != nb.OK:
+        return None
+    order_list = order.tolist()
+    ordered = itemgetter(*order_list)(plan.calls) if len(order_list) > 1 else (plan.calls[order_list[0]],)
+    done = plan.schedules[check] = (order, start, end, tuple(map(tuple, waits.tolist())), ordered)
+    return done
 
 
 class _Loop:

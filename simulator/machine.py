@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from . import fast
 from .config import NovellaConfig, load_config
@@ -77,14 +77,14 @@ class Simulator:
         asked; both give the same memories, cycles and stats."""
         if self.fast and not self.trace_enabled:
             self._reset()
-            with threadpool_limits(1, user_api="blas"):
+            with _one_blas_thread():
                 return fast.run(self, self._prepared(words))
         self._insts = self._decode(words)
         self._queues = {q: [] for q in QUEUES}
         for i, inst in enumerate(self._insts):
             self._queues[inst.queue].append(i)
         self._reset()
-        with threadpool_limits(1, user_api="blas"):
+        with _one_blas_thread():
             while (q := self._pick()) is not None:
                 self._step(q)
                 if self.progress is not None and not self.stats.instructions & 1023:
@@ -218,3 +218,13 @@ class Simulator:
                 self.trace.wait(unit, channel, free, start)
             args = {"index": index, **inst.fields}
             self.trace.span(unit, _event_name(inst), start, end, args)
+
+
+_CONTROLLER: list = []
+
+
+def _one_blas_thread():
+    """BLAS limited to one thread for a run (the controller is made once: scanning the libraries costs ~1 ms)."""
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0].limit(limits=1, user_api="blas")

@@ -117,9 +117,15 @@ VEC_WORDS = [
     *(_vec(fn) for fn in (VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY)),
     _vec(VecFn.ROWSUM),
     _vec(VecFn.ROWMAX, a_mem=1),
+    *(_vec(fn, a_stride=7, dst_stride=1) for fn in (VecFn.ROWSUM, VecFn.ROWMAX)),  # contiguous: reduced in place
+    _vec(VecFn.ROWSUM, a_stride=7, dst_addr=3, dst_stride=1),  # the output inside its input
+    _vec(VecFn.COPY, a_stride=7, dst_addr=5, dst_stride=7),  # overlapping tiles (NumPy buffers the copy)
     _vec(VecFn.FILL, imm=-2.25, dst_mem=1),
     _vec(VecFn.COPY, dst_addr=2, dst_stride=3),  # overlapping rows: the readable path
     _vec(VecFn.ADD, mode=VecMode.COL, b_stride=0),  # a broadcast column
+    _vec(VecFn.MUL, mode=VecMode.COL, dst_addr=0, dst_stride=9),  # in place (the compiled broadcast loop)
+    _vec(VecFn.DIV, mode=VecMode.SCALAR, imm=0.0),  # division by zero, bit for bit
+    _vec(VecFn.SUB, mode=VecMode.ROW, b_addr=402),  # the row inside the destination: NumPy's loop
     _vec(VecFn.ROWSUM, cols=0),  # an error on both paths
     _vec(VecFn.EXP, dst_addr=65530),  # out of range on both paths
     encode(Opcode.MATMUL, m=5, k=7, n=3, a_stride=9, b_addr=100, b_stride=8, acc_stride=3, transpose_b=1),
@@ -154,6 +160,26 @@ def test_instruction_sequence_bit_identical():
     words = np.stack([w for w in ok if isinstance(_run(w[None, :], _spad_setup, False)[0], tuple)])
     assert len(words) > 30
     assert_same(words, _spad_setup)
+
+
+@pytest.mark.parametrize("checks", [(True, False, True), (False, True, False)])
+def test_a_rerun_reuses_the_schedule_bit_identical(checks):
+    """Running the same program again on one simulator (its plan and issue schedule kept, hazards on or off)
+    gives the readable path's memories and stats each time."""
+    spec, _, npu = _model("layer")
+    words, setup = _model_setup(npu, spec.example(65).numpy())
+    words.flags.writeable = False  # what the JIT hands the simulator: a plan kept for the next run
+    want = _run(words, setup, False)
+    sim = setup(True)
+    start = [u.data.copy() for u in (sim.dram, sim.spad, sim.acc)]
+    for check in checks:
+        for u, d in zip((sim.dram, sim.spad, sim.acc), start):
+            u.data[:] = d
+        sim.check_hazards = check
+        stats = sim.run(words)
+        assert all(np.array_equal(a, u.data.view(np.uint32)) for a, u in zip(want[0], (sim.dram, sim.spad, sim.acc)))
+        assert (stats.to_dict(), str(stats)) == want[1:]
+    assert sim._plan is not None and sim._plan[1].schedules
 
 
 def test_opcodes_without_a_fast_form_take_the_readable_path(monkeypatch):
