@@ -84,10 +84,11 @@ def _compiled(sim, plan: Plan):
 
 def _schedule(sim, plan: Plan):
     """(order, start, end, token waits, the (handler, args) in that order) of the compiled issue loop, or None
-    (a race or deadlock: the Python loop reports it). Data-independent, so kept on the plan for the next run
-    of the same program; a run checked for hazards also serves an unchecked one (same order and cycles)."""
+    (a race or deadlock: the Python loop reports it). Data-independent, so kept on the plan for the next
+    unchecked run of the same program (a checked run's serves too: same order and cycles); a run with hazard
+    checking on always checks again."""
     check = bool(sim.check_hazards)
-    done = plan.schedules.get(check) or (None if check else plan.schedules.get(True))
+    done = None if check else plan.schedules.get(False) or plan.schedules.get(True)
     if done is not None:
         return done
     from . import _fast_numba as nb

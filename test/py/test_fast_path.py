@@ -182,6 +182,23 @@ def test_a_rerun_reuses_the_schedule_bit_identical(checks):
     assert sim._plan is not None and sim._plan[1].schedules
 
 
+def test_a_checked_rerun_checks_again(monkeypatch):
+    """Only unchecked runs reuse a kept schedule: every run with hazard checking on runs the checker."""
+    from simulator import _fast_numba
+
+    spec, _, npu = _model("mlp")
+    words, setup = _model_setup(npu, spec.example(65).numpy())
+    words.flags.writeable = False
+    checked = []
+    real = _fast_numba.schedule
+    monkeypatch.setattr(_fast_numba, "schedule", lambda *a: checked.append(a[-1]) or real(*a))
+    sim = setup(True)
+    for check in (True, True, False, True, False):
+        sim.check_hazards = check
+        sim.run(words)
+    assert checked == [True, True, True]
+
+
 def test_opcodes_without_a_fast_form_take_the_readable_path(monkeypatch):
     """An opcode the fast path does not prepare (e.g. one just added to the ISA) runs via exec_<mnemonic>."""
     spec, _, npu = _model("mlp")
