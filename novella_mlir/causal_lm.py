@@ -94,11 +94,10 @@ def check_convention(model) -> tuple[int, list]:
 def pass_options(page_size: int) -> dict:
     """The options both programs compile with: a paged cache, and DRAM offsets fixed at the upper bounds
     (no tensor base moves with the length, so a step only patches the injected fields: `runtime/step.py`).
-    The fused attention kernel does not read a paged cache yet, so attention keeps its three kernels."""
+    Attention is fused (`novella.flash_attention`); decode's reads its keys and values from their pages."""
     return {
         "novella-kv-cache": {"page-size": page_size},
         "novella-allocate": {"fixed-offsets": 1},
-        "novella-legalize": {"fuse-attention": 0},
     }
 
 
