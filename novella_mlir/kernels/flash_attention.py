@@ -12,7 +12,9 @@ finite immediates) built once in the scratchpad.
 A key or value read from the paged KV cache (`novella.paged_key` / `novella.paged_value`, set by
 `--novella-kv-cache`) is loaded a tile at a time from its page (`kernels/kv_cache.py`: `tk`
 divides the page size, a tile never crosses a page; the runtime maps the page per step), for
-query head `bi` the cache head `bi floordiv novella.kv_group`."""
+query head `bi` the cache head `bi floordiv novella.kv_group`. A one-row query over a GQA cache
+(decode) is packed: grid dim 0 walks the cache heads, and the `kv_group` query heads sharing one
+are the rows of its query block, so each key/value page is loaded once per cache head."""
 
 from __future__ import annotations
 
@@ -57,6 +59,18 @@ class Geometry:
         if self.mask is not None:
             self.mask_rows = self.mask[-2]
             self.mask_stride = mul(self.mask[-2], self.mask[-1]) if sy.as_int(_batch(self.mask)) != 1 else sy.const(0)
+        self.packed = self._packs()
+        if self.packed:  # one query row per head: the group's heads are the rows of one cache head's block
+            gr, d, dv = self.group, self.d, self.dv
+            self.batch, self.lq = sy.const(sy.as_int(self.batch) // gr), sy.const(gr)
+            self.places[0] = (lambda bi: bi * (gr * d)), d
+            self.places[3] = (lambda bi: bi * (gr * dv)), dv
+
+    def _packs(self) -> bool:
+        """Decode over a GQA cache: one query row, heads-major q and result, batch-broadcast mask."""
+        mask_ok = self.mask is None or sy.as_int(_batch(self.mask)) == 1
+        plain = not (self.minor[0] or self.minor[3] or self.causal) and sy.as_int(self.batch) is not None
+        return bool(self.paged) and self.group > 1 and sy.as_int(self.lq) == 1 and plain and mask_ok
 
     def _place(self, s, minor: int):
         """(fn(bi) -> DRAM offset of row 0 of batch bi, row stride) of a tensor of logical shape s."""
@@ -254,7 +268,7 @@ def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, tk: int, 
         b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=j * tk,
                     row_bound=g.lk, rows=rows, cols=width, when=when)  # fmt: skip
         return
-    head = sy.floordiv(bi, g.group) if g.group > 1 else bi
+    head = sy.floordiv(bi, g.group) if g.group > 1 and not g.packed else bi
     kv.load_paged_rows(b, name, tensor, info, head=head, row0=j * tk, n_rows=g.lk, rows=rows, col0=0, cols=width,
                        sram_stride=width, when=when)  # fmt: skip
 
