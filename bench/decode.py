@@ -8,7 +8,10 @@
   * KV memory in use, paged vs an allocation of max_len per sequence;
   * with --sizes: MacroMeta + TileMeta bytes of both programs at max_len 1024 and 8192.
 
-Usage: python bench/decode.py [--model gpt2|llama] [--max-len 1024] [--pasts 16,64,256,1000] [--sizes]
+  * with --compare: the same steps compiled with fuse_attention=False (matmul -> softmax -> matmul,
+    scores in DRAM) side by side with the fused attention over the pages.
+
+Usage: python bench/decode.py [--model gpt2|llama] [--max-len 1024] [--pasts 16,64,256,1000] [--sizes] [--compare]
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--pasts", default="1,16,64,256,1000")
     ap.add_argument("--sizes", action="store_true")
+    ap.add_argument("--compare", action="store_true", help="also compile with fuse_attention=False, side by side")
     args = ap.parse_args()
     hf = build(args.model, args.max_len)
     t0 = time.perf_counter()
@@ -111,14 +115,19 @@ def main() -> None:
     print("(JIT new: a page count's first step instantiates its bucket; JIT step: the patch of every later step)")
     print(f"{'past':>6} {'cycles':>9} {'DMA B':>10} {'roof':>9} {'cyc/roof':>8} {'JIT new us':>10} {'JIT step us':>11} "
           f"{'NPU us':>8} {'step/NPU':>8} {'new/NPU':>7} {'prefill(P+1)':>12} {'no-cache x':>10}")  # fmt: skip
-    for past in [int(p) for p in args.pasts.split(",") if int(p) < args.max_len]:
+    pasts = [int(p) for p in args.pasts.split(",") if int(p) < args.max_len]
+    fused = {}
+    for past in pasts:
         stats, jit_new, jit_step = decode_step(lm, sess, past)
         roof = max(stats.macs / mpc, (wb + kv_row * (past + 2)) / bw)  # K/V of past + 1 read, 1 written
         npu_us = stats.cycles / 1e3
         base = prefill_cycles(sess, past + 1)
+        fused[past] = (stats.cycles, jit_step, base, roof)
         print(f"{past:>6} {stats.cycles:>9,} {stats.dma_bytes_loaded + stats.dma_bytes_stored:>10,} {roof:>9,.0f} "
               f"{stats.cycles / roof:>8.2f} {jit_new * 1e6:>10.0f} {jit_step * 1e6:>11.1f} {npu_us:>8.1f} "
               f"{jit_step * 1e6 / npu_us:>8.3f} {jit_new * 1e6 / npu_us:>7.2f} {base:>12,} {base / stats.cycles:>10.1f}")  # fmt: skip
+    if args.compare:
+        compare(hf, args, pasts, fused)
     dec, jit_mean, npu_mean = generation(lm)
     new = [s.jit_seconds for s in dec if s.new_bucket]
     patched = [s.jit_seconds for s in dec if not s.new_bucket]
@@ -148,6 +157,22 @@ def main() -> None:
                 f"max_len {n:>5}: {m.nbytes:,} B (prefill {m.prefill.artifact.nbytes:,}, decode "
                 f"{m.decode.artifact.nbytes:,}); weights {m.decode.artifact.weight_nbytes:,} B"
             )
+
+
+def compare(hf, args, pasts, fused: dict) -> None:
+    """The same decode steps and prefills compiled with fuse_attention=False, beside the fused ones."""
+    lm = compile_causal_lm(hf, max_len=args.max_len, page_size=args.page_size, max_batch=3, fuse_attention=False)
+    sess = lm.session(check_hazards=False)
+    print("\nfused attention over the pages vs matmul -> softmax -> matmul (fuse_attention=False), same run")
+    print(f"{'past':>6} {'unfused':>9} {'fused':>9} {'gain':>6} {'roof':>9} {'cyc/roof':>17} {'JIT step us':>17} "
+          f"{'prefill(P+1) unfused':>20} {'fused':>12} {'gain':>6}")  # fmt: skip
+    for past in pasts:
+        stats, _, jit_step = decode_step(lm, sess, past)
+        cyc, jit_f, base_f, roof = fused[past]
+        base = prefill_cycles(sess, past + 1)
+        print(f"{past:>6} {stats.cycles:>9,} {cyc:>9,} {stats.cycles / cyc:>6.2f} {roof:>9,.0f} "
+              f"{stats.cycles / roof:>8.2f} {cyc / roof:>8.2f} {jit_step * 1e6:>8.1f} {jit_f * 1e6:>8.1f} "
+              f"{base:>20,} {base_f:>12,} {base / base_f:>6.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
         config_fingerprint=config.fingerprint(),
         symbols=symbols,
         programs=[program],
-        weights={k: np.ascontiguousarray(v, np.float32) for k, v in weights.items()},
+        weights={k: np.ascontiguousarray(v, np.float32) for k, v in weights.items() if k in layout},
     )
 
 

@@ -91,29 +91,30 @@ def check_convention(model) -> tuple[int, list]:
     return int(logits.shape[-1]), _cache_tensors(cache)
 
 
-def pass_options(page_size: int) -> dict:
+def pass_options(page_size: int, fuse_attention: bool = True) -> dict:
     """The options both programs compile with: a paged cache, and DRAM offsets fixed at the upper bounds
     (no tensor base moves with the length, so a step only patches the injected fields: `runtime/step.py`).
-    The fused attention kernel does not read a paged cache yet, so attention keeps its three kernels."""
+    Attention is fused (`novella.flash_attention`; decode's reads its keys and values from their pages)
+    unless `fuse_attention` is False (matmul -> softmax -> matmul, the scores in DRAM)."""
     return {
         "novella-kv-cache": {"page-size": page_size},
         "novella-allocate": {"fixed-offsets": 1},
-        "novella-legalize": {"fuse-attention": 0},
+        "novella-legalize": {"fuse-attention": int(fuse_attention)},
     }
 
 
 def compile_causal_lm(
     model, max_len: int, page_size: int = 16, *, n_pages: int | None = None, max_batch: int = 4,
-    config=None, cache: bool | None = None,
+    config=None, cache: bool | None = None, fuse_attention: bool = True,
 ) -> CausalLM:  # fmt: skip
     """Compiles `model` (a transformers-style causal LM, eval mode) once for prompts and caches up to
     `max_len` positions. The page pool holds `n_pages` blocks (default: `max_batch` sequences of
-    `max_len`)."""
+    `max_len`). `fuse_attention=False` keeps attention's three kernels (for comparison)."""
     model = model.eval()
     if max_len < 2:
         raise InputError(f"max_len must be >= 2 (one prompt token and one generated), got {max_len}")
     vocab, example = check_convention(model)
-    options = pass_options(page_size)
+    options = pass_options(page_size, fuse_attention)
     t0 = time.perf_counter()
     prefill = compile_torch(
         _Prefill(model), torch.zeros(1, 2, dtype=torch.long),

@@ -6,7 +6,15 @@ row max `m` and rescaled row sum `l` live in the scratchpad (online softmax), an
 O = O * exp(m_old - m) + exp(S - m) @ V accumulates in the accumulator. The last
 visited tile writes O / l; the score matrix never reaches DRAM. A causal op uses
 square tiles: tiles above the diagonal are skipped, the diagonal tile adds a
-staircase of -inf built once in the scratchpad."""
+staircase of NEG_FLOOR (-3e38: exp gives exactly 0, as for -inf, and an artifact stores only
+finite immediates) built once in the scratchpad.
+
+A key or value read from the paged KV cache (`novella.paged_key` / `novella.paged_value`, set by
+`--novella-kv-cache`) is loaded a tile at a time from its page (`kernels/kv_cache.py`: `tk`
+divides the page size, a tile never crosses a page; the runtime maps the page per step), for
+query head `bi` the cache head `bi floordiv novella.kv_group`. A one-row query over a GQA cache
+(decode) is packed: grid dim 0 walks the cache heads, and the `kv_group` query heads sharing one
+are the rows of its query block, so each key/value page is loaded once per cache head."""
 
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import FlashAttentionOp, ReshapeOp, heads_major
 from . import BufferPlan, Tiling, first, last, module_symbols
+from . import kv_cache as kv
 from .attention import _candidates, ceildiv, extent, mul, softmax_scale, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
@@ -42,10 +51,26 @@ class Geometry:
         self.causal = bool(ir.IntegerAttr(op.attributes["causal"]).value)
         self.scale = ir.FloatAttr(op.attributes["scale"]).value
         self.places = [self._place(s, f) for s, f in zip((q, k, v, y), self.minor)]
+        self.paged = {i: kv.paged_operand(op, i) for i in (1, 2) if kv.paged_operand(op, i) is not None}
+        self.group = kv.group(op)
+        if any(self.minor[i] for i in self.paged):
+            raise ValueError("flash_attention: a paged KV cache is [1, heads, positions, head_dim], not heads-minor")
         self.mask = tv.shape(3) if len(op.operands) == 4 else None
         if self.mask is not None:
             self.mask_rows = self.mask[-2]
             self.mask_stride = mul(self.mask[-2], self.mask[-1]) if sy.as_int(_batch(self.mask)) != 1 else sy.const(0)
+        self.packed = self._packs()
+        if self.packed:  # one query row per head: the group's heads are the rows of one cache head's block
+            gr, d, dv = self.group, self.d, self.dv
+            self.batch, self.lq = sy.const(sy.as_int(self.batch) // gr), sy.const(gr)
+            self.places[0] = (lambda bi: bi * (gr * d)), d
+            self.places[3] = (lambda bi: bi * (gr * dv)), dv
+
+    def _packs(self) -> bool:
+        """Decode over a GQA cache: one query row, heads-major q and result, batch-broadcast mask."""
+        mask_ok = self.mask is None or sy.as_int(_batch(self.mask)) == 1
+        plain = not (self.minor[0] or self.minor[3] or self.causal) and sy.as_int(self.batch) is not None
+        return bool(self.paged) and self.group > 1 and sy.as_int(self.lq) == 1 and plain and mask_ok
 
     def _place(self, s, minor: int):
         """(fn(bi) -> DRAM offset of row 0 of batch bi, row stride) of a tensor of logical shape s."""
@@ -118,6 +143,8 @@ class FlashAttention:
         sizes = target.array_tiles(16)
         tqs = [options["tile-m"]] if options.get("tile-m") else _candidates(g.lq, syms, sizes)
         tks = _candidates(g.lk, syms, sizes)
+        for info in g.paged.values():  # a key/value tile stays inside one page
+            tks = [t for t in tks if info["page_size"] % t == 0] or [info["page_size"]]
         pairs = [(t, t) for t in tqs if t in tks] if g.causal else list(itertools.product(tqs, tks))
         batch, lq, lk = (upper(e, syms) for e in (g.batch, g.lq, g.lk))
         best, plan = None, None
@@ -149,8 +176,7 @@ class FlashAttention:
         b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
               when=start)  # fmt: skip
         for name, tensor, width in (("k", 1, g.d), ("v", 2, g.dv)):
-            b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=j * tk,
-                        row_bound=g.lk, rows=cols, cols=width, when=live or None)  # fmt: skip
+            _load_kv(b, g, name, tensor, width, rows=cols, tk=tk, when=live or None)
         b.mma("s", "q", "k", a_stride=g.d, b_stride=g.d, acc_stride=tk, m=rows, k=g.d, n=cols,
               accumulate=0, transpose_b=1, when=live or None)  # fmt: skip
         if g.mask is not None:
@@ -223,9 +249,9 @@ class _Emit:
 
 
 def _staircase(b, t: int, when) -> None:
-    """tri[r, c] = 0 for c <= r, -inf above: FILL -inf, then doubling (S_2n = [[S_n, -inf], [0, S_n]])."""
+    """tri[r, c] = 0 for c <= r, NEG_FLOOR above: FILL NEG_FLOOR, then doubling (S_2n = [[S_n, NEG_FLOOR], [0, S_n]])."""
     f = dict(dst_stride=t, a_stride=t, when=when)
-    b.vop("FILL", "tri", imm=float("-inf"), rows=t, cols=t, **f)
+    b.vop("FILL", "tri", imm=NEG_FLOOR, rows=t, cols=t, **f)
     b.vop("FILL", "tri", imm=0.0, rows=1, cols=1, **f)
     n = 1
     while n < t:
@@ -233,6 +259,18 @@ def _staircase(b, t: int, when) -> None:
         b.vop("FILL", "tri", imm=0.0, rows=h, cols=n, dst_offset=sy.const(n * t), **f)
         b.vop("COPY", "tri", "tri", rows=h, cols=h, dst_offset=sy.const(n * t + n), **f)
         n *= 2
+
+
+def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, tk: int, when) -> None:
+    bi, j = b.d(0), b.d(2)
+    info = g.paged.get(tensor)
+    if info is None:
+        b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=j * tk,
+                    row_bound=g.lk, rows=rows, cols=width, when=when)  # fmt: skip
+        return
+    head = sy.floordiv(bi, g.group) if g.group > 1 and not g.packed else bi
+    kv.load_paged_rows(b, name, tensor, info, head=head, row0=j * tk, n_rows=g.lk, rows=rows, col0=0, cols=width,
+                       sram_stride=width, when=when)  # fmt: skip
 
 
 def _load_mask(b, g: Geometry, rows, cols, tq: int, tk: int, when) -> None:

@@ -20,6 +20,7 @@ PAGED_VBASE = 1 << 31  # virtual DRAM window of the paged caches (above any prog
 PAGED_VSPAN = 1 << 24  # virtual elements per cache tensor (positions * heads * head_dim)
 GROUP_ATTR = "novella.kv_group"
 PAGED_RHS_ATTR = "novella.paged_rhs"
+PAGED_OPERAND_ATTRS = {1: "novella.paged_key", 2: "novella.paged_value"}  # flash_attention's paged key / value
 
 
 _KEYS = ("page_size", "heads", "head_dim", "page_elems", "slot")
@@ -37,6 +38,11 @@ def paged_info(v) -> dict | None:
 def paged_rhs(op) -> dict | None:
     """The paged cache a matmul reads as its rhs (`novella.paged_rhs`, set by --novella-kv-cache), else None."""
     return _read(op, PAGED_RHS_ATTR)
+
+
+def paged_operand(op, index: int) -> dict | None:
+    """The paged cache `novella.flash_attention` reads as operand `index` (1 key, 2 value), else None."""
+    return _read(op, PAGED_OPERAND_ATTRS[index])
 
 
 def _read(op, name: str) -> dict | None:
@@ -61,7 +67,8 @@ def page_offset(info: dict, head, position) -> ir.AffineExpr:
     )
 
 
-def load_paged_rows(b, buffer: str, tensor: int, info: dict, *, head, row0, n_rows, rows, col0, cols, sram_stride):
+def load_paged_rows(b, buffer: str, tensor: int, info: dict, *, head, row0, n_rows, rows, col0, cols, sram_stride,
+                    when=None):  # fmt: skip
     """LOAD `rows` positions from `row0` (inside one page) of `head`; positions >= `n_rows` read as 0."""
     b.load(
         buffer,
@@ -74,6 +81,7 @@ def load_paged_rows(b, buffer: str, tensor: int, info: dict, *, head, row0, n_ro
         rows=rows,
         cols=cols,
         sram_stride=sram_stride,
+        when=when,
     )
 
 

@@ -10,7 +10,8 @@ return order (so prefill and decode agree); a prefill cache tensor is returned t
 `novella.kv_write`, which copies every position into its page. Matmuls reading a paged cache
 through a GQA head repeat (reshape, broadcast, reshape) read the cache itself with
 `novella.kv_group` (query heads per cache head), and the repeat is erased; every matmul reading a
-paged cache gets its geometry as `novella.paged_rhs`: nothing copies the
+paged cache gets its geometry as `novella.paged_rhs`, a `novella.flash_attention` reading one as
+`novella.paged_key` / `novella.paged_value` (the same head-repeat rule): nothing copies the
 past. The function gets `novella.kv_cache = {page_size, results, args, slots}`: which results and
 arguments are paged (the host neither writes nor reads them)."""
 
@@ -20,7 +21,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects.novella import KvWriteOp
-from ..kernels.kv_cache import GROUP_ATTR, PAGED_ATTR, PAGED_RHS_ATTR, paged_info
+from ..kernels.kv_cache import GROUP_ATTR, PAGED_ATTR, PAGED_OPERAND_ATTRS, PAGED_RHS_ATTR, paged_info
 from .common import PassError, body_ops, functions, set_attr
 
 OPTIONS = {"page-size": (int, 0, "KV cache positions per page (0: no paging)")}
@@ -45,7 +46,19 @@ def _root(v):
 
 
 def _rhs_roots(ops) -> set:
-    return {_root(op.operands[1])[0] for op in ops if op.operation.name == "novella.matmul"}
+    """Values an attention reads as keys or values: a matmul's rhs, a flash_attention's key and value
+    (and, where it reads one heads-minor, the head transpose of that operand the model returns)."""
+    roots = {_root(op.operands[1])[0] for op in ops if op.operation.name == "novella.matmul"}
+    for op in ops:
+        if op.operation.name != "novella.flash_attention":
+            continue
+        minor = list(ir.DenseI64ArrayAttr(op.attributes["heads_minor"]))
+        for i in (1, 2):
+            x = op.operands[i]
+            roots.add(_root(x)[0])
+            if minor[i]:
+                roots |= {u.owner.results[0] for u in x.uses if u.owner.name == "novella.transpose"}
+    return roots
 
 
 def _geometry(op, v, ps) -> dict:
@@ -90,20 +103,31 @@ def _is_cache_shaped(v) -> bool:
 
 def _read_through_repeats(fn) -> None:
     for op in body_ops(fn):
-        if op.operation.name != "novella.matmul":
-            continue
-        root, chain = _root(op.operands[1])
-        info = paged_info(root)
-        if info is None:
-            continue
-        set_attr(op, PAGED_RHS_ATTR, info)
-        if not chain:
-            continue
-        heads = sy.as_int(sy.shape_of(ir.RankedTensorType(op.operands[1].type))[1])
-        if heads is None or heads % info["heads"]:
-            raise PassError(op, f"reads the KV cache through a head repeat to {heads} heads")
-        op.operands[1] = root
-        set_attr(op, GROUP_ATTR, heads // info["heads"])
-        for c in chain:
-            if not list(c.results[0].uses):
-                c.operation.erase()
+        if op.operation.name == "novella.matmul":
+            _read_paged(op, 1, PAGED_RHS_ATTR)
+        elif op.operation.name == "novella.flash_attention":
+            for i, name in PAGED_OPERAND_ATTRS.items():
+                _read_paged(op, i, name)
+
+
+def _read_paged(op, i: int, attr: str) -> None:
+    """Operand `i` of `op` reads a paged cache (through a GQA head repeat or not): record its geometry
+    in `attr` and the query heads per cache head in `novella.kv_group`, and read the cache itself."""
+    root, chain = _root(op.operands[i])
+    info = paged_info(root)
+    if info is None:
+        return
+    set_attr(op, attr, info)
+    if not chain:
+        return
+    heads = sy.as_int(sy.shape_of(ir.RankedTensorType(op.operands[i].type))[1])
+    if heads is None or heads % info["heads"]:
+        raise PassError(op, f"reads the KV cache through a head repeat to {heads} heads")
+    g = heads // info["heads"]
+    if GROUP_ATTR in op.attributes and ir.IntegerAttr(op.attributes[GROUP_ATTR]).value != g:
+        raise PassError(op, f"reads its key and value caches with different head repeats ({g} and another)")
+    op.operands[i] = root
+    set_attr(op, GROUP_ATTR, g)
+    for c in chain:
+        if not list(c.results[0].uses):
+            c.operation.erase()

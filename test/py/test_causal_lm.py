@@ -138,6 +138,19 @@ def test_one_artifact_holds_both_programs(model, tmp_path):
     assert torch.equal(again.generate(ids, max_new_tokens=4), lm.generate(ids, max_new_tokens=4))
 
 
+def test_attention_is_fused_and_decode_reads_its_pages(model):
+    """Both programs run attention as one fused kernel (no score matrix, no softmax kernel); decode's
+    reads its keys and values from the pages of the cache (`novella.paged_key` / `paged_value`)."""
+    _, hf, lm = model
+    for m in (lm.prefill, lm.decode):
+        kernels = [mm.kernel for p in m.artifact.programs for mm in p.macros]
+        assert "novella.flash_attention" in kernels and "novella.softmax" not in kernels
+    text = lm.decode.ir("novella-kv-cache")
+    layers = hf.config.num_hidden_layers
+    assert text.count("novella.paged_key = ") == text.count("novella.paged_value = ") == layers
+    assert "novella.paged_key" not in lm.prefill.ir("novella-kv-cache")
+
+
 def test_decode_artifact_does_not_grow_with_max_len():
     """The decode program for max_len 1024 and 8192: the same templates and tiles; the bytes differ
     only by the digits of offsets past the position tables that the model itself sizes by max_len."""

@@ -42,3 +42,31 @@ module attributes {novella.symbols = {s0 = ["T", 1, 1024], s1 = ["B", 1, 4]}} {
     return %s, %k : tensor<1x2x?x?xf32, affine_map<()[s0, s1] -> (1, 2, s0, s0)>>, tensor<1x2x?x16xf32, affine_map<()[s0, s1] -> (1, 2, s0, 16)>>
   }
 }
+
+// -----
+
+// Decode into a fused attention: its key and value are read through GQA head repeats of the two
+// appends; both repeats are erased, the op reads the paged caches (slots 0 and 1) with two query
+// heads per cache head.
+// CHECK-LABEL: func.func @fused
+// CHECK: %[[K:.*]] = "novella.kv_append"(%arg1, %arg3) {{{.*}}slot = 0 : i64}}
+// CHECK: %[[V:.*]] = "novella.kv_append"(%arg2, %arg4) {{{.*}}slot = 1 : i64}}
+// CHECK-NOT: novella.broadcast
+// CHECK: %[[O:.*]] = "novella.flash_attention"(%arg0, %[[K]], %[[V]]) {{{.*}}novella.kv_group = 2 : i64, novella.paged_key = {{{.*}}slot = 0 : i64}, novella.paged_value = {{{.*}}slot = 1 : i64}
+// CHECK: return %[[O]], %[[K]], %[[V]]
+// OFF-LABEL: func.func @fused
+// OFF-NOT: novella.paged
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @fused(%q: tensor<1x4x1x16xf32>, %pk: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %pv: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %nk: tensor<1x2x1x16xf32>, %nv: tensor<1x2x1x16xf32>) -> (tensor<1x4x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) {
+    %k = "novella.kv_append"(%pk, %nk) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+    %v = "novella.kv_append"(%pv, %nv) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+    %kg = "novella.reshape"(%k) : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) -> tensor<1x2x1x?x16xf32, affine_map<()[s0] -> (1, 2, 1, s0 + 1, 16)>>
+    %kb = "novella.broadcast"(%kg) : (tensor<1x2x1x?x16xf32, affine_map<()[s0] -> (1, 2, 1, s0 + 1, 16)>>) -> tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>
+    %kr = "novella.reshape"(%kb) : (tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>
+    %vg = "novella.reshape"(%v) : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) -> tensor<1x2x1x?x16xf32, affine_map<()[s0] -> (1, 2, 1, s0 + 1, 16)>>
+    %vb = "novella.broadcast"(%vg) : (tensor<1x2x1x?x16xf32, affine_map<()[s0] -> (1, 2, 1, s0 + 1, 16)>>) -> tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>
+    %vr = "novella.reshape"(%vb) : (tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>
+    %o = "novella.flash_attention"(%q, %kr, %vr) {causal = 0 : i64, heads_minor = array<i64: 0, 0, 0, 0>, operandSegmentSizes = array<i32: 1, 1, 1, 0>, scale = 0.25 : f32} : (tensor<1x4x1x16xf32>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>) -> tensor<1x4x1x16xf32>
+    return %o, %k, %v : tensor<1x4x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+  }
+}

@@ -1,0 +1,77 @@
+// RUN: novella-opt %s --novella-legalize --novella-kv-cache=page-size=16 --split-input-file | FileCheck %s --check-prefix=KV
+// RUN: novella-opt %s --novella-legalize --novella-kv-cache=page-size=16 --novella-allocate --novella-tile --novella-macro-gen --split-input-file | FileCheck %s
+//
+// novella.flash_attention over the paged KV cache (kernels/flash_attention.py, kernels/kv_cache.py).
+
+// Decode, one query row, `past` symbolic, GQA (4 query heads, 2 cache heads): the fused op reads
+// the appended caches themselves (the head repeats are erased; novella.kv_group = 2) and records
+// their pages as novella.paged_key / novella.paged_value. One query row over a GQA cache is
+// packed: grid dim 0 walks the 2 cache heads, the 2 query heads sharing one are the 2 rows of its
+// query block (q and the result 32 elements apart per cache head). Its key/value tiles are one page
+// (tk = 16 = page_size): tile d2 of cache head d0 is loaded from page d2 (512 elements), head d0
+// inside it (256 apart), an address in the paged window that the runtime maps per step.
+// KV-LABEL: func.func @decode
+// KV: %[[K:.*]] = "novella.kv_append"(%arg1, %arg3) {{{.*}}slot = 0 : i64}}
+// KV: %[[V:.*]] = "novella.kv_append"(%arg2, %arg4) {{{.*}}slot = 1 : i64}}
+// KV-NOT: novella.broadcast
+// KV: %[[O:.*]] = "novella.flash_attention"(%arg0, %[[K]], %[[V]]{{.*}}) {{{.*}}novella.kv_group = 2 : i64, novella.paged_key = {{{.*}}slot = 0 : i64}, novella.paged_value = {{{.*}}slot = 1 : i64}
+// KV: return %[[O]], %[[K]], %[[V]]
+// CHECK-DAG: #[[PAGE:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 512 + d0 * 256)>
+// CHECK-DAG: #[[QROW:.*]] = affine_map<(d0, d1, d2)[s0] -> (d0 * 32)>
+// CHECK-DAG: #[[KEYS:.*]] = affine_map<(d0, d1, d2)[s0] -> (16, d2 * -16 + s0 + 1)>
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, 1, (s0 + 1) ceildiv 16)>
+// CHECK-LABEL: func.func @decode
+// CHECK: %[[K:.*]] = "novella.macro"() ({
+// CHECK: kernel = "novella.kv_append"
+// CHECK: %[[V:.*]] = "novella.macro"() ({
+// CHECK: kernel = "novella.kv_append"
+// CHECK: "novella.dma_load"(%arg0) {buffer = "q", cols = 16 : i64, dram_offset = #[[QROW]], dram_stride = 16 : i64, row_bound = 2 : i64, {{.*}}rows = 2 : i64
+// CHECK: "novella.dma_load"(%[[K]]) {buffer = "k", cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 1 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[V]]) {buffer = "v", cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 2 : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}novella.tiles = {tk = 16 : i64, tq = 2 : i64}
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @decode(%q: tensor<1x4x1x16xf32>, %pk: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %pv: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %nk: tensor<1x2x1x16xf32>, %nv: tensor<1x2x1x16xf32>) -> (tensor<1x4x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) {
+    %k = "novella.kv_append"(%pk, %nk) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+    %v = "novella.kv_append"(%pv, %nv) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+    %kg = "novella.reshape"(%k) : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) -> tensor<1x2x1x?x16xf32, affine_map<()[s0] -> (1, 2, 1, s0 + 1, 16)>>
+    %kb = "novella.broadcast"(%kg) : (tensor<1x2x1x?x16xf32, affine_map<()[s0] -> (1, 2, 1, s0 + 1, 16)>>) -> tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>
+    %kr = "novella.reshape"(%kb) : (tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>
+    %vg = "novella.reshape"(%v) : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) -> tensor<1x2x1x?x16xf32, affine_map<()[s0] -> (1, 2, 1, s0 + 1, 16)>>
+    %vb = "novella.broadcast"(%vg) : (tensor<1x2x1x?x16xf32, affine_map<()[s0] -> (1, 2, 1, s0 + 1, 16)>>) -> tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>
+    %vr = "novella.reshape"(%vb) : (tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>
+    %o = "novella.attention"(%q, %kr, %vr) {scale = 0.25 : f32} : (tensor<1x4x1x16xf32>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>) -> tensor<1x4x1x16xf32>
+    return %o, %k, %v : tensor<1x4x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+  }
+}
+
+// -----
+
+// Prefill, causal, GPT-2 style: the fused op reads k and v heads-minor ([1, T, H, D], as the
+// projection stores them), and the model returns their head transposes as the cache: those are
+// recognized as cache tensors and returned through novella.kv_write (slots 0, 1); the fused op
+// itself reads the contiguous k and v (no novella.paged_key: nothing is in a page before the write).
+// KV-LABEL: func.func @prefill
+// KV: %[[KT:.*]] = "novella.transpose"(%arg1)
+// KV: %[[VT:.*]] = "novella.transpose"(%arg2)
+// KV: %[[O:.*]] = "novella.flash_attention"(%arg0, %arg1, %arg2) {causal = 1 : i64, heads_minor = array<i64: 1, 1, 1, 1>
+// KV-NOT: novella.paged_key
+// KV: %[[WK:.*]] = "novella.kv_write"(%[[KT]]) {{{.*}}slot = 0 : i64}}
+// KV: %[[WV:.*]] = "novella.kv_write"(%[[VT]]) {{{.*}}slot = 1 : i64}}
+// KV: return %[[O]], %[[WK]], %[[WV]]
+// CHECK-LABEL: func.func @prefill
+// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {tk = [[T:[0-9]+]] : i64, tq = [[T]] : i64}
+// CHECK: kernel = "novella.kv_write"
+// CHECK: kernel = "novella.kv_write"
+module attributes {novella.symbols = {s0 = ["T", 1, 1024]}} {
+  func.func @prefill(%q: tensor<1x?x4x16xf32, affine_map<()[s0] -> (1, s0, 4, 16)>>, %k: tensor<1x?x4x16xf32, affine_map<()[s0] -> (1, s0, 4, 16)>>, %v: tensor<1x?x4x16xf32, affine_map<()[s0] -> (1, s0, 4, 16)>>, %m: tensor<1x1x?x?xf32, affine_map<()[s0] -> (1, 1, s0, s0)>>) -> (tensor<1x?x4x16xf32, affine_map<()[s0] -> (1, s0, 4, 16)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>) {
+    %qt = "novella.transpose"(%q) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x?x4x16xf32, affine_map<()[s0] -> (1, s0, 4, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>
+    %kt = "novella.transpose"(%k) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x?x4x16xf32, affine_map<()[s0] -> (1, s0, 4, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>
+    %vt = "novella.transpose"(%v) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x?x4x16xf32, affine_map<()[s0] -> (1, s0, 4, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>
+    %s = "novella.matmul"(%qt, %kt) {transpose_rhs = true} : (tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>) -> tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>
+    %a = "novella.add"(%s, %m) {novella.causal} : (tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>, tensor<1x1x?x?xf32, affine_map<()[s0] -> (1, 1, s0, s0)>>) -> tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>
+    %p = "novella.softmax"(%a) {novella.scale = 0.25 : f32} : (tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>) -> tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>
+    %o = "novella.matmul"(%p, %vt) {transpose_rhs = false} : (tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>
+    %ot = "novella.transpose"(%o) {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>) -> tensor<1x?x4x16xf32, affine_map<()[s0] -> (1, s0, 4, 16)>>
+    return %ot, %kt, %vt : tensor<1x?x4x16xf32, affine_map<()[s0] -> (1, s0, 4, 16)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>
+  }
+}
