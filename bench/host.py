@@ -34,7 +34,9 @@ from novella_mlir.runtime.jit import Jit
 
 MAX_POSITIONS = 1500
 # every length 1..64 (where fixed per-call costs matter), then both sides of each tile boundary up to max
-JIT_LENGTHS = ",".join(map(str, [*range(1, 65), 65, 96, 127, 128, 129, 255, 256, 257, 511, 512, 513, 750, 1023, 1024, 1025, 1499, 1500]))
+JIT_LENGTHS = ",".join(
+    map(str, [*range(1, 65), 65, 96, 127, 128, 129, 255, 256, 257, 511, 512, 513, 750, 1023, 1024, 1025, 1499, 1500])
+)
 
 
 def median_times(fn, repeat: int) -> tuple[float, float]:
@@ -176,7 +178,9 @@ def compile_rows(repeat: int) -> list[str]:
     else:
         lines.append(f"| compile_torch, new process, cold cache | {cached[0]:.2f} s | {cached[0] / export:.2f} | - |")
         lines.append(f"| compile_torch, new process, cached | {cached[1]:.3f} s | {cached[1] / export:.3f} | - |")
-        lines.append(f"| (import of novella_mlir + torch in that process, not in the figure) | {cached[2]:.2f} s | - | - |")
+        lines.append(
+            f"| (import of novella_mlir + torch in that process, not in the figure) | {cached[2]:.2f} s | - | - |"
+        )
     lines.append(f"\nload average after: {os.getloadavg()[0]:.2f}")
     return lines
 

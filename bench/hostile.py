@@ -114,7 +114,9 @@ def _set(path, value):
 
 for _name, _edit in {
     "weights_overlap_input": lambda m: m["programs"][0]["inputs"][0].__setitem__("dram", [0]),
-    "output_on_input": lambda m: m["programs"][0]["outputs"][0].__setitem__("dram", m["programs"][0]["inputs"][0]["dram"]),
+    "output_on_input": lambda m: m["programs"][0]["outputs"][0].__setitem__(
+        "dram", m["programs"][0]["inputs"][0]["dram"]
+    ),
     "grid_zero": lambda m: m["tiles"][0].__setitem__("grid", [[0]] + m["tiles"][0]["grid"][1:]),
     "grid_negative": lambda m: m["tiles"][1].__setitem__("grid", [[-2]] + m["tiles"][1]["grid"][1:]),
     "grid_zero_at_lower_bound": lambda m: m["tiles"][0].__setitem__(
@@ -127,7 +129,9 @@ for _name, _edit in {
     "dram_too_small": _set(["programs", 0, "dram_size"], [10]),
     "zero_division": lambda m: m["tiles"][0].__setitem__("grid", [["s0", 0, "ceildiv"]] + m["tiles"][0]["grid"][1:]),
     "huge_dram": _set(["programs", 0, "dram_size"], [10**15]),
-    "huge_weight_shape": lambda m: m["programs"][0]["weight_layout"][next(iter(m["programs"][0]["weight_layout"]))].__setitem__(1, [10**9, 10**9]),
+    "huge_weight_shape": lambda m: m["programs"][0]["weight_layout"][
+        next(iter(m["programs"][0]["weight_layout"]))
+    ].__setitem__(1, [10**9, 10**9]),
     "string_in_numeric": lambda m: _inst(m, "LOAD")["const"].__setitem__("cols", "abc"),
     "string_bound": lambda m: m["symbols"][0].__setitem__(1, "1"),
     "vecfn_31": lambda m: _inst(m, "VEC")["const"].__setitem__("fn", 31),
@@ -138,7 +142,9 @@ for _name, _edit in {
     "symbols_empty": _set(["symbols"], []),
     "bounds_reversed": lambda m: m["symbols"].__setitem__(0, ["T", 300, 2]),
     "bounds_huge": lambda m: m["symbols"].__setitem__(0, ["T", 1, 2**40]),
-    "weight_offset_negative": lambda m: m["programs"][0]["weight_layout"][next(iter(m["programs"][0]["weight_layout"]))].__setitem__(0, -64),
+    "weight_offset_negative": lambda m: m["programs"][0]["weight_layout"][
+        next(iter(m["programs"][0]["weight_layout"]))
+    ].__setitem__(0, -64),
     "weights_overlap_each_other": lambda m: [v.__setitem__(0, 0) for v in m["programs"][0]["weight_layout"].values()],
     "tile_base_negative": lambda m: m["tiles"][0]["bases"].__setitem__("-1", [-100]),
     "input_shape_string": lambda m: m["programs"][0]["inputs"][0].__setitem__("shape", "abc"),

@@ -364,7 +364,11 @@ class Plan:
                 spans.append(self._span(1, False, ca, cst, m, n))
             spans.append(self._span(1, True, ca, cst, m, n))
             if all(s is not None for s in spans):
-                self._prepare(i, spans, *self._matmul_call(v(0, aa, ast, m, k), v(0, ba, bst, br, bc), tb, v(1, ca, cst, m, n), accum))
+                self._prepare(
+                    i,
+                    spans,
+                    *self._matmul_call(v(0, aa, ast, m, k), v(0, ba, bst, br, bc), tb, v(1, ca, cst, m, n), accum),
+                )
 
     def _matmul_call(self, a, b, tb, acc, accumulate):
         """(handler, args) of one MATMUL. B is handed to BLAS as the readable path hands it: a transposed

@@ -65,7 +65,11 @@ def test_static_per_length_jit_and_ir_oracle_identical(name):
         assert [s[1:] for s in static.artifact.symbols] == [[spec.symbol(t)] * 2], "static: bounds [T, T]"
         got = streams.three_streams(static, npu.artifact, t)
         _assert_same(got, t)
-        oracle.compare(got["jit"], oracle.instantiate(npu.ir("novella-schedule", at=[spec.symbol(t)]), [spec.symbol(t)]), f"T={t}: jit")
+        oracle.compare(
+            got["jit"],
+            oracle.instantiate(npu.ir("novella-schedule", at=[spec.symbol(t)]), [spec.symbol(t)]),
+            f"T={t}: jit",
+        )
 
 
 @pytest.mark.parametrize("name", ["mlp", "mlp384", "layer"])

@@ -315,7 +315,9 @@ def test_compiled_erf_bit_identical():
     assert np.array_equal(got.view(np.uint32), want)
     y = x.copy()
     _fast_numba.erf_into(y[:, ::3], y[:, ::3], _ERF_P, _ERF_Q)
-    assert np.array_equal(y[:, ::3].view(np.uint32), want[:, ::3]) and np.array_equal(y[:, 1::3].view(np.uint32), x[:, 1::3].view(np.uint32))
+    assert np.array_equal(y[:, ::3].view(np.uint32), want[:, ::3]) and np.array_equal(
+        y[:, 1::3].view(np.uint32), x[:, 1::3].view(np.uint32)
+    )
 
 
 def _issue_both(words, setup, check=True):
@@ -330,7 +332,16 @@ def _issue_both(words, setup, check=True):
     data = sim.timing.dma_cycles(plan.charged)
     latency = sim.config.issue_cycles + sim.config.dma_latency
     got = _fast_numba.schedule(
-        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, latency, plan.acc_ids, plan.span_rows, plan.win_off, check
+        plan.queue,
+        plan.pop_ch,
+        plan.push_ch,
+        plan.fixed,
+        data,
+        latency,
+        plan.acc_ids,
+        plan.span_rows,
+        plan.win_off,
+        check,
     )
     loop = fast._Loop(sim, plan)
     try:

@@ -91,7 +91,10 @@ EDITS = {
     "string bound": (lambda m: m["symbols"][0].__setitem__(1, "1"), r"symbols\[0\].min"),
     "divide by a symbol": (lambda m: _tile0(m)["grid"].__setitem__(1, ["s0", "s0", "floordiv"]), "a symbol"),
     "unknown symbol": (lambda m: _tile0(m)["grid"].__setitem__(1, ["s3"]), "refers to s3"),
-    "programs overlap": (lambda m: m["programs"].append(json.loads(json.dumps(_p(m)))), r"programs\[\d\].ranges: T in \[\d+, \d+\] overlaps programs"),
+    "programs overlap": (
+        lambda m: m["programs"].append(json.loads(json.dumps(_p(m)))),
+        r"programs\[\d\].ranges: T in \[\d+, \d+\] overlaps programs",
+    ),
     "programs leave a gap": (lambda m: _p(m)["ranges"][0].__setitem__(1, 5), r"do not cover the bounds T in"),
     "range outside the bounds": (lambda m: _p(m)["ranges"][0].__setitem__(0, 0), "not a sub-range of its bounds"),
     "no program": (lambda m: m.__setitem__("programs", []), "an artifact holds 1 to"),
