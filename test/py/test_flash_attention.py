@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_attention_ops import TOL, IrModel, _module, _ty, tiles
+from test_attention_ops import TOL, Attention, IrModel, _module, _ty, tiles
 
 from novella_mlir import compile_torch
 
@@ -90,16 +90,6 @@ def test_one_row_query_over_a_symbolic_key_length():
         q, k, v = torch.randn(4, 1, 64), torch.randn(4, length, 64), torch.randn(4, length, 32)
         y = model(q, k, v)
         torch.testing.assert_close(y, F.scaled_dot_product_attention(q, k, v, scale=0.125), **TOL)
-
-
-class Attention(torch.nn.Module):
-    def __init__(self, dim=64, **sdpa_kwargs):
-        super().__init__()
-        self.q, self.k, self.v = (torch.nn.Linear(dim, dim) for _ in range(3))
-        self.sdpa_kwargs = sdpa_kwargs
-
-    def forward(self, x):
-        return F.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), **self.sdpa_kwargs)
 
 
 def test_sdpa_is_causal_frontend():
