@@ -481,8 +481,7 @@ def _equal_sympy(sa, sb) -> bool:
             return False
         if sympy.simplify(diff) == 0:
             return True
-    box = {s: (None, None) for s in (sa - sb).free_symbols}
-    box = {s: (1, None) for s in box}
+    box = {s: (1, None) for s in (sa - sb).free_symbols}
     return provably_ge(sa, sb, box) and provably_ge(sb, sa, box)
 
 

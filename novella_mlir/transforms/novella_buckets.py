@@ -9,17 +9,20 @@ the pass sums the predictions of the generic program and of a program
 planned for each candidate upper end B (`Target.bucket_edges`), and keeps
 the largest B at which the model predicts at least `min-gain` percent
 fewer cycles at T = B and no more at T = 1 and B / 2 (`costmodel.bucket`).
-Analytic: nothing is simulated. The edge depends on the model and the
-Target only, not on the bounds: lengths 1..B are planned for B whatever
-max_len, and a static compile at T <= B tiles as the bucket does.
+Below that bucket it asks again, against the bucket's plan, for up to
+`max-buckets` nested buckets (each edge below the one above).
+Analytic: nothing is simulated. The edges depend on the model and the
+Target only, not on the bounds: lengths up to B are planned for B whatever
+max_len, and a static compile at T <= B tiles as the bucket holding T does.
 
 The decision is the module attribute `novella.buckets`: one entry per
-program, `{symbol, lo, hi, plan, reason}`, the bucket's [lo, min(hi, B)]
-and the generic [B + 1, hi] intersected with the bounds (one entry when
-the bounds lie on one side). The pipeline then compiles each entry from
-a copy of the module whose symbol bounds are [lo, hi] and whose
-`novella.plan_lengths` is `plan` (a bucket's); one artifact holds the
-programs; with one bucket entry the pass sets `novella.plan_lengths` itself.
+program, `{symbol, lo, hi, plan, reason}`: each bucket's lengths above the
+next shorter bucket, then the generic program's above the longest,
+intersected with the bounds (one entry when the bounds lie in one). The
+pipeline then compiles each entry from a copy of the module whose symbol
+bounds are [lo, hi] and whose `novella.plan_lengths` is `plan` (a
+bucket's); one artifact holds the programs; with one bucket entry the pass
+sets `novella.plan_lengths` itself.
 No entry when no bucket pays, the pass is disabled
 (`enable=0`), or the module has a paged KV cache (a decode session runs
 one program).
