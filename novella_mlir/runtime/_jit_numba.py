@@ -17,6 +17,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ._ops_numba import binary
+
 _POP_PREV, _POP_NEXT, _PUSH_PREV, _PUSH_NEXT = 1 << 4, 1 << 5, 1 << 6, 1 << 7
 
 
@@ -54,17 +56,7 @@ def _eval(e, tab, sc, ns):
             b = sc[sp - 1]
             a = sc[sp - 2]
             sp -= 1
-            if o == 3:
-                r = a + b
-            elif o == 4:
-                r = a * b
-            elif o == 5:
-                r = a // b
-            elif o == 6:
-                r = -((-a) // b)
-            else:
-                r = a % b
-            sc[sp - 1] = r
+            sc[sp - 1] = binary(o, a, b)
     return sc[o_stack]
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from ._ops_numba import binary
+
 
 @nb.njit(cache=True)
 def _eval(ex, e, syms, dims, stack):
@@ -38,17 +40,7 @@ def _eval(ex, e, syms, dims, stack):
             b = stack[sp - 1]
             x = stack[sp - 2]
             sp -= 1
-            if o == 3:
-                r = x + b
-            elif o == 4:
-                r = x * b
-            elif o == 5:
-                r = x // b
-            elif o == 6:
-                r = -((-x) // b)
-            else:
-                r = x % b
-            stack[sp - 1] = r
+            stack[sp - 1] = binary(o, x, b)
     return stack[0]
 
 
