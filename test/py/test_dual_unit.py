@@ -45,14 +45,20 @@ def _spans(words, config=CFG):
     """{index: (begin, end)} of each instruction on its unit, the same on all three issue loops."""
     words = np.stack(words)
     sim = Simulator(config, 4096, fast=False, trace=True)
+    quick = Simulator(config, 4096)
+    for s in (sim, quick):
+        rng = np.random.default_rng(3)
+        for unit in (s.spad, s.acc, s.dram):
+            unit.write(0, rng.standard_normal(unit.size).astype(np.float32))
     stats = sim.run(words)
     us = config.clock_ghz * 1000
     got = {}
     for e in sim.trace.events:
         if e["ph"] == "X" and "index" in e["args"]:
             got[e["args"]["index"]] = (round(e["ts"] * us), round((e["ts"] + e["dur"]) * us))
-    quick = Simulator(config, 4096)
     assert quick.run(words).to_dict() == stats.to_dict()
+    for a, b in ((sim.spad, quick.spad), (sim.acc, quick.acc), (sim.dram, quick.dram)):
+        assert np.array_equal(a.data.view(np.uint32), b.data.view(np.uint32))
     quick._reset()
     plan = fast.prepare(quick, words)
     _, _, begin, end, _, _ = fast._schedule(quick, plan)
