@@ -126,13 +126,18 @@ class Group:
     n_dma: int = 1  # most LOADs or STOREs one queue issues per step
     vector: float = 0.0
     overlap: bool = False
+    vector_wait: float = 0.0  # the part of `vector` the next step's MATMULs still wait for (e.g. the VEC
+    # reading a one-slot accumulator they overwrite): in series with the matrix unit's work
     issues: int = 0  # compute instructions per step (the issue floor under overlap; 0: not counted)
 
     def compute_period(self, t: Target) -> float:
-        """Compute-queue cycles per steady step: the chain, or with `overlap` the busier unit."""
+        """Compute-queue cycles per steady step: the chain, or with `overlap` the busier unit (the matrix
+        unit's work plus the VEC work it waits for, or the vector unit's), at least the issue of the step's
+        instructions."""
         if not self.overlap:
             return self.compute
-        return max(self.compute - self.vector, self.vector, self.issues * t.issue_cycles)
+        matrix = self.compute - self.vector
+        return max(matrix + self.vector_wait, self.vector, self.issues * t.issue_cycles)
 
     def period(self, t: Target) -> float:
         """Cycles between consecutive such steps in steady state: the busiest queue, or the DRAM channel.
@@ -146,7 +151,18 @@ class Group:
         if (self.load_slots < 2 and self.load) or (self.store_slots < 2 and self.store):
             waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), self.dram + lat)
             serial = self.compute + waits
-        return max(self.load, self.compute_period(t), self.store, channel, serial)
+        return max(self.load, self.compute_period(t), self.store, channel, serial, self._ring(t))
+
+    def _ring(self, t: Target) -> float:
+        """Under `overlap`, the token ring through the slots: a step's loads into a slot and its store
+        start when the step that used the slot `slots` steps earlier pushed its tokens at the end of its
+        compute chain, and the step's first compute waits for them: `slots` periods hold one chain, a
+        DMA latency and the step's DRAM data. (Without overlap this is within half a latency of the
+        chain or the channel, which bound the period already.)"""
+        slots = [s for s, q in ((self.load_slots, self.load), (self.store_slots, self.store)) if q]
+        if not self.overlap or not slots or min(slots) < 2:
+            return 0.0
+        return (self.compute + t.issue_cycles + t.dma_latency + self.dram) / min(slots)
 
 
 def pipeline(t: Target, groups: list[Group]) -> float:
