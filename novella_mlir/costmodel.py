@@ -6,8 +6,11 @@ latency + whole bursts over the DRAM bandwidth) and of its compute
 (MATMUL passes, VEC beats times the function's cost). With two buffer
 slots a step's loads run under the previous step's compute and its stores
 under the next one's, so a steady step costs max(load, compute, store);
-with one slot they add up. The DRAM channel is shared: the total can not
-beat all transfers back to back. Kernels enumerate their candidates (tile
+with one slot they add up. A step's compute runs on the matrix and the
+vector unit; when the next step's MATMULs do not wait for this step's VEC
+epilogue (`Group.overlap`), the units overlap and a steady step costs the
+busier one. The DRAM channel is shared: the total can not beat all
+transfers back to back. Kernels enumerate their candidates (tile
 sizes, loop orders) and keep the cheapest.
 """
 
@@ -106,7 +109,12 @@ def bucket(predict, nominal: list[int], edges: list[int], min_gain: float) -> Bu
 @dataclass(frozen=True)
 class Group:
     """`count` identical grid steps: their queue cycles, DRAM data cycles, and the token step distances
-    `--novella-schedule` gives them (2: the loads / stores of the step are in ping-pong slots)."""
+    `--novella-schedule` gives them (2: the loads / stores of the step are in ping-pong slots).
+
+    `compute` is a step's serial compute chain (matrix + vector unit cycles); `vector` the part of it on
+    the vector unit. `overlap`: the next step's MATMULs do not wait for this step's VEC work (their
+    buffers are in other slots), so the two units run concurrently and a steady step's compute takes
+    the busier unit, or the compute queue's issue of its `issues` instructions."""
 
     load: float
     compute: float
@@ -116,6 +124,20 @@ class Group:
     load_slots: int = 2
     store_slots: int = 2
     n_dma: int = 1  # most LOADs or STOREs one queue issues per step
+    vector: float = 0.0
+    overlap: bool = False
+    vector_wait: float = 0.0  # the part of `vector` the next step's MATMULs still wait for (e.g. the VEC
+    # reading a one-slot accumulator they overwrite): in series with the matrix unit's work
+    issues: int = 0  # compute instructions per step (the issue floor under overlap; 0: not counted)
+
+    def compute_period(self, t: Target) -> float:
+        """Compute-queue cycles per steady step: the chain, or with `overlap` the busier unit (the matrix
+        unit's work plus the VEC work it waits for, or the vector unit's), at least the issue of the step's
+        instructions."""
+        if not self.overlap:
+            return self.compute
+        matrix = self.compute - self.vector
+        return max(matrix + self.vector_wait, self.vector, self.issues * t.issue_cycles)
 
     def period(self, t: Target) -> float:
         """Cycles between consecutive such steps in steady state: the busiest queue, or the DRAM channel.
@@ -129,7 +151,18 @@ class Group:
         if (self.load_slots < 2 and self.load) or (self.store_slots < 2 and self.store):
             waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), self.dram + lat)
             serial = self.compute + waits
-        return max(self.load, self.compute, self.store, channel, serial)
+        return max(self.load, self.compute_period(t), self.store, channel, serial, self._ring(t))
+
+    def _ring(self, t: Target) -> float:
+        """Under `overlap`, the token ring through the slots: a step's loads into a slot and its store
+        start when the step that used the slot `slots` steps earlier pushed its tokens at the end of its
+        compute chain, and the step's first compute waits for them: `slots` periods hold one chain, a
+        DMA latency and the step's DRAM data. (Without overlap this is within half a latency of the
+        chain or the channel, which bound the period already.)"""
+        slots = [s for s, q in ((self.load_slots, self.load), (self.store_slots, self.store)) if q]
+        if not self.overlap or not slots or min(slots) < 2:
+            return 0.0
+        return (self.compute + t.issue_cycles + t.dma_latency + self.dram) / min(slots)
 
 
 def pipeline(t: Target, groups: list[Group]) -> float:
