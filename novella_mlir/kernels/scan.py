@@ -21,7 +21,7 @@ The carry: on every D step but the first, the output tile is combined (ADD/MUL, 
 broadcast) with the `carry` buffer, the last row (column) of the previous D step's output,
 then that row (column) of this tile is copied into `carry` for the next step. The D loop is
 the innermost grid dim and its steps must run in grid order: `novella.tiles` says which dim
-(`carry = <grid dim>`). `carry` and the scratch buffers have one slot (they carry data across
+(`carry = <grid dim>`); a scan of one step has no carry ops. `carry` and the scratch buffers have one slot (they carry data across
 steps, or live within one step on the compute queue); the loaded and stored tiles are streamed
 in two, so under the token rule the next tile's LOAD runs under this step's VEC ops and this
 step's STORE under the next one's. The tile sizes are the cost model's cheapest fitting ones
@@ -197,10 +197,11 @@ def _cols_macro(b, combine, tr, tc, R, D, steps):
         return {**g, "b_stride": tc, "b_offset": lo - shift} if shift else g
 
     _scan_tile(b, combine, tc, geo)
-    carried, more = _carry_guards(b, 1, steps)
-    b.vop(combine, "out", "out", "carry", mode="COL", rows=rows, cols=tc, dst_stride=tc, a_stride=tc, b_stride=1,
-          when=carried)  # fmt: skip
-    b.vop("COPY", "carry", "out", rows=rows, cols=1, dst_stride=1, a_stride=tc, a_offset=tc - 1, when=more)
+    if sy.as_int(steps) != 1:
+        carried, more = _carry_guards(b, 1, steps)
+        b.vop(combine, "out", "out", "carry", mode="COL", rows=rows, cols=tc, dst_stride=tc, a_stride=tc,
+              b_stride=1, when=carried)  # fmt: skip
+        b.vop("COPY", "carry", "out", rows=rows, cols=1, dst_stride=1, a_stride=tc, a_offset=tc - 1, when=more)
     b.store_rows("out", rows=rows, **dma)
 
 
@@ -215,7 +216,8 @@ def _rows_macro(b, combine, tm, tn, outer, D, inner, steps):
         return {**g, "b_stride": tn, "b_offset": (lo - shift) * tn} if shift else g
 
     _scan_tile(b, combine, tm, geo)
-    carried, more = _carry_guards(b, 2, steps)
-    b.vop(combine, "out", "out", "carry", mode="ROW", rows=tm, cols=tn, dst_stride=tn, a_stride=tn, when=carried)
-    b.vop("COPY", "carry", "out", rows=1, cols=tn, dst_stride=tn, a_stride=tn, a_offset=(tm - 1) * tn, when=more)
+    if sy.as_int(steps) != 1:
+        carried, more = _carry_guards(b, 2, steps)
+        b.vop(combine, "out", "out", "carry", mode="ROW", rows=tm, cols=tn, dst_stride=tn, a_stride=tn, when=carried)
+        b.vop("COPY", "carry", "out", rows=1, cols=tn, dst_stride=tn, a_stride=tn, a_offset=(tm - 1) * tn, when=more)
     b.store_rows("out", rows=tile_rows(2, tm, D), **dma)
