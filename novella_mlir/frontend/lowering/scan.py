@@ -3,8 +3,8 @@
 Integers and bools are held as f32 (`frontend/dtypes.py`), exact while every partial result stays
 within +-2**24. The NPU adds (multiplies) contiguous runs of the input in an order of its own, so an
 integer result is exact when the sum of |x| (product of the |x|) over the longest scan is within that
-range. The frontend bounds |x| from what it knows of the values: 1 for a bool tensor or a compare's
-mask, the largest |x| of a constant, and 2**24 (what the NPU holds) for anything else, e.g. an integer
+range. The frontend bounds |x| from what it knows of the values: 1 for a bool tensor, a compare's
+mask or a sign, the largest |x| of a constant, and 2**24 (what the NPU holds) for anything else, e.g. an integer
 model input; a scan whose bound times the length's upper bound exceeds 2**24 is refused, naming the op,
 its line and the length, rather than rounded silently. A float scan is fp32 arithmetic, as eager's."""
 
@@ -16,11 +16,11 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ...dialects.novella import ScanOp
+from ...dialects.novella import COMPARE_FNS, ScanOp
 from ..dtypes import EXACT_INT
 
 _TRANSPARENT = ("novella.reshape", "novella.slice", "novella.transpose", "novella.broadcast", "novella.flip")
-_MASKS = ("novella.compare",)
+_MASK_FNS = {"novella.compare": COMPARE_FNS, "novella.scalar": COMPARE_FNS, "novella.math": ("not", "sign")}
 
 
 def _i64(v: int) -> ir.IntegerAttr:
@@ -36,7 +36,7 @@ def value_bound(cx, v: ir.Value, kind: str) -> float:
         if not isinstance(owner, ir.OpView):
             return float(EXACT_INT)
         name = owner.operation.name
-        if name in _MASKS:
+        if name in _MASK_FNS and ir.StringAttr(owner.attributes["fn"]).value in _MASK_FNS[name]:
             return 1.0
         if name == "novella.weight":
             data = cx.weight_data(v)
