@@ -74,14 +74,15 @@ def _step_vecs(target, rows: int, t: int, width: int, along_cols: bool, carried:
     return cm.vecs(target, ops)
 
 
-def _groups(target, n_outer: int, row_pieces, scan_pieces, vec_of, dma_of) -> list[cm.Group]:
-    """Step groups: (row piece) x (scan piece), the first scan step without the carry combine."""
+def _groups(n_outer: int, row_pieces, scan_pieces, vec_of, dma_of) -> list[cm.Group]:
+    """Step groups: (row piece) x (scan piece), the first scan step without the carry combine.
+    vec_of(rows, carried) and dma_of(rows, cols) give a step's VEC cycles and one DMA's (queue, DRAM) cycles."""
     groups = []
     for r, nr in row_pieces:
         for j, (c, nc) in enumerate(scan_pieces):
             lq, ld = dma_of(r, c)
             for carried, count in ((False, 1), (True, nc - 1)) if j == 0 else ((True, nc),):
-                groups.append(cm.Group(lq, vec_of(carried), lq, 2 * ld, n_outer * nr * count))
+                groups.append(cm.Group(lq, vec_of(r, carried), lq, 2 * ld, n_outer * nr * count))
     return groups
 
 
@@ -91,62 +92,65 @@ def _pieces(total: int, t: int) -> list[tuple[int, int]]:
 
 
 class Scan:
-    def _cols_cost(self, target, R: int, D: int, tr: int, tc: int) -> float:
-        def dma_of(r, c):
-            return cm.dma(target, r, c, contiguous=c == D)
-
-        return cm.pipeline(
-            target,
-            _groups(target, 1, _pieces(R, tr), _pieces(D, tc),
-                    lambda carried: _step_vecs(target, tr, tc, 1, True, carried), dma_of),
-        )  # fmt: skip
-
-    def _rows_cost(self, target, outer: int, D: int, inner: int, tm: int, tn: int) -> float:
-        def dma_of(r, c):
-            return cm.dma(target, r, c, contiguous=c == inner)
-
-        n_outer = outer * -(-inner // tn)
-        return cm.pipeline(
-            target,
-            _groups(target, n_outer, [(tn, 1)], _pieces(D, tm),
-                    lambda carried: _step_vecs(target, 1, tm, tn, False, carried), dma_of),
-        )  # fmt: skip
+    def cost(self, target, form: str, dims: tuple[int, int, int], a: int, b: int) -> float:
+        """Predicted cycles of the whole op: dims = (outer, D, inner) at some length, (a, b) = (tr, tc) in the
+        columns form, (tm, tn) in the rows form."""
+        outer, D, inner = dims
+        if form == "cols":
+            groups = _groups(
+                1,
+                _pieces(outer, a),
+                _pieces(D, b),
+                lambda r, carried: _step_vecs(target, r, b, 1, True, carried),
+                lambda r, c: cm.dma(target, r, c, contiguous=c == D),
+            )
+        else:
+            groups = _groups(
+                outer * -(-inner // b),
+                [(b, 1)],
+                _pieces(D, a),
+                lambda r, carried: _step_vecs(target, 1, a, b, False, carried),
+                lambda r, c: cm.dma(target, c, r, contiguous=r == inner),
+            )
+        return cm.pipeline(target, groups)
 
     def _candidates(self, op, tv, target, options, at):
         outer, D, inner = _view(op, tv)
-        o, d, n = (sy.evaluate(e, at) for e in (outer, D, inner))
+        dims = tuple(sy.evaluate(e, at) for e in (outer, D, inner))
+        o, d, n = dims
         lanes = target.vector_lanes
         if sy.as_int(inner) == 1:
             tcs = sorted({c for c in target.pow2(MAX_COLS, lanes) if c < 2 * d} | ({d} if sy.as_int(D) else set()))
             trs = [options["tile-m"]] if options.get("tile-m") else target.row_tiles(16)
             for tc in tcs:
                 for tr in trs:
-                    yield ("cols", tr, tc), self._cols_cost(target, o, d, tr, tc), _plan(target, tr, tc, tr)
+                    yield ("cols", tr, tc), self.cost(target, "cols", dims, tr, tc), _plan(target, tr, tc, tr)
             return
         static = sy.as_int(inner)
         tns = target.divisors(static, lanes) if static else target.pow2(MAX_COLS, lanes)
         tms = [options["tile-m"]] if options.get("tile-m") else target.row_tiles(16)
         for tn in [t for t in tns if t < 2 * n] or tns[-1:]:
             for tm in tms:
-                yield ("rows", tm, tn), self._rows_cost(target, o, d, n, tm, tn), _plan(target, tm, tn, tn)
+                yield ("rows", tm, tn), self.cost(target, "rows", dims, tm, tn), _plan(target, tm, tn, tn)
 
     def choose(self, op, tv, target, options, at):
-        """((form, a, b), plan) of the cheapest fitting candidate at symbol values `at`, else the smallest one."""
+        """((form, a, b), plan) of the cheapest fitting candidate at symbol values `at` (of equal costs, the one
+        with the least SRAM), else the smallest one."""
         best, smallest = None, None
         for cand, cost, plan in self._candidates(op, tv, target, options, at):
             size = cand[1] * cand[2]
             if smallest is None or size < smallest[0]:
                 smallest = (size, cand, plan)
-            if plan.fits() and (best is None or (cost, -size) < best[0]):
-                best = ((cost, -size), cand, plan)
+            if plan.fits() and (best is None or (cost, size) < best[0]):
+                best = ((cost, size), cand, plan)
         return (best or smallest)[1:]
 
     def predict(self, op, tv, target, options, plan, at) -> float | None:
+        """Cycles at symbol values `at` of the tiling chosen when planning for `plan`."""
         (form, a, b), p = self.choose(op, tv, target, options, plan)
         if not p.fits():
             return None
-        outer, D, inner = (sy.evaluate(e, at) for e in _view(op, tv))
-        return self._cols_cost(target, outer, D, a, b) if form == "cols" else self._rows_cost(target, outer, D, inner, a, b)
+        return self.cost(target, form, tuple(sy.evaluate(e, at) for e in _view(op, tv)), a, b)
 
     def tile(self, op, tv, target, options):
         (form, a, b), plan = self.choose(op, tv, target, options, plan_lengths(op))
