@@ -87,14 +87,26 @@ def test_cumsum_of_an_int_constant_is_exact_and_the_mask_pattern_of_positions():
     check(fn, (2, 8), 1, 257, (1, 9, 65, 257), exact=True)
 
 
-def test_integer_input_that_may_round_is_refused():
+def test_integer_input_gets_a_limit_checked_on_every_call():
     class IdsCumsum(torch.nn.Module):
-        def forward(self, ids):
-            return ids.cumsum(1)
+        def forward(self, ids, mask):
+            return ids.cumsum(1), mask.long().cumsum(-1) - 1, mask.cumprod(0)
 
-    ids = torch.randint(0, 100, (1, 16))
-    with pytest.raises(NovellaError, match=r"test_scan.py:\d+.*'torch.aten.cumsum'.*dim 1.*length can reach 64"):
-        compile_torch(IdsCumsum(), ids, dynamic_dim=1, min_len=1, max_len=64, cache=False)
+    ids, mask = torch.randint(-9, 10, (2, 16)), torch.ones(2, 16, dtype=torch.int32)
+    npu = compile_torch(IdsCumsum(), ids, mask, dynamic_dim=1, min_len=1, max_len=64, cache=False)
+    # 2**24 // 64 for a cumsum over up to 64 positions; the mask's cumprod over dim 0 (2 values) allows 2**12
+    assert [m.limit[0] for m in npu.artifact.programs[0].inputs] == [2**24 // 64, 2**12]
+    for n in (1, 7, 64):
+        ids, mask = torch.randint(-9, 10, (2, n)), (torch.rand(2, n) > 0.3).to(torch.int32)
+        for g, w in zip(npu(ids, mask), IdsCumsum()(ids, mask)):
+            assert g.dtype == w.dtype and torch.equal(g, w)
+    big = torch.full((2, 5), 2**24 // 64 + 1)
+    with pytest.raises(
+        NovellaError,
+        match=r"input #0 holds the integer 262145, above 262144: .*test_scan.py:\d+.*"
+        r"'torch.aten.cumsum': cumsum of this integer input sums up to 64 of its values along dim 1",
+    ):
+        npu(big, mask[:, :5])
 
 
 def test_large_int_constant_times_length_is_refused():
