@@ -133,3 +133,32 @@ def test_float_to_int_truncates_toward_zero():
 
     check(lambda x: (x.long(), x.to(torch.int32), (torch.ones_like(x).cumsum(1) * (x > 0) - 1).long()), (2, 8), 1, 130, (1, 5, 65, 130),
           make=values, exact=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool], ids=["int64", "bool"])
+def test_opinfo_integer_samples_of_cumsum(dtype):
+    """OpInfo's own int64 and bool samples of cumsum (the harness runs float32 only) that eager runs, the
+    first and the last dim in turn dynamic, exact with eager's dtype."""
+    pytest.importorskip("expecttest")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import opinfo_harness as h
+
+    info = h.op_infos()["cumsum"]
+    ran = 0
+    for s in info.sample_inputs("cpu", dtype):
+        module = h._Op(info.op, list(s.args), dict(s.kwargs), []).eval()
+        try:
+            module(s.input)
+        except (RuntimeError, NotImplementedError):  # e.g. no bool cumsum into a bool result in eager
+            continue
+        for d in sorted({0, s.input.dim() - 1}) if s.input.dim() >= 2 else []:
+            npu = compile_torch(module, s.input, dynamic_dim=d, min_len=1, max_len=65, cache=False)
+            for n in (1, 7, 65):
+                x = h._grow(s.input, d, n)
+                got, want = npu(x), module(x)
+                assert got.dtype == want.dtype and torch.equal(got, want), f"{s.args} {s.kwargs} dim {d} T={n}"
+            ran += 1
+    assert ran >= 4
