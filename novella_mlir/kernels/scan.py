@@ -120,14 +120,16 @@ class Scan:
         o, d, n = dims
         lanes = target.vector_lanes
         if sy.as_int(inner) == 1:
-            tcs = sorted({c for c in target.pow2(MAX_COLS, lanes) if c < 2 * d} | ({d} if sy.as_int(D) else set()))
+            whole = {d} if sy.as_int(D) and d <= MAX_COLS else set()
+            tcs = sorted({c for c in target.pow2(MAX_COLS, lanes) if c < 2 * d} | whole)
             trs = [options["tile-m"]] if options.get("tile-m") else target.row_tiles(16)
             for tc in tcs:
                 for tr in trs:
                     yield ("cols", tr, tc), self.cost(target, "cols", dims, tr, tc), _plan(target, tr, tc, tr)
             return
         static = sy.as_int(inner)
-        tns = target.divisors(static, lanes) if static else target.pow2(MAX_COLS, lanes)
+        divisors = [t for t in target.divisors(static, lanes) if t <= MAX_COLS] if static else []
+        tns = sorted(set(divisors) | set(target.pow2(MAX_COLS, lanes)), reverse=True)
         tms = [options["tile-m"]] if options.get("tile-m") else target.row_tiles(16)
         for tn in [t for t in tns if t < 2 * n] or tns[-1:]:
             for tm in tms:

@@ -60,6 +60,13 @@ def test_cumsum_of_the_dynamic_last_dim_crosses_column_tiles():
     check(lambda x: x.cumsum(-1), (3, 16), 1, 2100, (1, 33, 1025, 2048, 2049, 2100))
 
 
+def test_static_dims_wider_than_an_instruction():
+    # 5000 columns exceed the ISA's cols field: the scanned dim (columns form) and the dim after the
+    # scanned one (rows form) are split into column tiles, the last one partial
+    check(lambda x: (x.cumsum(-1), x.cumsum(0)), (4, 5000), 0, 64, (1, 3, 64), atol=1e-3)
+    check(lambda x: x.cumsum(1), (4, 2, 5000), 0, 64, (1, 3, 64))
+
+
 def test_cumsum_rank_1_and_dim_0_of_the_length():
     check(lambda x: torch.cumsum(x, 0), (16,), 0, 300, (1, 65, 300))
 
