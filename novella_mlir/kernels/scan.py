@@ -21,11 +21,12 @@ The carry: on every D step but the first, the output tile is combined (ADD/MUL, 
 broadcast) with the `carry` buffer, the last row (column) of the previous D step's output,
 then that row (column) of this tile is copied into `carry` for the next step. The D loop is
 the innermost grid dim and its steps must run in grid order: `novella.tiles` says which dim
-(`carry = <grid dim>`); a scan of one step has no carry ops. `carry` and the scratch buffers have one slot (they carry data across
-steps, or live within one step on the compute queue); the loaded and stored tiles are streamed
-in two, so under the token rule the next tile's LOAD runs under this step's VEC ops and this
-step's STORE under the next one's. The tile sizes are the cost model's cheapest fitting ones
-at the planned length."""
+(`carry = <grid dim>`); a scan of one step has no carry ops. `carry` and the scratch buffers
+have one slot (they carry data across steps, or live within one step on the compute queue);
+the loaded and stored tiles are streamed in two, so under the token rule the next tile's LOAD
+runs under this step's VEC ops and this step's STORE under the next one's. Every dependency
+between the VEC ops of a step, and on `carry` from one step to the next, is through SRAM. The
+tile sizes are the cost model's cheapest fitting ones at the planned length."""
 
 from __future__ import annotations
 
