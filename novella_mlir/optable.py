@@ -393,3 +393,8 @@ OPS[nv.ScanOp] = OpDef(
     {"torch.aten.cumsum": scan.cumsum, "torch.aten.cumprod": scan.cumprod},
 )
 BY_NAME[nv.ScanOp.OPERATION_NAME] = OPS[nv.ScanOp]
+
+# ------------------------------------------------------------------ x[i, j] with index tensors (a row gather)
+from .frontend.lowering import advanced_index  # noqa: E402
+
+OPS[nv.GatherRowsOp].lowers["torch.aten.index.Tensor"] = advanced_index.index_tensor
