@@ -130,6 +130,17 @@ def test_large_int_constant_times_length_is_refused():
         compile_torch(Big(), torch.randn(3, 8), dynamic_dim=1, min_len=1, max_len=16, cache=False)
 
 
+def test_cumsum_into_an_integer_dtype_truncates_first_and_is_refused_unbounded():
+    class Cast(torch.nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x, 1, dtype=torch.int64)
+
+    with pytest.raises(NovellaError, match="cumsum of an integer tensor along dim 1.*bounded only by 2"):
+        compile_torch(Cast(), torch.randn(2, 8), dynamic_dim=1, min_len=1, max_len=64, cache=False)
+    check(lambda x: (torch.cumsum(x.long(), 1, dtype=torch.float32), torch.cumsum(x > 0, 0, dtype=torch.float32)),
+          (2, 8), 1, 64, (1, 9, 64))  # fmt: skip
+
+
 def test_float_to_int_truncates_toward_zero():
     def values(shape, g):
         x = 300 * torch.randn(shape, generator=g)

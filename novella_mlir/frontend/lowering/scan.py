@@ -69,8 +69,9 @@ def _check_exact(cx, x, fn: str, dim: int, n) -> None:
         why = f"{cx.error(f'{op} of this integer input {what}')} (exact in fp32 only within +-2**24)"
         _limit_input(ir.BlockArgument(arg), limit, why)
         return
+    known = f"|x| <= {bound:.0f}" if bound < EXACT_INT else "values computed on the NPU, bounded only by 2**24"
     raise cx.error(
-        f"{op} of an integer tensor along dim {dim}, whose length can reach {hi}, with |x| <= {bound:.0f}: a "
+        f"{op} of an integer tensor along dim {dim}, whose length can reach {hi}, with {known}: a "
         f"running {'sum' if fn == 'sum' else 'product'} can leave +-2**24, where the NPU's fp32 no longer holds "
         "integers exactly. Lower max_len, scan a bool or 0/1 mask (`x != 0`, bounded by 1), or convert to "
         "float first (`x.float()`) if rounded results are acceptable."
@@ -96,6 +97,10 @@ def _scan(fn: str):
             return x
         dim = cx.const(1) % len(shape)
         if cx.result_kind() in ("int", "bool"):
+            if cx.kind(0) == "float":  # cumsum(x, dtype=torch.int64) scans x.long()
+                from .pointwise import _truncate
+
+                x = _truncate(cx, x)
             _check_exact(cx, x, fn, dim, shape[dim])
         if sy.as_int(shape[dim]) == 1:
             return x
