@@ -134,9 +134,11 @@ class Executor:
         metas = self.art.programs[0].inputs
         if len(inputs) != len(metas):
             raise InputError(f"expected {len(metas)} inputs, got {len(inputs)}")
-        inputs = [check_input(x, i, cast, m.dtype, m.limit) for i, (x, m) in enumerate(zip(inputs, metas))]
+        inputs = [check_input(x, i, cast, m.dtype) for i, (x, m) in enumerate(zip(inputs, metas))]
         syms = self.bind(inputs)
         prog = self.program(syms)
+        for i, (x, meta) in enumerate(zip(inputs, prog.inputs)):
+            check_limit(x, i, meta.limit)
         t0 = time.perf_counter()
         with self._jit_lock:
             program = self.jit.instantiate(syms)
@@ -163,10 +165,9 @@ class Executor:
         return outs, run
 
 
-def check_input(x, i: int, cast: bool = False, want: str = "float32", limit=()) -> np.ndarray:
+def check_input(x, i: int, cast: bool = False, want: str = "float32") -> np.ndarray:
     """Input #i as the contiguous float32 array the NPU holds. Its dtype must be `want`, the compiled one,
-    unless `cast`; lossy casts are refused even then, and integers must be exact in fp32 (frontend/dtypes.py)
-    and within the compiled `limit` ([max |value|, why], from an integer scan of the input)."""
+    unless `cast`; lossy casts are refused even then, and integers must be exact in fp32 (frontend/dtypes.py)."""
     if not isinstance(x, np.ndarray):
         if not cast or x is None:
             what = "None" if x is None else f"a {type(x).__name__}"
@@ -188,12 +189,17 @@ def check_input(x, i: int, cast: bool = False, want: str = "float32", limit=()) 
         x = _cast(x, i, target)
     if x.dtype.kind in "biu":
         dtypes.check_exact(x.astype(np.int64), f"input #{i}")
-        if limit and x.size and int(np.abs(x.astype(np.int64)).max()) > limit[0]:
-            raise InputError(
-                f"input #{i} holds the integer {int(np.abs(x.astype(np.int64)).max())}, above {limit[0]}: "
-                f"{limit[1]}, so its values must stay within +-{limit[0]}"
-            )
     return np.asarray(x, np.float32, order="C")
+
+
+def check_limit(x: np.ndarray, i: int, limit: list) -> None:
+    """Refuses input #i (as the NPU holds it) above the program's `limit` ([max |value|, why], written by
+    the frontend for an integer scan of the input)."""
+    if limit and x.size and float(np.abs(x).max()) > limit[0]:
+        raise InputError(
+            f"input #{i} holds the integer {int(np.abs(x).max())}, above {limit[0]}: {limit[1]}, so its "
+            f"values must stay within +-{limit[0]}"
+        )
 
 
 def _cast(x: np.ndarray, i: int, target: np.dtype) -> np.ndarray:

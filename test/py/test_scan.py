@@ -116,6 +116,21 @@ def test_integer_input_gets_a_limit_checked_on_every_call():
         npu(big, mask[:, :5])
 
 
+def test_the_limit_is_the_program_of_the_length():
+    class Branchy(torch.nn.Module):  # T = 1 is a program of its own (the model branches on it)
+        def forward(self, ids):
+            y = ids.cumsum(1)
+            return y * 2 if ids.shape[1] == 1 else y
+
+    npu = compile_torch(Branchy(), torch.randint(0, 9, (1, 16)), dynamic_dim=1, min_len=1, max_len=64, cache=False)
+    limits = [p.inputs[0].limit[:1] for p in npu.artifact.programs]
+    assert limits[0] == [] and limits[1:] and all(lim == [2**24 // 64] for lim in limits[1:]), limits
+    big = torch.full((1, 1), 300000)
+    assert torch.equal(npu(big), Branchy()(big))  # one value: exact at any size
+    with pytest.raises(NovellaError, match="input #0 holds the integer 300000, above 262144"):
+        npu(torch.full((1, 5), 300000))
+
+
 def test_large_int_constant_times_length_is_refused():
     big = torch.full((4, 16), 2**21, dtype=torch.int64)
 
