@@ -62,6 +62,15 @@ def llama():
     return Hidden(tf.LlamaModel(cfg)), _ids(1000), 1, 1, MAX_POSITIONS
 
 
+def opt():
+    """OPT: learned positions from `cumsum` of the attention mask (a `novella.scan`), then `.long()`."""
+    import transformers as tf
+
+    cfg = tf.OPTConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, ffn_dim=128, vocab_size=1000,
+                       max_position_embeddings=MAX_POSITIONS, word_embed_proj_dim=64)  # fmt: skip
+    return Hidden(tf.OPTModel(cfg)), _ids(1000), 1, 1, MAX_POSITIONS
+
+
 def transformer_encoder(norm_first: bool):
     def build():
         layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, norm_first=norm_first)
@@ -89,6 +98,7 @@ MODELS = {
     "gpt2": gpt2,
     "bert": bert,
     "llama": llama,
+    "opt": opt,
     "encoder-post-norm": transformer_encoder(False),
     "encoder-pre-norm": transformer_encoder(True),
     "whisper-sdpa": whisper_encoder,

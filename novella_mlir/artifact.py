@@ -75,6 +75,7 @@ class TensorMeta:
     shape: list  # [postfix, ...]
     dram: list  # postfix
     dtype: str = "float32"  # the torch dtype of a model input (held as fp32 in DRAM: frontend/dtypes.py)
+    limit: list = field(default_factory=list)  # [max |value|, why] an integer input must keep (empty: 2**24)
 
 
 PROGRAM_FIELDS = ("inputs", "outputs", "dram_size", "weight_layout", "macros", "tiles", "kv")
@@ -158,12 +159,13 @@ class Artifact:
         """JSON-able metadata. The programs' MacroMeta and TileMeta are pooled: `macros` and `tiles` hold
         each distinct template set and tile rule once; a program lists its macros (its own order) and
         tiles by pool index, and a pooled tile names its macro by pool index. A shape bucket thus costs
-        only the templates and tile rules it changes. A template's empty `slot` and a macro's empty
-        `schedule` are left out."""
+        only the templates and tile rules it changes. A template's empty `slot`, a macro's empty
+        `schedule` and a tensor's empty `limit` are left out."""
         d = asdict(self)
         d.pop("weights")
         pool_m, pool_t, keys_m, keys_t = [], [], {}, {}
         for prog in d["programs"]:
+            _compact_tensors(prog)
             local = [_pooled(_compact(mm), pool_m, keys_m) for mm in prog["macros"]]
             prog["macros"] = local
             prog["tiles"] = [_pooled({**t, "macro": _ref(local, t["macro"])}, pool_t, keys_t) for t in prog["tiles"]]
@@ -174,7 +176,7 @@ class Artifact:
         """Program `i`'s metadata in full (its macros and tiles themselves, tiles naming macros by its order)."""
         d = asdict(self.programs[i])
         d["macros"] = [_compact(mm) for mm in d["macros"]]
-        return d
+        return _compact_tensors(d)
 
     def program_nbytes(self, i: int) -> tuple[int, int]:
         """(MacroMeta, TileMeta) bytes program `i` adds to the file: the pooled template sets and tile rules
@@ -210,6 +212,14 @@ class Artifact:
         header = json.dumps(fields).encode()
         with open(path, "wb") as f:
             f.write(MAGIC + struct.pack("<II", FORMAT_VERSION, len(header)) + header + meta + blob)
+
+
+def _compact_tensors(prog: dict) -> dict:
+    """Leaves out an input's or output's empty `limit`."""
+    for t in prog["inputs"] + prog["outputs"]:
+        if not t["limit"]:
+            del t["limit"]
+    return prog
 
 
 def _compact(mm: dict) -> dict:

@@ -292,13 +292,22 @@ def _kv(kv, n_inputs: int, n_outputs: int) -> None:
         _int(pair[1], f"kv.inputs[{j}][1]", 0, len(kv["slots"]) - 1)
 
 
+def _limit(lim, f: str) -> None:
+    ok = isinstance(lim, list) and (not lim or len(lim) == 2 and isinstance(lim[1], str))
+    if not ok:
+        raise _Bad(f, f"expected [max |value|, why], got {_short(lim)}")
+    if lim:
+        _int(lim[0], f + "[0]", 1, 2**24)
+
+
 def _check_programs(m, n: int) -> None:
     check_program(m["dram_size"], "dram_size", n)
     for kind in ("inputs", "outputs"):
         _type(m[kind], list, kind)
         for i, t in enumerate(m[kind]):
             f = f"{kind}[{i}]"
-            _keys(t, ("shape", "dram"), f, optional=("dtype",))
+            _keys(t, ("shape", "dram"), f, optional=("dtype", "limit"))
+            _limit(t.get("limit", []), f + ".limit")
             if t.get("dtype", "float32") not in INPUT_DTYPES:
                 raise _Bad(f + ".dtype", f"{_short(t['dtype'])} is not one of {', '.join(INPUT_DTYPES)}")
             _type(t["shape"], list, f + ".shape")

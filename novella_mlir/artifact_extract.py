@@ -41,7 +41,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
     program = Program(
         ranges=[[lo, hi] for _, lo, hi in symbols],
         reason=reason,
-        inputs=[_tensor_meta(a, dram) for a in block.arguments],
+        inputs=[_tensor_meta(a, dram, _limit(fn, i)) for i, a in enumerate(block.arguments)],
         outputs=[_tensor_meta(v, dram) for v in ret.operands],
         dram_size=sy.to_postfix(sy.map_results(fn.attributes["novella.dram_size"])[0]),
         weight_layout=layout,
@@ -93,9 +93,16 @@ def _dram_of(fn):
     return out
 
 
-def _tensor_meta(v, dram) -> TensorMeta:
+def _tensor_meta(v, dram, limit: list | None = None) -> TensorMeta:
     shape = sy.shape_of(ir.RankedTensorType(v.type))
-    return TensorMeta([sy.to_postfix(e) for e in shape], sy.to_postfix(dram[v]))
+    return TensorMeta([sy.to_postfix(e) for e in shape], sy.to_postfix(dram[v]), limit=limit or [])
+
+
+def _limit(fn, i: int) -> list:
+    """[max |value|, why] of input `i` from the function's `novella.input_limits` (an integer scan of it)."""
+    from .frontend.lowering.scan import LIMITS
+
+    return from_attr(fn.attributes[LIMITS]).get(str(i), []) if LIMITS in fn.attributes else []
 
 
 def _grid(macro) -> list:

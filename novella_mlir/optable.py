@@ -380,3 +380,21 @@ OPS[nv.ReduceOp].lowers["torch.aten.linalg_matrix_norm"] = reductions.matrix_nor
 OPS[nv.ReduceOp].lowers["torch.aten.linalg_norm"] = reductions.linalg_norm
 OPS[nv.ReduceOp].lowers["torch.aten.linalg_norm.ord_str"] = reductions.linalg_norm
 OPS[nv.FlipOp].lowers.update({"torch.aten.fliplr": reductions.fliplr, "torch.aten.flipud": reductions.flipud})
+
+# ------------------------------------------------------------------ prefix scans: cumsum, cumprod
+# (lowering in frontend/lowering/scan.py, kernel in kernels/scan.py)
+from .frontend.lowering import scan  # noqa: E402
+from .kernels import scan as k_scan  # noqa: E402
+
+OPS[nv.ScanOp] = OpDef(
+    shapes.unary,
+    k_scan.Scan(),
+    _LIT + "kernels/scan.mlir",
+    {"torch.aten.cumsum": scan.cumsum, "torch.aten.cumprod": scan.cumprod},
+)
+BY_NAME[nv.ScanOp.OPERATION_NAME] = OPS[nv.ScanOp]
+
+# ------------------------------------------------------------------ x[i, j] with index tensors (a row gather)
+from .frontend.lowering import advanced_index  # noqa: E402
+
+OPS[nv.GatherRowsOp].lowers["torch.aten.index.Tensor"] = advanced_index.index_tensor

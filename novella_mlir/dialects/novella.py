@@ -790,3 +790,32 @@ class FlashAttentionOp(Novella.Operation, name="flash_attention"):
         if len(types) == 4 and (types[3].rank < 2 or not _dims_compatible(_static_dims(types[3])[-1], dk[-2])):
             return _fail(op, f"mask {types[3]} must be [..., Lq or 1, Lk] for key {k}")
         return True
+
+
+# ------------------------------------------------------------------ prefix scans (cumsum, cumprod)
+
+SCAN_FNS = ("sum", "prod")
+
+
+class ScanOp(Novella.Operation, name="scan"):
+    """Inclusive prefix scan along `dim` (which may be dynamic): `fn` "sum" is `torch.cumsum`,
+    "prod" `torch.cumprod`. result[..., i, ...] combines input[..., 0..i, ...]; the shape is the input's.
+    Integer and bool inputs are held as f32; the frontend refuses an integer scan that could leave
+    the range fp32 holds exactly (frontend/lowering/scan.py)."""
+
+    input: ext.Operand[Tensor]
+    dim: ir.IntegerAttr
+    fn: ir.StringAttr
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    @_verified(1)
+    def verify_invariants(op) -> bool:
+        x = op.operands[0].type
+        d = _attr(op, "dim", ir.IntegerAttr)
+        fn = _attr(op, "fn", ir.StringAttr)
+        if fn not in SCAN_FNS:
+            return _fail(op, f"unknown scan '{fn}' (expected one of {', '.join(SCAN_FNS)})")
+        if not 0 <= d < x.rank:
+            return _fail(op, f"dim {d} is out of range for {x}")
+        return _SameShapeUnary.verify_invariants(op)

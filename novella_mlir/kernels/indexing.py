@@ -67,7 +67,7 @@ class GatherRows:
         c = tv.cols(0)
         if c > MAX_COLS:
             raise ValueError(f"gather_rows of {c}-wide rows: at most {MAX_COLS} columns per row (GATHER cols field)")
-        return n, sy.as_int(tv.shape(0)[0]), c
+        return n, tv.shape(0)[0], c
 
     def tile(self, op, tv, target, options):
         n, _, c = self._dims(tv)

@@ -137,6 +137,8 @@ class Executor:
         inputs = [check_input(x, i, cast, m.dtype) for i, (x, m) in enumerate(zip(inputs, metas))]
         syms = self.bind(inputs)
         prog = self.program(syms)
+        for i, (x, meta) in enumerate(zip(inputs, prog.inputs)):
+            check_limit(x, i, meta.limit)
         t0 = time.perf_counter()
         with self._jit_lock:
             program = self.jit.instantiate(syms)
@@ -188,6 +190,16 @@ def check_input(x, i: int, cast: bool = False, want: str = "float32") -> np.ndar
     if x.dtype.kind in "biu":
         dtypes.check_exact(x.astype(np.int64), f"input #{i}")
     return np.asarray(x, np.float32, order="C")
+
+
+def check_limit(x: np.ndarray, i: int, limit: list) -> None:
+    """Refuses input #i (as the NPU holds it) above the program's `limit` ([max |value|, why], written by
+    the frontend for an integer scan of the input)."""
+    if limit and x.size and float(np.abs(x).max()) > limit[0]:
+        raise InputError(
+            f"input #{i} holds the integer {int(np.abs(x).max())}, above {limit[0]}: {limit[1]}, so its "
+            f"values must stay within +-{limit[0]}"
+        )
 
 
 def _cast(x: np.ndarray, i: int, target: np.dtype) -> np.ndarray:

@@ -36,13 +36,13 @@ CLAIMED = (
     "chunk", "unbind", "narrow", "select", "expand", "repeat", "flip", "index_select", "squeeze", "unsqueeze",
     "reshape", "view", "flatten", "clone", "contiguous", "matmul", "mm", "bmm", "addmm", "nn.functional.linear",
     "addcmul", "lerp", "nn.functional.glu", "argmax", "argmin", "linalg.vector_norm", "norm", "linalg.matrix_norm",
-    "linalg.norm", "fliplr", "flipud",
+    "linalg.norm", "fliplr", "flipud", "cumsum", "cumprod",
 )  # fmt: skip
 
 # The fast subset CI runs (op, first N eligible samples).
 CI_SUBSET = (("add", 6), ("lt", 6), ("exp", 2), ("sigmoid", 2), ("where", 2), ("softmax", 1), ("amax", 1),
              ("var", 1), ("transpose", 1), ("cat", 1), ("tril", 1), ("clamp", 1), ("nn.functional.gelu", 1),
-             ("argmax", 1), ("flip", 1))  # fmt: skip
+             ("argmax", 1), ("flip", 1), ("cumsum", 1))  # fmt: skip
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Stock models users bring (transformers GPT-2, BERT, LLaMA; nn.TransformerEncoder both norm
+"""Stock models users bring (transformers GPT-2, BERT, LLaMA, OPT; nn.TransformerEncoder both norm
 orders; the Whisper encoder with SDPA), each compiled once over its whole length range and
 compared with eager PyTorch at the shortest length, a partial last tile and the maximum.
 All five lengths of the issue: bench/models_e2e.py."""

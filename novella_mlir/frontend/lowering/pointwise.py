@@ -1,8 +1,8 @@
 """Lowerings of math functions, compares, logical ops, where, clamp, pow and dtype conversions.
 
 Integers and bools are held as f32 (see `frontend/dtypes.py`), so a conversion
-between them, or from them to float, is the identity; float -> int would round
-and is refused. A compare gives a 0.0/1.0 mask, `~` is 1 - x, `&` a product and
+between them, or from them to float, is the identity; float -> int truncates toward
+zero (exactly, in fp32: `_truncate`). A compare gives a 0.0/1.0 mask, `~` is 1 - x, `&` a product and
 `|` a maximum of masks."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 
 from torch_mlir import ir
 
-from ...dialects.novella import CompareOp, MathOp, MaximumOp, MinimumOp, MulOp, ScalarOp, WhereOp
+from ...dialects.novella import CompareOp, MathOp, MaximumOp, MinimumOp, MulOp, ScalarOp, SubOp, WhereOp
 
 
 def _fn(v: str) -> ir.StringAttr:
@@ -157,7 +157,7 @@ def pow_scalar(cx):
 
 
 def convert(cx):
-    """to / _to_copy / convert_element_type: the identity, except float -> int (refused) and -> bool (x != 0)."""
+    """to / _to_copy / convert_element_type: the identity, except float -> int (truncated) and -> bool (x != 0)."""
     src, dst = cx.kind(0), cx.result_kind()
     if not dst:
         raise cx.error(f"conversion to {cx.op.results[0].type} is not supported (only f32, integer and bool)")
@@ -165,5 +165,21 @@ def convert(cx):
     if dst == "bool" and src != "bool":
         return cx.emit(CompareOp, lhs=x, rhs=cx.scalar(0.0), fn=_fn("ne"))
     if src == "float" and dst == "int":
-        raise cx.error("converting a float tensor to an integer type rounds; the NPU keeps floats as they are")
+        return _truncate(cx, x)
     return x
+
+
+_ROUNDER = float(2**23)  # a + 2**23 - 2**23 rounds 0 <= a < 2**23 to an integer; fp32 from 2**23 up holds only integers
+
+
+def _truncate(cx, x):
+    """trunc(x) (what `.long()` does), exact in fp32: with a = |x|, r = (a + 2**23) - 2**23 is a rounded to
+    the nearest integer (both steps exact below 2**23), floor(a) = r - (r > a), and a >= 2**23 is already an
+    integer; the sign is put back by where(x < 0). NaN and +-inf have no integer value (eager's is undefined)."""
+    a = math_op(cx, "abs", x, check=False)
+    r = scalar_op(cx, "sub", scalar_op(cx, "add", a, _ROUNDER, check=False), _ROUNDER, check=False)
+    over = cx.emit(CompareOp, check=False, lhs=r, rhs=a, fn=_fn("gt"))
+    floor = cx.emit(SubOp, check=False, lhs=r, rhs=over)
+    whole = cx.emit(WhereOp, check=False, cond=scalar_op(cx, "ge", a, _ROUNDER, check=False), x=a, y=floor)
+    neg = cx.emit(CompareOp, check=False, lhs=x, rhs=cx.scalar(0.0), fn=_fn("lt"))
+    return cx.emit(WhereOp, cond=neg, x=math_op(cx, "neg", whole, check=False), y=whole)

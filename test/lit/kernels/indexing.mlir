@@ -108,3 +108,20 @@ module attributes {novella.symbols = {s0 = ["T", 3, 1024]}} {
     return %0 : tensor<3x16xf32>
   }
 }
+
+// -----
+
+// A lookup in a table whose rows are the length (`mask[b, kv]`, aten.index.Tensor): the GATHER's
+// row bound is the symbolic row count s0, so an index past the current length faults.
+// CHECK-LABEL: func.func @lookup_length_rows
+// CHECK: %[[G:.*]] = "novella.gather_rows"(%{{.*}}, %{{.*}}) : (tensor<?x1xf32, #{{.*}}>, tensor<1x?xf32, #{{.*}}>) -> tensor<1x?x1xf32, #{{.*}}>
+// CHECK: return %[[G]]
+// INST-DAG: #[[ROWS:.*]] = affine_map<(d0)[s0] -> (s0)>
+// INST-LABEL: func.func @lookup_length_rows
+// INST: "novella.inst"(%{{.*}}) {cols = 1 : i64, {{.*}}opcode = "GATHER", row_bound = #[[ROWS]]
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @lookup_length_rows(%t: tensor<?x1xf32, affine_map<()[s0] -> (s0, 1)>>, %i: tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>) -> tensor<1x?x1xf32> {
+    %0 = "novella.gather_rows"(%t, %i) : (tensor<?x1xf32, affine_map<()[s0] -> (s0, 1)>>, tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>) -> tensor<1x?x1xf32>
+    return %0 : tensor<1x?x1xf32>
+  }
+}

@@ -188,3 +188,19 @@ func.func @flip_dim_out_of_range(%x: tensor<2x?x8xf32, affine_map<()[s0] -> (2, 
   %0 = "novella.flip"(%x) {dim = 3 : i64} : (tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>) -> tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>
   return %0 : tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>
 }
+
+// -----
+
+func.func @scan_bad_fn(%x: tensor<?x8xf32, affine_map<()[s0] -> (s0, 8)>>) -> tensor<?x8xf32, affine_map<()[s0] -> (s0, 8)>> {
+  // expected-error @+1 {{unknown scan 'max' (expected one of sum, prod)}}
+  %0 = "novella.scan"(%x) {dim = 0 : i64, fn = "max"} : (tensor<?x8xf32, affine_map<()[s0] -> (s0, 8)>>) -> tensor<?x8xf32, affine_map<()[s0] -> (s0, 8)>>
+  return %0 : tensor<?x8xf32, affine_map<()[s0] -> (s0, 8)>>
+}
+
+// -----
+
+func.func @scan_bad_dim(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{dim 2 is out of range for tensor<4x8xf32>}}
+  %0 = "novella.scan"(%x) {dim = 2 : i64, fn = "sum"} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}

@@ -1,0 +1,64 @@
+"""Lowering of `x[i0, i1, ...]` (`aten.index.Tensor`) with integer index tensors on the leading dims.
+
+The indexed dims are flattened into the rows of a table `[d0 * ... * d(k-1), rest]`; the row of each
+result position is `i0 * (d1 * ... * d(k-1)) + ... + i(k-1)` (the indices broadcast together, a negative
+one counting from the end as in torch), computed in fp32, exact while the table has at most 2**24 rows
+(`frontend/dtypes.py`), and one `novella.gather_rows` (GATHER) picks them: an index out of range faults
+on the NPU, naming the row. transformers' padding masks (`padding_mask[batch_idx, kv_idx]`) are this."""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from ... import symbolic as sy
+from ...dialects.novella import AddOp, CompareOp, GatherRowsOp, MulOp
+from .. import dtypes
+from .elementwise import size_value
+from .shape_ops import reshape
+
+
+def _scaled(cx, v, e: ir.AffineExpr):
+    """v * e for a size expression e (a Python constant when static)."""
+    n = sy.as_int(e)
+    if n == 1:
+        return v
+    from .pointwise import scalar_op
+
+    return (
+        scalar_op(cx, "mul", v, n, check=False)
+        if n is not None
+        else cx.emit(MulOp, check=False, lhs=v, rhs=size_value(cx, e))
+    )
+
+
+def _wrapped(cx, i, n: ir.AffineExpr):
+    """i + n where i < 0 (torch's negative indices), else i."""
+    neg = cx.emit(CompareOp, check=False, lhs=i, rhs=cx.scalar(0.0), fn=ir.StringAttr.get("lt"))
+    return cx.emit(AddOp, check=False, lhs=i, rhs=_scaled(cx, neg, n))
+
+
+def index_tensor(cx):
+    x, indices = cx.operand(0), cx.const(1)
+    shape = list(cx.shape(x))
+    k = len(indices)
+    if not indices or any(not isinstance(i, ir.Value) for i in indices) or k > len(shape):
+        raise cx.error(
+            "indexing with tensors is supported on the leading dims only (x[i], x[i, j]); a slice or None "
+            "before an index tensor (x[:, i]) is not: index_select or gather the dim instead"
+        )
+    listed = cx.op.operands[1].owner
+    if any(dtypes.kind(v.type) == "bool" for v in listed.operands):
+        raise cx.error("indexing with a bool mask (x[mask]) gives a data-dependent shape; use torch.where instead")
+    rest = shape[k:]
+    width = sy.canon(sy.numel(rest)) if rest else sy.const(1)
+    if sy.as_int(width) is None:
+        raise cx.error(f"indexing leaves the dims {[str(e) for e in rest]}, which must be static")
+    row = None
+    for j, i in enumerate(indices):
+        stride = sy.canon(sy.numel(shape[j + 1 : k])) if j + 1 < k else sy.const(1)
+        term = _scaled(cx, _wrapped(cx, i, shape[j]), stride)
+        row = term if row is None else cx.emit(AddOp, check=False, lhs=row, rhs=term)
+    rows = sy.canon(sy.numel(shape[:k]))
+    table = reshape(cx, x, [rows, width], check=False)
+    picked = cx.emit(GatherRowsOp, check=False, table=table, indices=row)
+    return reshape(cx, picked, list(cx.shape(row)) + rest)
