@@ -104,27 +104,40 @@ def _grid(macro) -> list:
 
 def _macro(macro, dram, memo: dict) -> tuple[MacroMeta, dict]:
     n_dims = len(sy.map_results(macro.attributes["grid"]))
-    bases = {"-1": sy.to_postfix(dram[macro.results[0]])}
+    bases = {"-1": _postfix(dram[macro.results[0]], memo)}
     insts = []
     for inst in macro.regions[0].blocks[0].operations:
         t = _template(inst, memo)
         if t.tensor is not None and t.tensor >= 0:
-            bases[str(t.tensor)] = sy.to_postfix(dram[inst.operands[0]])
+            bases[str(t.tensor)] = _postfix(dram[inst.operands[0]], memo)
         insts.append(t)
     kernel = ir.StringAttr(macro.attributes["kernel"]).value
     schedule = from_attr(macro.attributes["novella.schedule"]) if "novella.schedule" in macro.attributes else {}
     return MacroMeta(kernel, n_dims, insts, schedule), bases
 
 
+def _postfix(expr, memo: dict) -> list:
+    """`sy.to_postfix(expr)`, remembered in `memo` by the expression (uniqued in the context)."""
+    key = ("expr", expr)
+    if key not in memo:
+        memo[key] = sy.to_postfix(expr)
+    return list(memo[key])
+
+
 def _template(inst, memo: dict) -> InstTemplate:
-    """`memo`: postfix programs by affine map attribute (uniqued in the context), shared by equal layers."""
+    """`memo`: postfix programs by affine map / integer set attribute (uniqued in the context), shared
+    by equal layers."""
     attrs = attr_dict(inst)
     opcode = ir.StringAttr(attrs.pop("opcode")).value
     tensor = from_attr(attrs.pop("tensor")) if "tensor" in attrs else None
     if opcode == "STORE":
         tensor = -1
-    when = sy.integer_set_constraints(attrs.pop("when")) if "when" in attrs else []
-    when = [[kind, sy.to_postfix(e)] for kind, e in when]
+    when = []
+    if "when" in attrs:
+        a = attrs.pop("when")
+        if a not in memo:
+            memo[a] = [(kind, sy.to_postfix(e)) for kind, e in sy.integer_set_constraints(a)]
+        when = [[kind, list(p)] for kind, p in memo[a]]
     slot = from_attr(attrs.pop("slot")) if "slot" in attrs else {}
     const, var = {}, {}
     for k, a in attrs.items():

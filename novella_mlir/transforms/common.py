@@ -57,16 +57,17 @@ def to_attr(value) -> ir.Attribute:
     raise TypeError(f"cannot make an attribute from {value!r}")
 
 
+_SCALAR_ATTRS = (ir.BoolAttr, ir.IntegerAttr, ir.FloatAttr, ir.StringAttr)
+
+
 def from_attr(attr):
     """Attribute -> Python value (inverse of `to_attr` for plain data)."""
-    if isinstance(attr, ir.BoolAttr):
-        return attr.value
-    if isinstance(attr, (ir.IntegerAttr, ir.FloatAttr, ir.StringAttr)):
+    if isinstance(attr, _SCALAR_ATTRS):
         return attr.value
     if isinstance(attr, ir.ArrayAttr):
         return [from_attr(a) for a in attr]
     if isinstance(attr, ir.DictAttr):
-        return {attr[i].name: from_attr(attr[i].attr) for i in range(len(attr))}
+        return {a.name: from_attr(a.attr) for a in map(attr.__getitem__, range(len(attr)))}
     return attr
 
 
@@ -124,10 +125,10 @@ def _check_symbol_uses(module_op, n: int) -> None:
                 types.add(t)
                 if isinstance(t, ir.RankedTensorType) and isinstance(t.encoding, ir.AffineMapAttr):
                     found.append((op, t.encoding, f"type {t}"))
-        for name, a in attr_dict(op).items():
+        for a in op.attributes.values():
             if isinstance(a, ir.AffineMapAttr) and a not in maps:
                 maps.add(a)
-                found.append((op, a, f"attribute '{name}'"))
+                found.append((op, a, None))
         return ir.WalkResult.ADVANCE
 
     for fn in functions(module_op):
@@ -136,6 +137,8 @@ def _check_symbol_uses(module_op, n: int) -> None:
                 found.append((fn, a.type.encoding, f"argument #{i} ({a.type})"))
     module_op.operation.walk(check)
     for op, attr, what in found:
+        if what is None and ir.AffineMapAttr(attr).value.n_symbols > n:  # name the attribute
+            what = next(f"attribute '{k}'" for k, a in attr_dict(op).items() if a == attr)
         _map_symbols(op, attr, n, what)
 
 

@@ -136,11 +136,15 @@ _LOWER = {
 }
 
 
+_FIELDS = {op: {f.name: f for f in fields} for op, fields in isa.LAYOUT.items()}
+_UNCHECKED = frozenset(("opcode", "tensor", "when", "fn", "mode", "imm"))
+
+
 def _check_constants(macro, fields) -> None:
     opcode = isa.Opcode[ir.StringAttr(fields["opcode"]).value]
-    layout = {f.name: f for f in isa.LAYOUT[opcode]}
+    layout = _FIELDS[opcode]
     for name, attr in fields.items():
-        if name in ("opcode", "tensor", "when", "fn", "mode", "imm") or not isinstance(attr, ir.IntegerAttr):
+        if name in _UNCHECKED or not isinstance(attr, ir.IntegerAttr):
             continue
         f = layout.get(name)
         if f is None:
