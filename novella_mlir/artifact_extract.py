@@ -12,7 +12,7 @@ from simulator import isa
 
 from . import symbolic as sy
 from .artifact import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta
-from .transforms.common import attr_dict, body_ops, from_attr, functions
+from .transforms.common import attr_dict, body_ops, from_attr, functions, ir_memo, remember
 
 _ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
 
@@ -124,10 +124,21 @@ def _postfix(expr, memo: dict) -> list:
     return list(memo[key])
 
 
+_TEMPLATES = ir_memo()  # an inst's attributes -> its template (equal layers, shape-bucket programs)
+
+
 def _template(inst, memo: dict) -> InstTemplate:
+    """The template of one `novella.inst` (a copy: templates share no lists)."""
+    attrs = attr_dict(inst)
+    t = remember(_TEMPLATES, tuple(attrs.items()), _new_template, attrs, memo)
+    var = {k: [list(p) for p in v] for k, v in t.var.items()}
+    return InstTemplate(t.opcode, dict(t.const), var, [[k, list(p)] for k, p in t.when], t.tensor, dict(t.slot))
+
+
+def _new_template(attrs: dict, memo: dict) -> InstTemplate:
     """`memo`: postfix programs by affine map / integer set attribute (uniqued in the context), shared
     by equal layers."""
-    attrs = attr_dict(inst)
+    attrs = dict(attrs)
     opcode = ir.StringAttr(attrs.pop("opcode")).value
     tensor = from_attr(attrs.pop("tensor")) if "tensor" in attrs else None
     if opcode == "STORE":

@@ -71,6 +71,34 @@ def from_attr(attr):
     return attr
 
 
+_IR_MEMOS: list[dict] = []
+_MEMO_LIMIT = 1 << 16
+
+
+def ir_memo() -> dict:
+    """A dict for results that are functions of attributes (keys hold attributes and op names).
+    Attributes are uniqued per context, so a key of one compile never equals another's; the pipeline
+    empties every such memo at the start and end of a compile (`forget_ir_memos`), so equal ops of
+    the layers and shape-bucket programs of one compile share a result."""
+    memo: dict = {}
+    _IR_MEMOS.append(memo)
+    return memo
+
+
+def remember(memo: dict, key, compute, *args):
+    """`memo[key]`, computed by `compute(*args)` when absent (a memo past `_MEMO_LIMIT` entries starts over)."""
+    if key not in memo:
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        memo[key] = compute(*args)
+    return memo[key]
+
+
+def forget_ir_memos() -> None:
+    for memo in _IR_MEMOS:
+        memo.clear()
+
+
 def is_tensor_op(op) -> bool:
     return op.operation.name.startswith("novella.") and op.operation.name not in ("novella.weight",)
 
