@@ -30,8 +30,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
             wname = ir.StringAttr(op.attributes["name"]).value
             layout[wname] = [sy.evaluate(_dram_expr(op), []), list(weights[wname].shape)]
         elif name == "novella.macro":
-            mm, bases = _macro(op, dram, memo)
-            key = json.dumps(mm, sort_keys=True, default=vars)  # dataclasses as their fields, uncopied
+            mm, bases, key = _macro(op, dram, memo)
             idx = index.setdefault(key, len(macros))
             if idx == len(macros):
                 macros.append(mm)
@@ -102,18 +101,21 @@ def _grid(macro) -> list:
     return [sy.to_postfix(e) for e in sy.map_results(macro.attributes["grid"])]
 
 
-def _macro(macro, dram, memo: dict) -> tuple[MacroMeta, dict]:
+def _macro(macro, dram, memo: dict) -> tuple[MacroMeta, dict, tuple]:
+    """(MacroMeta, tensor bases, key): macros of equal keys have equal JSON (the templates' JSON)."""
     n_dims = len(sy.map_results(macro.attributes["grid"]))
     bases = {"-1": _postfix(dram[macro.results[0]], memo)}
-    insts = []
+    insts, texts = [], []
     for inst in macro.regions[0].blocks[0].operations:
-        t = _template(inst, memo)
+        t, text = _template(inst, memo)
         if t.tensor is not None and t.tensor >= 0:
             bases[str(t.tensor)] = _postfix(dram[inst.operands[0]], memo)
         insts.append(t)
+        texts.append(text)
     kernel = ir.StringAttr(macro.attributes["kernel"]).value
     schedule = from_attr(macro.attributes["novella.schedule"]) if "novella.schedule" in macro.attributes else {}
-    return MacroMeta(kernel, n_dims, insts, schedule), bases
+    key = (kernel, n_dims, json.dumps(schedule, sort_keys=True), tuple(texts))
+    return MacroMeta(kernel, n_dims, insts, schedule), bases, key
 
 
 def _postfix(expr, memo: dict) -> list:
@@ -124,15 +126,16 @@ def _postfix(expr, memo: dict) -> list:
     return list(memo[key])
 
 
-_TEMPLATES = ir_memo()  # an inst's attributes -> its template (equal layers, shape-bucket programs)
+_TEMPLATES = ir_memo()  # an inst's attributes -> (template, its JSON) (equal layers, shape-bucket programs)
 
 
-def _template(inst, memo: dict) -> InstTemplate:
-    """The template of one `novella.inst` (a copy: templates share no lists)."""
+def _template(inst, memo: dict) -> tuple[InstTemplate, str]:
+    """The template of one `novella.inst` (a copy: templates share no lists) and its JSON text."""
     attrs = attr_dict(inst)
-    t = remember(_TEMPLATES, tuple(attrs.items()), _new_template, attrs, memo)
+    t, text = remember(_TEMPLATES, tuple(attrs.items()), _new_template, attrs, memo)
     var = {k: [list(p) for p in v] for k, v in t.var.items()}
-    return InstTemplate(t.opcode, dict(t.const), var, [[k, list(p)] for k, p in t.when], t.tensor, dict(t.slot))
+    when = [[k, list(p)] for k, p in t.when]
+    return InstTemplate(t.opcode, dict(t.const), var, when, t.tensor, dict(t.slot)), text
 
 
 def _new_template(attrs: dict, memo: dict) -> InstTemplate:
@@ -159,4 +162,5 @@ def _new_template(attrs: dict, memo: dict) -> InstTemplate:
         else:
             v = from_attr(a)
             const[k] = int(_ENUMS[k][v]) if k in _ENUMS else v
-    return InstTemplate(opcode, const, var, when, tensor, slot)
+    t = InstTemplate(opcode, const, var, when, tensor, slot)
+    return t, json.dumps(t, sort_keys=True, default=vars)

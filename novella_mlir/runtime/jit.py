@@ -28,6 +28,7 @@ from . import expr, jit_kernel, tokens
 
 _QUEUE = {"load": 0, "compute": 1, "store": 2}
 _NOP = isa.encode(isa.Opcode.NOP)
+_FIELDS = {op: {f.name: f for f in fields} for op, fields in isa.LAYOUT.items()}
 
 
 @dataclass
@@ -59,7 +60,7 @@ class _Plan:
         self.t = t
         self.op = isa.Opcode[t.opcode]
         self.queue = _QUEUE[isa.QUEUE_OF[self.op]]
-        layout = {f.name: f for f in isa.LAYOUT[self.op]}
+        layout = _FIELDS[self.op]
         names = set(t.const) | set(t.var) | ({"dram_base"} if t.tensor is not None else set())
         self.ok = all(n in layout and n != "opcode" for n in names)
         self.base = np.zeros(isa.LANES, np.uint64)
