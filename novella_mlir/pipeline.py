@@ -321,7 +321,7 @@ def _check_bounds_encode(model) -> None:
             values = [s[pick] for s, pick in zip(syms, corner)]
             which = "/".join("lower" if p == 1 else "upper" for p in corner) or "lower"
             try:
-                model.jit.instantiate(values)
+                model.jit.check(values)
             except isa.EncodingError as e:
                 named = ", ".join(f"{s[0]}={v}" for s, v in zip(syms, values))
                 what = f"program {i} ({prog.reason})" if len(art.programs) > 1 else "the program"
