@@ -94,8 +94,8 @@ class Tables:
     def _template(self, t) -> list:
         op = isa.Opcode[t.opcode]
         layout = _FIELDS[op]
-        base = np.zeros(isa.LANES, np.uint64)
-        base[0] = np.uint64(int(op))
+        base = [0] * isa.LANES  # Python ints, one array for all templates in `_freeze`
+        base[0] = int(op)
         relative = t.tensor is not None
         for name, v in t.const.items():
             if relative and name == "dram_base":
@@ -104,7 +104,7 @@ class Tables:
             if bits is None:
                 self.ok = False
             elif name not in t.slot:
-                base[layout[name].lane] |= np.uint64(bits)
+                base[layout[name].lane] |= bits
         self.t_base.append(base)
         g0 = len(self.guard_kind)
         for kind, prog in t.when:
