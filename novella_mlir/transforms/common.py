@@ -75,18 +75,27 @@ _IR_MEMOS: list[dict] = []
 _MEMO_LIMIT = 1 << 16
 
 
+class _IRMemo(dict):
+    context = None  # the context of the keys held
+
+
 def ir_memo() -> dict:
     """A dict for results that are functions of attributes (keys hold attributes and op names).
     Attributes are uniqued per context, so a key of one compile never equals another's; the pipeline
     empties every such memo at the start and end of a compile (`forget_ir_memos`), so equal ops of
-    the layers and shape-bucket programs of one compile share a result."""
-    memo: dict = {}
+    the layers and shape-bucket programs of one compile share a result. A memo used under another
+    context (passes run outside the pipeline) starts over, so it holds one context at most."""
+    memo = _IRMemo()
     _IR_MEMOS.append(memo)
     return memo
 
 
-def remember(memo: dict, key, compute, *args):
+def remember(memo: _IRMemo, key, compute, *args):
     """`memo[key]`, computed by `compute(*args)` when absent (a memo past `_MEMO_LIMIT` entries starts over)."""
+    ctx = ir.Context.current
+    if memo.context is not ctx:
+        memo.clear()
+        memo.context = ctx
     if key not in memo:
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
@@ -97,6 +106,7 @@ def remember(memo: dict, key, compute, *args):
 def forget_ir_memos() -> None:
     for memo in _IR_MEMOS:
         memo.clear()
+        memo.context = None
 
 
 def is_tensor_op(op) -> bool:
