@@ -284,7 +284,8 @@ def combine(artifacts: list[Artifact]) -> Artifact:
         for p in a.programs:
             for name in list(p.weight_layout):
                 w = a.weights[name]
-                if name in weights and not (weights[name].shape == w.shape and np.array_equal(weights[name], w)):
+                same = name in weights and (weights[name] is w or np.array_equal(weights[name], w))
+                if name in weights and not (weights[name].shape == w.shape and same):
                     new = f"{name}@{len(programs)}"
                     p.weight_layout = {(new if k == name else k): v for k, v in p.weight_layout.items()}
                     name = new

@@ -12,7 +12,7 @@ from simulator import isa
 
 from . import symbolic as sy
 from .artifact import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta
-from .transforms.common import attr_dict, body_ops, from_attr, functions
+from .transforms.common import attr_dict, body_ops, from_attr, functions, ir_memo, remember
 
 _ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
 
@@ -30,8 +30,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
             wname = ir.StringAttr(op.attributes["name"]).value
             layout[wname] = [sy.evaluate(_dram_expr(op), []), list(weights[wname].shape)]
         elif name == "novella.macro":
-            mm, bases = _macro(op, dram, memo)
-            key = json.dumps(mm, sort_keys=True, default=vars)  # dataclasses as their fields, uncopied
+            mm, bases, key = _macro(op, dram, memo)
             idx = index.setdefault(key, len(macros))
             if idx == len(macros):
                 macros.append(mm)
@@ -109,29 +108,57 @@ def _grid(macro) -> list:
     return [sy.to_postfix(e) for e in sy.map_results(macro.attributes["grid"])]
 
 
-def _macro(macro, dram, memo: dict) -> tuple[MacroMeta, dict]:
+def _macro(macro, dram, memo: dict) -> tuple[MacroMeta, dict, tuple]:
+    """(MacroMeta, tensor bases, key): macros of equal keys have equal JSON (the templates' JSON)."""
     n_dims = len(sy.map_results(macro.attributes["grid"]))
-    bases = {"-1": sy.to_postfix(dram[macro.results[0]])}
-    insts = []
+    bases = {"-1": _postfix(dram[macro.results[0]], memo)}
+    insts, texts = [], []
     for inst in macro.regions[0].blocks[0].operations:
-        t = _template(inst, memo)
+        t, text = _template(inst, memo)
         if t.tensor is not None and t.tensor >= 0:
-            bases[str(t.tensor)] = sy.to_postfix(dram[inst.operands[0]])
+            bases[str(t.tensor)] = _postfix(dram[inst.operands[0]], memo)
         insts.append(t)
+        texts.append(text)
     kernel = ir.StringAttr(macro.attributes["kernel"]).value
     schedule = from_attr(macro.attributes["novella.schedule"]) if "novella.schedule" in macro.attributes else {}
-    return MacroMeta(kernel, n_dims, insts, schedule), bases
+    key = (kernel, n_dims, json.dumps(schedule, sort_keys=True), tuple(texts))
+    return MacroMeta(kernel, n_dims, insts, schedule), bases, key
 
 
-def _template(inst, memo: dict) -> InstTemplate:
-    """`memo`: postfix programs by affine map attribute (uniqued in the context), shared by equal layers."""
+def _postfix(expr, memo: dict) -> list:
+    """`sy.to_postfix(expr)`, remembered in `memo` by the expression (uniqued in the context)."""
+    key = ("expr", expr)
+    if key not in memo:
+        memo[key] = sy.to_postfix(expr)
+    return list(memo[key])
+
+
+_TEMPLATES = ir_memo()  # an inst's attributes -> (template, its JSON) (equal layers, shape-bucket programs)
+
+
+def _template(inst, memo: dict) -> tuple[InstTemplate, str]:
+    """The template of one `novella.inst` (a copy: templates share no lists) and its JSON text."""
     attrs = attr_dict(inst)
+    t, text = remember(_TEMPLATES, tuple(attrs.items()), _new_template, attrs, memo)
+    var = {k: [list(p) for p in v] for k, v in t.var.items()}
+    when = [[k, list(p)] for k, p in t.when]
+    return InstTemplate(t.opcode, dict(t.const), var, when, t.tensor, dict(t.slot)), text
+
+
+def _new_template(attrs: dict, memo: dict) -> InstTemplate:
+    """`memo`: postfix programs by affine map / integer set attribute (uniqued in the context), shared
+    by equal layers."""
+    attrs = dict(attrs)
     opcode = ir.StringAttr(attrs.pop("opcode")).value
     tensor = from_attr(attrs.pop("tensor")) if "tensor" in attrs else None
     if opcode == "STORE":
         tensor = -1
-    when = sy.integer_set_constraints(attrs.pop("when")) if "when" in attrs else []
-    when = [[kind, sy.to_postfix(e)] for kind, e in when]
+    when = []
+    if "when" in attrs:
+        a = attrs.pop("when")
+        if a not in memo:
+            memo[a] = [(kind, sy.to_postfix(e)) for kind, e in sy.integer_set_constraints(a)]
+        when = [[kind, list(p)] for kind, p in memo[a]]
     slot = from_attr(attrs.pop("slot")) if "slot" in attrs else {}
     const, var = {}, {}
     for k, a in attrs.items():
@@ -142,4 +169,5 @@ def _template(inst, memo: dict) -> InstTemplate:
         else:
             v = from_attr(a)
             const[k] = int(_ENUMS[k][v]) if k in _ENUMS else v
-    return InstTemplate(opcode, const, var, when, tensor, slot)
+    t = InstTemplate(opcode, const, var, when, tensor, slot)
+    return t, json.dumps(t, sort_keys=True, default=vars)

@@ -20,6 +20,7 @@ from . import kernels
 from . import symbolic as sy
 from .errors import CompileError, InputError, NovellaError
 from .runtime.executor import Executor
+from .transforms.common import forget_ir_memos
 from .transforms.registry import BACKEND_PIPELINE, run_passes
 
 
@@ -177,13 +178,21 @@ def compile_torch(
 def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_options, names=None) -> CompiledModel:
     """The exported program through the FX importer, the frontend and the backend passes. `bounds`
     (min, max) overrides the one symbol's range; None keeps each symbol's (named after `names`)."""
+    sy.forget()  # proofs and kernel searches are remembered within one compile (repeated layers), not across
+    kernels.forget()
+    forget_ir_memos()
+    try:
+        return _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_options, names)
+    finally:
+        forget_ir_memos()  # they hold this compile's context
+
+
+def _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_options, names) -> CompiledModel:
     from .context import make_context
     from .frontend import importer
     from .frontend.lowering import convert
     from .transforms import novella_buckets
 
-    sy.forget()  # proofs and kernel searches are remembered within one compile (repeated layers), not across
-    kernels.forget()
     ctx = make_context()
     stages = Stages(dump_dir)
     imported = importer.import_program(ctx, prog, decomposition_table, names=names)
@@ -312,7 +321,7 @@ def _check_bounds_encode(model) -> None:
             values = [s[pick] for s, pick in zip(syms, corner)]
             which = "/".join("lower" if p == 1 else "upper" for p in corner) or "lower"
             try:
-                model.jit.instantiate(values)
+                model.jit.check(values)
             except isa.EncodingError as e:
                 named = ", ".join(f"{s[0]}={v}" for s, v in zip(syms, values))
                 what = f"program {i} ({prog.reason})" if len(art.programs) > 1 else "the program"
@@ -326,7 +335,7 @@ def _run(module, flag, config, options) -> None:
     from .frontend.lowering import source_location
 
     try:
-        run_passes(module, [(flag, options)], config)
+        run_passes(module, [(flag, options)], config, verify=False)  # Stages.record verifies it
     except ir.MLIRError as e:
         lines = [f"{source_location(d.location)}: error: {d.message}" for d in e.error_diagnostics]
         raise CompileError(f"pass '{flag}' failed:\n" + ("\n".join(lines) or str(e))) from None

@@ -332,8 +332,10 @@ def failing_lengths(cond, lo: int, hi: int, where: str = "") -> list[int]:
     return [int(v) for v in t[~ok]]
 
 
-def strip_asserts(prog) -> None:
-    """Drops runtime asserts (checked by `export`) and metadata asserts, and the size arithmetic only they used."""
+def strip_asserts(prog, recompile: bool = True) -> None:
+    """Drops runtime asserts (checked by `export`) and metadata asserts, and the size arithmetic only they used.
+    `recompile=False` leaves the graph module's Python code as it was (it still runs, asserts included):
+    for a caller that only reads the graph, as the FX importer does."""
     g = prog.graph
     for n in list(g.nodes):
         if n.op == "call_function" and str(n.target).startswith(BOOKKEEPING):
@@ -342,7 +344,8 @@ def strip_asserts(prog) -> None:
         if n.op == "call_function" and not n.users and not isinstance(n.meta.get("val"), torch.Tensor):
             if not str(n.target).startswith("aten.") or "sym" in str(n.target):
                 g.erase_node(n)
-    prog.graph_module.recompile()
+    if recompile:
+        prog.graph_module.recompile()
 
 
 def describe(cond) -> str:

@@ -118,13 +118,14 @@ def export_static(module: torch.nn.Module, args):
 def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict | None = None) -> Imported:
     """Runs only the decompositions the graph needs (none: no retrace), then the FX importer, into `ctx`."""
     t0 = time.perf_counter()
-    exporting.strip_asserts(prog)
+    exporting.strip_asserts(prog, recompile=False)  # the importer reads the graph, not its code
     targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
     table = globals()["decomposition_table"](targets) if decomposition_table is None else decomposition_table
     if table or any(_mutates(t) for t in targets):
+        prog.graph_module.recompile()  # run_decompositions retraces the code
         with explain.quiet(), symbolic_kernels():
             prog = prog.run_decompositions(table)
-        exporting.strip_asserts(prog)
+        exporting.strip_asserts(prog, recompile=False)
     t1 = time.perf_counter()
     hooks = _WeightHooks()
     importer = FxImporter(context=ctx, hooks=hooks)

@@ -18,7 +18,7 @@ from .. import symbolic as sy
 from ..dialects import shapes
 from ..dialects.novella import MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
 from ..target import MAX_COLS
-from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
+from . import BufferPlan, Tiling, first, last, memoized, module_symbols, tile_rows
 from . import kv_cache as kv
 
 NOMINAL_LENGTH = 4096
@@ -162,6 +162,7 @@ class Matmul:
         grid = [dims.batch, ceildiv(dims.m, tm), ceildiv(dims.n, tn), ceildiv(dims.k, tk)]
         return Tiling({"tm": tm, "tn": tn, "tk": tk}, grid, plan.buffers)
 
+    @memoized
     def cost(self, target, dims, cand) -> float:
         """Predicted cycles (cost model) of tiles cand = (tm, tn, tk) over dims = (batch, M, K, N,
         transposed rhs, K static). With one k step the lhs tile stays resident across the n loop (its
@@ -356,6 +357,7 @@ class Softmax:
             grid += [sy.const(2), ceildiv(cols, tc)]
         return Tiling({"tm": tm, "tc": tc, "chunked": int(chunked)}, grid, plan.buffers)
 
+    @memoized
     def cost(self, target, dims, cand) -> float:
         """Predicted cycles (cost model) of cand = (tm, tc) over dims = (rows, cols, cols static, scaled):
         per row tile one pass over its row (unchunked), or two over its column chunks."""

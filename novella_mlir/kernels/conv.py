@@ -15,7 +15,7 @@ from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import Conv1dOp
 from ..target import MAX_COLS
-from . import BufferPlan, Tiling, first, module_symbols, tile_rows
+from . import BufferPlan, Tiling, first, memoized, module_symbols, tile_rows
 from .data_movement import make_transpose, typed
 from .elementwise import ACT_FNS, emit_act, nominal_rows
 
@@ -77,6 +77,7 @@ class Conv1d:
         grid = [sy.const(cout // tn), sy.ceildiv(tv.shape(-1)[1], tm)]
         return Tiling({"tm": tm, "tn": tn}, grid, plan.buffers)
 
+    @memoized
     def cost(self, target, dims, cand) -> float:
         """Predicted cycles (cost model) of cand = (tm, tn) over dims = (Cin, Cout, taps, stride, output
         length, act): single-slot buffers; the first step of each column block gathers its weights."""

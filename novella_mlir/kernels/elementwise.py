@@ -6,7 +6,7 @@ import math
 
 from .. import costmodel as cm
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, module_symbols, tile_rows
+from . import BufferPlan, Tiling, first, memoized, module_symbols, tile_rows
 
 ACT_FNS = {"none": (), "relu": ("relu",), "gelu": ("mul", "erf", "add", "mul", "mul")}
 
@@ -126,6 +126,7 @@ class Binary:
         cost = lambda tm: self.cost(target, dims, tm)  # noqa: E731
         return row_tiling(tv.rows(-1), tv.cols(-1), target, 3, options, extra=(("acol", lambda tm: tm),), cost=cost)
 
+    @memoized
     def cost(self, target, dims, tm) -> float:
         """Predicted cycles (cost model) of row tile `tm` over dims = (rows, cols, kind of a, kind of b, fn)."""
         rows, cols, ka, kb, fn = dims
@@ -226,6 +227,7 @@ class Unary:
             return ("mul", "add") if fn == "rsub" else (fn,)
         return ACT_FNS[kind]
 
+    @memoized
     def cost(self, target, dims, tm) -> float:
         """Predicted cycles (cost model) of row tile `tm` over dims = (rows, cols, VEC fns per tile)."""
         rows, cols, fns = dims

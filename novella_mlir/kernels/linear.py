@@ -82,17 +82,10 @@ class Linear:
         Exact shortcuts: a candidate's SRAM use grows with tk and tn, so the fitting tks of (ws, tm, tn)
         are a tail of the list, no shorter than for a larger tn (found by bisection); candidates are scored in the order of a lower bound of their cost
         (`_lower_bound`, at most the cost), until that bound exceeds the best cost."""
-        tms = [tile_m] if tile_m else target.array_tiles(16)
-        tns, tks = target.divisors(n, target.array_cols), target.divisors(k, target.array_rows)
-        cands = []
-        for ws in (1, 0):
-            for tm in tms:
-                first = len(tks)
-                for tn in tns:  # largest first: a smaller tn fits from the same tk on, or sooner
-                    fits = lambda i, tm=tm, tn=tn, ws=ws: self._plan(target, tm, tn, tks[i], k, act, ws).fits()  # noqa: E731
-                    first = _first_true(first, fits)
-                    cands += [(tm, tn, tk, ws) for tk in tks[first:]]
+        cands = _fitting(self, target, k, n, act, tile_m)
         if not cands:
+            tms = [tile_m] if tile_m else target.array_tiles(16)
+            tns, tks = target.divisors(n, target.array_cols), target.divisors(k, target.array_rows)
             return None, None, self._plan(target, tms[-1], tns[-1], tks[-1], k, act, 0)
         bounds = [_lower_bound(target, m, k, n, c) for c in cands]
         best = None
@@ -202,3 +195,20 @@ def _lower_bound(target, m, k, n, cand) -> float:
 @memoized
 def _choose(kernel, target, m, k, n, act, tile_m):
     return kernel._search(target, m, k, n, act, tile_m)
+
+
+@memoized
+def _fitting(kernel, target, k, n, act, tile_m) -> tuple:
+    """The candidates (tm, tn, tk, ws) whose buffers fit, in search order; they do not depend on M
+    (memoized: the search runs for every planned M)."""
+    tms = [tile_m] if tile_m else target.array_tiles(16)
+    tns, tks = target.divisors(n, target.array_cols), target.divisors(k, target.array_rows)
+    cands = []
+    for ws in (1, 0):
+        for tm in tms:
+            first = len(tks)
+            for tn in tns:  # largest first: a smaller tn fits from the same tk on, or sooner
+                fits = lambda i, tm=tm, tn=tn, ws=ws: kernel._plan(target, tm, tn, tks[i], k, act, ws).fits()  # noqa: E731
+                first = _first_true(first, fits)
+                cands += [(tm, tn, tk, ws) for tk in tks[first:]]
+    return tuple(cands)

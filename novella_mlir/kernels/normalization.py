@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import costmodel as cm
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, tile_rows
+from . import BufferPlan, Tiling, first, memoized, tile_rows
 from .elementwise import nominal_rows
 
 # The VEC ops of one [r, C] tile: (fn, whole rows (else one column)).
@@ -45,6 +45,7 @@ class LayerNorm:
         _, tm, plan = best
         return Tiling({"tm": tm}, [sy.ceildiv(tv.rows(0), tm)], plan.check())
 
+    @memoized
     def cost(self, target, dims, tm) -> float:
         """Predicted cycles (cost model) of row tile `tm` over dims = (rows, C): single-slot buffers, so
         a step's loads wait for the previous compute and its compute for the previous store."""

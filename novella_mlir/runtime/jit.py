@@ -28,6 +28,7 @@ from . import expr, jit_kernel, tokens
 
 _QUEUE = {"load": 0, "compute": 1, "store": 2}
 _NOP = isa.encode(isa.Opcode.NOP)
+_FIELDS = {op: {f.name: f for f in fields} for op, fields in isa.LAYOUT.items()}
 
 
 @dataclass
@@ -59,7 +60,7 @@ class _Plan:
         self.t = t
         self.op = isa.Opcode[t.opcode]
         self.queue = _QUEUE[isa.QUEUE_OF[self.op]]
-        layout = {f.name: f for f in isa.LAYOUT[self.op]}
+        layout = _FIELDS[self.op]
         names = set(t.const) | set(t.var) | ({"dram_base"} if t.tensor is not None else set())
         self.ok = all(n in layout and n != "opcode" for n in names)
         self.base = np.zeros(isa.LANES, np.uint64)
@@ -190,27 +191,39 @@ class Jit:
         if key in self.cache:
             self.cache.move_to_end(key)
             return self.cache[key]
-        prog = self._build(key)
+        return self._keep(key, self._build(key))
+
+    def check(self, symbols) -> None:
+        """Raises `isa.EncodingError` unless every field of the program for `symbols` encodes. A program
+        the compiled kernel builds is cached as by `instantiate`; a long one (NumPy) is only checked."""
+        key = tuple(map(int, symbols))
+        if key not in self.cache:
+            prog = self._build(key, words=False)
+            if prog is not None:
+                self._keep(key, prog)
+
+    def _keep(self, key, prog: Program) -> Program:
         prog.words.flags.writeable = False  # shared by every call at this length
         self.cache[key] = prog
         if len(self.cache) > self.cache_size:
             self.cache.popitem(last=False)
         return prog
 
-    def _build(self, syms) -> Program:
+    def _build(self, syms, words: bool = True) -> Program | None:
         if self.parts:
-            return self.parts[self.art.pick(syms)]._build(syms)
+            return self.parts[self.art.pick(syms)]._build(syms, words)
         if self._tables is None:
             self._tables = jit_kernel.Tables(self.art)
         if self._tables.ok:
-            status, words, spans, n_steps = jit_kernel.instantiate(self._tables, syms)
+            status, out, spans, n_steps = jit_kernel.instantiate(self._tables, syms)
             if status == jit_kernel.OK:
                 tiles = self.art.tiles
-                return Program(words, syms, [(tiles[i].name, s, e) for i, s, e in spans], n_steps)
-        return self._build_numpy(syms)
+                return Program(out, syms, [(tiles[i].name, s, e) for i, s, e in spans], n_steps)
+        return self._build_numpy(syms, words)
 
-    def _build_numpy(self, syms) -> Program:
-        """The NumPy expansion: the reference of the compiled kernel, and the path for its errors."""
+    def _build_numpy(self, syms, words: bool = True) -> Program | None:
+        """The NumPy expansion: the reference of the compiled kernel, and the path for its errors
+        (`words=False`: only the encoding checks, no words, None)."""
         parts, spans, expanded = [], [], {}
         n_steps, start = 0, 0
         for tile in self.art.tiles:
@@ -222,7 +235,7 @@ class Jit:
             bases = {int(k): int(expr.evaluate(p, syms)) for k, p in tile.bases.items()}
             if ex is None or not _bases_fit(ex, bases):
                 _raise_encoding_error(self.art.macros[tile.macro], syms, extents, bases)
-            if not len(ex.words):
+            if not len(ex.words) or not words:
                 continue
             if parts:
                 parts.append((_BARRIER, None))
@@ -231,12 +244,14 @@ class Jit:
             n_steps += ex.n_steps
             spans.append((tile.name, start, start + len(ex.words)))
             start += len(ex.words)
+        if not words:
+            return None
         if not parts:
             return Program(np.zeros((0, isa.LANES), np.uint64), syms, spans, 0)
-        words = np.concatenate([ex.words for ex, _ in parts])
-        _add_bases(words, parts)
-        words[:, 0] |= _program_tokens([ex for ex, _ in parts])
-        return Program(words, syms, spans, n_steps)
+        out = np.concatenate([ex.words for ex, _ in parts])
+        _add_bases(out, parts)
+        out[:, 0] |= _program_tokens([ex for ex, _ in parts])
+        return Program(out, syms, spans, n_steps)
 
     def _plan(self, macro: int, j: int) -> _Plan:
         plan = self._plans[macro][j]

@@ -24,6 +24,7 @@ from simulator import isa
 _OPS = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7}
 _QUEUE = {"load": 0, "compute": 1, "store": 2}
 OK, BAD_FIELD, NO_COMPUTE, LONG = 0, 1, 2, 3
+_FIELDS = {op: {f.name: f for f in fields} for op, fields in isa.LAYOUT.items()}
 # The kernel interprets each field of each word (~0.1 us per grid point and template); the NumPy
 # expansion costs ~10-25 us per template of each tile, whatever the length. Beyond this many slots
 # (+ SLOTS_PER_TILE_TEMPLATE per tile template), NumPy is the faster of the two.
@@ -92,9 +93,9 @@ class Tables:
 
     def _template(self, t) -> list:
         op = isa.Opcode[t.opcode]
-        layout = {f.name: f for f in isa.LAYOUT[op]}
-        base = np.zeros(isa.LANES, np.uint64)
-        base[0] = np.uint64(int(op))
+        layout = _FIELDS[op]
+        base = [0] * isa.LANES  # Python ints, one array for all templates in `_freeze`
+        base[0] = int(op)
         relative = t.tensor is not None
         for name, v in t.const.items():
             if relative and name == "dram_base":
@@ -103,7 +104,7 @@ class Tables:
             if bits is None:
                 self.ok = False
             elif name not in t.slot:
-                base[layout[name].lane] |= np.uint64(bits)
+                base[layout[name].lane] |= bits
         self.t_base.append(base)
         g0 = len(self.guard_kind)
         for kind, prog in t.when:

@@ -57,17 +57,56 @@ def to_attr(value) -> ir.Attribute:
     raise TypeError(f"cannot make an attribute from {value!r}")
 
 
+_SCALAR_ATTRS = (ir.BoolAttr, ir.IntegerAttr, ir.FloatAttr, ir.StringAttr)
+
+
 def from_attr(attr):
     """Attribute -> Python value (inverse of `to_attr` for plain data)."""
-    if isinstance(attr, ir.BoolAttr):
-        return attr.value
-    if isinstance(attr, (ir.IntegerAttr, ir.FloatAttr, ir.StringAttr)):
+    if isinstance(attr, _SCALAR_ATTRS):
         return attr.value
     if isinstance(attr, ir.ArrayAttr):
         return [from_attr(a) for a in attr]
     if isinstance(attr, ir.DictAttr):
-        return {attr[i].name: from_attr(attr[i].attr) for i in range(len(attr))}
+        return {a.name: from_attr(a.attr) for a in map(attr.__getitem__, range(len(attr)))}
     return attr
+
+
+_IR_MEMOS: list[dict] = []
+_MEMO_LIMIT = 1 << 16
+
+
+class _IRMemo(dict):
+    context = None  # the context of the keys held
+
+
+def ir_memo() -> dict:
+    """A dict for results that are functions of attributes (keys hold attributes and op names).
+    Attributes are uniqued per context, so a key of one compile never equals another's; the pipeline
+    empties every such memo at the start and end of a compile (`forget_ir_memos`), so equal ops of
+    the layers and shape-bucket programs of one compile share a result. A memo used under another
+    context (passes run outside the pipeline) starts over, so it holds one context at most."""
+    memo = _IRMemo()
+    _IR_MEMOS.append(memo)
+    return memo
+
+
+def remember(memo: _IRMemo, key, compute, *args):
+    """`memo[key]`, computed by `compute(*args)` when absent (a memo past `_MEMO_LIMIT` entries starts over)."""
+    ctx = ir.Context.current
+    if memo.context is not ctx:
+        memo.clear()
+        memo.context = ctx
+    if key not in memo:
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        memo[key] = compute(*args)
+    return memo[key]
+
+
+def forget_ir_memos() -> None:
+    for memo in _IR_MEMOS:
+        memo.clear()
+        memo.context = None
 
 
 def is_tensor_op(op) -> bool:
@@ -124,10 +163,10 @@ def _check_symbol_uses(module_op, n: int) -> None:
                 types.add(t)
                 if isinstance(t, ir.RankedTensorType) and isinstance(t.encoding, ir.AffineMapAttr):
                     found.append((op, t.encoding, f"type {t}"))
-        for name, a in attr_dict(op).items():
+        for a in op.attributes.values():
             if isinstance(a, ir.AffineMapAttr) and a not in maps:
                 maps.add(a)
-                found.append((op, a, f"attribute '{name}'"))
+                found.append((op, a, None))
         return ir.WalkResult.ADVANCE
 
     for fn in functions(module_op):
@@ -136,6 +175,8 @@ def _check_symbol_uses(module_op, n: int) -> None:
                 found.append((fn, a.type.encoding, f"argument #{i} ({a.type})"))
     module_op.operation.walk(check)
     for op, attr, what in found:
+        if what is None and ir.AffineMapAttr(attr).value.n_symbols > n:  # name the attribute
+            what = next(f"attribute '{k}'" for k, a in attr_dict(op).items() if a == attr)
         _map_symbols(op, attr, n, what)
 
 

@@ -70,15 +70,17 @@ def run(module_op, options, config) -> None:
     if not ops:
         return
     views = [TensorView(op) for op, _, _ in ops]
+    kinds = [_signature(op) for op, _, _ in ops]  # equal layers predict alike: each kind is asked once
 
     @functools.cache  # the generic plan is asked again at each edge's lengths
     def predict_at(plan, at):
-        total = 0.0
-        for (op, k, target), tv in zip(ops, views):
-            c = k.predict(op, tv, target, {}, plan, at)
-            if c is None:
+        total, known = 0.0, {}
+        for (op, k, target), tv, kind in zip(ops, views, kinds):
+            if kind not in known:
+                known[kind] = k.predict(op, tv, target, {}, plan, at)
+            if known[kind] is None:
                 return None
-            total += c
+            total += known[kind]
         return total
 
     def predict(plan, at):
@@ -100,6 +102,14 @@ def run(module_op, options, config) -> None:
     set_attr(module_op, ATTR, entries)
     if len(entries) == 1 and entries[0]["reason"] != "generic":  # the whole range is one bucket
         set_attr(module_op, PLAN_ATTR, entries[0]["plan"])
+
+
+def _signature(op) -> tuple:
+    """What a kernel's prediction depends on: the op's name, operand and result types, attributes but
+    its DRAM placement (`novella.dram`, which no cost model reads)."""
+    o = op.operation
+    attrs = tuple(kv for kv in o.attributes.items() if kv[0] != "novella.dram")
+    return (o.name, tuple(v.type for v in o.operands), tuple(v.type for v in o.results), attrs)
 
 
 def _chain(predict, nominal, hardware, options) -> list:

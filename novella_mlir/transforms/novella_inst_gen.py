@@ -13,7 +13,18 @@ from torch_mlir import ir
 from simulator import isa
 
 from .. import symbolic as sy
-from .common import PassError, attr_dict, body_ops, check_symbols, from_attr, functions, require_stage, tensor_ops
+from .common import (
+    PassError,
+    attr_dict,
+    body_ops,
+    check_symbols,
+    from_attr,
+    functions,
+    ir_memo,
+    remember,
+    require_stage,
+    tensor_ops,
+)
 from .novella_macro_gen import tiling_of
 
 _DMA = ("sram_stride", "dram_stride", "row_start", "row_step", "row_bound", "rows", "cols")
@@ -37,21 +48,31 @@ def run(module_op, options, config) -> None:
                 _lower_macro(op)
 
 
+_LOWERED = ir_memo()  # (tile op name, its attributes, the macro's buffers) -> the inst's attributes
+
+
 def _lower_macro(macro) -> None:
-    buffers = {b.name: b for b in tiling_of(macro).buffers}
+    buffers = macro.attributes["novella.buffers"]
     block = macro.regions[0].blocks[0]
     for tile_op in list(block.operations):
-        attrs = attr_dict(tile_op)
-        try:
-            fields = _LOWER[tile_op.operation.name](attrs, buffers)
-        except KeyError as e:
-            raise PassError(macro, f"{tile_op.operation.name} refers to unknown buffer or field {e}") from None
-        if "when" in attrs:
-            fields["when"] = attrs["when"]
-        _check_constants(macro, fields)
+        name, attrs = tile_op.operation.name, attr_dict(tile_op)
+        fields = remember(_LOWERED, (name, tuple(attrs.items()), buffers), _lower, macro, name, attrs)
         with tile_op.location, ir.InsertionPoint(tile_op):
             ir.Operation.create("novella.inst", operands=list(tile_op.operands), attributes=fields)
         tile_op.operation.erase()
+
+
+def _lower(macro, name: str, attrs: dict) -> dict:
+    """The attributes of the `novella.inst` of one tile op of `macro` (constants range-checked)."""
+    buffers = {b.name: b for b in tiling_of(macro).buffers}
+    try:
+        fields = _LOWER[name](attrs, buffers)
+    except KeyError as e:
+        raise PassError(macro, f"{name} refers to unknown buffer or field {e}") from None
+    if "when" in attrs:
+        fields["when"] = attrs["when"]
+    _check_constants(macro, fields)
+    return fields
 
 
 def _addr(buf, offset_attr):
@@ -136,11 +157,15 @@ _LOWER = {
 }
 
 
+_FIELDS = {op: {f.name: f for f in fields} for op, fields in isa.LAYOUT.items()}
+_UNCHECKED = frozenset(("opcode", "tensor", "when", "fn", "mode", "imm"))
+
+
 def _check_constants(macro, fields) -> None:
     opcode = isa.Opcode[ir.StringAttr(fields["opcode"]).value]
-    layout = {f.name: f for f in isa.LAYOUT[opcode]}
+    layout = _FIELDS[opcode]
     for name, attr in fields.items():
-        if name in ("opcode", "tensor", "when", "fn", "mode", "imm") or not isinstance(attr, ir.IntegerAttr):
+        if name in _UNCHECKED or not isinstance(attr, ir.IntegerAttr):
             continue
         f = layout.get(name)
         if f is None:

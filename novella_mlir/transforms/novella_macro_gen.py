@@ -19,13 +19,17 @@ CARRIED = ("novella.dram", "novella.tiles", "novella.buffers")
 
 def tile_attr(value, n_dims: int, n_syms: int) -> ir.Attribute:
     """A tile-op field: int, float, str, affine expr, or list of exprs (their min)."""
+    if type(value) is int:
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
     if isinstance(value, ir.AffineExpr):
         value = [value]
     if isinstance(value, list) and value and isinstance(value[0], (ir.AffineExpr, int)):
         exprs = [sy.const(v) if isinstance(v, int) else v for v in value]
-        if len(exprs) == 1 and sy.as_int(exprs[0]) is not None:
-            return tile_attr(sy.as_int(exprs[0]), n_dims, n_syms)
-        return sy.make_map(exprs, n_syms, n_dims)
+        if len(exprs) == 1:
+            c = sy.as_int(exprs[0])
+            if c is not None:
+                return tile_attr(c, n_dims, n_syms)
+        return ir.AffineMapAttr.get(ir.AffineMap.get(n_dims, n_syms, exprs))
     if isinstance(value, bool):
         value = int(value)
     if isinstance(value, int):

@@ -121,9 +121,11 @@ def pass_argument(flag: str, opts: dict) -> str:
     return flag + "{" + " ".join(f"{k}={v}" for k, v in opts.items()) + "}"
 
 
-def run_passes(module: ir.Module, flags, config, print_ir_after_all: bool = False) -> None:
-    """Runs `flags` (names, or (name, options) pairs) on `module`; raises ir.MLIRError."""
+def run_passes(module: ir.Module, flags, config, print_ir_after_all: bool = False, verify: bool = True) -> None:
+    """Runs `flags` (names, or (name, options) pairs) on `module`; raises ir.MLIRError. `verify=False`
+    leaves out MLIR's verifier after each pass, for a caller that verifies the result itself."""
     pm = passmanager.PassManager("builtin.module", context=module.context)
+    pm.enable_verifier(verify)
     for f in flags:
         name, opts = (f, {}) if isinstance(f, str) else f
         add_pass(pm, name, config, opts)

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import models  # noqa: E402
 
-from novella_mlir.runtime import expr  # noqa: E402
+from novella_mlir.runtime import expr, jit_kernel  # noqa: E402
 from novella_mlir.runtime.jit import Jit  # noqa: E402
 from simulator import isa  # noqa: E402
 
@@ -151,6 +151,30 @@ def test_out_of_range_variable_names_the_first_bad_value(art):
     j.instantiate([40])
     with pytest.raises(isa.EncodingError, match=r"LOAD: field 'rows' value 4100 out of range \[0, 4095\]"):
         j.instantiate([41])
+
+
+def test_check_refuses_what_instantiate_refuses(art):
+    j = _broken(art, lambda a: _load_x(a).var.__setitem__("rows", [["s0", 100, "*"]]))
+    j.check([40])
+    with pytest.raises(isa.EncodingError, match=r"LOAD: field 'rows' value 4100 out of range \[0, 4095\]"):
+        j.check([41])
+
+
+def test_check_caches_only_what_the_kernel_built(art, monkeypatch):
+    """`check` (the compile's bound check) keeps a program the compiled kernel built, as `instantiate`
+    would; a long one goes through the NumPy expansion's checks only (no words, not cached), and a
+    later `instantiate` builds the same words."""
+    short, long = Jit(art).instantiate([10]).words, Jit(art).instantiate([2048]).words
+    j = Jit(art)
+    j.check([10])
+    assert (10,) in j.cache and np.array_equal(j.instantiate([10]).words, short)
+    monkeypatch.setattr(jit_kernel, "SLOTS_MIN", 0)  # every program is long: the NumPy path
+    monkeypatch.setattr(jit_kernel, "SLOTS_PER_TILE_TEMPLATE", 0)
+    j = Jit(art)
+    numpy_builds = _count_calls(monkeypatch, Jit, "_build_numpy")
+    j.check([2048])
+    assert len(numpy_builds) == 1 and (2048,) not in j.cache
+    assert np.array_equal(j.instantiate([2048]).words, long)
 
 
 def test_dram_base_overflow_names_the_field(art):
