@@ -116,6 +116,8 @@ class Group:
     load_slots: int = 2
     store_slots: int = 2
     n_dma: int = 1  # most LOADs or STOREs one queue issues per step
+    vector: float = 0.0  # the part of `compute` on the vector unit (`compute` is the step's serial total)
+    overlap: bool = False  # the next step's MATMULs need not wait for this step's VECs (other SRAM slots)
 
     def period(self, t: Target) -> float:
         """Cycles between consecutive such steps in steady state: the busiest queue, or the DRAM channel.
@@ -129,7 +131,8 @@ class Group:
         if (self.load_slots < 2 and self.load) or (self.store_slots < 2 and self.store):
             waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), self.dram + lat)
             serial = self.compute + waits
-        return max(self.load, self.compute, self.store, channel, serial)
+        compute = max(self.compute - self.vector, self.vector, t.issue_cycles) if self.overlap else self.compute
+        return max(self.load, compute, self.store, channel, serial)
 
 
 def pipeline(t: Target, groups: list[Group]) -> float:

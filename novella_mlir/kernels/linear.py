@@ -2,16 +2,49 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
 from .. import costmodel as cm
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, last, memoized, plan_lengths, tile_rows
+from ..dialects.novella import FusedLinearOp, linear_epilogue
+from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
 from .attention import _pieces
 from .elementwise import ACT_FNS as _ACT_FNS
 from .elementwise import emit_act
+from .normalization import NORM_OPS, LayerNorm, emit_norm
+
+LINEAR_OPS = ("novella.linear", "novella.fused_linear")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What the output tile goes through before its STORE: + bias, `act`, + `residual` (a tile loaded
+    per output block), a layer norm over the (whole) row (`norm`: the output tile holds full rows)."""
+
+    act: str = "none"
+    residual: bool = False
+    norm: bool = False
+
+    @classmethod
+    def of(cls, op) -> Epilogue:
+        residual, norm = linear_epilogue(op)
+        return cls(op.attributes["act"].value, residual, norm)
+
+    def vec_ops(self, rows: int, cols: int) -> list[tuple[str, int, int]]:
+        """The epilogue's VEC ops of one [rows, cols] output tile, as (fn, rows, cols)."""
+        ops = [(f, rows, cols) for f in ("add", *_ACT_FNS[self.act])] + [("add", rows, cols)] * self.residual
+        return ops + [(fn, rows, cols if whole else 1) for fn, whole in NORM_OPS] * self.norm
+
+    @property
+    def scratch(self) -> bool:
+        return self.act == "gelu" or self.norm
 
 
 class Linear:
-    """`y[M, N] = act(x[M, K] @ W[N, K]^T + b)`, in one of two loop orders (`novella.tiles` ws):
+    """`y[M, N] = epilogue(x[M, K] @ W[N, K]^T)`, in one of two loop orders (`novella.tiles` ws):
 
     * ws = 1, grid (n, m, k), weight-stationary: the weight slab W[n-block, :] and the bias block
       stay in the scratchpad while the row tiles of x stream through (x is read N / tn times);
@@ -19,15 +52,20 @@ class Linear:
       each while an [tm, tn] block accumulates (x is read N / tn times, W ceil(M / tm) times),
       so the weight slab need not fit and every load runs under the previous step's compute.
 
-    The K loop accumulates in the accumulator; the epilogue (bias, activation) writes a
-    two-slot output buffer on the last k step, whose STORE runs under the next step's compute.
-    The cost model (`novella_mlir/costmodel.py`) scores every order and tile size at the planned
-    length (`plan_lengths`: the nominal length, or a shape bucket's upper end) and the cheapest
+    The K loop accumulates in the accumulator; the epilogue (`Epilogue`: bias, activation, residual,
+    layer norm) writes a two-slot output buffer on the last k step, whose STORE runs under the next
+    step's compute. With `acc_slots` = 2 the accumulator has two halves, chosen by the parity of the
+    output block (an address expression of the grid dims, not the step parity `--novella-schedule`
+    alternates: the k loop accumulates across steps), so the next block's MATMULs on the matrix unit
+    need not wait for this block's epilogue VECs on the vector unit. The cost model
+    (`novella_mlir/costmodel.py`) scores every order, tile size and accumulator slot count at the
+    planned length (`plan_lengths`: the nominal length, or a shape bucket's upper end) and the cheapest
     fitting one wins."""
 
     exhaustive = False  # score every fitting candidate, no bound (bench/costmodel.py, which replaces `cost`)
 
-    def _plan(self, target, tm, tn, tk, k, act, ws):
+    def _plan(self, target, cand, k, n, epi: Epilogue):
+        tm, tn, tk, ws, acc = cand
         plan = BufferPlan(target)
         if ws:
             plan.add("w", "spad", tn * k)
@@ -37,100 +75,129 @@ class Linear:
             plan.add("bias", "spad", tn, stream=True)
         plan.add("a", "spad", tm * tk, stream=True)
         plan.add("out", "spad", tm * tn, stream=True)
-        if act == "gelu":
+        if epi.scratch:
             plan.add("tmp", "spad", tm * tn)
-        plan.add("acc", "acc", tm * tn)
+        if epi.residual:
+            plan.add("res", "spad", tm * tn, stream=True)
+        if epi.norm:
+            for name, size in (("nw", n), ("nb", n), ("mean", tm), ("var", tm)):
+                plan.add(name, "spad", size)
+        plan.add("acc", "acc", tm * tn * acc)
         return plan
 
     @memoized
     def cost(self, target, dims, cand) -> float:
-        """Predicted cycles of the whole op (cost model): dims = (M, K, N, act), cand = (tm, tn, tk, ws).
-        Weight-stationary, the first step of each column block also loads the weight slab and bias
-        (single slot: those loads wait for the previous compute); the last k step runs the epilogue
-        and stores."""
-        (m, k, n, act), (tm, tn, tk, ws) = dims, cand
+        """Predicted cycles of the whole op (cost model): dims = (M, K, N, Epilogue), cand = (tm, tn, tk, ws,
+        acc_slots). Weight-stationary, the first step of each column block also loads the weight slab and
+        bias (single slot: those loads wait for the previous compute); a layer norm's weight and bias load
+        on the first step. The last k step loads the residual tile, runs the epilogue and stores. With two
+        accumulator halves the epilogue's VECs run on the vector unit under the next block's MATMULs:
+        each step of a block carries 1/k_steps of them (`Group.vector`, `overlap`)."""
+        (m, k, n, epi), (tm, tn, tk, ws, acc) = dims, cand
         n_blocks, k_steps = n // tn, k // tk
         groups = []
 
-        def add(r, count, last, slab, j):
+        def add(r, count, j, head):
+            last = j == k_steps - 1
             moves = [(r, tk, tk == k)] + [(tn, tk, tk == k), (1, tn, True)] * (not ws)
-            moves += [(tn, k, True), (1, tn, True)] * slab
+            moves += ([(tn, k, True), (1, tn, True)] * ws + [(1, n, True)] * 2 * epi.norm) * head
+            moves += [(r, tn, tn == n)] * (epi.residual and last)
             lq, ld = cm.dmas(target, moves)
-            epi = cm.vecs(target, [(f, r, tn) for f in ("add", *_ACT_FNS[act])]) if last else 0.0
             st, sd = cm.dma(target, r, tn, contiguous=tn == n)
             if k_steps > 1:  # the store's data shares the DRAM with the next block's first loads
                 ld += sd * (j == 0)
                 sd = 0.0
-            c = cm.matmul(target, r, tk, tn) + epi
-            groups.append(cm.Group(lq, c, st * last, ld + sd * last, count, 1 if slab else 2, 2, n_dma=len(moves)))
+            v = cm.vecs(target, epi.vec_ops(r, tn))
+            v = v / k_steps if acc == 2 else v * last
+            c = cm.matmul(target, r, tk, tn) + v
+            groups.append(
+                cm.Group(
+                    lq,
+                    c,
+                    st * last,
+                    ld + sd * last,
+                    count,
+                    1 if head else 2,
+                    2,
+                    n_dma=len(moves),
+                    vector=v,
+                    overlap=acc == 2,
+                )  # fmt: skip
+            )
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
         for j, cnt in ks:
             for i, (r, nr) in enumerate(_pieces(m, tm)):
-                last, slab = j == k_steps - 1, bool(ws) and j == 0 and i == 0
-                add(r, n_blocks * cnt, last, True, j) if slab else None
-                add(r, n_blocks * (nr - slab) * cnt, last, False, j)
+                head = j == 0 and i == 0 and (bool(ws) or epi.norm)
+                add(r, n_blocks * cnt, j, True) if head else None
+                add(r, n_blocks * (nr - head) * cnt, j, False)
         return cm.pipeline(target, groups)
 
-    def choose(self, target, m, k, n, act, options):
-        """(key, (tm, tn, tk, ws), plan) of the cheapest fitting candidate for M = m rows, or (None, None, plan)
-        (memoized: `--novella-buckets` and `--novella-tile` ask for the same candidates)."""
-        return _choose(self, target, m, k, n, act, options.get("tile-m") or 0)
+    def choose(self, target, m, k, n, epi: Epilogue, options):
+        """(key, (tm, tn, tk, ws, acc_slots), plan) of the cheapest fitting candidate for M = m rows, or
+        (None, None, plan) (memoized: `--novella-buckets` and `--novella-tile` ask for the same candidates)."""
+        return _choose(self, target, m, k, n, epi, options.get("tile-m") or 0)
 
-    def _search(self, target, m, k, n, act, tile_m):
+    def _search(self, target, m, k, n, epi: Epilogue, tile_m):
         """The first, in the loop order below, of the fitting candidates with the least (cost, -tm, -tn).
-        Exact shortcuts: a candidate's SRAM use grows with tk and tn, so the fitting tks of (ws, tm, tn)
-        are a tail of the list, no shorter than for a larger tn (found by bisection); candidates are scored in the order of a lower bound of their cost
-        (`_lower_bound`, at most the cost), until that bound exceeds the best cost."""
+        A layer norm needs whole rows (tn = N). The second accumulator half costs SRAM, so one-half
+        candidates stay in the search. Exact shortcuts: a candidate's SRAM use grows with tk and tn, so the
+        fitting tks of (ws, acc, tm, tn) are a tail of the list, no shorter than for a larger tn (found by
+        bisection); candidates are scored in the order of a lower bound of their cost (`_lower_bound`, at
+        most the cost), until that bound exceeds the best cost."""
         tms = [tile_m] if tile_m else target.array_tiles(16)
-        tns, tks = target.divisors(n, target.array_cols), target.divisors(k, target.array_rows)
+        tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
+        tks = target.divisors(k, target.array_rows)
         cands = []
         for ws in (1, 0):
-            for tm in tms:
-                first = len(tks)
-                for tn in tns:  # largest first: a smaller tn fits from the same tk on, or sooner
-                    fits = lambda i, tm=tm, tn=tn, ws=ws: self._plan(target, tm, tn, tks[i], k, act, ws).fits()  # noqa: E731
-                    first = _first_true(first, fits)
-                    cands += [(tm, tn, tk, ws) for tk in tks[first:]]
+            for acc in (2, 1) if target.buffer_slots > 1 else (1,):
+                for tm in tms:
+                    first = len(tks)
+                    for tn in tns:  # largest first: a smaller tn fits from the same tk on, or sooner
+                        fits = lambda i, c=(tm, tn, ws, acc): self._plan(  # noqa: E731
+                            target, (c[0], c[1], tks[i], c[2], c[3]), k, n, epi
+                        ).fits()
+                        first = _first_true(first, fits)
+                        cands += [(tm, tn, tk, ws, acc) for tk in tks[first:]]
         if not cands:
-            return None, None, self._plan(target, tms[-1], tns[-1], tks[-1], k, act, 0)
-        bounds = [_lower_bound(target, m, k, n, c) for c in cands]
+            return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1), k, n, epi)
+        bounds = [_lower_bound(target, m, k, n, c, epi) for c in cands]
         best = None
         for i in sorted(range(len(cands)), key=bounds.__getitem__):
             if best is not None and bounds[i] > best[0][0] * (1 + 1e-9) and not self.exhaustive:
                 break
             tm, tn = cands[i][:2]
-            key = (self.cost(target, (m, k, n, act), cands[i]), -tm, -tn, i)
+            key = (self.cost(target, (m, k, n, epi), cands[i]), -tm, -tn, i)
             if best is None or key < best[0]:
                 best = (key, cands[i])
-        tm, tn, tk, ws = best[1]
-        return best[0][:3], best[1], self._plan(target, tm, tn, tk, k, act, ws)
+        return best[0][:3], best[1], self._plan(target, best[1], k, n, epi)
 
     def predict(self, op, tv, target, options, plan, at) -> float | None:
         """Cycles at symbol values `at` of the tiling chosen when planning for `plan`."""
-        k, n, act = tv.cols(0), tv.static(1, 0), op.attributes["act"].value
-        best = self.choose(target, sy.evaluate(tv.rows(0), plan), k, n, act, options)
+        k, n, epi = tv.cols(0), tv.static(1, 0), Epilogue.of(op)
+        best = self.choose(target, sy.evaluate(tv.rows(0), plan), k, n, epi, options)
         if best[0] is None:
             return None
-        tm, tn, tk, ws = best[1]
-        return self.cost(target, (sy.evaluate(tv.rows(0), at), k, n, act), (tm, tn, tk, ws))
+        return self.cost(target, (sy.evaluate(tv.rows(0), at), k, n, epi), best[1])
 
     def tile(self, op, tv, target, options):
         k, n = tv.cols(0), tv.static(1, 0)
         m = sy.evaluate(tv.rows(0), plan_lengths(op))
-        best = self.choose(target, m, k, n, op.attributes["act"].value, options)
+        best = self.choose(target, m, k, n, Epilogue.of(op), options)
         if best[0] is None:
             best[2].check()
-        (tm, tn, tk, ws), plan = best[1], best[2]
+        (tm, tn, tk, ws, acc), plan = best[1], best[2]
         m_grid = sy.ceildiv(tv.rows(0), tm)
         grid = [sy.const(n // tn), m_grid, sy.const(k // tk)] if ws else [m_grid, sy.const(n // tn), sy.const(k // tk)]
-        return Tiling({"tm": tm, "tn": tn, "tk": tk, "ws": ws}, grid, plan.buffers)
+        tiles = {"tm": tm, "tn": tn, "tk": tk, "ws": ws} | ({"acc_slots": acc} if acc > 1 else {})
+        return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
         tm, tn, tk = t.tiles["tm"], t.tiles["tn"], t.tiles["tk"]
         ws = t.tiles.get("ws", 1)
         nd, md = (0, 1) if ws else (1, 0)
         k, n, m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
+        epi = Epilogue.of(op)
         rows = tile_rows(md, tm, m_total)
         if ws:
             resident = first(1) + first(2)
@@ -149,10 +216,19 @@ class Linear:
             rows=rows,
             cols=tk,
         )
+        epilogue = last(2, sy.const(k // tk))
+        out_tile = dict(dram_offset=b.d(nd) * tn, dram_stride=n, row_start=b.d(md) * tm, row_bound=m_total)
+        if epi.residual:
+            b.load_rows("res", 3, **out_tile, rows=rows, cols=tn, when=epilogue)
+        if epi.norm:
+            for buf, operand in (("nw", 3 + epi.residual), ("nb", 4 + epi.residual)):
+                b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=first(0) + first(1) + first(2))
+        acc = _acc_half(t, b, ws, m_total, n)
         b.mma(
             "acc",
             "a",
             "w",
+            acc_offset=acc,
             rhs_offset=b.d(2) * tk if ws else sy.const(0),
             a_stride=tk,
             b_stride=k if ws else tk,
@@ -163,20 +239,25 @@ class Linear:
             accumulate=[b.d(2), sy.const(1)],
             transpose_b=1,
         )
-        epilogue = last(2, sy.const(k // tk))
         geo = dict(rows=rows, cols=tn, dst_stride=tn, a_stride=tn, b_stride=tn, when=epilogue)
-        b.vop("ADD", "out", "acc", "bias", mode="ROW", **geo)
-        emit_act(b, op.attributes["act"].value, "out", "tmp", rows, tn, tn, when=epilogue)
-        b.store_rows(
-            "out",
-            dram_offset=b.d(nd) * tn,
-            dram_stride=n,
-            row_start=b.d(md) * tm,
-            row_bound=m_total,
-            rows=rows,
-            cols=tn,
-            when=epilogue,
-        )
+        b.vop("ADD", "out", "acc", "bias", mode="ROW", a_offset=acc, **geo)
+        emit_act(b, epi.act, "out", "tmp", rows, tn, tn, when=epilogue)
+        if epi.residual:
+            b.vop("ADD", "out", "out", "res", **geo)
+        if epi.norm:
+            eps = op.attributes["norm_eps"].value
+            emit_norm(b, "out", "tmp", "mean", "var", "nw", "nb", "out", rows, n, eps, when=epilogue)
+        b.store_rows("out", **out_tile, rows=rows, cols=tn, when=epilogue)
+
+
+def _acc_half(t, b, ws, m_total, n):
+    """The accumulator offset of this step's output block: the half of its parity (None: one half).
+    The block index is d0 * (blocks along d1) + d1, d2 the k step."""
+    if t.tiles.get("acc_slots", 1) < 2:
+        return None
+    tm, tn = t.tiles["tm"], t.tiles["tn"]
+    inner = sy.ceildiv(m_total, tm) if ws else sy.const(n // tn)
+    return sy.mod(b.d(0) * inner + b.d(1), 2) * (tm * tn)
 
 
 def _first_true(n: int, pred) -> int:
@@ -188,17 +269,105 @@ def _first_true(n: int, pred) -> int:
     return lo
 
 
-def _lower_bound(target, m, k, n, cand) -> float:
+def _lower_bound(target, m, k, n, cand, epi: Epilogue) -> float:
     """At most `Linear.cost` of `cand`: the larger of its MATMUL cycles and its DRAM data cycles without
-    burst rounding (each step's period is at least its compute and its DRAM data; the fill is not negative)."""
-    tm, tn, tk, ws = cand
+    burst rounding (each step's period is at least its MATMULs and its DRAM data; the fill is not negative)."""
+    tm, tn, tk, ws = cand[:4]
     pieces = _pieces(m, tm)
     mac = (n // tn) * (k // tk) * sum(nr * cm.matmul(target, r, tk, tn) for r, nr in pieces)
     w_reads = 1 if ws else sum(nr for _, nr in pieces)
-    elems = (n // tn) * m * k + w_reads * n * k + m * n
+    elems = (n // tn) * m * k + w_reads * n * k + m * n * (1 + epi.residual)
     return max(mac, elems * 4 / target.dram_bytes_per_cycle)
 
 
 @memoized
-def _choose(kernel, target, m, k, n, act, tile_m):
-    return kernel._search(target, m, k, n, act, tile_m)
+def _choose(kernel, target, m, k, n, epi, tile_m):
+    return kernel._search(target, m, k, n, epi, tile_m)
+
+
+# ------------------------------------------------------------------ epilogue fusion (--novella-legalize)
+
+
+def _linear_producer(value, allow_residual: bool):
+    """The `novella.linear` / `novella.fused_linear` (without a norm) that produces `value` and nothing
+    else uses, or None."""
+    producer = value.owner
+    if not isinstance(producer, ir.OpView) or producer.operation.name not in LINEAR_OPS:
+        return None
+    residual, norm = linear_epilogue(producer)
+    if norm or (residual and not allow_residual) or len(list(producer.results[0].uses)) != 1:
+        return None
+    return producer
+
+
+def _fused(rewriter, at, producer, result_type, **extra):
+    """A `novella.fused_linear` of `producer`'s operands and act (and its residual), plus `extra`."""
+    x, w, bias, *rest = list(producer.operands)
+    fields = {"residual": rest[0] if rest else None} | extra
+    with rewriter.ip, at.location:
+        return FusedLinearOp(x, w, bias, result_type, act=producer.attributes["act"], loc=producer.location, **fields)
+
+
+def _fits(target, producer, epi: Epilogue) -> bool:
+    """Some tiling of the linear with epilogue `epi` fits the SRAM (at the rows it is planned for)."""
+    return _plan_choice(target, producer, epi)[0] is not None
+
+
+def _plan_choice(target, producer, epi: Epilogue):
+    tv = TensorView(producer)
+    m = sy.evaluate(tv.rows(0), plan_lengths(producer))
+    return Linear().choose(target, m, tv.cols(0), tv.static(1, 0), epi, {})
+
+
+def residual_pattern(target):
+    """`add(linear(h), x)` (either order, x of the sum's shape, the linear used only here) -> one
+    `novella.fused_linear` with residual x, when a tiling with the residual tile fits."""
+
+    def pattern(op, rewriter):
+        y = op.results[0]
+        for i in (0, 1):
+            producer = _linear_producer(op.operands[i], allow_residual=False)
+            other = op.operands[1 - i]
+            if producer is None or other == producer.results[0]:
+                continue
+            if not sy.equal_shapes(sy.shape_of(other.type), sy.shape_of(y.type)):
+                continue
+            if not _fits(target, producer, dataclasses.replace(Epilogue.of(producer), residual=True)):
+                continue
+            fused = _fused(rewriter, op, producer, y.type, residual=other)
+            rewriter.replace_op(op, fused.operation)
+            rewriter.erase_op(producer)
+            return False
+        return True
+
+    return pattern
+
+
+def norm_pattern(target):
+    """`layer_norm(linear(...))` (the linear, maybe with a residual, used only here) -> one
+    `novella.fused_linear` that normalizes its output tile, when a tiling with whole rows (tn = N)
+    fits and the cost model predicts fewer cycles than the linear plus the layer norm kernel."""
+
+    def pattern(op, rewriter):
+        producer = _linear_producer(op.operands[0], allow_residual=True)
+        if producer is None:
+            return True
+        epi = Epilogue.of(producer)
+        fused, alone = (
+            _plan_choice(target, producer, dataclasses.replace(epi, norm=True)),
+            _plan_choice(target, producer, epi),
+        )
+        if fused[0] is None or alone[0] is None:
+            return True
+        tv = TensorView(producer)
+        rows = sy.evaluate(tv.rows(0), plan_lengths(producer))
+        if fused[0][0] >= alone[0][0] + LayerNorm().best(target, rows, tv.static(1, 0))[0]:
+            return True
+        eps = ir.FloatAttr.get_f32(op.attributes["eps"].value)
+        new = _fused(rewriter, op, producer, op.results[0].type, norm_weight=op.operands[1],
+                     norm_bias=op.operands[2], norm_eps=eps)  # fmt: skip
+        rewriter.replace_op(op, new.operation)
+        rewriter.erase_op(producer)
+        return False
+
+    return pattern
