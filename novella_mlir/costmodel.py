@@ -127,6 +127,7 @@ class Group:
     vector: float = 0.0
     overlap: bool = False
     issues: int = 0  # compute instructions per step (the issue floor under overlap; 0: not counted)
+    floor: float = 0.0  # a least period the kernel derives from its step structure (e.g. `retire_floor`)
 
     def compute_period(self, t: Target) -> float:
         """Compute-queue cycles per steady step: the chain, or with `overlap` the busier unit."""
@@ -146,7 +147,18 @@ class Group:
         if (self.load_slots < 2 and self.load) or (self.store_slots < 2 and self.store):
             waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), self.dram + lat)
             serial = self.compute + waits
-        return max(self.load, self.compute_period(t), self.store, channel, serial)
+        return max(self.load, self.compute_period(t), self.store, channel, serial, self.floor)
+
+
+def retire_floor(chain: float, next_load: float, next_compute: float | None = None) -> float:
+    """The least period of an overlapped step whose compute takes `chain` cycles from its first MATMUL to
+    its last VEC: compute retires in order, and the loads of step k + 2 (the slot step k read) wait for
+    step k's retirement, then take `next_load` before step k + 2 computes. So P(k) + P(k + 1) >=
+    chain + next_load; with `next_compute` (the period of step k + 1, when it differs) the rest is P(k)'s,
+    else the two steps split it."""
+    if next_compute is None:
+        return (chain + next_load) / 2
+    return chain + next_load - next_compute
 
 
 def pipeline(t: Target, groups: list[Group]) -> float:

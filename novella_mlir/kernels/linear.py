@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -90,9 +91,11 @@ class Linear:
         """Predicted cycles of the whole op (cost model): dims = (M, K, N, Epilogue), cand = (tm, tn, tk, ws,
         acc_slots). Weight-stationary, the first step of each column block also loads the weight slab and
         bias (single slot: those loads wait for the previous compute); a layer norm's weight and bias load
-        on the first step. The last k step loads the residual tile, runs the epilogue and stores. With two
-        accumulator halves the epilogue's VECs run on the vector unit under the next block's MATMULs:
-        each step of a block carries 1/k_steps of them (`Group.vector`, `overlap`)."""
+        on the first step. The last k step loads the residual tile, runs the epilogue and stores. The
+        epilogue's VECs run on the vector unit under the next block's MATMULs, which use other SRAM, except
+        with one accumulator half its first VEC (the bias add, which reads the accumulator the next
+        block's first MATMUL overwrites): that one stays in the step's chain (`Group.vector`, `overlap`).
+        The epilogue still delays the loads two steps on, which wait for its retirement (`retire_floor`)."""
         (m, k, n, epi), (tm, tn, tk, ws, acc) = dims, cand
         n_blocks, k_steps = n // tn, k // tk
         groups = []
@@ -107,23 +110,15 @@ class Linear:
             if k_steps > 1:  # the store's data shares the DRAM with the next block's first loads
                 ld += sd * (j == 0)
                 sd = 0.0
-            v = cm.vecs(target, epi.vec_ops(r, tn))
-            v = v / k_steps if acc == 2 else v * last
-            c = cm.matmul(target, r, tk, tn) + v
-            groups.append(
-                cm.Group(
-                    lq,
-                    c,
-                    st * last,
-                    ld + sd * last,
-                    count,
-                    1 if head else 2,
-                    2,
-                    n_dma=len(moves),
-                    vector=v,
-                    overlap=acc == 2,
-                )  # fmt: skip
-            )
+            ops = epi.vec_ops(r, tn)
+            head_vec = cm.vec(target, *ops[0][1:], ops[0][0]) * (acc == 1)  # reads the one acc half: in the chain
+            tail = (cm.vecs(target, ops) - head_vec) * last
+            mm = cm.matmul(target, r, tk, tn)
+            c = mm + (tail + head_vec) * last
+            floor = cm.retire_floor(c, lq, None if k_steps == 1 else mm) if last else 0.0
+            group = cm.Group(lq, c, st * last, ld + sd * last, count, 1 if head else 2, 2, n_dma=len(moves),
+                             vector=tail, overlap=True, issues=1 + len(ops) * last, floor=floor)  # fmt: skip
+            groups.append(group)
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
         for j, cnt in ks:
