@@ -100,7 +100,9 @@ def _compile(case: Case, config: str, length: int, cost):
     case.kernel.exhaustive = True  # a search that prunes by the model's bounds would skip candidates here
     try:
         # no shape buckets: their searches at shorter lengths would overwrite the recorded predictions at T
-        npu = compile_torch(model, *examples, min_len=1, max_len=4096, config=_config(config), cache=False, buckets=False)
+        npu = compile_torch(
+            model, *examples, min_len=1, max_len=4096, config=_config(config), cache=False, buckets=False
+        )
     finally:
         case.kernel.cost, attention.NOMINAL_LENGTH = original, nominal
         if exhaustive is None:

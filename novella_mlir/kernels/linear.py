@@ -67,19 +67,23 @@ class Linear:
 
     def _plan(self, target, cand, k, n, epi: Epilogue):
         tm, tn, tk, ws, acc = cand
+        deferred = acc > 1
         plan = BufferPlan(target)
-        if ws:
-            plan.add("w", "spad", tn * k)
-            plan.add("bias", "spad", tn)
-        else:
-            plan.add("w", "spad", tn * tk, stream=True)
-            plan.add("bias", "spad", tn, stream=True)
+        plan.add("w", "spad", tn * k if ws else tn * tk, stream=not ws)
+        if not deferred:
+            plan.add("bias", "spad", tn, stream=not ws)
         plan.add("a", "spad", tm * tk, stream=True)
         plan.add("out", "spad", tm * tn, stream=True)
+        if deferred:  # the epilogue's bias per block, and the last block's own buffers
+            plan.add("bias", "spad", tn, stream=True)
+            plan.add("out2", "spad", tm * tn, stream=True)
+            plan.add("bias2", "spad", tn)
         if epi.scratch:
             plan.add("tmp", "spad", tm * tn)
         if epi.residual:
             plan.add("res", "spad", tm * tn, stream=True)
+            if deferred:
+                plan.add("res2", "spad", tm * tn)
         if epi.norm:
             for name, size in (("nw", n), ("nb", n), ("mean", tm), ("var", tm)):
                 plan.add(name, "spad", size)
@@ -89,35 +93,38 @@ class Linear:
     @memoized
     def cost(self, target, dims, cand) -> float:
         """Predicted cycles of the whole op (cost model): dims = (M, K, N, Epilogue), cand = (tm, tn, tk, ws,
-        acc_slots). Weight-stationary, the first step of each column block also loads the weight slab and
-        bias (single slot: those loads wait for the previous compute); a layer norm's weight and bias load
-        on the first step. The last k step loads the residual tile, runs the epilogue and stores. The
-        epilogue's VECs run on the vector unit under the next block's MATMULs, which use other SRAM, except
-        with one accumulator half its first VEC (the bias add, which reads the accumulator the next
-        block's first MATMUL overwrites): that one stays in the step's chain (`Group.vector`, `overlap`).
-        The epilogue still delays the loads two steps on, which wait for its retirement (`retire_floor`)."""
+        acc_slots). Weight-stationary, the first step of each column block also loads the weight slab (and
+        the bias; single slot: those loads wait for the previous compute); a layer norm's weight and bias
+        load on the first step. The epilogue's VECs run on the vector unit beside the MATMULs, which use
+        other SRAM (`Group.vector`, `overlap`):
+        * one accumulator half: on the last k step, after its MATMUL; the bias add stays in the chain (the
+          next block's first MATMUL overwrites the accumulator it reads), and the loads two steps on wait
+          for the epilogue's retirement (`retire_floor`);
+        * two halves: deferred to the next block's first k step, before its MATMUL (which then retires
+          the step), with that step's bias / residual loads and the STORE; the last block's runs at the end."""
         (m, k, n, epi), (tm, tn, tk, ws, acc) = dims, cand
         n_blocks, k_steps = n // tn, k // tk
         groups = []
 
         def add(r, count, j, head):
-            last = j == k_steps - 1
-            moves = [(r, tk, tk == k)] + [(tn, tk, tk == k), (1, tn, True)] * (not ws)
-            moves += ([(tn, k, True), (1, tn, True)] * ws + [(1, n, True)] * 2 * epi.norm) * head
-            moves += [(r, tn, tn == n)] * (epi.residual and last)
+            at = j == (0 if acc > 1 else k_steps - 1)  # the step with the epilogue
+            moves = [(r, tk, tk == k)] + [(tn, tk, tk == k)] * (not ws) + [(1, tn, True)] * (not ws and acc == 1)
+            moves += ([(tn, k, True)] + [(1, tn, True)] * (acc == 1)) * ws * head + [(1, n, True)] * 2 * epi.norm * head
+            moves += [(1, tn, True)] * (acc > 1 and at) + [(r, tn, tn == n)] * (epi.residual and at)
             lq, ld = cm.dmas(target, moves)
             st, sd = cm.dma(target, r, tn, contiguous=tn == n)
-            if k_steps > 1:  # the store's data shares the DRAM with the next block's first loads
+            if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
                 ld += sd * (j == 0)
                 sd = 0.0
             ops = epi.vec_ops(r, tn)
-            head_vec = cm.vec(target, *ops[0][1:], ops[0][0]) * (acc == 1)  # reads the one acc half: in the chain
-            tail = (cm.vecs(target, ops) - head_vec) * last
+            chain = cm.vec(target, *ops[0][1:], ops[0][0]) * (acc == 1)  # reads the one acc half
+            tail = (cm.vecs(target, ops) - chain) * at
             mm = cm.matmul(target, r, tk, tn)
-            c = mm + (tail + head_vec) * last
-            floor = cm.retire_floor(c, lq, None if k_steps == 1 else mm) if last else 0.0
-            group = cm.Group(lq, c, st * last, ld + sd * last, count, 1 if head else 2, 2, n_dma=len(moves),
-                             vector=tail, overlap=True, issues=1 + len(ops) * last, floor=floor)  # fmt: skip
+            c = mm + (tail + chain) * at
+            retire = max(mm, tail) if acc > 1 else c
+            floor = cm.retire_floor(retire, lq, None if k_steps == 1 else mm) if at else 0.0
+            group = cm.Group(lq, c, st * at, ld + sd * at, count, 1 if head else 2, 2, n_dma=len(moves),
+                             vector=tail, overlap=True, issues=1 + len(ops) * at, floor=floor)  # fmt: skip
             groups.append(group)
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
@@ -188,71 +195,87 @@ class Linear:
         return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
-        tm, tn, tk = t.tiles["tm"], t.tiles["tn"], t.tiles["tk"]
-        ws = t.tiles.get("ws", 1)
-        nd, md = (0, 1) if ws else (1, 0)
-        k, n, m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
-        epi = Epilogue.of(op)
-        rows = tile_rows(md, tm, m_total)
-        if ws:
+        g = _Geometry(op, tv, t, b)
+        tm, tn, tk, k, n = g.tm, g.tn, g.tk, g.k, g.n
+        if g.ws:
             resident = first(1) + first(2)
-            b.load_block("w", 1, dram_offset=b.d(nd) * (tn * k), rows=tn, cols=k, when=resident)
-            b.load_block("bias", 2, dram_offset=b.d(nd) * tn, rows=1, cols=tn, when=resident)
+            b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k), rows=tn, cols=k, when=resident)
+            if not g.deferred:
+                b.load_block("bias", 2, dram_offset=b.d(g.nd) * tn, rows=1, cols=tn, when=resident)
         else:
-            b.load_block("w", 1, dram_offset=b.d(nd) * (tn * k) + b.d(2) * tk, dram_stride=k, rows=tn, cols=tk)
-            b.load_block("bias", 2, dram_offset=b.d(nd) * tn, rows=1, cols=tn)
-        b.load_rows(
-            "a",
-            0,
-            dram_offset=b.d(2) * tk,
-            dram_stride=k,
-            row_start=b.d(md) * tm,
-            row_bound=m_total,
-            rows=rows,
-            cols=tk,
-        )
-        epilogue = last(2, sy.const(k // tk))
-        out_tile = dict(dram_offset=b.d(nd) * tn, dram_stride=n, row_start=b.d(md) * tm, row_bound=m_total)
-        if epi.residual:
-            b.load_rows("res", 3, **out_tile, rows=rows, cols=tn, when=epilogue)
-        if epi.norm:
-            for buf, operand in (("nw", 3 + epi.residual), ("nb", 4 + epi.residual)):
+            b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k) + b.d(2) * tk, dram_stride=k, rows=tn, cols=tk)
+            if not g.deferred:
+                b.load_block("bias", 2, dram_offset=b.d(g.nd) * tn, rows=1, cols=tn)
+        b.load_rows("a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(g.md) * tm, row_bound=g.m_total,
+                    rows=g.rows, cols=tk)  # fmt: skip
+        if g.epi.norm:
+            for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
                 b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=first(0) + first(1) + first(2))
-        acc = _acc_half(t, b, ws, m_total, n)
-        b.mma(
-            "acc",
-            "a",
-            "w",
-            acc_offset=acc,
-            rhs_offset=b.d(2) * tk if ws else sy.const(0),
-            a_stride=tk,
-            b_stride=k if ws else tk,
-            acc_stride=tn,
-            m=rows,
-            k=tk,
-            n=tn,
-            accumulate=[b.d(2), sy.const(1)],
-            transpose_b=1,
-        )
-        geo = dict(rows=rows, cols=tn, dst_stride=tn, a_stride=tn, b_stride=tn, when=epilogue)
-        b.vop("ADD", "out", "acc", "bias", mode="ROW", a_offset=acc, **geo)
-        emit_act(b, epi.act, "out", "tmp", rows, tn, tn, when=epilogue)
-        if epi.residual:
-            b.vop("ADD", "out", "out", "res", **geo)
-        if epi.norm:
-            eps = op.attributes["norm_eps"].value
-            emit_norm(b, "out", "tmp", "mean", "var", "nw", "nb", "out", rows, n, eps, when=epilogue)
-        b.store_rows("out", **out_tile, rows=rows, cols=tn, when=epilogue)
+        if g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
+            _epilogue(g, g.previous(), ("bias", "res", "out"), [("eq", b.d(2)), ("ge", b.d(0) + b.d(1) - 1)])
+        acc = _acc_half(t, b, g.block)
+        b.mma("acc", "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws else sy.const(0), a_stride=tk,
+              b_stride=k if g.ws else tk, acc_stride=tn, m=g.rows, k=tk, n=tn,
+              accumulate=[b.d(2), sy.const(1)],
+              transpose_b=1)  # fmt: skip
+        current = (b.d(g.nd), g.rows, b.d(g.md) * tm, acc)
+        if g.deferred:  # the last block's epilogue, after its own MATMUL
+            _epilogue(g, current, ("bias2", "res2", "out2"), last(0, g.grid[0]) + last(1, g.grid[1]) + g.last_k)
+        else:
+            _epilogue(g, current, ("bias", "res", "out"), g.last_k)
 
 
-def _acc_half(t, b, ws, m_total, n):
-    """The accumulator offset of this step's output block: the half of its parity (None: one half).
-    The block index is d0 * (blocks along d1) + d1, d2 the k step."""
+class _Geometry:
+    """One linear macro's tile sizes, loop order and the grid expressions of its blocks."""
+
+    def __init__(self, op, tv, t, b):
+        self.b, self.epi = b, Epilogue.of(op)
+        self.tm, self.tn, self.tk = t.tiles["tm"], t.tiles["tn"], t.tiles["tk"]
+        self.ws = t.tiles.get("ws", 1)
+        self.deferred = t.tiles.get("acc_slots", 1) > 1
+        self.nd, self.md = (0, 1) if self.ws else (1, 0)
+        self.k, self.n, self.m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
+        self.eps = op.attributes["norm_eps"].value if self.epi.norm else 0.0
+        self.rows = tile_rows(self.md, self.tm, self.m_total)
+        m_grid = sy.ceildiv(self.m_total, self.tm)
+        n_grid = sy.const(self.n // self.tn)
+        self.grid = [n_grid, m_grid] if self.ws else [m_grid, n_grid]
+        self.block = b.d(0) * self.grid[1] + b.d(1)  # output blocks in grid order (d2 is the k step)
+        self.last_k = last(2, sy.const(self.k // self.tk))
+
+    def previous(self):
+        """(column block, rows, first row, accumulator offset) of the previous output block."""
+        prev = self.block - sy.const(1)
+        dims = [sy.floordiv_by(prev, self.grid[1]), sy.mod_by(prev, self.grid[1])]
+        rows = [sy.const(self.tm), self.m_total - dims[self.md] * self.tm]
+        return dims[self.nd], rows, dims[self.md] * self.tm, sy.mod(prev, 2) * (self.tm * self.tn)
+
+
+def _epilogue(g: _Geometry, block, bufs, when) -> None:
+    """Bias, act, residual and norm of one output block (its column block, rows, first row and accumulator
+    offset), loading its bias (and residual) into `bufs` and storing it from the last of them."""
+    b, (bias, res, out), (col, rows, row0, acc) = g.b, bufs, block
+    tn, n, epi = g.tn, g.n, g.epi
+    out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total)
+    if bias != "bias" or g.deferred:
+        b.load_block(bias, 2, dram_offset=col * tn, rows=1, cols=tn, when=when)
+    if epi.residual:
+        b.load_rows(res, 3, **out_tile, rows=rows, cols=tn, when=when)
+    geo = dict(rows=rows, cols=tn, dst_stride=tn, a_stride=tn, b_stride=tn, when=when)
+    b.vop("ADD", out, "acc", bias, mode="ROW", a_offset=acc, **geo)
+    emit_act(b, epi.act, out, "tmp", rows, tn, tn, when=when)
+    if epi.residual:
+        b.vop("ADD", out, out, res, **geo)
+    if epi.norm:
+        emit_norm(b, out, "tmp", "mean", "var", "nw", "nb", out, rows, n, g.eps, when=when)
+    b.store_rows(out, **out_tile, rows=rows, cols=tn, when=when)
+
+
+def _acc_half(t, b, block):
+    """The accumulator offset of this step's output block: the half of its parity (None: one half)."""
     if t.tiles.get("acc_slots", 1) < 2:
         return None
-    tm, tn = t.tiles["tm"], t.tiles["tn"]
-    inner = sy.ceildiv(m_total, tm) if ws else sy.const(n // tn)
-    return sy.mod(b.d(0) * inner + b.d(1), 2) * (tm * tn)
+    return sy.mod(block, 2) * (t.tiles["tm"] * t.tiles["tn"])
 
 
 def _first_true(n: int, pred) -> int:
