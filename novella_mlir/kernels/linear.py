@@ -9,7 +9,7 @@ from torch_mlir import ir
 
 from .. import costmodel as cm
 from .. import symbolic as sy
-from ..dialects.novella import FusedLinearOp, linear_epilogue
+from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
 from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
 from .attention import _pieces
 from .elementwise import ACT_FNS as _ACT_FNS
@@ -336,24 +336,55 @@ def _plan_choice(target, producer, epi: Epilogue):
     return Linear().choose(target, m, tv.cols(0), tv.static(1, 0), epi, {})
 
 
+def _through_reshapes(value):
+    """(the value under a chain of single-use row-major reshapes that keep the last dim, the reshapes)."""
+    chain = []
+    while isinstance(value.owner, ir.OpView) and value.owner.operation.name == "novella.reshape":
+        inner = value.owner.operands[0]
+        if len(list(value.owner.results[0].uses)) != 1 or not _same_rows(inner.type, value.type):
+            break
+        chain.append(value.owner)
+        value = inner
+    return value, chain
+
+
+def _same_rows(a, b) -> bool:
+    """Equal row-major 2-D views [rows, last dim] (a reshape between them is a DRAM alias)."""
+    sa, sb = sy.shape_of(a), sy.shape_of(b)
+    return sy.equal(sa[-1], sb[-1]) and sy.equal(sy.numel(sa[:-1]), sy.numel(sb[:-1]))
+
+
+def _reshaped(rewriter, at, value, result_type):
+    if value.type == result_type:
+        return value
+    with rewriter.ip, at.location:
+        return ReshapeOp(input=value, result=result_type, loc=at.location).result
+
+
 def residual_pattern(target):
-    """`add(linear(h), x)` (either order, x of the sum's shape, the linear used only here) -> one
-    `novella.fused_linear` with residual x, when a tiling with the residual tile fits."""
+    """`add(linear(h), x)` (either order, x of the sum's shape, the linear used only here, maybe through
+    row-major reshapes) -> one `novella.fused_linear` with residual x, when a tiling with the residual tile
+    fits. x is reshaped to the linear's result view and the sum back to the add's type (both aliases)."""
 
     def pattern(op, rewriter):
         y = op.results[0]
         for i in (0, 1):
-            producer = _linear_producer(op.operands[i], allow_residual=False)
+            value, chain = _through_reshapes(op.operands[i])
+            producer = _linear_producer(value, allow_residual=False)
             other = op.operands[1 - i]
-            if producer is None or other == producer.results[0]:
+            if producer is None or other == op.operands[i] or other == value:
                 continue
-            if not sy.equal_shapes(sy.shape_of(other.type), sy.shape_of(y.type)):
+            if not (
+                sy.equal_shapes(sy.shape_of(other.type), sy.shape_of(y.type)) and _same_rows(other.type, value.type)
+            ):
                 continue
             if not _fits(target, producer, dataclasses.replace(Epilogue.of(producer), residual=True)):
                 continue
-            fused = _fused(rewriter, op, producer, y.type, residual=other)
-            rewriter.replace_op(op, fused.operation)
-            rewriter.erase_op(producer)
+            residual = _reshaped(rewriter, op, other, value.type)
+            fused = _fused(rewriter, op, producer, value.type, residual=residual)
+            rewriter.replace_op(op, [_reshaped(rewriter, op, fused.result, y.type)])
+            for dead in [*chain, producer]:
+                rewriter.erase_op(dead)
             return False
         return True
 
@@ -361,12 +392,14 @@ def residual_pattern(target):
 
 
 def norm_pattern(target):
-    """`layer_norm(linear(...))` (the linear, maybe with a residual, used only here) -> one
+    """`layer_norm(linear(...))` (the linear, maybe with a residual, used only here, maybe through
+    row-major reshapes) -> one
     `novella.fused_linear` that normalizes its output tile, when a tiling with whole rows (tn = N)
     fits and the cost model predicts fewer cycles than the linear plus the layer norm kernel."""
 
     def pattern(op, rewriter):
-        producer = _linear_producer(op.operands[0], allow_residual=True)
+        value, chain = _through_reshapes(op.operands[0])
+        producer = _linear_producer(value, allow_residual=True)
         if producer is None:
             return True
         epi = Epilogue.of(producer)
@@ -381,10 +414,11 @@ def norm_pattern(target):
         if fused[0][0] >= alone[0][0] + LayerNorm().best(target, rows, tv.static(1, 0))[0]:
             return True
         eps = ir.FloatAttr.get_f32(op.attributes["eps"].value)
-        new = _fused(rewriter, op, producer, op.results[0].type, norm_weight=op.operands[1],
+        new = _fused(rewriter, op, producer, value.type, norm_weight=op.operands[1],
                      norm_bias=op.operands[2], norm_eps=eps)  # fmt: skip
-        rewriter.replace_op(op, new.operation)
-        rewriter.erase_op(producer)
+        rewriter.replace_op(op, [_reshaped(rewriter, op, new.result, op.results[0].type)])
+        for dead in [*chain, producer]:
+            rewriter.erase_op(dead)
         return False
 
     return pattern
