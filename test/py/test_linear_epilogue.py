@@ -17,9 +17,9 @@ LENGTHS = (1, 37, 67, MAX)  # 1, odd, a partial last row tile, max
 class Block(torch.nn.Module):
     """`x + fc2(act(fc1(x)))`, optionally post-normed (the BERT / nn.TransformerEncoder default)."""
 
-    def __init__(self, d=64, h=160, norm=False, act=torch.nn.GELU()):
+    def __init__(self, d=64, h=160, norm=False, act=None):
         super().__init__()
-        self.fc1, self.fc2, self.act = torch.nn.Linear(d, h), torch.nn.Linear(h, d), act
+        self.fc1, self.fc2, self.act = torch.nn.Linear(d, h), torch.nn.Linear(h, d), act or torch.nn.GELU()
         self.norm = torch.nn.LayerNorm(d) if norm else None
 
     def forward(self, x):
