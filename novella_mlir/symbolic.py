@@ -52,16 +52,6 @@ def mod(a: ir.AffineExpr, b: int) -> ir.AffineExpr:
     return ir.AffineExpr.get_mod(a, const(b))
 
 
-def floordiv_by(a: ir.AffineExpr, b: ir.AffineExpr) -> ir.AffineExpr:
-    """`a floordiv b` for a symbolic (or constant) `b`: semi-affine, evaluated like any other field."""
-    return ir.AffineExpr.get_floor_div(a, b)
-
-
-def mod_by(a: ir.AffineExpr, b: ir.AffineExpr) -> ir.AffineExpr:
-    """`a mod b` for a symbolic (or constant) `b`."""
-    return ir.AffineExpr.get_mod(a, b)
-
-
 def canon(e: ir.AffineExpr) -> ir.AffineExpr:
     """`e` as its real subclass: the bindings type `c1 * c2` as a product even when MLIR folded it."""
     return e.maybe_downcast()

@@ -105,8 +105,8 @@ class Linear:
         n_blocks, k_steps = n // tn, k // tk
         groups = []
 
-        def add(r, count, j, head):
-            at = j == (0 if acc > 1 else k_steps - 1)  # the step with the epilogue
+        def add(r, count, j, head, deferred):
+            at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
             moves = [(r, tk, tk == k)] + [(tn, tk, tk == k)] * (not ws) + [(1, tn, True)] * (not ws and acc == 1)
             moves += ([(tn, k, True)] + [(1, tn, True)] * (acc == 1)) * ws * head + [(1, n, True)] * 2 * epi.norm * head
             moves += [(1, tn, True)] * (acc > 1 and at) + [(r, tn, tn == n)] * (epi.residual and at)
@@ -116,22 +116,27 @@ class Linear:
                 ld += sd * (j == 0)
                 sd = 0.0
             ops = epi.vec_ops(r, tn)
-            chain = cm.vec(target, *ops[0][1:], ops[0][0]) * (acc == 1)  # reads the one acc half
+            chain = cm.vec(target, *ops[0][1:], ops[0][0]) * (not deferred)  # reads the acc the next MATMUL writes
             tail = (cm.vecs(target, ops) - chain) * at
             mm = cm.matmul(target, r, tk, tn)
             c = mm + (tail + chain) * at
-            retire = max(mm, tail) if acc > 1 else c
+            retire = max(mm, tail) if deferred else c
             floor = cm.retire_floor(retire, lq, None if k_steps == 1 else mm) if at else 0.0
             group = cm.Group(lq, c, st * at, ld + sd * at, count, 1 if head else 2, 2, n_dma=len(moves),
                              vector=tail, overlap=True, issues=1 + len(ops) * at, floor=floor)  # fmt: skip
             groups.append(group)
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
+        pieces = _pieces(m, tm)
         for j, cnt in ks:
-            for i, (r, nr) in enumerate(_pieces(m, tm)):
+            for i, (r, nr) in enumerate(pieces):
+                # with two halves, the last block along grid dim 1 of each d0 runs its epilogue in its own step
+                in_step = n_blocks * nr if acc == 1 else (n_blocks * (i == len(pieces) - 1) if ws else nr)
                 head = j == 0 and i == 0 and (bool(ws) or epi.norm)
-                add(r, n_blocks * cnt, j, True) if head else None
-                add(r, n_blocks * (nr - head) * cnt, j, False)
+                add(r, n_blocks * cnt, j, True, acc > 1 and in_step < n_blocks * nr) if head else None
+                rest = n_blocks * nr - head * n_blocks
+                add(r, max(rest - in_step, 0) * cnt, j, False, True)
+                add(r, min(in_step, rest) * cnt, j, False, False)
         return cm.pipeline(target, groups)
 
     def choose(self, target, m, k, n, epi: Epilogue, options):
@@ -154,7 +159,8 @@ class Linear:
             for acc in (2, 1) if target.buffer_slots > 1 else (1,):
                 for tm in tms:
                     first = len(tks)
-                    for tn in tns:  # largest first: a smaller tn fits from the same tk on, or sooner
+                    for tn in [t for t in tns if acc == 1 or ws or n // t > 1]:  # ws = 0: halves alternate over n
+                        # largest first: a smaller tn fits from the same tk on, or sooner
                         fits = lambda i, c=(tm, tn, ws, acc): self._plan(  # noqa: E731
                             target, (c[0], c[1], tks[i], c[2], c[3]), k, n, epi
                         ).fits()
@@ -211,15 +217,15 @@ class Linear:
             for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
                 b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=first(0) + first(1) + first(2))
         if g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
-            _epilogue(g, g.previous(), ("bias", "res", "out"), [("eq", b.d(2)), ("ge", b.d(0) + b.d(1) - 1)])
-        acc = _acc_half(t, b, g.block)
+            _epilogue(g, g.previous(), ("bias", "res", "out"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
+        acc = _acc_half(t, b)
         b.mma("acc", "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws else sy.const(0), a_stride=tk,
               b_stride=k if g.ws else tk, acc_stride=tn, m=g.rows, k=tk, n=tn,
               accumulate=[b.d(2), sy.const(1)],
               transpose_b=1)  # fmt: skip
         current = (b.d(g.nd), g.rows, b.d(g.md) * tm, acc)
-        if g.deferred:  # the last block's epilogue, after its own MATMUL
-            _epilogue(g, current, ("bias2", "res2", "out2"), last(0, g.grid[0]) + last(1, g.grid[1]) + g.last_k)
+        if g.deferred:  # the epilogue of dim 1's last block, after its own MATMUL
+            _epilogue(g, current, ("bias2", "res2", "out2"), last(1, g.grid[1]) + g.last_k)
         else:
             _epilogue(g, current, ("bias", "res", "out"), g.last_k)
 
@@ -239,15 +245,14 @@ class _Geometry:
         m_grid = sy.ceildiv(self.m_total, self.tm)
         n_grid = sy.const(self.n // self.tn)
         self.grid = [n_grid, m_grid] if self.ws else [m_grid, n_grid]
-        self.block = b.d(0) * self.grid[1] + b.d(1)  # output blocks in grid order (d2 is the k step)
         self.last_k = last(2, sy.const(self.k // self.tk))
 
     def previous(self):
-        """(column block, rows, first row, accumulator offset) of the previous output block."""
-        prev = self.block - sy.const(1)
-        dims = [sy.floordiv_by(prev, self.grid[1]), sy.mod_by(prev, self.grid[1])]
-        rows = [sy.const(self.tm), self.m_total - dims[self.md] * self.tm]
-        return dims[self.nd], rows, dims[self.md] * self.tm, sy.mod(prev, 2) * (self.tm * self.tn)
+        """(column block, rows, first row, accumulator offset) of the previous output block along grid dim 1
+        (the epilogue deferred to this step is that block's: dim 1's first block has none)."""
+        b, prev = self.b, [self.b.d(0), self.b.d(1) - sy.const(1)]
+        rows = [sy.const(self.tm), self.m_total - prev[self.md] * self.tm]
+        return prev[self.nd], rows, prev[self.md] * self.tm, sy.mod(b.d(1) + sy.const(1), 2) * (self.tm * self.tn)
 
 
 def _epilogue(g: _Geometry, block, bufs, when) -> None:
@@ -270,11 +275,12 @@ def _epilogue(g: _Geometry, block, bufs, when) -> None:
     b.store_rows(out, **out_tile, rows=rows, cols=tn, when=when)
 
 
-def _acc_half(t, b, block):
-    """The accumulator offset of this step's output block: the half of its parity (None: one half)."""
+def _acc_half(t, b):
+    """The accumulator offset of this step's output block: the half of its parity along grid dim 1
+    (None: one half)."""
     if t.tiles.get("acc_slots", 1) < 2:
         return None
-    return sy.mod(block, 2) * (t.tiles["tm"] * t.tiles["tn"])
+    return sy.mod(b.d(1), 2) * (t.tiles["tm"] * t.tiles["tn"])
 
 
 def _first_true(n: int, pred) -> int:

@@ -38,21 +38,20 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // A GELU epilogue is long enough that the cost model gives the accumulator two halves, picked by the
-// parity of the output block (d0 * row blocks + d1, weight-stationary: an address expression, not the
-// step parity of --novella-schedule). Block b's epilogue then runs on the next block's first k step,
-// before its MATMUL, from the other half and with that block's bias and rows (the previous block's grid
-// point: floordiv / mod of the block index by the `?` row-block count); the last block's runs after its
-// own MATMUL, into `out2`.
-// CHECK-DAG: #[[$PREVCOL:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d0 * (s0 ceildiv 16) + d1 - 1) floordiv (s0 ceildiv 16)) * 96)>
-// CHECK-DAG: #[[$PREVHALF:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d0 * (s0 ceildiv 16) + d1 - 1) mod 2) * 1536)>
-// CHECK-DAG: #[[$HALF:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d0 * (s0 ceildiv 16) + d1) mod 2) * 1536)>
-// CHECK-DAG: #[[$DEFER:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 == 0, d0 + d1 - 1 >= 0)>
-// CHECK-DAG: #[[$FINAL:.*]] = affine_set<(d0, d1, d2)[s0] : (-d0 + 15 == 0, -d1 + s0 ceildiv 16 - 1 == 0, -d2 == 0)>
+// parity of the output block along grid dim 1 (here the `?` row blocks, weight-stationary: an address
+// expression of d1, not the step parity of --novella-schedule, as the k loop accumulates across steps).
+// Block d1 - 1's epilogue then runs on block d1's first k step, before its MATMUL, from the other half
+// and with that block's rows and bias; the last row block's runs after its own MATMUL, into `out2`.
+// CHECK-DAG: #[[$PREVHALF:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d1 + 1) mod 2) * 1536)>
+// CHECK-DAG: #[[$PREVROW:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d1 - 1) * 16)>
+// CHECK-DAG: #[[$HALF:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d1 mod 2) * 1536)>
+// CHECK-DAG: #[[$DEFER:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 == 0, d1 - 1 >= 0)>
+// CHECK-DAG: #[[$FINAL:.*]] = affine_set<(d0, d1, d2)[s0] : (-d1 + s0 ceildiv 16 - 1 == 0, -d2 == 0)>
 // CHECK-LABEL: func.func @deferred
-// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", {{.*}}dram_offset = #[[$PREVCOL]], {{.*}}when = #[[$DEFER]]}
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", {{.*}}when = #[[$DEFER]]}
 // CHECK: "novella.vop"() {a = "acc", a_offset = #[[$PREVHALF]], {{.*}}fn = "ADD", mode = "ROW", {{.*}}when = #[[$DEFER]]}
 // CHECK: "novella.vop"() {{{.*}}fn = "ERF", {{.*}}when = #[[$DEFER]]}
-// CHECK: "novella.dma_store"() {buffer = "out", {{.*}}dram_offset = #[[$PREVCOL]], {{.*}}when = #[[$DEFER]]}
+// CHECK: "novella.dma_store"() {buffer = "out", {{.*}}row_start = #[[$PREVROW]], {{.*}}when = #[[$DEFER]]}
 // CHECK: "novella.mma"() {{{.*}}acc = "acc", acc_offset = #[[$HALF]]
 // CHECK: "novella.vop"() {a = "acc", a_offset = #[[$HALF]], {{.*}}dst = "out2", {{.*}}when = #[[$FINAL]]}
 // CHECK: "novella.dma_store"() {buffer = "out2", {{.*}}when = #[[$FINAL]]}
