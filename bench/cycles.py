@@ -3,6 +3,8 @@
     .venv/bin/python bench/cycles.py                       # the goal figures of issue 10, side by side
     .venv/bin/python bench/cycles.py --model mlp --lengths 1,64,65,500,2048 [--config hw.toml]
 
+`matrix` and `vector` are the two compute units' busy cycles: `cycles` below their sum is their overlap.
+
 The compulsory roofline of a run is max(MACs / MACs-per-cycle, compulsory bytes /
 DRAM bytes-per-cycle), where the compulsory bytes are the weights, the input and the
 output, each moved once. `cyc/roof` divides by it. Beside it: the bytes the program
@@ -74,20 +76,22 @@ def measure(workload: str, config_name: str, length: int, max_len: int) -> dict:
     return dict(
         T=length, words=s.instructions, cycles=s.cycles, roof=roof, ratio=s.cycles / roof, compulsory=compulsory,
         moved=moved, roof_moved=roof_moved, ratio_moved=s.cycles / roof_moved, util=s.mac_utilization, host=host,
+        matrix=s.busy["matrix"], vector=s.busy["vector"],
         bound="compute" if compute >= compulsory / cfg.dram_bytes_per_cycle else "memory",
     )  # fmt: skip
 
 
 HEAD = (
     f"{'cycles':>12} {'roof':>11} {'cyc/roof':>8} {'bound':>7} {'compul B':>11} {'moved B':>12} "
-    f"{'roof(moved)':>11} {'cyc/moved':>9} {'MAC util':>8} {'host s':>7}"
+    f"{'roof(moved)':>11} {'cyc/moved':>9} {'MAC util':>8} {'matrix':>11} {'vector':>11} {'host s':>7}"
 )
 
 
 def row(r: dict) -> str:
     return (
         f"{r['cycles']:>12} {int(r['roof']):>11} {r['ratio']:>8.2f} {r['bound']:>7} {r['compulsory']:>11} "
-        f"{r['moved']:>12} {int(r['roof_moved']):>11} {r['ratio_moved']:>9.2f} {r['util']:>8.1%} {r['host']:>7.2f}"
+        f"{r['moved']:>12} {int(r['roof_moved']):>11} {r['ratio_moved']:>9.2f} {r['util']:>8.1%} "
+        f"{r['matrix']:>11} {r['vector']:>11} {r['host']:>7.2f}"
     )
 
 

@@ -33,6 +33,7 @@ LIT = str(Path(PY).with_name("lit"))
 SUBSET = [
     "test/py/test_simulator.py",
     "test/py/test_fast_path.py",
+    "test/py/test_dual_unit.py",
     "test/py/test_isa.py",
     "test/py/test_jit.py",
     "test/py/test_mlp_e2e.py",
@@ -292,6 +293,21 @@ MUTANTS = [
         'b.vop("ADD", tmp, tmp, mode="SCALAR", imm=1.0, **geo)',
         'b.vop("ADD", tmp, tmp, mode="SCALAR", imm=1.001, **geo)',
         "gelu epilogue: 1 + erf off by 1e-3",
+    ),
+    # --- the compute queue's two units (docs/isa.md "Timing model")
+    M(
+        "timing",
+        "simulator/timing.py",
+        "if mem == m2 and (write or w2) and lo < hi2 and lo2 < hi:",
+        "if mem == m2 and write and w2 and lo < hi2 and lo2 < hi:",
+        "scoreboard orders only write/write pairs (RAW and WAR between the units pass)",
+    ),
+    M(
+        "timing",
+        "simulator/timing.py",
+        "return begin, end, self.retired",
+        "return begin, end, end",
+        "a compute instruction's tokens are ready at its end, not at in-order retirement",
     ),
 ]
 

@@ -126,14 +126,19 @@ class Group:
     n_dma: int = 1  # most LOADs or STOREs one queue issues per step
     vector: float = 0.0
     overlap: bool = False
+    vector_wait: float = 0.0  # the part of `vector` the next step's MATMULs still wait for (e.g. the VEC
+    # reading a one-slot accumulator they overwrite): in series with the matrix unit's work
     issues: int = 0  # compute instructions per step (the issue floor under overlap; 0: not counted)
     floor: float = 0.0  # a least period the kernel derives from its step structure (e.g. `retire_floor`)
 
     def compute_period(self, t: Target) -> float:
-        """Compute-queue cycles per steady step: the chain, or with `overlap` the busier unit."""
+        """Compute-queue cycles per steady step: the chain, or with `overlap` the busier unit (the matrix
+        unit's work plus the VEC work it waits for, or the vector unit's), at least the issue of the step's
+        instructions."""
         if not self.overlap:
             return self.compute
-        return max(self.compute - self.vector, self.vector, self.issues * t.issue_cycles)
+        matrix = self.compute - self.vector
+        return max(matrix + self.vector_wait, self.vector, self.issues * t.issue_cycles)
 
     def period(self, t: Target) -> float:
         """Cycles between consecutive such steps in steady state: the busiest queue, or the DRAM channel.
@@ -147,17 +152,26 @@ class Group:
         if (self.load_slots < 2 and self.load) or (self.store_slots < 2 and self.store):
             waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), self.dram + lat)
             serial = self.compute + waits
-        return max(self.load, self.compute_period(t), self.store, channel, serial, self.floor)
+        return max(self.load, self.compute_period(t), self.store, channel, serial, self._ring(t), self.floor)
+
+    def _ring(self, t: Target) -> float:
+        """Under `overlap`, the token ring through the slots: a step's loads into a slot and its store
+        start when the step that used the slot `slots` steps earlier pushed its tokens at the end of its
+        compute chain, and the step's first compute waits for them: `slots` periods hold one chain, a
+        DMA latency and the step's DRAM data. (Without overlap this is within half a latency of the
+        chain or the channel, which bound the period already.)"""
+        slots = [s for s, q in ((self.load_slots, self.load), (self.store_slots, self.store)) if q]
+        if not self.overlap or not slots or min(slots) < 2:
+            return 0.0
+        return (self.compute + t.issue_cycles + t.dma_latency + self.dram) / min(slots)
 
 
-def retire_floor(chain: float, next_load: float, next_compute: float | None = None) -> float:
-    """The least period of an overlapped step whose compute takes `chain` cycles from its first MATMUL to
-    its last VEC: compute retires in order, and the loads of step k + 2 (the slot step k read) wait for
-    step k's retirement, then take `next_load` before step k + 2 computes. So P(k) + P(k + 1) >=
-    chain + next_load; with `next_compute` (the period of step k + 1, when it differs) the rest is P(k)'s,
-    else the two steps split it."""
-    if next_compute is None:
-        return (chain + next_load) / 2
+def retire_floor(chain: float, next_load: float, next_compute: float) -> float:
+    """The least period of an overlapped step whose compute chain (first MATMUL to last VEC) takes `chain`
+    cycles when the next step is a different one taking `next_compute` (e.g. a linear's last k step, with
+    its epilogue, then the next block's first): compute retires in order, and the loads of step k + 2 (the
+    slot step k read) wait for step k's retirement, then take `next_load` before step k + 2 computes, so
+    P(k) + P(k + 1) >= chain + next_load (`_ring` splits that evenly between two equal steps)."""
     return chain + next_load - next_compute
 
 

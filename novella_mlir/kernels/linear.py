@@ -96,11 +96,12 @@ class Linear:
         the bias; single slot: those loads wait for the previous compute); a layer norm's weight and bias
         load on the first step. The epilogue's VECs run on the vector unit beside the MATMULs, which use
         other SRAM (`Group.vector`, `overlap`):
-        * one accumulator half: on the last k step, after its MATMUL; the bias add stays in the chain (the
-          next block's first MATMUL overwrites the accumulator it reads), and the loads two steps on wait
-          for the epilogue's retirement (`retire_floor`);
-        * two halves: deferred to the next block's first k step, before its MATMUL (which then retires
-          the step), with that step's bias / residual loads and the STORE; the last block's runs at the end."""
+        * one accumulator half: on the last k step, after its MATMUL; the next block's MATMULs wait for the
+          bias add (`vector_wait`: it reads the accumulator the next block's first MATMUL overwrites), and
+          the loads two steps on wait for the epilogue's retirement (`Group._ring`, `retire_floor`);
+        * two halves: deferred to the next block along grid dim 1, on its first k step, beside its MATMUL
+          (the step's chain is the longer of the two), with that step's bias / residual loads and the STORE;
+          dim 1's last block runs its own after its MATMUL, as with one half."""
         (m, k, n, epi), (tm, tn, tk, ws, acc) = dims, cand
         n_blocks, k_steps = n // tn, k // tk
         groups = []
@@ -116,14 +117,18 @@ class Linear:
                 ld += sd * (j == 0)
                 sd = 0.0
             ops = epi.vec_ops(r, tn)
-            chain = cm.vec(target, *ops[0][1:], ops[0][0]) * (not deferred)  # reads the acc the next MATMUL writes
-            tail = (cm.vecs(target, ops) - chain) * at
+            vecs = cm.vecs(target, ops) * at
+            head_vec = (
+                cm.vec(target, *ops[0][1:], ops[0][0]) * at * (not deferred)
+            )  # reads the acc the next MATMUL writes
             mm = cm.matmul(target, r, tk, tn)
-            c = mm + (tail + chain) * at
-            retire = max(mm, tail) if deferred else c
-            floor = cm.retire_floor(retire, lq, None if k_steps == 1 else mm) if at else 0.0
-            group = cm.Group(lq, c, st * at, ld + sd * at, count, 1 if head else 2, 2, n_dma=len(moves),
-                             vector=tail, overlap=True, issues=1 + len(ops) * at, floor=floor)  # fmt: skip
+            if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
+                c, vector = max(mm, vecs), 0.0
+            else:
+                c, vector = mm + vecs, vecs
+            floor = cm.retire_floor(c, lq, mm) if at and k_steps > 1 else 0.0
+            group = cm.Group(lq, c, st * at, ld + sd * at, count, 1 if head else 2, 2, n_dma=len(moves), vector=vector,
+                             overlap=True, vector_wait=head_vec, issues=1 + len(ops) * at, floor=floor)  # fmt: skip
             groups.append(group)
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
