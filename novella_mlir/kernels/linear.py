@@ -362,6 +362,8 @@ def _through_reshapes(value):
 def _same_rows(a, b) -> bool:
     """Equal row-major 2-D views [rows, last dim] (a reshape between them is a DRAM alias)."""
     sa, sb = sy.shape_of(a), sy.shape_of(b)
+    if not sa or not sb:  # rank 0 (or not a novella tensor yet)
+        return False
     return sy.equal(sa[-1], sb[-1]) and sy.equal(sy.numel(sa[:-1]), sy.numel(sb[:-1]))
 
 

@@ -71,7 +71,9 @@ def test_fusion_saves_the_traffic_of_the_separate_ops(models):
     torch.testing.assert_close(y0, y1, rtol=1e-4, atol=1e-4)
     s0, s1 = fused.last_run.stats, unfused.last_run.stats
     moved = [s.dma_bytes_loaded + s.dma_bytes_stored for s in (s0, s1)]
-    assert moved[1] - moved[0] >= 4 * 4 * MAX * 64  # the add's 2 loads + store, the norm's load + store, less
+    # the add's 2 loads + store and the norm's load + store, less the residual tile load: 4 [T, 64] tensors
+    # (the two programs' linears may tile differently, so within a few percent)
+    assert moved[1] - moved[0] >= 0.95 * 4 * 4 * MAX * 64
     assert s0.cycles < s1.cycles
 
 
