@@ -51,6 +51,18 @@ class Fn(torch.nn.Module):
         return self.fn(*xs, self.p) if self.p is not None else self.fn(*xs)
 
 
+class Residual(torch.nn.Module):
+    """`x + linear(h)`, optionally post-normed: one `novella.fused_linear` (epilogue fusion)."""
+
+    def __init__(self, k, n, norm=False):
+        super().__init__()
+        self.fc, self.norm = torch.nn.Linear(k, n), torch.nn.LayerNorm(n) if norm else None
+
+    def forward(self, h, x):
+        y = x + self.fc(h)
+        return self.norm(y) if self.norm is not None else y
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -65,6 +77,8 @@ CASES = [
     Case("linear 80->384 relu", linear.Linear, lambda: torch.nn.Sequential(torch.nn.Linear(80, 384), torch.nn.ReLU()), ((1, "T", 80),)),
     Case("linear 128->512 relu", linear.Linear, lambda: torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.ReLU()), ((1, "T", 128),)),
     Case("linear 192->768 gelu", linear.Linear, lambda: torch.nn.Sequential(torch.nn.Linear(192, 768), torch.nn.GELU()), ((1, "T", 192),)),
+    Case("x + linear 1536->384", linear.Linear, lambda: Residual(1536, 384), ((1, "T", 1536), (1, "T", 384))),
+    Case("LN(x + linear 256->128)", linear.Linear, lambda: Residual(256, 128, norm=True), ((1, "T", 256), (1, "T", 128))),
     Case("gelu [T,1536]", elementwise.Unary, lambda: torch.nn.GELU(), ((1, "T", 1536),)),
     Case("add [T,384]+[T,384]", elementwise.Binary, lambda: Fn(torch.add), ((1, "T", 384), (1, "T", 384))),
     Case("mul [T,384]*row", elementwise.Binary, lambda: Fn(torch.mul, torch.randn(384)), ((1, "T", 384),)),
@@ -99,7 +113,10 @@ def _compile(case: Case, config: str, length: int, cost):
     exhaustive = vars(case.kernel).get("exhaustive")
     case.kernel.exhaustive = True  # a search that prunes by the model's bounds would skip candidates here
     try:
-        npu = compile_torch(model, *examples, min_len=1, max_len=4096, config=_config(config), cache=False)
+        # no shape buckets: their searches at shorter lengths would overwrite the recorded predictions at T
+        npu = compile_torch(
+            model, *examples, min_len=1, max_len=4096, config=_config(config), cache=False, buckets=False
+        )
     finally:
         case.kernel.cost, attention.NOMINAL_LENGTH = original, nominal
         if exhaustive is None:
@@ -116,11 +133,21 @@ def record(item):
     original = case.kernel.cost
 
     def recording(self, target, dims, cand):
-        seen[cand] = original(self, target, dims, cand)
-        return seen[cand]
+        seen.setdefault(dims, {})[cand] = original(self, target, dims, cand)
+        return seen[dims][cand]
 
     _compile(case, config, length, recording)
-    return sorted((c, k) for k, c in seen.items())
+    # --novella-legalize also scores a linear without the epilogue it may fuse (to decide the fusion):
+    # keep the candidates of the fused op, the one compiled
+    most = max(map(_fused_epilogue, seen))
+    kept = {k: c for d in seen if _fused_epilogue(d) == most for k, c in seen[d].items()}
+    return sorted((c, k) for k, c in kept.items())
+
+
+def _fused_epilogue(dims) -> int:
+    """How many epilogue stages (residual, norm) a linear's dims fuse (0 for other kernels)."""
+    epi = dims[-1]
+    return int(getattr(epi, "residual", False)) + int(getattr(epi, "norm", False))
 
 
 def simulate(item):

@@ -239,8 +239,8 @@ MUTANTS = [
     M(
         "tiling",
         "novella_mlir/kernels/linear.py",
-        "key = (self.cost(target, (m, k, n, act), (tm, tn, tk, ws)), -tm, -tn)",
-        "key = (-self.cost(target, (m, k, n, act), (tm, tn, tk, ws)), -tm, -tn)",
+        "key = (self.cost(target, (m, k, n, epi), cands[i]), -tm, -tn, i)",
+        "key = (-self.cost(target, (m, k, n, epi), cands[i]), -tm, -tn, i)",
         "linear cost model picks its worst candidate (correct, slower programs)",
     ),
     M(

@@ -129,6 +129,7 @@ class Group:
     vector_wait: float = 0.0  # the part of `vector` the next step's MATMULs still wait for (e.g. the VEC
     # reading a one-slot accumulator they overwrite): in series with the matrix unit's work
     issues: int = 0  # compute instructions per step (the issue floor under overlap; 0: not counted)
+    floor: float = 0.0  # a least period the kernel derives from its step structure (e.g. `retire_floor`)
 
     def compute_period(self, t: Target) -> float:
         """Compute-queue cycles per steady step: the chain, or with `overlap` the busier unit (the matrix
@@ -151,7 +152,7 @@ class Group:
         if (self.load_slots < 2 and self.load) or (self.store_slots < 2 and self.store):
             waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), self.dram + lat)
             serial = self.compute + waits
-        return max(self.load, self.compute_period(t), self.store, channel, serial, self._ring(t))
+        return max(self.load, self.compute_period(t), self.store, channel, serial, self._ring(t), self.floor)
 
     def _ring(self, t: Target) -> float:
         """Under `overlap`, the token ring through the slots: a step's loads into a slot and its store
@@ -163,6 +164,15 @@ class Group:
         if not self.overlap or not slots or min(slots) < 2:
             return 0.0
         return (self.compute + t.issue_cycles + t.dma_latency + self.dram) / min(slots)
+
+
+def retire_floor(chain: float, next_load: float, next_compute: float) -> float:
+    """The least period of an overlapped step whose compute chain (first MATMUL to last VEC) takes `chain`
+    cycles when the next step is a different one taking `next_compute` (e.g. a linear's last k step, with
+    its epilogue, then the next block's first): compute retires in order, and the loads of step k + 2 (the
+    slot step k read) wait for step k's retirement, then take `next_load` before step k + 2 computes, so
+    P(k) + P(k + 1) >= chain + next_load (`_ring` splits that evenly between two equal steps)."""
+    return chain + next_load - next_compute
 
 
 def pipeline(t: Target, groups: list[Group]) -> float:

@@ -64,6 +64,8 @@ OPS: dict[type, OpDef] = {
         _LIT + "transforms/novella-tile.mlir",
         {"torch.aten.linear": linear.linear, "torch.aten.addmm": indexing.addmm},
     ),
+    # a linear with residual / layer-norm epilogue (issue 10, part 4): formed by --novella-legalize, no torch op
+    nv.FusedLinearOp: OpDef(shapes.fused_linear, k_linear.Linear(), _LIT + "kernels/linear-epilogue.mlir"),
     nv.MatmulOp: OpDef(
         shapes.matmul,
         k_attention.Matmul(),
@@ -340,6 +342,13 @@ FUSION_PATTERNS: tuple = (
     (nv.MatmulOp, k_flash.fuse_attention),
     (nv.FlashAttentionOp, k_flash.absorb_head_transposes),
 )
+
+# Epilogue fusions into a linear, each behind its --novella-legalize option: option -> (root op class,
+# factory(Target) -> fn(op, rewriter)).
+EPILOGUE_PATTERNS: dict[str, tuple] = {
+    "fuse-residual": (nv.AddOp, k_linear.residual_pattern),
+    "fuse-norm": (nv.LayerNormOp, k_linear.norm_pattern),
+}
 
 BY_NAME: dict[str, OpDef] = {cls.OPERATION_NAME: d for cls, d in OPS.items()}
 

@@ -48,6 +48,10 @@ def floordiv(a: ir.AffineExpr, b: int) -> ir.AffineExpr:
     return ir.AffineExpr.get_floor_div(a, const(b))
 
 
+def mod(a: ir.AffineExpr, b: int) -> ir.AffineExpr:
+    return ir.AffineExpr.get_mod(a, const(b))
+
+
 def canon(e: ir.AffineExpr) -> ir.AffineExpr:
     """`e` as its real subclass: the bindings type `c1 * c2` as a product even when MLIR folded it."""
     return e.maybe_downcast()

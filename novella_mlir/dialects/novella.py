@@ -164,6 +164,64 @@ class LinearOp(Novella.Operation, name="linear"):
         return True
 
 
+class FusedLinearOp(Novella.Operation, name="fused_linear"):
+    """A `novella.linear` with tensor operands in its epilogue: `act(input @ weight^T + bias)`, then
+    `+ residual` (a tensor of the result's shape), then a layer norm over the last dim with
+    `norm_weight`, `norm_bias` and `norm_eps`. Each stage but the matmul is optional (residual, or
+    the norm's two operands, present or absent together; `norm_eps` counts only with them). Written by `--novella-legalize`
+    (`fuse-residual`, `fuse-norm`) from `add(linear, x)` and `layer_norm` of a linear; the sum and
+    the normalized rows are computed on the output tile before its one STORE."""
+
+    input: ext.Operand[Tensor]
+    weight: ext.Operand[Tensor]
+    bias: ext.Operand[Tensor]
+    result: ext.Result[Tensor]
+    act: ir.StringAttr = ext.attribute(default_factory=lambda: ir.StringAttr.get("none"))
+    residual: ext.Operand[Tensor] | None = None
+    norm_weight: ext.Operand[Tensor] | None = None
+    norm_bias: ext.Operand[Tensor] | None = None
+    norm_eps: ir.FloatAttr = ext.attribute(default_factory=lambda: ir.FloatAttr.get_f32(1e-5))
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        try:
+            res, norm = linear_epilogue(op)
+            _structure(op, 3 + res + 2 * norm)
+            _attr(op, "norm_eps", ir.FloatAttr)
+        except _Invalid as e:
+            return _fail(op, str(e))
+        if not LinearOp.verify_invariants(_LinearView(op)):
+            return False
+        y = op.results[0].type
+        extra = [v.type for v in op.operands[3:]]
+        if not _f32(*extra):
+            return _fail(op, "supports only f32 tensors")
+        if res and _static_dims(extra[0]) != _static_dims(y):
+            return _fail(op, f"residual must have the result's shape {y}, got {extra[0]}")
+        n = _static_dims(y)[-1]
+        if norm and any(_static_dims(t) != [n] for t in extra[res:]):
+            return _fail(op, f"norm_weight and norm_bias must be [{n}], got {extra[res:]}")
+        return True
+
+
+def linear_epilogue(op) -> tuple[bool, bool]:
+    """(has a residual, has a layer norm) of a `novella.linear` or `novella.fused_linear`."""
+    if op.operation.name != "novella.fused_linear":
+        return False, False
+    sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    if len(sizes) != 6 or sizes[:3] != [1, 1, 1] or sizes[4] != sizes[5]:
+        raise _Invalid(f"operandSegmentSizes must be [1, 1, 1, 0|1, n, n], got {sizes}")
+    return bool(sizes[3]), bool(sizes[4])
+
+
+class _LinearView:
+    """The first three operands of a fused linear, as `LinearOp.verify_invariants` reads an op."""
+
+    def __init__(self, op):
+        self.operation, self.location, self.attributes = op.operation, op.location, op.attributes
+        self.operands, self.results = list(op.operands)[:3], op.results
+
+
 class MatmulOp(Novella.Operation, name="matmul"):
     """Batched matmul `lhs @ rhs` (or `lhs @ rhs^T` with `transpose_rhs`).
 

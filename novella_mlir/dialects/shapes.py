@@ -77,6 +77,20 @@ def linear(shapes, attrs, rt):
     return x[:-1] + [w[0]]
 
 
+def fused_linear(shapes, attrs, rt):
+    """`linear`'s shape; the residual (operand 3, when the segment sizes give one) must have it."""
+    out = linear(shapes[:3], attrs, rt)
+    sizes = list(ir.DenseI32ArrayAttr(attrs["operandSegmentSizes"])) if "operandSegmentSizes" in attrs else [1] * 3
+    if len(sizes) > 3 and sizes[3]:
+        r = shapes[3]
+        if len(r) != len(out) or not all(_same(a, b) for a, b in zip(r, out)):
+            raise ShapeError(f"fused_linear residual {r} differs from the result {out}")
+    for norm in shapes[3 + (len(sizes) > 3 and sizes[3]) :]:
+        if len(norm) != 1 or not _same(norm[0], out[-1]):
+            raise ShapeError(f"fused_linear norm weight/bias {norm} must be [{out[-1]}]")
+    return out
+
+
 def matmul(shapes, attrs, rt):
     a, b = shapes
     if len(a) < 2 or len(b) != len(a):

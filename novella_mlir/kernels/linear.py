@@ -2,16 +2,49 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
 from .. import costmodel as cm
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, last, memoized, plan_lengths, tile_rows
+from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
+from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
 from .attention import _pieces
 from .elementwise import ACT_FNS as _ACT_FNS
 from .elementwise import emit_act
+from .normalization import NORM_OPS, LayerNorm, emit_norm
+
+LINEAR_OPS = ("novella.linear", "novella.fused_linear")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What the output tile goes through before its STORE: + bias, `act`, + `residual` (a tile loaded
+    per output block), a layer norm over the (whole) row (`norm`: the output tile holds full rows)."""
+
+    act: str = "none"
+    residual: bool = False
+    norm: bool = False
+
+    @classmethod
+    def of(cls, op) -> Epilogue:
+        residual, norm = linear_epilogue(op)
+        return cls(op.attributes["act"].value, residual, norm)
+
+    def vec_ops(self, rows: int, cols: int) -> list[tuple[str, int, int]]:
+        """The epilogue's VEC ops of one [rows, cols] output tile, as (fn, rows, cols)."""
+        ops = [(f, rows, cols) for f in ("add", *_ACT_FNS[self.act])] + [("add", rows, cols)] * self.residual
+        return ops + [(fn, rows, cols if whole else 1) for fn, whole in NORM_OPS] * self.norm
+
+    @property
+    def scratch(self) -> bool:
+        return self.act == "gelu" or self.norm
 
 
 class Linear:
-    """`y[M, N] = act(x[M, K] @ W[N, K]^T + b)`, in one of two loop orders (`novella.tiles` ws):
+    """`y[M, N] = epilogue(x[M, K] @ W[N, K]^T)`, in one of two loop orders (`novella.tiles` ws):
 
     * ws = 1, grid (n, m, k), weight-stationary: the weight slab W[n-block, :] and the bias block
       stay in the scratchpad while the row tiles of x stream through (x is read N / tn times);
@@ -19,157 +52,229 @@ class Linear:
       each while an [tm, tn] block accumulates (x is read N / tn times, W ceil(M / tm) times),
       so the weight slab need not fit and every load runs under the previous step's compute.
 
-    The K loop accumulates in the accumulator; the epilogue (bias, activation) writes a
-    two-slot output buffer on the last k step, whose STORE runs under the next step's compute.
-    The cost model (`novella_mlir/costmodel.py`) scores every order and tile size at the planned
-    length (`plan_lengths`: the nominal length, or a shape bucket's upper end) and the cheapest
+    The K loop accumulates in the accumulator; the epilogue (`Epilogue`: bias, activation, residual,
+    layer norm) writes a two-slot output buffer on the last k step, whose STORE runs under the next
+    step's compute. With `acc_slots` = 2 the accumulator has two halves, chosen by the parity of the
+    output block (an address expression of the grid dims, not the step parity `--novella-schedule`
+    alternates: the k loop accumulates across steps), so the next block's MATMULs on the matrix unit
+    need not wait for this block's epilogue VECs on the vector unit. The cost model
+    (`novella_mlir/costmodel.py`) scores every order, tile size and accumulator slot count at the
+    planned length (`plan_lengths`: the nominal length, or a shape bucket's upper end) and the cheapest
     fitting one wins."""
 
     exhaustive = False  # score every fitting candidate, no bound (bench/costmodel.py, which replaces `cost`)
 
-    def _plan(self, target, tm, tn, tk, k, act, ws):
+    def _plan(self, target, cand, k, n, epi: Epilogue):
+        tm, tn, tk, ws, acc = cand
+        deferred = acc > 1
         plan = BufferPlan(target)
-        if ws:
-            plan.add("w", "spad", tn * k)
-            plan.add("bias", "spad", tn)
-        else:
-            plan.add("w", "spad", tn * tk, stream=True)
-            plan.add("bias", "spad", tn, stream=True)
+        plan.add("w", "spad", tn * k if ws else tn * tk, stream=not ws)
+        if not deferred:
+            plan.add("bias", "spad", tn, stream=not ws)
         plan.add("a", "spad", tm * tk, stream=True)
         plan.add("out", "spad", tm * tn, stream=True)
-        if act == "gelu":
+        if deferred:  # the epilogue's bias per block, and the last block's own buffers
+            plan.add("bias", "spad", tn, stream=True)
+            plan.add("out2", "spad", tm * tn, stream=True)
+            plan.add("bias2", "spad", tn)
+        if epi.scratch:
             plan.add("tmp", "spad", tm * tn)
-        plan.add("acc", "acc", tm * tn)
+        if epi.residual:
+            plan.add("res", "spad", tm * tn, stream=True)
+            if deferred:
+                plan.add("res2", "spad", tm * tn)
+        if epi.norm:
+            for name, size in (("nw", n), ("nb", n), ("mean", tm), ("var", tm)):
+                plan.add(name, "spad", size)
+        plan.add("acc", "acc", tm * tn * acc)
         return plan
 
     @memoized
     def cost(self, target, dims, cand) -> float:
-        """Predicted cycles of the whole op (cost model): dims = (M, K, N, act), cand = (tm, tn, tk, ws).
-        Weight-stationary, the first step of each column block also loads the weight slab and bias
-        (single slot: those loads wait for the previous compute); the last k step runs the epilogue
-        and stores."""
-        (m, k, n, act), (tm, tn, tk, ws) = dims, cand
+        """Predicted cycles of the whole op (cost model): dims = (M, K, N, Epilogue), cand = (tm, tn, tk, ws,
+        acc_slots). Weight-stationary, the first step of each column block also loads the weight slab (and
+        the bias; single slot: those loads wait for the previous compute); a layer norm's weight and bias
+        load on the first step. The epilogue's VECs run on the vector unit beside the MATMULs, which use
+        other SRAM (`Group.vector`, `overlap`):
+        * one accumulator half: on the last k step, after its MATMUL; the next block's MATMULs wait for the
+          bias add (`vector_wait`: it reads the accumulator the next block's first MATMUL overwrites), and
+          the loads two steps on wait for the epilogue's retirement (`Group._ring`, `retire_floor`);
+        * two halves: deferred to the next block along grid dim 1, on its first k step, beside its MATMUL
+          (the step's chain is the longer of the two), with that step's bias / residual loads and the STORE;
+          dim 1's last block runs its own after its MATMUL, as with one half."""
+        (m, k, n, epi), (tm, tn, tk, ws, acc) = dims, cand
         n_blocks, k_steps = n // tn, k // tk
         groups = []
 
-        def add(r, count, last, slab, j):
-            moves = [(r, tk, tk == k)] + [(tn, tk, tk == k), (1, tn, True)] * (not ws)
-            moves += [(tn, k, True), (1, tn, True)] * slab
+        def add(r, count, j, head, deferred):
+            at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
+            moves = [(r, tk, tk == k)] + [(tn, tk, tk == k)] * (not ws) + [(1, tn, True)] * (not ws and acc == 1)
+            moves += ([(tn, k, True)] + [(1, tn, True)] * (acc == 1)) * ws * head + [(1, n, True)] * 2 * epi.norm * head
+            moves += [(1, tn, True)] * (acc > 1 and at) + [(r, tn, tn == n)] * (epi.residual and at)
             lq, ld = cm.dmas(target, moves)
-            epi = cm.vecs(target, [(f, r, tn) for f in ("add", *_ACT_FNS[act])]) if last else 0.0
             st, sd = cm.dma(target, r, tn, contiguous=tn == n)
-            if k_steps > 1:  # the store's data shares the DRAM with the next block's first loads
+            if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
                 ld += sd * (j == 0)
                 sd = 0.0
-            c = cm.matmul(target, r, tk, tn) + epi
-            groups.append(cm.Group(lq, c, st * last, ld + sd * last, count, 1 if slab else 2, 2, n_dma=len(moves)))
+            ops = epi.vec_ops(r, tn)
+            vecs = cm.vecs(target, ops) * at
+            head_vec = (
+                cm.vec(target, *ops[0][1:], ops[0][0]) * at * (not deferred)
+            )  # reads the acc the next MATMUL writes
+            mm = cm.matmul(target, r, tk, tn)
+            if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
+                c, vector = max(mm, vecs), 0.0
+            else:
+                c, vector = mm + vecs, vecs
+            floor = cm.retire_floor(c, lq, mm) if at and k_steps > 1 else 0.0
+            group = cm.Group(lq, c, st * at, ld + sd * at, count, 1 if head else 2, 2, n_dma=len(moves), vector=vector,
+                             overlap=True, vector_wait=head_vec, issues=1 + len(ops) * at, floor=floor)  # fmt: skip
+            groups.append(group)
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
+        pieces = _pieces(m, tm)
         for j, cnt in ks:
-            for i, (r, nr) in enumerate(_pieces(m, tm)):
-                last, slab = j == k_steps - 1, bool(ws) and j == 0 and i == 0
-                add(r, n_blocks * cnt, last, True, j) if slab else None
-                add(r, n_blocks * (nr - slab) * cnt, last, False, j)
+            for i, (r, nr) in enumerate(pieces):
+                # with two halves, the last block along grid dim 1 of each d0 runs its epilogue in its own step
+                in_step = n_blocks * nr if acc == 1 else (n_blocks * (i == len(pieces) - 1) if ws else nr)
+                head = j == 0 and i == 0 and (bool(ws) or epi.norm)
+                add(r, n_blocks * cnt, j, True, acc > 1 and in_step < n_blocks * nr) if head else None
+                rest = n_blocks * nr - head * n_blocks
+                add(r, max(rest - in_step, 0) * cnt, j, False, True)
+                add(r, min(in_step, rest) * cnt, j, False, False)
         return cm.pipeline(target, groups)
 
-    def choose(self, target, m, k, n, act, options):
-        """(key, (tm, tn, tk, ws), plan) of the cheapest fitting candidate for M = m rows, or (None, None, plan)
-        (memoized: `--novella-buckets` and `--novella-tile` ask for the same candidates)."""
-        return _choose(self, target, m, k, n, act, options.get("tile-m") or 0)
+    def choose(self, target, m, k, n, epi: Epilogue, options):
+        """(key, (tm, tn, tk, ws, acc_slots), plan) of the cheapest fitting candidate for M = m rows, or
+        (None, None, plan) (memoized: `--novella-buckets` and `--novella-tile` ask for the same candidates)."""
+        return _choose(self, target, m, k, n, epi, options.get("tile-m") or 0)
 
-    def _search(self, target, m, k, n, act, tile_m):
+    def _search(self, target, m, k, n, epi: Epilogue, tile_m):
         """The first, in the loop order below, of the fitting candidates with the least (cost, -tm, -tn).
-        Exact shortcuts: a candidate's SRAM use grows with tk and tn, so the fitting tks of (ws, tm, tn)
-        are a tail of the list, no shorter than for a larger tn (found by bisection); candidates are scored in the order of a lower bound of their cost
-        (`_lower_bound`, at most the cost), until that bound exceeds the best cost."""
-        cands = _fitting(self, target, k, n, act, tile_m)
+        A layer norm needs whole rows (tn = N). The second accumulator half costs SRAM, so one-half
+        candidates stay in the search. Exact shortcuts: a candidate's SRAM use grows with tk and tn, so the
+        fitting tks of (ws, acc, tm, tn) are a tail of the list, no shorter than for a larger tn (found by
+        bisection); candidates are scored in the order of a lower bound of their cost (`_lower_bound`, at
+        most the cost), until that bound exceeds the best cost."""
+        cands = _fitting(self, target, k, n, epi, tile_m)
         if not cands:
             tms = [tile_m] if tile_m else target.array_tiles(16)
-            tns, tks = target.divisors(n, target.array_cols), target.divisors(k, target.array_rows)
-            return None, None, self._plan(target, tms[-1], tns[-1], tks[-1], k, act, 0)
-        bounds = [_lower_bound(target, m, k, n, c) for c in cands]
+            tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
+            tks = target.divisors(k, target.array_rows)
+            return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1), k, n, epi)
+        bounds = [_lower_bound(target, m, k, n, c, epi) for c in cands]
         best = None
         for i in sorted(range(len(cands)), key=bounds.__getitem__):
             if best is not None and bounds[i] > best[0][0] * (1 + 1e-9) and not self.exhaustive:
                 break
             tm, tn = cands[i][:2]
-            key = (self.cost(target, (m, k, n, act), cands[i]), -tm, -tn, i)
+            key = (self.cost(target, (m, k, n, epi), cands[i]), -tm, -tn, i)
             if best is None or key < best[0]:
                 best = (key, cands[i])
-        tm, tn, tk, ws = best[1]
-        return best[0][:3], best[1], self._plan(target, tm, tn, tk, k, act, ws)
+        return best[0][:3], best[1], self._plan(target, best[1], k, n, epi)
 
     def predict(self, op, tv, target, options, plan, at) -> float | None:
         """Cycles at symbol values `at` of the tiling chosen when planning for `plan`."""
-        k, n, act = tv.cols(0), tv.static(1, 0), op.attributes["act"].value
-        best = self.choose(target, sy.evaluate(tv.rows(0), plan), k, n, act, options)
+        k, n, epi = tv.cols(0), tv.static(1, 0), Epilogue.of(op)
+        best = self.choose(target, sy.evaluate(tv.rows(0), plan), k, n, epi, options)
         if best[0] is None:
             return None
-        tm, tn, tk, ws = best[1]
-        return self.cost(target, (sy.evaluate(tv.rows(0), at), k, n, act), (tm, tn, tk, ws))
+        return self.cost(target, (sy.evaluate(tv.rows(0), at), k, n, epi), best[1])
 
     def tile(self, op, tv, target, options):
         k, n = tv.cols(0), tv.static(1, 0)
         m = sy.evaluate(tv.rows(0), plan_lengths(op))
-        best = self.choose(target, m, k, n, op.attributes["act"].value, options)
+        best = self.choose(target, m, k, n, Epilogue.of(op), options)
         if best[0] is None:
             best[2].check()
-        (tm, tn, tk, ws), plan = best[1], best[2]
+        (tm, tn, tk, ws, acc), plan = best[1], best[2]
         m_grid = sy.ceildiv(tv.rows(0), tm)
         grid = [sy.const(n // tn), m_grid, sy.const(k // tk)] if ws else [m_grid, sy.const(n // tn), sy.const(k // tk)]
-        return Tiling({"tm": tm, "tn": tn, "tk": tk, "ws": ws}, grid, plan.buffers)
+        tiles = {"tm": tm, "tn": tn, "tk": tk, "ws": ws} | ({"acc_slots": acc} if acc > 1 else {})
+        return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
-        tm, tn, tk = t.tiles["tm"], t.tiles["tn"], t.tiles["tk"]
-        ws = t.tiles.get("ws", 1)
-        nd, md = (0, 1) if ws else (1, 0)
-        k, n, m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
-        rows = tile_rows(md, tm, m_total)
-        if ws:
+        g = _Geometry(op, tv, t, b)
+        tm, tn, tk, k, n = g.tm, g.tn, g.tk, g.k, g.n
+        if g.ws:
             resident = first(1) + first(2)
-            b.load_block("w", 1, dram_offset=b.d(nd) * (tn * k), rows=tn, cols=k, when=resident)
-            b.load_block("bias", 2, dram_offset=b.d(nd) * tn, rows=1, cols=tn, when=resident)
+            b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k), rows=tn, cols=k, when=resident)
+            if not g.deferred:
+                b.load_block("bias", 2, dram_offset=b.d(g.nd) * tn, rows=1, cols=tn, when=resident)
         else:
-            b.load_block("w", 1, dram_offset=b.d(nd) * (tn * k) + b.d(2) * tk, dram_stride=k, rows=tn, cols=tk)
-            b.load_block("bias", 2, dram_offset=b.d(nd) * tn, rows=1, cols=tn)
-        b.load_rows(
-            "a",
-            0,
-            dram_offset=b.d(2) * tk,
-            dram_stride=k,
-            row_start=b.d(md) * tm,
-            row_bound=m_total,
-            rows=rows,
-            cols=tk,
-        )
-        b.mma(
-            "acc",
-            "a",
-            "w",
-            rhs_offset=b.d(2) * tk if ws else sy.const(0),
-            a_stride=tk,
-            b_stride=k if ws else tk,
-            acc_stride=tn,
-            m=rows,
-            k=tk,
-            n=tn,
-            accumulate=[b.d(2), sy.const(1)],
-            transpose_b=1,
-        )
-        epilogue = last(2, sy.const(k // tk))
-        geo = dict(rows=rows, cols=tn, dst_stride=tn, a_stride=tn, b_stride=tn, when=epilogue)
-        b.vop("ADD", "out", "acc", "bias", mode="ROW", **geo)
-        emit_act(b, op.attributes["act"].value, "out", "tmp", rows, tn, tn, when=epilogue)
-        b.store_rows(
-            "out",
-            dram_offset=b.d(nd) * tn,
-            dram_stride=n,
-            row_start=b.d(md) * tm,
-            row_bound=m_total,
-            rows=rows,
-            cols=tn,
-            when=epilogue,
-        )
+            b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k) + b.d(2) * tk, dram_stride=k, rows=tn, cols=tk)
+            if not g.deferred:
+                b.load_block("bias", 2, dram_offset=b.d(g.nd) * tn, rows=1, cols=tn)
+        b.load_rows("a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(g.md) * tm, row_bound=g.m_total,
+                    rows=g.rows, cols=tk)  # fmt: skip
+        if g.epi.norm:
+            for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
+                b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=first(0) + first(1) + first(2))
+        if g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
+            _epilogue(g, g.previous(), ("bias", "res", "out"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
+        acc = _acc_half(t, b)
+        b.mma("acc", "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws else sy.const(0), a_stride=tk,
+              b_stride=k if g.ws else tk, acc_stride=tn, m=g.rows, k=tk, n=tn,
+              accumulate=[b.d(2), sy.const(1)],
+              transpose_b=1)  # fmt: skip
+        current = (b.d(g.nd), g.rows, b.d(g.md) * tm, acc)
+        if g.deferred:  # the epilogue of dim 1's last block, after its own MATMUL
+            _epilogue(g, current, ("bias2", "res2", "out2"), last(1, g.grid[1]) + g.last_k)
+        else:
+            _epilogue(g, current, ("bias", "res", "out"), g.last_k)
+
+
+class _Geometry:
+    """One linear macro's tile sizes, loop order and the grid expressions of its blocks."""
+
+    def __init__(self, op, tv, t, b):
+        self.b, self.epi = b, Epilogue.of(op)
+        self.tm, self.tn, self.tk = t.tiles["tm"], t.tiles["tn"], t.tiles["tk"]
+        self.ws = t.tiles.get("ws", 1)
+        self.deferred = t.tiles.get("acc_slots", 1) > 1
+        self.nd, self.md = (0, 1) if self.ws else (1, 0)
+        self.k, self.n, self.m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
+        self.eps = op.attributes["norm_eps"].value if self.epi.norm else 0.0
+        self.rows = tile_rows(self.md, self.tm, self.m_total)
+        m_grid = sy.ceildiv(self.m_total, self.tm)
+        n_grid = sy.const(self.n // self.tn)
+        self.grid = [n_grid, m_grid] if self.ws else [m_grid, n_grid]
+        self.last_k = last(2, sy.const(self.k // self.tk))
+
+    def previous(self):
+        """(column block, rows, first row, accumulator offset) of the previous output block along grid dim 1
+        (the epilogue deferred to this step is that block's: dim 1's first block has none)."""
+        b, prev = self.b, [self.b.d(0), self.b.d(1) - sy.const(1)]
+        rows = [sy.const(self.tm), self.m_total - prev[self.md] * self.tm]
+        return prev[self.nd], rows, prev[self.md] * self.tm, sy.mod(b.d(1) + sy.const(1), 2) * (self.tm * self.tn)
+
+
+def _epilogue(g: _Geometry, block, bufs, when) -> None:
+    """Bias, act, residual and norm of one output block (its column block, rows, first row and accumulator
+    offset), loading its bias (and residual) into `bufs` and storing it from the last of them."""
+    b, (bias, res, out), (col, rows, row0, acc) = g.b, bufs, block
+    tn, n, epi = g.tn, g.n, g.epi
+    out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total)
+    if bias != "bias" or g.deferred:
+        b.load_block(bias, 2, dram_offset=col * tn, rows=1, cols=tn, when=when)
+    if epi.residual:
+        b.load_rows(res, 3, **out_tile, rows=rows, cols=tn, when=when)
+    geo = dict(rows=rows, cols=tn, dst_stride=tn, a_stride=tn, b_stride=tn, when=when)
+    b.vop("ADD", out, "acc", bias, mode="ROW", a_offset=acc, **geo)
+    emit_act(b, epi.act, out, "tmp", rows, tn, tn, when=when)
+    if epi.residual:
+        b.vop("ADD", out, out, res, **geo)
+    if epi.norm:
+        emit_norm(b, out, "tmp", "mean", "var", "nw", "nb", out, rows, n, g.eps, when=when)
+    b.store_rows(out, **out_tile, rows=rows, cols=tn, when=when)
+
+
+def _acc_half(t, b):
+    """The accumulator offset of this step's output block: the half of its parity along grid dim 1
+    (None: one half)."""
+    if t.tiles.get("acc_slots", 1) < 2:
+        return None
+    return sy.mod(b.d(1), 2) * (t.tiles["tm"] * t.tiles["tn"])
 
 
 def _first_true(n: int, pred) -> int:
@@ -181,34 +286,163 @@ def _first_true(n: int, pred) -> int:
     return lo
 
 
-def _lower_bound(target, m, k, n, cand) -> float:
+def _lower_bound(target, m, k, n, cand, epi: Epilogue) -> float:
     """At most `Linear.cost` of `cand`: the larger of its MATMUL cycles and its DRAM data cycles without
-    burst rounding (each step's period is at least its compute and its DRAM data; the fill is not negative)."""
-    tm, tn, tk, ws = cand
+    burst rounding (each step's period is at least its MATMULs and its DRAM data; the fill is not negative)."""
+    tm, tn, tk, ws = cand[:4]
     pieces = _pieces(m, tm)
     mac = (n // tn) * (k // tk) * sum(nr * cm.matmul(target, r, tk, tn) for r, nr in pieces)
     w_reads = 1 if ws else sum(nr for _, nr in pieces)
-    elems = (n // tn) * m * k + w_reads * n * k + m * n
+    elems = (n // tn) * m * k + w_reads * n * k + m * n * (1 + epi.residual)
     return max(mac, elems * 4 / target.dram_bytes_per_cycle)
 
 
 @memoized
-def _choose(kernel, target, m, k, n, act, tile_m):
-    return kernel._search(target, m, k, n, act, tile_m)
+def _choose(kernel, target, m, k, n, epi, tile_m):
+    return kernel._search(target, m, k, n, epi, tile_m)
 
 
 @memoized
-def _fitting(kernel, target, k, n, act, tile_m) -> tuple:
-    """The candidates (tm, tn, tk, ws) whose buffers fit, in search order; they do not depend on M
-    (memoized: the search runs for every planned M)."""
+def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
+    """The candidates (tm, tn, tk, ws, acc_slots) whose buffers fit, in search order; they do not depend
+    on M (memoized: the search runs for every planned M)."""
     tms = [tile_m] if tile_m else target.array_tiles(16)
-    tns, tks = target.divisors(n, target.array_cols), target.divisors(k, target.array_rows)
+    tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
+    tks = target.divisors(k, target.array_rows)
     cands = []
     for ws in (1, 0):
-        for tm in tms:
-            first = len(tks)
-            for tn in tns:  # largest first: a smaller tn fits from the same tk on, or sooner
-                fits = lambda i, tm=tm, tn=tn, ws=ws: kernel._plan(target, tm, tn, tks[i], k, act, ws).fits()  # noqa: E731
-                first = _first_true(first, fits)
-                cands += [(tm, tn, tk, ws) for tk in tks[first:]]
+        for acc in (2, 1) if target.buffer_slots > 1 else (1,):
+            for tm in tms:
+                first = len(tks)
+                for tn in [t for t in tns if acc == 1 or ws or n // t > 1]:  # ws = 0: halves alternate over n
+                    # largest first: a smaller tn fits from the same tk on, or sooner
+                    fits = lambda i, c=(tm, tn, ws, acc): kernel._plan(  # noqa: E731
+                        target, (c[0], c[1], tks[i], c[2], c[3]), k, n, epi
+                    ).fits()
+                    first = _first_true(first, fits)
+                    cands += [(tm, tn, tk, ws, acc) for tk in tks[first:]]
     return tuple(cands)
+
+
+# ------------------------------------------------------------------ epilogue fusion (--novella-legalize)
+
+
+def _linear_producer(value, allow_residual: bool):
+    """The `novella.linear` / `novella.fused_linear` (without a norm) that produces `value` and nothing
+    else uses, or None."""
+    producer = value.owner
+    if not isinstance(producer, ir.OpView) or producer.operation.name not in LINEAR_OPS:
+        return None
+    residual, norm = linear_epilogue(producer)
+    if norm or (residual and not allow_residual) or len(list(producer.results[0].uses)) != 1:
+        return None
+    return producer
+
+
+def _fused(rewriter, at, producer, result_type, **extra):
+    """A `novella.fused_linear` of `producer`'s operands and act (and its residual), plus `extra`."""
+    x, w, bias, *rest = list(producer.operands)
+    fields = {"residual": rest[0] if rest else None} | extra
+    with rewriter.ip, at.location:
+        return FusedLinearOp(x, w, bias, result_type, act=producer.attributes["act"], loc=producer.location, **fields)
+
+
+def _fits(target, producer, epi: Epilogue) -> bool:
+    """Some tiling of the linear with epilogue `epi` fits the SRAM (at the rows it is planned for)."""
+    return _plan_choice(target, producer, epi)[0] is not None
+
+
+def _plan_choice(target, producer, epi: Epilogue):
+    tv = TensorView(producer)
+    m = sy.evaluate(tv.rows(0), plan_lengths(producer))
+    return Linear().choose(target, m, tv.cols(0), tv.static(1, 0), epi, {})
+
+
+def _through_reshapes(value):
+    """(the value under a chain of single-use row-major reshapes that keep the last dim, the reshapes)."""
+    chain = []
+    while isinstance(value.owner, ir.OpView) and value.owner.operation.name == "novella.reshape":
+        inner = value.owner.operands[0]
+        if len(list(value.owner.results[0].uses)) != 1 or not _same_rows(inner.type, value.type):
+            break
+        chain.append(value.owner)
+        value = inner
+    return value, chain
+
+
+def _same_rows(a, b) -> bool:
+    """Equal row-major 2-D views [rows, last dim] (a reshape between them is a DRAM alias)."""
+    sa, sb = sy.shape_of(a), sy.shape_of(b)
+    if not sa or not sb:  # rank 0 (or not a novella tensor yet)
+        return False
+    return sy.equal(sa[-1], sb[-1]) and sy.equal(sy.numel(sa[:-1]), sy.numel(sb[:-1]))
+
+
+def _reshaped(rewriter, at, value, result_type):
+    if value.type == result_type:
+        return value
+    with rewriter.ip, at.location:
+        return ReshapeOp(input=value, result=result_type, loc=at.location).result
+
+
+def residual_pattern(target):
+    """`add(linear(h), x)` (either order, x of the sum's shape, the linear used only here, maybe through
+    row-major reshapes) -> one `novella.fused_linear` with residual x, when a tiling with the residual tile
+    fits. x is reshaped to the linear's result view and the sum back to the add's type (both aliases)."""
+
+    def pattern(op, rewriter):
+        y = op.results[0]
+        for i in (0, 1):
+            value, chain = _through_reshapes(op.operands[i])
+            producer = _linear_producer(value, allow_residual=False)
+            other = op.operands[1 - i]
+            if producer is None or other == op.operands[i] or other == value:
+                continue
+            if not (
+                sy.equal_shapes(sy.shape_of(other.type), sy.shape_of(y.type)) and _same_rows(other.type, value.type)
+            ):
+                continue
+            if not _fits(target, producer, dataclasses.replace(Epilogue.of(producer), residual=True)):
+                continue
+            residual = _reshaped(rewriter, op, other, value.type)
+            fused = _fused(rewriter, op, producer, value.type, residual=residual)
+            rewriter.replace_op(op, [_reshaped(rewriter, op, fused.result, y.type)])
+            for dead in [*chain, producer]:
+                rewriter.erase_op(dead)
+            return False
+        return True
+
+    return pattern
+
+
+def norm_pattern(target):
+    """`layer_norm(linear(...))` (the linear, maybe with a residual, used only here, maybe through
+    row-major reshapes) -> one
+    `novella.fused_linear` that normalizes its output tile, when a tiling with whole rows (tn = N)
+    fits and the cost model predicts fewer cycles than the linear plus the layer norm kernel."""
+
+    def pattern(op, rewriter):
+        value, chain = _through_reshapes(op.operands[0])
+        producer = _linear_producer(value, allow_residual=True)
+        if producer is None:
+            return True
+        epi = Epilogue.of(producer)
+        fused, alone = (
+            _plan_choice(target, producer, dataclasses.replace(epi, norm=True)),
+            _plan_choice(target, producer, epi),
+        )
+        if fused[0] is None or alone[0] is None:
+            return True
+        tv = TensorView(producer)
+        rows = sy.evaluate(tv.rows(0), plan_lengths(producer))
+        if fused[0][0] >= alone[0][0] + LayerNorm().best(target, rows, tv.static(1, 0))[0]:
+            return True
+        eps = ir.FloatAttr.get_f32(op.attributes["eps"].value)
+        new = _fused(rewriter, op, producer, value.type, norm_weight=op.operands[1],
+                     norm_bias=op.operands[2], norm_eps=eps)  # fmt: skip
+        rewriter.replace_op(op, [_reshaped(rewriter, op, new.result, op.results[0].type)])
+        for dead in [*chain, producer]:
+            rewriter.erase_op(dead)
+        return False
+
+    return pattern

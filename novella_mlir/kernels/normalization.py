@@ -7,8 +7,8 @@ from .. import symbolic as sy
 from . import BufferPlan, Tiling, first, memoized, tile_rows
 from .elementwise import nominal_rows
 
-# The VEC ops of one [r, C] tile: (fn, whole rows (else one column)).
-_OPS = (("rowsum", 1), ("div", 0), ("sub", 1), ("mul", 1), ("rowsum", 1), ("div", 0), ("add", 0), ("rsqrt", 0),
+# The VEC ops of one [r, C] tile (`emit_norm`): (fn, whole rows (else one column)).
+NORM_OPS = (("rowsum", 1), ("div", 0), ("sub", 1), ("mul", 1), ("rowsum", 1), ("div", 0), ("add", 0), ("rsqrt", 0),
         ("mul", 1), ("mul", 1), ("add", 1))  # fmt: skip
 
 
@@ -33,17 +33,19 @@ class LayerNorm:
         return plan
 
     def tile(self, op, tv, target, options):
-        c, forced = tv.cols(0), options.get("tile-m")
-        dims = (nominal_rows(op, tv), c)
+        _, tm, plan = self.best(target, nominal_rows(op, tv), tv.cols(0), options.get("tile-m"))
+        return Tiling({"tm": tm}, [sy.ceildiv(tv.rows(0), tm)], plan.check())
+
+    def best(self, target, rows: int, c: int, forced: int | None = None):
+        """(predicted cycles, tm, plan) of the cheapest fitting row tile over [rows, c] (or of `forced`)."""
         best = None
         for tm in [forced] if forced else target.row_tiles(8):
             plan = self._plan(target, tm, c)
             if plan.fits() or forced or (tm == 1 and best is None):
-                key = (0.0 if forced else self.cost(target, dims, tm), -tm)
+                key = (0.0 if forced else self.cost(target, (rows, c), tm), -tm)
                 if best is None or key < best[0]:
                     best = (key, tm, plan)
-        _, tm, plan = best
-        return Tiling({"tm": tm}, [sy.ceildiv(tv.rows(0), tm)], plan.check())
+        return best[0][0], best[1], best[2]
 
     @memoized
     def cost(self, target, dims, tm) -> float:
@@ -54,7 +56,7 @@ class LayerNorm:
         def group(r, n, first_step=False):
             lq, ld = cm.dmas(target, [(r, c, True)] + [(1, c, True)] * 2 * first_step)
             sq, sd = cm.dma(target, r, c, contiguous=True)
-            ops = [(fn, r, c if whole else 1) for fn, whole in _OPS]
+            ops = [(fn, r, c if whole else 1) for fn, whole in NORM_OPS]
             return cm.Group(lq, cm.vecs(target, ops), sq, ld + sd, n, 1, 1)
 
         return cm.pipeline(target, cm.with_first(group(min(tm, rows), 1, True), cm.row_groups(rows, tm, group)))
@@ -66,17 +68,26 @@ class LayerNorm:
         for buf, slot in (("w", 1), ("b", 2)):
             b.load_block(buf, slot, dram_offset=0, rows=1, cols=c, when=first(0))
         b.load_rows("x", 0, row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
-        tile = dict(rows=rows, cols=c, dst_stride=c, a_stride=c, b_stride=c)
-        col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1)
-        b.vop("ROWSUM", "mean", "x", rows=rows, cols=c, dst_stride=1, a_stride=c)
-        b.vop("DIV", "mean", "mean", mode="SCALAR", imm=float(c), **col)
-        b.vop("SUB", "x", "x", "mean", mode="COL", **{**tile, "b_stride": 1})
-        b.vop("MUL", "sq", "x", "x", **tile)
-        b.vop("ROWSUM", "var", "sq", rows=rows, cols=c, dst_stride=1, a_stride=c)
-        b.vop("DIV", "var", "var", mode="SCALAR", imm=float(c), **col)
-        b.vop("ADD", "var", "var", mode="SCALAR", imm=float(eps), **col)
-        b.vop("RSQRT", "var", "var", **col)
-        b.vop("MUL", "x", "x", "var", mode="COL", **{**tile, "b_stride": 1})
-        b.vop("MUL", "x", "x", "w", mode="ROW", **tile)
-        b.vop("ADD", "sq", "x", "b", mode="ROW", **tile)
+        emit_norm(b, "x", "sq", "mean", "var", "w", "b", "sq", rows, c, eps)
         b.store_rows("sq", row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
+
+
+def emit_norm(
+    b, x: str, sq: str, mean: str, var: str, w: str, bias: str, out: str, rows, c: int, eps: float, when=None
+):
+    """The VEC ops (`NORM_OPS`) of a layer norm of the [rows, c] tile in `x` (centred and scaled in
+    place), with `sq` its scratch, `mean` / `var` [rows] columns and `w` / `bias` [c] rows; the result
+    goes to `out` (which may be `x`)."""
+    tile = dict(rows=rows, cols=c, dst_stride=c, a_stride=c, b_stride=c, when=when)
+    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, when=when)
+    b.vop("ROWSUM", mean, x, rows=rows, cols=c, dst_stride=1, a_stride=c, when=when)
+    b.vop("DIV", mean, mean, mode="SCALAR", imm=float(c), **col)
+    b.vop("SUB", x, x, mean, mode="COL", **{**tile, "b_stride": 1})
+    b.vop("MUL", sq, x, x, **tile)
+    b.vop("ROWSUM", var, sq, rows=rows, cols=c, dst_stride=1, a_stride=c, when=when)
+    b.vop("DIV", var, var, mode="SCALAR", imm=float(c), **col)
+    b.vop("ADD", var, var, mode="SCALAR", imm=float(eps), **col)
+    b.vop("RSQRT", var, var, **col)
+    b.vop("MUL", x, x, var, mode="COL", **{**tile, "b_stride": 1})
+    b.vop("MUL", x, x, w, mode="ROW", **tile)
+    b.vop("ADD", out, x, bias, mode="ROW", **tile)

@@ -5,6 +5,9 @@ Patterns (greedy, registered from Python):
   * the patterns listed in `LEGALIZE_PATTERNS` of `novella_mlir/optable.py`;
   * with `fuse-attention=1` (the default) the `FUSION_PATTERNS` there: matmul -> softmax -> matmul
     becomes one `novella.flash_attention` (option 0 keeps the three kernels, e.g. for a paged KV cache);
+  * with `fuse-residual=1` / `fuse-norm=1` (the defaults) the `EPILOGUE_PATTERNS` there: `add(linear, x)`
+    and `layer_norm(linear)` become one `novella.fused_linear` whose epilogue adds x / normalizes the
+    rows before the one STORE (the norm when whole rows fit and the cost model predicts a gain);
 then every tensor op must have a kernel, or the pass fails naming the op."""
 
 from __future__ import annotations
@@ -13,9 +16,15 @@ from torch_mlir import ir, rewrite
 
 from ..dialects.novella import GeluOp, LinearOp, ReluOp
 from ..kernels import get_kernel, legalize_patterns
+from ..optable import EPILOGUE_PATTERNS
+from ..target import Target
 from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage
 
-OPTIONS = {"fuse-attention": (int, 1, "fuse matmul -> softmax -> matmul into novella.flash_attention", (0, 1))}
+OPTIONS = {
+    "fuse-attention": (int, 1, "fuse matmul -> softmax -> matmul into novella.flash_attention", (0, 1)),
+    "fuse-residual": (int, 1, "fuse add(linear, x) into the linear's epilogue (novella.fused_linear)", (0, 1)),
+    "fuse-norm": (int, 1, "fuse layer_norm(linear) into the linear's epilogue when whole rows fit and pay", (0, 1)),
+}
 NO_KERNEL_NEEDED = ("novella.reshape", "func.return")
 
 
@@ -45,6 +54,10 @@ def run(module_op, options, config) -> None:
     patterns.add(GeluOp, _fuse_activation("gelu"))
     for root, fn in legalize_patterns(fusion=bool(options.get("fuse-attention", 1))):
         patterns.add(root, fn)
+    target = Target.from_config(config)
+    for name, (root, factory) in EPILOGUE_PATTERNS.items():
+        if options.get(name, 1):
+            patterns.add(root, factory(target))
     rewrite.apply_patterns_and_fold_greedily(module_op, patterns.freeze())
     for fn in functions(module_op):
         for op in body_ops(fn):

@@ -7,7 +7,10 @@ at grid step k (counted over the macro's steps) the JIT adds
 `size * (k mod 2)` to that address field, so step k uses slot k mod 2.
 
 A two-slot buffer that a guarded LOAD writes (loaded once, then resident)
-keeps one slot: its second slot stays unused.
+keeps one slot: its second slot stays unused. Unless every other template
+that addresses it runs under the same guard (e.g. a linear's residual tile,
+loaded and read on each output block's last k step): its data then never
+outlives the step, so it keeps its two slots.
 
 The macro gets `novella.schedule = {load_slots, store_slots}`, the step
 distances of the token rule (docs/design.md, "Dependency tokens"):
@@ -76,13 +79,25 @@ def _slots_of(inst, slotted) -> dict[str, int]:
 
 
 def _resident(insts, slotted) -> set[str]:
-    """Two-slot buffers that a guarded LOAD writes: they stay where step 0 put them, so one slot."""
+    """Two-slot buffers that a guarded LOAD writes and a template under another guard (or none) addresses:
+    their data outlives the load's step (they stay where step 0 put them), so one slot."""
     out = set()
     for inst in insts:
         if "when" in inst.attributes and ir.StringAttr(inst.attributes["opcode"]).value in ("LOAD", "GATHER"):
             fields = _slots_of(inst, slotted)
-            out |= {b.name for b in slotted if "sram_addr" in fields and _holds(b, inst)}
+            held = [b for b in slotted if "sram_addr" in fields and _holds(b, inst)]
+            out |= {b.name for b in held if not _same_step(insts, b, inst)}
     return out
+
+
+def _same_step(insts, b, load) -> bool:
+    """Every template but `load` that addresses buffer `b` runs under the guard of `load`."""
+    when = load.attributes["when"]
+    for inst in insts:
+        if inst.operation != load.operation and _slots_of(inst, [b]):
+            if "when" not in inst.attributes or inst.attributes["when"] != when:
+                return False
+    return True
 
 
 def _holds(b, inst) -> bool:

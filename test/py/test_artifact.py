@@ -31,6 +31,11 @@ def saved(npu, tmp_path):
     return path
 
 
+def _row_load(a):
+    """The first instruction template of the first macro whose `rows` is a variable field (a row-tile LOAD)."""
+    return next(i for i in a.macros[0].insts if "rows" in i.var)
+
+
 def _layout(data: bytes) -> tuple[int, int, int]:
     """(start of metadata, start of weights blob, end) of a saved file."""
     hlen = struct.unpack("<I", data[8:12])[0]
@@ -134,9 +139,9 @@ def _resave(npu, path, edit) -> None:
         (lambda a: setattr(a.tiles[0], "macro", 7), "names macro -1, which the program does not list"),
         (lambda a: a.tiles[0].grid.append([1]), "grid dims"),
         (lambda a: a.tiles[0].bases.pop("1"), "no DRAM base"),
-        (lambda a: setattr(a.macros[0].insts[2], "var", {"rows": [["s0", "+"]]}), "malformed expression"),
-        (lambda a: setattr(a.macros[0].insts[2], "var", {"rows": [["d7"]]}), "refers to d7"),
-        (lambda a: setattr(a.macros[0].insts[2], "opcode", "JUMP"), "JUMP"),
+        (lambda a: setattr(_row_load(a), "var", {"rows": [["s0", "+"]]}), "malformed expression"),
+        (lambda a: setattr(_row_load(a), "var", {"rows": [["d7"]]}), "refers to d7"),
+        (lambda a: setattr(_row_load(a), "opcode", "JUMP"), "JUMP"),
         (lambda a: a.weight_layout["0.bias"][1].append(2), "weight layout needs"),
         (lambda a: setattr(a, "symbols", [["T", 9, 1]]), "bad symbol bounds"),
     ],

@@ -38,7 +38,9 @@ def _linear_tiles(npu) -> list[dict]:
     out = []
     for line in npu.ir("novella-tile").splitlines():
         if '"novella.linear"' in line:
-            m = re.search(r"novella.tiles = \{tk = (\d+) : i64, tm = (\d+) : i64, tn = (\d+)", line)
+            m = re.search(
+                r"novella.tiles = \{(?:acc_slots = \d+ : i64, )?tk = (\d+) : i64, tm = (\d+) : i64, tn = (\d+)", line
+            )
             out.append(dict(zip(("tk", "tm", "tn"), map(int, m.groups()))))
     return out
 

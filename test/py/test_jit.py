@@ -137,7 +137,8 @@ def _broken(art, edit):
 
 
 def _load_x(a):
-    return a.macros[0].insts[2]
+    """The first macro's LOAD of its input row tile (tensor 0, `rows` a variable field)."""
+    return next(i for i in a.macros[0].insts if i.opcode == "LOAD" and i.tensor == 0 and "rows" in i.var)
 
 
 def test_out_of_range_constant_names_the_field(art):

@@ -14,6 +14,7 @@ from simulator import load_config
 
 BASE = Target.from_config(load_config())
 SHAPES = [(64, 96), (384, 1536), (1536, 384), (80, 384), (1024, 64), (48, 40), (7, 9)]
+EPILOGUES = ("none", "gelu", linear.Epilogue("none", residual=True), linear.Epilogue("gelu", residual=True, norm=True))
 
 
 def _search(target, m, k, n, act, tile_m, exhaustive):
@@ -21,7 +22,8 @@ def _search(target, m, k, n, act, tile_m, exhaustive):
     old = linear.Linear.exhaustive
     linear.Linear.exhaustive = exhaustive
     try:
-        return linear.Linear()._search(target, m, k, n, act, tile_m)
+        epi = act if isinstance(act, linear.Epilogue) else linear.Epilogue(act)
+        return linear.Linear()._search(target, m, k, n, epi, tile_m)
     finally:
         linear.Linear.exhaustive = old
 
@@ -29,7 +31,7 @@ def _search(target, m, k, n, act, tile_m, exhaustive):
 @pytest.mark.parametrize("spad", [0, 65536, 4096, 1024])
 def test_pruned_search_picks_as_the_exhaustive_one(spad):
     target = BASE.with_budget({"spad": spad, "acc": BASE.budget_acc}) if spad else BASE
-    for m, (k, n), act, tile_m in itertools.product((1, 17, 300, 1500), SHAPES, ("none", "gelu"), (0, 32)):
+    for m, (k, n), act, tile_m in itertools.product((1, 17, 300, 1500), SHAPES, EPILOGUES, (0, 32)):
         fast = _search(target, m, k, n, act, tile_m, exhaustive=False)
         slow = _search(target, m, k, n, act, tile_m, exhaustive=True)
         assert fast[:2] == slow[:2], (m, k, n, act, tile_m)
@@ -39,6 +41,7 @@ def test_pruned_search_picks_as_the_exhaustive_one(spad):
 def test_lower_bound_is_at_most_the_cost():
     lin = linear.Linear()
     for m, (k, n), act in itertools.product((1, 17, 300), SHAPES, ("none", "gelu")):
-        for tm, tn, tk, ws in itertools.product((16, 64), BASE.divisors(n), BASE.divisors(k, BASE.array_rows), (0, 1)):
-            cand = (tm, tn, tk, ws)
-            assert linear._lower_bound(BASE, m, k, n, cand) <= lin.cost(BASE, (m, k, n, act), cand) + 1e-6, cand
+        epi = linear.Epilogue(act)
+        tiles = itertools.product((16, 64), BASE.divisors(n), BASE.divisors(k, BASE.array_rows), (0, 1), (1, 2))
+        for cand in tiles:
+            assert linear._lower_bound(BASE, m, k, n, cand, epi) <= lin.cost(BASE, (m, k, n, epi), cand) + 1e-6, cand

@@ -39,10 +39,11 @@ def test_mlp_matches_pytorch(mlp, length):
 
 def _linear_tiles(npu) -> list[dict]:
     found = re.findall(
-        r"novella.tiles = \{tk = (\d+) : i64, tm = (\d+) : i64, tn = (\d+) : i64, ws = (\d+) : i64\}",
+        r"novella.tiles = \{(?:acc_slots = (\d+) : i64, )?tk = (\d+) : i64, tm = (\d+) : i64, tn = (\d+) : i64, "
+        r"ws = (\d+) : i64\}",
         npu.ir("novella-tile"),
     )
-    return [dict(zip(("tk", "tm", "tn", "ws"), map(int, f))) for f in found]
+    return [dict(zip(("acc_slots", "tk", "tm", "tn", "ws"), (int(v or 1) for v in f))) for f in found]
 
 
 def test_compiled_once_program_grows_with_length(mlp):
@@ -60,11 +61,16 @@ def _expected(t, k, n, tile, act_ops):
     """Counts of one linear at T=t from its tiling: steps = row tiles x column blocks x k steps.
     Weight-stationary (ws=1) loads W and the bias once per column block and the x tile per step;
     output-stationary (ws=0) loads an x, a W and a bias tile per step. The epilogue (bias add,
-    activation, STORE) runs once per (row tile, column block)."""
+    activation, STORE) runs once per (row tile, column block); with two accumulator halves
+    (acc_slots=2, the epilogue deferred to the next block) it loads its own bias tile instead."""
     m_tiles, n_blocks, k_steps = -(-t // tile["tm"]), n // tile["tn"], k // tile["tk"]
     steps, blocks = m_tiles * n_blocks * k_steps, m_tiles * n_blocks
-    loads = steps + (2 * n_blocks if tile["ws"] else 2 * steps)
-    w_bytes = n * k + n if tile["ws"] else (n * k * m_tiles + tile["tn"] * steps)
+    if tile["acc_slots"] > 1:
+        loads = steps + (n_blocks if tile["ws"] else steps) + blocks
+        w_bytes = (n * k if tile["ws"] else n * k * m_tiles) + tile["tn"] * blocks
+    else:
+        loads = steps + (2 * n_blocks if tile["ws"] else 2 * steps)
+        w_bytes = n * k + n if tile["ws"] else (n * k * m_tiles + tile["tn"] * steps)
     return {
         "LOAD": loads,
         "MATMUL": steps,

@@ -3,7 +3,7 @@
 
 // Like mlir-opt: one header per pass (its name, then its argument with the
 // options), followed by the whole module after that pass, on stderr.
-// CHECK: // -----// IR Dump After NovellaLegalize: novella-legalize{fuse-attention=1} //----- //
+// CHECK: // -----// IR Dump After NovellaLegalize: novella-legalize{fuse-attention=1 fuse-residual=1 fuse-norm=1} //----- //
 // CHECK-NEXT: #map
 // CHECK: module attributes {novella.symbols = {s0 = ["T", 1, 2048]}}
 // CHECK: "novella.linear"{{.*}}{act = "relu"}
@@ -23,5 +23,5 @@
 // CHANGE-NOT: IR Dump After NovellaShapeInfer
 
 // RUN: novella-opt %S/Inputs/linear.mlir --novella-legalize --mlir-print-ir-before-all -o %t 2>&1 | FileCheck %s --check-prefix=BEFORE
-// BEFORE: // -----// IR Dump Before NovellaLegalize: novella-legalize{fuse-attention=1} //----- //
+// BEFORE: // -----// IR Dump Before NovellaLegalize: novella-legalize{fuse-attention=1 fuse-residual=1 fuse-norm=1} //----- //
 // BEFORE: "novella.relu"

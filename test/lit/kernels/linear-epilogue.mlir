@@ -1,0 +1,146 @@
+// RUN: novella-opt %s --novella-legalize --split-input-file | FileCheck %s --check-prefix=LEGAL
+// RUN: novella-opt %s -p 'builtin.module(novella-legalize{fuse-residual=0 fuse-norm=0})' --split-input-file | FileCheck %s --check-prefix=UNFUSED
+// RUN: novella-opt %s --novella-legalize --novella-allocate --novella-tile --novella-macro-gen --split-input-file | FileCheck %s
+
+// A residual add of a `?`-row linear folds into its epilogue: the residual tile is loaded on each
+// output block's last k step (two slots: it is read only under that guard), added to the activated
+// tile, and the sum stored once. This cheap epilogue keeps one accumulator half (the cost model's pick).
+// LEGAL-LABEL: func.func @residual
+// LEGAL-SAME: (%[[X:.*]]: tensor<1x?x64xf32, {{.*}}>, %[[H:.*]]: tensor<1x?x96xf32
+// LEGAL: %[[W:.*]] = "novella.weight"() {name = "w"}
+// LEGAL: %[[B:.*]] = "novella.weight"() {name = "b"}
+// LEGAL: %[[Y:.*]] = "novella.fused_linear"(%[[H]], %[[W]], %[[B]], %[[X]]) {act = "relu", norm_eps = {{.*}}, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0>}
+// LEGAL-NOT: novella.add
+// LEGAL: return %[[Y]]
+// UNFUSED-LABEL: func.func @residual
+// UNFUSED: %[[L:.*]] = "novella.linear"({{.*}}) {act = "relu"}
+// UNFUSED: %[[S:.*]] = "novella.add"(%{{.*}}, %[[L]])
+// UNFUSED: return %[[S]]
+// CHECK-LABEL: func.func @residual
+// CHECK: "novella.macro"()
+// CHECK: "novella.mma"() {{{.*}}acc = "acc", acc_stride
+// CHECK: "novella.dma_load"(%arg0) {{{.*}}buffer = "res"{{.*}}tensor = 3 : i64, when = #[[$LAST:.*]]}
+// CHECK: "novella.vop"() {a = "acc", {{.*}}fn = "ADD", mode = "ROW"{{.*}}when = #[[$LAST]]}
+// CHECK: "novella.vop"() {{{.*}}fn = "RELU"
+// CHECK: "novella.vop"() {a = "out", {{.*}}b = "res", {{.*}}dst = "out", {{.*}}fn = "ADD"{{.*}}when = #[[$LAST]]}
+// CHECK: "novella.dma_store"() {buffer = "out"{{.*}}when = #[[$LAST]]}
+// CHECK: kernel = "novella.fused_linear", novella.buffers = {{{.*}}res = ["spad", {{[0-9]+}}, {{[0-9]+}}, 2]
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @residual(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, %h: tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {
+    %w = "novella.weight"() {name = "w"} : () -> tensor<64x96xf32>
+    %b = "novella.weight"() {name = "b"} : () -> tensor<64xf32>
+    %0 = "novella.linear"(%h, %w, %b) {act = "relu"} : (tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>, tensor<64x96xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %1 = "novella.add"(%x, %0) : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %1 : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
+
+// -----
+
+// A GELU epilogue is long enough that the cost model gives the accumulator two halves, picked by the
+// parity of the output block along grid dim 1 (here the `?` row blocks, weight-stationary: an address
+// expression of d1, not the step parity of --novella-schedule, as the k loop accumulates across steps).
+// Block d1 - 1's epilogue then runs on block d1's first k step, before its MATMUL, from the other half
+// and with that block's rows and bias; the last row block's runs after its own MATMUL, into `out2`.
+// CHECK-DAG: #[[$PREVHALF:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d1 + 1) mod 2) * 1536)>
+// CHECK-DAG: #[[$PREVROW:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d1 - 1) * 16)>
+// CHECK-DAG: #[[$HALF:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d1 mod 2) * 1536)>
+// CHECK-DAG: #[[$DEFER:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 == 0, d1 - 1 >= 0)>
+// CHECK-DAG: #[[$FINAL:.*]] = affine_set<(d0, d1, d2)[s0] : (-d1 + s0 ceildiv 16 - 1 == 0, -d2 == 0)>
+// CHECK-LABEL: func.func @deferred
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", {{.*}}when = #[[$DEFER]]}
+// CHECK: "novella.vop"() {a = "acc", a_offset = #[[$PREVHALF]], {{.*}}fn = "ADD", mode = "ROW", {{.*}}when = #[[$DEFER]]}
+// CHECK: "novella.vop"() {{{.*}}fn = "ERF", {{.*}}when = #[[$DEFER]]}
+// CHECK: "novella.dma_store"() {buffer = "out", {{.*}}row_start = #[[$PREVROW]], {{.*}}when = #[[$DEFER]]}
+// CHECK: "novella.mma"() {{{.*}}acc = "acc", acc_offset = #[[$HALF]]
+// CHECK: "novella.vop"() {a = "acc", a_offset = #[[$HALF]], {{.*}}dst = "out2", {{.*}}when = #[[$FINAL]]}
+// CHECK: "novella.dma_store"() {buffer = "out2", {{.*}}when = #[[$FINAL]]}
+// CHECK: novella.tiles = {acc_slots = 2 : i64, tk = 384 : i64, tm = 16 : i64, tn = 96 : i64, ws = 1 : i64}
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @deferred(%h: tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>) -> tensor<1x?x1536xf32, affine_map<()[s0] -> (1, s0, 1536)>> {
+    %w = "novella.weight"() {name = "w"} : () -> tensor<1536x384xf32>
+    %b = "novella.weight"() {name = "b"} : () -> tensor<1536xf32>
+    %0 = "novella.linear"(%h, %w, %b) {act = "gelu"} : (tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>, tensor<1536x384xf32>, tensor<1536xf32>) -> tensor<1x?x1536xf32, affine_map<()[s0] -> (1, s0, 1536)>>
+    return %0 : tensor<1x?x1536xf32, affine_map<()[s0] -> (1, s0, 1536)>>
+  }
+}
+
+// -----
+
+// A broadcast residual (a [64] row) is not the sum's shape: the add stays a separate op.
+// LEGAL-LABEL: func.func @broadcast_residual
+// LEGAL: %[[L:.*]] = "novella.linear"
+// LEGAL: "novella.add"(%[[L]], %{{.*}})
+// CHECK-LABEL: func.func @broadcast_residual
+// CHECK: kernel = "novella.linear"
+// CHECK: kernel = "novella.add"
+func.func @broadcast_residual(%h: tensor<8x96xf32>) -> tensor<8x64xf32> {
+  %w = "novella.weight"() {name = "w"} : () -> tensor<64x96xf32>
+  %b = "novella.weight"() {name = "b"} : () -> tensor<64xf32>
+  %r = "novella.weight"() {name = "r"} : () -> tensor<64xf32>
+  %0 = "novella.linear"(%h, %w, %b) {act = "none"} : (tensor<8x96xf32>, tensor<64x96xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+  %1 = "novella.add"(%0, %r) : (tensor<8x64xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+  return %1 : tensor<8x64xf32>
+}
+
+// -----
+
+// Post-norm `layer_norm(x + linear(h))` of a `?`-row tensor: both fold into the linear, whose output
+// tile then holds whole rows (tn = N = 64); the norm's weight and bias load once (first step), and
+// the row statistics are two ROWSUMs on the summed tile before its one STORE.
+// LEGAL-LABEL: func.func @post_norm
+// LEGAL-SAME: (%[[X:.*]]: tensor<1x?x64xf32, {{.*}}>, %[[H:.*]]: tensor<1x?x96xf32
+// LEGAL: %[[NW:.*]] = "novella.weight"() {name = "nw"}
+// LEGAL: %[[NB:.*]] = "novella.weight"() {name = "nb"}
+// LEGAL: %[[Y:.*]] = "novella.fused_linear"(%[[H]], %{{.*}}, %{{.*}}, %[[X]], %[[NW]], %[[NB]]) {act = "none", norm_eps = 9.99999974E-6 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1>}
+// LEGAL-NOT: novella.layer_norm
+// LEGAL: return %[[Y]]
+// UNFUSED-LABEL: func.func @post_norm
+// UNFUSED: "novella.linear"
+// UNFUSED: "novella.add"
+// UNFUSED: "novella.layer_norm"
+// CHECK-LABEL: func.func @post_norm
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "nw", {{.*}}tensor = 4 : i64, when = #[[$FIRST:.*]]}
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "nb", {{.*}}tensor = 5 : i64, when = #[[$FIRST]]}
+// CHECK: "novella.dma_load"(%arg0) {{{.*}}buffer = "res"
+// CHECK: "novella.vop"() {a = "out", {{.*}}b = "res", {{.*}}fn = "ADD"
+// CHECK: "novella.vop"() {a = "out", {{.*}}dst = "mean", {{.*}}fn = "ROWSUM"
+// CHECK: "novella.vop"() {a = "out", {{.*}}b = "mean", {{.*}}dst = "out", {{.*}}fn = "SUB", mode = "COL"
+// CHECK: "novella.vop"() {a = "tmp", {{.*}}dst = "var", {{.*}}fn = "ROWSUM"
+// CHECK: "novella.vop"() {a = "var", {{.*}}fn = "RSQRT"
+// CHECK: "novella.vop"() {a = "out", {{.*}}b = "nb", {{.*}}dst = "out", {{.*}}fn = "ADD", mode = "ROW"
+// CHECK: "novella.dma_store"() {buffer = "out"
+// CHECK: kernel = "novella.fused_linear"
+// CHECK-SAME: tn = 64 : i64
+// CHECK-NOT: kernel = "novella.layer_norm"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @post_norm(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, %h: tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {
+    %w = "novella.weight"() {name = "w"} : () -> tensor<64x96xf32>
+    %b = "novella.weight"() {name = "b"} : () -> tensor<64xf32>
+    %nw = "novella.weight"() {name = "nw"} : () -> tensor<64xf32>
+    %nb = "novella.weight"() {name = "nb"} : () -> tensor<64xf32>
+    %0 = "novella.linear"(%h, %w, %b) {act = "none"} : (tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>, tensor<64x96xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %1 = "novella.add"(%0, %x) : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %2 = "novella.layer_norm"(%1, %nw, %nb) {eps = 9.99999974E-6 : f32} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<64xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %2 : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
+
+// -----
+
+// Whole rows of a wide linear (N = 4096) do not fit the accumulator with any row tile: the
+// layer norm stays its own kernel.
+// LEGAL-LABEL: func.func @norm_too_wide
+// LEGAL: %[[L:.*]] = "novella.linear"
+// LEGAL: "novella.layer_norm"(%[[L]]
+// CHECK-LABEL: func.func @norm_too_wide
+// CHECK: kernel = "novella.layer_norm"
+func.func @norm_too_wide(%h: tensor<4x64xf32>) -> tensor<4x4096xf32> {
+  %w = "novella.weight"() {name = "w"} : () -> tensor<4096x64xf32>
+  %b = "novella.weight"() {name = "b"} : () -> tensor<4096xf32>
+  %nw = "novella.weight"() {name = "nw"} : () -> tensor<4096xf32>
+  %nb = "novella.weight"() {name = "nb"} : () -> tensor<4096xf32>
+  %0 = "novella.linear"(%h, %w, %b) {act = "none"} : (tensor<4x64xf32>, tensor<4096x64xf32>, tensor<4096xf32>) -> tensor<4x4096xf32>
+  %1 = "novella.layer_norm"(%0, %nw, %nb) {eps = 9.99999974E-6 : f32} : (tensor<4x4096xf32>, tensor<4096xf32>, tensor<4096xf32>) -> tensor<4x4096xf32>
+  return %1 : tensor<4x4096xf32>
+}
