@@ -22,16 +22,15 @@ import itertools
 
 from torch_mlir import ir
 
-from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import FlashAttentionOp, ReshapeOp, heads_major
-from . import BufferPlan, Tiling, first, last, module_symbols
+from . import BufferPlan, Tiling, first, module_symbols
+from . import flash_cost as fc
 from . import kv_cache as kv
 from .attention import _candidates, ceildiv, extent, mul, softmax_scale, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
 NEG_FLOOR = -3.0e38  # the running max starts no lower: a fully masked tile row gives exp(-inf) = 0, not NaN
-_SMALL = ("max", "sub", "exp", "mul", "copy", "add")  # per-row vector ops of a non-first step
 
 
 def _batch(shape) -> ir.AffineExpr:
@@ -90,7 +89,7 @@ class Geometry:
         return self.places[i][1]
 
 
-def _plan(target, g: Geometry, tq: int, tk: int) -> BufferPlan:
+def _plan(target, g: Geometry, tq: int, tk: int, pipelined: bool) -> BufferPlan:
     plan = BufferPlan(target)
     plan.add("q", "spad", tq * g.d)
     plan.add("k", "spad", tk * g.d, stream=True)
@@ -99,7 +98,7 @@ def _plan(target, g: Geometry, tq: int, tk: int) -> BufferPlan:
         plan.add("mask", "spad", tq * tk, stream=True)
     if g.causal:
         plan.add("tri", "spad", tk * tk)
-    plan.add("p", "spad", tq * tk)
+    plan.add("p", "spad", tq * tk, stream=pipelined)  # pipelined: PV(j - 1) reads one slot while j's softmax fills the other
     for name in ("m", "l", "cm", "t"):
         plan.add(name, "spad", tq)
     plan.add("out", "spad", tq * g.dv, stream=True)
@@ -108,88 +107,135 @@ def _plan(target, g: Geometry, tq: int, tk: int) -> BufferPlan:
     return plan
 
 
-def cost(target, g: Geometry, batch: int, lq: int, lk: int, tq: int, tk: int) -> float:
-    """Predicted cycles of the whole op (cost model) at lengths lq, lk."""
-    rows, cols = min(tq, lq), min(tk, lk)
-    nq, nk = -(-lq // tq), -(-lk // tk)
-    visited = nq * (nq + 1) // 2 if g.causal else nq * nk
-    loads = [cm.dma(target, cols, g.d, not g.minor[1]), cm.dma(target, cols, g.dv, not g.minor[2])]
-    if g.mask is not None:
-        loads.append(cm.dma(target, rows, cols))
-    compute = cm.matmul(target, rows, g.d, cols) + cm.matmul(target, rows, cols, g.dv)
-    compute += sum(cm.vec(target, rows, cols, f) for f in ("rowmax", "sub", "exp", "rowsum"))
-    compute += cm.vec(target, rows, g.dv, "mul") + sum(cm.vec(target, 1, rows, f) for f in _SMALL)
-    if g.mask is not None:
-        compute += cm.vec(target, rows, cols, "add")
-    q_load, q_dram = cm.dma(target, rows, g.d, not g.minor[0])
-    st, st_dram = cm.dma(target, rows, g.dv, not g.minor[3])
-    block = q_load + cm.vec(target, rows, g.d, "mul") + cm.vec(target, rows, g.dv, "div")
-    ld, dram = sum(x[0] for x in loads), sum(x[1] for x in loads)
-    plain = cm.StepCost(ld, compute, 0, dram)
-    opening = cm.StepCost(ld, compute + block, st, dram + q_dram + st_dram)
-    blocks = batch * nq
-    return cm.total([(plain, batch * visited - blocks), (opening, blocks)], target.buffer_slots)
+def dims_of(g: Geometry, syms) -> fc.Dims:
+    """The cost model's view of the op at the nominal length."""
+    at = lambda e: upper(e, syms)  # noqa: E731
+    contiguous = tuple(not m for m in g.minor)
+    return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, g.mask is not None, contiguous)
 
 
 class FlashAttention:
-    """`novella.flash_attention`: grid (batch, query block, key/value tile); see the module docstring.
+    """`novella.flash_attention`: grid (batch, query block, key/value step); see the module docstring.
 
-    Tile sizes are the cheapest fitting pair of the cost model at the nominal length, from the
-    Target's row tiles (multiples of the array height); a causal op uses square tiles."""
+    Candidates are (tq, tk, pipelined): tile sizes from the Target's row tiles (multiples of the array
+    height; a causal op uses square tiles) and the schedule; the cost model (`kernels/flash_cost.py`)
+    takes the cheapest that fits the SRAM at the nominal length."""
 
-    def tile(self, op, tv, target, options):
-        g = Geometry(op, tv)
-        syms = module_symbols(op)
+    exhaustive = False  # bench/costmodel.py's protocol: every fitting candidate is scored
+
+    def candidates(self, g: Geometry, syms, target, options) -> list[tuple[int, int, bool]]:
         sizes = target.array_tiles(16)
         tqs = [options["tile-m"]] if options.get("tile-m") else _candidates(g.lq, syms, sizes)
         tks = _candidates(g.lk, syms, sizes)
         for info in g.paged.values():  # a key/value tile stays inside one page
             tks = [t for t in tks if info["page_size"] % t == 0] or [info["page_size"]]
         pairs = [(t, t) for t in tqs if t in tks] if g.causal else list(itertools.product(tqs, tks))
-        batch, lq, lk = (upper(e, syms) for e in (g.batch, g.lq, g.lk))
+        schedules = (False,) if g.paged and not g.causal else (True, False)
+        return [(tq, tk, p) for tq, tk in pairs or [(min(tqs), min(tqs))] for p in schedules]
+
+    def cost(self, target, dims: fc.Dims, cand) -> float:
+        return fc.cost(target, dims, *cand)
+
+    def tile(self, op, tv, target, options):
+        g = Geometry(op, tv)
+        syms = module_symbols(op)
+        dims = dims_of(g, syms)
         best, plan = None, None
-        for tq, tk in pairs or [(min(tqs), min(tqs))]:
-            plan = _plan(target, g, tq, tk)
+        for cand in self.candidates(g, syms, target, options):
+            plan = _plan(target, g, *cand)
             if plan.fits():
-                key = (cost(target, g, batch, lq, lk, tq, tk), -tq, -tk)
+                key = (self.cost(target, dims, cand), -cand[0], -cand[1], not cand[2])
                 if best is None or key < best[0]:
-                    best = (key, tq, tk, plan)
+                    best = (key, cand, plan)
         if best is None:
             plan.check()
-        _, tq, tk, plan = best
-        grid = [g.batch, ceildiv(g.lq, tq), ceildiv(g.lk, tk)]
-        return Tiling({"tq": tq, "tk": tk}, grid, plan.buffers)
+        _, (tq, tk, pipelined), plan = best
+        grid = [g.batch, ceildiv(g.lq, tq), ceildiv(g.lk, tk) + int(pipelined)]
+        return Tiling({"tq": tq, "tk": tk, "pipelined": int(pipelined)}, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
         g = Geometry(op, tv)
         tq, tk = t.tiles["tq"], t.tiles["tk"]
-        bi, qi, j = b.d(0), b.d(1), b.d(2)
-        rows, cols = extent(1, tq, g.lq), extent(2, tk, g.lk)
-        live = [("ge", qi - j)] if g.causal else []  # causal: skip the tiles above the diagonal
-        start, rest = first(2), live + [("ge", j - 1)]
-        final = [("eq", qi - j)] if g.causal else last(2, ceildiv(g.lk, tk))
-        e = _Emit(b, rows, cols, tq, tk, g.dv)
+        s = _Schedule(g, b, tq, tk, bool(t.tiles.get("pipelined", 0)))
+        rows = extent(1, tq, g.lq)
+        e = _Emit(b, rows, s.cols, tq, tk, g.dv)
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
+        bi, qi = b.d(0), b.d(1)
         b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
-                    row_bound=g.lq, rows=rows, cols=g.d, when=start)  # fmt: skip
+                    row_bound=g.lq, rows=rows, cols=g.d, when=first(2))  # fmt: skip
         b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
-              when=start)  # fmt: skip
-        for name, tensor, width in (("k", 1, g.d), ("v", 2, g.dv)):
-            _load_kv(b, g, name, tensor, width, rows=cols, tk=tk, when=live or None)
-        b.mma("s", "q", "k", a_stride=g.d, b_stride=g.d, acc_stride=tk, m=rows, k=g.d, n=cols,
-              accumulate=0, transpose_b=1, when=live or None)  # fmt: skip
+              when=first(2))  # fmt: skip
+        s.loads(rows)
+        if not s.pipelined:
+            s.qk(rows)
         if g.mask is not None:
-            _load_mask(b, g, rows, cols, tq, tk, when=live or None)
-            e.tile("ADD", "s", "s", "mask", when=live or None)
+            e.tile("ADD", "s", "s", "mask", when=s.on)
         if g.causal:
-            e.tile("ADD", "s", "s", "tri", when=[("eq", qi - j)])
-        e.open_row_block(floor=g.mask is not None, when=start)
-        e.next_tile(when=rest)
+            e.tile("ADD", "s", "s", "tri", when=s.final)
+        e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
+        if s.pipelined:
+            s.qk(rows)
+        e.part2(s.on, s.opening, s.rest)
         b.vop("DIV", "out", "o", "l", mode="COL", rows=rows, cols=g.dv, dst_stride=g.dv, a_stride=g.dv,
-              b_stride=1, when=final)  # fmt: skip
+              b_stride=1, when=s.final)  # fmt: skip
         b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
-                     row_bound=g.lq, rows=rows, cols=g.dv, when=final)  # fmt: skip
+                     row_bound=g.lq, rows=rows, cols=g.dv, when=s.final)  # fmt: skip
+
+
+_BIG = 1 << 24  # above every grid extent (the row fields have 24 bits)
+
+
+def _prev(j: ir.AffineExpr) -> ir.AffineExpr:
+    """max(j - 1, 0) on the grid: j - ceildiv(j, 2^24)."""
+    return j - sy.ceildiv(j, _BIG)
+
+
+def _tile_extent(t: int, total: ir.AffineExpr, index: ir.AffineExpr):
+    """Width of tile `index` of `t` along `total` (min(t, total - index * t), or t if every tile is full)."""
+    v = sy.as_int(total)
+    if v is not None and (v % t == 0 or v < t):
+        return min(v, t)
+    return [sy.const(t), total - index * t]
+
+
+class _Schedule:
+    """Which key/value tile each part of step j works on, and when.
+
+    Plain: QK, softmax and PV of tile j. Pipelined (one more step per query block): QK of tile j and
+    the softmax and PV of tile j - 1. Loads follow: K of the QK's tile, V and the mask of the
+    softmax's. Without a causal skip they are unguarded (two slots): a step past either end loads
+    rows out of bounds (zero-filled, no DRAM traffic)."""
+
+    def __init__(self, g: Geometry, b, tq: int, tk: int, pipelined: bool):
+        self.g, self.b, self.tq, self.tk, self.pipelined = g, b, tq, tk, pipelined
+        qi, j = b.d(1), b.d(2)
+        self.i = j - 1 if pipelined else j  # the softmax's tile
+        nk = ceildiv(g.lk, tk)
+        self.cols_qk, self.cols = _tile_extent(tk, g.lk, j), _tile_extent(tk, g.lk, self.i)
+        below = [("ge", qi - self.i)] if g.causal else []  # causal: tiles above the diagonal are skipped
+        self.on = (below + [("ge", self.i)] * pipelined) or None
+        self.opening, self.rest = [("eq", self.i)], [("ge", self.i - 1)] + below
+        self.final = [("eq", qi - self.i)] if g.causal else [("eq", nk - 1 - self.i)]
+        if not pipelined:
+            self.qk_on = self.on
+        else:
+            self.qk_on = [("ge", qi - j)] if g.causal else [("ge", nk - 1 - j)]
+
+    def qk(self, rows) -> None:
+        g = self.g
+        self.b.mma("s", "q", "k", a_stride=g.d, b_stride=g.d, acc_stride=self.tk, m=rows, k=g.d, n=self.cols_qk,
+                   accumulate=0, transpose_b=1, when=self.qk_on)  # fmt: skip
+
+    def loads(self, rows) -> None:
+        g, b, tk = self.g, self.b, self.tk
+        j = b.d(2)
+        guarded = g.causal or not self.pipelined
+        k_rows, v_rows = (self.cols_qk, self.cols) if guarded else (tk, tk)
+        _load_kv(b, g, "k", 1, g.d, k_rows, j * tk, when=self.qk_on if g.causal else None)
+        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, when=self.on if g.causal else None)
+        if g.mask is not None:
+            _load_mask(b, g, rows, self.tq, tk, self.pipelined)
 
 
 class _Emit:
@@ -203,49 +249,44 @@ class _Emit:
         f = dict(rows=self.rows, cols=self.cols, dst_stride=s, a_stride=s, b_stride=1 if mode == "COL" else s)
         self.b.vop(fn, dst, a, other, mode=mode, when=when, **f)
 
-    def reduce(self, fn, dst, when):
-        self.b.vop(fn, dst, "s", rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, when=when)
+    def reduce(self, fn, dst, src, when):
+        self.b.vop(fn, dst, src, rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, when=when)
 
     def row(self, fn, dst, a, other=None, when=None, **f):
         """Elementwise on per-row vectors, issued as one [1, rows] row (they are contiguous)."""
         tq = self.tq
         self.b.vop(fn, dst, a, other, rows=1, cols=self.rows, dst_stride=tq, a_stride=tq, b_stride=tq, when=when, **f)
 
-    def exp_shifted(self, when):
-        """p = exp(s - m)."""
-        self.tile("SUB", "p", "s", "m", mode="COL", when=when)
-        self.tile("EXP", "p", "p", when=when)
+    def part1(self, floor: bool, opening, rest) -> None:
+        """Up to p = s - (new running max): the last reads of the scores."""
+        self.reduce("ROWMAX", "m", "s", opening)
+        if floor:
+            self.row("MAX", "m", "m", mode="SCALAR", imm=NEG_FLOOR, when=opening)
+        self.tile("SUB", "p", "s", "m", mode="COL", when=opening)
+        self.reduce("ROWMAX", "cm", "s", rest)
+        self.row("MAX", "cm", "cm", "m", when=rest)
+        self.tile("SUB", "p", "s", "cm", mode="COL", when=rest)
+
+    def part2(self, on, opening, rest) -> None:
+        """p = exp(p), the running sum l and the output O (+)= P @ V, rescaled by exp(m_old - m)."""
+        self.tile("EXP", "p", "p", when=on)
+        self.reduce("ROWSUM", "l", "p", opening)
+        self.pv(0, opening)
+        self.row("SUB", "t", "m", "cm", when=rest)
+        self.row("EXP", "t", "t", when=rest)
+        self.row("COPY", "m", "cm", when=rest)
+        self.reduce("ROWSUM", "cm", "p", rest)
+        self.row("MUL", "l", "l", "t", when=rest)
+        self.row("ADD", "l", "l", "cm", when=rest)
+        dv = self.dv
+        self.b.vop("MUL", "o", "o", "t", mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=dv,
+                   b_stride=1, when=rest)  # fmt: skip
+        self.pv(1, rest)
 
     def pv(self, accumulate: int, when):
         dv = self.dv
         self.b.mma("o", "p", "v", a_stride=self.tk, b_stride=dv, acc_stride=dv, m=self.rows, k=self.cols, n=dv,
                    accumulate=accumulate, transpose_b=0, when=when)  # fmt: skip
-
-    def open_row_block(self, floor: bool, when):
-        self.reduce("ROWMAX", "m", when)
-        if floor:
-            self.row("MAX", "m", "m", mode="SCALAR", imm=NEG_FLOOR, when=when)
-        self.exp_shifted(when)
-        self.reduce_p("l", when)
-        self.pv(0, when)
-
-    def next_tile(self, when):
-        self.reduce("ROWMAX", "cm", when)
-        self.row("MAX", "cm", "cm", "m", when=when)
-        self.row("SUB", "t", "m", "cm", when=when)
-        self.row("EXP", "t", "t", when=when)
-        self.row("MUL", "l", "l", "t", when=when)
-        self.row("COPY", "m", "cm", when=when)
-        self.exp_shifted(when)
-        self.reduce_p("cm", when)
-        self.row("ADD", "l", "l", "cm", when=when)
-        dv = self.dv
-        self.b.vop("MUL", "o", "o", "t", mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=dv,
-                   b_stride=1, when=when)  # fmt: skip
-        self.pv(1, when)
-
-    def reduce_p(self, dst, when):
-        self.b.vop("ROWSUM", dst, "p", rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, when=when)
 
 
 def _staircase(b, t: int, when) -> None:
@@ -261,23 +302,29 @@ def _staircase(b, t: int, when) -> None:
         n *= 2
 
 
-def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, tk: int, when) -> None:
-    bi, j = b.d(0), b.d(2)
+def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, when) -> None:
+    """LOAD `rows` key/value rows from row `row0` (rows out of [0, lk) are zero-filled)."""
+    bi = b.d(0)
     info = g.paged.get(tensor)
     if info is None:
-        b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=j * tk,
+        b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=row0,
                     row_bound=g.lk, rows=rows, cols=width, when=when)  # fmt: skip
         return
     head = sy.floordiv(bi, g.group) if g.group > 1 and not g.packed else bi
-    kv.load_paged_rows(b, name, tensor, info, head=head, row0=j * tk, n_rows=g.lk, rows=rows, col0=0, cols=width,
+    kv.load_paged_rows(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, rows=rows, col0=0, cols=width,
                        sram_stride=width, when=when)  # fmt: skip
 
 
-def _load_mask(b, g: Geometry, rows, cols, tq: int, tk: int, when) -> None:
+def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool) -> None:
+    """The mask tile of the softmax's key tile; pipelined, step 0 (no softmax) loads tile 0's columns with
+    every row out of bounds (no DRAM read, no negative column offset)."""
+    j = b.d(2)
+    col = _prev(j) if pipelined else j
     broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
-    b.load("mask", 3, dram_offset=b.d(0) * g.mask_stride + b.d(2) * tk, dram_stride=g.lk,
+    bound = [g.mask_rows, j * _BIG] if pipelined else g.mask_rows
+    b.load("mask", 3, dram_offset=b.d(0) * g.mask_stride + col * tk, dram_stride=g.lk,
            row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
-           row_bound=g.mask_rows, rows=rows, cols=cols, sram_stride=tk, when=when)  # fmt: skip
+           row_bound=bound, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk)  # fmt: skip
 
 
 # ------------------------------------------------------------------ legalize pattern
