@@ -152,15 +152,15 @@ MUTANTS = [
     M(
         "timing",
         "simulator/machine.py",
-        "self.channels[ch].push(Token(end, clock))",
+        "self.channels[ch].push(Token(ready, clock))",
         "self.channels[ch].push(Token(start, clock))",
         "a token is ready when its pusher starts, not ends",
     ),
     M(
         "timing",
         "simulator/machine.py",
-        "s.busy[unit] += end - start",
-        "s.busy[unit] = max(s.busy[unit], end - start)",
+        "s.busy[unit] += end - begin",
+        "s.busy[unit] = max(s.busy[unit], end - begin)",
         "busy cycles per unit: max instead of sum",
     ),
     M(

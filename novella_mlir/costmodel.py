@@ -6,8 +6,11 @@ latency + whole bursts over the DRAM bandwidth) and of its compute
 (MATMUL passes, VEC beats times the function's cost). With two buffer
 slots a step's loads run under the previous step's compute and its stores
 under the next one's, so a steady step costs max(load, compute, store);
-with one slot they add up. The DRAM channel is shared: the total can not
-beat all transfers back to back. Kernels enumerate their candidates (tile
+with one slot they add up. A step's compute runs on the matrix and the
+vector unit; when the next step's MATMULs do not wait for this step's VEC
+epilogue (`Group.overlap`), the units overlap and a steady step costs the
+busier one. The DRAM channel is shared: the total can not beat all
+transfers back to back. Kernels enumerate their candidates (tile
 sizes, loop orders) and keep the cheapest.
 """
 
@@ -106,7 +109,12 @@ def bucket(predict, nominal: list[int], edges: list[int], min_gain: float) -> Bu
 @dataclass(frozen=True)
 class Group:
     """`count` identical grid steps: their queue cycles, DRAM data cycles, and the token step distances
-    `--novella-schedule` gives them (2: the loads / stores of the step are in ping-pong slots)."""
+    `--novella-schedule` gives them (2: the loads / stores of the step are in ping-pong slots).
+
+    `compute` is a step's serial compute chain (matrix + vector unit cycles); `vector` the part of it on
+    the vector unit. `overlap`: the next step's MATMULs do not wait for this step's VEC work (their
+    buffers are in other slots), so the two units run concurrently and a steady step's compute takes
+    the busier unit, or the compute queue's issue of its `issues` instructions."""
 
     load: float
     compute: float
@@ -116,6 +124,15 @@ class Group:
     load_slots: int = 2
     store_slots: int = 2
     n_dma: int = 1  # most LOADs or STOREs one queue issues per step
+    vector: float = 0.0
+    overlap: bool = False
+    issues: int = 0  # compute instructions per step (the issue floor under overlap; 0: not counted)
+
+    def compute_period(self, t: Target) -> float:
+        """Compute-queue cycles per steady step: the chain, or with `overlap` the busier unit."""
+        if not self.overlap:
+            return self.compute
+        return max(self.compute - self.vector, self.vector, self.issues * t.issue_cycles)
 
     def period(self, t: Target) -> float:
         """Cycles between consecutive such steps in steady state: the busiest queue, or the DRAM channel.
@@ -129,7 +146,7 @@ class Group:
         if (self.load_slots < 2 and self.load) or (self.store_slots < 2 and self.store):
             waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), self.dram + lat)
             serial = self.compute + waits
-        return max(self.load, self.compute, self.store, channel, serial)
+        return max(self.load, self.compute_period(t), self.store, channel, serial)
 
 
 def pipeline(t: Target, groups: list[Group]) -> float:

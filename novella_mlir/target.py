@@ -47,13 +47,14 @@ class Target:
     budget_spad: int = 0  # the SRAM one op may tile into (elements); 0: all of it
     budget_acc: int = 0
     buffer_slots: int = 2  # slots of a streamed buffer: 2 = double buffering (loads of step i+1 under compute i)
+    unit_queue_depth: int = 16  # FIFO entries in front of the matrix and of the vector unit (config compute.*)
 
     @classmethod
     def from_config(cls, c: NovellaConfig) -> Target:
         return cls(
             c.matrix_rows, c.matrix_cols, c.spad_elems, c.acc_elems, c.vector_lanes, c.dram_bytes_per_cycle,
             c.dram_burst_bytes, c.dma_latency, c.matmul_latency, c.vector_latency, c.issue_cycles,
-            c.vector_functions, dict(c.vector_fn_cycles),
+            c.vector_functions, dict(c.vector_fn_cycles), unit_queue_depth=c.unit_queue_depth,
         )  # fmt: skip
 
     @property

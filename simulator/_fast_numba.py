@@ -10,10 +10,13 @@ runs the instructions in that order. A non-zero status sends the run to the
 Python loop, which raises the readable machine's error at the same point.
 
 Tables (built by `fast_plan.Plan`): per instruction its queue, up to two
-popped and two pushed channels (-1: none), fixed duration (-1: a DMA:
-`latency` + its DRAM data phase `data`), and its accesses `acc_ids` (up
-to 4 span ids, -1: none). A span row: mem, write, lo, hi, addr, stride
-(>= 0), rows, cols, dense.
+popped and two pushed channels (-1: none), fixed duration (a compute
+instruction's work on its unit; -1: a DMA: `latency` + its DRAM data phase
+`data`), its execution unit (0 matrix, 1 vector, -1 none) and its accesses
+`acc_ids` (up to 4 span ids, -1: none). A span row: mem, write, lo, hi,
+addr, stride (>= 0), rows, cols, dense. The compute queue issues in order
+into the two units (`timing.ComputeUnits`: FIFOs of `depth`, the
+address-range scoreboard, in-order retirement).
 """
 
 from __future__ import annotations
@@ -82,8 +85,52 @@ def _races(spans, sid, q, clock, win_seq, win_sid, win_off, win_len):
 
 
 @nb.njit(cache=True)
-def schedule(queue, pops, pushes, fixed, data, latency, acc_ids, spans, win_off, check):
-    """(status, order, start, end, waits (4 channels x [count, cycles])); status OK, DEADLOCK or HAZARD."""
+def _sram_conflict(spans, acc_ids, i, j):
+    """Whether instructions i and j have SRAM accesses in one memory with overlapping bounds, one a write
+    (`timing.conflict`)."""
+    for a in range(4):
+        x = acc_ids[i, a]
+        if x < 0:
+            break
+        if spans[x, 0] > 1:
+            continue
+        for b in range(4):
+            y = acc_ids[j, b]
+            if y < 0:
+                break
+            if spans[y, 0] == spans[x, 0] and (spans[x, 1] or spans[y, 1]):
+                if spans[x, 2] < spans[y, 3] and spans[y, 2] < spans[x, 3]:
+                    return True
+    return False
+
+
+@nb.njit(cache=True)
+def _begin(i, s, unit, ic, ufree, ulist, ulen, end, spans, acc_ids):
+    """Execution start of compute instruction i issued at s: after its issue, its unit's previous
+    instruction and every conflicting in-flight one of the other unit (newest first; units are in order,
+    so the scan stops at the first that ended by s)."""
+    b = s + ic
+    u = unit[i]
+    if u < 0:
+        return b
+    if ufree[u] > b:
+        b = ufree[u]
+    o = 1 - u
+    k = ulen[o] - 1
+    while k >= 0:
+        j = ulist[o, k]
+        if end[j] <= s:
+            break
+        if end[j] > b and _sram_conflict(spans, acc_ids, i, j):
+            b = end[j]
+        k -= 1
+    return b
+
+
+@nb.njit(cache=True)
+def schedule(queue, pops, pushes, fixed, data, latency, unit, ic, depth, acc_ids, spans, win_off, check):
+    """(status, order, start, begin, end, waits (4 channels x [count, cycles])); status OK, DEADLOCK or
+    HAZARD. `start`: a compute instruction's issue; `begin`: its execution start."""
     n = queue.size
     qlist = np.empty((3, n), np.int64)
     qlen = np.zeros(3, np.int64)
@@ -103,8 +150,13 @@ def schedule(queue, pops, pushes, fixed, data, latency, acc_ids, spans, win_off,
     win_len = np.zeros(win_off.size - 1, np.int64)
     order = np.empty(n, np.int64)
     start = np.zeros(n, np.int64)
+    begin = np.zeros(n, np.int64)
     end = np.zeros(n, np.int64)
     waits = np.zeros((4, 2), np.int64)
+    ulist = np.empty((2, n), np.int64)
+    ulen = np.zeros(2, np.int64)
+    ufree = np.zeros(2, np.int64)
+    retired = 0
     dram_free = 0
     for step in range(n):
         best, bstart = -1, 0
@@ -114,6 +166,9 @@ def schedule(queue, pops, pushes, fixed, data, latency, acc_ids, spans, win_off,
                 continue
             i = qlist[q, h]
             s = qfree[q]
+            u = unit[i]
+            if u >= 0 and ulen[u] >= depth and begin[ulist[u, ulen[u] - depth]] > s:
+                s = begin[ulist[u, ulen[u] - depth]]  # the unit's FIFO is full until then
             ok = True
             for k in range(2):
                 c = pops[i, k]
@@ -127,7 +182,7 @@ def schedule(queue, pops, pushes, fixed, data, latency, acc_ids, spans, win_off,
             if ok and (best < 0 or s < bstart):
                 best, bstart = q, s
         if best < 0:
-            return DEADLOCK, order[:step], start, end, waits
+            return DEADLOCK, order[:step], start, begin, end, waits
         q, s = best, bstart
         seq = heads[q]
         i = qlist[q, seq]
@@ -153,7 +208,7 @@ def schedule(queue, pops, pushes, fixed, data, latency, acc_ids, spans, win_off,
                 sid = acc_ids[i, k]
                 if sid >= 0 and _races(spans, sid, q, clock, win_seq, win_sid, win_off, win_len):
                     order[step] = i
-                    return HAZARD, order[: step + 1], start, end, waits
+                    return HAZARD, order[: step + 1], start, begin, end, waits
             for k in range(4):
                 sid = acc_ids[i, k]
                 if sid >= 0:
@@ -163,27 +218,40 @@ def schedule(queue, pops, pushes, fixed, data, latency, acc_ids, spans, win_off,
                     win_len[w] += 1
         for d in range(3):
             clocks[q, d] = clock[d]
-        if fixed[i] >= 0:
-            e = s + fixed[i]
+        b, r = s, -1
+        if q == 1:
+            qfree[1] = s + ic
+            b = _begin(i, s, unit, ic, ufree, ulist, ulen, end, spans, acc_ids)
+            e = b + fixed[i]
+            u = unit[i]
+            if u >= 0:
+                ufree[u] = e
+                ulist[u, ulen[u]] = i
+                ulen[u] += 1
+            if e > retired:
+                retired = e
+            r = retired
         else:
             e = max(s + latency, dram_free) + data[i]
             dram_free = e
-        qfree[q] = e
+            qfree[q] = e
+            r = e
+        begin[i], end[i] = b, e
         for k in range(2):
             c = pushes[i, k]
             if c < 0:
                 break
             t = f_tail[c]
-            fifo[c, t, 0] = e
+            fifo[c, t, 0] = r
             for d in range(3):
                 fifo[c, t, 1 + d] = clock[d]
             f_tail[c] = t + 1
-        start[i], end[i] = s, e
+        start[i] = s
         order[step] = i
-        if ch >= 0 and s > free:
+        if ch >= 0 and ready > free:
             waits[ch, 0] += 1
-            waits[ch, 1] += s - free
-    return OK, order, start, end, waits
+            waits[ch, 1] += ready - free
+    return OK, order, start, begin, end, waits
 
 
 @nb.njit(cache=True)

@@ -14,6 +14,7 @@ DEFAULT_CONFIG_PATH = Path(__file__).parent / "configs" / "default.toml"
 _KEYS: dict[str, tuple[str, str, type]] = {
     "clock_ghz": ("clock", "ghz", float),
     "issue_cycles": ("clock", "issue_cycles", int),
+    "unit_queue_depth": ("compute", "unit_queue_depth", int),
     "matrix_rows": ("matrix", "rows", int),
     "matrix_cols": ("matrix", "cols", int),
     "matmul_latency": ("matrix", "latency", int),
@@ -42,6 +43,7 @@ class NovellaConfig:
 
     clock_ghz: float
     issue_cycles: int
+    unit_queue_depth: int
     matrix_rows: int
     matrix_cols: int
     matmul_latency: int

@@ -61,7 +61,7 @@ def _compiled(sim, plan: Plan):
     done = _schedule(sim, plan)
     if done is None:
         return None
-    order, start, end, waits, ordered = done
+    order, start, begin, end, waits, ordered = done
     progress = sim.progress
     step = len(ordered) if progress is None else 1024
     with np.errstate(all="ignore"):
@@ -72,18 +72,19 @@ def _compiled(sim, plan: Plan):
                 progress.update(step)
     tm = sim.timing
     loop = _Loop(sim, plan)
-    loop.order, loop.start, loop.end = order, start, end
+    loop.order, loop.start, loop.begin, loop.end = order, start, begin, end
     loop.waits = [list(w) for w in waits]
     for q, name in enumerate(QUEUES):
         done = order[plan.queue[order] == q]
-        tm.queue_free[name] = int(end[done[-1]]) if len(done) else 0
+        last = (int(start[done[-1]]) + sim.config.issue_cycles if q == 1 else int(end[done[-1]])) if len(done) else 0
+        tm.queue_free[name] = last
     dma = order[plan.fixed[order] < 0]
     tm.dram_free = int(end[dma[-1]]) if len(dma) else 0
     return loop._stats([0, 0, 0])
 
 
 def _schedule(sim, plan: Plan):
-    """(order, start, end, token waits, the (handler, args) in that order) of the compiled issue loop, or None
+    """(order, start, begin, end, token waits, the (handler, args) in that order) of the compiled issue loop, or None
     (a race or deadlock: the Python loop reports it). Data-independent, so kept on the plan for the next
     unchecked run of the same program (a checked run's serves too: same order and cycles); a run with hazard
     checking on always checks again."""
@@ -94,16 +95,16 @@ def _schedule(sim, plan: Plan):
     from . import _fast_numba as nb
 
     data = sim.timing.dma_cycles(plan.charged)
-    latency = sim.config.issue_cycles + sim.config.dma_latency
-    status, order, start, end, waits = nb.schedule(
-        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, latency,
-        plan.acc_ids, plan.span_rows, plan.win_off, check,
+    c = sim.config
+    status, order, start, begin, end, waits = nb.schedule(
+        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, c.issue_cycles + c.dma_latency,
+        plan.unit, c.issue_cycles, c.unit_queue_depth, plan.acc_ids, plan.span_rows, plan.win_off, check,
     )  # fmt: skip
     if status != nb.OK:
         return None
     order_list = order.tolist()
     ordered = itemgetter(*order_list)(plan.calls) if len(order_list) > 1 else (plan.calls[order_list[0]],)
-    done = plan.schedules[check] = (order, start, end, tuple(map(tuple, waits.tolist())), ordered)
+    done = plan.schedules[check] = (order, start, begin, end, tuple(map(tuple, waits.tolist())), ordered)
     return done
 
 
@@ -112,7 +113,8 @@ class _Loop:
         self.sim, self.p = sim, plan
         n = len(plan.code)
         self.qlists = [np.flatnonzero(plan.queue == q).tolist() for q in range(3)]
-        self.start = [0] * n
+        self.start = [0] * n  # a compute instruction's issue
+        self.begin = [0] * n  # when it runs on its unit (a DMA: its start)
         self.end = [0] * n
         self.order: list[int] = []
         self.waits = [[0, 0] for _ in CHANNELS]
@@ -129,10 +131,11 @@ class _Loop:
         heads, qfree = [0, 0, 0], [0, 0, 0]
         chan = [deque() for _ in CHANNELS]
         pops, pushes, handler, args, spans = p.pops, p.pushes, p.handler, p.args, p.spans
-        fixed, dma = p.fixed.tolist(), p.dma.tolist()
+        fixed, dma, unit = p.fixed.tolist(), p.dma.tolist(), p.unit.tolist()
         data = tm.dma_cycles(p.charged).tolist()  # DMA data-phase cycles (whole bursts)
-        latency, dram_free = sim.config.issue_cycles + sim.config.dma_latency, tm.dram_free
-        starts, ends, order, waits = self.start, self.end, self.order, self.waits
+        ic, units = sim.config.issue_cycles, tm.compute
+        latency, dram_free = ic + sim.config.dma_latency, tm.dram_free
+        starts, begins, ends, order, waits = self.start, self.begin, self.end, self.order, self.waits
         hz = self.hazards
         clocks = [(-1, -1, -1)] * 3
         extra = [0, 0, 0]  # readable-path DMA bytes loaded / stored, MACs
@@ -144,8 +147,9 @@ class _Loop:
                     h = heads[q]
                     if h >= lens[q]:
                         continue
-                    start = qfree[q]
-                    for c in pops[qlists[q][h]]:
+                    i = qlists[q][h]
+                    start = qfree[q] if q != 1 else max(qfree[q], units.room(unit[i]))
+                    for c in pops[i]:
                         ch = chan[c]
                         if not ch:
                             break
@@ -183,28 +187,30 @@ class _Loop:
                     else:
                         hz.latest[q] = clock
                     clocks[q] = clock
-                if h is None:  # the readable path's timing too
+                if q == 1:  # TimingModel.finish of a compute instruction
+                    qfree[1] = start + ic
+                    work = fixed[i] if h is not None else int(tm.work(inst.opcode, inst.fields))
+                    ranges = [(e[0].mem, e[0].write, e[1], e[2]) for e in sp if e[0].mem < 2]
+                    begin, end, ready = units.execute(unit[i], start, work, ranges)
+                elif h is None:  # the readable path's timing too
                     tm.queue_free[QUEUES[q]], tm.dram_free = qfree[q], dram_free
-                    end = tm.finish(inst, start, nbytes)
-                    dram_free = tm.dram_free
-                elif fixed[i] >= 0:
-                    end = start + fixed[i]
+                    begin, end, ready = tm.finish(inst, start, nbytes)
+                    dram_free, qfree[q] = tm.dram_free, end
                 else:  # TimingModel._dma_end, inline
                     end = (start + latency if start + latency > dram_free else dram_free) + data[i]
-                    dram_free = end
-                qfree[q] = end
+                    begin, ready, dram_free, qfree[q] = start, end, end, end
                 for c in pushes[i]:
-                    chan[c].append((end, clock))
-                starts[i], ends[i] = start, end
+                    chan[c].append((ready, clock))
+                starts[i], begins[i], ends[i] = start, begin, end
                 order.append(i)
-                if popped and start > free:
-                    ready = popped[0][1][0]
-                    ch = popped[0][0]
+                if popped:
+                    ready, ch = popped[0][1][0], popped[0][0]
                     for c, tok in popped[1:]:
                         if tok[0] > ready:
                             ready, ch = tok[0], c
-                    waits[ch][0] += 1
-                    waits[ch][1] += start - free
+                    if ready > free:
+                        waits[ch][0] += 1
+                        waits[ch][1] += ready - free
                 if progress is not None and not len(order) & 1023:
                     progress.update(1024)
         for q, name in enumerate(QUEUES):
@@ -259,7 +265,7 @@ class _Loop:
         s.dma_bytes_loaded = int(dma[code == Opcode.LOAD].sum()) + extra[0]
         s.dma_bytes_stored = int(dma[code == Opcode.STORE].sum()) + extra[1]
         s.macs = int((p.macs[order] * fast).sum()) + extra[2]
-        busy = ends[order] - np.asarray(self.start, np.int64)[order]
+        busy = ends[order] - np.asarray(self.begin, np.int64)[order]
         for c in first:
             s.busy[_UNIT_OF[Opcode(c)]] += int(busy[code == c].sum())
         for c, (count, cycles) in zip(CHANNELS, self.waits):

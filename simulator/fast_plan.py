@@ -12,6 +12,7 @@ from numpy.lib.stride_tricks import as_strided
 from .functional import _ERF_P, _ERF_Q, BINARY_OPS, F32, REDUCE_OPS, UNARY_OPS
 from .hazards import Span
 from .isa import BINARY_FNS, LAYOUT, QUEUE_OF, QUEUES, REDUCE_FNS, Opcode, VecFn, VecMode
+from .timing import UNIT_OF
 from .units import CHANNELS, TOKEN_ROUTES
 
 _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
@@ -205,7 +206,8 @@ class Plan:
         self.handler: list = [None] * n
         self.args: list = [()] * n
         self.spans: list = [()] * n
-        self.fixed = np.full(n, -1, np.int64)  # duration, or -1: DMA or readable timing
+        self.fixed = np.full(n, -1, np.int64)  # compute: work on its unit (`TimingModel.work`); -1: DMA
+        self.unit = np.full(n, -1, np.int64)  # execution unit (`timing.UNIT_OF`), -1: none
         self.dma = np.zeros(n, np.int64)
         self.charged = np.zeros(n, np.int64)  # DMA bytes rounded up to whole bursts (timing)
         self.macs = np.zeros(n, np.int64)
@@ -250,14 +252,15 @@ class Plan:
                 self.dma[idx] = (hi - lo) * c["cols"][idx] * 4
                 f = {k: c[k][idx] for k in ("cols", "row_step", "dram_stride")}
                 self.charged[idx] = timing.burst_bytes(op, f, self.dma[idx])
-        for op, cycles in ((Opcode.MATMUL, timing.matmul_cycles), (Opcode.VEC, timing.vec_cycles)):
+        for op, u in UNIT_OF.items():
             idx = np.flatnonzero(code == op)
+            self.unit[idx] = u
             if len(idx):
-                self.fixed[idx] = cycles({k: v[idx] for k, v in c.items()})
+                self.fixed[idx] = timing.work(op, {k: v[idx] for k, v in c.items()})
         idx = np.flatnonzero(code == Opcode.MATMUL)
         if len(idx):
             self.macs[idx] = c["m"][idx] * c["k"][idx] * c["n"][idx]
-        self.fixed[code == Opcode.NOP] = self.sim.config.issue_cycles
+        self.fixed[code == Opcode.NOP] = 0
 
     def _tokens(self) -> None:
         table_pop, table_push = {}, {}

@@ -31,7 +31,7 @@ _UNIT_OF = {
     Opcode.STORE: "store",
     Opcode.MATMUL: "matrix",
     Opcode.VEC: "vector",
-    Opcode.NOP: "vector",
+    Opcode.NOP: "vector",  # executes on no unit (busy 0): its trace span is the instant it ends
 }
 
 
@@ -154,7 +154,7 @@ class Simulator:
         return index, self._insts[index]
 
     def _pick(self) -> str | None:
-        """Runnable queue head that can start earliest (ties: load, compute, store)."""
+        """Runnable queue head that can start (compute: issue) earliest (ties: load, compute, store)."""
         best, best_start = None, None
         for q in QUEUES:
             head = self._head_inst(q)
@@ -163,7 +163,7 @@ class Simulator:
             pops = [self.channels[ch] for ch in _channels(head[1], "pop")]
             if any(len(ch) == 0 for ch in pops):
                 continue
-            start = self.timing.start_time(q, [ch.peek().ready for ch in pops])
+            start = self.timing.start_time(head[1], [ch.peek().ready for ch in pops])
             if best_start is None or start < best_start:
                 best, best_start = q, start
         return best
@@ -184,19 +184,22 @@ class Simulator:
         self._head[q] += 1
         popped = [(ch, self.channels[ch].pop()) for ch in _channels(inst, "pop")]
         free = self.timing.queue_free[q]
-        start = self.timing.start_time(q, [t.ready for _, t in popped])
+        start = self.timing.start_time(inst, [t.ready for _, t in popped])
         effect = self.functional.execute(index, inst)
         clock = None
         if self.hazards is not None:
             clock = merge_clock(self._clock[q], [t.clock for _, t in popped], q, seq)
             self.hazards.check(index, inst.mnemonic, q, clock, effect.accesses)
             self._clock[q] = clock
-        end = self.timing.finish(inst, start, effect.dma_bytes)
+        ranges = [(s.mem, s.write, s.lo, s.hi) for s in effect.accesses if s.mem < 2 and not s.empty]
+        begin, end, ready = self.timing.finish(inst, start, effect.dma_bytes, ranges)
         for ch in _channels(inst, "push"):
-            self.channels[ch].push(Token(end, clock))
-        self._record(index, inst, popped, free, start, end, effect)
+            self.channels[ch].push(Token(ready, clock))
+        self._record(index, inst, popped, free, begin, end, effect)
 
-    def _record(self, index, inst, popped, free, start, end, effect: Effect) -> None:
+    def _record(self, index, inst, popped, free, begin, end, effect: Effect) -> None:
+        """Stats and trace of one instruction: its unit busy from `begin` to `end`, a token wait from
+        its queue's free cycle to the latest-ready token it popped."""
         s, unit = self.stats, _UNIT_OF[inst.opcode]
         s.cycles = max(s.cycles, end)
         s.instructions += 1
@@ -208,16 +211,16 @@ class Simulator:
         elif inst.opcode == Opcode.STORE:
             s.dma_bytes_stored += effect.dma_bytes
         s.macs += effect.macs
-        s.busy[unit] += end - start
-        channel = max(popped, key=lambda p: p[1].ready)[0] if popped else None
-        if start > free and channel is not None:
+        s.busy[unit] += end - begin
+        channel, ready = max(((c, t.ready) for c, t in popped), key=lambda p: p[1], default=(None, 0))
+        if ready > free:
             s.token_waits[channel]["count"] += 1
-            s.token_waits[channel]["cycles"] += start - free
+            s.token_waits[channel]["cycles"] += ready - free
         if self.trace is not None:
-            if start > free and channel is not None:
-                self.trace.wait(unit, channel, free, start)
+            if ready > free:
+                self.trace.wait(unit, channel, free, ready)
             args = {"index": index, **inst.fields}
-            self.trace.span(unit, _event_name(inst), start, end, args)
+            self.trace.span(unit, _event_name(inst), begin, end, args)
 
 
 _CONTROLLER: list = []

@@ -1,9 +1,15 @@
 """Cycle-approximate timing model; every number comes from NovellaConfig.
 
-Each queue runs one instruction at a time. An instruction starts at
-max(queue free, ready time of every token it pops) and holds its queue for
-`issue_cycles` before its work. DMA data phases share one DRAM channel and
-move whole bursts. A token is ready when its pusher ends.
+The load and store queues run one instruction at a time: an instruction
+starts at max(queue free, ready time of every token it pops), holds its
+queue for `issue_cycles`, then does its work. DMA data phases share one
+DRAM channel and move whole bursts. A token is ready when its pusher ends.
+
+The compute queue issues in program order and dispatches MATMUL to the
+matrix unit and VEC to the vector unit (`ComputeUnits`). The two run
+concurrently, each in order, behind a FIFO of `unit_queue_depth` entries;
+an address-range scoreboard orders conflicting SRAM accesses between them,
+and compute instructions retire (push their tokens) in program order.
 
 The cost formulas take a field dict whose values are ints or NumPy arrays,
 so the fast path (`fast.py`) evaluates the same formulas over a program.
@@ -11,39 +17,112 @@ so the fast path (`fast.py`) evaluates the same formulas over a program.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from .config import NovellaConfig
 from .isa import QUEUES, Instruction, Opcode, VecFn
+
+EXEC_UNITS = ("matrix", "vector")
+UNIT_OF = {Opcode.MATMUL: 0, Opcode.VEC: 1}  # compute opcode -> index in EXEC_UNITS (a NOP has no unit)
 
 
 def _ceil_div(a, b):
     return -(-a // b)
 
 
+def conflict(mine, theirs) -> bool:
+    """Whether two instructions' SRAM ranges (mem, write, lo, hi) meet: same memory, overlapping
+    [lo, hi), at least one a write (the scoreboard's range comparators: bounds, not elements)."""
+    for mem, write, lo, hi in mine:
+        for m2, w2, lo2, hi2 in theirs:
+            if mem == m2 and (write or w2) and lo < hi2 and lo2 < hi:
+                return True
+    return False
+
+
+class _Unit:
+    """One execution unit: in order, fed by a FIFO of `depth` entries."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+        self.free = 0
+        self.starts: deque[int] = deque(maxlen=depth)  # start cycles of its last `depth` instructions
+        self.inflight: deque[tuple[int, tuple]] = deque()  # (end, SRAM ranges) of ones that may still run
+
+    def room(self) -> int:
+        """Cycle from which its FIFO has room: the start of the instruction `depth` places earlier."""
+        return self.starts[0] if len(self.starts) == self.depth else 0
+
+    def retire_before(self, cycle: int) -> None:
+        while self.inflight and self.inflight[0][0] <= cycle:
+            self.inflight.popleft()
+
+
+class ComputeUnits:
+    """The matrix and vector units behind the compute queue, their scoreboard and the retire point."""
+
+    def __init__(self, config: NovellaConfig):
+        self.issue_cycles = config.issue_cycles
+        self.units = [_Unit(config.unit_queue_depth) for _ in EXEC_UNITS]
+        self.retired = 0  # latest end of the compute instructions so far (in-order retirement)
+
+    def room(self, unit: int) -> int:
+        return 0 if unit < 0 else self.units[unit].room()
+
+    def execute(self, unit: int, issue: int, work: int, ranges) -> tuple[int, int, int]:
+        """(begin, end, token ready) of a compute instruction issued at `issue` to `unit` (-1: a NOP)."""
+        begin = issue + self.issue_cycles
+        if unit >= 0:
+            mine, other = self.units[unit], self.units[1 - unit]
+            mine.retire_before(issue)
+            other.retire_before(issue)
+            begin = max(begin, mine.free)
+            for end, theirs in other.inflight:
+                if end > begin and conflict(ranges, theirs):
+                    begin = end
+            end = begin + work
+            mine.free = end
+            mine.starts.append(begin)
+            mine.inflight.append((end, tuple(ranges)))
+        else:
+            end = begin
+        self.retired = max(self.retired, end)
+        return begin, end, self.retired
+
+
 class TimingModel:
     def __init__(self, config: NovellaConfig):
         self.config = config
-        self.queue_free = dict.fromkeys(QUEUES, 0)
+        self.queue_free = dict.fromkeys(QUEUES, 0)  # the compute queue's: when it can issue again
         self.dram_free = 0
+        self.compute = ComputeUnits(config)
         self.fn_cycles = np.ones(max(VecFn) + 1, np.int64)
         for name, cycles in config.vector_fn_cycles.items():
             self.fn_cycles[VecFn[name.upper()]] = cycles
 
-    def start_time(self, queue: str, token_ready: list[int]) -> int:
-        return max([self.queue_free[queue], *token_ready])
+    def start_time(self, inst: Instruction, token_ready: list[int]) -> int:
+        """When `inst` starts (a compute instruction: issues), given its popped tokens' ready cycles."""
+        t = max([self.queue_free[inst.queue], *token_ready])
+        return max(t, self.compute.room(UNIT_OF.get(inst.opcode, -1))) if inst.queue == "compute" else t
 
-    def matmul_cycles(self, f: dict):
+    def matmul_work(self, f: dict):
         """Weight-stationary: each (k, n) pass shifts its weights in (one array row per cycle), double
         buffered in the array, so a pass takes max(m, rows) and the first load is exposed."""
         c = self.config
         passes = _ceil_div(f["k"], c.matrix_rows) * _ceil_div(f["n"], c.matrix_cols)
-        work = c.matrix_rows + passes * np.maximum(f["m"], c.matrix_rows) + c.matmul_latency
-        return c.issue_cycles + work
+        return c.matrix_rows + passes * np.maximum(f["m"], c.matrix_rows) + c.matmul_latency
 
-    def vec_cycles(self, f: dict):
+    def vec_work(self, f: dict):
         beats = _ceil_div(f["cols"], self.config.vector_lanes)
-        return self.config.issue_cycles + f["rows"] * beats * self.fn_cycles[f["fn"]] + self.config.vector_latency
+        return f["rows"] * beats * self.fn_cycles[f["fn"]] + self.config.vector_latency
+
+    def work(self, opcode, f: dict):
+        """Execution cycles of a compute instruction on its unit (a NOP: 0)."""
+        if opcode == Opcode.MATMUL:
+            return self.matmul_work(f)
+        return self.vec_work(f) if opcode == Opcode.VEC else 0
 
     def burst_bytes(self, opcode, f: dict, dma_bytes):
         """Bytes the DRAM channel carries: each contiguous run rounded up to whole bursts."""
@@ -66,16 +145,14 @@ class TimingModel:
         self.dram_free = end
         return end
 
-    def finish(self, inst: Instruction, start: int, dma_bytes: int) -> int:
-        """End cycle of `inst` started at `start`; occupies its queue until then."""
+    def finish(self, inst: Instruction, start: int, dma_bytes: int, ranges=()) -> tuple[int, int, int]:
+        """(begin, end, token ready) of `inst` started (issued) at `start`; `ranges`: its SRAM accesses
+        as (mem, write, lo, hi). A DMA occupies its queue from start to end; a compute instruction
+        holds the compute queue for `issue_cycles` and then runs on its unit from begin to end."""
         op = inst.opcode
-        if op in (Opcode.LOAD, Opcode.STORE, Opcode.GATHER):
+        if inst.queue != "compute":
             end = self._dma_end(start, int(self.burst_bytes(op, inst.fields, dma_bytes)))
-        elif op == Opcode.MATMUL:
-            end = start + int(self.matmul_cycles(inst.fields))
-        elif op == Opcode.VEC:
-            end = start + int(self.vec_cycles(inst.fields))
-        else:
-            end = start + self.config.issue_cycles
-        self.queue_free[inst.queue] = end
-        return end
+            self.queue_free[inst.queue] = end
+            return start, end, end
+        self.queue_free["compute"] = start + self.config.issue_cycles
+        return self.compute.execute(UNIT_OF.get(op, -1), start, int(self.work(op, inst.fields)), ranges)

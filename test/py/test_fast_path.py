@@ -321,8 +321,8 @@ def test_compiled_erf_bit_identical():
 
 
 def _issue_both(words, setup, check=True):
-    """(compiled issue loop's status, order, start, end, waits), and the Python loop's (order, start, end, waits)
-    or its error."""
+    """(compiled issue loop's status, order, start, begin, end, waits), and the Python loop's (order, start,
+    begin, end, waits) or its error."""
     from simulator import _fast_numba
 
     sim = setup(True, check_hazards=check)
@@ -330,25 +330,17 @@ def _issue_both(words, setup, check=True):
     plan = fast.prepare(sim, words)
     assert plan.compiled
     data = sim.timing.dma_cycles(plan.charged)
-    latency = sim.config.issue_cycles + sim.config.dma_latency
+    c = sim.config
     got = _fast_numba.schedule(
-        plan.queue,
-        plan.pop_ch,
-        plan.push_ch,
-        plan.fixed,
-        data,
-        latency,
-        plan.acc_ids,
-        plan.span_rows,
-        plan.win_off,
-        check,
-    )
+        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, c.issue_cycles + c.dma_latency,
+        plan.unit, c.issue_cycles, c.unit_queue_depth, plan.acc_ids, plan.span_rows, plan.win_off, check,
+    )  # fmt: skip
     loop = fast._Loop(sim, plan)
     try:
         loop.run()
     except SimulatorError as e:
         return got, type(e).__name__
-    return got, (loop.order, loop.start, loop.end, loop.waits)
+    return got, (loop.order, loop.start, loop.begin, loop.end, loop.waits)
 
 
 @pytest.mark.parametrize("name,t", [("mlp", 200), ("layer", 65)])
@@ -359,9 +351,9 @@ def test_compiled_issue_loop_agrees_with_python_loop(name, t):
 
     spec, _, npu = _model(name)
     words, setup = _model_setup(npu, spec.example(t).numpy())
-    (status, order, start, end, waits), py = _issue_both(words, setup)
+    (status, order, start, begin, end, waits), py = _issue_both(words, setup)
     assert status == _fast_numba.OK and order.tolist() == py[0]
-    assert start.tolist() == py[1] and end.tolist() == py[2] and waits.tolist() == py[3]
+    assert start.tolist() == py[1] and begin.tolist() == py[2] and end.tolist() == py[3] and waits.tolist() == py[4]
     queue_of = np.array([isa.QUEUE_OF[isa.Opcode(int(c))] for c in (words[:, 0] & np.uint64(0xF))])
     rng = np.random.default_rng(12)
     races = 0
