@@ -89,11 +89,12 @@ class Geometry:
         return self.places[i][1]
 
 
-def _plan(target, g: Geometry, tq: int, tk: int, pipelined: bool) -> BufferPlan:
+def _plan(target, g: Geometry, tq: int, tk: int, pipelined: bool, ones: bool) -> BufferPlan:
+    width = g.dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
     plan.add("q", "spad", tq * g.d)
     plan.add("k", "spad", tk * g.d, stream=True)
-    plan.add("v", "spad", tk * g.dv, stream=True)
+    plan.add("v", "spad", tk * width, stream=True)
     if g.mask is not None:
         plan.add("mask", "spad", tq * tk, stream=True)
     if g.causal:
@@ -103,7 +104,7 @@ def _plan(target, g: Geometry, tq: int, tk: int, pipelined: bool) -> BufferPlan:
         plan.add(name, "spad", tq)
     plan.add("out", "spad", tq * g.dv, stream=True)
     plan.add("s", "acc", tq * tk)
-    plan.add("o", "acc", tq * g.dv)
+    plan.add("o", "acc", tq * width)
     return plan
 
 
@@ -123,7 +124,7 @@ class FlashAttention:
 
     exhaustive = False  # bench/costmodel.py's protocol: every fitting candidate is scored
 
-    def candidates(self, g: Geometry, syms, target, options) -> list[tuple[int, int, bool]]:
+    def candidates(self, g: Geometry, syms, target, options) -> list[tuple[int, int, bool, bool]]:
         sizes = target.array_tiles(16)
         tqs = [options["tile-m"]] if options.get("tile-m") else _candidates(g.lq, syms, sizes)
         tks = _candidates(g.lk, syms, sizes)
@@ -131,7 +132,8 @@ class FlashAttention:
             tks = [t for t in tks if info["page_size"] % t == 0] or [info["page_size"]]
         pairs = [(t, t) for t in tqs if t in tks] if g.causal else list(itertools.product(tqs, tks))
         schedules = (False,) if g.paged and not g.causal else (True, False)
-        return [(tq, tk, p) for tq, tk in pairs or [(min(tqs), min(tqs))] for p in schedules]
+        pairs = pairs or [(min(tqs), min(tqs))]
+        return [(tq, tk, p, ones) for tq, tk in pairs for p in schedules for ones in (False, True)]
 
     def cost(self, target, dims: fc.Dims, cand) -> float:
         return fc.cost(target, dims, *cand)
@@ -144,21 +146,27 @@ class FlashAttention:
         for cand in self.candidates(g, syms, target, options):
             plan = _plan(target, g, *cand)
             if plan.fits():
-                key = (self.cost(target, dims, cand), -cand[0], -cand[1], not cand[2])
+                key = (self.cost(target, dims, cand), -cand[0], -cand[1], not cand[2], cand[3])
                 if best is None or key < best[0]:
                     best = (key, cand, plan)
         if best is None:
             plan.check()
-        _, (tq, tk, pipelined), plan = best
+        _, (tq, tk, pipelined, ones), plan = best
         grid = [g.batch, ceildiv(g.lq, tq), ceildiv(g.lk, tk) + int(pipelined)]
-        return Tiling({"tq": tq, "tk": tk, "pipelined": int(pipelined)}, grid, plan.buffers)
+        tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones)}
+        return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
         g = Geometry(op, tv)
         tq, tk = t.tiles["tq"], t.tiles["tk"]
-        s = _Schedule(g, b, tq, tk, bool(t.tiles.get("pipelined", 0)))
+        ones = bool(t.tiles.get("ones", 0))
+        s = _Schedule(g, b, tq, tk, bool(t.tiles.get("pipelined", 0)), ones)
         rows = extent(1, tq, g.lq)
-        e = _Emit(b, rows, s.cols, tq, tk, g.dv)
+        e = _Emit(b, rows, s.cols, tq, tk, g.dv, ones)
+        if ones:  # the ones column of every slot of V, once (the loads write the other columns)
+            slots = next(buf.slots for buf in t.buffers if buf.name == "v")
+            b.vop("FILL", "v", imm=1.0, rows=tk * slots, cols=1, dst_stride=g.dv + 1, dst_offset=sy.const(g.dv),
+                  when=first(0) + first(1) + first(2))  # fmt: skip
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
         bi, qi = b.d(0), b.d(1)
@@ -177,8 +185,7 @@ class FlashAttention:
         if s.pipelined:
             s.qk(rows)
         e.part2(s.on, s.opening, s.rest)
-        b.vop("DIV", "out", "o", "l", mode="COL", rows=rows, cols=g.dv, dst_stride=g.dv, a_stride=g.dv,
-              b_stride=1, when=s.final)  # fmt: skip
+        e.normalize(when=s.final)
         b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
                      row_bound=g.lq, rows=rows, cols=g.dv, when=s.final)  # fmt: skip
 
@@ -207,8 +214,8 @@ class _Schedule:
     softmax's. Without a causal skip they are unguarded (two slots): a step past either end loads
     rows out of bounds (zero-filled, no DRAM traffic)."""
 
-    def __init__(self, g: Geometry, b, tq: int, tk: int, pipelined: bool):
-        self.g, self.b, self.tq, self.tk, self.pipelined = g, b, tq, tk, pipelined
+    def __init__(self, g: Geometry, b, tq: int, tk: int, pipelined: bool, ones: bool):
+        self.g, self.b, self.tq, self.tk, self.pipelined, self.width = g, b, tq, tk, pipelined, g.dv + ones
         qi, j = b.d(1), b.d(2)
         self.i = j - 1 if pipelined else j  # the softmax's tile
         nk = ceildiv(g.lk, tk)
@@ -232,8 +239,8 @@ class _Schedule:
         j = b.d(2)
         guarded = g.causal or not self.pipelined
         k_rows, v_rows = (self.cols_qk, self.cols) if guarded else (tk, tk)
-        _load_kv(b, g, "k", 1, g.d, k_rows, j * tk, when=self.qk_on if g.causal else None)
-        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, when=self.on if g.causal else None)
+        _load_kv(b, g, "k", 1, g.d, k_rows, j * tk, g.d, when=self.qk_on if g.causal else None)
+        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, when=self.on if g.causal else None)
         if g.mask is not None:
             _load_mask(b, g, rows, self.tq, tk, self.pipelined)
 
@@ -241,8 +248,9 @@ class _Schedule:
 class _Emit:
     """VEC and MATMUL ops of one step on the [rows, cols] score tile and the per-row vectors."""
 
-    def __init__(self, b, rows, cols, tq, tk, dv):
-        self.b, self.rows, self.cols, self.tq, self.tk, self.dv = b, rows, cols, tq, tk, dv
+    def __init__(self, b, rows, cols, tq, tk, dv, ones: bool):
+        self.b, self.rows, self.cols, self.tq, self.tk, self.dv, self.ones = b, rows, cols, tq, tk, dv, ones
+        self.width = dv + ones  # row stride of V and O (with the ones column, O's last column is l)
 
     def tile(self, fn, dst, a, other=None, mode="TENSOR", when=None):
         s = self.tk
@@ -270,23 +278,32 @@ class _Emit:
     def part2(self, on, opening, rest) -> None:
         """p = exp(p), the running sum l and the output O (+)= P @ V, rescaled by exp(m_old - m)."""
         self.tile("EXP", "p", "p", when=on)
-        self.reduce("ROWSUM", "l", "p", opening)
+        if not self.ones:
+            self.reduce("ROWSUM", "l", "p", opening)
         self.pv(0, opening)
         self.row("SUB", "t", "m", "cm", when=rest)
         self.row("EXP", "t", "t", when=rest)
         self.row("COPY", "m", "cm", when=rest)
-        self.reduce("ROWSUM", "cm", "p", rest)
-        self.row("MUL", "l", "l", "t", when=rest)
-        self.row("ADD", "l", "l", "cm", when=rest)
-        dv = self.dv
-        self.b.vop("MUL", "o", "o", "t", mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=dv,
+        if not self.ones:
+            self.reduce("ROWSUM", "cm", "p", rest)
+            self.row("MUL", "l", "l", "t", when=rest)
+            self.row("ADD", "l", "l", "cm", when=rest)
+        w = self.width
+        self.b.vop("MUL", "o", "o", "t", mode="COL", rows=self.rows, cols=w, dst_stride=w, a_stride=w,
                    b_stride=1, when=rest)  # fmt: skip
         self.pv(1, rest)
 
     def pv(self, accumulate: int, when):
-        dv = self.dv
-        self.b.mma("o", "p", "v", a_stride=self.tk, b_stride=dv, acc_stride=dv, m=self.rows, k=self.cols, n=dv,
+        w = self.width
+        self.b.mma("o", "p", "v", a_stride=self.tk, b_stride=w, acc_stride=w, m=self.rows, k=self.cols, n=w,
                    accumulate=accumulate, transpose_b=0, when=when)  # fmt: skip
+
+    def normalize(self, when) -> None:
+        """out = O / l (l: O's last column with the ones column of V)."""
+        dv, w = self.dv, self.width
+        sums, off = ("o", sy.const(dv)) if self.ones else ("l", None)
+        self.b.vop("DIV", "out", "o", sums, mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=w,
+                   b_stride=w if self.ones else 1, b_offset=off, when=when)  # fmt: skip
 
 
 def _staircase(b, t: int, when) -> None:
@@ -302,17 +319,17 @@ def _staircase(b, t: int, when) -> None:
         n *= 2
 
 
-def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, when) -> None:
+def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, stride: int, when) -> None:
     """LOAD `rows` key/value rows from row `row0` (rows out of [0, lk) are zero-filled)."""
     bi = b.d(0)
     info = g.paged.get(tensor)
     if info is None:
         b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=row0,
-                    row_bound=g.lk, rows=rows, cols=width, when=when)  # fmt: skip
+                    row_bound=g.lk, rows=rows, cols=width, sram_stride=stride, when=when)  # fmt: skip
         return
     head = sy.floordiv(bi, g.group) if g.group > 1 and not g.packed else bi
     kv.load_paged_rows(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, rows=rows, col0=0, cols=width,
-                       sram_stride=width, when=when)  # fmt: skip
+                       sram_stride=stride, when=when)  # fmt: skip
 
 
 def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool) -> None:

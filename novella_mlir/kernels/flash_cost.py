@@ -42,8 +42,8 @@ def widths(total: int, t: int) -> list[int]:
 class _Step:
     """Cycles of the parts of one tile's work for a block of r rows."""
 
-    def __init__(self, t, dims: Dims, r: int):
-        self.t, self.dims, self.r = t, dims, r
+    def __init__(self, t, dims: Dims, r: int, ones: bool):
+        self.t, self.dims, self.r, self.ones = t, dims, r, ones
 
     def row(self, *fns) -> float:
         return sum(cm.vec(self.t, 1, self.r, f) for f in fns)
@@ -56,16 +56,17 @@ class _Step:
 
     def part2(self, w: int, opening: bool) -> float:
         t, r = self.t, self.r
-        v = cm.vec(t, r, w, "exp") + cm.vec(t, r, w, "rowsum")
+        v = cm.vec(t, r, w, "exp") + cm.vec(t, r, w, "rowsum") * (not self.ones)
         if not opening:
-            v += self.row("sub", "exp", "copy", "mul", "add") + cm.vec(t, r, self.dims.dv, "mul")
+            v += self.row("sub", "exp", "copy") + cm.vec(t, r, self.dims.dv + self.ones, "mul")
+            v += self.row("mul", "add") * (not self.ones)
         return v
 
     def qk(self, w: int) -> float:
         return cm.matmul(self.t, self.r, self.dims.d, w)
 
     def pv(self, w: int) -> float:
-        return cm.matmul(self.t, self.r, w, self.dims.dv)
+        return cm.matmul(self.t, self.r, w, self.dims.dv + self.ones)
 
     def kv(self, rows: int) -> tuple[tuple[float, float], tuple[float, float]]:
         c = self.dims.contiguous
@@ -91,9 +92,9 @@ def _group(t, loads, vector: float, matrix: float, chain: float, store=None, res
                     vector=vector, overlap=overlap)  # fmt: skip
 
 
-def block(t, dims: Dims, r: int, ws: list[int], pipelined: bool, diagonal: bool) -> list[cm.Group]:
+def block(t, dims: Dims, r: int, ws: list[int], pipelined: bool, ones: bool) -> list[cm.Group]:
     """The steps of one query block of r rows over key tiles of widths ws (causal: the last is the diagonal)."""
-    s, n = _Step(t, dims, r), len(ws)
+    s, n, diagonal = _Step(t, dims, r, ones), len(ws), dims.causal
     q = _dma(t, r, dims.d, dims.contiguous[0])
     scale, div = cm.vec(t, r, dims.d, "mul"), cm.vec(t, r, dims.dv, "div")
     out = _dma(t, r, dims.dv, dims.contiguous[3])
@@ -121,13 +122,13 @@ def block(t, dims: Dims, r: int, ws: list[int], pipelined: bool, diagonal: bool)
     return steps
 
 
-def cost(t, dims: Dims, tq: int, tk: int, pipelined: bool) -> float:
+def cost(t, dims: Dims, tq: int, tk: int, pipelined: bool, ones: bool = False) -> float:
     """Predicted cycles of the whole op (`costmodel.pipeline` over its steps)."""
     counts: Counter = Counter()
     rows = widths(dims.lq, tq)
     for qi, r in enumerate(rows):
         ws = widths(min(dims.lk, (qi + 1) * tk), tk) if dims.causal else widths(dims.lk, tk)
-        for g in block(t, dims, r, ws, pipelined, dims.causal):
+        for g in block(t, dims, r, ws, pipelined, ones):
             counts[g] += dims.batch
     groups = [dataclasses.replace(g, count=n) for g, n in counts.items()]
     return cm.pipeline(t, groups)
