@@ -89,7 +89,7 @@ class Geometry:
         return self.places[i][1]
 
 
-def _plan(target, g: Geometry, tq: int, tk: int, pipelined: bool, ones: bool) -> BufferPlan:
+def _plan(target, g: Geometry, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool) -> BufferPlan:
     width = g.dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
     plan.add("q", "spad", tq * g.d)
@@ -103,7 +103,7 @@ def _plan(target, g: Geometry, tq: int, tk: int, pipelined: bool, ones: bool) ->
     for name in ("m", "l", "cm", "t"):
         plan.add(name, "spad", tq)
     plan.add("out", "spad", tq * g.dv, stream=True)
-    plan.add("s", "acc", tq * tk)
+    plan.add("s", "acc", tq * tk * s_slots)  # two: tile j's scores by d2 parity (macro-addressed, not streamed)
     plan.add("o", "acc", tq * width)
     return plan
 
@@ -118,13 +118,15 @@ def dims_of(g: Geometry, syms) -> fc.Dims:
 class FlashAttention:
     """`novella.flash_attention`: grid (batch, query block, key/value step); see the module docstring.
 
-    Candidates are (tq, tk, pipelined): tile sizes from the Target's row tiles (multiples of the array
-    height; a causal op uses square tiles) and the schedule; the cost model (`kernels/flash_cost.py`)
-    takes the cheapest that fits the SRAM at the nominal length."""
+    Candidates are (tq, tk, pipelined, ones, s_slots, expsub): tile sizes from the Target's row tiles
+    (multiples of the array height; a causal op uses square tiles), the schedule, the row sums' unit
+    and the score buffer's slots; EXPSUB (when the config has it) wherever it does not lengthen the
+    last read of a single score buffer. The cost model (`kernels/flash_cost.py`) takes the cheapest
+    that fits the SRAM at the nominal length."""
 
     exhaustive = False  # bench/costmodel.py's protocol: every fitting candidate is scored
 
-    def candidates(self, g: Geometry, syms, target, options) -> list[tuple[int, int, bool, bool]]:
+    def candidates(self, g: Geometry, syms, target, options) -> list[tuple]:
         sizes = target.array_tiles(16)
         tqs = [options["tile-m"]] if options.get("tile-m") else _candidates(g.lq, syms, sizes)
         tks = _candidates(g.lk, syms, sizes)
@@ -133,7 +135,9 @@ class FlashAttention:
         pairs = [(t, t) for t in tqs if t in tks] if g.causal else list(itertools.product(tqs, tks))
         schedules = (False,) if g.paged and not g.causal else (True, False)
         pairs = pairs or [(min(tqs), min(tqs))]
-        return [(tq, tk, p, ones) for tq, tk in pairs for p in schedules for ones in (False, True)]
+        has_expsub = "expsub" in target.vector_functions
+        variants = [(p, ones, n) for p in schedules for ones in (False, True) for n in ((1, 2) if p else (1,))]
+        return [(tq, tk, p, ones, n, has_expsub and (not p or n == 2)) for tq, tk in pairs for p, ones, n in variants]
 
     def cost(self, target, dims: fc.Dims, cand) -> float:
         return fc.cost(target, dims, *cand)
@@ -146,23 +150,27 @@ class FlashAttention:
         for cand in self.candidates(g, syms, target, options):
             plan = _plan(target, g, *cand)
             if plan.fits():
-                key = (self.cost(target, dims, cand), -cand[0], -cand[1], not cand[2], cand[3])
+                key = (self.cost(target, dims, cand), -cand[0], -cand[1], not cand[2], cand[3], cand[4])
                 if best is None or key < best[0]:
                     best = (key, cand, plan)
         if best is None:
             plan.check()
-        _, (tq, tk, pipelined, ones), plan = best
+        _, (tq, tk, pipelined, ones, s_slots, expsub), plan = best
         grid = [g.batch, ceildiv(g.lq, tq), ceildiv(g.lk, tk) + int(pipelined)]
-        tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones)}
+        tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones), "s_slots": s_slots,
+                 "expsub": int(expsub)}  # fmt: skip
         return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
         g = Geometry(op, tv)
         tq, tk = t.tiles["tq"], t.tiles["tk"]
-        ones = bool(t.tiles.get("ones", 0))
+        ones, two = bool(t.tiles.get("ones", 0)), t.tiles.get("s_slots", 1) == 2
         s = _Schedule(g, b, tq, tk, bool(t.tiles.get("pipelined", 0)), ones)
         rows = extent(1, tq, g.lq)
-        e = _Emit(b, rows, s.cols, tq, tk, g.dv, ones)
+        e = _Emit(b, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))
+        if two:  # tile i's scores in slot i mod 2: the score MATMUL of tile d2 and the softmax of d2 - 1 never meet
+            s.s_off = ir.AffineExpr.get_mod(b.d(2), sy.const(2)) * (tq * tk)
+            e.s_off = ir.AffineExpr.get_mod(s.i, sy.const(2)) * (tq * tk)
         if ones:  # the ones column of every slot of V, once (the loads write the other columns)
             slots = next(buf.slots for buf in t.buffers if buf.name == "v")
             b.vop("FILL", "v", imm=1.0, rows=tk * slots, cols=1, dst_stride=g.dv + 1, dst_offset=sy.const(g.dv),
@@ -175,14 +183,14 @@ class FlashAttention:
         b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
               when=first(2))  # fmt: skip
         s.loads(rows)
-        if not s.pipelined:
+        if not s.pipelined or two:
             s.qk(rows)
         if g.mask is not None:
             e.tile("ADD", "s", "s", "mask", when=s.on)
         if g.causal:
             e.tile("ADD", "s", "s", "tri", when=s.final)
         e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
-        if s.pipelined:
+        if s.pipelined and not two:  # after the last read of the one score buffer
             s.qk(rows)
         e.part2(s.on, s.opening, s.rest)
         e.normalize(when=s.final)
@@ -216,6 +224,7 @@ class _Schedule:
 
     def __init__(self, g: Geometry, b, tq: int, tk: int, pipelined: bool, ones: bool):
         self.g, self.b, self.tq, self.tk, self.pipelined, self.width = g, b, tq, tk, pipelined, g.dv + ones
+        self.s_off = None
         qi, j = b.d(1), b.d(2)
         self.i = j - 1 if pipelined else j  # the softmax's tile
         nk = ceildiv(g.lk, tk)
@@ -232,7 +241,7 @@ class _Schedule:
     def qk(self, rows) -> None:
         g = self.g
         self.b.mma("s", "q", "k", a_stride=g.d, b_stride=g.d, acc_stride=self.tk, m=rows, k=g.d, n=self.cols_qk,
-                   accumulate=0, transpose_b=1, when=self.qk_on)  # fmt: skip
+                   accumulate=0, transpose_b=1, acc_offset=self.s_off, when=self.qk_on)  # fmt: skip
 
     def loads(self, rows) -> None:
         g, b, tk = self.g, self.b, self.tk
@@ -248,17 +257,21 @@ class _Schedule:
 class _Emit:
     """VEC and MATMUL ops of one step on the [rows, cols] score tile and the per-row vectors."""
 
-    def __init__(self, b, rows, cols, tq, tk, dv, ones: bool):
+    def __init__(self, b, rows, cols, tq, tk, dv, ones: bool, expsub: bool):
         self.b, self.rows, self.cols, self.tq, self.tk, self.dv, self.ones = b, rows, cols, tq, tk, dv, ones
+        self.expsub, self.s_off = expsub, None  # s_off: the softmax tile's score slot
         self.width = dv + ones  # row stride of V and O (with the ones column, O's last column is l)
 
     def tile(self, fn, dst, a, other=None, mode="TENSOR", when=None):
         s = self.tk
         f = dict(rows=self.rows, cols=self.cols, dst_stride=s, a_stride=s, b_stride=1 if mode == "COL" else s)
+        f.update(dst_offset=self.s_off if dst == "s" else None, a_offset=self.s_off if a == "s" else None)
         self.b.vop(fn, dst, a, other, mode=mode, when=when, **f)
 
     def reduce(self, fn, dst, src, when):
-        self.b.vop(fn, dst, src, rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, when=when)
+        off = self.s_off if src == "s" else None
+        self.b.vop(fn, dst, src, rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, a_offset=off,
+                   when=when)  # fmt: skip
 
     def row(self, fn, dst, a, other=None, when=None, **f):
         """Elementwise on per-row vectors, issued as one [1, rows] row (they are contiguous)."""
@@ -270,14 +283,16 @@ class _Emit:
         self.reduce("ROWMAX", "m", "s", opening)
         if floor:
             self.row("MAX", "m", "m", mode="SCALAR", imm=NEG_FLOOR, when=opening)
-        self.tile("SUB", "p", "s", "m", mode="COL", when=opening)
+        shift = "EXPSUB" if self.expsub else "SUB"  # EXPSUB: p = exp(s - m) in one pass
+        self.tile(shift, "p", "s", "m", mode="COL", when=opening)
         self.reduce("ROWMAX", "cm", "s", rest)
         self.row("MAX", "cm", "cm", "m", when=rest)
-        self.tile("SUB", "p", "s", "cm", mode="COL", when=rest)
+        self.tile(shift, "p", "s", "cm", mode="COL", when=rest)
 
     def part2(self, on, opening, rest) -> None:
         """p = exp(p), the running sum l and the output O (+)= P @ V, rescaled by exp(m_old - m)."""
-        self.tile("EXP", "p", "p", when=on)
+        if not self.expsub:
+            self.tile("EXP", "p", "p", when=on)
         if not self.ones:
             self.reduce("ROWSUM", "l", "p", opening)
         self.pv(0, opening)

@@ -188,18 +188,23 @@ def _reference(kind: str, xs):
     return F.scaled_dot_product_attention(*xs[:3], attn_mask=mask, scale=1.0 if kind == "masked" else 0.125)
 
 
-@pytest.mark.parametrize("pipelined,ones", [(False, False), (False, True), (True, False), (True, True)])
+_SCHEDULES = [(False, False, 1), (False, True, 1), (True, False, 1), (True, True, 1), (True, False, 2), (True, True, 2)]
+
+
+@pytest.mark.parametrize("pipelined,ones,s_slots", _SCHEDULES)
 @pytest.mark.parametrize("kind", sorted(_KINDS))
-def test_every_schedule_matches_eager(monkeypatch, kind, pipelined, ones):
-    """Each schedule forced (plain or pipelined, row sums by ROWSUM or by V's ones column), hazard
-    checker on: 1, a tile's neighbours, odd and the maximum length."""
+def test_every_schedule_matches_eager(monkeypatch, kind, pipelined, ones, s_slots):
+    """Each schedule forced (plain or pipelined with one or two score slots, row sums by ROWSUM or by
+    V's ones column; EXPSUB except where a single score buffer is read), hazard checker on: 1, a
+    tile's neighbours, odd and the maximum length."""
     from novella_mlir.kernels.flash_attention import FlashAttention
 
-    monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, cand: float(cand[2:] != (pipelined, ones)))
+    want = (pipelined, ones, s_slots)
+    monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, cand: float(cand[2:5] != want))
     spec = _KINDS[kind]
     model = _fused(spec["args"], spec["out"], spec.get("mask"), spec.get("causal", False), spec.get("scale", 0.125))
     t = tiles(model.ir, "novella.flash_attention")
-    assert (t["pipelined"], t["ones"]) == (pipelined, ones)
+    assert (t["pipelined"], t["ones"], t["s_slots"], t["expsub"]) == (*want, int(not pipelined or s_slots == 2))
     for length in sorted({1, t["tk"] - 1, t["tk"] + 1, 201, MAX_LEN} - {0}):
         xs = _inputs(kind, length)
         torch.testing.assert_close(model(*xs), _reference(kind, xs), **TOL)

@@ -49,7 +49,7 @@
 // CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "l", {{.*}}dst = "out", {{.*}}fn = "DIV", mode = "COL", rows = #[[ROWS]], when = #[[LAST]]}
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[LAST]]}
 // CHECK-NOT: novella.dma_store
-// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}p = ["spad", {{[0-9]+}}, 8192, 2]{{.*}}novella.tiles = {ones = 0 : i64, pipelined = 1 : i64, tk = 64 : i64, tq = 128 : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}p = ["spad", {{[0-9]+}}, 8192, 2]{{.*}}novella.tiles = {expsub = 0 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 1 : i64, tk = 64 : i64, tq = 128 : i64}
 // UNFUSED-LABEL: func.func @sdpa
 // UNFUSED: "novella.matmul"
 // UNFUSED: "novella.softmax"
@@ -64,19 +64,26 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // The eager chain with an additive mask broadcast over the batch: the mask becomes the fourth
-// operand, loaded one [64, 128] tile per step (batch stride 0) and added to the scores; the running
-// max starts at -3e38 (a fully masked tile row gives exp(-inf) = 0, not NaN).
+// operand, loaded one [128, 32] tile per step (batch stride 0) and added to the scores; the running
+// max starts at -3e38 (a fully masked tile row gives exp(-inf) = 0, not NaN). Here the scores have
+// two slots (tile i in slot i mod 2), so the score MATMUL of tile d2 comes first and the softmax
+// of tile d2 - 1 takes p = exp(s - m) in one EXPSUB pass.
 // LEGAL-LABEL: func.func @masked
 // LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[M:.*]]: tensor<1x?x?xf32
 // LEGAL: %[[O:.*]] = "novella.flash_attention"(%[[Q]], %[[K]], %[[V]], %[[M]]) {causal = 0 : i64, {{.*}}scale = 1.000000e+00 : f32}
 // LEGAL-NOT: novella.add
 // LEGAL: return %[[O]]
+// CHECK-DAG: #[[SLOT:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d2 mod 2) * 4096)>
+// CHECK-DAG: #[[PREVSLOT:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d2 - 1) mod 2) * 4096)>
 // CHECK-LABEL: func.func @masked
 // CHECK-SAME: %[[M:[^:]*]]: tensor<1x?x?xf32
 // CHECK: "novella.dma_load"(%[[M]]) {buffer = "mask", {{.*}}dram_offset = #[[MOFF:[^,]*]], {{.*}}tensor = 3 : i64}
-// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "mask", {{.*}}dst = "s", {{.*}}fn = "ADD"
+// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", acc_offset = #[[SLOT]]
+// CHECK-NEXT: "novella.vop"() {a = "s", a_offset = #[[PREVSLOT]], {{.*}}b = "mask", {{.*}}dst = "s", dst_offset = #[[PREVSLOT]], {{.*}}fn = "ADD"
 // CHECK: fn = "MAX", imm = -3.000000e+38 : f32, mode = "SCALAR"
-// CHECK: kernel = "novella.flash_attention"
+// CHECK-NEXT: "novella.vop"() {a = "s", a_offset = #[[PREVSLOT]], {{.*}}b = "m", {{.*}}dst = "p", {{.*}}fn = "EXPSUB", mode = "COL"
+// CHECK-NOT: fn = "EXP", mode = "TENSOR"
+// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 2 : i64, tk = 32 : i64, tq = 128 : i64}
 // UNFUSED-LABEL: func.func @masked
 // UNFUSED: "novella.add"
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
@@ -92,7 +99,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // A causal mask (the frontend tags its add with novella.causal) becomes causal = 1 and is dropped:
-// square tiles (64 x 64), pipelined: the score MATMUL of tile d2 runs while d1 - d2 >= 0, the
+// square tiles (64 x 64, two score slots), pipelined: the score MATMUL of tile d2 runs while d1 - d2 >= 0, the
 // softmax and P @ V of tile d2 - 1 while d1 - (d2 - 1) >= 0 (the tiles above the diagonal are
 // skipped, so the K/V loads are guarded); the diagonal tile adds a staircase of -3e38 (finite: an
 // artifact stores no -inf) built once, and the output is stored after the diagonal tile.
@@ -107,10 +114,10 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK: "novella.vop"() {{{.*}}dst = "tri", {{.*}}fn = "FILL", imm = -3.000000e+38 : f32, {{.*}}when = #[[ONCE]]}
 // CHECK: "novella.dma_load"(%{{.*}}) {buffer = "k", {{.*}}when = #[[LIVE]]}
 // CHECK-NEXT: "novella.dma_load"(%{{.*}}) {buffer = "v", {{.*}}when = #[[SOFT]]}
+// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", {{.*}}when = #[[LIVE]]}
 // CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "tri", {{.*}}fn = "ADD", {{.*}}when = #[[DIAG]]}
-// CHECK: "novella.mma"() {{{.*}}acc = "s", {{.*}}when = #[[LIVE]]}
 // CHECK: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[DIAG]]}
-// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {ones = 0 : i64, pipelined = 1 : i64, tk = 64 : i64, tq = 64 : i64}
+// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 2 : i64, tk = 64 : i64, tq = 64 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @causal(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %v: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %m: tensor<1x?x?xf32, affine_map<()[s0] -> (1, s0, s0)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>> {
     %s = "novella.matmul"(%q, %k) {transpose_rhs = true} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
