@@ -170,7 +170,11 @@ _KINDS = {
 def _inputs(kind: str, length: int):
     g = torch.Generator().manual_seed(length)
     if kind == "decode":
-        return [torch.randn(4, 1, 64, generator=g), torch.randn(4, length, 64, generator=g), torch.randn(4, length, 32, generator=g)]
+        return [
+            torch.randn(4, 1, 64, generator=g),
+            torch.randn(4, length, 64, generator=g),
+            torch.randn(4, length, 32, generator=g),
+        ]
     qkv = [torch.randn(2, length, 64, generator=g) for _ in range(3)]
     if kind == "plain":
         return qkv
