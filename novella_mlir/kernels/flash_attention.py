@@ -231,6 +231,16 @@ def _prev(j: ir.AffineExpr) -> ir.AffineExpr:
     return j - sy.ceildiv(j, _BIG)
 
 
+def _edge_rows(lk: ir.AffineExpr, tk: int, j: ir.AffineExpr) -> tuple[list, list]:
+    """Rows of the unguarded pipelined loads at step j: K of tile j (none at j = nk), V of tile j - 1
+    (none at j = 0); min(tk, lk - tile * tk) between. [j == nk] is ceildiv(j + 1 - nk, 2^24)."""
+    nk = ceildiv(lk, tk)
+    last = sy.ceildiv(j + 1 - nk, _BIG)
+    k = [sy.const(tk), lk - j * tk + last * tk, (nk - j) * _BIG]
+    v = [sy.const(tk), lk - (j - 1) * tk, j * _BIG]
+    return k, v
+
+
 def _tile_extent(t: int, total: ir.AffineExpr, index: ir.AffineExpr):
     """Width of tile `index` of `t` along `total` (min(t, total - index * t), or t if every tile is full)."""
     v = sy.as_int(total)
@@ -272,7 +282,7 @@ class _Schedule:
         g, b, tk = self.g, self.b, self.tk
         j = b.d(2)
         guarded = g.causal or not self.pipelined
-        k_rows, v_rows = (self.cols_qk, self.cols) if guarded else (tk, tk)
+        k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
         _load_kv(b, g, "k", 1, g.d, k_rows, j * tk, g.d, when=self.qk_on if g.causal else None)
         _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, when=self.on if g.causal else None)
         if g.mask is not None:
@@ -378,7 +388,8 @@ def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool) -> None:
     j = b.d(2)
     col = _prev(j) if pipelined else j
     broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
-    bound = [g.mask_rows, j * _BIG] if pipelined else g.mask_rows
+    if pipelined:
+        rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [j * _BIG]  # none at step 0
     b.load("mask", 3, dram_offset=b.d(0) * g.mask_stride + col * tk, dram_stride=g.lk,
            row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
-           row_bound=bound, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk)  # fmt: skip
+           row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk)  # fmt: skip
