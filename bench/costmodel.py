@@ -3,7 +3,7 @@
     .venv/bin/python bench/costmodel.py [--length 300] [--max-sim 16] [--configs edge,default,large] [--in-process]
 
 For each op shape x config, at the run length T: the op (one kernel: linear, row elementwise,
-layer norm, softmax, batched matmul, conv1d) is compiled with the kernels planning for T
+layer norm, softmax, batched matmul, conv1d, fused attention) is compiled with the kernels planning for T
 (`NOMINAL_LENGTH` set to T), recording every tiling the kernel considers that fits the SRAM and
 its predicted cycles. Then every candidate (or, past `--max-sim`, the model's best half of them
 plus random others) is compiled with that tiling forced and simulated. Printed side by side: the
@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from novella_mlir import compile_torch, sweep  # noqa: E402
-from novella_mlir.kernels import attention, conv, elementwise, linear, normalization  # noqa: E402
+from novella_mlir.kernels import attention, conv, elementwise, flash_attention, linear, normalization  # noqa: E402
 from simulator import load_config  # noqa: E402
 
 
@@ -91,6 +92,9 @@ CASES = [
     Case("x@W [2,T,1024]x[1024,64]", attention.Matmul, lambda: Fn(torch.matmul, torch.randn(2, 1024, 64)), ((2, "T", 1024),)),
     Case("conv1d 80->384 k3", conv.Conv1d, lambda: Chan(80, 384, 3, 1), ((1, "T", 80),)),
     Case("conv1d 384->384 k3 s2", conv.Conv1d, lambda: Chan(384, 384, 3, 2), ((1, "T", 384),)),
+    Case("flash [6,T,64]", flash_attention.FlashAttention, lambda: Fn(lambda q, kv: F.scaled_dot_product_attention(q, kv, kv)), ((6, "T", 64), (6, "T", 64))),
+    Case("flash causal [6,T,64]", flash_attention.FlashAttention, lambda: Fn(lambda x: F.scaled_dot_product_attention(x, x, x, is_causal=True)), ((6, "T", 64),)),
+    Case("flash decode [6,1|T,64]", flash_attention.FlashAttention, lambda: Fn(lambda kv: F.scaled_dot_product_attention(kv[:, -1:], kv, kv)), ((6, "T", 64),)),
 ]  # fmt: skip
 
 

@@ -24,6 +24,7 @@ from .kernels import conv as k_conv
 from .kernels import data_movement as k_data
 from .kernels import elementwise as k_elementwise
 from .kernels import flash_attention as k_flash
+from .kernels import flash_fusion as k_flash_fusion
 from .kernels import indexing as k_index
 from .kernels import kv_cache as k_kv
 from .kernels import linear as k_linear
@@ -339,8 +340,8 @@ LEGALIZE_PATTERNS: tuple = (
 
 # Fusions, added after LEGALIZE_PATTERNS unless --novella-legalize has fuse-attention=0.
 FUSION_PATTERNS: tuple = (
-    (nv.MatmulOp, k_flash.fuse_attention),
-    (nv.FlashAttentionOp, k_flash.absorb_head_transposes),
+    (nv.MatmulOp, k_flash_fusion.fuse_attention),
+    (nv.FlashAttentionOp, k_flash_fusion.absorb_head_transposes),
 )
 
 # Epilogue fusions into a linear, each behind its --novella-legalize option: option -> (root op class,

@@ -334,7 +334,9 @@ class Plan:
         ):
             n = hi - lo
             dram = self._span(2, op == Opcode.STORE, da, ds, n, nc) if n else None
-            if op == Opcode.LOAD:
+            if op == Opcode.LOAD and not (rows and nc):  # moves nothing, as a STORE with no row in bounds
+                self._prepare(i, [], _nop, ())
+            elif op == Opcode.LOAD:
                 sram = self._span(mem, True, sa, ss, rows, nc)
                 if sram is None or (n and dram is None):
                     continue

@@ -61,6 +61,15 @@ def _rsqrt(a):
     return F32(1) / np.sqrt(a)
 
 
+def exp_sub(a, b, out=None):
+    """EXPSUB: exp(a - b), the difference rounded to fp32 first (so bit for bit SUB then EXP)."""
+    r = np.exp(np.subtract(a, b, dtype=F32))
+    if out is None:
+        return r
+    out[...] = r
+    return out
+
+
 UNARY_OPS = {
     VecFn.EXP: np.exp,
     VecFn.RSQRT: _rsqrt,
@@ -88,6 +97,7 @@ BINARY_OPS = {
     VecFn.GE: np.greater_equal,
     VecFn.EQ: np.equal,
     VecFn.NE: np.not_equal,
+    VecFn.EXPSUB: exp_sub,
 }
 REDUCE_OPS = {VecFn.ROWSUM: np.sum, VecFn.ROWMAX: np.max}
 

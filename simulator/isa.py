@@ -58,6 +58,7 @@ class VecFn(IntEnum):
     SEL = 25
     EXPM1 = 26
     LOG1P = 27
+    EXPSUB = 28
 
 
 class VecMode(IntEnum):
@@ -73,7 +74,9 @@ class Mem(IntEnum):
 
 
 COMPARE_FNS = frozenset({VecFn.LT, VecFn.LE, VecFn.GT, VecFn.GE, VecFn.EQ, VecFn.NE})
-BINARY_FNS = frozenset({VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV, VecFn.MAX, VecFn.MIN, VecFn.SEL} | COMPARE_FNS)
+BINARY_FNS = frozenset(
+    {VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV, VecFn.MAX, VecFn.MIN, VecFn.SEL, VecFn.EXPSUB} | COMPARE_FNS
+)
 UNARY_FNS = frozenset(
     {VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY, VecFn.SIN, VecFn.COS, VecFn.LOG, VecFn.ABS}
     | {VecFn.EXPM1, VecFn.LOG1P}

@@ -1,4 +1,4 @@
-"""Fused attention (flash-attention style) and the legalize pattern that forms it.
+"""Fused attention (flash-attention style); its legalize patterns are in `kernels/flash_fusion.py`.
 
 For one batch/head and one block of `tq` query rows the grid walks the key/value
 tiles of `tk` rows: S = (scale * Q) @ K^T lands in the accumulator, the running
@@ -8,6 +8,31 @@ visited tile writes O / l; the score matrix never reaches DRAM. A causal op uses
 square tiles: tiles above the diagonal are skipped, the diagonal tile adds a
 staircase of NEG_FLOOR (-3e38: exp gives exactly 0, as for -inf, and an artifact stores only
 finite immediates) built once in the scratchpad.
+
+**Schedule.** The compute queue feeds a matrix and a vector unit that run concurrently, each in
+order, ordered only by an SRAM range scoreboard (docs/isa.md). The softmax of a tile costs about as
+many vector cycles as its two MATMULs cost matrix cycles, so in program order QK(j), softmax(j),
+PV(j) the array idles during the softmax and the vector unit during the MATMULs. The kernel
+software-pipelines the key/value loop (`pipelined`, one more grid step per query block): step d2
+runs the softmax and P @ V of tile d2 - 1 beside the score MATMUL of tile d2, with K of tile d2
+and V (and the mask) of tile d2 - 1 loaded in that step. The other option, two interleaved halves
+of the query block, is not built: within one step it can only hide one half's MATMULs under the
+other half's softmax (the next QK needs the next K tile), i.e. at most half the matrix time, while
+the pipelined loop measures max(matrix, vector) per tile (bench/costmodel.py, bench/cycles.py). What a younger MATMUL writes while an older VEC still reads sits in another range:
+`p` has two slots (softmax(d2) fills one while PV(d2 - 1) reads the other) and the scores either
+two slots by tile parity (`s_slots = 2`, the QK first) or one (the QK issued after the softmax's
+last read of `s`, p = s - max, so it waits only for that). Steps past either end of the key loop
+load rows out of bounds (zero-filled, no DRAM traffic), so the K/V loads stay unguarded and keep
+their two slots; causal K/V loads are guarded (one slot), as the tiles above the diagonal are.
+
+Vector work per score is a row max, exp(s - max) and a row sum, plus the output rescale per row:
+EXPSUB (when the config lists it) does exp(s - max) in one pass where the scores have two slots
+(with one, the subtract stays a pass of its own so the next QK need not wait for the exp), and
+`ones` gives V a column of ones so that P @ V also yields the row sums on the matrix unit (worth it
+where the array has spare cycles, e.g. `large`). Candidates (tiles, schedule, slots, ones) are
+scored by the cost model (`kernels/flash_cost.py`); the plain schedule remains a candidate and is
+the only one for a paged key/value cache without a causal skip (a step past the end would map a
+page the sequence does not have).
 
 A key or value read from the paged KV cache (`novella.paged_key` / `novella.paged_value`, set by
 `--novella-kv-cache`) is loaded a tile at a time from its page (`kernels/kv_cache.py`: `tk`
@@ -22,16 +47,15 @@ import itertools
 
 from torch_mlir import ir
 
-from .. import costmodel as cm
 from .. import symbolic as sy
-from ..dialects.novella import FlashAttentionOp, ReshapeOp, heads_major
-from . import BufferPlan, Tiling, first, last, module_symbols
+from ..dialects.novella import heads_major
+from . import BufferPlan, Tiling, first, module_symbols
+from . import flash_cost as fc
 from . import kv_cache as kv
-from .attention import _candidates, ceildiv, extent, mul, softmax_scale, upper
+from .attention import _candidates, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
 NEG_FLOOR = -3.0e38  # the running max starts no lower: a fully masked tile row gives exp(-inf) = 0, not NaN
-_SMALL = ("max", "sub", "exp", "mul", "copy", "add")  # per-row vector ops of a non-first step
 
 
 def _batch(shape) -> ir.AffineExpr:
@@ -90,162 +114,246 @@ class Geometry:
         return self.places[i][1]
 
 
-def _plan(target, g: Geometry, tq: int, tk: int) -> BufferPlan:
+def _plan(target, g: Geometry, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool) -> BufferPlan:
+    width = g.dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
     plan.add("q", "spad", tq * g.d)
     plan.add("k", "spad", tk * g.d, stream=True)
-    plan.add("v", "spad", tk * g.dv, stream=True)
+    plan.add("v", "spad", tk * width, stream=True)
     if g.mask is not None:
         plan.add("mask", "spad", tq * tk, stream=True)
     if g.causal:
         plan.add("tri", "spad", tk * tk)
-    plan.add("p", "spad", tq * tk)
+    plan.add("p", "spad", tq * tk, stream=pipelined)  # pipelined: PV(j - 1) reads one slot, softmax(j) fills one
     for name in ("m", "l", "cm", "t"):
         plan.add(name, "spad", tq)
     plan.add("out", "spad", tq * g.dv, stream=True)
-    plan.add("s", "acc", tq * tk)
-    plan.add("o", "acc", tq * g.dv)
+    plan.add("s", "acc", tq * tk * s_slots)  # two: tile j's scores by d2 parity (macro-addressed, not streamed)
+    plan.add("o", "acc", tq * width)
     return plan
 
 
-def cost(target, g: Geometry, batch: int, lq: int, lk: int, tq: int, tk: int) -> float:
-    """Predicted cycles of the whole op (cost model) at lengths lq, lk."""
-    rows, cols = min(tq, lq), min(tk, lk)
-    nq, nk = -(-lq // tq), -(-lk // tk)
-    visited = nq * (nq + 1) // 2 if g.causal else nq * nk
-    loads = [cm.dma(target, cols, g.d, not g.minor[1]), cm.dma(target, cols, g.dv, not g.minor[2])]
-    if g.mask is not None:
-        loads.append(cm.dma(target, rows, cols))
-    compute = cm.matmul(target, rows, g.d, cols) + cm.matmul(target, rows, cols, g.dv)
-    compute += sum(cm.vec(target, rows, cols, f) for f in ("rowmax", "sub", "exp", "rowsum"))
-    compute += cm.vec(target, rows, g.dv, "mul") + sum(cm.vec(target, 1, rows, f) for f in _SMALL)
-    if g.mask is not None:
-        compute += cm.vec(target, rows, cols, "add")
-    q_load, q_dram = cm.dma(target, rows, g.d, not g.minor[0])
-    st, st_dram = cm.dma(target, rows, g.dv, not g.minor[3])
-    block = q_load + cm.vec(target, rows, g.d, "mul") + cm.vec(target, rows, g.dv, "div")
-    ld, dram = sum(x[0] for x in loads), sum(x[1] for x in loads)
-    plain = cm.StepCost(ld, compute, 0, dram)
-    opening = cm.StepCost(ld, compute + block, st, dram + q_dram + st_dram)
-    blocks = batch * nq
-    return cm.total([(plain, batch * visited - blocks), (opening, blocks)], target.buffer_slots)
+def dims_of(g: Geometry, syms) -> fc.Dims:
+    """The cost model's view of the op at the nominal length."""
+    at = lambda e: upper(e, syms)  # noqa: E731
+    contiguous = tuple(not m for m in g.minor)
+    return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, g.mask is not None, contiguous)
 
 
 class FlashAttention:
-    """`novella.flash_attention`: grid (batch, query block, key/value tile); see the module docstring.
+    """`novella.flash_attention`: grid (batch, query block, key/value step); see the module docstring.
 
-    Tile sizes are the cheapest fitting pair of the cost model at the nominal length, from the
-    Target's row tiles (multiples of the array height); a causal op uses square tiles."""
+    Candidates are (tq, tk, pipelined, ones, s_slots, expsub): tile sizes from the Target's row tiles
+    (multiples of the array height; a causal op uses square tiles), the schedule, the row sums' unit
+    and the score buffer's slots; EXPSUB (when the config has it) wherever it does not lengthen the
+    last read of a single score buffer. The cost model (`kernels/flash_cost.py`) takes the cheapest
+    that fits the SRAM at the nominal length."""
 
-    def tile(self, op, tv, target, options):
-        g = Geometry(op, tv)
-        syms = module_symbols(op)
+    exhaustive = False  # bench/costmodel.py's protocol: every fitting candidate is scored
+
+    def candidates(self, g: Geometry, syms, target, options) -> list[tuple]:
         sizes = target.array_tiles(16)
         tqs = [options["tile-m"]] if options.get("tile-m") else _candidates(g.lq, syms, sizes)
         tks = _candidates(g.lk, syms, sizes)
         for info in g.paged.values():  # a key/value tile stays inside one page
             tks = [t for t in tks if info["page_size"] % t == 0] or [info["page_size"]]
         pairs = [(t, t) for t in tqs if t in tks] if g.causal else list(itertools.product(tqs, tks))
-        batch, lq, lk = (upper(e, syms) for e in (g.batch, g.lq, g.lk))
+        schedules = (False,) if g.paged and not g.causal else (True, False)
+        pairs = pairs or [(min(tqs), min(tqs))]
+        has_expsub = "expsub" in target.vector_functions
+        variants = [(p, ones, n) for p in schedules for ones in (False, True) for n in ((1, 2) if p else (1,))]
+        return [(tq, tk, p, ones, n, has_expsub and (not p or n == 2)) for tq, tk in pairs for p, ones, n in variants]
+
+    def cost(self, target, dims: fc.Dims, cand) -> float:
+        return fc.cost(target, dims, *cand)
+
+    def tile(self, op, tv, target, options):
+        g = Geometry(op, tv)
+        syms = module_symbols(op)
+        dims = dims_of(g, syms)
         best, plan = None, None
-        for tq, tk in pairs or [(min(tqs), min(tqs))]:
-            plan = _plan(target, g, tq, tk)
+        for cand in self.candidates(g, syms, target, options):
+            plan = _plan(target, g, *cand)
             if plan.fits():
-                key = (cost(target, g, batch, lq, lk, tq, tk), -tq, -tk)
+                key = (self.cost(target, dims, cand), -cand[0], -cand[1], not cand[2], cand[3], cand[4])
                 if best is None or key < best[0]:
-                    best = (key, tq, tk, plan)
+                    best = (key, cand, plan)
         if best is None:
             plan.check()
-        _, tq, tk, plan = best
-        grid = [g.batch, ceildiv(g.lq, tq), ceildiv(g.lk, tk)]
-        return Tiling({"tq": tq, "tk": tk}, grid, plan.buffers)
+        _, (tq, tk, pipelined, ones, s_slots, expsub), plan = best
+        grid = [g.batch, ceildiv(g.lq, tq), ceildiv(g.lk, tk) + int(pipelined)]
+        tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones), "s_slots": s_slots,
+                 "expsub": int(expsub)}  # fmt: skip
+        return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
         g = Geometry(op, tv)
         tq, tk = t.tiles["tq"], t.tiles["tk"]
-        bi, qi, j = b.d(0), b.d(1), b.d(2)
-        rows, cols = extent(1, tq, g.lq), extent(2, tk, g.lk)
-        live = [("ge", qi - j)] if g.causal else []  # causal: skip the tiles above the diagonal
-        start, rest = first(2), live + [("ge", j - 1)]
-        final = [("eq", qi - j)] if g.causal else last(2, ceildiv(g.lk, tk))
-        e = _Emit(b, rows, cols, tq, tk, g.dv)
+        ones, two = bool(t.tiles.get("ones", 0)), t.tiles.get("s_slots", 1) == 2
+        s = _Schedule(g, b, tq, tk, bool(t.tiles.get("pipelined", 0)), ones)
+        rows = extent(1, tq, g.lq)
+        e = _Emit(b, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))
+        if two:  # tile i's scores in slot i mod 2: the score MATMUL of tile d2 and the softmax of d2 - 1 never meet
+            s.s_off = ir.AffineExpr.get_mod(b.d(2), sy.const(2)) * (tq * tk)
+            e.s_off = ir.AffineExpr.get_mod(s.i, sy.const(2)) * (tq * tk)
+        if ones:  # the ones column of every slot of V, once (the loads write the other columns)
+            slots = next(buf.slots for buf in t.buffers if buf.name == "v")
+            b.vop("FILL", "v", imm=1.0, rows=tk * slots, cols=1, dst_stride=g.dv + 1, dst_offset=sy.const(g.dv),
+                  when=first(0) + first(1) + first(2))  # fmt: skip
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
+        bi, qi = b.d(0), b.d(1)
         b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
-                    row_bound=g.lq, rows=rows, cols=g.d, when=start)  # fmt: skip
+                    row_bound=g.lq, rows=rows, cols=g.d, when=first(2))  # fmt: skip
         b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
-              when=start)  # fmt: skip
-        for name, tensor, width in (("k", 1, g.d), ("v", 2, g.dv)):
-            _load_kv(b, g, name, tensor, width, rows=cols, tk=tk, when=live or None)
-        b.mma("s", "q", "k", a_stride=g.d, b_stride=g.d, acc_stride=tk, m=rows, k=g.d, n=cols,
-              accumulate=0, transpose_b=1, when=live or None)  # fmt: skip
+              when=first(2))  # fmt: skip
+        s.loads(rows)
+        if not s.pipelined or two:
+            s.qk(rows)
         if g.mask is not None:
-            _load_mask(b, g, rows, cols, tq, tk, when=live or None)
-            e.tile("ADD", "s", "s", "mask", when=live or None)
+            e.tile("ADD", "s", "s", "mask", when=s.on)
         if g.causal:
-            e.tile("ADD", "s", "s", "tri", when=[("eq", qi - j)])
-        e.open_row_block(floor=g.mask is not None, when=start)
-        e.next_tile(when=rest)
-        b.vop("DIV", "out", "o", "l", mode="COL", rows=rows, cols=g.dv, dst_stride=g.dv, a_stride=g.dv,
-              b_stride=1, when=final)  # fmt: skip
+            e.tile("ADD", "s", "s", "tri", when=s.final)
+        e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
+        if s.pipelined and not two:  # after the last read of the one score buffer
+            s.qk(rows)
+        e.part2(s.on, s.opening, s.rest)
+        e.normalize(when=s.final)
         b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
-                     row_bound=g.lq, rows=rows, cols=g.dv, when=final)  # fmt: skip
+                     row_bound=g.lq, rows=rows, cols=g.dv, when=s.final)  # fmt: skip
+
+
+_BIG = 1 << 24  # above every grid extent (the row fields have 24 bits)
+
+
+def _prev(j: ir.AffineExpr) -> ir.AffineExpr:
+    """max(j - 1, 0) on the grid: j - ceildiv(j, 2^24)."""
+    return j - sy.ceildiv(j, _BIG)
+
+
+def _edge_rows(lk: ir.AffineExpr, tk: int, j: ir.AffineExpr) -> tuple[list, list]:
+    """Rows of the unguarded pipelined loads at step j: K of tile j (none at j = nk), V of tile j - 1
+    (none at j = 0); min(tk, lk - tile * tk) between. [j == nk] is ceildiv(j + 1 - nk, 2^24)."""
+    nk = ceildiv(lk, tk)
+    last = sy.ceildiv(j + 1 - nk, _BIG)
+    k = [sy.const(tk), lk - j * tk + last * tk, (nk - j) * _BIG]
+    v = [sy.const(tk), lk - (j - 1) * tk, j * _BIG]
+    return k, v
+
+
+def _tile_extent(t: int, total: ir.AffineExpr, index: ir.AffineExpr):
+    """Width of tile `index` of `t` along `total` (min(t, total - index * t), or t if every tile is full)."""
+    v = sy.as_int(total)
+    if v is not None and (v % t == 0 or v < t):
+        return min(v, t)
+    return [sy.const(t), total - index * t]
+
+
+class _Schedule:
+    """Which key/value tile each part of step j works on, and when.
+
+    Plain: QK, softmax and PV of tile j. Pipelined (one more step per query block): QK of tile j and
+    the softmax and PV of tile j - 1. Loads follow: K of the QK's tile, V and the mask of the
+    softmax's. Without a causal skip they are unguarded (two slots): a step past either end loads
+    rows out of bounds (zero-filled, no DRAM traffic)."""
+
+    def __init__(self, g: Geometry, b, tq: int, tk: int, pipelined: bool, ones: bool):
+        self.g, self.b, self.tq, self.tk, self.pipelined, self.width = g, b, tq, tk, pipelined, g.dv + ones
+        self.s_off = None
+        qi, j = b.d(1), b.d(2)
+        self.i = j - 1 if pipelined else j  # the softmax's tile
+        nk = ceildiv(g.lk, tk)
+        self.cols_qk, self.cols = _tile_extent(tk, g.lk, j), _tile_extent(tk, g.lk, self.i)
+        below = [("ge", qi - self.i)] if g.causal else []  # causal: tiles above the diagonal are skipped
+        self.on = (below + [("ge", self.i)] * pipelined) or None
+        self.opening, self.rest = [("eq", self.i)], [("ge", self.i - 1)] + below
+        self.final = [("eq", qi - self.i)] if g.causal else [("eq", nk - 1 - self.i)]
+        if not pipelined:
+            self.qk_on = self.on
+        else:
+            self.qk_on = [("ge", qi - j)] if g.causal else [("ge", nk - 1 - j)]
+
+    def qk(self, rows) -> None:
+        g = self.g
+        self.b.mma("s", "q", "k", a_stride=g.d, b_stride=g.d, acc_stride=self.tk, m=rows, k=g.d, n=self.cols_qk,
+                   accumulate=0, transpose_b=1, acc_offset=self.s_off, when=self.qk_on)  # fmt: skip
+
+    def loads(self, rows) -> None:
+        g, b, tk = self.g, self.b, self.tk
+        j = b.d(2)
+        guarded = g.causal or not self.pipelined
+        k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
+        _load_kv(b, g, "k", 1, g.d, k_rows, j * tk, g.d, when=self.qk_on if g.causal else None)
+        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, when=self.on if g.causal else None)
+        if g.mask is not None:
+            _load_mask(b, g, rows, self.tq, tk, self.pipelined)
 
 
 class _Emit:
     """VEC and MATMUL ops of one step on the [rows, cols] score tile and the per-row vectors."""
 
-    def __init__(self, b, rows, cols, tq, tk, dv):
-        self.b, self.rows, self.cols, self.tq, self.tk, self.dv = b, rows, cols, tq, tk, dv
+    def __init__(self, b, rows, cols, tq, tk, dv, ones: bool, expsub: bool):
+        self.b, self.rows, self.cols, self.tq, self.tk, self.dv, self.ones = b, rows, cols, tq, tk, dv, ones
+        self.expsub, self.s_off = expsub, None  # s_off: the softmax tile's score slot
+        self.width = dv + ones  # row stride of V and O (with the ones column, O's last column is l)
 
     def tile(self, fn, dst, a, other=None, mode="TENSOR", when=None):
         s = self.tk
         f = dict(rows=self.rows, cols=self.cols, dst_stride=s, a_stride=s, b_stride=1 if mode == "COL" else s)
+        f.update(dst_offset=self.s_off if dst == "s" else None, a_offset=self.s_off if a == "s" else None)
         self.b.vop(fn, dst, a, other, mode=mode, when=when, **f)
 
-    def reduce(self, fn, dst, when):
-        self.b.vop(fn, dst, "s", rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, when=when)
+    def reduce(self, fn, dst, src, when):
+        off = self.s_off if src == "s" else None
+        self.b.vop(fn, dst, src, rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, a_offset=off,
+                   when=when)  # fmt: skip
 
     def row(self, fn, dst, a, other=None, when=None, **f):
         """Elementwise on per-row vectors, issued as one [1, rows] row (they are contiguous)."""
         tq = self.tq
         self.b.vop(fn, dst, a, other, rows=1, cols=self.rows, dst_stride=tq, a_stride=tq, b_stride=tq, when=when, **f)
 
-    def exp_shifted(self, when):
-        """p = exp(s - m)."""
-        self.tile("SUB", "p", "s", "m", mode="COL", when=when)
-        self.tile("EXP", "p", "p", when=when)
+    def part1(self, floor: bool, opening, rest) -> None:
+        """Up to p = s - (new running max): the last reads of the scores."""
+        self.reduce("ROWMAX", "m", "s", opening)
+        if floor:
+            self.row("MAX", "m", "m", mode="SCALAR", imm=NEG_FLOOR, when=opening)
+        shift = "EXPSUB" if self.expsub else "SUB"  # EXPSUB: p = exp(s - m) in one pass
+        self.tile(shift, "p", "s", "m", mode="COL", when=opening)
+        self.reduce("ROWMAX", "cm", "s", rest)
+        self.row("MAX", "cm", "cm", "m", when=rest)
+        self.tile(shift, "p", "s", "cm", mode="COL", when=rest)
+
+    def part2(self, on, opening, rest) -> None:
+        """p = exp(p), the running sum l and the output O (+)= P @ V, rescaled by exp(m_old - m)."""
+        if not self.expsub:
+            self.tile("EXP", "p", "p", when=on)
+        if not self.ones:
+            self.reduce("ROWSUM", "l", "p", opening)
+        self.pv(0, opening)
+        self.row("SUB", "t", "m", "cm", when=rest)
+        self.row("EXP", "t", "t", when=rest)
+        self.row("COPY", "m", "cm", when=rest)
+        if not self.ones:
+            self.reduce("ROWSUM", "cm", "p", rest)
+            self.row("MUL", "l", "l", "t", when=rest)
+            self.row("ADD", "l", "l", "cm", when=rest)
+        w = self.width
+        self.b.vop("MUL", "o", "o", "t", mode="COL", rows=self.rows, cols=w, dst_stride=w, a_stride=w,
+                   b_stride=1, when=rest)  # fmt: skip
+        self.pv(1, rest)
 
     def pv(self, accumulate: int, when):
-        dv = self.dv
-        self.b.mma("o", "p", "v", a_stride=self.tk, b_stride=dv, acc_stride=dv, m=self.rows, k=self.cols, n=dv,
+        w = self.width
+        self.b.mma("o", "p", "v", a_stride=self.tk, b_stride=w, acc_stride=w, m=self.rows, k=self.cols, n=w,
                    accumulate=accumulate, transpose_b=0, when=when)  # fmt: skip
 
-    def open_row_block(self, floor: bool, when):
-        self.reduce("ROWMAX", "m", when)
-        if floor:
-            self.row("MAX", "m", "m", mode="SCALAR", imm=NEG_FLOOR, when=when)
-        self.exp_shifted(when)
-        self.reduce_p("l", when)
-        self.pv(0, when)
-
-    def next_tile(self, when):
-        self.reduce("ROWMAX", "cm", when)
-        self.row("MAX", "cm", "cm", "m", when=when)
-        self.row("SUB", "t", "m", "cm", when=when)
-        self.row("EXP", "t", "t", when=when)
-        self.row("MUL", "l", "l", "t", when=when)
-        self.row("COPY", "m", "cm", when=when)
-        self.exp_shifted(when)
-        self.reduce_p("cm", when)
-        self.row("ADD", "l", "l", "cm", when=when)
-        dv = self.dv
-        self.b.vop("MUL", "o", "o", "t", mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=dv,
-                   b_stride=1, when=when)  # fmt: skip
-        self.pv(1, when)
-
-    def reduce_p(self, dst, when):
-        self.b.vop("ROWSUM", dst, "p", rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, when=when)
+    def normalize(self, when) -> None:
+        """out = O / l (l: O's last column with the ones column of V)."""
+        dv, w = self.dv, self.width
+        sums, off = ("o", sy.const(dv)) if self.ones else ("l", None)
+        self.b.vop("DIV", "out", "o", sums, mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=w,
+                   b_stride=w if self.ones else 1, b_offset=off, when=when)  # fmt: skip
 
 
 def _staircase(b, t: int, when) -> None:
@@ -261,189 +369,27 @@ def _staircase(b, t: int, when) -> None:
         n *= 2
 
 
-def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, tk: int, when) -> None:
-    bi, j = b.d(0), b.d(2)
+def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, stride: int, when) -> None:
+    """LOAD `rows` key/value rows from row `row0` (rows out of [0, lk) are zero-filled)."""
+    bi = b.d(0)
     info = g.paged.get(tensor)
     if info is None:
-        b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=j * tk,
-                    row_bound=g.lk, rows=rows, cols=width, when=when)  # fmt: skip
+        b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=row0,
+                    row_bound=g.lk, rows=rows, cols=width, sram_stride=stride, when=when)  # fmt: skip
         return
     head = sy.floordiv(bi, g.group) if g.group > 1 and not g.packed else bi
-    kv.load_paged_rows(b, name, tensor, info, head=head, row0=j * tk, n_rows=g.lk, rows=rows, col0=0, cols=width,
-                       sram_stride=width, when=when)  # fmt: skip
+    kv.load_paged_rows(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, rows=rows, col0=0, cols=width,
+                       sram_stride=stride, when=when)  # fmt: skip
 
 
-def _load_mask(b, g: Geometry, rows, cols, tq: int, tk: int, when) -> None:
+def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool) -> None:
+    """The mask tile of the softmax's key tile; pipelined, step 0 (no softmax) loads tile 0's columns with
+    every row out of bounds (no DRAM read, no negative column offset)."""
+    j = b.d(2)
+    col = _prev(j) if pipelined else j
     broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
-    b.load("mask", 3, dram_offset=b.d(0) * g.mask_stride + b.d(2) * tk, dram_stride=g.lk,
+    if pipelined:
+        rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [j * _BIG]  # none at step 0
+    b.load("mask", 3, dram_offset=b.d(0) * g.mask_stride + col * tk, dram_stride=g.lk,
            row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
-           row_bound=g.mask_rows, rows=rows, cols=cols, sram_stride=tk, when=when)  # fmt: skip
-
-
-# ------------------------------------------------------------------ legalize pattern
-
-
-def _producer(v: ir.Value, name: str):
-    owner = v.owner
-    return owner if isinstance(owner, ir.OpView) and owner.operation.name == name else None
-
-
-def _only_use(v: ir.Value) -> bool:
-    return len(list(v.uses)) == 1
-
-
-def _shape(v: ir.Value):
-    return sy.shape_of(ir.RankedTensorType(v.type))
-
-
-def _flag(op, name: str) -> bool:
-    return name in op.attributes and bool(ir.IntegerAttr(op.attributes[name]).value)
-
-
-def _split_mask(x: ir.Value, lq, lk):
-    """(scores, mask, causal, add op) of a softmax input that is `scores + mask` (either order), or `x` itself."""
-    add = _producer(x, "novella.add")
-    if add is None:
-        return x, None, False, None
-    for scores, mask in ((add.operands[0], add.operands[1]), (add.operands[1], add.operands[0])):
-        mm = _producer(scores, "novella.matmul")
-        if mm is not None and sy.equal_shapes(_shape(scores), _shape(x)):
-            return scores, mask, CAUSAL_ATTR in add.attributes and sy.equal(lq, lk), add
-    return None, None, False, None
-
-
-def _mask_ok(mask, batch, lq, lk) -> bool:
-    m = _shape(mask)
-    if len(m) < 2 or not sy.equal(m[-1], lk) or not (sy.as_int(m[-2]) == 1 or sy.equal(m[-2], lq)):
-        return False
-    nb = _batch(m)
-    return sy.as_int(nb) == 1 or sy.equal(nb, batch)
-
-
-def _operands_ok(q, k, v, y) -> bool:
-    shapes_ = [_shape(t) for t in (q, k, v)]
-    yb = _batch(_shape(y))
-    if len({len(s) for s in shapes_}) != 1 or len(shapes_[0]) != len(_shape(y)):
-        return False
-    static = sy.as_int(shapes_[0][-1]) is not None and sy.as_int(shapes_[2][-1]) is not None
-    return static and all(sy.as_int(_batch(s)) == 1 or sy.equal(_batch(s), yb) for s in shapes_)
-
-
-def _erase_dead(rewriter, v: ir.Value) -> None:
-    """Erase the producer of `v` and, recursively, of its operands, while nothing else uses them."""
-    owner = v.owner
-    if not isinstance(owner, ir.OpView) or list(owner.results[0].uses):
-        return
-    operands = list(owner.operands)
-    rewriter.erase_op(owner)
-    for o in operands:
-        _erase_dead(rewriter, o)
-
-
-def fuse_attention(op, rewriter):
-    """matmul(softmax(scale * (matmul(q, k, transpose_rhs) [+ mask])), v) -> flash_attention.
-
-    The scores, the softmax and a mask add must have no other use. A `scalar` mul of q folds into
-    the scale. A mask tagged causal by the frontend (`novella.causal`) becomes `causal = 1`; any other
-    additive mask [..., Lq or 1, Lk] whose batch is 1 or the result's becomes the `mask` operand."""
-    sm = _producer(op.operands[0], "novella.softmax")
-    if _flag(op, "transpose_rhs") or sm is None or not _only_use(sm.results[0]):
-        return True
-    v, y = op.operands[1], op.results[0]
-    lq, lk = _shape(sm.results[0])[-2], _shape(v)[-2]
-    scores, mask, causal, add = _split_mask(sm.operands[0], lq, lk)
-    qk = _producer(scores, "novella.matmul") if scores is not None else None
-    if qk is None or not _flag(qk, "transpose_rhs") or not _only_use(scores):
-        return True
-    scaled = softmax_scale(sm) != 1.0 and not (causal and softmax_scale(sm) > 0)  # scale * -inf = -inf
-    if add is not None and (not _only_use(add.results[0]) or scaled):
-        return True
-    q, k = qk.operands
-    if not _operands_ok(q, k, v, y) or (
-        mask is not None and not causal and not _mask_ok(mask, _batch(_shape(y)), lq, lk)
-    ):
-        return True
-    scale = softmax_scale(sm)
-    pre = _producer(q, "novella.scalar")
-    if pre is not None and ir.StringAttr(pre.attributes["fn"]).value == "mul" and _only_use(q):
-        scale *= ir.FloatAttr(pre.attributes["value"]).value
-        q = pre.operands[0]
-    else:
-        pre = None
-    with rewriter.ip, op.location:
-        new = FlashAttentionOp(query=q, key=k, value=v, mask=None if causal else mask, scale=ir.FloatAttr.get_f32(scale),
-                               causal=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(causal)),
-                               heads_minor=ir.DenseI64ArrayAttr.get([0, 0, 0, 0]), result=y.type)  # fmt: skip
-    rewriter.replace_op(op, new.operation)
-    for dead in (sm, add, qk, pre):
-        if dead is not None:
-            rewriter.erase_op(dead)
-    if causal:
-        _erase_dead(rewriter, mask)
-    return False
-
-
-def _swaps_heads(op, minor_side) -> bool:
-    """A `novella.transpose` of dims -3 and -2 whose `minor_side` value ([..., L, H, D]) has a static H."""
-    if not isinstance(op, ir.OpView) or op.operation.name != "novella.transpose":
-        return False
-    perm, r = list(ir.DenseI64ArrayAttr(op.attributes["perm"])), len(ir.DenseI64ArrayAttr(op.attributes["perm"]))
-    dims = _shape(minor_side(op))
-    return r >= 3 and perm == list(range(r - 3)) + [r - 2, r - 3, r - 1] and sy.as_int(dims[-2]) is not None
-
-
-def _only_user(v: ir.Value):
-    uses = list(v.uses)
-    if len(uses) != 1:
-        return None
-    user = uses[0].owner
-    return user.opview if hasattr(user, "opview") else user
-
-
-def _unscaled_query(q: ir.Value):
-    """(query without a single-use `scalar` mul, possibly behind one single-use reshape, its factor, dead ops)."""
-    reshape = _producer(q, "novella.reshape") if _only_use(q) else None
-    inner = reshape.operands[0] if reshape is not None else q
-    pre = _producer(inner, "novella.scalar")
-    if pre is None or ir.StringAttr(pre.attributes["fn"]).value != "mul" or not _only_use(inner):
-        return q, 1.0, []
-    factor = ir.FloatAttr(pre.attributes["value"]).value
-    if reshape is None:
-        return pre.operands[0], factor, [pre]
-    new = ReshapeOp(input=pre.operands[0], result=q.type, loc=reshape.location).result
-    return new, factor, [reshape, pre]
-
-
-def absorb_head_transposes(op, rewriter):
-    """flash_attention reads a head transpose's input and writes through its result's head
-    transpose in place (`heads_minor`: [..., L, H, D] rows, as the projections store them), and
-    folds a `scalar` mul of the query (behind at most one reshape) into its scale."""
-    minor = list(ir.DenseI64ArrayAttr(op.attributes["heads_minor"]))
-    operands, dead = list(op.operands), []
-    for i in range(3):
-        t = operands[i].owner
-        if not minor[i] and _swaps_heads(t, lambda t: t.operands[0]):
-            operands[i], minor[i] = t.operands[0], 1
-            dead.append(t)
-    out_t = _only_user(op.results[0])
-    out_t = out_t if not minor[3] and _swaps_heads(out_t, lambda t: t.results[0]) else None
-    with rewriter.ip, op.location:
-        operands[0], factor, scaled = _unscaled_query(operands[0])
-    if not dead and out_t is None and not scaled:
-        return True
-    minor[3] = minor[3] or int(out_t is not None)
-    result = (out_t or op).results[0].type
-    scale = ir.FloatAttr(op.attributes["scale"]).value * factor
-    with rewriter.ip, op.location:
-        new = FlashAttentionOp(*operands[:3], ir.FloatAttr.get_f32(scale), op.attributes["causal"],
-                               ir.DenseI64ArrayAttr.get(minor), result,
-                               mask=operands[3] if len(operands) == 4 else None)  # fmt: skip
-    if out_t is not None:
-        rewriter.replace_op(out_t, new.operation)
-        rewriter.erase_op(op)
-    else:
-        rewriter.replace_op(op, new.operation)
-    for d in dead + scaled:
-        if not list(d.results[0].uses):
-            rewriter.erase_op(d)
-    return False
+           row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk)  # fmt: skip

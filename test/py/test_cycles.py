@@ -131,14 +131,18 @@ def _wasted(words, program, where: str) -> list[str]:
                 )
     if origin is None:
         return out + [f"{where}: the JIT's words differ in number from the IR oracle's; see test_oracle.py"]
+    held = {}  # per tile: the most valid rows a DMA of it moved so far (a resident buffer, e.g. a query block)
     for step in program.steps:
         dma = [_valid_rows(insts[i].fields) for i in step if insts[i].opcode in (isa.Opcode.LOAD, isa.Opcode.STORE)]
+        tile = origin[step[0]].tile if len(step) else None
+        if dma:
+            held[tile] = max(held.get(tile, 0), *dma)
         for i in step if dma else ():
             name = {isa.Opcode.MATMUL: "m", isa.Opcode.VEC: "rows"}.get(insts[i].opcode)
-            if name and insts[i].fields[name] > max(dma):
+            if name and insts[i].fields[name] > max(*dma, held[tile]):
                 out.append(
                     f"{where} {origin[i]} {insts[i].mnemonic}: {name}={insts[i].fields[name]} exceeds the "
-                    f"{max(dma)} valid rows of the step's DMA tiles: wasted work on a partial tile"
+                    f"{max(*dma, held[tile])} valid rows of the tile's DMAs so far: wasted work on a partial tile"
                 )
     return out
 

@@ -155,3 +155,60 @@ def test_position_mask_recognized_as_causal(swapped, shift, causal):
     for length in (1, 65, 201, MAX_LEN):
         x = torch.randn(1, 2, length, 64)
         torch.testing.assert_close(npu(x), model(x).detach(), **TOL)
+
+
+_KINDS = {
+    "plain": dict(args=[(n, [2, "T", 64]) for n in "qkv"], out=[2, "T", 64]),
+    "masked": dict(args=[(n, [2, "T", 64]) for n in "qkv"] + [("m", [1, "T", "T"])], out=[2, "T", 64], mask=[1, "T", "T"],
+                   scale=1.0),
+    "causal": dict(args=[(n, [2, "T", 64]) for n in "qkv"] + [("m", [1, "T", "T"])], out=[2, "T", 64], mask=[1, "T", "T"],
+                   causal=True),
+    "decode": dict(args=[("q", [4, 1, 64]), ("k", [4, "T", 64]), ("v", [4, "T", 32])], out=[4, 1, 32]),
+}  # fmt: skip
+
+
+def _inputs(kind: str, length: int):
+    g = torch.Generator().manual_seed(length)
+    if kind == "decode":
+        return [
+            torch.randn(4, 1, 64, generator=g),
+            torch.randn(4, length, 64, generator=g),
+            torch.randn(4, length, 32, generator=g),
+        ]
+    qkv = [torch.randn(2, length, 64, generator=g) for _ in range(3)]
+    if kind == "plain":
+        return qkv
+    if kind == "causal":
+        return qkv + [torch.full((1, length, length), float("nan"))]
+    i = torch.arange(length)
+    keep = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 40)
+    return qkv + [torch.zeros(1, length, length).masked_fill(~keep, float("-inf"))]
+
+
+def _reference(kind: str, xs):
+    if kind == "causal":
+        return F.scaled_dot_product_attention(*xs[:3], is_causal=True, scale=0.125)
+    mask = xs[3][0] if kind == "masked" else None
+    return F.scaled_dot_product_attention(*xs[:3], attn_mask=mask, scale=1.0 if kind == "masked" else 0.125)
+
+
+_SCHEDULES = [(False, False, 1), (False, True, 1), (True, False, 1), (True, True, 1), (True, False, 2), (True, True, 2)]
+
+
+@pytest.mark.parametrize("pipelined,ones,s_slots", _SCHEDULES)
+@pytest.mark.parametrize("kind", sorted(_KINDS))
+def test_every_schedule_matches_eager(monkeypatch, kind, pipelined, ones, s_slots):
+    """Each schedule forced (plain or pipelined with one or two score slots, row sums by ROWSUM or by
+    V's ones column; EXPSUB except where a single score buffer is read), hazard checker on: 1, a
+    tile's neighbours, odd and the maximum length."""
+    from novella_mlir.kernels.flash_attention import FlashAttention
+
+    want = (pipelined, ones, s_slots)
+    monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, cand: float(cand[2:5] != want))
+    spec = _KINDS[kind]
+    model = _fused(spec["args"], spec["out"], spec.get("mask"), spec.get("causal", False), spec.get("scale", 0.125))
+    t = tiles(model.ir, "novella.flash_attention")
+    assert (t["pipelined"], t["ones"], t["s_slots"], t["expsub"]) == (*want, int(not pipelined or s_slots == 2))
+    for length in sorted({1, t["tk"] - 1, t["tk"] + 1, 201, MAX_LEN} - {0}):
+        xs = _inputs(kind, length)
+        torch.testing.assert_close(model(*xs), _reference(kind, xs), **TOL)

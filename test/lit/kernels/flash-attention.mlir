@@ -3,10 +3,14 @@
 // RUN: novella-opt %s -p 'builtin.module(novella-legalize{fuse-attention=0})' --split-input-file | FileCheck %s --check-prefix=UNFUSED
 //
 // novella.flash_attention (kernels/flash_attention.py): one macro, grid (batch, query block,
-// key/value tile); the scores stay in the accumulator ("s"), the running max "m" and sum "l" in the
-// scratchpad, the output accumulates in "o"; only "out" is stored, on the last key/value tile.
-// The tile sizes are the cost model's pick at the nominal length: tq = 64 query rows and tk = 128
-// keys (s and o fill 12288 of the 16384 accumulator elements; K and V stream through two slots).
+// key/value step); the scores stay in the accumulator ("s"), the running max "m" and sum "l" in the
+// scratchpad, the output accumulates in "o"; only "out" is stored, after the last key/value tile.
+// The cost model's pick at the nominal length: tq = 128 query rows, tk = 64 keys, pipelined: step
+// d2 runs the softmax and P @ V of tile d2 - 1 (its last reads of "s" first), then the score MATMUL
+// of tile d2 (so the matrix unit has it while the vector unit runs the exp), one step more per
+// query block. K of tile d2 and V of tile d2 - 1 stream through two slots unguarded (the steps past
+// either end load rows out of bounds); "p" has two slots, so the next softmax fills one while
+// P @ V reads the other.
 
 // LEGAL-LABEL: func.func @sdpa
 // LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32
@@ -14,28 +18,38 @@
 // LEGAL-NOT: novella.matmul
 // LEGAL-NOT: novella.softmax
 // LEGAL: return %[[O]]
-// CHECK-DAG: #[[ROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d1 * -64 + s0)>
-// CHECK-DAG: #[[KEYS:.*]] = affine_map<(d0, d1, d2)[s0] -> (128, d2 * -128 + s0)>
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 64, s0 ceildiv 128)>
+// CHECK-DAG: #[[ROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (128, d1 * -128 + s0)>
+// CHECK-DAG: #[[KROW:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 64)>
+// CHECK-DAG: #[[VROW:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d2 - 1) * 64)>
+// CHECK-DAG: #[[PREV:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, (d2 - 1) * -64 + s0)>
+// CHECK-DAG: #[[KEYS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d2 * -64 + s0)>
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 64 + 1)>
 // CHECK-DAG: #[[FIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 == 0)>
-// CHECK-DAG: #[[REST:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 - 1 >= 0)>
-// CHECK-DAG: #[[LAST:.*]] = affine_set<(d0, d1, d2)[s0] : (-d2 + s0 ceildiv 128 - 1 == 0)>
+// CHECK-DAG: #[[OPEN:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 - 1 == 0)>
+// CHECK-DAG: #[[REST:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 - 2 >= 0)>
+// CHECK-DAG: #[[QK:.*]] = affine_set<(d0, d1, d2)[s0] : (-d2 + s0 ceildiv 64 - 1 >= 0)>
+// CHECK-DAG: #[[ON:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 - 1 >= 0)>
+// CHECK-DAG: #[[LAST:.*]] = affine_set<(d0, d1, d2)[s0] : (-(d2 - 1) + s0 ceildiv 64 - 1 == 0)>
 // CHECK-LABEL: func.func @sdpa
 // CHECK-SAME: (%[[Q:[^:]*]]: tensor<2x?x64xf32, {{.*}}, %[[K:[^:]*]]: tensor<2x?x64xf32, {{.*}}, %[[V:[^:]*]]: tensor<2x?x64xf32
 // CHECK: "novella.dma_load"(%[[Q]]) {buffer = "q", {{.*}}rows = #[[ROWS]], {{.*}}when = #[[FIRST]]}
 // CHECK-NEXT: "novella.vop"() {a = "q", {{.*}}fn = "MUL", imm = 1.250000e-01 : f32, mode = "SCALAR", rows = #[[ROWS]], when = #[[FIRST]]}
-// CHECK-NEXT: "novella.dma_load"(%[[K]]) {buffer = "k", {{.*}}rows = #[[KEYS]]
-// CHECK-NEXT: "novella.dma_load"(%[[V]]) {buffer = "v", {{.*}}rows = #[[KEYS]]
-// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", {{.*}}lhs = "q", m = #[[ROWS]], n = #[[KEYS]], rhs = "k", transpose_b = 1 : i64}
-// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}dst = "m", dst_stride = 1 : i64, fn = "ROWMAX", rows = #[[ROWS]], when = #[[FIRST]]}
-// CHECK: "novella.mma"() {{{.*}}acc = "o", {{.*}}accumulate = 0 : i64, {{.*}}k = #[[KEYS]], lhs = "p", {{.*}}rhs = "v", transpose_b = 0 : i64, when = #[[FIRST]]}
-// CHECK: "novella.vop"() {a = "s", {{.*}}dst = "cm", dst_stride = 1 : i64, fn = "ROWMAX", rows = #[[ROWS]], when = #[[REST]]}
+// CHECK-NEXT: "novella.dma_load"(%[[K]]) {buffer = "k", {{.*}}row_start = #[[KROW]], {{.*}}rows = 64 : i64, {{.*}}tensor = 1 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[V]]) {buffer = "v", {{.*}}row_start = #[[VROW]], {{.*}}rows = 64 : i64, {{.*}}tensor = 2 : i64}
+// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}cols = #[[PREV]], dst = "m", dst_stride = 1 : i64, fn = "ROWMAX", rows = #[[ROWS]], when = #[[OPEN]]}
+// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "m", {{.*}}dst = "p", {{.*}}fn = "SUB", mode = "COL", {{.*}}when = #[[OPEN]]}
+// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}dst = "cm", dst_stride = 1 : i64, fn = "ROWMAX", rows = #[[ROWS]], when = #[[REST]]}
+// CHECK-NEXT: "novella.vop"() {a = "cm", {{.*}}b = "m", {{.*}}dst = "cm", {{.*}}fn = "MAX", rows = 1 : i64, when = #[[REST]]}
+// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "cm", {{.*}}dst = "p", {{.*}}fn = "SUB", mode = "COL", {{.*}}when = #[[REST]]}
+// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", {{.*}}lhs = "q", m = #[[ROWS]], n = #[[KEYS]], rhs = "k", transpose_b = 1 : i64, when = #[[QK]]}
+// CHECK-NEXT: "novella.vop"() {a = "p", {{.*}}fn = "EXP", {{.*}}when = #[[ON]]}
+// CHECK: "novella.mma"() {{{.*}}acc = "o", {{.*}}accumulate = 0 : i64, {{.*}}k = #[[PREV]], lhs = "p", {{.*}}rhs = "v", transpose_b = 0 : i64, when = #[[OPEN]]}
 // CHECK: "novella.vop"() {a = "o", {{.*}}b = "t", {{.*}}dst = "o", {{.*}}fn = "MUL", mode = "COL", rows = #[[ROWS]], when = #[[REST]]}
 // CHECK-NEXT: "novella.mma"() {{{.*}}acc = "o", {{.*}}accumulate = 1 : i64, {{.*}}when = #[[REST]]}
 // CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "l", {{.*}}dst = "out", {{.*}}fn = "DIV", mode = "COL", rows = #[[ROWS]], when = #[[LAST]]}
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[LAST]]}
 // CHECK-NOT: novella.dma_store
-// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}novella.tiles = {tk = 128 : i64, tq = 64 : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}p = ["spad", {{[0-9]+}}, 8192, 2]{{.*}}novella.tiles = {expsub = 0 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 1 : i64, tk = 64 : i64, tq = 128 : i64}
 // UNFUSED-LABEL: func.func @sdpa
 // UNFUSED: "novella.matmul"
 // UNFUSED: "novella.softmax"
@@ -50,19 +64,26 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // The eager chain with an additive mask broadcast over the batch: the mask becomes the fourth
-// operand, loaded one [64, 128] tile per step (batch stride 0) and added to the scores; the running
-// max starts at -3e38 (a fully masked tile row gives exp(-inf) = 0, not NaN).
+// operand, loaded one [128, 32] tile per step (batch stride 0) and added to the scores; the running
+// max starts at -3e38 (a fully masked tile row gives exp(-inf) = 0, not NaN). Here the scores have
+// two slots (tile i in slot i mod 2), so the score MATMUL of tile d2 comes first and the softmax
+// of tile d2 - 1 takes p = exp(s - m) in one EXPSUB pass.
 // LEGAL-LABEL: func.func @masked
 // LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[M:.*]]: tensor<1x?x?xf32
 // LEGAL: %[[O:.*]] = "novella.flash_attention"(%[[Q]], %[[K]], %[[V]], %[[M]]) {causal = 0 : i64, {{.*}}scale = 1.000000e+00 : f32}
 // LEGAL-NOT: novella.add
 // LEGAL: return %[[O]]
+// CHECK-DAG: #[[SLOT:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d2 mod 2) * 4096)>
+// CHECK-DAG: #[[PREVSLOT:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d2 - 1) mod 2) * 4096)>
 // CHECK-LABEL: func.func @masked
 // CHECK-SAME: %[[M:[^:]*]]: tensor<1x?x?xf32
 // CHECK: "novella.dma_load"(%[[M]]) {buffer = "mask", {{.*}}dram_offset = #[[MOFF:[^,]*]], {{.*}}tensor = 3 : i64}
-// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "mask", {{.*}}dst = "s", {{.*}}fn = "ADD"
+// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", acc_offset = #[[SLOT]]
+// CHECK-NEXT: "novella.vop"() {a = "s", a_offset = #[[PREVSLOT]], {{.*}}b = "mask", {{.*}}dst = "s", dst_offset = #[[PREVSLOT]], {{.*}}fn = "ADD"
 // CHECK: fn = "MAX", imm = -3.000000e+38 : f32, mode = "SCALAR"
-// CHECK: kernel = "novella.flash_attention"
+// CHECK-NEXT: "novella.vop"() {a = "s", a_offset = #[[PREVSLOT]], {{.*}}b = "m", {{.*}}dst = "p", {{.*}}fn = "EXPSUB", mode = "COL"
+// CHECK-NOT: fn = "EXP", mode = "TENSOR"
+// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 2 : i64, tk = 32 : i64, tq = 128 : i64}
 // UNFUSED-LABEL: func.func @masked
 // UNFUSED: "novella.add"
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
@@ -78,22 +99,25 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // A causal mask (the frontend tags its add with novella.causal) becomes causal = 1 and is dropped:
-// square tiles (64 x 64), the tiles above the diagonal are skipped (d1 - d2 >= 0 guards every
-// step), the diagonal tile adds a staircase of -3e38 (finite: an artifact
-// stores no -inf) built once, and the output is stored on the
-// diagonal tile (d1 - d2 == 0).
+// square tiles (64 x 64, two score slots), pipelined: the score MATMUL of tile d2 runs while d1 - d2 >= 0, the
+// softmax and P @ V of tile d2 - 1 while d1 - (d2 - 1) >= 0 (the tiles above the diagonal are
+// skipped, so the K/V loads are guarded); the diagonal tile adds a staircase of -3e38 (finite: an
+// artifact stores no -inf) built once, and the output is stored after the diagonal tile.
 // LEGAL-LABEL: func.func @causal
 // LEGAL: "novella.flash_attention"(%{{.*}}, %{{.*}}, %{{.*}}) {causal = 1 : i64, {{.*}}scale = 5.000000e-01 : f32}
 // LEGAL-NOT: novella.add
 // CHECK-DAG: #[[ONCE:.*]] = affine_set<(d0, d1, d2)[s0] : (d0 == 0, d1 == 0, d2 == 0)>
 // CHECK-DAG: #[[LIVE:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - d2 >= 0)>
-// CHECK-DAG: #[[DIAG:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - d2 == 0)>
+// CHECK-DAG: #[[SOFT:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - (d2 - 1) >= 0, d2 - 1 >= 0)>
+// CHECK-DAG: #[[DIAG:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - (d2 - 1) == 0)>
 // CHECK-LABEL: func.func @causal
 // CHECK: "novella.vop"() {{{.*}}dst = "tri", {{.*}}fn = "FILL", imm = -3.000000e+38 : f32, {{.*}}when = #[[ONCE]]}
 // CHECK: "novella.dma_load"(%{{.*}}) {buffer = "k", {{.*}}when = #[[LIVE]]}
-// CHECK: "novella.vop"() {a = "s", {{.*}}b = "tri", {{.*}}fn = "ADD", {{.*}}when = #[[DIAG]]}
+// CHECK-NEXT: "novella.dma_load"(%{{.*}}) {buffer = "v", {{.*}}when = #[[SOFT]]}
+// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", {{.*}}when = #[[LIVE]]}
+// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "tri", {{.*}}fn = "ADD", {{.*}}when = #[[DIAG]]}
 // CHECK: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[DIAG]]}
-// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {tk = 64 : i64, tq = 64 : i64}
+// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 2 : i64, tk = 64 : i64, tq = 64 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @causal(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %v: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %m: tensor<1x?x?xf32, affine_map<()[s0] -> (1, s0, s0)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>> {
     %s = "novella.matmul"(%q, %k) {transpose_rhs = true} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>

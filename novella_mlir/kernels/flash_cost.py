@@ -1,0 +1,156 @@
+"""The cost model of `novella.flash_attention` (`kernels/flash_attention.py`): its grid steps as
+`costmodel.Group`s, for either schedule.
+
+Per query block of r rows the key/value tiles have widths w_0 .. w_{n-1} (the last one partial).
+A step's vector work is the online softmax of one tile (`part1`: reads the scores, ends with
+p = s - max; `part2`: the rest), its matrix work the score MATMUL of one tile and the P @ V of one.
+Pipelined, step j runs part1(j-1), QK(j), part2(j-1), PV(j-1): the next step's MATMULs never wait
+for this step's VECs, so the units overlap (`Group.overlap`) and a steady step costs the busier
+unit. The plain schedule runs QK(j), part1(j), part2(j), PV(j) in series. A step that loads a
+single-slot buffer (the query at j = 0, every causal K/V load, which is guarded) waits for the
+previous step's compute, so its loads and its compute chain (part1, then QK beside part2, then
+PV) add up; the next step's loads queue behind its own, so the query's step lasts until they end."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+
+from .. import costmodel as cm
+
+
+@dataclass(frozen=True)
+class Dims:
+    """An op's sizes at the planned lengths, as the cost model sees them."""
+
+    batch: int
+    lq: int
+    lk: int
+    d: int
+    dv: int
+    causal: bool
+    masked: bool
+    contiguous: tuple  # q, k, v, out: rows contiguous in DRAM
+
+
+def widths(total: int, t: int) -> list[int]:
+    full, rem = divmod(total, t)
+    return [t] * full + [rem] * (rem > 0)
+
+
+class _Step:
+    """Cycles of the parts of one tile's work for a block of r rows."""
+
+    def __init__(self, t, dims: Dims, r: int, ones: bool, expsub: bool):
+        self.t, self.dims, self.r, self.ones, self.expsub = t, dims, r, ones, expsub
+
+    def row(self, *fns) -> float:
+        return sum(cm.vec(self.t, 1, self.r, f) for f in fns)
+
+    def part1(self, w: int, opening: bool, diag: bool) -> float:
+        t, r = self.t, self.r
+        v = cm.vec(t, r, w, "rowmax") + cm.vec(t, r, w, "expsub" if self.expsub else "sub")
+        v += cm.vec(t, r, w, "add") * (self.dims.masked + diag)
+        return v + (self.row("max") if (not opening or self.dims.masked) else 0.0)
+
+    def part2(self, w: int, opening: bool) -> float:
+        t, r = self.t, self.r
+        v = cm.vec(t, r, w, "exp") * (not self.expsub) + cm.vec(t, r, w, "rowsum") * (not self.ones)
+        if not opening:
+            v += self.row("sub", "exp", "copy") + cm.vec(t, r, self.dims.dv + self.ones, "mul")
+            v += self.row("mul", "add") * (not self.ones)
+        return v
+
+    def qk(self, w: int) -> float:
+        return cm.matmul(self.t, self.r, self.dims.d, w)
+
+    def pv(self, w: int) -> float:
+        return cm.matmul(self.t, self.r, w, self.dims.dv + self.ones)
+
+    def kv(self, rows: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        c = self.dims.contiguous
+        return _dma(self.t, rows, self.dims.d, c[1]), _dma(self.t, rows, self.dims.dv, c[2])
+
+    def mask(self, rows: int, w: int):
+        return _dma(self.t, rows, w) if self.dims.masked else None
+
+
+def _dma(t, rows: int, cols: int, contiguous: bool = False) -> tuple[float, float]:
+    """A LOAD/STORE whose rows are all out of bounds still pays its issue and latency."""
+    return cm.dma(t, rows, cols, contiguous) if rows > 0 else (t.issue_cycles + t.dma_latency, 0.0)
+
+
+def _group(t, loads, vector: float, matrix: float, chain: float, floor: float, store=None, resident=False):
+    """A step: its DMAs, VEC and MATMUL cycles; `chain` its compute when it cannot overlap the next, `floor`
+    the least compute period its own dependences allow when it does."""
+    loads = [x for x in loads if x is not None]
+    ld, dram = sum(x[0] for x in loads), sum(x[1] for x in loads)
+    sq, sd = store or (0.0, 0.0)
+    overlap = not resident and chain < vector + matrix and floor <= max(vector, matrix)
+    if overlap:
+        compute = vector + matrix
+    else:
+        compute = max(floor, max(vector, matrix)) if floor > max(vector, matrix) and not resident else chain
+    return cm.Group(ld, compute, sq, dram + sd, 1, load_slots=1 if resident else 2, n_dma=max(len(loads), 1),
+                    vector=vector, overlap=overlap)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A candidate's schedule (see FlashAttention.candidates)."""
+
+    pipelined: bool
+    ones: bool = False
+    s_slots: int = 1
+    expsub: bool = False
+
+
+def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule) -> list[cm.Group]:
+    """The steps of one query block of r rows over key tiles of widths ws (causal: the last is the diagonal)."""
+    s, n, diagonal, pipelined = _Step(t, dims, r, sch.ones, sch.expsub), len(ws), dims.causal, sch.pipelined
+    q = _dma(t, r, dims.d, dims.contiguous[0])
+    scale, div = cm.vec(t, r, dims.d, "mul"), cm.vec(t, r, dims.dv, "div")
+    out = _dma(t, r, dims.dv, dims.contiguous[3])
+    steps = []
+    for j in range(n + pipelined):
+        i = j - pipelined  # the tile whose softmax and P @ V this step runs
+        first, last = i == 0, i == n - 1
+        loads = [q] if j == 0 else []
+        qk = s.qk(ws[j]) if j < n else 0.0
+        k, v = s.kv(ws[j] if j < n else 0)[0], s.kv(ws[i] if i >= 0 else 0)[1]
+        loads += [k if j < n or not dims.causal else None, v if i >= 0 or not dims.causal else None]
+        loads.append(s.mask(r if i >= 0 else 0, ws[max(i, 0)]))
+        vec = mat = floor = 0.0
+        if i >= 0:
+            p1, p2 = s.part1(ws[i], first, diagonal and last), s.part2(ws[i], first)
+            vec, mat = p1 + p2 + div * last, s.pv(ws[i])
+            if not pipelined:
+                chain = p1 + p2 + qk + mat + div * last
+            elif sch.s_slots == 2:  # QK(j) beside the whole softmax of j - 1
+                chain = max(qk, p1 + p2) + mat + div * last
+            else:  # QK(j) after the last read of the scores; the next softmax after QK(j)
+                chain, floor = p1 + max(qk, p2) + mat + div * last, p1 + qk
+            mat += qk
+        else:
+            chain = mat = qk
+        if j == 0:
+            vec, chain = vec + scale, chain + scale
+        resident = j == 0 or dims.causal
+        steps.append([loads, vec, mat, chain, floor, out if last and i >= 0 else None, resident])
+    if not dims.causal and len(steps) > 1:  # step 1's loads queue behind the query's: step 0 lasts until they end
+        steps[0][3] = max(steps[0][3], sum(x[0] for x in steps[1][0] if x is not None))
+    return [_group(t, *step) for step in steps]
+
+
+def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
+    """Predicted cycles of the whole op (`costmodel.pipeline` over its steps); `schedule`: Schedule's fields."""
+    sch = Schedule(*schedule)
+    counts: Counter = Counter()
+    rows = widths(dims.lq, tq)
+    for qi, r in enumerate(rows):
+        ws = widths(min(dims.lk, (qi + 1) * tk), tk) if dims.causal else widths(dims.lk, tk)
+        for g in block(t, dims, r, ws, sch):
+            counts[g] += dims.batch
+    groups = [dataclasses.replace(g, count=n) for g, n in counts.items()]
+    return cm.pipeline(t, groups)
