@@ -99,9 +99,10 @@ def _check_length_one(module, args, dynamic_dim: int, prog, bounds) -> None:
         raise NarrowedError(msg, (2, hi), ONE_GUARD)
 
 
-def _canonical(graph, at_one: bool) -> list:
+def _canonical(graph, at_one) -> list:
     """The tensor ops of a graph in order, as (target, args, kwargs) with tensor operands by position and
-    symbolic sizes evaluated at 1 (`at_one`), for comparing a symbolic trace with a static one."""
+    symbolic sizes evaluated at 1 (`at_one` True) or substituted (`at_one` a dict symbol -> value), for
+    comparing a symbolic trace with a static one."""
     index, out = {}, []
     for n in graph.nodes:
         val = n.meta.get("val")
@@ -129,7 +130,10 @@ def _arg(a, index: dict, at_one: bool):
         return _arg(a.meta.get("val"), index, at_one)
     if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         expr = a.node.expr
-        value = expr.subs({s: 1 for s in expr.free_symbols}) if at_one else expr
+        if isinstance(at_one, dict):
+            value = expr.xreplace(at_one)
+        else:
+            value = expr.subs({s: 1 for s in expr.free_symbols}) if at_one else expr
         return ("sym", str(value))
     if isinstance(a, (list, tuple)):
         return tuple(_arg(x, index, at_one) for x in a)
@@ -164,6 +168,7 @@ def export_spec(module, args, spec, raise_error: bool = True, dim: int | str | N
     A failure that is no guard on a size (data-dependent flow, a recurrent layer) is a NovellaError naming
     the construct and the user's line (`explain.export_error`); `dim` names the dynamic dim in it."""
     module = module.eval()
+    aligned_specs(module, args, spec)
     dims = spec_dims(spec)
     first = _named_dim_export(module, args, spec, dims, oblivious=False)
     if isinstance(first, (str, Exception)):
@@ -195,16 +200,15 @@ def _dyn(module, args, dynamic_dim, length):
     return spec
 
 
-def symbol_names(prog, args, spec) -> dict:
+def symbol_names(prog, args, spec, module) -> dict:
     """sympy symbol of the program -> the name of the Dim it stands for."""
     names = {}
     users = [n for n in prog.graph.nodes if n.op == "placeholder" and _user_input(prog, n)]
-    flat_specs = _flat_specs(args, spec)
-    for node, dspec in zip(users, flat_specs):
+    for node, (_, dspec) in zip(users, aligned_specs(module, args, spec)):
         val = node.meta.get("val")
-        if not isinstance(dspec, dict) or not isinstance(val, torch.Tensor):
+        if not isinstance(val, torch.Tensor):
             continue
-        for d, dim in dspec.items():
+        for d, dim in _dim_items(dspec):
             e = val.shape[d]
             expr = e.node.expr if hasattr(e, "node") else None
             if isinstance(expr, sympy.Symbol) and hasattr(dim, "__name__"):
@@ -212,18 +216,112 @@ def symbol_names(prog, args, spec) -> dict:
     return names
 
 
-def _flat_specs(args, spec) -> list:
-    """The per-tensor dim specs of `spec`, in the order of the flattened tensor arguments (a varargs
-    parameter's specs are one nested tuple; the arguments may be flat or nested)."""
+def aligned_specs(module, args, spec) -> list:
+    """(tensor, its dim spec) of every tensor argument, in the order torch.export flattens them: `spec`
+    aligned to forward's parameters as torch aligns it (a tuple or list by position, a dict by parameter
+    name, nested containers matching the arguments', None for a static argument). A spec torch would
+    reject is a NovellaError saying where it differs from the arguments."""
+    from torch.export import dynamic_shapes as ds
 
-    def leaves(x, is_leaf):
-        if isinstance(x, (list, tuple)) and not is_leaf(x):
-            return [y for item in x for y in leaves(item, is_leaf)]
-        return [x]
+    try:
+        combined = ds._combine_args(module, tuple(args), None)
+    except TypeError as e:
+        raise NovellaError(f"the example arguments do not fit forward's signature: {e}") from None
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - set(combined), key=str)
+        if unknown:
+            raise NovellaError(
+                f"dynamic_shapes names {unknown}, which are not parameters of forward {list(combined)}; "
+                "key the spec by forward's parameter names, or give a tuple with one entry per argument"
+            )
+        spec = {k: spec.get(k) for k in combined}
+    elif isinstance(spec, (list, tuple)):
+        if len(spec) != len(combined):
+            raise NovellaError(
+                f"dynamic_shapes has {len(spec)} entries but forward takes {len(combined)} arguments "
+                f"({', '.join(combined)}); give one entry (None if static) per argument"
+            )
+        spec = dict(zip(combined, spec))
+    elif spec is not None:
+        raise NovellaError(f"dynamic_shapes must be a tuple, list or dict (by parameter name), not {type(spec).__name__}")
+    out = []
 
-    flat_args = leaves(list(args), lambda x: False)
-    flat_spec = leaves(list(spec) if isinstance(spec, (list, tuple)) else [spec], lambda x: False)
-    return [sp for a, sp in zip(flat_args, flat_spec) if isinstance(a, torch.Tensor)]
+    def visit(path, arg, dspec):
+        if isinstance(arg, torch.Tensor):
+            out.append((arg, dspec))
+        elif dspec is not None:
+            raise NovellaError(f"dynamic_shapes{ds.keystr(path)} gives dims for a {type(arg).__name__}, not a tensor")
+
+    try:
+        ds._tree_map_with_path(visit, combined, spec, tree_name="inputs")
+    except NovellaError:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch's structural mismatch (UserError, ValueError)
+        raise NovellaError(f"dynamic_shapes does not match forward's arguments: {e}") from None
+    return out
+
+
+def _dim_items(dspec) -> list:
+    """(dim, Dim or None) of one tensor's spec: a dict dim -> Dim, or a tuple / list with one entry per dim."""
+    if isinstance(dspec, dict):
+        return list(dspec.items())
+    if isinstance(dspec, (list, tuple)):
+        return list(enumerate(dspec))
+    return []
+
+
+def _replace_dim(spec, name: str, new):
+    """`spec` with each use of the Dim named `name` replaced by `new` (`Dim.STATIC`: the dim is static)."""
+    if hasattr(spec, "__name__") and hasattr(spec, "min"):
+        return new if spec.__name__ == name else spec
+    if isinstance(spec, dict):
+        return {k: _replace_dim(v, name, new) for k, v in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(_replace_dim(v, name, new) for v in spec)
+    return spec
+
+
+def at_one(module, args, spec, name: str):
+    """(args, spec) with every dim of the Dim `name` of length 1 and static."""
+    resized = {}
+    for t, dspec in aligned_specs(module, args, spec):
+        shape = list(t.shape)
+        for d, dim in _dim_items(dspec):
+            if getattr(dim, "__name__", None) == name:
+                shape[d] = 1
+        if shape != list(t.shape):
+            floating = t.dtype.is_floating_point
+            resized[id(t)] = torch.randn(shape, dtype=t.dtype) if floating else torch.zeros(shape, dtype=t.dtype)
+    new_args = torch.utils._pytree.tree_map(lambda a: resized.get(id(a), a), list(args))
+    return tuple(new_args), _replace_dim(spec, name, Dim.STATIC)
+
+
+def without_one(spec, name: str, hi: int):
+    """`spec` with the Dim `name` over [2, hi]."""
+    return _replace_dim(spec, name, Dim(name, min=2, max=hi))
+
+
+def differs_at_one(module, args, spec, prog) -> str | None:
+    """The first Dim with min 1 at which the symbolic trace is wrong: torch.export traces each symbol as
+    at least 2 without a guard, so `if T > 1` silently takes one branch. For each such Dim, the model is
+    traced with that Dim's sizes static at 1 and the other Dims symbolic, and compared with the symbolic
+    trace with that symbol at 1 (other symbols by name). The caller compiles that Dim = 1 on its own."""
+    module = module.eval()
+    names = symbol_names(prog, args, spec, module)
+    for name, (lo, hi) in spec_dims(spec).items():
+        if lo != 1 or hi < 2:
+            continue
+        args1, spec1 = at_one(module, args, spec, name)
+        try:
+            with fx_config.patch(backed_size_oblivious=False):
+                one = torch.export.export(module, tuple(args1), dynamic_shapes=spec1, strict=False)
+        except Exception:  # noqa: BLE001 - no trace at 1 to compare with: keep the symbolic one
+            continue
+        subs = {s: (1 if n == name else sympy.Symbol(n, integer=True)) for s, n in names.items()}
+        subs1 = {s: sympy.Symbol(n, integer=True) for s, n in symbol_names(one, args1, spec1, module).items()}
+        if _canonical(prog.graph, subs) != _canonical(one.graph, subs1):
+            return name
+    return None
 
 
 def _user_input(prog, node) -> bool:
@@ -247,7 +345,7 @@ def _named_dim_export(module, args, spec, dims: dict, oblivious: bool):
             )
     except Exception as e:  # torch raises many kinds; keep the guard, drop the trace
         return explain(str(e), *_single(dims)) if _GUARD.search(str(e)) else e
-    names = symbol_names(prog, args, spec)
+    names = symbol_names(prog, args, spec, module)
     box = {}
     for s, r in prog.range_constraints.items():
         name = names.get(s)
