@@ -144,8 +144,7 @@ def compile_torch(
             return CompiledModel(hit[0], config, stages)
     # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims); a cache
     # hit does not import the frontend (torch.export, sympy, the torch dialect: ~0.35 s)
-    from .frontend import importer
-    from .frontend import exporting
+    from .frontend import exporting, importer
     from .frontend.exporting import NarrowedError
 
     if dynamic_shapes is not None:
