@@ -243,19 +243,17 @@ def aligned_specs(module, args, spec) -> list:
             )
         spec = dict(zip(combined, spec))
     elif spec is not None:
-        raise NovellaError(f"dynamic_shapes must be a tuple, list or dict (by parameter name), not {type(spec).__name__}")
+        raise NovellaError(
+            f"dynamic_shapes must be a tuple, list or dict (by parameter name), not {type(spec).__name__}"
+        )
     out = []
 
     def visit(path, arg, dspec):
         if isinstance(arg, torch.Tensor):
             out.append((arg, dspec))
-        elif dspec is not None:
-            raise NovellaError(f"dynamic_shapes{ds.keystr(path)} gives dims for a {type(arg).__name__}, not a tensor")
 
     try:
         ds._tree_map_with_path(visit, combined, spec, tree_name="inputs")
-    except NovellaError:
-        raise
     except Exception as e:  # noqa: BLE001 - torch's structural mismatch (UserError, ValueError)
         raise NovellaError(f"dynamic_shapes does not match forward's arguments: {e}") from None
     return out
