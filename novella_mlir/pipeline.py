@@ -286,20 +286,21 @@ def _split_at_one(module, example_args, spec, name, kw) -> CompiledModel:
     """torch.export traces the Dim `name` as at least 2 and its trace at 1 differs: one artifact whose
     programs are the spec with `name` over [2, max], and `name` = 1 traced with those sizes static (the
     other Dims still symbolic, each checked the same way by the recursive compile)."""
-    from .frontend import exporting, importer
+    from .frontend import dynspec, importer
+    from .frontend.exporting import ONE_GUARD
 
-    hi = exporting.spec_dims(spec)[name][1]
+    hi = dynspec.spec_dims(spec)[name][1]
     inner = dict(kw, cache=False)
-    main = compile_torch(module, *example_args, dynamic_shapes=exporting.without_one(spec, name, hi), **inner)
+    main = compile_torch(module, *example_args, dynamic_shapes=dynspec.without_one(spec, name, hi), **inner)
     names = [s[0] for s in main.artifact.symbols]
-    args1, spec1 = exporting.at_one(module, example_args, spec, name)
-    if exporting.spec_dims(spec1):
+    args1, spec1 = dynspec.at_one(module, example_args, spec, name)
+    if dynspec.spec_dims(spec1):
         one = compile_torch(module, *args1, dynamic_shapes=spec1, **inner).artifact
     else:
         prog = importer.export_static(module, args1)
         one = _compile_program(prog, None, kw["config"], None, kw["decomposition_table"], kw["pass_options"]).artifact
     own = [s[0] for s in one.symbols]
-    guard = f"export guard: {exporting.ONE_GUARD} ({name} = 1)"
+    guard = f"export guard: {ONE_GUARD} ({name} = 1)"
     for p in one.programs:
         box = dict(zip(own, p.ranges), **{name: [1, 1]})
         p.ranges = [list(box[n]) for n in names]
