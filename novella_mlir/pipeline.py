@@ -283,34 +283,43 @@ def _specialize(module, example_args, dynamic_dim, bounds, narrowed, **kw) -> Co
 
 
 def _split_at_one(module, example_args, spec, name, kw) -> CompiledModel:
-    """torch.export traces the Dim `name` as at least 2 and its trace at 1 differs: one artifact whose
-    programs are the spec with `name` over [2, max], and `name` = 1 traced with those sizes static (the
-    other Dims still symbolic, each checked the same way by the recursive compile)."""
-    from .frontend import dynspec, importer
+    """torch.export traces the Dim `name` as at least 2 and its trace at 1 (or 0) differs: one artifact
+    whose programs are the spec with `name` over [2, max], and each size of `name` below 2 traced with
+    those sizes static (the other Dims still symbolic, each checked the same way by the recursive compile)."""
+    from .frontend import dynspec
     from .frontend.exporting import ONE_GUARD
 
-    hi = dynspec.spec_dims(spec)[name][1]
+    lo, hi = dynspec.spec_dims(spec)[name]
     inner = dict(kw, cache=False)
     main = compile_torch(module, *example_args, dynamic_shapes=dynspec.without_one(spec, name, hi), **inner)
     names = [s[0] for s in main.artifact.symbols]
-    args1, spec1 = dynspec.at_one(module, example_args, spec, name)
-    if dynspec.spec_dims(spec1):
-        one = compile_torch(module, *args1, dynamic_shapes=spec1, **inner).artifact
-    else:
-        prog = importer.export_static(module, args1)
-        one = _compile_program(prog, None, kw["config"], None, kw["decomposition_table"], kw["pass_options"]).artifact
-    own = [s[0] for s in one.symbols]
-    guard = f"export guard: {ONE_GUARD} ({name} = 1)"
-    for p in one.programs:
-        box = dict(zip(own, p.ranges), **{name: [1, 1]})
-        p.ranges = [list(box[n]) for n in names]
-        p.reason = f"{guard}{'' if p.reason == 'generic' else '; ' + p.reason}"
+    parts = [main.artifact]
+    for size in range(lo, 2):
+        small = _at_size(module, example_args, spec, name, size, inner)
+        own = [s[0] for s in small.symbols]
+        for p in small.programs:
+            box = dict(zip(own, p.ranges), **{name: [size, size]})
+            p.ranges = [list(box[n]) for n in names]
+            why = "" if p.reason == "generic" else "; " + p.reason
+            p.reason = f"export guard: {ONE_GUARD} ({name} = {size}){why}"
+        parts.append(small)
     for p in main.artifact.programs:
         if p.reason == "generic":
-            p.reason = f"generic: {name} in [2, {hi}] ({name} = 1 is a program of its own)"
-    model = CompiledModel(art_mod.combine([main.artifact, one]), kw["config"], main.stages)
+            p.reason = f"generic: {name} in [2, {hi}] (the sizes below 2 are programs of their own)"
+    model = CompiledModel(art_mod.combine(parts), kw["config"], main.stages)
     _check_bounds_encode(model)
     return model
+
+
+def _at_size(module, example_args, spec, name, size, kw):
+    """The artifact of the model with the Dim `name` static at `size` (the other Dims still symbolic)."""
+    from .frontend import dynspec, importer
+
+    args, spec = dynspec.at_size(module, example_args, spec, name, size)
+    if dynspec.spec_dims(spec):
+        return compile_torch(module, *args, dynamic_shapes=spec, **kw).artifact
+    prog = importer.export_static(module, args)
+    return _compile_program(prog, None, kw["config"], None, kw["decomposition_table"], kw["pass_options"]).artifact
 
 
 def _excluded(module, example_args, dynamic_dim, rng, narrowed, guard, kw, n: int) -> list:

@@ -89,14 +89,14 @@ def _replace_dim(spec, name: str, new):
     return spec
 
 
-def at_one(module, args, spec, name: str):
-    """(args, spec) with every dim of the Dim `name` of length 1 and static."""
+def at_size(module, args, spec, name: str, size: int):
+    """(args, spec) with every dim of the Dim `name` of length `size` and static."""
     resized = {}
     for t, dspec in aligned_specs(module, args, spec):
         shape = list(t.shape)
         for d, dim in dim_items(dspec):
             if getattr(dim, "__name__", None) == name:
-                shape[d] = 1
+                shape[d] = size
         if shape != list(t.shape):
             floating = t.dtype.is_floating_point
             resized[id(t)] = torch.randn(shape, dtype=t.dtype) if floating else torch.zeros(shape, dtype=t.dtype)

@@ -23,7 +23,7 @@ from torch.fx.experimental import _config as fx_config
 
 from ..errors import NovellaError
 from . import explain as messages
-from .dynspec import aligned_specs, at_one, dim_items, spec_dims
+from .dynspec import aligned_specs, at_size, dim_items, spec_dims
 
 _GUARD = re.compile(r"satisfy the generated guard (.*?)\.?\s*$", flags=re.M)
 
@@ -201,25 +201,26 @@ def symbol_names(prog, args, spec, module) -> dict:
 
 
 def differs_at_one(module, args, spec, prog) -> str | None:
-    """The first Dim with min 1 at which the symbolic trace is wrong: torch.export traces each symbol as
-    at least 2 without a guard, so `if T > 1` silently takes one branch. For each such Dim, the model is
-    traced with that Dim's sizes static at 1 and the other Dims symbolic, and compared with the symbolic
-    trace with that symbol at 1 (other symbols by name). The caller compiles that Dim = 1 on its own."""
+    """The first Dim whose range holds 1 and 2 at which the symbolic trace is wrong: torch.export traces
+    each symbol as at least 2 without a guard, so `if T > 1` silently takes one branch. For each such Dim,
+    the model is traced with that Dim's sizes static at 1 and the other Dims symbolic, and compared with
+    the symbolic trace with that symbol at 1 (other symbols by name). The caller compiles each size of
+    that Dim below 2 on its own (0 too when the Dim's min is 0; 0 alone is not checked)."""
     module = module.eval()
     names = symbol_names(prog, args, spec, module)
     for name, (lo, hi) in spec_dims(spec).items():
-        if lo != 1 or hi < 2:
-            continue
-        args1, spec1 = at_one(module, args, spec, name)
-        try:
-            with fx_config.patch(backed_size_oblivious=False):
-                one = torch.export.export(module, tuple(args1), dynamic_shapes=spec1, strict=False)
-        except Exception:  # noqa: BLE001 - no trace at 1 to compare with: keep the symbolic one
-            continue
-        subs = {s: (1 if n == name else sympy.Symbol(n, integer=True)) for s, n in names.items()}
-        subs1 = {s: sympy.Symbol(n, integer=True) for s, n in symbol_names(one, args1, spec1, module).items()}
-        if _canonical(prog.graph, subs) != _canonical(one.graph, subs1):
-            return name
+        for size in (1,) if lo <= 1 < hi else ():
+            args1, spec1 = at_size(module, args, spec, name, size)
+            try:
+                with fx_config.patch(backed_size_oblivious=False):
+                    small = torch.export.export(module, tuple(args1), dynamic_shapes=spec1, strict=False)
+            except Exception:  # noqa: BLE001 - no trace at that size to compare with: keep the symbolic one
+                continue
+            subs = {s: (size if n == name else sympy.Symbol(n, integer=True)) for s, n in names.items()}
+            named = symbol_names(small, args1, spec1, module)
+            subs1 = {s: sympy.Symbol(n, integer=True) for s, n in named.items()}
+            if _canonical(prog.graph, subs) != _canonical(small.graph, subs1):
+                return name
     return None
 
 
