@@ -295,7 +295,14 @@ def _split_at_one(module, example_args, spec, name, kw) -> CompiledModel:
     names = [s[0] for s in main.artifact.symbols]
     parts = [main.artifact]
     for size in range(lo, 2):
-        small = _at_size(module, example_args, spec, name, size, inner)
+        try:
+            small = _at_size(module, example_args, spec, name, size, inner)
+        except NovellaError as e:
+            raise NovellaError(
+                f"{name} = 1 traces differently from {name} >= 2, so each {name} below 2 is a program of its own; "
+                f"{name} = {size} fails: {e}\n"
+                f"Give the Dim min={size + 1} if {name} = {size} need not run."
+            ) from None
         own = [s[0] for s in small.symbols]
         for p in small.programs:
             box = dict(zip(own, p.ranges), **{name: [size, size]})

@@ -163,3 +163,13 @@ def test_spec_torch_would_reject_is_a_clear_error(spec, message):
 
     with pytest.raises(NovellaError, match=message):
         compile_torch(_BranchOnT(), torch.randn(1, 4, 4), torch.randn(1, 4, 4), dynamic_shapes=spec, cache=False)
+
+
+def test_dim_from_0_that_traces_differently_at_1_says_what_to_do():
+    from novella_mlir.errors import NovellaError
+
+    spec = ({1: Dim("T", max=16)}, {1: Dim("S", min=1, max=16)})
+    with pytest.raises(
+        NovellaError, match=r"T = 1 traces differently .*; T = 0 fails: .* empty tensor.*\nGive the Dim min=1"
+    ):
+        compile_torch(_BranchOnT(), torch.randn(1, 8, 4), torch.randn(1, 5, 4), dynamic_shapes=spec, cache=False)
