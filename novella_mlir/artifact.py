@@ -23,6 +23,7 @@ raw fp32 weights. `load` validates the structure before anything runs
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -269,9 +270,11 @@ def _pool_costs(meta: dict) -> list[tuple[int, int]]:
 
 def combine(artifacts: list[Artifact]) -> Artifact:
     """One artifact holding the programs of `artifacts` (compiled from one model for disjoint boxes of
-    the same symbols; each program's `ranges` and `reason` already set). Weights are shared by name
-    when their values agree; a program whose weight of that name differs (a constant table built at
-    its own bounds, e.g. an `arange`) keeps it under a name of its own (`name@<program>`)."""
+    the symbols of the first symbolic artifact; each program's `ranges`, one per symbol of that one, and
+    `reason` already set). A program of an artifact over fewer of those symbols (one fixed at a value,
+    traced static) has its symbol references renumbered. Weights are shared by name when their values
+    agree; a program whose weight of that name differs (a constant table built at its own bounds, e.g.
+    an `arange`) keeps it under a name of its own (`name@<program>`)."""
     symbolic = [a for a in artifacts if a.symbols]
     if not symbolic:
         raise ArtifactError("cannot combine programs without symbols")
@@ -279,9 +282,18 @@ def combine(artifacts: list[Artifact]) -> Artifact:
     weights: dict = {}
     programs = []
     for a in artifacts:
-        if a.symbols and [s[0] for s in a.symbols] != names:
-            raise ArtifactError(f"cannot combine programs over symbols {names} and {[s[0] for s in a.symbols]}")
+        own = [s[0] for s in a.symbols]
+        if not set(own) <= set(names):
+            raise ArtifactError(f"cannot combine programs over symbols {names} and {own}")
+        renumber = {f"s{i}": f"s{names.index(n)}" for i, n in enumerate(own) if i != names.index(n)}
         for p in a.programs:
+            if len(p.ranges) != len(names):
+                raise ArtifactError(
+                    f"program '{p.reason}' has ranges {p.ranges}, not one [lo, hi] per symbol of {names}"
+                )
+            if renumber:
+                for f in ("inputs", "outputs", "dram_size", "macros", "tiles", "kv"):
+                    setattr(p, f, _renumbered(getattr(p, f), renumber))
             for name in list(p.weight_layout):
                 w = a.weights[name]
                 same = name in weights and (weights[name] is w or np.array_equal(weights[name], w))
@@ -296,6 +308,21 @@ def combine(artifacts: list[Artifact]) -> Artifact:
               for j, n in enumerate(names)]  # fmt: skip
     base = symbolic[0]
     return Artifact(base.version, base.config, base.config_fingerprint, bounds, programs, weights)
+
+
+def _renumbered(x, renumber: dict):
+    """`x` (postfix programs in nested metadata) with each symbol token `s<i>` renamed by `renumber`."""
+    if isinstance(x, str):
+        return renumber.get(x, x)
+    if isinstance(x, list):
+        return [_renumbered(v, renumber) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_renumbered(v, renumber) for v in x)
+    if isinstance(x, dict):
+        return {k: _renumbered(v, renumber) for k, v in x.items()}
+    if hasattr(x, "__dataclass_fields__"):
+        return dataclasses.replace(x, **{f: _renumbered(getattr(x, f), renumber) for f in x.__dataclass_fields__})
+    return x
 
 
 MAX_FILE_BYTES = 4 << 30

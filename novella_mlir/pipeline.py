@@ -144,13 +144,18 @@ def compile_torch(
             return CompiledModel(hit[0], config, stages)
     # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims); a cache
     # hit does not import the frontend (torch.export, sympy, the torch dialect: ~0.35 s)
-    from .frontend import importer
+    from .frontend import exporting, importer
     from .frontend.exporting import NarrowedError
 
     if dynamic_shapes is not None:
         prog = importer.export_spec(module, example_args, dynamic_shapes)
-        names = importer.symbol_names(prog, example_args, dynamic_shapes)
-        model = _compile_program(prog, None, config, dump_dir, decomposition_table, pass_options, names)
+        one = exporting.differs_at_one(module, example_args, dynamic_shapes, prog)
+        if one is not None:
+            kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
+            model = _split_at_one(module, example_args, dynamic_shapes, one, kw)
+        else:
+            names = importer.symbol_names(prog, example_args, dynamic_shapes, module)
+            model = _compile_program(prog, None, config, dump_dir, decomposition_table, pass_options, names)
     else:
         lo, hi = min_len, max_len
         if max_len <= 2:  # torch-mlir imports a dim whose range ends at 2 as static: export over [min, 3]
@@ -264,10 +269,10 @@ def _specialize(module, example_args, dynamic_dim, bounds, narrowed, **kw) -> Co
     inner = dict(kw, cache=False)
     main = compile_torch(module, *example_args, dynamic_dim=dynamic_dim, min_len=a, max_len=b, **inner)
     guard = f"export guard: {narrowed.guard or narrowed}"
-    parts = [main.artifact]
+    parts, n = [main.artifact], len(main.artifact.symbols)
     for r0, r1 in ((lo, a - 1), (b + 1, hi)):
         if r0 <= r1:
-            parts += _excluded(module, example_args, dynamic_dim, (r0, r1), narrowed, guard, inner)
+            parts += _excluded(module, example_args, dynamic_dim, (r0, r1), narrowed, guard, inner, n)
     for p in main.artifact.programs:
         if p.reason == "generic":
             p.reason = f"generic: the range torch.export keeps ([{a}, {b}])"
@@ -277,8 +282,55 @@ def _specialize(module, example_args, dynamic_dim, bounds, narrowed, **kw) -> Co
     return model
 
 
-def _excluded(module, example_args, dynamic_dim, rng, narrowed, guard, kw) -> list:
-    """The programs (artifacts) of a sub-range torch.export excluded."""
+def _split_at_one(module, example_args, spec, name, kw) -> CompiledModel:
+    """torch.export traces the Dim `name` as at least 2 and its trace at 1 (or 0) differs: one artifact
+    whose programs are the spec with `name` over [2, max], and each size of `name` below 2 traced with
+    those sizes static (the other Dims still symbolic, each checked the same way by the recursive compile)."""
+    from .frontend import dynspec
+    from .frontend.exporting import ONE_GUARD
+
+    lo, hi = dynspec.spec_dims(spec)[name]
+    inner = dict(kw, cache=False)
+    main = compile_torch(module, *example_args, dynamic_shapes=dynspec.without_one(spec, name, hi), **inner)
+    names = [s[0] for s in main.artifact.symbols]
+    parts = [main.artifact]
+    for size in range(lo, 2):
+        try:
+            small = _at_size(module, example_args, spec, name, size, inner)
+        except NovellaError as e:
+            raise NovellaError(
+                f"{name} = 1 traces differently from {name} >= 2, so each {name} below 2 is a program of its own; "
+                f"{name} = {size} fails: {e}\n"
+                f"Give the Dim min={size + 1} if {name} = {size} need not run."
+            ) from None
+        own = [s[0] for s in small.symbols]
+        for p in small.programs:
+            box = dict(zip(own, p.ranges), **{name: [size, size]})
+            p.ranges = [list(box[n]) for n in names]
+            why = "" if p.reason == "generic" else "; " + p.reason
+            p.reason = f"export guard: {ONE_GUARD} ({name} = {size}){why}"
+        parts.append(small)
+    for p in main.artifact.programs:
+        if p.reason == "generic":
+            p.reason = f"generic: {name} in [2, {hi}] (the sizes below 2 are programs of their own)"
+    model = CompiledModel(art_mod.combine(parts), kw["config"], main.stages)
+    _check_bounds_encode(model)
+    return model
+
+
+def _at_size(module, example_args, spec, name, size, kw):
+    """The artifact of the model with the Dim `name` static at `size` (the other Dims still symbolic)."""
+    from .frontend import dynspec, importer
+
+    args, spec = dynspec.at_size(module, example_args, spec, name, size)
+    if dynspec.spec_dims(spec):
+        return compile_torch(module, *args, dynamic_shapes=spec, **kw).artifact
+    prog = importer.export_static(module, args)
+    return _compile_program(prog, None, kw["config"], None, kw["decomposition_table"], kw["pass_options"]).artifact
+
+
+def _excluded(module, example_args, dynamic_dim, rng, narrowed, guard, kw, n: int) -> list:
+    """The programs (artifacts) of a sub-range torch.export excluded (`n` symbols, all that length)."""
     from .frontend import importer
 
     r0, r1 = rng
@@ -306,7 +358,7 @@ def _excluded(module, example_args, dynamic_dim, rng, narrowed, guard, kw) -> li
         static = _compile_program(prog, (length, length), kw["config"], None, kw["decomposition_table"],
                                   kw["pass_options"])  # fmt: skip
         for p in static.artifact.programs:
-            p.ranges, p.reason = [[length, length]], f"{guard} (static, T = {length})"
+            p.ranges, p.reason = [[length, length]] * n, f"{guard} (static, T = {length})"
         out.append(static.artifact)
     return out
 

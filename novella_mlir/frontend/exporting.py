@@ -23,6 +23,7 @@ from torch.fx.experimental import _config as fx_config
 
 from ..errors import NovellaError
 from . import explain as messages
+from .dynspec import aligned_specs, at_size, dim_items, spec_dims
 
 _GUARD = re.compile(r"satisfy the generated guard (.*?)\.?\s*$", flags=re.M)
 
@@ -99,9 +100,10 @@ def _check_length_one(module, args, dynamic_dim: int, prog, bounds) -> None:
         raise NarrowedError(msg, (2, hi), ONE_GUARD)
 
 
-def _canonical(graph, at_one: bool) -> list:
+def _canonical(graph, at_one) -> list:
     """The tensor ops of a graph in order, as (target, args, kwargs) with tensor operands by position and
-    symbolic sizes evaluated at 1 (`at_one`), for comparing a symbolic trace with a static one."""
+    symbolic sizes evaluated at 1 (`at_one` True) or substituted (`at_one` a dict symbol -> value), for
+    comparing a symbolic trace with a static one."""
     index, out = {}, []
     for n in graph.nodes:
         val = n.meta.get("val")
@@ -129,7 +131,10 @@ def _arg(a, index: dict, at_one: bool):
         return _arg(a.meta.get("val"), index, at_one)
     if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         expr = a.node.expr
-        value = expr.subs({s: 1 for s in expr.free_symbols}) if at_one else expr
+        if isinstance(at_one, dict):
+            value = expr.xreplace(at_one)
+        else:
+            value = expr.subs({s: 1 for s in expr.free_symbols}) if at_one else expr
         return ("sym", str(value))
     if isinstance(a, (list, tuple)):
         return tuple(_arg(x, index, at_one) for x in a)
@@ -140,23 +145,6 @@ def _arg(a, index: dict, at_one: bool):
     return str(a)
 
 
-def spec_dims(spec) -> dict:
-    """name -> (min, max) of every `Dim` in a torch.export `dynamic_shapes` structure."""
-    out = {}
-    if isinstance(spec, dict):
-        items = spec.values()
-    elif isinstance(spec, (list, tuple)):
-        items = spec
-    else:
-        items = [spec] if spec is not None else []
-    for item in items:
-        if isinstance(item, (dict, list, tuple)):
-            out.update(spec_dims(item))
-        elif hasattr(item, "__name__") and hasattr(item, "min"):
-            out[item.__name__] = (int(item.min), int(item.max))
-    return out
-
-
 def export_spec(module, args, spec, raise_error: bool = True, dim: int | str | None = None):
     """torch.export with a `dynamic_shapes` spec of named Dims (a shared Dim means equal sizes): the plain
     trace, then the size-oblivious trace with deferred asserts, each proved over the Dims' whole box.
@@ -164,6 +152,7 @@ def export_spec(module, args, spec, raise_error: bool = True, dim: int | str | N
     A failure that is no guard on a size (data-dependent flow, a recurrent layer) is a NovellaError naming
     the construct and the user's line (`explain.export_error`); `dim` names the dynamic dim in it."""
     module = module.eval()
+    aligned_specs(module, args, spec)
     dims = spec_dims(spec)
     first = _named_dim_export(module, args, spec, dims, oblivious=False)
     if isinstance(first, (str, Exception)):
@@ -195,16 +184,15 @@ def _dyn(module, args, dynamic_dim, length):
     return spec
 
 
-def symbol_names(prog, args, spec) -> dict:
+def symbol_names(prog, args, spec, module) -> dict:
     """sympy symbol of the program -> the name of the Dim it stands for."""
     names = {}
     users = [n for n in prog.graph.nodes if n.op == "placeholder" and _user_input(prog, n)]
-    flat_specs = _flat_specs(args, spec)
-    for node, dspec in zip(users, flat_specs):
+    for node, (_, dspec) in zip(users, aligned_specs(module, args, spec)):
         val = node.meta.get("val")
-        if not isinstance(dspec, dict) or not isinstance(val, torch.Tensor):
+        if not isinstance(val, torch.Tensor):
             continue
-        for d, dim in dspec.items():
+        for d, dim in dim_items(dspec):
             e = val.shape[d]
             expr = e.node.expr if hasattr(e, "node") else None
             if isinstance(expr, sympy.Symbol) and hasattr(dim, "__name__"):
@@ -212,18 +200,28 @@ def symbol_names(prog, args, spec) -> dict:
     return names
 
 
-def _flat_specs(args, spec) -> list:
-    """The per-tensor dim specs of `spec`, in the order of the flattened tensor arguments (a varargs
-    parameter's specs are one nested tuple; the arguments may be flat or nested)."""
-
-    def leaves(x, is_leaf):
-        if isinstance(x, (list, tuple)) and not is_leaf(x):
-            return [y for item in x for y in leaves(item, is_leaf)]
-        return [x]
-
-    flat_args = leaves(list(args), lambda x: False)
-    flat_spec = leaves(list(spec) if isinstance(spec, (list, tuple)) else [spec], lambda x: False)
-    return [sp for a, sp in zip(flat_args, flat_spec) if isinstance(a, torch.Tensor)]
+def differs_at_one(module, args, spec, prog) -> str | None:
+    """The first Dim whose range holds 1 and 2 at which the symbolic trace is wrong: torch.export traces
+    each symbol as at least 2 without a guard, so `if T > 1` silently takes one branch. For each such Dim,
+    the model is traced with that Dim's sizes static at 1 and the other Dims symbolic, and compared with
+    the symbolic trace with that symbol at 1 (other symbols by name). The caller compiles each size of
+    that Dim below 2 on its own (0 too when the Dim's min is 0; 0 alone is not checked)."""
+    module = module.eval()
+    names = symbol_names(prog, args, spec, module)
+    for name, (lo, hi) in spec_dims(spec).items():
+        for size in (1,) if lo <= 1 < hi else ():
+            args1, spec1 = at_size(module, args, spec, name, size)
+            try:
+                with fx_config.patch(backed_size_oblivious=False):
+                    small = torch.export.export(module, tuple(args1), dynamic_shapes=spec1, strict=False)
+            except Exception:  # noqa: BLE001 - no trace at that size to compare with: keep the symbolic one
+                continue
+            subs = {s: (size if n == name else sympy.Symbol(n, integer=True)) for s, n in names.items()}
+            named = symbol_names(small, args1, spec1, module)
+            subs1 = {s: sympy.Symbol(n, integer=True) for s, n in named.items()}
+            if _canonical(prog.graph, subs) != _canonical(small.graph, subs1):
+                return name
+    return None
 
 
 def _user_input(prog, node) -> bool:
@@ -247,7 +245,7 @@ def _named_dim_export(module, args, spec, dims: dict, oblivious: bool):
             )
     except Exception as e:  # torch raises many kinds; keep the guard, drop the trace
         return explain(str(e), *_single(dims)) if _GUARD.search(str(e)) else e
-    names = symbol_names(prog, args, spec)
+    names = symbol_names(prog, args, spec, module)
     box = {}
     for s, r in prog.range_constraints.items():
         name = names.get(s)

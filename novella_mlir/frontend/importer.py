@@ -102,8 +102,8 @@ def export_spec(module: torch.nn.Module, args, dynamic_shapes):
         return exporting.export_spec(module, args, dynamic_shapes)
 
 
-def symbol_names(prog, args, dynamic_shapes) -> dict:
-    return exporting.symbol_names(prog, args, dynamic_shapes)
+def symbol_names(prog, args, dynamic_shapes, module) -> dict:
+    return exporting.symbol_names(prog, args, dynamic_shapes, module)
 
 
 def export_static(module: torch.nn.Module, args):

@@ -187,3 +187,34 @@ def test_long_excluded_range_is_one_symbolic_program():
 def test_square_frees_its_operand_once():
     # mul(x, x) once released x twice in --novella-allocate: a later tensor shared its DRAM (a WAR hazard)
     check(Lambda(lambda x: torch.std(x, dim=0)), [torch.randn(3, 4, 5)], dim=0, lo=2, hi=130, lengths=(2, 65, 130))
+
+
+class OneBranchTwoInputs(torch.nn.Module):
+    """Two inputs of length T: torch.export gives each its own symbol (y's only as its shape)."""
+
+    def forward(self, x, y):
+        if x.shape[1] > 1:
+            return x * 2.0
+        return x + 1.0
+
+
+def test_t_1_program_of_a_model_with_two_length_symbols():
+    m = OneBranchTwoInputs().eval()
+    npu = compile_torch(m, torch.randn(1, 8, 4), torch.randn(1, 8, 4), max_len=64, cache=False)
+    art = npu.artifact
+    assert len(art.symbols) == 2 and all(s[1:] == [1, 64] for s in art.symbols)
+    assert [p.ranges for p in art.programs] == [[[1, 1], [1, 1]], [[2, 64], [2, 64]]]
+    for t in (1, 2, 9, 64):
+        x, y = torch.randn(1, t, 4), torch.randn(1, t, 4)
+        torch.testing.assert_close(npu(x, y), m(x, y))
+
+
+def test_combine_refuses_ranges_not_one_per_symbol():
+    from novella_mlir import artifact as art_mod
+    from novella_mlir.errors import ArtifactError
+
+    m = OneBranchTwoInputs().eval()
+    art = compile_torch(m, torch.randn(1, 8, 4), torch.randn(1, 8, 4), max_len=64, cache=False).artifact
+    art.programs[0].ranges = [[1, 1]]
+    with pytest.raises(ArtifactError, match=r"has ranges \[\[1, 1\]\], not one \[lo, hi\] per symbol"):
+        art_mod.combine([art])

@@ -82,3 +82,94 @@ def test_shared_dim_means_equal_sizes():
     torch.testing.assert_close(npu(a, b), a + b)
     with pytest.raises(InputError, match="expected"):
         npu(a, torch.randn(1, 8, 16))
+
+
+class _BranchOnT(torch.nn.Module):
+    """torch.export traces T as >= 2 with no guard: at T = 1 the symbolic program would take the wrong branch."""
+
+    def forward(self, x, y):
+        if x.shape[1] > 1:
+            return x * 2.0 + y.sum(1, keepdim=True)
+        return x + 1.0 - y.mean(1, keepdim=True)
+
+
+class _BranchOnBoth(torch.nn.Module):
+    def forward(self, x, y):
+        if x.shape[1] > 1 and y.shape[1] > 1:
+            return x * 2.0 + y.sum(1, keepdim=True)
+        return x - y.sum(1, keepdim=True)
+
+
+def _agrees(m, npu, pairs):
+    for t, s in pairs:
+        x, y = torch.randn(1, t, 4), torch.randn(1, s, 4)
+        torch.testing.assert_close(npu(x, y), m(x, y), rtol=1e-4, atol=1e-4)
+        assert npu.last_run.symbols == {"T": t, "S": s}
+
+
+PAIRS = [(1, 1), (1, 2), (1, 33), (1, 64), (2, 1), (2, 2), (7, 1), (7, 9), (33, 64), (64, 1), (64, 64)]
+
+
+@pytest.mark.parametrize("spec_form", ["tuple", "dict"])
+def test_dim_from_1_that_traces_differently_gets_its_own_program(spec_form):
+    T, S = Dim("T", min=1, max=64), Dim("S", min=1, max=64)
+    spec = ({1: T}, {1: S}) if spec_form == "tuple" else {"y": {1: S}, "x": {1: T}}
+    m = _BranchOnT().eval()
+    npu = compile_torch(m, torch.randn(1, 8, 4), torch.randn(1, 5, 4), dynamic_shapes=spec, cache=False)
+    art = npu.artifact
+    assert art.symbols == [["T", 1, 64], ["S", 1, 64]]
+    assert [p.ranges for p in art.programs] == [[[1, 1], [1, 64]], [[2, 64], [1, 64]]]
+    assert "at least 2" in art.programs[0].reason and "(T = 1)" in art.programs[0].reason
+    _agrees(m, npu, PAIRS)
+
+
+def test_two_dims_from_1_split_into_a_program_per_differing_box():
+    T, S = Dim("T", min=1, max=64), Dim("S", min=1, max=64)
+    m = _BranchOnBoth().eval()
+    npu = compile_torch(m, torch.randn(1, 8, 4), torch.randn(1, 5, 4), dynamic_shapes=({1: T}, {1: S}), cache=False)
+    boxes = sorted(p.ranges for p in npu.artifact.programs)
+    assert boxes == [[[1, 1], [1, 64]], [[2, 64], [1, 1]], [[2, 64], [2, 64]]]
+    _agrees(m, npu, PAIRS)
+
+
+def test_nested_spec_aligned_like_torch():
+    class Pair(torch.nn.Module):
+        def forward(self, x, pair):
+            a, b = pair
+            return x * 2.0 + a.sum(1, keepdim=True) - b.mean(1, keepdim=True)
+
+    T, S = Dim("T", min=1, max=32), Dim("S", min=1, max=32)
+    m = Pair().eval()
+    args = (torch.randn(1, 6, 4), (torch.randn(1, 5, 4), torch.randn(1, 3, 4)))
+    npu = compile_torch(m, *args, dynamic_shapes={"x": {1: T}, "pair": ({1: S}, None)}, cache=False)
+    assert [s[0] for s in npu.artifact.symbols] == ["T", "S"]
+    for t, s in [(1, 1), (9, 2), (32, 32)]:
+        x, a, b = torch.randn(1, t, 4), torch.randn(1, s, 4), torch.randn(1, 3, 4)
+        torch.testing.assert_close(npu(x, a, b), m(x, (a, b)), rtol=1e-4, atol=1e-4)  # flat, as exported
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"x": {1: Dim("T", max=8)}, "z": None}, r"names \['z'\], which are not parameters of forward \['x', 'y'\]"),
+        (({1: Dim("T", max=8)},), "has 1 entries but forward takes 2 arguments"),
+        ({"x": {1: Dim("T", max=8)}, "y": ({1: Dim("S", max=8)},)}, r"at `dynamic_shapes\['y'\]` to have the same"),
+        ({1: Dim("T", max=8)}, r"names \[1\], which are not parameters"),
+        (Dim("T", max=8), "must be a tuple, list or dict"),
+    ],
+)
+def test_spec_torch_would_reject_is_a_clear_error(spec, message):
+    from novella_mlir.errors import NovellaError
+
+    with pytest.raises(NovellaError, match=message):
+        compile_torch(_BranchOnT(), torch.randn(1, 4, 4), torch.randn(1, 4, 4), dynamic_shapes=spec, cache=False)
+
+
+def test_dim_from_0_that_traces_differently_at_1_says_what_to_do():
+    from novella_mlir.errors import NovellaError
+
+    spec = ({1: Dim("T", max=16)}, {1: Dim("S", min=1, max=16)})
+    with pytest.raises(
+        NovellaError, match=r"T = 1 traces differently .*; T = 0 fails: .* empty tensor.*\nGive the Dim min=1"
+    ):
+        compile_torch(_BranchOnT(), torch.randn(1, 8, 4), torch.randn(1, 5, 4), dynamic_shapes=spec, cache=False)

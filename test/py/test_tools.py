@@ -271,3 +271,24 @@ def test_novella_opt_internal_error_is_a_diagnostic(tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err
     assert f"{src}:1:1: error: internal error while processing this input: RuntimeError: kaboom" in err
     assert "Traceback" not in err
+
+
+def test_cli_run_inspect_a_two_symbol_artifact_with_a_t_1_program(tmp_path, capsys):
+    from torch.export import Dim
+
+    class BranchOnT(torch.nn.Module):
+        def forward(self, x, y):
+            if x.shape[1] > 1:
+                return x * 2.0 + y.sum(1, keepdim=True)
+            return x + 1.0
+
+    spec = {"x": {1: Dim("T", min=1, max=64)}, "y": {1: Dim("S", min=1, max=64)}}
+    npu = compile_torch(BranchOnT(), torch.randn(1, 8, 4), torch.randn(1, 5, 4), dynamic_shapes=spec, cache=False)
+    model = tmp_path / "two.nvla"
+    npu.save(model)
+    assert cli.main(["inspect", str(model)]) == 0
+    text = capsys.readouterr().out
+    assert "T in [1, 1], S in [1, 64]" in text and "T in [2, 64], S in [1, 64]" in text
+    for lens, shape in (("T=1,S=7", "[1, 1, 4]"), ("T=2,S=1", "[1, 2, 4]"), ("T=63,S=64", "[1, 63, 4]")):
+        assert cli.main(["run", str(model), "--len", lens]) == 0
+        assert f"-> outputs [{shape}]" in capsys.readouterr().out
