@@ -21,6 +21,8 @@
 // CHECK-DAG: #[[ROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (128, d1 * -128 + s0)>
 // CHECK-DAG: #[[KROW:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 64)>
 // CHECK-DAG: #[[VROW:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d2 - 1) * 64)>
+// CHECK-DAG: #[[KROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d2 * -64 + s0 + ((d2 - s0 ceildiv 64 + 1) ceildiv 16777216) * 64, (-d2 + s0 ceildiv 64) * 16777216)>
+// CHECK-DAG: #[[VROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, (d2 - 1) * -64 + s0, d2 * 16777216)>
 // CHECK-DAG: #[[PREV:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, (d2 - 1) * -64 + s0)>
 // CHECK-DAG: #[[KEYS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d2 * -64 + s0)>
 // CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 64 + 1)>
@@ -34,8 +36,8 @@
 // CHECK-SAME: (%[[Q:[^:]*]]: tensor<2x?x64xf32, {{.*}}, %[[K:[^:]*]]: tensor<2x?x64xf32, {{.*}}, %[[V:[^:]*]]: tensor<2x?x64xf32
 // CHECK: "novella.dma_load"(%[[Q]]) {buffer = "q", {{.*}}rows = #[[ROWS]], {{.*}}when = #[[FIRST]]}
 // CHECK-NEXT: "novella.vop"() {a = "q", {{.*}}fn = "MUL", imm = 1.250000e-01 : f32, mode = "SCALAR", rows = #[[ROWS]], when = #[[FIRST]]}
-// CHECK-NEXT: "novella.dma_load"(%[[K]]) {buffer = "k", {{.*}}row_start = #[[KROW]], {{.*}}rows = 64 : i64, {{.*}}tensor = 1 : i64}
-// CHECK-NEXT: "novella.dma_load"(%[[V]]) {buffer = "v", {{.*}}row_start = #[[VROW]], {{.*}}rows = 64 : i64, {{.*}}tensor = 2 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[K]]) {buffer = "k", {{.*}}row_start = #[[KROW]], {{.*}}rows = #[[KROWS]], {{.*}}tensor = 1 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[V]]) {buffer = "v", {{.*}}row_start = #[[VROW]], {{.*}}rows = #[[VROWS]], {{.*}}tensor = 2 : i64}
 // CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}cols = #[[PREV]], dst = "m", dst_stride = 1 : i64, fn = "ROWMAX", rows = #[[ROWS]], when = #[[OPEN]]}
 // CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "m", {{.*}}dst = "p", {{.*}}fn = "SUB", mode = "COL", {{.*}}when = #[[OPEN]]}
 // CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}dst = "cm", dst_stride = 1 : i64, fn = "ROWMAX", rows = #[[ROWS]], when = #[[REST]]}
