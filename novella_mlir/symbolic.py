@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from .artifact_check import MAX_STEPS as GRID_LIMIT  # every grid index, and a difference of two, is below it
+
 DYN = ir.ShapedType.get_dynamic_size() if hasattr(ir, "ShapedType") else -(2**63)
 
 
@@ -50,6 +52,18 @@ def floordiv(a: ir.AffineExpr, b: int) -> ir.AffineExpr:
 
 def mod(a: ir.AffineExpr, b: int) -> ir.AffineExpr:
     return ir.AffineExpr.get_mod(a, const(b))
+
+
+def step(e: ir.AffineExpr) -> ir.AffineExpr:
+    """[e >= 1] as an affine expression, for e in (-GRID_LIMIT, GRID_LIMIT] (grid indices and their
+    differences): ceildiv(e, GRID_LIMIT)."""
+    return ceildiv(e, GRID_LIMIT)
+
+
+def gate(e: ir.AffineExpr) -> ir.AffineExpr:
+    """A result of a min map that is 0 where e = 0 and never binds (>= GRID_LIMIT, above every row
+    count) where e >= 1, for e >= 0 on the grid."""
+    return e * GRID_LIMIT
 
 
 def canon(e: ir.AffineExpr) -> ir.AffineExpr:

@@ -223,21 +223,17 @@ class FlashAttention:
                      row_bound=g.lq, rows=rows, cols=g.dv, when=s.final)  # fmt: skip
 
 
-_BIG = 1 << 24  # above every grid extent (the row fields have 24 bits)
-
-
 def _prev(j: ir.AffineExpr) -> ir.AffineExpr:
-    """max(j - 1, 0) on the grid: j - ceildiv(j, 2^24)."""
-    return j - sy.ceildiv(j, _BIG)
+    """max(j - 1, 0) on the grid."""
+    return j - sy.step(j)
 
 
 def _edge_rows(lk: ir.AffineExpr, tk: int, j: ir.AffineExpr) -> tuple[list, list]:
     """Rows of the unguarded pipelined loads at step j: K of tile j (none at j = nk), V of tile j - 1
-    (none at j = 0); min(tk, lk - tile * tk) between. [j == nk] is ceildiv(j + 1 - nk, 2^24)."""
+    (none at j = 0); min(tk, lk - tile * tk) between. [j == nk] is step(j + 1 - nk)."""
     nk = ceildiv(lk, tk)
-    last = sy.ceildiv(j + 1 - nk, _BIG)
-    k = [sy.const(tk), lk - j * tk + last * tk, (nk - j) * _BIG]
-    v = [sy.const(tk), lk - (j - 1) * tk, j * _BIG]
+    k = [sy.const(tk), lk - j * tk + sy.step(j + 1 - nk) * tk, sy.gate(nk - j)]
+    v = [sy.const(tk), lk - (j - 1) * tk, sy.gate(j)]
     return k, v
 
 
@@ -389,7 +385,7 @@ def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool) -> None:
     col = _prev(j) if pipelined else j
     broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
     if pipelined:
-        rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [j * _BIG]  # none at step 0
+        rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [sy.gate(j)]  # none at step 0
     b.load("mask", 3, dram_offset=b.d(0) * g.mask_stride + col * tk, dram_stride=g.lk,
            row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
            row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk)  # fmt: skip
