@@ -147,10 +147,12 @@ def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
     """Predicted cycles of the whole op (`costmodel.pipeline` over its steps); `schedule`: Schedule's fields."""
     sch = Schedule(*schedule)
     counts: Counter = Counter()
-    rows = widths(dims.lq, tq)
-    for qi, r in enumerate(rows):
+    blocks: Counter = Counter()  # query blocks by (rows, key tile widths): outside causal, all but the last are alike
+    for qi, r in enumerate(widths(dims.lq, tq)):
         ws = widths(min(dims.lk, (qi + 1) * tk), tk) if dims.causal else widths(dims.lk, tk)
-        for g in block(t, dims, r, ws, sch):
-            counts[g] += dims.batch
+        blocks[r, tuple(ws)] += 1
+    for (r, ws), n_blocks in blocks.items():
+        for g in block(t, dims, r, list(ws), sch):
+            counts[g] += dims.batch * n_blocks
     groups = [dataclasses.replace(g, count=n) for g, n in counts.items()]
     return cm.pipeline(t, groups)
