@@ -57,16 +57,17 @@ _BINARY = Prefer(_ROWS_BINARY, _POINTWISE, lambda op, tv: _static_cols(op, tv) a
 _UNARY = Prefer(k_elementwise.Unary(), _POINTWISE, _static_cols)
 _SLICE = Prefer(k_data.Slice(), k_index.ColumnSlice(), lambda op, tv: k_data.Slice()._geometry(op, tv))
 _LIT = "test/lit/"
+_LINEAR = k_linear.Linear()  # one instance for both ops: their tile searches share its memo (`kernels.memoized`)
 
 OPS: dict[type, OpDef] = {
     nv.LinearOp: OpDef(
         shapes.linear,
-        k_linear.Linear(),
+        _LINEAR,
         _LIT + "transforms/novella-tile.mlir",
         {"torch.aten.linear": linear.linear, "torch.aten.addmm": indexing.addmm},
     ),
     # a linear with residual / layer-norm epilogue (issue 10, part 4): formed by --novella-legalize, no torch op
-    nv.FusedLinearOp: OpDef(shapes.fused_linear, k_linear.Linear(), _LIT + "kernels/linear-epilogue.mlir"),
+    nv.FusedLinearOp: OpDef(shapes.fused_linear, _LINEAR, _LIT + "kernels/linear-epilogue.mlir"),
     nv.MatmulOp: OpDef(
         shapes.matmul,
         k_attention.Matmul(),

@@ -387,7 +387,7 @@ def _run(module, flag, config, options) -> None:
     from .frontend.lowering import source_location
 
     try:
-        run_passes(module, [(flag, options)], config, verify=False)  # Stages.record verifies it
+        run_passes(module, [(flag, options)], config, verify=False, keep_memos=True)  # Stages.record verifies it
     except ir.MLIRError as e:
         lines = [f"{source_location(d.location)}: error: {d.message}" for d in e.error_diagnostics]
         raise CompileError(f"pass '{flag}' failed:\n" + ("\n".join(lines) or str(e))) from None

@@ -49,7 +49,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects.novella import heads_major
-from . import BufferPlan, Tiling, first, module_symbols
+from . import BufferPlan, Tiling, first, memoized, module_symbols
 from . import flash_cost as fc
 from . import kv_cache as kv
 from .attention import _candidates, ceildiv, extent, mul, upper
@@ -114,20 +114,34 @@ class Geometry:
         return self.places[i][1]
 
 
-def _plan(target, g: Geometry, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool) -> BufferPlan:
-    width = g.dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
+def _sizes(g: Geometry) -> tuple:
+    """What the buffer plan reads of the op: (d, dv, masked, causal)."""
+    return g.d, g.dv, g.mask is not None, g.causal
+
+
+@memoized
+def _fitting(target, sizes: tuple, cands: tuple) -> tuple:
+    """The candidates whose buffers fit (memoized: a model's equal layers ask alike)."""
+    return tuple(c for c in cands if _plan(target, sizes, *c).fits())
+
+
+def _plan(
+    target, sizes: tuple, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool
+) -> BufferPlan:
+    d, dv, masked, causal = sizes
+    width = dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
-    plan.add("q", "spad", tq * g.d)
-    plan.add("k", "spad", tk * g.d, stream=True)
+    plan.add("q", "spad", tq * d)
+    plan.add("k", "spad", tk * d, stream=True)
     plan.add("v", "spad", tk * width, stream=True)
-    if g.mask is not None:
+    if masked:
         plan.add("mask", "spad", tq * tk, stream=True)
-    if g.causal:
+    if causal:
         plan.add("tri", "spad", tk * tk)
     plan.add("p", "spad", tq * tk, stream=pipelined)  # pipelined: PV(j - 1) reads one slot, softmax(j) fills one
     for name in ("m", "l", "cm", "t"):
         plan.add(name, "spad", tq)
-    plan.add("out", "spad", tq * g.dv, stream=True)
+    plan.add("out", "spad", tq * dv, stream=True)
     plan.add("s", "acc", tq * tk * s_slots)  # two: tile j's scores by d2 parity (macro-addressed, not streamed)
     plan.add("o", "acc", tq * width)
     return plan
@@ -171,16 +185,12 @@ class FlashAttention:
         g = Geometry(op, tv)
         syms = module_symbols(op)
         dims = dims_of(g, syms)
-        best, plan = None, None
-        for cand in self.candidates(g, syms, target, options):
-            plan = _plan(target, g, *cand)
-            if plan.fits():
-                key = (self.cost(target, dims, cand), -cand[0], -cand[1], not cand[2], cand[3], cand[4])
-                if best is None or key < best[0]:
-                    best = (key, cand, plan)
-        if best is None:
-            plan.check()
-        _, (tq, tk, pipelined, ones, s_slots, expsub), plan = best
+        cands = self.candidates(g, syms, target, options)
+        fitting = _fitting(target, _sizes(g), tuple(cands))
+        if not fitting:
+            _plan(target, _sizes(g), *cands[-1]).check()
+        tq, tk, pipelined, ones, s_slots, expsub = _cheapest(self, target, dims, fitting)
+        plan = _plan(target, _sizes(g), tq, tk, pipelined, ones, s_slots, expsub)
         grid = [g.batch, ceildiv(g.lq, tq), ceildiv(g.lk, tk) + int(pipelined)]
         tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones), "s_slots": s_slots,
                  "expsub": int(expsub)}  # fmt: skip
@@ -221,6 +231,23 @@ class FlashAttention:
         e.normalize(when=s.final)
         b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
                      row_bound=g.lq, rows=rows, cols=g.dv, when=s.final)  # fmt: skip
+
+
+@memoized
+def _cheapest(kernel, target, dims: fc.Dims, cands: tuple) -> tuple:
+    """The first of the fitting candidates with the least (cost, -tq, -tk, plain, ones, s_slots), scored in
+    the order of a lower bound of their cost (`flash_cost.lower_bound`) until it exceeds the best cost
+    (memoized: a model's equal layers ask alike)."""
+    bounds = [fc.lower_bound(target, dims, *c) for c in cands]
+    best = None
+    for i in sorted(range(len(cands)), key=bounds.__getitem__):
+        if best is not None and bounds[i] > best[0][0] * (1 + 1e-9) and not kernel.exhaustive:
+            break
+        c = cands[i]
+        key = (kernel.cost(target, dims, c), -c[0], -c[1], not c[2], c[3], c[4], i)
+        if best is None or key < best[0]:
+            best = (key, c)
+    return best[1]
 
 
 def _prev(j: ir.AffineExpr) -> ir.AffineExpr:

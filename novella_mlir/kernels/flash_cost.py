@@ -106,41 +106,54 @@ class Schedule:
     expsub: bool = False
 
 
-def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule) -> list[cm.Group]:
-    """The steps of one query block of r rows over key tiles of widths ws (causal: the last is the diagonal)."""
-    s, n, diagonal, pipelined = _Step(t, dims, r, sch.ones, sch.expsub), len(ws), dims.causal, sch.pipelined
-    q = _dma(t, r, dims.d, dims.contiguous[0])
-    scale, div = cm.vec(t, r, dims.d, "mul"), cm.vec(t, r, dims.dv, "div")
-    out = _dma(t, r, dims.dv, dims.contiguous[3])
-    steps = []
+def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule) -> list[tuple[cm.Group, int]]:
+    """The steps of one query block of r rows over key tiles of widths ws (causal: the last is the diagonal),
+    as (group, how many steps) in step order of first appearance: steps with the same tiles are alike."""
+    s, n, pipelined = _Step(t, dims, r, sch.ones, sch.expsub), len(ws), sch.pipelined
+    steps: dict = {}
     for j in range(n + pipelined):
         i = j - pipelined  # the tile whose softmax and P @ V this step runs
-        first, last = i == 0, i == n - 1
-        loads = [q] if j == 0 else []
-        qk = s.qk(ws[j]) if j < n else 0.0
-        k, v = s.kv(ws[j] if j < n else 0)[0], s.kv(ws[i] if i >= 0 else 0)[1]
-        loads += [k if j < n or not dims.causal else None, v if i >= 0 or not dims.causal else None]
-        loads.append(s.mask(r if i >= 0 else 0, ws[max(i, 0)]))
-        vec = mat = floor = 0.0
-        if i >= 0:
-            p1, p2 = s.part1(ws[i], first, diagonal and last), s.part2(ws[i], first)
-            vec, mat = p1 + p2 + div * last, s.pv(ws[i])
-            if not pipelined:
-                chain = p1 + p2 + qk + mat + div * last
-            elif sch.s_slots == 2:  # QK(j) beside the whole softmax of j - 1
-                chain = max(qk, p1 + p2) + mat + div * last
-            else:  # QK(j) after the last read of the scores; the next softmax after QK(j)
-                chain, floor = p1 + max(qk, p2) + mat + div * last, p1 + qk
-            mat += qk
+        key = (j == 0, ws[j] if j < n else None, ws[i] if i >= 0 else None, i == 0, i == n - 1)
+        if key in steps:
+            steps[key][1] += 1
         else:
-            chain = mat = qk
-        if j == 0:
-            vec, chain = vec + scale, chain + scale
-        resident = j == 0 or dims.causal
-        steps.append([loads, vec, mat, chain, floor, out if last and i >= 0 else None, resident])
-    if not dims.causal and len(steps) > 1:  # step 1's loads queue behind the query's: step 0 lasts until they end
-        steps[0][3] = max(steps[0][3], sum(x[0] for x in steps[1][0] if x is not None))
-    return [_group(t, *step) for step in steps]
+            steps[key] = [_parts(t, dims, s, r, ws, sch, j), 1]
+    parts = list(steps.values())
+    if not dims.causal and len(parts) > 1:  # step 1's loads queue behind the query's: step 0 lasts until they end
+        one = _parts(t, dims, s, r, ws, sch, 1)
+        parts[0][0][3] = max(parts[0][0][3], sum(x[0] for x in one[0] if x is not None))
+    return [(_group(t, *step), count) for step, count in parts]
+
+
+def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int) -> list:
+    """Step j's [loads, vector, matrix, chain, floor, store, resident] (see _group)."""
+    n, pipelined = len(ws), sch.pipelined
+    i = j - pipelined
+    first, last = i == 0, i == n - 1
+    loads = [_dma(t, r, dims.d, dims.contiguous[0])] if j == 0 else []
+    qk = s.qk(ws[j]) if j < n else 0.0
+    k, v = s.kv(ws[j] if j < n else 0)[0], s.kv(ws[i] if i >= 0 else 0)[1]
+    loads += [k if j < n or not dims.causal else None, v if i >= 0 or not dims.causal else None]
+    loads.append(s.mask(r if i >= 0 else 0, ws[max(i, 0)]))
+    vec = mat = floor = 0.0
+    div = cm.vec(t, r, dims.dv, "div") * last
+    if i >= 0:
+        p1, p2 = s.part1(ws[i], first, dims.causal and last), s.part2(ws[i], first)
+        vec, mat = p1 + p2 + div, s.pv(ws[i])
+        if not pipelined:
+            chain = p1 + p2 + qk + mat + div
+        elif sch.s_slots == 2:  # QK(j) beside the whole softmax of j - 1
+            chain = max(qk, p1 + p2) + mat + div
+        else:  # QK(j) after the last read of the scores; the next softmax after QK(j)
+            chain, floor = p1 + max(qk, p2) + mat + div, p1 + qk
+        mat += qk
+    else:
+        chain = mat = qk
+    if j == 0:
+        scale = cm.vec(t, r, dims.d, "mul")
+        vec, chain = vec + scale, chain + scale
+    out = _dma(t, r, dims.dv, dims.contiguous[3]) if last and i >= 0 else None
+    return [loads, vec, mat, chain, floor, out, j == 0 or dims.causal]
 
 
 def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
@@ -152,7 +165,25 @@ def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
         ws = widths(min(dims.lk, (qi + 1) * tk), tk) if dims.causal else widths(dims.lk, tk)
         blocks[r, tuple(ws)] += 1
     for (r, ws), n_blocks in blocks.items():
-        for g in block(t, dims, r, list(ws), sch):
-            counts[g] += dims.batch * n_blocks
+        for g, n_steps in block(t, dims, r, list(ws), sch):
+            counts[g] += dims.batch * n_blocks * n_steps
     groups = [dataclasses.replace(g, count=n) for g, n in counts.items()]
     return cm.pipeline(t, groups)
+
+
+def lower_bound(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
+    """At most `cost` of the candidate: the largest, summed over the op, of its MATMUL cycles and of the
+    VEC cycles every tile's softmax has whatever its place (a step's period is at least the work of each
+    unit), and of its DRAM data without burst rounding (q, the K/V tiles of every query block, the mask
+    tiles and the output)."""
+    sch = Schedule(*schedule)
+    keys = (lambda qi: min(dims.lk, (qi + 1) * tk)) if dims.causal else (lambda qi: dims.lk)
+    blocks = Counter((r, keys(qi)) for qi, r in enumerate(widths(dims.lq, tq)))  # (rows, keys) of query blocks
+    mat = vec = elems = 0
+    for (r, lk), n in blocks.items():
+        s = _Step(t, dims, r, sch.ones, sch.expsub)
+        for w, count in Counter(widths(lk, tk)).items():
+            mat += n * count * (s.qk(w) + s.pv(w))
+            vec += n * count * (s.part1(w, True, False) + s.part2(w, True))
+        elems += n * (r * dims.d + lk * (dims.d + dims.dv) + r * lk * dims.masked + r * dims.dv)
+    return dims.batch * max(mat, vec, elems * 4 / t.dram_bytes_per_cycle)

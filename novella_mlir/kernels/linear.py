@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 from torch_mlir import ir
 
 from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
-from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
+from . import BufferPlan, TensorView, Tiling, first, get_kernel, last, memoized, plan_lengths, tile_rows
 from .attention import _pieces
 from .elementwise import ACT_FNS as _ACT_FNS
 from .elementwise import emit_act
@@ -107,6 +108,8 @@ class Linear:
         groups = []
 
         def add(r, count, j, head, deferred):
+            if count == 0:  # `cm.pipeline` drops such groups
+                return
             at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
             moves = [(r, tk, tk == k)] + [(tn, tk, tk == k)] * (not ws) + [(1, tn, True)] * (not ws and acc == 1)
             moves += ([(tn, k, True)] + [(1, tn, True)] * (acc == 1)) * ws * head + [(1, n, True)] * 2 * epi.norm * head
@@ -116,11 +119,10 @@ class Linear:
             if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
                 ld += sd * (j == 0)
                 sd = 0.0
-            ops = epi.vec_ops(r, tn)
-            vecs = cm.vecs(target, ops) * at
-            head_vec = (
-                cm.vec(target, *ops[0][1:], ops[0][0]) * at * (not deferred)
-            )  # reads the acc the next MATMUL writes
+            ops = epi.vec_ops(r, tn) if at else []
+            vecs = cm.vecs(target, ops)
+            # the bias add reads the accumulator the next MATMUL writes
+            head_vec = cm.vec(target, *ops[0][1:], ops[0][0]) * (not deferred) if at else 0.0
             mm = cm.matmul(target, r, tk, tn)
             if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
                 c, vector = max(mm, vecs), 0.0
@@ -128,7 +130,7 @@ class Linear:
                 c, vector = mm + vecs, vecs
             floor = cm.retire_floor(c, lq, mm) if at and k_steps > 1 else 0.0
             group = cm.Group(lq, c, st * at, ld + sd * at, count, 1 if head else 2, 2, n_dma=len(moves), vector=vector,
-                             overlap=True, vector_wait=head_vec, issues=1 + len(ops) * at, floor=floor)  # fmt: skip
+                             overlap=True, vector_wait=head_vec, issues=1 + len(ops), floor=floor)  # fmt: skip
             groups.append(group)
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
@@ -154,7 +156,7 @@ class Linear:
         A layer norm needs whole rows (tn = N). The second accumulator half costs SRAM, so one-half
         candidates stay in the search. Exact shortcuts: a candidate's SRAM use grows with tk and tn, so the
         fitting tks of (ws, acc, tm, tn) are a tail of the list, no shorter than for a larger tn (found by
-        bisection); candidates are scored in the order of a lower bound of their cost (`_lower_bound`, at
+        bisection); candidates are scored in the order of a lower bound of their cost (`_lower_bounds`, at
         most the cost), until that bound exceeds the best cost."""
         cands = _fitting(self, target, k, n, epi, tile_m)
         if not cands:
@@ -162,15 +164,22 @@ class Linear:
             tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
             tks = target.divisors(k, target.array_rows)
             return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1), k, n, epi)
-        bounds = [_lower_bound(target, m, k, n, c, epi) for c in cands]
+        alike: dict = {}  # tm >= m: one row tile of m rows, the same cost and bound whatever tm
+        for i, c in enumerate(cands):
+            alike.setdefault((min(c[0], m), *c[1:]), []).append(i)
+        bounds = dict(zip(alike, _lower_bounds(target, m, k, n, list(alike), epi).tolist()))
         best = None
-        for i in sorted(range(len(cands)), key=bounds.__getitem__):
-            if best is not None and bounds[i] > best[0][0] * (1 + 1e-9) and not self.exhaustive:
+        for c in sorted(alike, key=bounds.__getitem__):
+            if best is not None and bounds[c] > best[0][0] * (1 + 1e-9) and not self.exhaustive:
                 break
-            tm, tn = cands[i][:2]
-            key = (self.cost(target, (m, k, n, epi), cands[i]), -tm, -tn, i)
-            if best is None or key < best[0]:
-                best = (key, cands[i])
+            cost = None
+            for i in alike[c]:
+                tm, tn = cands[i][:2]
+                if cost is None or self.exhaustive:
+                    cost = self.cost(target, (m, k, n, epi), cands[i])
+                key = (cost, -tm, -tn, i)
+                if best is None or key < best[0]:
+                    best = (key, cands[i])
         return best[0][:3], best[1], self._plan(target, best[1], k, n, epi)
 
     def predict(self, op, tv, target, options, plan, at) -> float | None:
@@ -286,15 +295,35 @@ def _first_true(n: int, pred) -> int:
     return lo
 
 
-def _lower_bound(target, m, k, n, cand, epi: Epilogue) -> float:
-    """At most `Linear.cost` of `cand`: the larger of its MATMUL cycles and its DRAM data cycles without
-    burst rounding (each step's period is at least its MATMULs and its DRAM data; the fill is not negative)."""
-    tm, tn, tk, ws = cand[:4]
-    pieces = _pieces(m, tm)
-    mac = (n // tn) * (k // tk) * sum(nr * cm.matmul(target, r, tk, tn) for r, nr in pieces)
-    w_reads = 1 if ws else sum(nr for _, nr in pieces)
-    elems = (n // tn) * m * k + w_reads * n * k + m * n * (1 + epi.residual)
-    return max(mac, elems * 4 / target.dram_bytes_per_cycle)
+def _lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
+    """At most `Linear.cost` of each candidate: the larger of its DRAM data cycles without burst rounding
+    and the sum over steps of a floor of each step's period: its MATMUL, its load queue (the DMAs every
+    step issues: the x tile; streamed, the weight tile and, with one accumulator half, the bias), on the
+    one step of each output tile with the epilogue its STORE, and weight-stationary, on the first step of
+    each column block (one slot), its MATMUL after the weight slab's load. The fill is not negative."""
+    tm, tn, tk, ws, acc = (np.array(c, dtype=np.int64) for c in zip(*cands))
+    blocks, k_steps, single = n // tn, k // tk, acc == 1
+    full, rem = m // tm, m % tm
+    w_reads = np.where(ws == 1, 1, full + (rem > 0))
+    elems = blocks * m * k + w_reads * n * k + m * n * (1 + epi.residual)
+    lat, bw = target.issue_cycles + target.dma_latency, target.dram_bytes_per_cycle / 4
+    streamed = np.where(ws == 1, 0, tn * tk + single * tn)
+    fixed = lat * (1 + (ws == 0) * (1 + single))
+    passes = -(-tk // target.array_rows) * -(-tn // target.array_cols)
+
+    def tile(r):  # (a step's floor, the floor of the one with the epilogue, of the head) of r rows
+        mm = target.issue_cycles + target.array_rows + passes * np.maximum(r, target.array_rows)
+        mm = mm + target.matmul_latency
+        step = np.maximum(mm, fixed + (r * tk + streamed) / bw)
+        return step, np.maximum(step, lat + r * tn / bw), mm + 2 * lat + (r * tk + tn * k) / bw
+
+    step, last, _ = tile(tm)
+    steps = full * blocks * ((k_steps - 1) * step + last)
+    step, last, _ = tile(rem)
+    steps = steps + (rem > 0) * blocks * ((k_steps - 1) * step + last)
+    _, last, head = tile(np.where(full > 0, tm, rem))
+    steps = steps + (ws == 1) * blocks * (np.maximum(head, last) - last)
+    return np.maximum(elems / bw, steps)
 
 
 @memoized
@@ -355,7 +384,7 @@ def _fits(target, producer, epi: Epilogue) -> bool:
 def _plan_choice(target, producer, epi: Epilogue):
     tv = TensorView(producer)
     m = sy.evaluate(tv.rows(0), plan_lengths(producer))
-    return Linear().choose(target, m, tv.cols(0), tv.static(1, 0), epi, {})
+    return get_kernel(producer.operation.name).choose(target, m, tv.cols(0), tv.static(1, 0), epi, {})
 
 
 def _through_reshapes(value):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from torch_mlir import ir, passmanager
 
+from .. import kernels
 from . import (
     novella_allocate,
     novella_buckets,
@@ -121,9 +122,14 @@ def pass_argument(flag: str, opts: dict) -> str:
     return flag + "{" + " ".join(f"{k}={v}" for k, v in opts.items()) + "}"
 
 
-def run_passes(module: ir.Module, flags, config, print_ir_after_all: bool = False, verify: bool = True) -> None:
+def run_passes(
+    module: ir.Module, flags, config, print_ir_after_all: bool = False, verify: bool = True, keep_memos: bool = False
+) -> None:
     """Runs `flags` (names, or (name, options) pairs) on `module`; raises ir.MLIRError. `verify=False`
-    leaves out MLIR's verifier after each pass, for a caller that verifies the result itself."""
+    leaves out MLIR's verifier after each pass, for a caller that verifies the result itself. The kernels'
+    tile-search memos start empty unless `keep_memos` (a compile that runs its stages one by one)."""
+    if not keep_memos:
+        kernels.forget()
     pm = passmanager.PassManager("builtin.module", context=module.context)
     pm.enable_verifier(verify)
     for f in flags:

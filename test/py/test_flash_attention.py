@@ -205,6 +205,7 @@ def test_every_schedule_matches_eager(monkeypatch, kind, pipelined, ones, s_slot
 
     want = (pipelined, ones, s_slots)
     monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, cand: float(cand[2:5] != want))
+    monkeypatch.setattr(FlashAttention, "exhaustive", True)  # this cost is not above the search's bound
     spec = _KINDS[kind]
     model = _fused(spec["args"], spec["out"], spec.get("mask"), spec.get("causal", False), spec.get("scale", 0.125))
     t = tiles(model.ir, "novella.flash_attention")

@@ -11,6 +11,9 @@ from novella_mlir import kernels
 from novella_mlir.kernels import linear
 from novella_mlir.target import Target
 from simulator import load_config
+from simulator.config import DEFAULT_CONFIG_PATH
+
+CONFIGS = DEFAULT_CONFIG_PATH.parent
 
 BASE = Target.from_config(load_config())
 SHAPES = [(64, 96), (384, 1536), (1536, 384), (80, 384), (1024, 64), (48, 40), (7, 9)]
@@ -38,10 +41,14 @@ def test_pruned_search_picks_as_the_exhaustive_one(spad):
         assert fast[2].used == slow[2].used and fast[2].buffers == slow[2].buffers
 
 
-def test_lower_bound_is_at_most_the_cost():
+@pytest.mark.parametrize("config", ["default", "edge", "large"])
+def test_lower_bound_is_at_most_the_cost(config):
+    target = Target.from_config(load_config(CONFIGS / f"{config}.toml"))
     lin = linear.Linear()
-    for m, (k, n), act in itertools.product((1, 17, 300), SHAPES, ("none", "gelu")):
-        epi = linear.Epilogue(act)
-        tiles = itertools.product((16, 64), BASE.divisors(n), BASE.divisors(k, BASE.array_rows), (0, 1), (1, 2))
-        for cand in tiles:
-            assert linear._lower_bound(BASE, m, k, n, cand, epi) <= lin.cost(BASE, (m, k, n, epi), cand) + 1e-6, cand
+    for m, (k, n), act in itertools.product((1, 17, 300), SHAPES, EPILOGUES):
+        epi = act if isinstance(act, linear.Epilogue) else linear.Epilogue(act)
+        rows = target.array_rows
+        tiles = itertools.product((rows, 4 * rows), target.divisors(n), target.divisors(k, rows), (0, 1), (1, 2))
+        cands = list(tiles)
+        for cand, bound in zip(cands, linear._lower_bounds(target, m, k, n, cands, epi)):
+            assert bound <= lin.cost(target, (m, k, n, epi), cand) + 1e-6, (cand, epi)
