@@ -150,7 +150,7 @@ def record(item):
 
 def _fused_epilogue(dims) -> int:
     """How many epilogue stages (residual, norm) a linear's dims fuse (0 for other kernels)."""
-    epi = dims[-1]
+    epi = dims[-1] if isinstance(dims, tuple) else None  # a linear's (M, K, N, Epilogue); others' own Dims
     return int(getattr(epi, "residual", False)) + int(getattr(epi, "norm", False))
 
 

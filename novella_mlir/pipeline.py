@@ -415,6 +415,8 @@ class CompiledModel:
         `check_hazards=False` skips the race checker (same outputs and cycles, faster); `progress` shows
         a tqdm bar (default: on a terminal, for long programs); `last_run` then holds this thread's run."""
         wants = [m.dtype for m in self.artifact.programs[0].inputs]
+        if len(inputs) != len(wants):
+            raise InputError(f"expected {len(wants)} inputs (as the module's forward), got {len(inputs)}")
         arrays = [_to_numpy(x, i, w, cast) for i, (x, w) in enumerate(zip(inputs, wants))]
         outs, run = self.executor.run_with_result(
             arrays, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast

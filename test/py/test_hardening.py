@@ -222,6 +222,12 @@ def test_bad_inputs_are_refused(npu, make, match):
         npu(make())
 
 
+@pytest.mark.parametrize("args", [(X, X), (), (X, None)])
+def test_a_wrong_number_of_inputs_is_refused(npu, args):
+    with pytest.raises(InputError, match=f"expected 1 inputs .*got {len(args)}"):
+        npu(*args)
+
+
 def test_cast_converts_when_asked_and_refuses_lossy_casts(npu):
     ref = npu(X)
     assert torch.equal(npu(X.double(), cast=True), ref)
