@@ -5,6 +5,7 @@ lengths, on the fused kernel (`novella.flash_attention`), the unfused softmax an
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 from torch.export import Dim
 
 from novella_mlir import compile_torch
+from simulator import load_config
 
 LENGTHS = (1, 37, 67, 128)  # 1, odd, a partial last tile, the maximum compiled for
 T = Dim("T", min=1, max=128)
@@ -42,8 +44,11 @@ class AdditiveMask(torch.nn.Module):
 
 
 def _sdpa_inputs(kind: str, n: int):
+    """`bool`: a keep-mask; `additive`: 0 / -inf (masked rows give 0); `finfo`: 0 / finfo(f32).min, as
+    transformers' eager masks (masked rows are not all -inf: a uniform average of the values)."""
     keep = _row_mask(n)
-    mask = keep.float() if kind == "bool" else torch.where(keep, 0.0, -math.inf)
+    neg = -math.inf if kind != "finfo" else torch.finfo(torch.float32).min
+    mask = keep.float() if kind == "bool" else torch.where(keep, 0.0, neg)
     return (*_qkv(n), mask)
 
 
@@ -57,16 +62,26 @@ def _check(npu, module, args, n, what):
 
 
 @pytest.mark.parametrize("fuse", [1, 0], ids=["fused", "unfused"])
-@pytest.mark.parametrize("kind", ["bool", "additive"])
+@pytest.mark.parametrize("kind", ["bool", "additive", "finfo"])
 def test_sdpa_fully_masked_rows_are_zero(kind, fuse):
     module = BoolMask() if kind == "bool" else AdditiveMask()
     npu = compile_torch(module, *_sdpa_inputs(kind, 16), dynamic_shapes=({2: T}, {2: T}, {2: T}, {2: T, 3: T}),
                         pass_options={"novella-legalize": {"fuse-attention": fuse}}, cache=False)  # fmt: skip
     legal = npu.stages.texts["novella-legalize"]
     assert ('"novella.flash_attention"' in legal) == bool(fuse)
-    assert "safe = 1" in legal
+    assert "safe = true" in legal
     for n in LENGTHS:
         _check(npu, module, _sdpa_inputs(kind, n), n, f"sdpa {kind} mask (fuse={fuse})")
+
+
+def test_flash_row_sums_on_the_vector_unit():
+    """`edge` keeps the row sums in a vector (no ones column of V, as `default` picks): the same zero rows."""
+    module, ds = BoolMask(), ({2: T}, {2: T}, {2: T}, {2: T, 3: T})
+    cfg = load_config(Path(__file__).resolve().parents[2] / "simulator" / "configs" / "edge.toml")
+    npu = compile_torch(module, *_sdpa_inputs("bool", 16), dynamic_shapes=ds, config=cfg, cache=False)
+    assert "ones = 0" in "".join(t for k, t in npu.stages.texts.items() if k.startswith("novella-tile"))
+    for n in LENGTHS:
+        _check(npu, module, _sdpa_inputs("bool", n), n, "sdpa on edge")
 
 
 class SafeSoftmax(torch.nn.Module):
@@ -85,10 +100,26 @@ def _scores(n: int) -> torch.Tensor:
 
 
 def test_safe_softmax_gives_zero_rows():
+    """A dynamic row length (the chunked two-pass softmax)."""
     module = SafeSoftmax()
     npu = compile_torch(module, _scores(16), dynamic_shapes=({2: T, 3: T},), cache=False)
     for n in LENGTHS:
         _check(npu, module, (_scores(n),), n, "_safe_softmax")
+
+
+def test_safe_softmax_static_rows():
+    """A static row length (one pass per row tile): rows 0, 3, 6, ... are all -inf."""
+    module = SafeSoftmax()
+
+    def scores(n):
+        x = torch.randn(1, 2, n, 24, generator=torch.Generator().manual_seed(n))
+        x[:, :, ::3] = -math.inf
+        return x
+
+    npu = compile_torch(module, scores(16), dynamic_shapes=({2: T},), cache=False)
+    assert "chunked = 0" in "".join(t for k, t in npu.stages.texts.items() if k.startswith("novella-tile"))
+    for n in LENGTHS:
+        _check(npu, module, (scores(n),), n, "_safe_softmax, static rows")
 
 
 def test_plain_softmax_keeps_torch_nan_rows():
@@ -111,12 +142,15 @@ class PaddedOPT(torch.nn.Module):
         return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
 
 
-@pytest.fixture(scope="module")
-def opt():
+@pytest.fixture(scope="module", params=["sdpa", "eager"])
+def opt(request):
+    """SDPA masks with -inf (padded query rows: every key masked, output 0); transformers' eager
+    attention adds finfo(f32).min instead (those rows: a uniform average of the values)."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     cfg = transformers.OPTConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, ffn_dim=128,
                                  vocab_size=1000, max_position_embeddings=128, word_embed_proj_dim=64)  # fmt: skip
+    cfg._attn_implementation = request.param
     model = PaddedOPT(transformers.OPTModel(cfg)).eval()
     npu = compile_torch(model, *_left_padded(16, 3), dynamic_shapes=({1: T}, {1: T}), cache=False)
     return model, npu
