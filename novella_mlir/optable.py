@@ -108,6 +108,7 @@ OPS: dict[type, OpDef] = {
         {
             "torch.aten._softmax": attention.softmax_internal,
             "torch.aten.softmax.int": attention.softmax,
+            "torch.aten._safe_softmax": attention.safe_softmax,
             "torch.aten.log_softmax.int": attention.log_softmax,
             "torch.aten._log_softmax": attention.log_softmax,
             "torch.aten.logsumexp": attention.logsumexp,

@@ -346,7 +346,16 @@ class GeluOp(_UnaryOp, name="gelu"):
 
 
 class SoftmaxOp(_UnaryOp, name="softmax"):
-    """Softmax over the last dim (which may be dynamic)."""
+    """Softmax over the last dim (which may be dynamic). A row whose inputs are all -inf is NaN, as
+    in torch.softmax, or 0 with `safe` (torch's `_safe_softmax`, the softmax of SDPA)."""
+
+    safe: ir.IntegerAttr = ext.attribute(default_factory=lambda: ir.BoolAttr.get(False))
+
+    @staticmethod
+    @_verified(1)
+    def verify_invariants(op) -> bool:
+        _attr(op, "safe", (ir.BoolAttr, ir.IntegerAttr), False)
+        return _SameShapeUnary.verify_invariants(op)
 
 
 class LayerNormOp(Novella.Operation, name="layer_norm"):
@@ -804,6 +813,7 @@ class FlashAttentionOp(Novella.Operation, name="flash_attention"):
     batch dims of each operand equal the result's or multiply to 1. `mask` (optional, additive)
     is [..., Mq, Lk] with Mq = Lq or 1, its batch dims multiplying to 1 or to the result's.
     `causal` = 1 keeps key j for query i when j <= i (torch's top-left `is_causal`; Lq = Lk).
+    `safe` (from the softmax's): a query row whose masked scores are all -inf gives 0, not NaN.
     `heads_minor` (query, key, value, result; 0 or 1): a 1 means that tensor is stored as
     [..., L, H, D] (the heads inside each position's row, as a projection writes it); the shapes
     above are then its logical transpose [..., H, L, D]. Written by `--novella-legalize` from
@@ -817,12 +827,14 @@ class FlashAttentionOp(Novella.Operation, name="flash_attention"):
     heads_minor: Any  # array<i64: 4 flags>
     result: ext.Result[Tensor]
     mask: ext.Operand[Tensor] | None = None
+    safe: ir.IntegerAttr = ext.attribute(default_factory=lambda: ir.BoolAttr.get(False))
 
     @staticmethod
     def verify_invariants(op) -> bool:
         try:
             _structure(op, len(op.operands))
             _attr(op, "scale", ir.FloatAttr)
+            _attr(op, "safe", (ir.BoolAttr, ir.IntegerAttr), False)
             causal = _attr(op, "causal", ir.IntegerAttr)
         except _Invalid as e:
             return _fail(op, str(e))

@@ -26,7 +26,7 @@ from .traceable import symbolic_kernels
 NEEDED_DECOMPOSITIONS = (
     "silu", "triu", "tril", "var_mean", "hardtanh", "elu",
     "leaky_relu", "stack", "unbind", "masked_fill", "softplus", "mish",
-    "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "_safe_softmax", "native_dropout", "linalg_vector_norm",
+    "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "native_dropout", "linalg_vector_norm",
     "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm", "index_copy",
 )  # fmt: skip
 

@@ -22,6 +22,10 @@ from . import BufferPlan, Tiling, first, last, memoized, module_symbols, tile_ro
 from . import kv_cache as kv
 
 NOMINAL_LENGTH = 4096
+# A row max floored at -FLT_MAX: an all -inf row gives exp(-inf - NEG_FLOOR) = 0, not NaN, and no finite score
+# lies below it (a row masked with finfo(f32).min, as transformers' eager masks, keeps its own max).
+NEG_FLOOR = -3.4028234663852886e38
+SUM_FLOOR = 1.1754944e-38  # a safe softmax's row sum floored here (f32's least normal): 0 / SUM_FLOOR = 0
 
 
 def upper(e: ir.AffineExpr, symbols) -> int:
@@ -295,21 +299,22 @@ def _softmax_plan(op, target, tm, tc, chunked) -> BufferPlan:
     return plan
 
 
-def _softmax_steps(target, r: int, w: int, cols: int, scaled: bool, chunked: bool, first: bool) -> list:
+def _softmax_steps(target, r: int, w: int, cols: int, scaled: bool, chunked: bool, first: bool, safe: bool) -> list:
     """The groups of one row tile of r rows and a chunk of w columns (all of them unchunked)."""
     tile, col = (lambda fn: (fn, r, w)), (lambda fn: (fn, r, 1))
     exp = [tile("sub"), *[tile("mul")] * scaled, tile("exp")]
+    floor = [("max", 1, r)] * safe  # a safe softmax floors the row max (and, before the divide, the row sum)
     load = cm.dma(target, r, w, contiguous=w == cols)
     store = cm.dma(target, r, w, contiguous=w == cols)
     if not chunked:
-        ops = [tile("rowmax"), *exp, tile("rowsum"), tile("div")]
+        ops = [tile("rowmax"), *floor, *exp, tile("rowsum"), *floor, tile("div")]
         return [(load, ops, store)]
     if first:
-        pass0 = [tile("rowmax"), *exp, tile("rowsum")]
+        pass0 = [tile("rowmax"), *floor, *exp, tile("rowsum")]
     else:
         rescale = [col("max"), col("sub"), *[col("mul")] * scaled, col("exp"), col("mul"), col("copy")]
         pass0 = [tile("rowmax"), *rescale, *exp, tile("rowsum"), col("add")]
-    return [(load, pass0, None), (load, [*exp, tile("div")], store)]
+    return [(load, pass0, None), (load, [*floor * first, *exp, tile("div")], store)]
 
 
 SCALE_ATTR = "novella.scale"
@@ -320,6 +325,10 @@ def softmax_scale(op) -> float:
     return ir.FloatAttr(op.attributes[SCALE_ATTR]).value if SCALE_ATTR in op.attributes else 1.0
 
 
+def _safe(op) -> bool:
+    return _flag(op, "safe")
+
+
 class Softmax:
     """Softmax over the last dim of a [rows, cols] view; cols may be symbolic.
 
@@ -328,7 +337,11 @@ class Softmax:
     row length (so that every length in bounds fits the 12-bit fields and
     the tiling does not depend on the bounds), the grid is (row tile, pass,
     column chunk): pass 0 keeps a running max `m` and a rescaled running
-    sum `l` per row (online softmax), pass 1 writes exp(x - m) / l."""
+    sum `l` per row (online softmax), pass 1 writes exp(x - m) / l.
+
+    `safe`: the row max is floored at NEG_FLOOR (an all -inf row gives exp(-inf) = 0, not
+    exp(-inf + inf) = NaN) and the row sum at SUM_FLOOR before the divide (0 / SUM_FLOOR = 0; a row
+    with a finite input has a sum >= 1, which the floor leaves as it is)."""
 
     def tile(self, op, tv, target, options):
         syms = module_symbols(op)
@@ -341,7 +354,7 @@ class Softmax:
         chunks = target.pow2(128 * target.vector_lanes, target.vector_lanes)
         tcs += [c for c in chunks if c < cols_max or not static_cols]
         best, plan = None, None
-        dims = (rows_max, cols_max, static_cols, softmax_scale(op) != 1.0)
+        dims = (rows_max, cols_max, static_cols, softmax_scale(op) != 1.0, _safe(op))
         for tm, tc in itertools.product(tms, tcs):
             plan = _softmax_plan(op, target, tm, tc, tc < cols_max or not static_cols)
             if plan.fits():
@@ -359,9 +372,9 @@ class Softmax:
 
     @memoized
     def cost(self, target, dims, cand) -> float:
-        """Predicted cycles (cost model) of cand = (tm, tc) over dims = (rows, cols, cols static, scaled):
+        """Predicted cycles (cost model) of cand = (tm, tc) over dims = (rows, cols, cols static, scaled, safe):
         per row tile one pass over its row (unchunked), or two over its column chunks."""
-        rows, cols, static_cols, scaled = dims
+        rows, cols, static_cols, scaled, safe = dims
         tm, tc = cand
         chunked = tc < cols or not static_cols
         groups = []
@@ -370,7 +383,7 @@ class Softmax:
             first_w = chunks[0][0]
             per_tile = [(first_w, 1, True)] + [(w, n - (i == 0), False) for i, (w, n) in enumerate(chunks)]
             for w, n, head in per_tile:
-                for (lq, ld), ops, store in _softmax_steps(target, r, w, cols, scaled, chunked, head):
+                for (lq, ld), ops, store in _softmax_steps(target, r, w, cols, scaled, chunked, head, safe):
                     sq, sd = store or (0.0, 0.0)
                     groups.append(cm.Group(lq, cm.vecs(target, ops), sq, ld + sd, nr * n))
         return cm.pipeline(target, groups)
@@ -393,15 +406,19 @@ class Softmax:
             sram_stride=tc,
         )
         b.load("in", 0, **io)
-        g = _Geo(b, rows, cols, tc, softmax_scale(op))
+        g = _Geo(b, rows, cols, tc, softmax_scale(op), _safe(op))
         if chunk:
+            second = [("eq", b.d(1) - 1)]
             _online_pass(g, start=first(1) + first(2), rest=first(1) + [("ge", b.d(2) - 1)])
-            g.normalize(when=[("eq", b.d(1) - 1)])
-            b.store("out", -1, when=[("eq", b.d(1) - 1)], **io)
+            g.floor("l", SUM_FLOOR, when=second + first(2))
+            g.normalize(when=second)
+            b.store("out", -1, when=second, **io)
         else:
             g.rowop("ROWMAX", "m", "in", when=None)
+            g.floor("m", NEG_FLOOR, when=None)
             g.exp_shifted(when=None)
             g.rowop("ROWSUM", "l", "out", when=None)
+            g.floor("l", SUM_FLOOR, when=None)
             g.col("DIV", "out", "out", "l", when=None)
             b.store("out", -1, **io)
 
@@ -409,8 +426,8 @@ class Softmax:
 class _Geo:
     """VEC ops on a [rows, cols] tile (`in`/`out`, row stride `stride`) and its per-row columns."""
 
-    def __init__(self, b, rows, cols, stride, scale):
-        self.b, self.rows, self.cols, self.stride, self.scale = b, rows, cols, stride, scale
+    def __init__(self, b, rows, cols, stride, scale, safe: bool):
+        self.b, self.rows, self.cols, self.stride, self.scale, self.safe = b, rows, cols, stride, scale, safe
 
     def rowop(self, fn, dst, src, when):
         self.b.vop(fn, dst, src, rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.stride, when=when)
@@ -435,6 +452,12 @@ class _Geo:
         """Elementwise on per-row columns ([rows, 1], stride 1)."""
         self.b.vop(fn, dst, a, other, rows=self.rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, when=when, **f)
 
+    def floor(self, column, value: float, when):
+        """column = max(column, value), for a safe softmax only (issued as one [1, rows] row: the column is contiguous)."""
+        if self.safe:
+            self.b.vop("MAX", column, column, mode="SCALAR", imm=value, rows=1, cols=self.rows, dst_stride=self.stride,
+                       a_stride=self.stride, when=when)  # fmt: skip
+
     def scaled_exp(self, when):
         """out = exp(scale * out)."""
         geo = dict(rows=self.rows, cols=self.cols, dst_stride=self.stride, a_stride=self.stride, when=when)
@@ -456,6 +479,7 @@ class _Geo:
 def _online_pass(g: _Geo, start, rest) -> None:
     """Pass 0 of the chunked softmax: running max `m` and running sum `l` of exp(scale * (x - m))."""
     g.rowop("ROWMAX", "m", "in", when=start)
+    g.floor("m", NEG_FLOOR, when=start)
     g.exp_shifted(when=start)
     g.rowop("ROWSUM", "l", "out", when=start)
     g.rowop("ROWMAX", "cm", "in", when=rest)

@@ -6,7 +6,7 @@ row max `m` and rescaled row sum `l` live in the scratchpad (online softmax), an
 O = O * exp(m_old - m) + exp(S - m) @ V accumulates in the accumulator. The last
 visited tile writes O / l; the score matrix never reaches DRAM. A causal op uses
 square tiles: tiles above the diagonal are skipped, the diagonal tile adds a
-staircase of NEG_FLOOR (-3e38: exp gives exactly 0, as for -inf, and an artifact stores only
+staircase of NEG_FLOOR (-FLT_MAX: exp gives exactly 0, as for -inf, and an artifact stores only
 finite immediates) built once in the scratchpad.
 
 **Schedule.** The compute queue feeds a matrix and a vector unit that run concurrently, each in
@@ -52,10 +52,9 @@ from ..dialects.novella import heads_major
 from . import BufferPlan, Tiling, first, memoized, module_symbols
 from . import flash_cost as fc
 from . import kv_cache as kv
-from .attention import _candidates, ceildiv, extent, mul, upper
+from .attention import NEG_FLOOR, SUM_FLOOR, _candidates, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
-NEG_FLOOR = -3.0e38  # the running max starts no lower: a fully masked tile row gives exp(-inf) = 0, not NaN
 
 
 def _batch(shape) -> ir.AffineExpr:
@@ -73,6 +72,7 @@ class Geometry:
         self.batch, self.lq, self.lk = _batch(y), q[-2], k[-2]
         self.d, self.dv = sy.as_int(q[-1]), sy.as_int(v[-1])
         self.causal = bool(ir.IntegerAttr(op.attributes["causal"]).value)
+        self.safe = "safe" in op.attributes and bool(ir.IntegerAttr(op.attributes["safe"]).value)
         self.scale = ir.FloatAttr(op.attributes["scale"]).value
         self.places = [self._place(s, f) for s, f in zip((q, k, v, y), self.minor)]
         self.paged = {i: kv.paged_operand(op, i) for i in (1, 2) if kv.paged_operand(op, i) is not None}
@@ -228,7 +228,7 @@ class FlashAttention:
         if s.pipelined and not two:  # after the last read of the one score buffer
             s.qk(rows)
         e.part2(s.on, s.opening, s.rest)
-        e.normalize(when=s.final)
+        e.normalize(when=s.final, safe=g.safe and g.mask is not None)  # causal alone keeps the diagonal
         b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
                      row_bound=g.lq, rows=rows, cols=g.dv, when=s.final)  # fmt: skip
 
@@ -371,10 +371,16 @@ class _Emit:
         self.b.mma("o", "p", "v", a_stride=self.tk, b_stride=w, acc_stride=w, m=self.rows, k=self.cols, n=w,
                    accumulate=accumulate, transpose_b=0, when=when)  # fmt: skip
 
-    def normalize(self, when) -> None:
-        """out = O / l (l: O's last column with the ones column of V)."""
+    def normalize(self, when, safe: bool) -> None:
+        """out = O / l (l: O's last column with the ones column of V). `safe`: l = max(l, SUM_FLOOR) first,
+        so a row with every key masked (P = 0: O = 0, l = 0) gives 0, not 0 / 0; any other row has l >= 1."""
         dv, w = self.dv, self.width
         sums, off = ("o", sy.const(dv)) if self.ones else ("l", None)
+        if safe and self.ones:
+            self.b.vop("MAX", "o", "o", mode="SCALAR", imm=SUM_FLOOR, rows=self.rows, cols=1, dst_stride=w, a_stride=w,
+                       dst_offset=off, a_offset=off, when=when)  # fmt: skip
+        elif safe:
+            self.row("MAX", "l", "l", mode="SCALAR", imm=SUM_FLOOR, when=when)
         self.b.vop("DIV", "out", "o", sums, mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=w,
                    b_stride=w if self.ones else 1, b_offset=off, when=when)  # fmt: skip
 

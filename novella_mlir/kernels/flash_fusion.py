@@ -74,7 +74,8 @@ def fuse_attention(op, rewriter):
 
     The scores, the softmax and a mask add must have no other use. A `scalar` mul of q folds into
     the scale. A mask tagged causal by the frontend (`novella.causal`) becomes `causal = 1`; any other
-    additive mask [..., Lq or 1, Lk] whose batch is 1 or the result's becomes the `mask` operand."""
+    additive mask [..., Lq or 1, Lk] whose batch is 1 or the result's becomes the `mask` operand.
+    The softmax's `safe` (fully masked rows give 0) carries over."""
     sm = _producer(op.operands[0], "novella.softmax")
     if _flag(op, "transpose_rhs") or sm is None or not _only_use(sm.results[0]):
         return True
@@ -102,7 +103,8 @@ def fuse_attention(op, rewriter):
     with rewriter.ip, op.location:
         new = FlashAttentionOp(query=q, key=k, value=v, mask=None if causal else mask, scale=ir.FloatAttr.get_f32(scale),
                                causal=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(causal)),
-                               heads_minor=ir.DenseI64ArrayAttr.get([0, 0, 0, 0]), result=y.type)  # fmt: skip
+                               heads_minor=ir.DenseI64ArrayAttr.get([0, 0, 0, 0]), result=y.type,
+                               safe=ir.BoolAttr.get(_flag(sm, "safe")))  # fmt: skip
     rewriter.replace_op(op, new.operation)
     for dead in (sm, add, qk, pre):
         if dead is not None:
@@ -166,7 +168,8 @@ def absorb_head_transposes(op, rewriter):
     with rewriter.ip, op.location:
         new = FlashAttentionOp(*operands[:3], ir.FloatAttr.get_f32(scale), op.attributes["causal"],
                                ir.DenseI64ArrayAttr.get(minor), result,
-                               mask=operands[3] if len(operands) == 4 else None)  # fmt: skip
+                               mask=operands[3] if len(operands) == 4 else None,
+                               safe=ir.BoolAttr.get(_flag(op, "safe")))  # fmt: skip
     if out_t is not None:
         rewriter.replace_op(out_t, new.operation)
         rewriter.erase_op(op)

@@ -157,8 +157,8 @@ def assert_probs_close(got, want, rtol=1e-4):
 
 
 def _softmax_model(shape, max_len, scale=None):
-    attr = f" {{novella.scale = {scale} : f32}}" if scale else ""
-    body = f'    %y = "novella.softmax"(%a){attr} : ({_ty(shape)}) -> {_ty(shape)}'
+    attr = f"novella.scale = {scale} : f32, " if scale else ""
+    body = f'    %y = "novella.softmax"(%a) {{{attr}safe = false}} : ({_ty(shape)}) -> {_ty(shape)}'
     return IrModel(_module([("a", shape)], body, shape, max_len=max_len))
 
 

@@ -23,7 +23,8 @@ def _fused(args, out, mask=None, causal=False, scale=0.125) -> IrModel:
     if mask:
         body += f'    %a = "novella.add"(%s{m}\n'
         x = "%a"
-    body += f'    %p = "novella.softmax"({x}) {{novella.scale = {scale} : f32}} : ({_ty(s)}) -> {_ty(s)}\n'
+    attrs = f"{{novella.scale = {scale} : f32, safe = false}}"
+    body += f'    %p = "novella.softmax"({x}) {attrs} : ({_ty(s)}) -> {_ty(s)}\n'
     body += f'    %y = "novella.matmul"(%p, %v) {{transpose_rhs = false}} : ({_ty(s)}, {_ty(v[1])}) -> {_ty(out)}'
     model = IrModel(_module(args, body, out))
     assert "novella.flash_attention" in model.ir and "novella.softmax" not in model.ir

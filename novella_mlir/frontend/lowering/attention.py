@@ -40,16 +40,17 @@ def matmul(cx):
     return cx.emit(MatmulOp, lhs=a, rhs=b, transpose_rhs=ir.BoolAttr.get(False))
 
 
-def _softmax(cx):
+def _softmax(cx, safe: bool = False):
     x = cx.operand(0)
     rank = _rank(x)
     dim = cx.const(1)
     if dim is None or rank == 0:
         raise cx.error(f"softmax over dim {dim} of a rank-{rank} tensor is not supported")
     dim %= rank
+    flag = ir.BoolAttr.get(safe)
     if dim == rank - 1:
-        return cx.emit(SoftmaxOp, input=x)
-    y = cx.emit(SoftmaxOp, check=False, input=to_last(cx, x, dim))
+        return cx.emit(SoftmaxOp, input=x, safe=flag)
+    y = cx.emit(SoftmaxOp, check=False, input=to_last(cx, x, dim), safe=flag)
     return from_last(cx, y, dim)
 
 
@@ -96,6 +97,13 @@ def softmax(cx):
     return _softmax(cx)
 
 
+def safe_softmax(cx):
+    """torch's `_safe_softmax` (SDPA's): a row of all -inf gives 0, not NaN."""
+    if cx.num_operands > 2 and cx.const(2) is not None:
+        raise cx.error("_safe_softmax with a dtype is not supported; the NPU computes in f32")
+    return _softmax(cx, safe=True)
+
+
 _SDPA_ARGS = ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 
 
@@ -111,7 +119,8 @@ def _sdpa_options(cx) -> dict:
 def scaled_dot_product_attention(cx):
     """SDPA, `scale` defaulting to 1/sqrt(head dim). Unmasked it is one `novella.attention`;
     with `attn_mask` (bool: keep where True; float: added) or `is_causal` (keep key j <= query i)
-    it is scale * q @ k^T + additive mask, softmax, @ v. `enable_gqa` repeats the key/value heads."""
+    it is scale * q @ k^T + additive mask, softmax, @ v. `enable_gqa` repeats the key/value heads.
+    Its softmax is the safe one: a query row whose keys are all masked gives 0, as in torch."""
     q, k, v = cx.operand(0), cx.operand(1), cx.operand(2)
     opts = _sdpa_options(cx)
     if opts["dropout_p"]:
@@ -144,7 +153,7 @@ def scaled_dot_product_attention(cx):
     lq, lk = cx.shape(q)[-2], cx.shape(k)[-2]
     if mask is None or cx.kind(3) == "bool" and _is_causal_mask(cx, mask, lq, lk):
         scores.owner.attributes[CAUSAL_ATTR] = ir.UnitAttr.get()  # legalize: flash_attention causal = 1
-    probs = cx.emit(SoftmaxOp, check=False, input=scores)
+    probs = cx.emit(SoftmaxOp, check=False, input=scores, safe=ir.BoolAttr.get(True))
     return cx.emit(MatmulOp, lhs=probs, rhs=v, transpose_rhs=ir.BoolAttr.get(False))
 
 

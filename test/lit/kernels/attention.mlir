@@ -110,6 +110,29 @@ module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
 
 // -----
 
+// A safe softmax (`_safe_softmax`, SDPA's): a row of all -inf gives 0, not NaN. The first chunk's
+// row max is floored at -FLT_MAX (exp(-inf + FLT_MAX) = 0, where exp(-inf + inf) is NaN), and pass 1
+// floors the row sum at f32's least normal before its first divide (0 / 1.17e-38 = 0; a row with
+// a finite input has a sum >= 1).
+// CHECK-DAG: #[[FIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 == 0, d2 == 0)>
+// CHECK-DAG: #[[NORM0:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - 1 == 0, d2 == 0)>
+// CHECK-DAG: #[[NORM:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - 1 == 0)>
+// CHECK-LABEL: func.func @long_rows_safe
+// CHECK: "novella.vop"() {{{.*}}dst = "m", {{.*}}fn = "ROWMAX", rows = 1 : i64, when = #[[FIRST]]}
+// CHECK-NEXT: "novella.vop"() {a = "m", {{.*}}dst = "m", {{.*}}fn = "MAX", imm = -3.40282347E+38 : f32, mode = "SCALAR", rows = 1 : i64, when = #[[FIRST]]}
+// CHECK: "novella.vop"() {a = "l", {{.*}}dst = "l", {{.*}}fn = "MAX", imm = 1.17549435E-38 : f32, mode = "SCALAR", rows = 1 : i64, when = #[[NORM0]]}
+// CHECK: "novella.vop"() {a = "out", {{.*}}b = "l", {{.*}}fn = "DIV", mode = "COL", rows = 1 : i64, when = #[[NORM]]}
+// LEGAL-LABEL: func.func @long_rows_safe
+// LEGAL: "novella.softmax"({{.*}}) {{{.*}}safe = true}
+module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
+  func.func @long_rows_safe(%x: tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>) -> tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>> {
+    %0 = "novella.softmax"(%x) {safe = true, novella.dram = affine_map<()[s0] -> (0)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>) -> tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>
+    return %0 : tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>
+  }
+}
+
+// -----
+
 // Legalize with fuse-attention=0 (flash-attention.mlir has the fused kernel): attention
 // decomposes into matmul(transpose_rhs) + softmax (scale fused) + matmul.
 // Without legalize and allocate, --novella-tile refuses it (expected-error below).
@@ -130,7 +153,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
 // LEGAL-LABEL: func.func @attention
 // LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32
 // LEGAL: %[[S:.*]] = "novella.matmul"(%[[Q]], %[[K]]) {transpose_rhs = true} : {{.*}} -> tensor<2x?x?xf32, #[[SCORES]]>
-// LEGAL: %[[P:.*]] = "novella.softmax"(%[[S]]) {novella.scale = 1.250000e-01 : f32}
+// LEGAL: %[[P:.*]] = "novella.softmax"(%[[S]]) {novella.scale = 1.250000e-01 : f32, safe = false}
 // LEGAL: %[[O:.*]] = "novella.matmul"(%[[P]], %[[V]]) {transpose_rhs = false}
 // LEGAL-NOT: novella.attention
 // LEGAL: return %[[O]]

@@ -67,7 +67,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 
 // The eager chain with an additive mask broadcast over the batch: the mask becomes the fourth
 // operand, loaded one [128, 32] tile per step (batch stride 0) and added to the scores; the running
-// max starts at -3e38 (a fully masked tile row gives exp(-inf) = 0, not NaN). Here the scores have
+// max starts at -FLT_MAX (a fully masked tile row gives exp(-inf) = 0, not NaN). Here the scores have
 // two slots (tile i in slot i mod 2), so the score MATMUL of tile d2 comes first and the softmax
 // of tile d2 - 1 takes p = exp(s - m) in one EXPSUB pass.
 // LEGAL-LABEL: func.func @masked
@@ -82,9 +82,10 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK: "novella.dma_load"(%[[M]]) {buffer = "mask", {{.*}}dram_offset = #[[MOFF:[^,]*]], {{.*}}tensor = 3 : i64}
 // CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", acc_offset = #[[SLOT]]
 // CHECK-NEXT: "novella.vop"() {a = "s", a_offset = #[[PREVSLOT]], {{.*}}b = "mask", {{.*}}dst = "s", dst_offset = #[[PREVSLOT]], {{.*}}fn = "ADD"
-// CHECK: fn = "MAX", imm = -3.000000e+38 : f32, mode = "SCALAR"
+// CHECK: fn = "MAX", imm = -3.40282347E+38 : f32, mode = "SCALAR"
 // CHECK-NEXT: "novella.vop"() {a = "s", a_offset = #[[PREVSLOT]], {{.*}}b = "m", {{.*}}dst = "p", {{.*}}fn = "EXPSUB", mode = "COL"
 // CHECK-NOT: fn = "EXP", mode = "TENSOR"
+// CHECK-NOT: imm = 1.17549435E-38
 // CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 2 : i64, tk = 32 : i64, tq = 128 : i64}
 // UNFUSED-LABEL: func.func @masked
 // UNFUSED: "novella.add"
@@ -100,10 +101,34 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 
 // -----
 
+// A safe softmax (SDPA's, `_safe_softmax`): a query row whose keys are all masked gives 0. Its
+// P and O are 0 (the floored max makes exp(-inf) = 0) and so is its row sum l: the last step floors
+// l at f32's least normal before the divide (0 / 1.17e-38 = 0; any other row has l >= 1). The
+// unsafe @masked above divides by l directly, as torch.softmax gives NaN there.
+// LEGAL-LABEL: func.func @masked_safe
+// LEGAL: "novella.flash_attention"({{.*}}) {causal = 0 : i64, {{.*}}safe = true, scale = 1.000000e+00 : f32}
+// CHECK-LABEL: func.func @masked_safe
+// CHECK: "novella.vop"() {a = "l", {{.*}}dst = "l", {{.*}}fn = "MAX", imm = 1.17549435E-38 : f32, mode = "SCALAR", rows = 1 : i64, when = #[[LAST:[^}]*]]}
+// CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "l", {{.*}}dst = "out", {{.*}}fn = "DIV", mode = "COL", {{.*}}when = #[[LAST]]}
+// CHECK-NEXT: "novella.dma_store"() {buffer = "out"
+// UNFUSED-LABEL: func.func @masked_safe
+// UNFUSED: "novella.softmax"({{.*}}) {safe = true}
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @masked_safe(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %v: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %m: tensor<1x?x?xf32, affine_map<()[s0] -> (1, s0, s0)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>> {
+    %s = "novella.matmul"(%q, %k) {transpose_rhs = true} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    %a = "novella.add"(%s, %m) : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>, tensor<1x?x?xf32, affine_map<()[s0] -> (1, s0, s0)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    %p = "novella.softmax"(%a) {safe = true} : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>
+    %0 = "novella.matmul"(%p, %v) {transpose_rhs = false} : (tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+    return %0 : tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>
+  }
+}
+
+// -----
+
 // A causal mask (the frontend tags its add with novella.causal) becomes causal = 1 and is dropped:
 // square tiles (64 x 64, two score slots), pipelined: the score MATMUL of tile d2 runs while d1 - d2 >= 0, the
 // softmax and P @ V of tile d2 - 1 while d1 - (d2 - 1) >= 0 (the tiles above the diagonal are
-// skipped, so the K/V loads are guarded); the diagonal tile adds a staircase of -3e38 (finite: an
+// skipped, so the K/V loads are guarded); the diagonal tile adds a staircase of -FLT_MAX (finite: an
 // artifact stores no -inf) built once, and the output is stored after the diagonal tile.
 // LEGAL-LABEL: func.func @causal
 // LEGAL: "novella.flash_attention"(%{{.*}}, %{{.*}}, %{{.*}}) {causal = 1 : i64, {{.*}}scale = 5.000000e-01 : f32}
@@ -113,7 +138,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-DAG: #[[SOFT:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - (d2 - 1) >= 0, d2 - 1 >= 0)>
 // CHECK-DAG: #[[DIAG:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 - (d2 - 1) == 0)>
 // CHECK-LABEL: func.func @causal
-// CHECK: "novella.vop"() {{{.*}}dst = "tri", {{.*}}fn = "FILL", imm = -3.000000e+38 : f32, {{.*}}when = #[[ONCE]]}
+// CHECK: "novella.vop"() {{{.*}}dst = "tri", {{.*}}fn = "FILL", imm = -3.40282347E+38 : f32, {{.*}}when = #[[ONCE]]}
 // CHECK: "novella.dma_load"(%{{.*}}) {buffer = "k", {{.*}}when = #[[LIVE]]}
 // CHECK-NEXT: "novella.dma_load"(%{{.*}}) {buffer = "v", {{.*}}when = #[[SOFT]]}
 // CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", {{.*}}when = #[[LIVE]]}

@@ -48,7 +48,7 @@ module attributes {novella.symbols = {s0 = ["T", 3, 3000]}} {
 // CHECK-LABEL: func.func @scores
 // CHECK: %[[A:.*]] = "novella.add"({{.*}}) : (tensor<?x64xf32, #[[$ROWS]]>, tensor<64xf32>) -> tensor<?x64xf32, #[[$ROWS]]>
 // CHECK: %[[S:.*]] = "novella.matmul"(%[[A]], {{.*}}) {transpose_rhs = true} : {{.*}} -> tensor<?x?xf32, #[[$SQ]]>
-// CHECK: "novella.softmax"(%[[S]]) : (tensor<?x?xf32, #[[$SQ]]>) -> tensor<?x?xf32, #[[$SQ]]>
+// CHECK: "novella.softmax"(%[[S]]) {safe = false} : (tensor<?x?xf32, #[[$SQ]]>) -> tensor<?x?xf32, #[[$SQ]]>
 module attributes {novella.symbols = {s0 = ["T", 1, 512]}} {
   func.func @scores(%q: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, %k: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, %bias: tensor<64xf32>) -> tensor<?x?xf32> {
     %0 = "novella.add"(%q, %bias) : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, tensor<64xf32>) -> tensor<?x64xf32>
