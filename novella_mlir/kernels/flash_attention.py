@@ -151,7 +151,8 @@ def dims_of(g: Geometry, syms) -> fc.Dims:
     """The cost model's view of the op at the nominal length."""
     at = lambda e: upper(e, syms)  # noqa: E731
     contiguous = tuple(not m for m in g.minor)
-    return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, g.mask is not None, contiguous)
+    masked = g.mask is not None
+    return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked)
 
 
 class FlashAttention:

@@ -32,6 +32,7 @@ class Dims:
     causal: bool
     masked: bool
     contiguous: tuple  # q, k, v, out: rows contiguous in DRAM
+    safe: bool = False  # masked and safe: the row sums are floored before the divide (one more VEC MAX)
 
 
 def widths(total: int, t: int) -> list[int]:
@@ -137,6 +138,8 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
     loads.append(s.mask(r if i >= 0 else 0, ws[max(i, 0)]))
     vec = mat = floor = 0.0
     div = cm.vec(t, r, dims.dv, "div") * last
+    if last and dims.safe:  # l = max(l, SUM_FLOOR): O's sums column with the ones column, else a [1, r] row
+        div += cm.vec(t, r, 1, "max") if sch.ones else s.row("max")
     if i >= 0:
         p1, p2 = s.part1(ws[i], first, dims.causal and last), s.part2(ws[i], first)
         vec, mat = p1 + p2 + div, s.pv(ws[i])
