@@ -9,7 +9,8 @@ for this step's VECs, so the units overlap (`Group.overlap`) and a steady step c
 unit. The plain schedule runs QK(j), part1(j), part2(j), PV(j) in series. A step that loads a
 single-slot buffer (the query at j = 0, every causal K/V load, which is guarded) waits for the
 previous step's compute, so its loads and its compute chain (part1, then QK beside part2, then
-PV) add up; the next step's loads queue behind its own, so the query's step lasts until they end."""
+PV) add up. The next step's loads, queued behind the query's, are that step's own period: counting
+them in the query's step too overrated a DMA-bound block (a decode query) by one step's loads."""
 
 from __future__ import annotations
 
@@ -119,11 +120,7 @@ def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule) -> list[tuple[cm.
             steps[key][1] += 1
         else:
             steps[key] = [_parts(t, dims, s, r, ws, sch, j), 1]
-    parts = list(steps.values())
-    if not dims.causal and len(parts) > 1:  # step 1's loads queue behind the query's: step 0 lasts until they end
-        one = _parts(t, dims, s, r, ws, sch, 1)
-        parts[0][0][3] = max(parts[0][0][3], sum(x[0] for x in one[0] if x is not None))
-    return [(_group(t, *step), count) for step, count in parts]
+    return [(_group(t, *step), count) for step, count in steps.values()]
 
 
 def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int) -> list:
