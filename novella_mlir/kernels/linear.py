@@ -65,10 +65,10 @@ class Linear:
 
     exhaustive = False  # score every fitting candidate, no bound (bench/costmodel.py, which replaces `cost`)
 
-    def _plan(self, target, cand, k, n, epi: Epilogue):
+    def _plan(self, target, cand, k, n, epi: Epilogue, plan_type=BufferPlan):
         tm, tn, tk, ws, acc = cand
         deferred = acc > 1
-        plan = BufferPlan(target)
+        plan = plan_type(target)
         plan.add("w", "spad", tn * k if ws else tn * tk, stream=not ws)
         if not deferred:
             plan.add("bias", "spad", tn, stream=not ws)
@@ -105,33 +105,11 @@ class Linear:
           dim 1's last block runs its own after its MATMUL, as with one half."""
         (m, k, n, epi), (tm, tn, tk, ws, acc) = dims, cand
         n_blocks, k_steps = n // tn, k // tk
-        groups = []
+        steps = []
 
         def add(r, count, j, head, deferred):
-            if count == 0:  # `cm.pipeline` drops such groups
-                return
-            at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
-            moves = [(r, tk, tk == k)] + [(tn, tk, tk == k)] * (not ws) + [(1, tn, True)] * (not ws and acc == 1)
-            moves += ([(tn, k, True)] + [(1, tn, True)] * (acc == 1)) * ws * head + [(1, n, True)] * 2 * epi.norm * head
-            moves += [(1, tn, True)] * (acc > 1 and at) + [(r, tn, tn == n)] * (epi.residual and at)
-            lq, ld = cm.dmas(target, moves)
-            st, sd = cm.dma(target, r, tn, contiguous=tn == n)
-            if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
-                ld += sd * (j == 0)
-                sd = 0.0
-            ops = epi.vec_ops(r, tn) if at else []
-            vecs = cm.vecs(target, ops)
-            # the bias add reads the accumulator the next MATMUL writes
-            head_vec = cm.vec(target, *ops[0][1:], ops[0][0]) * (not deferred) if at else 0.0
-            mm = cm.matmul(target, r, tk, tn)
-            if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
-                c, vector = max(mm, vecs), 0.0
-            else:
-                c, vector = mm + vecs, vecs
-            floor = cm.retire_floor(c, lq, mm) if at and k_steps > 1 else 0.0
-            group = cm.Group(lq, c, st * at, ld + sd * at, count, 1 if head else 2, 2, n_dma=len(moves), vector=vector,
-                             overlap=True, vector_wait=head_vec, issues=1 + len(ops), floor=floor)  # fmt: skip
-            groups.append(group)
+            if count:  # `cm.pipeline` drops empty groups
+                steps.append((_step(target, k, n, epi, cand, r, j, head, deferred), count))
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
         pieces = _pieces(m, tm)
@@ -144,7 +122,7 @@ class Linear:
                 rest = n_blocks * nr - head * n_blocks
                 add(r, max(rest - in_step, 0) * cnt, j, False, True)
                 add(r, min(in_step, rest) * cnt, j, False, False)
-        return cm.pipeline(target, groups)
+        return cm.pipelined(steps)
 
     def choose(self, target, m, k, n, epi: Epilogue, options):
         """(key, (tm, tn, tk, ws, acc_slots), plan) of the cheapest fitting candidate for M = m rows, or
@@ -164,23 +142,31 @@ class Linear:
             tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
             tks = target.divisors(k, target.array_rows)
             return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1), k, n, epi)
-        alike: dict = {}  # tm >= m: one row tile of m rows, the same cost and bound whatever tm
-        for i, c in enumerate(cands):
-            alike.setdefault((min(c[0], m), *c[1:]), []).append(i)
-        bounds = dict(zip(alike, _lower_bounds(target, m, k, n, list(alike), epi).tolist()))
+        dims = (m, k, n, epi)
+        if self.exhaustive:
+            keys = ((self.cost(target, dims, c), -c[0], -c[1], i) for i, c in enumerate(cands))
+        else:
+            keys = self._pruned(target, dims, cands)
+        best = min(keys)
+        return best[:3], cands[best[3]], self._plan(target, cands[best[3]], k, n, epi)
+
+    def _pruned(self, target, dims, cands):
+        """(cost, -tm, -tn, index) of the candidates `_search` must score: by class (`_classes`), the least
+        lower bound first, until the bound exceeds the least cost. A class has one cost, so its member of the
+        largest tm is its least key."""
+        m, k, n, epi = dims
+        first, rep, keys = _classes(cands, m)
+        bounds = _lower_bounds(target, m, k, n, keys, epi)
         best = None
-        for c in sorted(alike, key=bounds.__getitem__):
-            if best is not None and bounds[c] > best[0][0] * (1 + 1e-9) and not self.exhaustive:
+        for c in np.argsort(bounds, kind="stable").tolist():
+            if best is not None and bounds[c] > best[0] * (1 + 1e-9):
                 break
-            cost = None
-            for i in alike[c]:
-                tm, tn = cands[i][:2]
-                if cost is None or self.exhaustive:
-                    cost = self.cost(target, (m, k, n, epi), cands[i])
-                key = (cost, -tm, -tn, i)
-                if best is None or key < best[0]:
-                    best = (key, cands[i])
-        return best[0][:3], best[1], self._plan(target, best[1], k, n, epi)
+            cost = self.cost(target, dims, cands[first[c]])
+            tm, tn = cands[rep[c]][:2]
+            key = (cost, -tm, -tn, rep[c])
+            if best is None or key < best:
+                best = key
+            yield key
 
     def predict(self, op, tv, target, options, plan, at) -> float | None:
         """Cycles at symbol values `at` of the tiling chosen when planning for `plan`."""
@@ -286,6 +272,59 @@ def _acc_half(t, b):
     return sy.mod(b.d(1), 2) * (t.tiles["tm"] * t.tiles["tn"])
 
 
+@memoized
+def _step(target, k, n, epi, cand, r, j, head, deferred) -> tuple[float, float]:
+    """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
+    first step, loading what stays resident; `deferred`: two accumulator halves, the epilogue in the next
+    block's first k step), whatever their count (the same at every M: remembered across the searches)."""
+    tm, tn, tk, ws, acc = cand
+    k_steps = k // tk
+    at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
+    moves = [(r, tk, tk == k)] + [(tn, tk, tk == k)] * (not ws) + [(1, tn, True)] * (not ws and acc == 1)
+    moves += ([(tn, k, True)] + [(1, tn, True)] * (acc == 1)) * ws * head + [(1, n, True)] * 2 * epi.norm * head
+    moves += [(1, tn, True)] * (acc > 1 and at) + [(r, tn, tn == n)] * (epi.residual and at)
+    lq, ld = cm.dmas(target, moves)
+    st, sd = cm.dma(target, r, tn, contiguous=tn == n)
+    if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
+        ld += sd * (j == 0)
+        sd = 0.0
+    ops = epi.vec_ops(r, tn) if at else []
+    vecs = cm.vecs(target, ops)
+    # the bias add reads the accumulator the next MATMUL writes
+    head_vec = cm.vec(target, *ops[0][1:], ops[0][0]) * (not deferred) if at else 0.0
+    mm = cm.matmul(target, r, tk, tn)
+    if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
+        c, vector = max(mm, vecs), 0.0
+    else:
+        c, vector = mm + vecs, vecs
+    floor = cm.retire_floor(c, lq, mm) if at and k_steps > 1 else 0.0
+    group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if head else 2, 2, n_dma=len(moves), vector=vector,
+                     overlap=True, vector_wait=head_vec, issues=1 + len(ops), floor=floor)  # fmt: skip
+    return group.terms(target)
+
+
+def _classes(cands, m: int) -> tuple[list, list, list]:
+    """The candidates by class, classes in the order of their first member: candidates that differ only in
+    a tm >= m (one row tile of m rows) are one class, with the same cost and bound. (first member's index,
+    index of the member of the largest tm, the class as a candidate with tm = m) of each class."""
+    arr = _as_array(cands)
+    keys = arr.copy()
+    keys[:, 0] = np.minimum(arr[:, 0], m)
+    code = np.zeros(len(keys), np.int64)
+    for col, radix in zip(keys.T, keys.max(axis=0) + 1):  # one integer per class (mixed radix)
+        code = code * radix + col
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    by_tm = np.lexsort((-arr[:, 0], inverse))  # by class, the largest tm first
+    heads = by_tm[np.searchsorted(inverse[by_tm], order)]
+    return first[order].tolist(), heads.tolist(), [tuple(r) for r in keys[first[order]].tolist()]
+
+
+@memoized
+def _as_array(cands: tuple) -> np.ndarray:
+    return np.array(cands, dtype=np.int64)
+
+
 def _first_true(n: int, pred) -> int:
     """The least i in [0, n] with pred(i), for a pred that stays true once true (n: none)."""
     lo, hi = 0, n
@@ -326,6 +365,13 @@ def _lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
     return np.maximum(elems / bw, steps)
 
 
+class _Usage(BufferPlan):
+    """A BufferPlan that only adds up the sizes (the fitting test of the search)."""
+
+    def add(self, name: str, mem: str, size: int, stream: bool = False) -> None:
+        self.used[mem] += size * (self.slots if stream else 1)
+
+
 @memoized
 def _choose(kernel, target, m, k, n, epi, tile_m):
     return kernel._search(target, m, k, n, epi, tile_m)
@@ -346,7 +392,7 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
                 for tn in [t for t in tns if acc == 1 or ws or n // t > 1]:  # ws = 0: halves alternate over n
                     # largest first: a smaller tn fits from the same tk on, or sooner
                     fits = lambda i, c=(tm, tn, ws, acc): kernel._plan(  # noqa: E731
-                        target, (c[0], c[1], tks[i], c[2], c[3]), k, n, epi
+                        target, (c[0], c[1], tks[i], c[2], c[3]), k, n, epi, _Usage
                     ).fits()
                     first = _first_true(first, fits)
                     cands += [(tm, tn, tk, ws, acc) for tk in tks[first:]]
