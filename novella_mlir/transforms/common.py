@@ -92,15 +92,22 @@ def ir_memo() -> dict:
 
 def remember(memo: _IRMemo, key, compute, *args):
     """`memo[key]`, computed by `compute(*args)` when absent (a memo past `_MEMO_LIMIT` entries starts over)."""
-    ctx = ir.Context.current
-    if memo.context is not ctx:
-        memo.clear()
-        memo.context = ctx
+    memo = current(memo)
     if key not in memo:
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
         memo[key] = compute(*args)
     return memo[key]
+
+
+def current(memo: _IRMemo) -> _IRMemo:
+    """`memo`, emptied first if it holds another context's keys or is past `_MEMO_LIMIT` entries (for a
+    loop that looks many keys up in it under one context)."""
+    ctx = ir.Context.current
+    if memo.context is not ctx or len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+        memo.context = ctx
+    return memo
 
 
 def forget_ir_memos() -> None:
