@@ -12,9 +12,10 @@ from simulator import isa
 
 from . import symbolic as sy
 from .artifact import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta
-from .transforms.common import attr_dict, body_ops, from_attr, functions, ir_memo, remember
+from .transforms.common import attr_dict, body_ops, current, from_attr, functions, ir_memo, remember
 
 _ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
+_POSTFIXES = ir_memo()  # expressions, affine maps and integer sets -> postfix programs (all of a compile's programs)
 
 
 def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -> Artifact:
@@ -23,7 +24,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
     fn = functions(mop)[0]
     block = fn.regions[0].blocks[0]
     dram = _dram_of(fn)
-    macros, index, tiles, layout, memo = [], {}, [], {}, {}
+    macros, index, tiles, layout, memo = [], {}, [], {}, current(_POSTFIXES)
     for op in body_ops(fn):
         name = op.operation.name
         if name == "novella.weight":
@@ -34,7 +35,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
             idx = index.setdefault(key, len(macros))
             if idx == len(macros):
                 macros.append(mm)
-            tiles.append(TileMeta(idx, f"{mm.kernel.split('.')[1]}_{len(tiles)}", _grid(op), bases))
+            tiles.append(TileMeta(idx, f"{mm.kernel.split('.')[1]}_{len(tiles)}", _grid(op, memo), bases))
     ret = list(block.operations)[-1]
     symbols = [[s.name, s.lo, s.hi] for s in sy.read_symbols(mop)]
     program = Program(
@@ -104,8 +105,8 @@ def _limit(fn, i: int) -> list:
     return from_attr(fn.attributes[LIMITS]).get(str(i), []) if LIMITS in fn.attributes else []
 
 
-def _grid(macro) -> list:
-    return [sy.to_postfix(e) for e in sy.map_results(macro.attributes["grid"])]
+def _grid(macro, memo: dict) -> list:
+    return [_postfix(e, memo) for e in sy.map_results(macro.attributes["grid"])]
 
 
 def _macro(macro, dram, memo: dict) -> tuple[MacroMeta, dict, tuple]:

@@ -109,7 +109,7 @@ class Linear:
 
         def add(r, count, j, head, deferred):
             if count:  # `cm.pipeline` drops empty groups
-                steps.append((_step(target, k, n, epi, cand, r, j, head, deferred), count))
+                steps.append((_step(target, k, n, epi, (tn, tk, ws, acc), r, j, head, deferred), count))
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
         pieces = _pieces(m, tm)
@@ -273,11 +273,12 @@ def _acc_half(t, b):
 
 
 @memoized
-def _step(target, k, n, epi, cand, r, j, head, deferred) -> tuple[float, float]:
+def _step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
     first step, loading what stays resident; `deferred`: two accumulator halves, the epilogue in the next
-    block's first k step), whatever their count (the same at every M: remembered across the searches)."""
-    tm, tn, tk, ws, acc = cand
+    block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc; the same at every M and
+    every tm >= r: remembered across the searches)."""
+    tn, tk, ws, acc = tiles
     k_steps = k // tk
     at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
     moves = [(r, tk, tk == k)] + [(tn, tk, tk == k)] * (not ws) + [(1, tn, True)] * (not ws and acc == 1)
@@ -306,8 +307,12 @@ def _step(target, k, n, epi, cand, r, j, head, deferred) -> tuple[float, float]:
 def _classes(cands, m: int) -> tuple[list, list, list]:
     """The candidates by class, classes in the order of their first member: candidates that differ only in
     a tm >= m (one row tile of m rows) are one class, with the same cost and bound. (first member's index,
-    index of the member of the largest tm, the class as a candidate with tm = m) of each class."""
+    index of the member of the largest tm, the class as a candidate with tm = m: a row of an array) of
+    each class."""
     arr = _as_array(cands)
+    if m >= arr[:, 0].max():  # every class one candidate
+        every = list(range(len(cands)))
+        return every, every, arr
     keys = arr.copy()
     keys[:, 0] = np.minimum(arr[:, 0], m)
     code = np.zeros(len(keys), np.int64)
@@ -317,7 +322,7 @@ def _classes(cands, m: int) -> tuple[list, list, list]:
     order = np.argsort(first, kind="stable")
     by_tm = np.lexsort((-arr[:, 0], inverse))  # by class, the largest tm first
     heads = by_tm[np.searchsorted(inverse[by_tm], order)]
-    return first[order].tolist(), heads.tolist(), [tuple(r) for r in keys[first[order]].tolist()]
+    return first[order].tolist(), heads.tolist(), keys[first[order]]
 
 
 @memoized
@@ -340,7 +345,7 @@ def _lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
     step issues: the x tile; streamed, the weight tile and, with one accumulator half, the bias), on the
     one step of each output tile with the epilogue its STORE, and weight-stationary, on the first step of
     each column block (one slot), its MATMUL after the weight slab's load. The fill is not negative."""
-    tm, tn, tk, ws, acc = (np.array(c, dtype=np.int64) for c in zip(*cands))
+    tm, tn, tk, ws, acc = np.asarray(cands, dtype=np.int64).reshape(-1, 5).T
     blocks, k_steps, single = n // tn, k // tk, acc == 1
     full, rem = m // tm, m % tm
     w_reads = np.where(ws == 1, 1, full + (rem > 0))
