@@ -79,7 +79,10 @@ def _attr(op, name: str, kind, default=None):
 
 
 def _static_dims(t: ir.RankedTensorType) -> list[int | None]:
-    return [None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank)]
+    return [None if d == _DYNAMIC else d for d in t.shape]
+
+
+_DYNAMIC = ir.ShapedType.get_dynamic_size()
 
 
 def _dims_compatible(a: int | None, b: int | None) -> bool:

@@ -289,10 +289,10 @@ def _step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]
     if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
         ld += sd * (j == 0)
         sd = 0.0
-    ops = epi.vec_ops(r, tn) if at else []
-    vecs = cm.vecs(target, ops)
-    # the bias add reads the accumulator the next MATMUL writes
-    head_vec = cm.vec(target, *ops[0][1:], ops[0][0]) * (not deferred) if at else 0.0
+    vecs, head_vec, n_ops = 0, 0.0, 0
+    if at:  # the bias add reads the accumulator the next MATMUL writes
+        vecs, head_vec, n_ops = _epilogue_cycles(target, epi, r, tn)
+        head_vec *= not deferred
     mm = cm.matmul(target, r, tk, tn)
     if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
         c, vector = max(mm, vecs), 0.0
@@ -300,8 +300,15 @@ def _step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]
         c, vector = mm + vecs, vecs
     floor = cm.retire_floor(c, lq, mm) if at and k_steps > 1 else 0.0
     group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if head else 2, 2, n_dma=len(moves), vector=vector,
-                     overlap=True, vector_wait=head_vec, issues=1 + len(ops), floor=floor)  # fmt: skip
+                     overlap=True, vector_wait=head_vec, issues=1 + n_ops, floor=floor)  # fmt: skip
     return group.terms(target)
+
+
+@memoized
+def _epilogue_cycles(target, epi, r, tn) -> tuple[float, float, int]:
+    """(cycles of the epilogue's VECs on an [r, tn] output tile, of its first (the bias add), how many)."""
+    ops = epi.vec_ops(r, tn)
+    return cm.vecs(target, ops), cm.vec(target, *ops[0][1:], ops[0][0]), len(ops)
 
 
 def _classes(cands, m: int) -> tuple[list, list, list]:

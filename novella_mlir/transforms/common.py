@@ -223,11 +223,16 @@ def require_stage(module_op, flag: str, need: str | None, producer: str) -> None
                 )
     if flag == "novella-shape-infer":
         return
+    sized = set()  # types seen (uniqued): a repeated one passed at its first use
     for op in tensor_ops(module_op):
-        for v in list(op.operands) + list(op.results):
-            if isinstance(v.type, ir.RankedTensorType) and sy.shape_of(v.type) is None:
+        for v in (*op.operands, *op.results):
+            t = v.type
+            if t in sized:
+                continue
+            if isinstance(t, ir.RankedTensorType) and sy.shape_of(t) is None:
                 raise PassError(
-                    op, f"has a '?' dim without a symbolic size ({v.type}); --{flag} needs --novella-shape-infer first"
+                    op, f"has a '?' dim without a symbolic size ({t}); --{flag} needs --novella-shape-infer first"
                 )
+            sized.add(t)
         if need and need not in op.attributes and op.operation.name != "novella.reshape":
             raise PassError(op, f"has no '{need}' attribute: --{flag} expects the output of --{producer}; run it first")

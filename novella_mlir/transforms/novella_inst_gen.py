@@ -57,8 +57,13 @@ def _lower_macro(macro) -> None:
     for tile_op in list(block.operations):
         name, attrs = tile_op.operation.name, attr_dict(tile_op)
         fields = remember(_LOWERED, (name, tuple(attrs.items()), buffers), _lower, macro, name, attrs)
-        with tile_op.location, ir.InsertionPoint(tile_op):
-            ir.Operation.create("novella.inst", operands=list(tile_op.operands), attributes=fields)
+        ir.Operation.create(
+            "novella.inst",
+            operands=list(tile_op.operands),
+            attributes=fields,
+            loc=tile_op.location,
+            ip=ir.InsertionPoint(tile_op),
+        )
         tile_op.operation.erase()
 
 

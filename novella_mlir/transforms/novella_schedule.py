@@ -30,7 +30,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from .common import attr_dict, body_ops, functions, set_attr, to_attr
+from .common import body_ops, functions, set_attr, to_attr
 from .novella_macro_gen import tiling_of
 
 # address field -> the field naming its memory (None: fixed by the opcode)
@@ -64,7 +64,7 @@ def _mem(attrs, key: str) -> str:
     return key if key in ("spad", "acc") else _MEMS[ir.IntegerAttr(attrs[key]).value]
 
 
-def _addresses(attrs: dict) -> list[tuple[str, str, int]]:
+def _addresses(attrs) -> list[tuple[str, str, int]]:
     """(address field, memory, value at grid point 0) of each address field of an inst (its attributes)."""
     out = []
     for name, mem_key in _ADDRESS[ir.StringAttr(attrs["opcode"]).value].items():
@@ -114,7 +114,7 @@ def _holds(b, attrs) -> bool:
 def _schedule(macro) -> None:
     ops = list(macro.regions[0].blocks[0].operations)
     slotted = [b for b in tiling_of(macro).buffers if b.slots > 1]
-    insts = [(attrs, _addresses(attrs) if slotted else []) for attrs in map(attr_dict, ops)]
+    insts = [(op.attributes, _addresses(op.attributes) if slotted else []) for op in ops]
     resident = _resident(insts, slotted)
     slotted = [b for b in slotted if b.name not in resident]
     loads = stores = 0
