@@ -30,7 +30,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from .common import body_ops, functions, set_attr, to_attr
+from .common import body_ops, functions, ir_memo, remember, set_attr, to_attr
 from .novella_macro_gen import tiling_of
 
 # address field -> the field naming its memory (None: fixed by the opcode)
@@ -51,10 +51,17 @@ def run(module_op, options, config) -> None:
                 _schedule(op)
 
 
+_BASES = ir_memo()  # address map -> its value at grid point 0 (equal layers, programs)
+
+
 def _base(attr) -> int:
     """An address field's value at grid point 0 (its buffer's base plus the first offset)."""
     if isinstance(attr, ir.IntegerAttr):
         return attr.value
+    return remember(_BASES, attr, _map_base, attr)
+
+
+def _map_base(attr) -> int:
     m = ir.AffineMapAttr(attr).value
     zero = [0] * (m.n_dims + m.n_symbols)
     return min(sy.evaluate(e, zero[m.n_dims :], zero[: m.n_dims]) for e in m.results)
