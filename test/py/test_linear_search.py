@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from novella_mlir import kernels
-from novella_mlir.kernels import linear
+from novella_mlir.kernels import linear, linear_cost
 from novella_mlir.target import Target
 from simulator import load_config
 from simulator.config import DEFAULT_CONFIG_PATH
@@ -50,7 +50,7 @@ def test_lower_bound_is_at_most_the_cost(config):
         rows = target.array_rows
         tiles = itertools.product((rows, 4 * rows), target.divisors(n), target.divisors(k, rows), (0, 1), (1, 2))
         cands = list(tiles)
-        for cand, bound in zip(cands, linear._lower_bounds(target, m, k, n, cands, epi)):
+        for cand, bound in zip(cands, linear_cost.lower_bounds(target, m, k, n, cands, epi)):
             assert bound <= lin.cost(target, (m, k, n, epi), cand) + 1e-6, (cand, epi)
 
 
