@@ -12,9 +12,10 @@ from simulator import isa
 
 from . import symbolic as sy
 from .artifact import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta
-from .transforms.common import attr_dict, body_ops, from_attr, functions, ir_memo, remember
+from .transforms.common import body_ops, current, from_attr, functions, ir_memo, remember
 
 _ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
+_POSTFIXES = ir_memo()  # expressions, affine maps and integer sets -> postfix programs (all of a compile's programs)
 
 
 def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -> Artifact:
@@ -23,7 +24,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
     fn = functions(mop)[0]
     block = fn.regions[0].blocks[0]
     dram = _dram_of(fn)
-    macros, index, tiles, layout, memo = [], {}, [], {}, {}
+    macros, index, tiles, layout, memo = [], {}, [], {}, current(_POSTFIXES)
     for op in body_ops(fn):
         name = op.operation.name
         if name == "novella.weight":
@@ -34,7 +35,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
             idx = index.setdefault(key, len(macros))
             if idx == len(macros):
                 macros.append(mm)
-            tiles.append(TileMeta(idx, f"{mm.kernel.split('.')[1]}_{len(tiles)}", _grid(op), bases))
+            tiles.append(TileMeta(idx, f"{mm.kernel.split('.')[1]}_{len(tiles)}", _grid(op, memo), bases))
     ret = list(block.operations)[-1]
     symbols = [[s.name, s.lo, s.hi] for s in sy.read_symbols(mop)]
     program = Program(
@@ -104,8 +105,8 @@ def _limit(fn, i: int) -> list:
     return from_attr(fn.attributes[LIMITS]).get(str(i), []) if LIMITS in fn.attributes else []
 
 
-def _grid(macro) -> list:
-    return [sy.to_postfix(e) for e in sy.map_results(macro.attributes["grid"])]
+def _grid(macro, memo: dict) -> list:
+    return [_postfix(e, memo) for e in sy.map_results(macro.attributes["grid"])]
 
 
 def _macro(macro, dram, memo: dict) -> tuple[MacroMeta, dict, tuple]:
@@ -138,17 +139,17 @@ _TEMPLATES = ir_memo()  # an inst's attributes -> (template, its JSON) (equal la
 
 def _template(inst, memo: dict) -> tuple[InstTemplate, str]:
     """The template of one `novella.inst` (a copy: templates share no lists) and its JSON text."""
-    attrs = attr_dict(inst)
-    t, text = remember(_TEMPLATES, tuple(attrs.items()), _new_template, attrs, memo)
+    items = tuple(inst.attributes.items())
+    t, text = remember(_TEMPLATES, items, _new_template, items, memo)
     var = {k: [list(p) for p in v] for k, v in t.var.items()}
     when = [[k, list(p)] for k, p in t.when]
     return InstTemplate(t.opcode, dict(t.const), var, when, t.tensor, dict(t.slot)), text
 
 
-def _new_template(attrs: dict, memo: dict) -> InstTemplate:
-    """`memo`: postfix programs by affine map / integer set attribute (uniqued in the context), shared
-    by equal layers."""
-    attrs = dict(attrs)
+def _new_template(items: tuple, memo: dict) -> InstTemplate:
+    """The template of an inst's attributes (name, attribute) pairs. `memo`: postfix programs by affine
+    map / integer set attribute (uniqued in the context), shared by equal layers."""
+    attrs = dict(items)
     opcode = ir.StringAttr(attrs.pop("opcode")).value
     tensor = from_attr(attrs.pop("tensor")) if "tensor" in attrs else None
     if opcode == "STORE":

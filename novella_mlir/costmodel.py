@@ -154,6 +154,11 @@ class Group:
             serial = self.compute + waits
         return max(self.load, self.compute_period(t), self.store, channel, serial, self._ring(t), self.floor)
 
+    def terms(self, t: Target) -> tuple[float, float]:
+        """(period, fill): a step's period and how far its queues exceed it (`pipeline`); not the count's."""
+        period = self.period(t)
+        return period, self.load + self.compute + self.store - period
+
     def _ring(self, t: Target) -> float:
         """Under `overlap`, the token ring through the slots: a step's loads into a slot and its store
         start when the step that used the slot `slots` steps earlier pushed its tokens at the end of its
@@ -178,9 +183,13 @@ def retire_floor(chain: float, next_load: float, next_compute: float) -> float:
 def pipeline(t: Target, groups: list[Group]) -> float:
     """Predicted cycles of one macro: every step at its period, plus the pipeline fill and drain (the
     queues a step's period does not cover, e.g. the first loads and the last stores)."""
-    groups = [g for g in groups if g.count > 0]
-    body = sum(g.period(t) * g.count for g in groups)
-    fill = max((g.load + g.compute + g.store - g.period(t) for g in groups), default=0.0)
+    return pipelined([(g.terms(t), g.count) for g in groups if g.count > 0])
+
+
+def pipelined(steps) -> float:
+    """`pipeline` of ((period, fill), count) pairs (`Group.terms`), counts above 0."""
+    body = sum(period * count for (period, _), count in steps)
+    fill = max((f for (_, f), _ in steps), default=0.0)
     return body + max(fill, 0.0)
 
 

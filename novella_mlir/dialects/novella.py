@@ -57,11 +57,12 @@ def _verified(n_operands: int):
 def _structure(op, n_operands: int) -> None:
     if len(op.operands) != n_operands:
         raise _Invalid(f"expects {n_operands} operand(s), got {len(op.operands)}")
-    for v in [*op.operands, *op.results]:
-        if not isinstance(v.type, ir.RankedTensorType):
-            raise _Invalid(f"expects ranked tensors, got {v.type}")
-        if 0 in _static_dims(v.type):
-            raise _Invalid(f"does not support zero-size dims, got {v.type}")
+    for v in (*op.operands, *op.results):
+        t = v.type
+        if not isinstance(t, ir.RankedTensorType):
+            raise _Invalid(f"expects ranked tensors, got {t}")
+        if 0 in t.shape:  # a `?` dim is _DYNAMIC, not 0
+            raise _Invalid(f"does not support zero-size dims, got {t}")
 
 
 def _attr(op, name: str, kind, default=None):
@@ -79,7 +80,10 @@ def _attr(op, name: str, kind, default=None):
 
 
 def _static_dims(t: ir.RankedTensorType) -> list[int | None]:
-    return [None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank)]
+    return [None if d == _DYNAMIC else d for d in t.shape]
+
+
+_DYNAMIC = ir.ShapedType.get_dynamic_size()
 
 
 def _dims_compatible(a: int | None, b: int | None) -> bool:
@@ -127,7 +131,7 @@ class WeightOp(Novella.Operation, name="weight"):
         t = op.results[0].type
         if not isinstance(t, ir.RankedTensorType):
             return True  # a !torch.vtensor while the module is still in the torch dialect
-        if any(d is None for d in _static_dims(t)):
+        if _DYNAMIC in t.shape:
             return _fail(op, f"weight must have a static shape, got {t}")
         return True
 

@@ -35,7 +35,7 @@ _MEMOS: list = []
 def memoized(fn):
     """`fn` remembering its results within one compile (a cost or tile search asked again for layers of
     equal shape, and by `--novella-buckets` then `--novella-tile`); `forget` drops them all."""
-    memo = functools.lru_cache(maxsize=4096)(fn)
+    memo = functools.lru_cache(maxsize=1 << 14)(fn)
     _MEMOS.append(memo)
     return memo
 

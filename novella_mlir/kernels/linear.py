@@ -12,6 +12,7 @@ from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
 from . import BufferPlan, TensorView, Tiling, first, get_kernel, last, memoized, plan_lengths, tile_rows
+from . import linear_cost as lc
 from .attention import _pieces
 from .elementwise import ACT_FNS as _ACT_FNS
 from .elementwise import emit_act
@@ -65,10 +66,10 @@ class Linear:
 
     exhaustive = False  # score every fitting candidate, no bound (bench/costmodel.py, which replaces `cost`)
 
-    def _plan(self, target, cand, k, n, epi: Epilogue):
+    def _plan(self, target, cand, k, n, epi: Epilogue, plan_type=BufferPlan):
         tm, tn, tk, ws, acc = cand
         deferred = acc > 1
-        plan = BufferPlan(target)
+        plan = plan_type(target)
         plan.add("w", "spad", tn * k if ws else tn * tk, stream=not ws)
         if not deferred:
             plan.add("bias", "spad", tn, stream=not ws)
@@ -105,33 +106,15 @@ class Linear:
           dim 1's last block runs its own after its MATMUL, as with one half."""
         (m, k, n, epi), (tm, tn, tk, ws, acc) = dims, cand
         n_blocks, k_steps = n // tn, k // tk
-        groups = []
+        steps, known, tiles = [], lc.steps_of(target, k, n, epi), (tn, tk, ws, acc)
 
         def add(r, count, j, head, deferred):
-            if count == 0:  # `cm.pipeline` drops such groups
-                return
-            at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
-            moves = [(r, tk, tk == k)] + [(tn, tk, tk == k)] * (not ws) + [(1, tn, True)] * (not ws and acc == 1)
-            moves += ([(tn, k, True)] + [(1, tn, True)] * (acc == 1)) * ws * head + [(1, n, True)] * 2 * epi.norm * head
-            moves += [(1, tn, True)] * (acc > 1 and at) + [(r, tn, tn == n)] * (epi.residual and at)
-            lq, ld = cm.dmas(target, moves)
-            st, sd = cm.dma(target, r, tn, contiguous=tn == n)
-            if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
-                ld += sd * (j == 0)
-                sd = 0.0
-            ops = epi.vec_ops(r, tn) if at else []
-            vecs = cm.vecs(target, ops)
-            # the bias add reads the accumulator the next MATMUL writes
-            head_vec = cm.vec(target, *ops[0][1:], ops[0][0]) * (not deferred) if at else 0.0
-            mm = cm.matmul(target, r, tk, tn)
-            if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
-                c, vector = max(mm, vecs), 0.0
-            else:
-                c, vector = mm + vecs, vecs
-            floor = cm.retire_floor(c, lq, mm) if at and k_steps > 1 else 0.0
-            group = cm.Group(lq, c, st * at, ld + sd * at, count, 1 if head else 2, 2, n_dma=len(moves), vector=vector,
-                             overlap=True, vector_wait=head_vec, issues=1 + len(ops), floor=floor)  # fmt: skip
-            groups.append(group)
+            if count:  # `cm.pipeline` drops empty groups
+                key = (tiles, r, j, head, deferred)
+                terms = known.get(key)
+                if terms is None:
+                    terms = known[key] = lc.step(target, k, n, epi, tiles, r, j, head, deferred)
+                steps.append((terms, count))
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
         pieces = _pieces(m, tm)
@@ -144,7 +127,7 @@ class Linear:
                 rest = n_blocks * nr - head * n_blocks
                 add(r, max(rest - in_step, 0) * cnt, j, False, True)
                 add(r, min(in_step, rest) * cnt, j, False, False)
-        return cm.pipeline(target, groups)
+        return cm.pipelined(steps)
 
     def choose(self, target, m, k, n, epi: Epilogue, options):
         """(key, (tm, tn, tk, ws, acc_slots), plan) of the cheapest fitting candidate for M = m rows, or
@@ -156,31 +139,39 @@ class Linear:
         A layer norm needs whole rows (tn = N). The second accumulator half costs SRAM, so one-half
         candidates stay in the search. Exact shortcuts: a candidate's SRAM use grows with tk and tn, so the
         fitting tks of (ws, acc, tm, tn) are a tail of the list, no shorter than for a larger tn (found by
-        bisection); candidates are scored in the order of a lower bound of their cost (`_lower_bounds`, at
-        most the cost), until that bound exceeds the best cost."""
+        bisection); candidates are scored in the order of a lower bound of their cost
+        (`linear_cost.lower_bounds`, at most the cost), until that bound exceeds the best cost."""
         cands = _fitting(self, target, k, n, epi, tile_m)
         if not cands:
             tms = [tile_m] if tile_m else target.array_tiles(16)
             tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
             tks = target.divisors(k, target.array_rows)
             return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1), k, n, epi)
-        alike: dict = {}  # tm >= m: one row tile of m rows, the same cost and bound whatever tm
-        for i, c in enumerate(cands):
-            alike.setdefault((min(c[0], m), *c[1:]), []).append(i)
-        bounds = dict(zip(alike, _lower_bounds(target, m, k, n, list(alike), epi).tolist()))
+        dims = (m, k, n, epi)
+        if self.exhaustive:
+            keys = ((self.cost(target, dims, c), -c[0], -c[1], i) for i, c in enumerate(cands))
+        else:
+            keys = self._pruned(target, dims, cands)
+        best = min(keys)
+        return best[:3], cands[best[3]], self._plan(target, cands[best[3]], k, n, epi)
+
+    def _pruned(self, target, dims, cands):
+        """(cost, -tm, -tn, index) of the candidates `_search` must score: by class (`linear_cost.classes`), the least
+        lower bound first, until the bound exceeds the least cost. A class has one cost, so its member of the
+        largest tm is its least key."""
+        m, k, n, epi = dims
+        first, rep, keys = lc.classes(cands, m)
+        bounds = lc.lower_bounds(target, m, k, n, keys, epi)
         best = None
-        for c in sorted(alike, key=bounds.__getitem__):
-            if best is not None and bounds[c] > best[0][0] * (1 + 1e-9) and not self.exhaustive:
+        for c in np.argsort(bounds, kind="stable").tolist():
+            if best is not None and bounds[c] > best[0] * (1 + 1e-9):
                 break
-            cost = None
-            for i in alike[c]:
-                tm, tn = cands[i][:2]
-                if cost is None or self.exhaustive:
-                    cost = self.cost(target, (m, k, n, epi), cands[i])
-                key = (cost, -tm, -tn, i)
-                if best is None or key < best[0]:
-                    best = (key, cands[i])
-        return best[0][:3], best[1], self._plan(target, best[1], k, n, epi)
+            cost = self.cost(target, dims, cands[first[c]])
+            tm, tn = cands[rep[c]][:2]
+            key = (cost, -tm, -tn, rep[c])
+            if best is None or key < best:
+                best = key
+            yield key
 
     def predict(self, op, tv, target, options, plan, at) -> float | None:
         """Cycles at symbol values `at` of the tiling chosen when planning for `plan`."""
@@ -295,35 +286,11 @@ def _first_true(n: int, pred) -> int:
     return lo
 
 
-def _lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
-    """At most `Linear.cost` of each candidate: the larger of its DRAM data cycles without burst rounding
-    and the sum over steps of a floor of each step's period: its MATMUL, its load queue (the DMAs every
-    step issues: the x tile; streamed, the weight tile and, with one accumulator half, the bias), on the
-    one step of each output tile with the epilogue its STORE, and weight-stationary, on the first step of
-    each column block (one slot), its MATMUL after the weight slab's load. The fill is not negative."""
-    tm, tn, tk, ws, acc = (np.array(c, dtype=np.int64) for c in zip(*cands))
-    blocks, k_steps, single = n // tn, k // tk, acc == 1
-    full, rem = m // tm, m % tm
-    w_reads = np.where(ws == 1, 1, full + (rem > 0))
-    elems = blocks * m * k + w_reads * n * k + m * n * (1 + epi.residual)
-    lat, bw = target.issue_cycles + target.dma_latency, target.dram_bytes_per_cycle / 4
-    streamed = np.where(ws == 1, 0, tn * tk + single * tn)
-    fixed = lat * (1 + (ws == 0) * (1 + single))
-    passes = -(-tk // target.array_rows) * -(-tn // target.array_cols)
+class _Usage(BufferPlan):
+    """A BufferPlan that only adds up the sizes (the fitting test of the search)."""
 
-    def tile(r):  # (a step's floor, the floor of the one with the epilogue, of the head) of r rows
-        mm = target.issue_cycles + target.array_rows + passes * np.maximum(r, target.array_rows)
-        mm = mm + target.matmul_latency
-        step = np.maximum(mm, fixed + (r * tk + streamed) / bw)
-        return step, np.maximum(step, lat + r * tn / bw), mm + 2 * lat + (r * tk + tn * k) / bw
-
-    step, last, _ = tile(tm)
-    steps = full * blocks * ((k_steps - 1) * step + last)
-    step, last, _ = tile(rem)
-    steps = steps + (rem > 0) * blocks * ((k_steps - 1) * step + last)
-    _, last, head = tile(np.where(full > 0, tm, rem))
-    steps = steps + (ws == 1) * blocks * (np.maximum(head, last) - last)
-    return np.maximum(elems / bw, steps)
+    def add(self, name: str, mem: str, size: int, stream: bool = False) -> None:
+        self.used[mem] += size * (self.slots if stream else 1)
 
 
 @memoized
@@ -346,7 +313,7 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
                 for tn in [t for t in tns if acc == 1 or ws or n // t > 1]:  # ws = 0: halves alternate over n
                     # largest first: a smaller tn fits from the same tk on, or sooner
                     fits = lambda i, c=(tm, tn, ws, acc): kernel._plan(  # noqa: E731
-                        target, (c[0], c[1], tks[i], c[2], c[3]), k, n, epi
+                        target, (c[0], c[1], tks[i], c[2], c[3]), k, n, epi, _Usage
                     ).fits()
                     first = _first_true(first, fits)
                     cands += [(tm, tn, tk, ws, acc) for tk in tks[first:]]

@@ -46,7 +46,7 @@ class Tables:
             self._freeze()
 
     def _expr(self, prog) -> int:
-        key = repr(prog)
+        key = tuple(prog)
         if key not in self._ids:
             self._ids[key] = len(self._start)
             self._start.append(len(self._ops))

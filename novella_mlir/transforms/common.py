@@ -39,7 +39,34 @@ def set_attr(op, name: str, value) -> None:
 
 
 def to_attr(value) -> ir.Attribute:
-    """Python value -> attribute: int, float, str, list, dict, or an affine map already built."""
+    """Python value -> attribute: int, float, str, list, dict, or an affine map already built (plain data
+    of ints, strs, lists and dicts remembered by value: tilings and slots repeat across layers)."""
+    key = _plain_key(value)
+    if key is None:
+        return _to_attr(value)
+    memo = current(_PLAIN_ATTRS)
+    attr = memo.get(key)
+    if attr is None:
+        attr = memo[key] = _to_attr(value)
+    return attr
+
+
+def _plain_key(value):
+    """A hashable key equal for equal plain data of the same types (None: not plain; floats are not:
+    -0.0 == 0.0)."""
+    kind = type(value)
+    if kind in (int, bool, str):
+        return kind, value
+    if kind in (list, tuple):
+        parts = tuple(map(_plain_key, value))
+        return None if None in parts else (kind, parts)
+    if kind is dict:
+        parts = tuple((k, _plain_key(v)) for k, v in value.items())
+        return None if any(p is None or type(k) is not str for k, p in parts) else (kind, parts)
+    return None
+
+
+def _to_attr(value) -> ir.Attribute:
     if isinstance(value, ir.Attribute):
         return value
     if isinstance(value, bool):
@@ -51,9 +78,9 @@ def to_attr(value) -> ir.Attribute:
     if isinstance(value, str):
         return ir.StringAttr.get(value)
     if isinstance(value, (list, tuple)):
-        return ir.ArrayAttr.get([to_attr(v) for v in value])
+        return ir.ArrayAttr.get([_to_attr(v) for v in value])
     if isinstance(value, dict):
-        return ir.DictAttr.get({k: to_attr(v) for k, v in value.items()})
+        return ir.DictAttr.get({k: _to_attr(v) for k, v in value.items()})
     raise TypeError(f"cannot make an attribute from {value!r}")
 
 
@@ -92,15 +119,25 @@ def ir_memo() -> dict:
 
 def remember(memo: _IRMemo, key, compute, *args):
     """`memo[key]`, computed by `compute(*args)` when absent (a memo past `_MEMO_LIMIT` entries starts over)."""
-    ctx = ir.Context.current
-    if memo.context is not ctx:
-        memo.clear()
-        memo.context = ctx
+    memo = current(memo)
     if key not in memo:
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
         memo[key] = compute(*args)
     return memo[key]
+
+
+def current(memo: _IRMemo) -> _IRMemo:
+    """`memo`, emptied first if it holds another context's keys or is past `_MEMO_LIMIT` entries (for a
+    loop that looks many keys up in it under one context)."""
+    ctx = ir.Context.current
+    if memo.context is not ctx or len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+        memo.context = ctx
+    return memo
+
+
+_PLAIN_ATTRS = ir_memo()
 
 
 def forget_ir_memos() -> None:
@@ -164,7 +201,7 @@ def _check_symbol_uses(module_op, n: int) -> None:
                 if isinstance(t, ir.RankedTensorType) and isinstance(t.encoding, ir.AffineMapAttr):
                     found.append((op, t.encoding, f"type {t}"))
         for a in op.attributes.values():
-            if isinstance(a, ir.AffineMapAttr) and a not in maps:
+            if type(a) is ir.AffineMapAttr and a not in maps:  # the bindings' class of every affine map
                 maps.add(a)
                 found.append((op, a, None))
         return ir.WalkResult.ADVANCE
@@ -175,20 +212,15 @@ def _check_symbol_uses(module_op, n: int) -> None:
                 found.append((fn, a.type.encoding, f"argument #{i} ({a.type})"))
     module_op.operation.walk(check)
     for op, attr, what in found:
-        if what is None and ir.AffineMapAttr(attr).value.n_symbols > n:  # name the attribute
-            what = next(f"attribute '{k}'" for k, a in attr_dict(op).items() if a == attr)
-        _map_symbols(op, attr, n, what)
-
-
-def _map_symbols(op, attr, n: int, what: str) -> None:
-    used = ir.AffineMapAttr(attr).value.n_symbols
-    if used > n:
-        declared = ", ".join(f"s{i}" for i in range(n)) or "none"
-        raise PassError(
-            op,
-            f"{what} uses symbol s{used - 1}, but novella.symbols declares {declared}; "
-            f'add s{used - 1} = ["name", min, max] to the module attribute novella.symbols',
-        )
+        used = attr.value.n_symbols
+        if used > n:
+            what = what or next(f"attribute '{k}'" for k, a in attr_dict(op).items() if a == attr)
+            declared = ", ".join(f"s{i}" for i in range(n)) or "none"
+            raise PassError(
+                op,
+                f"{what} uses symbol s{used - 1}, but novella.symbols declares {declared}; "
+                f'add s{used - 1} = ["name", min, max] to the module attribute novella.symbols',
+            )
 
 
 def tensor_ops(module_op) -> list:
@@ -216,11 +248,16 @@ def require_stage(module_op, flag: str, need: str | None, producer: str) -> None
                 )
     if flag == "novella-shape-infer":
         return
+    sized = set()  # types seen (uniqued): a repeated one passed at its first use
     for op in tensor_ops(module_op):
-        for v in list(op.operands) + list(op.results):
-            if isinstance(v.type, ir.RankedTensorType) and sy.shape_of(v.type) is None:
+        for v in (*op.operands, *op.results):
+            t = v.type
+            if t in sized:
+                continue
+            if isinstance(t, ir.RankedTensorType) and sy.shape_of(t) is None:
                 raise PassError(
-                    op, f"has a '?' dim without a symbolic size ({v.type}); --{flag} needs --novella-shape-infer first"
+                    op, f"has a '?' dim without a symbolic size ({t}); --{flag} needs --novella-shape-infer first"
                 )
+            sized.add(t)
         if need and need not in op.attributes and op.operation.name != "novella.reshape":
             raise PassError(op, f"has no '{need}' attribute: --{flag} expects the output of --{producer}; run it first")

@@ -55,15 +55,22 @@ def _lower_macro(macro) -> None:
     buffers = macro.attributes["novella.buffers"]
     block = macro.regions[0].blocks[0]
     for tile_op in list(block.operations):
-        name, attrs = tile_op.operation.name, attr_dict(tile_op)
-        fields = remember(_LOWERED, (name, tuple(attrs.items()), buffers), _lower, macro, name, attrs)
-        with tile_op.location, ir.InsertionPoint(tile_op):
-            ir.Operation.create("novella.inst", operands=list(tile_op.operands), attributes=fields)
+        name, items = tile_op.operation.name, tuple(tile_op.attributes.items())
+        fields = remember(_LOWERED, (name, items, buffers), _lower, macro, name, items)
+        ir.Operation.create(
+            "novella.inst",
+            operands=list(tile_op.operands),
+            attributes=fields,
+            loc=tile_op.location,
+            ip=ir.InsertionPoint(tile_op),
+        )
         tile_op.operation.erase()
 
 
-def _lower(macro, name: str, attrs: dict) -> dict:
-    """The attributes of the `novella.inst` of one tile op of `macro` (constants range-checked)."""
+def _lower(macro, name: str, items: tuple) -> dict:
+    """The attributes of the `novella.inst` of one tile op of `macro`, from its (name, attribute) pairs
+    (constants range-checked)."""
+    attrs = dict(items)
     buffers = {b.name: b for b in tiling_of(macro).buffers}
     try:
         fields = _LOWER[name](attrs, buffers)

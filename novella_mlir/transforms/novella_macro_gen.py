@@ -12,7 +12,17 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..kernels import Buffer, MacroBuilder, TensorView, Tiling, get_kernel
-from .common import PassError, body_ops, check_symbols, from_attr, functions, require_stage
+from .common import (
+    PassError,
+    body_ops,
+    check_symbols,
+    current,
+    from_attr,
+    functions,
+    ir_memo,
+    remember,
+    require_stage,
+)
 
 CARRIED = ("novella.dram", "novella.tiles", "novella.buffers")
 
@@ -48,10 +58,19 @@ def when_attr(conds, n_dims: int, n_syms: int) -> ir.Attribute:
     return ir.IntegerSetAttr.get(ir.IntegerSet.get(n_dims, n_syms, exprs, eq))
 
 
+_TILINGS = ir_memo()  # (tiles, buffers attributes) -> their Python values (equal layers, programs)
+
+
 def tiling_of(op) -> Tiling:
+    """The op's tiling (a fresh copy: callers may change it)."""
     grid = sy.map_results(op.attributes["grid" if "grid" in op.attributes else "novella.grid"])
-    bufs = [Buffer(k, *v) for k, v in from_attr(op.attributes["novella.buffers"]).items()]
-    return Tiling(from_attr(op.attributes["novella.tiles"]), grid, bufs)
+    attrs = op.attributes["novella.tiles"], op.attributes["novella.buffers"]
+    tiles, bufs = remember(_TILINGS, attrs, _tiling_values, *attrs)
+    return Tiling(dict(tiles), grid, [Buffer(*b) for b in bufs])
+
+
+def _tiling_values(tiles, buffers) -> tuple[dict, list]:
+    return from_attr(tiles), [(k, *v) for k, v in from_attr(buffers).items()]
 
 
 def run(module_op, options, config) -> None:
@@ -96,10 +115,20 @@ def _expand(op, n_syms: int) -> None:
     op.operation.erase()
 
 
+_FIELD_ATTRS = ir_memo()  # (is `when`, the value's type, the value, n_dims, n_syms) -> attribute
+
+
 def _fields(fields: dict, n_dims: int, n_syms: int) -> dict:
-    out = {}
+    out, memo = {}, current(_FIELD_ATTRS)
     for k, v in fields.items():
         if v is None:
             continue
-        out[k] = when_attr(v, n_dims, n_syms) if k == "when" else tile_attr(v, n_dims, n_syms)
+        if type(v) is float:  # not a key: -0.0 == 0.0
+            out[k] = tile_attr(v, n_dims, n_syms)
+            continue
+        key = (k == "when", type(v), tuple(v) if type(v) is list else v, n_dims, n_syms)
+        attr = memo.get(key)
+        if attr is None:
+            attr = memo[key] = when_attr(v, n_dims, n_syms) if k == "when" else tile_attr(v, n_dims, n_syms)
+        out[k] = attr
     return out

@@ -30,7 +30,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from .common import attr_dict, body_ops, functions, set_attr, to_attr
+from .common import body_ops, functions, ir_memo, remember, set_attr, to_attr
 from .novella_macro_gen import tiling_of
 
 # address field -> the field naming its memory (None: fixed by the opcode)
@@ -51,10 +51,17 @@ def run(module_op, options, config) -> None:
                 _schedule(op)
 
 
+_BASES = ir_memo()  # address map -> its value at grid point 0 (equal layers, programs)
+
+
 def _base(attr) -> int:
     """An address field's value at grid point 0 (its buffer's base plus the first offset)."""
     if isinstance(attr, ir.IntegerAttr):
         return attr.value
+    return remember(_BASES, attr, _map_base, attr)
+
+
+def _map_base(attr) -> int:
     m = ir.AffineMapAttr(attr).value
     zero = [0] * (m.n_dims + m.n_symbols)
     return min(sy.evaluate(e, zero[m.n_dims :], zero[: m.n_dims]) for e in m.results)
@@ -64,14 +71,20 @@ def _mem(attrs, key: str) -> str:
     return key if key in ("spad", "acc") else _MEMS[ir.IntegerAttr(attrs[key]).value]
 
 
-def _slots_of(inst, slotted) -> dict[str, int]:
-    """{address field: slot stride} of the fields of `inst` that point into a two-slot buffer."""
-    attrs = attr_dict(inst)
-    out = {}
+def _addresses(attrs) -> list[tuple[str, str, int]]:
+    """(address field, memory, value at grid point 0) of each address field of an inst (its attributes)."""
+    out = []
     for name, mem_key in _ADDRESS[ir.StringAttr(attrs["opcode"]).value].items():
         if name not in attrs or (mem_key not in ("spad", "acc") and mem_key not in attrs):
             continue
-        addr, mem = _base(attrs[name]), _mem(attrs, mem_key)
+        out.append((name, _mem(attrs, mem_key), _base(attrs[name])))
+    return out
+
+
+def _slots_of(addresses, slotted) -> dict[str, int]:
+    """{address field: slot stride} of the fields (`_addresses`) that point into a two-slot buffer."""
+    out = {}
+    for name, mem, addr in addresses:
         for b in slotted:
             if b.mem == mem and b.offset <= addr < b.offset + b.size:
                 out[name] = b.size
@@ -80,44 +93,45 @@ def _slots_of(inst, slotted) -> dict[str, int]:
 
 def _resident(insts, slotted) -> set[str]:
     """Two-slot buffers that a guarded LOAD writes and a template under another guard (or none) addresses:
-    their data outlives the load's step (they stay where step 0 put them), so one slot."""
+    their data outlives the load's step (they stay where step 0 put them), so one slot. `insts`: the
+    (attributes, `_addresses`) of each template."""
     out = set()
-    for inst in insts:
-        if "when" in inst.attributes and ir.StringAttr(inst.attributes["opcode"]).value in ("LOAD", "GATHER"):
-            fields = _slots_of(inst, slotted)
-            held = [b for b in slotted if "sram_addr" in fields and _holds(b, inst)]
-            out |= {b.name for b in held if not _same_step(insts, b, inst)}
+    for i, (attrs, addresses) in enumerate(insts):
+        if "when" in attrs and ir.StringAttr(attrs["opcode"]).value in ("LOAD", "GATHER"):
+            fields = _slots_of(addresses, slotted)
+            held = [b for b in slotted if "sram_addr" in fields and _holds(b, attrs)]
+            out |= {b.name for b in held if not _same_step(insts, b, i)}
     return out
 
 
-def _same_step(insts, b, load) -> bool:
-    """Every template but `load` that addresses buffer `b` runs under the guard of `load`."""
-    when = load.attributes["when"]
-    for inst in insts:
-        if inst.operation != load.operation and _slots_of(inst, [b]):
-            if "when" not in inst.attributes or inst.attributes["when"] != when:
+def _same_step(insts, b, load: int) -> bool:
+    """Every template but the `load`-th that addresses buffer `b` runs under the guard of that load."""
+    when = insts[load][0]["when"]
+    for i, (attrs, addresses) in enumerate(insts):
+        if i != load and _slots_of(addresses, [b]):
+            if "when" not in attrs or attrs["when"] != when:
                 return False
     return True
 
 
-def _holds(b, inst) -> bool:
-    attrs = attr_dict(inst)
+def _holds(b, attrs) -> bool:
     return b.mem == _mem(attrs, "mem") and b.offset <= _base(attrs["sram_addr"]) < b.offset + b.size
 
 
 def _schedule(macro) -> None:
-    insts = list(macro.regions[0].blocks[0].operations)
+    ops = list(macro.regions[0].blocks[0].operations)
     slotted = [b for b in tiling_of(macro).buffers if b.slots > 1]
+    insts = [(op.attributes, _addresses(op.attributes) if slotted else []) for op in ops]
     resident = _resident(insts, slotted)
     slotted = [b for b in slotted if b.name not in resident]
     loads = stores = 0
     slotted_loads = slotted_stores = 0
-    for inst in insts:
-        fields = _slots_of(inst, slotted) if slotted else {}
+    for op, (attrs, addresses) in zip(ops, insts):
+        fields = _slots_of(addresses, slotted) if slotted else {}
         if fields:
-            set_attr(inst, "slot", fields)
-        opcode = ir.StringAttr(inst.attributes["opcode"]).value
-        if opcode in ("LOAD", "GATHER") and "when" not in inst.attributes:
+            set_attr(op, "slot", fields)
+        opcode = ir.StringAttr(attrs["opcode"]).value
+        if opcode in ("LOAD", "GATHER") and "when" not in attrs:
             loads += 1
             slotted_loads += "sram_addr" in fields
         elif opcode == "STORE":

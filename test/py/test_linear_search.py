@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from novella_mlir import kernels
-from novella_mlir.kernels import linear
+from novella_mlir.kernels import linear, linear_cost
 from novella_mlir.target import Target
 from simulator import load_config
 from simulator.config import DEFAULT_CONFIG_PATH
@@ -50,5 +50,14 @@ def test_lower_bound_is_at_most_the_cost(config):
         rows = target.array_rows
         tiles = itertools.product((rows, 4 * rows), target.divisors(n), target.divisors(k, rows), (0, 1), (1, 2))
         cands = list(tiles)
-        for cand, bound in zip(cands, linear._lower_bounds(target, m, k, n, cands, epi)):
+        for cand, bound in zip(cands, linear_cost.lower_bounds(target, m, k, n, cands, epi)):
             assert bound <= lin.cost(target, (m, k, n, epi), cand) + 1e-6, (cand, epi)
+
+
+def test_fitting_test_adds_up_as_the_plan():
+    lin, target = linear.Linear(), BASE.with_budget({"spad": 4096, "acc": BASE.budget_acc})
+    for (k, n), act in itertools.product(SHAPES, EPILOGUES):
+        epi = act if isinstance(act, linear.Epilogue) else linear.Epilogue(act)
+        for cand in itertools.product((16, 64), target.divisors(n), target.divisors(k, 16), (0, 1), (1, 2)):
+            full, usage = lin._plan(target, cand, k, n, epi), lin._plan(target, cand, k, n, epi, linear._Usage)
+            assert usage.used == full.used and usage.fits() == full.fits(), (cand, epi)

@@ -1,0 +1,115 @@
+"""The cost model's pieces of `Linear.cost` (`kernels/linear.py`) and its search's lower bound: the step
+groups of an op remembered across its plan lengths, the candidates' classes, the bound of every candidate."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .. import costmodel as cm
+from . import memoized
+
+if TYPE_CHECKING:
+    from .linear import Epilogue
+
+
+@memoized
+def steps_of(target, k, n, epi) -> dict:
+    """`step`'s results for (tiles, r, j, head, deferred) of an op (a dict per compile)."""
+    return {}
+
+
+def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
+    """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
+    first step, loading what stays resident; `deferred`: two accumulator halves, the epilogue in the next
+    block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc; the same at every M and
+    every tm >= r: remembered across the searches in `steps_of`)."""
+    tn, tk, ws, acc = tiles
+    k_steps = k // tk
+    at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
+    moves = [(r, tk, tk == k)] + [(tn, tk, tk == k)] * (not ws) + [(1, tn, True)] * (not ws and acc == 1)
+    moves += ([(tn, k, True)] + [(1, tn, True)] * (acc == 1)) * ws * head + [(1, n, True)] * 2 * epi.norm * head
+    moves += [(1, tn, True)] * (acc > 1 and at) + [(r, tn, tn == n)] * (epi.residual and at)
+    lq, ld = cm.dmas(target, moves)
+    st, sd = cm.dma(target, r, tn, contiguous=tn == n)
+    if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
+        ld += sd * (j == 0)
+        sd = 0.0
+    vecs, head_vec, n_ops = 0, 0.0, 0
+    if at:  # the bias add reads the accumulator the next MATMUL writes
+        vecs, head_vec, n_ops = epilogue_cycles(target, epi, r, tn)
+        head_vec *= not deferred
+    mm = cm.matmul(target, r, tk, tn)
+    if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
+        c, vector = max(mm, vecs), 0.0
+    else:
+        c, vector = mm + vecs, vecs
+    floor = cm.retire_floor(c, lq, mm) if at and k_steps > 1 else 0.0
+    group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if head else 2, 2, n_dma=len(moves), vector=vector,
+                     overlap=True, vector_wait=head_vec, issues=1 + n_ops, floor=floor)  # fmt: skip
+    return group.terms(target)
+
+
+@memoized
+def epilogue_cycles(target, epi, r, tn) -> tuple[float, float, int]:
+    """(cycles of the epilogue's VECs on an [r, tn] output tile, of its first (the bias add), how many)."""
+    ops = epi.vec_ops(r, tn)
+    return cm.vecs(target, ops), cm.vec(target, *ops[0][1:], ops[0][0]), len(ops)
+
+
+def classes(cands, m: int) -> tuple[list, list, list]:
+    """The candidates by class, classes in the order of their first member: candidates that differ only in
+    a tm >= m (one row tile of m rows) are one class, with the same cost and bound. (first member's index,
+    index of the member of the largest tm, the class as a candidate with tm = m: a row of an array) of
+    each class."""
+    arr = as_array(cands)
+    if m >= arr[:, 0].max():  # every class one candidate
+        every = list(range(len(cands)))
+        return every, every, arr
+    keys = arr.copy()
+    keys[:, 0] = np.minimum(arr[:, 0], m)
+    code = np.zeros(len(keys), np.int64)
+    for col, radix in zip(keys.T, keys.max(axis=0) + 1):  # one integer per class (mixed radix)
+        code = code * radix + col
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    by_tm = np.lexsort((-arr[:, 0], inverse))  # by class, the largest tm first
+    heads = by_tm[np.searchsorted(inverse[by_tm], order)]
+    return first[order].tolist(), heads.tolist(), keys[first[order]]
+
+
+@memoized
+def as_array(cands: tuple) -> np.ndarray:
+    return np.array(cands, dtype=np.int64)
+
+
+def lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
+    """At most `Linear.cost` of each candidate: the larger of its DRAM data cycles without burst rounding
+    and the sum over steps of a floor of each step's period: its MATMUL, its load queue (the DMAs every
+    step issues: the x tile; streamed, the weight tile and, with one accumulator half, the bias), on the
+    one step of each output tile with the epilogue its STORE, and weight-stationary, on the first step of
+    each column block (one slot), its MATMUL after the weight slab's load. The fill is not negative."""
+    tm, tn, tk, ws, acc = np.asarray(cands, dtype=np.int64).reshape(-1, 5).T
+    blocks, k_steps, single = n // tn, k // tk, acc == 1
+    full, rem = m // tm, m % tm
+    w_reads = np.where(ws == 1, 1, full + (rem > 0))
+    elems = blocks * m * k + w_reads * n * k + m * n * (1 + epi.residual)
+    lat, bw = target.issue_cycles + target.dma_latency, target.dram_bytes_per_cycle / 4
+    streamed = np.where(ws == 1, 0, tn * tk + single * tn)
+    fixed = lat * (1 + (ws == 0) * (1 + single))
+    passes = -(-tk // target.array_rows) * -(-tn // target.array_cols)
+
+    def tile(r):  # (a step's floor, the floor of the one with the epilogue, of the head) of r rows
+        mm = target.issue_cycles + target.array_rows + passes * np.maximum(r, target.array_rows)
+        mm = mm + target.matmul_latency
+        step = np.maximum(mm, fixed + (r * tk + streamed) / bw)
+        return step, np.maximum(step, lat + r * tn / bw), mm + 2 * lat + (r * tk + tn * k) / bw
+
+    step, last, _ = tile(tm)
+    steps = full * blocks * ((k_steps - 1) * step + last)
+    step, last, _ = tile(rem)
+    steps = steps + (rem > 0) * blocks * ((k_steps - 1) * step + last)
+    _, last, head = tile(np.where(full > 0, tm, rem))
+    steps = steps + (ws == 1) * blocks * (np.maximum(head, last) - last)
+    return np.maximum(elems / bw, steps)
