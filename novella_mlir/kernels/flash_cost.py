@@ -160,15 +160,19 @@ def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
     """Predicted cycles of the whole op (`costmodel.pipeline` over its steps); `schedule`: Schedule's fields."""
     sch = Schedule(*schedule)
     counts: Counter = Counter()
-    blocks: Counter = Counter()  # query blocks by (rows, key tile widths): outside causal, all but the last are alike
-    for qi, r in enumerate(widths(dims.lq, tq)):
-        ws = widths(min(dims.lk, (qi + 1) * tk), tk) if dims.causal else widths(dims.lk, tk)
-        blocks[r, tuple(ws)] += 1
-    for (r, ws), n_blocks in blocks.items():
-        for g, n_steps in block(t, dims, r, list(ws), sch):
+    for (r, keys), n_blocks in _query_blocks(dims, tq, tk).items():
+        for g, n_steps in block(t, dims, r, widths(keys, tk), sch):
             counts[g] += dims.batch * n_blocks * n_steps
     groups = [dataclasses.replace(g, count=n) for g, n in counts.items()]
     return cm.pipeline(t, groups)
+
+
+def _query_blocks(dims: Dims, tq: int, tk: int) -> Counter:
+    """How many query blocks have (rows, keys visited): outside causal, all but a partial last are alike;
+    causal, block qi visits the keys up to its diagonal tile."""
+    if not dims.causal:
+        return Counter({(r, dims.lk): n for r, n in Counter(widths(dims.lq, tq)).items()})
+    return Counter((r, min(dims.lk, (qi + 1) * tk)) for qi, r in enumerate(widths(dims.lq, tq)))
 
 
 def lower_bound(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
@@ -177,10 +181,8 @@ def lower_bound(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
     unit), and of its DRAM data without burst rounding (q, the K/V tiles of every query block, the mask
     tiles and the output)."""
     sch = Schedule(*schedule)
-    keys = (lambda qi: min(dims.lk, (qi + 1) * tk)) if dims.causal else (lambda qi: dims.lk)
-    blocks = Counter((r, keys(qi)) for qi, r in enumerate(widths(dims.lq, tq)))  # (rows, keys) of query blocks
     mat = vec = elems = 0
-    for (r, lk), n in blocks.items():
+    for (r, lk), n in _query_blocks(dims, tq, tk).items():
         s = _Step(t, dims, r, sch.ones, sch.expsub)
         for w, count in Counter(widths(lk, tk)).items():
             mat += n * count * (s.qk(w) + s.pv(w))
