@@ -6,20 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lambda_module import Lambda
 
 from novella_mlir import compile_torch
 from novella_mlir.errors import NovellaError
 
 W = torch.randn(4, 8)
-
-
-class Lambda(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 def padding_lookup(mask):  # masking_utils.padding_mask_function, vectorized over (batch, kv)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lambda_module import Lambda
 
 import novella_mlir
 from novella_mlir import compile_torch
@@ -33,15 +34,6 @@ def check(module, example, dim=1, lo=1, hi=80, lengths=(1, 2, 33, 80), atol=1e-5
         err = (got.float() - ref.float()).abs().max()
         assert torch.allclose(got.float(), ref.float(), atol=atol, rtol=1e-5), f"T={n}: max error {err}"
     return npu
-
-
-class Lambda(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def test_permute_of_a_dynamic_dim_0_regression():

@@ -8,18 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from lambda_module import Lambda
 
 from novella_mlir import compile_torch
 from novella_mlir.errors import NovellaError, UnsupportedDtypeError
-
-
-class Lambda(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def _sized(x: torch.Tensor, dim: int, n: int, seed: int, ties: bool) -> torch.Tensor:

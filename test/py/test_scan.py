@@ -7,18 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lambda_module import Lambda
 
 from novella_mlir import compile_torch
 from novella_mlir.errors import NovellaError
-
-
-class Lambda(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 def _sized(shape, dim: int, n: int, seed: int, make) -> torch.Tensor:
