@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
 from .target import Target
 
 
@@ -64,6 +66,21 @@ def total(steps: list[tuple[StepCost, int]], slots: int) -> float:
         fill = max((c.load + c.store for c, _ in steps), default=0)
         return max(body + fill, dram)
     return max(sum((c.load + c.compute + c.store) * n for c, n in steps), dram)
+
+
+def least_by_bound(bounds, key, exhaustive: bool = False) -> tuple:
+    """The least of key(i) over candidates i, each key a tuple whose first item is the candidate's cost
+    and `bounds[i]` at most that cost: scored in the order of their bounds (ties in index order) until a
+    bound exceeds the least cost so far (`exhaustive`: every candidate). An exact shortcut of the tile
+    searches: a candidate not scored costs more than the least."""
+    best = None
+    for i in np.argsort(np.asarray(bounds), kind="stable").tolist():
+        if best is not None and bounds[i] > best[0] * (1 + 1e-9) and not exhaustive:
+            break
+        k = key(i)
+        if best is None or k < best:
+            best = k
+    return best
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ import itertools
 
 from torch_mlir import ir
 
+from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import heads_major
 from . import BufferPlan, Tiling, first, memoized, module_symbols
@@ -239,16 +240,13 @@ def _cheapest(kernel, target, dims: fc.Dims, cands: tuple) -> tuple:
     """The first of the fitting candidates with the least (cost, -tq, -tk, plain, ones, s_slots), scored in
     the order of a lower bound of their cost (`flash_cost.lower_bound`) until it exceeds the best cost
     (memoized: a model's equal layers ask alike)."""
-    bounds = [fc.lower_bound(target, dims, *c) for c in cands]
-    best = None
-    for i in sorted(range(len(cands)), key=bounds.__getitem__):
-        if best is not None and bounds[i] > best[0][0] * (1 + 1e-9) and not kernel.exhaustive:
-            break
+
+    def key(i):
         c = cands[i]
-        key = (kernel.cost(target, dims, c), -c[0], -c[1], not c[2], c[3], c[4], i)
-        if best is None or key < best[0]:
-            best = (key, c)
-    return best[1]
+        return kernel.cost(target, dims, c), -c[0], -c[1], not c[2], c[3], c[4], i
+
+    bounds = [fc.lower_bound(target, dims, *c) for c in cands]
+    return cands[cm.least_by_bound(bounds, key, kernel.exhaustive)[-1]]
 
 
 def _prev(j: ir.AffineExpr) -> ir.AffineExpr:

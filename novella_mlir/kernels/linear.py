@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
 from torch_mlir import ir
 
 from .. import costmodel as cm
@@ -149,29 +148,23 @@ class Linear:
             return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1), k, n, epi)
         dims = (m, k, n, epi)
         if self.exhaustive:
-            keys = ((self.cost(target, dims, c), -c[0], -c[1], i) for i, c in enumerate(cands))
+            best = min((self.cost(target, dims, c), -c[0], -c[1], i) for i, c in enumerate(cands))
         else:
-            keys = self._pruned(target, dims, cands)
-        best = min(keys)
+            best = self._pruned(target, dims, cands)
         return best[:3], cands[best[3]], self._plan(target, cands[best[3]], k, n, epi)
 
     def _pruned(self, target, dims, cands):
-        """(cost, -tm, -tn, index) of the candidates `_search` must score: by class (`linear_cost.classes`), the least
-        lower bound first, until the bound exceeds the least cost. A class has one cost, so its member of the
-        largest tm is its least key."""
+        """The least (cost, -tm, -tn, index), scoring by class (`linear_cost.classes`) in the order of their
+        lower bounds (`costmodel.least_by_bound`). A class has one cost, so its member of the largest tm is
+        its least key."""
         m, k, n, epi = dims
         first, rep, keys = lc.classes(cands, m)
-        bounds = lc.lower_bounds(target, m, k, n, keys, epi)
-        best = None
-        for c in np.argsort(bounds, kind="stable").tolist():
-            if best is not None and bounds[c] > best[0] * (1 + 1e-9):
-                break
-            cost = self.cost(target, dims, cands[first[c]])
+
+        def key(c):
             tm, tn = cands[rep[c]][:2]
-            key = (cost, -tm, -tn, rep[c])
-            if best is None or key < best:
-                best = key
-            yield key
+            return self.cost(target, dims, cands[first[c]]), -tm, -tn, rep[c]
+
+        return cm.least_by_bound(lc.lower_bounds(target, m, k, n, keys, epi), key)
 
     def predict(self, op, tv, target, options, plan, at) -> float | None:
         """Cycles at symbol values `at` of the tiling chosen when planning for `plan`."""
