@@ -19,7 +19,7 @@ from . import cache as compile_cache
 from . import kernels
 from . import symbolic as sy
 from .errors import CompileError, InputError, NovellaError
-from .runtime.executor import Executor
+from .runtime.executor import Executor, check_count
 from .transforms.common import forget_ir_memos
 from .transforms.registry import BACKEND_PIPELINE, run_passes
 
@@ -414,10 +414,9 @@ class CompiledModel:
         Inputs must have the dtypes the model was compiled with (as eager requires) unless `cast=True`;
         `check_hazards=False` skips the race checker (same outputs and cycles, faster); `progress` shows
         a tqdm bar (default: on a terminal, for long programs); `last_run` then holds this thread's run."""
-        wants = [m.dtype for m in self.artifact.programs[0].inputs]
-        if len(inputs) != len(wants):
-            raise InputError(f"expected {len(wants)} inputs (as the module's forward), got {len(inputs)}")
-        arrays = [_to_numpy(x, i, w, cast) for i, (x, w) in enumerate(zip(inputs, wants))]
+        metas = self.artifact.programs[0].inputs
+        check_count(inputs, metas)  # before the zip below, which would drop extra inputs
+        arrays = [_to_numpy(x, i, m.dtype, cast) for i, (x, m) in enumerate(zip(inputs, metas))]
         outs, run = self.executor.run_with_result(
             arrays, trace=trace, check_hazards=check_hazards, progress=progress, cast=cast
         )

@@ -60,8 +60,7 @@ class Executor:
         """Symbol values from the input shapes; refuses wrong ranks, static dims and lengths out of bounds.
         A dim is a symbol's size when some program's input shape is that bare symbol."""
         first = self.art.programs[0].inputs
-        if len(inputs) != len(first):
-            raise InputError(f"expected {len(first)} inputs, got {len(inputs)}")
+        check_count(inputs, first)
         syms = [None] * len(self.art.symbols)
         for i, x in enumerate(inputs):
             if x.ndim != len(first[i].shape):
@@ -132,8 +131,7 @@ class Executor:
                 "session (novella_mlir.causal_lm.compile_causal_lm(...).generate), not as a single call"
             )
         metas = self.art.programs[0].inputs
-        if len(inputs) != len(metas):
-            raise InputError(f"expected {len(metas)} inputs, got {len(inputs)}")
+        check_count(inputs, metas)
         inputs = [check_input(x, i, cast, m.dtype) for i, (x, m) in enumerate(zip(inputs, metas))]
         syms = self.bind(inputs)
         prog = self.program(syms)
@@ -163,6 +161,12 @@ class Executor:
         run = RunResult(named, program, stats, t1 - t0, t2 - t1, sim.trace if trace else None)
         self.last_run = run
         return outs, run
+
+
+def check_count(inputs, metas) -> None:
+    """Refuses a call with another number of inputs than the compiled program's (the module's forward)."""
+    if len(inputs) != len(metas):
+        raise InputError(f"expected {len(metas)} inputs (as the module's forward), got {len(inputs)}")
 
 
 def check_input(x, i: int, cast: bool = False, want: str = "float32") -> np.ndarray:
