@@ -53,7 +53,7 @@ from ..dialects.novella import heads_major
 from . import BufferPlan, Tiling, first, memoized, module_symbols
 from . import flash_cost as fc
 from . import kv_cache as kv
-from .attention import NEG_FLOOR, SUM_FLOOR, _candidates, ceildiv, extent, mul, upper
+from .attention import NEG_FLOOR, SUM_FLOOR, _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
 
@@ -73,7 +73,7 @@ class Geometry:
         self.batch, self.lq, self.lk = _batch(y), q[-2], k[-2]
         self.d, self.dv = sy.as_int(q[-1]), sy.as_int(v[-1])
         self.causal = bool(ir.IntegerAttr(op.attributes["causal"]).value)
-        self.safe = "safe" in op.attributes and bool(ir.IntegerAttr(op.attributes["safe"]).value)
+        self.safe = _flag(op, "safe")
         self.scale = ir.FloatAttr(op.attributes["scale"]).value
         self.places = [self._place(s, f) for s, f in zip((q, k, v, y), self.minor)]
         self.paged = {i: kv.paged_operand(op, i) for i in (1, 2) if kv.paged_operand(op, i) is not None}
