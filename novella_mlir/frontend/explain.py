@@ -172,6 +172,13 @@ def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int,
             f"the model fixes the size of dim {dim}{at} instead of keeping it symbolic in [{lo}, {hi}] "
             "(e.g. an assert, a Python int of the size, or a loop over it); remove that dependence"
         )
+    returned = re.search(r"Found <class '([^']+)'> in output", text)
+    if returned:
+        return (
+            f"the model returns a {returned.group(1)}, which torch.export cannot flatten into tensors: return "
+            "tensors from forward (a wrapper returning e.g. `.last_hidden_state`; a transformers cache: "
+            "novella_mlir.causal_lm.compile_causal_lm compiles the decoder with its KV cache)"
+        )
     return (
         f"torch.export failed{at} with dim {dim} symbolic in [{lo}, {hi}]: {_first_line(exc).rstrip('.')}. "
         "Check the example input's shape (every static dim must be what the model expects) and that it is "

@@ -7,6 +7,7 @@ import json
 import random
 import struct
 import threading
+import types
 import warnings
 
 import numpy as np
@@ -417,6 +418,17 @@ def test_frontend_messages_name_the_construct_and_line(module, words, capsys):
     for w in words:
         assert w in str(e.value)
     assert "def forward" not in capsys.readouterr().err
+
+
+class _Namespace(torch.nn.Module):
+    def forward(self, x):
+        return types.SimpleNamespace(y=x * 2)
+
+
+def test_an_output_that_is_not_tensors_is_named_with_what_to_do():
+    """As a stock transformers decoder returning its DynamicCache: the type and what to return instead."""
+    with pytest.raises(NovellaError, match=r"returns a types\.SimpleNamespace, .*return tensors from forward"):
+        compile_torch(_Namespace(), torch.randn(1, 8, 4), dynamic_dim=1, min_len=1, max_len=64)
 
 
 def test_compile_prints_no_future_warning():
