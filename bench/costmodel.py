@@ -1,4 +1,4 @@
-"""Validation of the analytic cost model (novella_mlir/costmodel.py and each kernel's `cost`).
+"""Validation of the analytic cost model (novella_mlir/machine/costmodel.py and each kernel's `cost`).
 
     .venv/bin/python bench/costmodel.py [--length 300] [--max-sim 16] [--configs edge,default,large] [--in-process]
 
@@ -26,8 +26,9 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from novella_mlir import compile_torch, sweep  # noqa: E402
+from novella_mlir import compile_torch  # noqa: E402
 from novella_mlir.kernels import attention, conv, elementwise, flash_attention, linear, normalization  # noqa: E402
+from novella_mlir.tools import sweep  # noqa: E402
 from simulator import load_config  # noqa: E402
 
 

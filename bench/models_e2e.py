@@ -47,7 +47,7 @@ def run_model(name: str) -> None:
 def whisper_frontend_timing(repeats: int = 3) -> None:
     import importlib.util
 
-    from novella_mlir.context import make_context
+    from novella_mlir.dialects.context import make_context
     from novella_mlir.frontend import importer
 
     spec = importlib.util.spec_from_file_location("we", stock_models.ROOT / "examples" / "whisper_encoder.py")

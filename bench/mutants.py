@@ -282,7 +282,7 @@ MUTANTS = [
     ),
     M(
         "lowering",
-        "novella_mlir/artifact.py",
+        "novella_mlir/artifact/format.py",
         "when = [[kind, sy.to_postfix(e)] for kind, e in when]",
         'when = [["ge", sy.to_postfix(e)] for kind, e in when]',
         "artifact turns equality guards into inequalities",

@@ -21,7 +21,7 @@ import time
 
 from models import compile_model
 
-from novella_mlir.runtime import streams
+from novella_mlir.testing import streams
 from simulator import isa
 
 

@@ -2,11 +2,21 @@
 
     .venv/bin/python examples/whisper_encoder.py [--layers 4] [--lengths 2,3,100,401,1000,2999,3000]
 
-The demo lives in the installed package (`novella_mlir.demo`, also run by
+The demo lives in the installed package (`novella_mlir.tools.demo`, also run by
 `novella demo`), so the CLI never executes a file from the working directory.
 """
 
-from novella_mlir.demo import DEFAULT_LENGTHS, MAX_FRAMES, MIN_FRAMES, Encoder, build, compile_encoder, main, mel, run
+from novella_mlir.tools.demo import (
+    DEFAULT_LENGTHS,
+    MAX_FRAMES,
+    MIN_FRAMES,
+    Encoder,
+    build,
+    compile_encoder,
+    main,
+    mel,
+    run,
+)
 
 __all__ = ["DEFAULT_LENGTHS", "MAX_FRAMES", "MIN_FRAMES", "Encoder", "build", "compile_encoder", "main", "mel", "run"]
 

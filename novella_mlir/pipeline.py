@@ -15,9 +15,10 @@ from torch_mlir import ir
 from simulator import isa, load_config
 
 from . import artifact as art_mod
-from . import cache as compile_cache
 from . import kernels
 from . import symbolic as sy
+from .artifact import cache as compile_cache
+from .artifact.extract import extract as extract_program
 from .errors import CompileError, InputError, NovellaError
 from .runtime.executor import Executor, check_count
 from .transforms.common import forget_ir_memos
@@ -119,7 +120,7 @@ def compile_torch(
     `dynamic_dim` / `min_len` / `max_len` are ignored.
 
     `cache` (default: on unless NOVELLA_CACHE=0) looks the compile up in the
-    persistent cache (`novella_mlir/cache.py`) and stores it there.
+    persistent cache (`novella_mlir/artifact/cache.py`) and stores it there.
 
     `buckets=False` compiles one generic program per export range: no shape buckets (`--novella-buckets`,
     where the cost model may add a program tiled for short lengths)."""
@@ -193,7 +194,7 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
 
 
 def _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_options, names) -> CompiledModel:
-    from .context import make_context
+    from .dialects.context import make_context
     from .frontend import importer
     from .frontend.lowering import convert
     from .transforms import novella_buckets
@@ -221,7 +222,7 @@ def _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_op
                 programs = novella_buckets.programs(mod)
                 main = next((i for i, (_, r) in enumerate(programs) if r == "generic"), 0)
         # artifact: MacroMeta + TileMeta (+ weights and DRAM plan) of each program, in one artifact
-        parts = [art_mod.extract(m, imported.weights, config, reason) for m, reason in programs]
+        parts = [extract_program(m, imported.weights, config, reason) for m, reason in programs]
         artifact = parts[0] if len(parts) == 1 else art_mod.combine(parts)
     in_dtypes, out_dtypes = importer.input_dtypes(prog), importer.output_dtypes(prog)
     for program in artifact.programs:

@@ -7,7 +7,7 @@ same name:
 * `tile(op, tv, target, options) -> Tiling`: tile sizes, the tile grid (one
   extent expression per loop, outermost first) and the SRAM buffers
   (`--novella-tile`); every size, alignment and field limit comes from the
-  `Target` (`novella_mlir/target.py`), whose `budget` is the op's SRAM;
+  `Target` (`novella_mlir/machine/target.py`), whose `budget` is the op's SRAM;
 * optionally `predict(op, tv, target, options, plan, at) -> cycles`: the cost model's cycles at
   symbol values `at` of the tiling `tile` picks when planning for symbol values `plan`
   (`plan_lengths`); `--novella-buckets` compares them to decide on shape buckets;

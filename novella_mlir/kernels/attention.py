@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects import shapes
 from ..dialects.novella import MatmulOp, ReshapeOp, ScalarOp, SoftmaxOp
-from ..target import MAX_COLS
+from ..machine import costmodel as cm
+from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, first, last, memoized, module_symbols, tile_rows
 from . import kv_cache as kv
 

@@ -11,10 +11,10 @@ import dataclasses
 
 from torch_mlir import ir
 
-from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import Conv1dOp
-from ..target import MAX_COLS
+from ..machine import costmodel as cm
+from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, first, memoized, module_symbols, tile_rows
 from .data_movement import make_transpose, typed
 from .elementwise import ACT_FNS, emit_act, nominal_rows

@@ -16,7 +16,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects import shapes
 from ..dialects.novella import TransposeOp
-from ..target import MAX_COLS
+from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, first, module_symbols, tile_rows
 from .indexing import slice_start
 

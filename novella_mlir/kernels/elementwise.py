@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from .. import costmodel as cm
 from .. import symbolic as sy
+from ..machine import costmodel as cm
 from . import BufferPlan, Tiling, first, memoized, module_symbols, tile_rows
 
 ACT_FNS = {"none": (), "relu": ("relu",), "gelu": ("mul", "erf", "add", "mul", "mul")}

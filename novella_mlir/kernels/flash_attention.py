@@ -47,9 +47,9 @@ import itertools
 
 from torch_mlir import ir
 
-from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import heads_major
+from ..machine import costmodel as cm
 from . import BufferPlan, Tiling, first, memoized, module_symbols
 from . import flash_cost as fc
 from . import kv_cache as kv

@@ -18,7 +18,7 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
-from .. import costmodel as cm
+from ..machine import costmodel as cm
 
 
 @dataclass(frozen=True)

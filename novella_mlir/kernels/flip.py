@@ -12,7 +12,7 @@ Two forms, both exact copies (no arithmetic):
 from __future__ import annotations
 
 from .. import symbolic as sy
-from ..target import MAX_COLS
+from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, tile_rows
 from .attention import ceildiv, mul
 from .data_movement import MAX_UNROLL

@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from ..target import MAX_COLS
+from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
 from .attention import ceildiv, mul
 

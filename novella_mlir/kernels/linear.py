@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from .. import costmodel as cm
 from .. import symbolic as sy
 from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
+from ..machine import costmodel as cm
 from . import BufferPlan, TensorView, Tiling, first, get_kernel, last, memoized, plan_lengths, tile_rows
 from . import linear_cost as lc
 from .attention import _pieces
@@ -59,7 +59,7 @@ class Linear:
     output block (an address expression of the grid dims, not the step parity `--novella-schedule`
     alternates: the k loop accumulates across steps), so the next block's MATMULs on the matrix unit
     need not wait for this block's epilogue VECs on the vector unit. The cost model
-    (`novella_mlir/costmodel.py`) scores every order, tile size and accumulator slot count at the
+    (`novella_mlir/machine/costmodel.py`) scores every order, tile size and accumulator slot count at the
     planned length (`plan_lengths`: the nominal length, or a shape bucket's upper end) and the cheapest
     fitting one wins."""
 

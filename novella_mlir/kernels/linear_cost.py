@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import costmodel as cm
+from ..machine import costmodel as cm
 from . import memoized
 
 if TYPE_CHECKING:

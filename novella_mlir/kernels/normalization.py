@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import costmodel as cm
 from .. import symbolic as sy
+from ..machine import costmodel as cm
 from . import BufferPlan, Tiling, first, memoized, tile_rows
 from .elementwise import nominal_rows
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import math
 
-from .. import costmodel as cm
 from .. import symbolic as sy
-from ..target import MAX_COLS
+from ..machine import costmodel as cm
+from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, plan_lengths, tile_rows
 from .attention import ceildiv, extent, mul
 

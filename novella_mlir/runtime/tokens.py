@@ -1,7 +1,7 @@
 """The token rule: dependency-token flags of a whole program from its step structure.
 
 The one implementation, used by the JIT (`jit.py`) and the reference
-expansion (`streams.py`); the numba kernel (`_jit_numba.py`) is a compiled
+expansion (`testing/streams.py`); the numba kernel (`_jit_numba.py`) is a compiled
 copy, tested bit for bit against it. Its inputs are what the IR says:
 each word's step, queue and whether it loads into a ping-pong slot
 (`slot` of its template), and each step's `load_slots` / `store_slots`

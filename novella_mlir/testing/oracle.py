@@ -10,7 +10,7 @@ rule of `docs/design.md` applied to the whole program at once; encode each
 word with `simulator.isa.encode`.
 
 It reads no MacroMeta, no TileMeta and no postfix program, and shares no
-code with `runtime/jit.py` or `artifact.py`, so `compare(words, oracle)`
+code with `runtime/jit.py` or `artifact/format.py`, so `compare(words, oracle)`
 checks the JIT against the IR rather than against itself.
 """
 
@@ -24,7 +24,7 @@ from torch_mlir import ir
 
 from simulator import isa
 
-from ..context import make_context
+from ..dialects.context import make_context
 
 _QUEUE = {isa.Opcode.LOAD: "load", isa.Opcode.STORE: "store"}  # everything else: compute
 _NOT_FIELDS = ("opcode", "tensor", "when", "slot")

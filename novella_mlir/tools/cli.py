@@ -240,7 +240,7 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .. import sweep as sw
+    from . import sweep as sw
 
     models = [
         sw.ModelSpec(t, tuple(map(tuple, args.example_shape)), args.dynamic_dim, args.min_len, args.max_len)
@@ -284,8 +284,8 @@ def _lengths(text: str) -> list[int]:
 
 
 def demo_module():
-    """The demo of the installed package (`novella_mlir.demo`); never a file of the working directory."""
-    from .. import demo
+    """The demo of the installed package (`novella_mlir.tools.demo`); never a file of the working directory."""
+    from . import demo
 
     return demo
 

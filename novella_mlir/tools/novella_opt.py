@@ -22,7 +22,7 @@ from torch_mlir import ir, passmanager
 from simulator import load_config
 from simulator.config import ConfigError
 
-from ..context import make_context
+from ..dialects.context import make_context
 from ..dialects.novella import Novella
 from ..transforms.registry import PASSES, add_pass
 from . import diagnostics as dg

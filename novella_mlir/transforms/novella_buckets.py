@@ -4,7 +4,7 @@ Runs after `--novella-allocate` (each op's SRAM budget is known), before
 `--novella-tile`. Kernels plan their tiles for a nominal length (so that
 tiling does not change with max_len); a short sub-range of a symbol may
 be better served by tiles planned for its own upper end. For every kernel
-that predicts its cycles (`predict`, from `novella_mlir/costmodel.py`),
+that predicts its cycles (`predict`, from `novella_mlir/machine/costmodel.py`),
 the pass sums the predictions of the generic program and of a program
 planned for each candidate upper end B (`Target.bucket_edges`), and keeps
 the largest B at which the model predicts at least `min-gain` percent
@@ -33,11 +33,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from .. import costmodel
 from .. import symbolic as sy
 from ..kernels import PLAN_ATTR, TensorView, get_kernel
 from ..kernels.attention import NOMINAL_LENGTH
-from ..target import Target
+from ..machine import costmodel
+from ..machine.target import Target
 from .common import body_ops, check_symbols, from_attr, functions, set_attr
 
 OPTIONS = {

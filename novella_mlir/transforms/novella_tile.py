@@ -12,7 +12,7 @@ import dataclasses
 from .. import symbolic as sy
 from ..errors import TileFitError
 from ..kernels import TensorView, get_kernel
-from ..target import Target
+from ..machine.target import Target
 from .common import PassError, body_ops, check_symbols, from_attr, functions, require_stage, set_attr
 
 OPTIONS = {

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch_mlir import ir
 
 from novella_mlir import NovellaError, compile_torch
-from novella_mlir import artifact as art_mod
-from novella_mlir.context import make_context
+from novella_mlir.artifact.extract import extract
+from novella_mlir.dialects.context import make_context
 from novella_mlir.runtime.executor import Executor
 from novella_mlir.transforms.registry import BACKEND_PIPELINE, run_passes
 from simulator import load_config
@@ -53,7 +53,7 @@ class IrModel:
             module = ir.Module.parse(text)
             run_passes(module, list(BACKEND_PIPELINE), self.config)
             self.ir = str(module)
-            self.executor = Executor(art_mod.extract(module, {}, self.config), self.config)
+            self.executor = Executor(extract(module, {}, self.config), self.config)
 
     def __call__(self, *arrays):
         return torch.from_numpy(self.executor.run([np.asarray(a, np.float32) for a in arrays])[0])

@@ -2,7 +2,7 @@
 
 * static: the model compiled with T fixed (no symbols), fully expanded;
 * per-length: the `?` artifact expanded by the naive reference expander in
-  `runtime/streams.py` (a loop per word), as a per-length store would ship;
+  `testing/streams.py` (a loop per word), as a per-length store would ship;
 * jit: the vectorized JIT on MacroMeta + TileMeta.
 
 All three come from the compiler's own MacroMeta, so on their own they show
@@ -23,9 +23,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import models  # noqa: E402
 
-from novella_mlir.runtime import streams  # noqa: E402
 from novella_mlir.runtime.jit import Jit  # noqa: E402
-from novella_mlir.testing import oracle  # noqa: E402
+from novella_mlir.testing import oracle, streams  # noqa: E402
 from simulator import isa  # noqa: E402
 
 MAX = {"mlp": 2048, "mlp384": 1500, "layer": 1500}

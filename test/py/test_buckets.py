@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import novella_mlir
-from novella_mlir import compile_torch, costmodel
+from novella_mlir import compile_torch
+from novella_mlir.machine import costmodel
 from novella_mlir.tools import cli
 
 
@@ -117,7 +118,7 @@ def test_bucket_takes_the_largest_edge_that_pays_everywhere_in_it():
 
 
 def test_bucket_edges_follow_the_target():
-    from novella_mlir.target import Target
+    from novella_mlir.machine.target import Target
     from simulator import load_config
 
     t = Target.from_config(load_config())

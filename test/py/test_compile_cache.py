@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from novella_mlir import cache, compile_torch
+from novella_mlir import compile_torch
+from novella_mlir.artifact import cache
 from novella_mlir.frontend import importer
 
 

@@ -15,7 +15,7 @@ import torch
 from goldens import ROOT
 
 from novella_mlir import compile_torch
-from novella_mlir.target import Target
+from novella_mlir.machine.target import Target
 from simulator import load_config
 
 sys.path.insert(0, str(ROOT / "bench"))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from novella_mlir import costmodel as cm
-from novella_mlir.target import Target
+from novella_mlir.machine import costmodel as cm
+from novella_mlir.machine.target import Target
 from simulator import load_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 from novella_mlir import kernels
 from novella_mlir.kernels import flash_attention as fa
 from novella_mlir.kernels import flash_cost as fc
-from novella_mlir.target import Target
+from novella_mlir.machine.target import Target
 from simulator import load_config
 from simulator.config import DEFAULT_CONFIG_PATH
 

@@ -9,7 +9,7 @@ import pytest
 
 from novella_mlir import kernels
 from novella_mlir.kernels import linear, linear_cost
-from novella_mlir.target import Target
+from novella_mlir.machine.target import Target
 from simulator import load_config
 from simulator.config import DEFAULT_CONFIG_PATH
 

@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from novella_mlir import sweep as sw
 from novella_mlir.tools import cli
+from novella_mlir.tools import sweep as sw
 
 FACTORY = """
 import torch

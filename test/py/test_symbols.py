@@ -7,7 +7,7 @@ from torch.export import Dim
 
 from novella_mlir import compile_torch
 from novella_mlir import symbolic as sy
-from novella_mlir.context import make_context
+from novella_mlir.dialects.context import make_context
 from novella_mlir.errors import InputError
 
 

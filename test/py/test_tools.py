@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from novella_mlir import compile_torch, plots
-from novella_mlir.tools import cli, novella_opt
+from novella_mlir import compile_torch
+from novella_mlir.tools import cli, novella_opt, plots
 from novella_mlir.tools import diagnostics as dg
 from novella_mlir.tools.inspect_artifact import infix
 from novella_mlir.tools.pass_pipeline import PipelineError, parse_option_string, parse_pipeline

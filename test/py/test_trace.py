@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from novella_mlir import compile_torch
-from novella_mlir.plots import timeline, track_names
 from novella_mlir.tools import cli
+from novella_mlir.tools.plots import timeline, track_names
 
 UNITS = {"load": "DMA load", "matrix": "matrix", "vector": "vector", "store": "DMA store"}
 

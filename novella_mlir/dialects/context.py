@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch_mlir import ir
 from torch_mlir.dialects import torch as torch_d
 
-from .dialects import novella
+from . import novella
 
 
 def make_context() -> ir.Context:

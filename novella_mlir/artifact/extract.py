@@ -10,9 +10,9 @@ from torch_mlir import ir
 
 from simulator import isa
 
-from . import symbolic as sy
-from .artifact import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta
-from .transforms.common import body_ops, current, from_attr, functions, ir_memo, remember
+from .. import symbolic as sy
+from ..transforms.common import body_ops, current, from_attr, functions, ir_memo, remember
+from .format import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta
 
 _ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
 _POSTFIXES = ir_memo()  # expressions, affine maps and integer sets -> postfix programs (all of a compile's programs)
@@ -61,7 +61,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
 
 def _kv_meta(fn) -> dict:
     """The paged cache of a function after `--novella-kv-cache` (empty without one)."""
-    from .kernels.kv_cache import PAGED_VBASE, PAGED_VSPAN
+    from ..kernels.kv_cache import PAGED_VBASE, PAGED_VSPAN
 
     if "novella.kv_cache" not in fn.attributes:
         return {}
@@ -100,7 +100,7 @@ def _tensor_meta(v, dram, limit: list | None = None) -> TensorMeta:
 
 def _limit(fn, i: int) -> list:
     """[max |value|, why] of input `i` from the function's `novella.input_limits` (an integer scan of it)."""
-    from .frontend.lowering.scan import LIMITS
+    from ..frontend.lowering.scan import LIMITS
 
     return from_attr(fn.attributes[LIMITS]).get(str(i), []) if LIMITS in fn.attributes else []
 

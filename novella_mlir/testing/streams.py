@@ -22,8 +22,8 @@ import numpy as np
 
 from simulator import isa
 
-from . import expr, tokens
-from .jit import Jit
+from ..runtime import expr, tokens
+from ..runtime.jit import Jit
 
 _SCALAR_OPS = {
     "+": lambda a, b: a + b,

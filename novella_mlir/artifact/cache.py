@@ -183,7 +183,7 @@ def _signing_key(create: bool) -> bytes | None:
 
 def lookup(k: str, config):
     """The cached (artifact, stage texts, stage seconds) for key `k`, or None (missing or unreadable)."""
-    from . import artifact as art_mod
+    from .. import artifact as art_mod
 
     entry = directory() / k
     if not entry.exists():

@@ -28,7 +28,7 @@ import numpy as np
 from simulator import isa
 from simulator.config import ConfigError, config_from_dict
 
-from .errors import ArtifactError
+from ..errors import ArtifactError
 
 MAX_SYMBOLS = 8
 MAX_GRID_DIMS = 8
@@ -119,7 +119,7 @@ def _apply(tok, a, b, p, field):
 
 
 def _eval(p, syms) -> int:
-    from .runtime import expr
+    from ..runtime import expr
 
     return int(expr.evaluate(p, list(syms)))
 

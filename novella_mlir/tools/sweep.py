@@ -186,8 +186,8 @@ def _compile(job: Job):
 
     from simulator import load_config
 
-    from . import compile_torch
-    from .tools.cli import load_factory
+    from .. import compile_torch
+    from .cli import load_factory
 
     m = job.model
     model = load_factory(m.target)()

@@ -34,12 +34,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from torch_mlir import ir
 
 from simulator import isa
 
-from . import artifact_check
-from .errors import ArtifactError, InputError
+from ..errors import ArtifactError, InputError
+from . import check as artifact_check
 
 FORMAT_VERSION = 2  # 2: a list of programs, each for a box of symbol values
 MAGIC = b"NVLA"
@@ -490,7 +489,7 @@ def _check_encodes(art: Artifact, where: str) -> None:
 
 
 def _check_program_encodes(art: Artifact, where: str) -> None:
-    from .runtime.jit import Jit
+    from ..runtime.jit import Jit
 
     jit = Jit(art)
     for pick, which in ((1, "lower"), (2, "upper")):
@@ -542,13 +541,7 @@ def _dma_outside(words: np.ndarray, size: int, virtual: tuple[int, int] = (0, 0)
 
 
 def _eval_at(program, values) -> int:
-    from .runtime import expr
+    from ..runtime import expr
 
     return expr.evaluate(program, list(values))
 
-
-def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -> Artifact:
-    """A one-program artifact from a module after `--novella-inst-gen` (`artifact_extract.py`)."""
-    from .artifact_extract import extract as run
-
-    return run(module, weights, config, reason)
