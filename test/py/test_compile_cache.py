@@ -94,7 +94,7 @@ def test_corrupted_entry_warns_and_recompiles(on):
 
 
 def test_a_signed_hit_skips_the_bound_check(on, monkeypatch):
-    from novella_mlir import artifact
+    from novella_mlir.artifact import format as artifact
 
     model = _mlp()
     _compile(model)
