@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from .artifact.check import MAX_STEPS as GRID_LIMIT  # every grid index, and a difference of two, is below it
+from .artifact.limits import MAX_STEPS as GRID_LIMIT  # every grid index, and a difference of two, is below it
 
 DYN = ir.ShapedType.get_dynamic_size() if hasattr(ir, "ShapedType") else -(2**63)
 

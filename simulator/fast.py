@@ -29,7 +29,7 @@ from . import fast_plan
 from .errors import DeadlockError
 from .fast_plan import Plan, decode_columns, invalid
 from .hazards import HazardTracker, entry
-from .isa import QUEUES, Opcode, VecFn, decode
+from .isa import QUEUES, UNIT_OF, Opcode, VecFn, decode
 from .units import CHANNELS
 
 
@@ -242,8 +242,6 @@ class _Loop:
         return out
 
     def _stats(self, extra):
-        from .machine import _UNIT_OF
-
         p, s = self.p, self.sim.stats
         order = np.asarray(self.order, np.int64)
         code = p.code[order]
@@ -267,7 +265,7 @@ class _Loop:
         s.macs = int((p.macs[order] * fast).sum()) + extra[2]
         busy = ends[order] - np.asarray(self.begin, np.int64)[order]
         for c in first:
-            s.busy[_UNIT_OF[Opcode(c)]] += int(busy[code == c].sum())
+            s.busy[UNIT_OF[Opcode(c)]] += int(busy[code == c].sum())
         for c, (count, cycles) in zip(CHANNELS, self.waits):
             s.token_waits[c]["count"] += count
             s.token_waits[c]["cycles"] += cycles

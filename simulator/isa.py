@@ -92,6 +92,14 @@ QUEUE_OF = {
     Opcode.VEC: "compute",
     Opcode.GATHER: "load",
 }
+UNIT_OF = {  # the unit whose busy time an instruction counts
+    Opcode.LOAD: "load",
+    Opcode.GATHER: "load",
+    Opcode.STORE: "store",
+    Opcode.MATMUL: "matrix",
+    Opcode.VEC: "vector",
+    Opcode.NOP: "vector",  # executes on no unit (busy 0): its trace span is the instant it ends
+}
 FLOAT_FIELDS = frozenset({"imm"})
 
 

@@ -10,7 +10,7 @@ from .config import NovellaConfig, load_config
 from .errors import DeadlockError, SimulatorError
 from .functional import Effect, FunctionalModel
 from .hazards import HazardTracker, merge_clock
-from .isa import QUEUES, EncodingError, Instruction, Opcode, VecFn, decode
+from .isa import QUEUES, UNIT_OF, EncodingError, Instruction, Opcode, VecFn, decode
 from .stats import RunStats
 from .timing import TimingModel
 from .trace import Trace
@@ -25,14 +25,6 @@ from .units import (
 )
 
 _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
-_UNIT_OF = {
-    Opcode.LOAD: "load",
-    Opcode.GATHER: "load",
-    Opcode.STORE: "store",
-    Opcode.MATMUL: "matrix",
-    Opcode.VEC: "vector",
-    Opcode.NOP: "vector",  # executes on no unit (busy 0): its trace span is the instant it ends
-}
 
 
 def _channels(inst: Instruction, kind: str) -> list[str]:
@@ -200,7 +192,7 @@ class Simulator:
     def _record(self, index, inst, popped, free, begin, end, effect: Effect) -> None:
         """Stats and trace of one instruction: its unit busy from `begin` to `end`, a token wait from
         its queue's free cycle to the latest-ready token it popped."""
-        s, unit = self.stats, _UNIT_OF[inst.opcode]
+        s, unit = self.stats, UNIT_OF[inst.opcode]
         s.cycles = max(s.cycles, end)
         s.instructions += 1
         s.by_mnemonic[inst.mnemonic] += 1

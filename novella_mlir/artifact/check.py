@@ -29,15 +29,8 @@ from simulator import isa
 from simulator.config import ConfigError, config_from_dict
 
 from ..errors import ArtifactError
+from .limits import INPUT_DTYPES, MAX_CONST, MAX_GRID_DIMS, MAX_PROGRAM, MAX_PROGRAMS, MAX_SLOTS, MAX_STEPS, MAX_SYMBOLS
 
-MAX_SYMBOLS = 8
-MAX_GRID_DIMS = 8
-MAX_PROGRAM = 256  # tokens of one expression
-MAX_CONST = 1 << 40
-MAX_STEPS = 1 << 24  # grid points of all tiles at the upper bound
-MAX_SLOTS = 2  # ping-pong (--novella-schedule)
-INPUT_DTYPES = ("float32", "int64", "int32", "int16", "int8", "uint8", "bool")
-MAX_PROGRAMS = 16
 _TOP = ("version", "config", "config_fingerprint", "symbols", "programs")
 _PROGRAM = ("ranges", "reason", "inputs", "outputs", "dram_size", "weight_layout", "macros", "tiles")
 _OPS = ("+", "*", "floordiv", "ceildiv", "mod")

@@ -10,19 +10,14 @@ novella demo
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from .factory import CliError, load_factory, run_user
 from .inspect_artifact import describe, evaluate_shape
-
-
-class CliError(Exception):
-    """A user-facing error: printed as `novella: error: ...`, exit code 1."""
 
 
 def _progress(message: str) -> None:
@@ -30,36 +25,6 @@ def _progress(message: str) -> None:
 
 
 # ------------------------------------------------------------------ compile
-
-
-def load_factory(target: str):
-    """`pkg.module:factory` or `path/to/file.py:factory` -> the callable."""
-    mod_name, sep, attr = target.rpartition(":")
-    if not sep or not mod_name or not attr:
-        raise CliError(f"expected MODULE:FACTORY (e.g. mypkg.models:build), got '{target}'")
-    if mod_name.endswith(".py") or os.sep in mod_name:
-        spec = importlib.util.spec_from_file_location(Path(mod_name).stem, mod_name)
-        if spec is None or not Path(mod_name).exists():
-            raise CliError(f"cannot find '{mod_name}'")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules.setdefault(spec.name, module)  # dataclasses and pickling look the module up by name
-        _run_user(lambda: spec.loader.exec_module(module), f"importing '{mod_name}'")
-    else:
-        if "" not in sys.path and os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        module = _run_user(lambda: importlib.import_module(mod_name), f"importing '{mod_name}'")
-    if not hasattr(module, attr):
-        raise CliError(f"module '{mod_name}' has no attribute '{attr}'")
-    return getattr(module, attr)
-
-
-def _run_user(fn, what: str):
-    try:
-        return fn()
-    except Exception as e:
-        if os.environ.get("NOVELLA_DEBUG"):
-            traceback.print_exc()
-        raise CliError(f"{what} failed: {type(e).__name__}: {e}") from None
 
 
 def _shape(text: str) -> list[int]:
@@ -104,7 +69,7 @@ def cmd_compile(args) -> int:
     config = _config(args.config)
     pass_options = _pass_options(args.pass_option)
     _progress(f"[1/3] building {args.target}")
-    model = _run_user(load_factory(args.target), f"calling '{args.target}'")
+    model = run_user(load_factory(args.target), f"calling '{args.target}'")
     if not isinstance(model, torch.nn.Module):
         raise CliError(f"'{args.target}' returned {type(model).__name__}, expected a torch.nn.Module")
     examples = [torch.randn(*s) for s in args.example_shape]

@@ -187,7 +187,7 @@ def _compile(job: Job):
     from simulator import load_config
 
     from .. import compile_torch
-    from .cli import load_factory
+    from .factory import load_factory
 
     m = job.model
     model = load_factory(m.target)()
