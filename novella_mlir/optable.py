@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .dialects import novella as nv
 from .dialects import shapes
+from .dialects.math_fns import MATH
 from .frontend.lowering import activation, attention, elementwise, indexing, kv_cache, linear, nn, pointwise, shape_ops
 from .kernels import attention as k_attention
 from .kernels import conv as k_conv
@@ -30,8 +31,6 @@ from .kernels import kv_cache as k_kv
 from .kernels import linear as k_linear
 from .kernels import normalization as k_norm
 from .kernels.pointwise import Pointwise, Prefer
-
-_MATH_ATEN = ("exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "neg", "abs", "sin", "cos", "reciprocal", "sign", "erf")
 
 
 @dataclass(frozen=True)
@@ -172,9 +171,7 @@ OPS: dict[type, OpDef] = {
         _POINTWISE,
         _LIT + "kernels/pointwise.mlir",
         {
-            **{f"torch.aten.{fn}": pointwise.unary(fn) for fn in _MATH_ATEN},
-            "torch.aten.silu": pointwise.unary("silu"),
-            "torch.aten.square": pointwise.unary("square"),
+            **{f"torch.aten.{aten}": pointwise.unary(fn) for fn, m in MATH.items() for aten in m.aten},
             "torch.aten.expm1": pointwise.expm1,
             "torch.aten.log1p": pointwise.log1p,
             "torch.aten.logical_not": pointwise.logical_not,

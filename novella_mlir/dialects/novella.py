@@ -19,6 +19,8 @@ from typing import Any
 from torch_mlir import ir
 from torch_mlir.dialects import ext
 
+from .math_fns import MATH
+
 Tensor = ir.RankedTensorType
 
 
@@ -514,10 +516,7 @@ class AttentionOp(Novella.Operation, name="attention"):
         return True
 
 
-MATH_FNS = (
-    "exp", "log", "tanh", "rsqrt", "sqrt", "sigmoid", "silu", "neg", "abs", "sin", "cos", "reciprocal",
-    "gelu_tanh", "not", "sign", "square", "erf",
-)  # fmt: skip
+MATH_FNS = tuple(MATH)  # dialects/math_fns.py
 COMPARE_FNS = ("lt", "le", "gt", "ge", "eq", "ne")
 REDUCE_FNS = ("sum", "mean", "max", "min")
 SCALAR_FNS = ("add", "sub", "mul", "div", "rsub", "max", "min") + COMPARE_FNS
@@ -797,9 +796,6 @@ class FlipOp(Novella.Operation, name="flip"):
         if not 0 <= d < x.rank:
             return _fail(op, f"dim {d} is out of range for {x}")
         return _SameShapeUnary.verify_invariants(op)
-
-
-MATH_FNS = MATH_FNS + ("expm1", "log1p")  # the EXPM1 / LOG1P vector functions (docs/isa.md)
 
 
 # ------------------------------------------------------------------ fused attention (issue 10, part 4)

@@ -11,10 +11,10 @@ loaded once per row and read in COL mode (or first spread over a full tile).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .. import symbolic as sy
+from ..dialects.math_fns import MATH
 from . import BufferPlan, Tiling, tile_rows
 from .attention import ceildiv, mul
 
@@ -142,65 +142,16 @@ def _extent(dim: int, t: int, total):
 
 # ------------------------------------------------------------------ function bodies
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-
-
 def math_body(tl: Tile, fn: str, dst: str, a: str, tmp: str) -> None:
-    """dst = fn(a) on one tile; `tmp` is scratch. a may equal dst only for in-place-safe fns."""
-    v, geo = tl.b.vop, tl.geo()
-    simple = {
-        "exp": "EXP",
-        "log": "LOG",
-        "tanh": "TANH",
-        "rsqrt": "RSQRT",
-        "sin": "SIN",
-        "cos": "COS",
-        "abs": "ABS",
-        "erf": "ERF",
-        "expm1": "EXPM1",
-        "log1p": "LOG1P",
-    }
-    if fn in simple:
-        v(simple[fn], dst, a, **geo)
-    elif fn == "neg":
-        v("MUL", dst, a, mode="SCALAR", imm=-1.0, **geo)
-    elif fn == "not":
-        v("MUL", dst, a, mode="SCALAR", imm=-1.0, **geo)
-        v("ADD", dst, dst, mode="SCALAR", imm=1.0, **geo)
-    elif fn == "square":
-        v("MUL", dst, a, a, **geo)
-    elif fn in ("reciprocal", "sqrt"):
-        src = a
-        if fn == "sqrt":
-            v("RSQRT", dst, a, **geo)
-            src = dst
-        v("FILL", tmp, **geo, imm=1.0)
-        v("DIV", dst, tmp, src, **geo)
-    elif fn in ("sigmoid", "silu"):
-        v("MUL", tmp, a, mode="SCALAR", imm=-1.0, **geo)
-        v("EXP", tmp, tmp, **geo)
-        v("ADD", tmp, tmp, mode="SCALAR", imm=1.0, **geo)
-        if fn == "sigmoid":
-            v("FILL", dst, **geo, imm=1.0)
-            v("DIV", dst, dst, tmp, **geo)
-        else:
-            v("DIV", dst, a, tmp, **geo)
-    elif fn == "sign":
-        v("GT", dst, a, mode="SCALAR", imm=0.0, **geo)
-        v("LT", tmp, a, mode="SCALAR", imm=0.0, **geo)
-        v("SUB", dst, dst, tmp, **geo)
-    elif fn == "gelu_tanh":
-        v("MUL", tmp, a, a, **geo)
-        v("MUL", tmp, tmp, a, **geo)
-        v("MUL", tmp, tmp, mode="SCALAR", imm=0.044715, **geo)
-        v("ADD", tmp, tmp, a, **geo)
-        v("MUL", tmp, tmp, mode="SCALAR", imm=_SQRT_2_OVER_PI, **geo)
-        v("TANH", tmp, tmp, **geo)
-        v("ADD", tmp, tmp, mode="SCALAR", imm=1.0, **geo)
-        v("MUL", tmp, tmp, mode="SCALAR", imm=0.5, **geo)
-        v("MUL", dst, tmp, a, **geo)
-    else:
+    """dst = fn(a) on one tile, the steps of `MATH[fn]`; `tmp` is scratch. a may equal dst only for
+    functions that read a before they write dst."""
+    if fn not in MATH:
         raise ValueError(f"unknown math fn '{fn}'")
+    tiles, geo = {"dst": dst, "a": a, "tmp": tmp}, tl.geo()
+    for s in MATH[fn].body:
+        operands = [tiles[t] for t in (s.a, s.b) if t is not None]
+        extra = {k: v for k, v in (("mode", s.mode), ("imm", s.imm)) if v is not None}
+        tl.b.vop(s.fn, tiles[s.dst], *operands, **geo, **extra)
 
 
 def scalar_body(tl: Tile, fn: str, value: float, dst: str, a: str) -> None:

@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "simulator" / "configs"
+from simulator.config import DEFAULT_CONFIG_PATH
+
+CONFIG_DIR = DEFAULT_CONFIG_PATH.parent
 
 COLUMNS = (
     "model", "config", "T", "ok", "max_err", "cycles", "roof", "cyc/roof", "bound", "compulsory_B", "moved_B",

@@ -89,3 +89,20 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %1 : tensor<?x64xf32>
   }
 }
+
+// -----
+
+// exp2 (one entry of dialects/math_fns.py): x * ln 2 into scratch, then EXP, on a `?`-row tile.
+// CHECK-LABEL: func.func @exp2
+// CHECK: %[[E:.*]] = "novella.math"(%[[X:.*]]) {fn = "exp2"} : ({{.*}}) -> tensor<?x64xf32, #{{.*}}>
+// CHECK: return %[[E]]
+// MACRO-LABEL: func.func @exp2
+// MACRO: "novella.vop"() {a = "[[IN:p[0-9]+]]", {{.*}}dst = "[[TMP:p[0-9]+]]", {{.*}}fn = "MUL", imm = 0.693147{{[0-9]*}} : f32, mode = "SCALAR"
+// MACRO: "novella.vop"() {a = "[[TMP]]", {{.*}}fn = "EXP"
+// MACRO: kernel = "novella.math"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @exp2(%x: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32> {
+    %0 = "novella.math"(%x) {fn = "exp2"} : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32>
+    return %0 : tensor<?x64xf32>
+  }
+}
