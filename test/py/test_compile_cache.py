@@ -232,3 +232,29 @@ def test_key_covers_plain_module_attributes(on):
     pre, post = _encoder(True), _encoder(False)
     x = torch.randn(1, 5, 16)
     assert _key(pre, x) != _key(post, x)
+
+
+class _AtOne(torch.nn.Module):
+    """relu for T >= 2, `at_one` at T = 1: torch.export traces T >= 2 only, so T = 1 is a program of its own."""
+
+    def __init__(self, at_one):
+        super().__init__()
+        self.at_one = at_one
+
+    def forward(self, x):
+        return torch.relu(x) if x.shape[1] > 1 else self.at_one(x)
+
+
+def test_a_compile_of_several_exports_is_keyed_on_all_of_them(on, monkeypatch):
+    """Both models narrow the same way at their first export; only the T = 1 trace tells them apart."""
+    a, b = _AtOne(torch.tanh), _AtOne(torch.sigmoid)
+    npu_a, npu_b = _compile(a), _compile(b)
+    assert len(_entries(on)) == 2 and len({e.name.split("-")[0] for e in _entries(on)}) == 1
+    for npu, m in ((npu_a, a), (npu_b, b)):
+        for t in (1, 2, 9):
+            x = torch.randn(1, t, 8)
+            torch.testing.assert_close(npu(x), m(x), rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(pipeline, "_compile_program", lambda *a, **k: pytest.fail("a cache hit must not compile"))
+    x = torch.randn(1, 1, 8)
+    torch.testing.assert_close(_compile(b)(x), torch.sigmoid(x), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(_compile(a)(x), torch.tanh(x), rtol=1e-4, atol=1e-4)
