@@ -35,6 +35,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import time
 import warnings
@@ -77,6 +78,14 @@ class Hit(Exception):  # noqa: N818 - control flow out of a compile, not an erro
         self.artifact, self.texts, self.seconds = artifact, texts, seconds
 
 
+def _warn(message: str) -> None:
+    """A UserWarning shown at the user's line (the first frame outside novella_mlir)."""
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_code.co_filename.startswith(str(PACKAGE_ROOT)):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, stacklevel=level)
+
+
 def enabled(cache: bool | None) -> bool:
     """`cache` if given, else the NOVELLA_CACHE env var (default on)."""
     if cache is not None:
@@ -95,7 +104,7 @@ def max_bytes() -> int:
     try:
         return int(float(os.environ.get("NOVELLA_CACHE_MAX_MB", "2048")) * (1 << 20))
     except ValueError:
-        warnings.warn("novella-mlir: NOVELLA_CACHE_MAX_MB is not a number; using 2048", stacklevel=2)
+        _warn("novella-mlir: NOVELLA_CACHE_MAX_MB is not a number; using 2048")
         return 2048 << 20
 
 
@@ -238,7 +247,7 @@ def _load(entry: Path, files: dict, config):
 
 def _discard(entry: Path, why, sig: str | None) -> None:
     """Drops the bad entry just read, unless a writer has replaced it since (its signature changed)."""
-    warnings.warn(f"novella-mlir: compile cache entry {entry} is unreadable ({why}); compiling again", stacklevel=4)
+    _warn(f"novella-mlir: compile cache entry {entry} is unreadable ({why}); compiling again")
     with _locked(entry.parent):
         if _sig_of(entry) == sig:
             _remove(entry)
@@ -282,7 +291,7 @@ def signing_key(create: bool) -> bytes | None:
     if not create:
         return None
     if problem != "missing":
-        warnings.warn(f"novella-mlir: the compile cache's key {path} {problem}; making a new one", stacklevel=3)
+        _warn(f"novella-mlir: the compile cache's key {path} {problem}; making a new one")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-key-")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -350,7 +359,7 @@ def store(name: str, artifact, stages: dict, trace: dict) -> None:
                 tmp = None
             _evict(root, keep=root / name)
     except OSError as e:
-        warnings.warn(f"novella-mlir: could not write the compile cache in {root}: {e}", stacklevel=3)
+        _warn(f"novella-mlir: could not write the compile cache in {root}: {e}")
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
