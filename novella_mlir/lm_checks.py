@@ -40,7 +40,7 @@ def compile_args(model, max_len, page_size, n_pages, max_batch, fuse_attention, 
     """compile_causal_lm's arguments, before the model is run or anything compiled."""
     limit = positions(getattr(model, "config", None))
     _int("max_len", max_len, 2, limit, "" if limit is None else " (the model's position embeddings)")
-    _int("page_size", page_size, 1, max_len, " (at most max_len)")
+    _int("page_size", page_size, 1)
     if n_pages is not None:
         _int("n_pages", n_pages, 1)
     _int("max_batch", max_batch, 1)
