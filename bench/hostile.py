@@ -1,4 +1,4 @@
-"""Hostile-user reproduction of issue 12: tries bad inputs by category and counts outcomes.
+"""Hostile-user reproduction of issues 12 and 20 (`hostile_trust*.py`): tries bad inputs by category and counts outcomes.
 
     .venv/bin/python bench/hostile.py [--only CATEGORY] [-v]
 
@@ -26,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostile_opt  # noqa: E402
+import hostile_trust  # noqa: E402, F401 - issue 20's cases register themselves
+import hostile_trust_lm  # noqa: E402, F401
 from hostile_lib import CASES, OPT, ROOT, Wrong, case  # noqa: E402, F401
 
 VERBOSE = False

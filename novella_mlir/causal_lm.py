@@ -13,16 +13,15 @@ programs on one DRAM. Decode attends over exactly the P + 1 valid positions.
 from __future__ import annotations
 
 import inspect
-import json
-import struct
+import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch.export import Dim
 
+from . import lm_checks, lm_files
 from .errors import CompileError, InputError
 from .pipeline import compile_torch
 from .runtime.kv import BlockTable, Session
@@ -110,10 +109,11 @@ def compile_causal_lm(
     """Compiles `model` (a transformers-style causal LM, eval mode) once for prompts and caches up to
     `max_len` positions. The page pool holds `n_pages` blocks (default: `max_batch` sequences of
     `max_len`). `fuse_attention=False` keeps attention's three kernels (for comparison)."""
+    lm_checks.compile_args(model, max_len, page_size, n_pages, max_batch, fuse_attention, cache)
     model = model.eval()
-    if max_len < 2:
-        raise InputError(f"max_len must be >= 2 (one prompt token and one generated), got {max_len}")
     vocab, example = check_convention(model)
+    pages = n_pages if n_pages is not None else max_batch * -(-max_len // page_size)
+    lm_checks.pool_fits(pages, page_size, example, "n_pages" if n_pages is not None else "max_batch * pages")
     options = pass_options(page_size, fuse_attention)
     t0 = time.perf_counter()
     prefill = compile_torch(
@@ -133,7 +133,6 @@ def compile_causal_lm(
                 f"of {len(example)} cache tensors); the model must extend its cache with cat(past, new), or write "
                 "position P of a grown cache with index_copy, slice_scatter or index_put"
             )
-    pages = n_pages if n_pages is not None else max_batch * -(-max_len // page_size)
     return CausalLM(prefill, decode, vocab, max_len, page_size, pages, time.perf_counter() - t0)
 
 
@@ -161,6 +160,10 @@ class GenerateRun:
     logits: list = field(default_factory=list)  # per sequence: [n_generated, vocab] (the logits of each step)
     kv_bytes_max_len: int = 0  # what allocating max_len positions per sequence would take
     kv_bytes_peak: int = 0
+    keep_words: bool = False
+
+
+MAX_IDLE_SESSIONS = 4
 
 
 class CausalLM:
@@ -170,66 +173,82 @@ class CausalLM:
         self.prefill, self.decode = prefill, decode
         self.vocab, self.max_len, self.page_size, self.n_pages = vocab, max_len, page_size, n_pages
         self.compile_seconds = seconds
-        self.last_run: GenerateRun | None = None
-        self._session: Session | None = None
-        self._keep_words = False
+        self._last = threading.local()
+        self._latest: GenerateRun | None = None
+        self._idle: list = []  # sessions no generate call holds (each call owns one while it runs)
+        self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
         """MacroMeta + TileMeta bytes of both programs."""
         return self.prefill.artifact.nbytes + self.decode.artifact.nbytes
 
+    @property
+    def last_run(self) -> GenerateRun | None:
+        """The calling thread's last `generate` run (else the last one of any thread)."""
+        return getattr(self._last, "run", None) or self._latest
+
     def session(self, check_hazards: bool = True) -> Session:
-        """The NPU session (weights written once; its DRAM holds the cache between steps)."""
-        if self._session is None or self._session.sim.check_hazards != check_hazards:
-            models = {"prefill": self.prefill, "decode": self.decode}
-            self._session = Session(models, self.prefill.config, self.n_pages, check_hazards=check_hazards)
-        return self._session
+        """An idle NPU session (weights written once; its DRAM holds the cache between steps): the one the
+        next serial `generate` with these `check_hazards` runs on."""
+        with self._lock:
+            for sess in self._idle:
+                if sess.sim.check_hazards == check_hazards:
+                    return sess
+        sess = self._new_session(check_hazards)
+        with self._lock:
+            self._idle.append(sess)
+        return sess
+
+    def _new_session(self, check_hazards: bool) -> Session:
+        models = {"prefill": self.prefill, "decode": self.decode}
+        return Session(models, self.prefill.config, self.n_pages, check_hazards=check_hazards)
+
+    def _acquire(self, check_hazards: bool) -> Session:
+        """A session this call owns: an idle one, else a new one (a concurrent call never shares it)."""
+        with self._lock:
+            for i, sess in enumerate(self._idle):
+                if sess.sim.check_hazards == check_hazards:
+                    return self._idle.pop(i)
+        return self._new_session(check_hazards)
+
+    def _release(self, sess: Session) -> None:
+        with self._lock:
+            if len(self._idle) < MAX_IDLE_SESSIONS:
+                self._idle.insert(0, sess)
 
     def generate(
         self, prompts, max_new_tokens: int, eos_token_id: int | None = None, check_hazards: bool = True,
         keep_words: bool = False,
     ):  # fmt: skip
-        """Greedy decoding. A [1, T] LongTensor gives [1, T + N]; a list of 1-D prompts gives a list, the
-        sequences decoded together on one page pool. Stops early at `eos_token_id` only when given.
-        `keep_words`: each Step keeps a copy of the instruction words it ran."""
-        self._keep_words = keep_words
-        single = isinstance(prompts, torch.Tensor)
-        seqs = [self._check_prompt(p, single) for p in ([prompts] if single else list(prompts))]
-        if max_new_tokens < 0:
-            raise InputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        """Greedy decoding. A [1, T] LongTensor gives [1, T + N]; a list of 1-D prompts (tensors or lists
+        of ints) gives a list, the sequences decoded together on one page pool. Stops early at
+        `eos_token_id` (an id or a list of ids) only when given. `keep_words`: each Step keeps a copy of
+        the instruction words it ran. Thread-safe: each call runs on a session of its own."""
+        single, seqs, eos_token_id = lm_checks.generate_args(
+            prompts, max_new_tokens, eos_token_id, self.vocab, check_hazards, keep_words
+        )
         for i, s in enumerate(seqs):
+            if len(s) > self.max_len:
+                raise InputError(f"prompt #{i} has {len(s)} tokens, more than max_len={self.max_len}")
             if len(s) + max_new_tokens > self.max_len:
                 raise InputError(
                     f"prompt #{i} has {len(s)} tokens; generating {max_new_tokens} more would pass "
                     f"max_len={self.max_len}; lower max_new_tokens or compile with a larger max_len"
                 )
-        sess = self.session(check_hazards)
+        sess = self._acquire(check_hazards)
         run = GenerateRun(kv_bytes_max_len=len(seqs) * self.max_len * sess.block_elems // self.page_size * 4)
-        self.last_run = run
+        run.keep_words = keep_words
+        self._last.run = self._latest = run
         tables = [BlockTable() for _ in seqs]
         try:
             self._decode_all(sess, seqs, tables, max_new_tokens, eos_token_id, run)
         finally:
             for t in tables:
                 sess.pool.release(t)
+            self._release(sess)
         outs = [torch.tensor(s, dtype=torch.long) for s in seqs]
         return outs[0][None, :] if single else outs
-
-    def _check_prompt(self, p, single: bool) -> list:
-        if not isinstance(p, torch.Tensor) or p.dtype not in (torch.long, torch.int32, torch.int64):
-            raise InputError("a prompt must be an integer torch.Tensor of token ids ([1, T], or 1-D in a list)")
-        if single and (p.dim() != 2 or p.shape[0] != 1):
-            raise InputError(f"a single prompt must be [1, T], got {list(p.shape)}; pass a list for a batch")
-        ids = p.reshape(-1).tolist()
-        if not ids:
-            raise InputError("the prompt is empty; give at least one token")
-        if len(ids) > self.max_len:
-            raise InputError(f"the prompt has {len(ids)} tokens, more than max_len={self.max_len}")
-        bad = [t for t in ids if not 0 <= t < self.vocab]
-        if bad:
-            raise InputError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab})")
-        return ids
 
     def _decode_all(self, sess, seqs, tables, n_new, eos, run) -> None:
         active = []
@@ -240,7 +259,7 @@ class CausalLM:
                 self._emit(seqs[i], logits, run.logits[i])
                 active.append(i)
         for _ in range(n_new - 1):
-            active = [i for i in active if eos is None or seqs[i][-1] != eos]
+            active = [i for i in active if eos is None or seqs[i][-1] not in eos]
             for i in active:
                 logits = self._step(sess, i, seqs[i], tables[i], run)
                 self._emit(seqs[i], logits, run.logits[i])
@@ -274,38 +293,15 @@ class CausalLM:
         run.kv_bytes_peak = max(run.kv_bytes_peak, kv)
         run.steps.append(
             Step(kind, i, position, stats.cycles, stats.dma_bytes_loaded + stats.dma_bytes_stored, jit_s, sim_s,
-                 sess.pool.in_use, kv, stats.instructions, new, words.copy() if self._keep_words else None)
+                 sess.pool.in_use, kv, stats.instructions, new, words.copy() if run.keep_words else None)
         )  # fmt: skip
 
-    def save(self, path) -> None:
-        """Both programs in one file: `NVCL`, a JSON header (sizes, max_len, page_size), then each artifact."""
-        import tempfile
-
-        blobs = []
-        for m in (self.prefill, self.decode):
-            with tempfile.TemporaryDirectory() as d:
-                m.save(Path(d) / "a.nvla")
-                blobs.append((Path(d) / "a.nvla").read_bytes())
-        head = json.dumps({"sizes": [len(b) for b in blobs], "vocab": self.vocab, "max_len": self.max_len,
-                           "page_size": self.page_size, "n_pages": self.n_pages}).encode()  # fmt: skip
-        Path(path).write_bytes(b"NVCL" + struct.pack("<I", len(head)) + head + b"".join(blobs))
+    def save(self, path, key: bytes | str | None = None) -> None:
+        """Both programs in one file (`lm_files.py`); with `key`, signed (HMAC-SHA256) for `load_causal_lm`."""
+        lm_files.save(self, path, key=key)
 
 
-def load_causal_lm(path, config=None) -> CausalLM:
-    """Reads a file written by `CausalLM.save`."""
-    import tempfile
-
-    from .pipeline import load
-
-    data = Path(path).read_bytes()
-    if data[:4] != b"NVCL":
-        raise InputError(f"{path} is not a novella causal-LM artifact")
-    (n,) = struct.unpack("<I", data[4:8])
-    head = json.loads(data[8 : 8 + n])
-    off, models = 8 + n, []
-    for size in head["sizes"]:
-        with tempfile.TemporaryDirectory() as d:
-            (Path(d) / "a.nvla").write_bytes(data[off : off + size])
-            models.append(load(Path(d) / "a.nvla", config))
-        off += size
-    return CausalLM(*models, head["vocab"], head["max_len"], head["page_size"], head["n_pages"])
+def load_causal_lm(path, config=None, key: bytes | str | None = None) -> CausalLM:
+    """Reads a file written by `CausalLM.save`: every header field checked against its programs (an
+    ArtifactError naming the field), and with `key` its signature."""
+    return CausalLM(*lm_files.load(path, config, key=key))

@@ -18,6 +18,7 @@ from . import artifact as art_mod
 from . import kernels
 from . import symbolic as sy
 from .artifact import cache as compile_cache
+from .artifact.cache_key import traced
 from .artifact.extract import extract as extract_program
 from .errors import CompileError, InputError, NovellaError
 from .runtime.executor import Executor, check_count
@@ -125,60 +126,93 @@ def compile_torch(
     `buckets=False` compiles one generic program per export range: no shape buckets (`--novella-buckets`,
     where the cost model may add a program tiled for short lengths)."""
     config = config or load_config()
+    if dynamic_shapes is None:
+        check_range(dynamic_dim, min_len, max_len)
     if not buckets:
         pass_options = {**(pass_options or {}), "novella-buckets": {"enable": 0}}
-    key = None
-    if compile_cache.enabled(cache) and decomposition_table is None and dump_dir is None:
-        key = compile_cache.key(
-            module,
-            example_args,
-            dynamic_dim=dynamic_dim if dynamic_shapes is None else _spec_text(dynamic_shapes),
-            min_len=min_len,
-            max_len=max_len,
-            config=config,
-            pass_options=pass_options,
-        )
-        hit = compile_cache.lookup(key, config)
-        if hit is not None:
-            stages = Stages()
-            stages.texts, stages.seconds = hit[1], hit[2]
-            return CompiledModel(hit[0], config, stages)
-    # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims); a cache
-    # hit does not import the frontend (torch.export, sympy, the torch dialect: ~0.35 s)
+    bounds = dynamic_shapes if dynamic_shapes is not None else [dynamic_dim, min_len, max_len]
+    rec = compile_cache.start(
+        module, example_args, cache=cache, uncached=decomposition_table is not None or dump_dir is not None,
+        bounds=bounds, config=config, pass_options=pass_options, exports=_EXPORTS,
+    )  # fmt: skip
+    args = (module, example_args, dynamic_dim, min_len, max_len, dynamic_shapes, config, dump_dir,
+            decomposition_table, pass_options)  # fmt: skip
+    if rec is None:
+        return _compile_torch(*args)
+    try:
+        with rec:
+            model = _compile_torch(*args)
+    except compile_cache.Hit as hit:
+        stages = Stages()
+        stages.texts, stages.seconds = hit.texts, hit.seconds
+        return CompiledModel(hit.artifact, config, stages)
+    rec.store(model)
+    return model
+
+
+def check_range(dynamic_dim, min_len, max_len) -> None:
+    """compile_torch's length arguments: ints (not bools), 1 <= min_len <= max_len, before any export."""
+    for name, v in (("dynamic_dim", dynamic_dim), ("min_len", min_len), ("max_len", max_len)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InputError(f"{name} must be an int, got {v!r} ({type(v).__name__})")
+    if dynamic_dim < 0:
+        raise InputError(f"dynamic_dim must be >= 0 (the index of the dynamic dim), got {dynamic_dim}")
+    if not 1 <= min_len <= max_len:
+        raise InputError(f"the bounds must satisfy 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+
+
+def _export(module, args, dynamic_dim, lo, hi):
+    from .frontend import importer
+
+    return importer.export(module, args, dynamic_dim, lo, hi)
+
+
+def _export_spec(module, args, spec):
+    """The program of a Dim spec and the Dim whose trace at 1 differs from it, if any."""
     from .frontend import exporting, importer
+
+    prog = importer.export_spec(module, args, spec)
+    return prog, exporting.differs_at_one(module, args, spec, prog)
+
+
+def _export_static(module, args):
+    from .frontend import importer
+
+    return importer.export_static(module, args)
+
+
+_EXPORTS = {"export": _export, "export_spec": _export_spec, "export_static": _export_static}
+
+
+def _compile_torch(module, example_args, dynamic_dim, min_len, max_len, dynamic_shapes, config, dump_dir,
+                   decomposition_table, pass_options) -> CompiledModel:  # fmt: skip
+    """compile_torch's body: every export through `cache_key.traced`, which keys a cached compile."""
+    # torch.export with symbolic sizes, then the torch-mlir FX importer (torch dialect, `?` dims)
+    from .frontend import importer
     from .frontend.exporting import NarrowedError
 
     if dynamic_shapes is not None:
-        prog = importer.export_spec(module, example_args, dynamic_shapes)
-        one = exporting.differs_at_one(module, example_args, dynamic_shapes, prog)
+        prog, one = traced("export_spec", _export_spec, module, example_args, dynamic_shapes)
         if one is not None:
             kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
-            model = _split_at_one(module, example_args, dynamic_shapes, one, kw)
-        else:
-            names = importer.symbol_names(prog, example_args, dynamic_shapes, module)
-            model = _compile_program(prog, None, config, dump_dir, decomposition_table, pass_options, names)
-    else:
-        lo, hi = min_len, max_len
-        if max_len <= 2:  # torch-mlir imports a dim whose range ends at 2 as static: export over [min, 3]
-            lo, hi = min_len, 3
-            example_args = tuple(_resized(a, dynamic_dim, 2) for a in example_args)
-        elif min_len == max_len:
-            lo, hi = min_len - 1, min_len
-            example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
-        try:
-            prog = importer.export(module, example_args, dynamic_dim, lo, hi)
-        except NarrowedError as e:
-            if min_len == max_len or e.kept is None:
-                raise
-            kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
-            model = _specialize(module, example_args, dynamic_dim, (min_len, max_len), e, **kw)
-            if key is not None:
-                compile_cache.store(key, model.artifact, model.stages)
-            return model
-        model = _compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
-    if key is not None:
-        compile_cache.store(key, model.artifact, model.stages)
-    return model
+            return _split_at_one(module, example_args, dynamic_shapes, one, kw)
+        names = importer.symbol_names(prog, example_args, dynamic_shapes, module)
+        return _compile_program(prog, None, config, dump_dir, decomposition_table, pass_options, names)
+    lo, hi = min_len, max_len
+    if max_len <= 2:  # torch-mlir imports a dim whose range ends at 2 as static: export over [min, 3]
+        lo, hi = min_len, 3
+        example_args = tuple(_resized(a, dynamic_dim, 2) for a in example_args)
+    elif min_len == max_len:
+        lo, hi = min_len - 1, min_len
+        example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
+    try:
+        prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi)
+    except NarrowedError as e:
+        if min_len == max_len or e.kept is None:
+            raise
+        kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
+        return _specialize(module, example_args, dynamic_dim, (min_len, max_len), e, **kw)
+    return _compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
 
 
 def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_options, names=None) -> CompiledModel:
@@ -237,17 +271,6 @@ def _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_op
         artifact.save(Path(dump_dir) / "model.nvla")
         (Path(dump_dir) / "summary.json").write_text(json.dumps(model.summary(), indent=2))
     return model
-
-
-def _spec_text(spec) -> str:
-    """A `dynamic_shapes` spec as text for the compile cache key (Dims by name and bounds)."""
-    if isinstance(spec, dict):
-        return "{" + ",".join(f"{k}:{_spec_text(v)}" for k, v in sorted(spec.items(), key=lambda kv: str(kv[0]))) + "}"
-    if isinstance(spec, (list, tuple)):
-        return "(" + ",".join(_spec_text(v) for v in spec) + ")"
-    if hasattr(spec, "__name__") and hasattr(spec, "min"):
-        return f"Dim({spec.__name__},{spec.min},{spec.max})"
-    return repr(spec)
 
 
 def _resized(arg, dim: int, length: int):
@@ -321,18 +344,17 @@ def _split_at_one(module, example_args, spec, name, kw) -> CompiledModel:
 
 def _at_size(module, example_args, spec, name, size, kw):
     """The artifact of the model with the Dim `name` static at `size` (the other Dims still symbolic)."""
-    from .frontend import dynspec, importer
+    from .frontend import dynspec
 
     args, spec = dynspec.at_size(module, example_args, spec, name, size)
     if dynspec.spec_dims(spec):
         return compile_torch(module, *args, dynamic_shapes=spec, **kw).artifact
-    prog = importer.export_static(module, args)
+    prog = traced("export_static", _export_static, module, args)
     return _compile_program(prog, None, kw["config"], None, kw["decomposition_table"], kw["pass_options"]).artifact
 
 
 def _excluded(module, example_args, dynamic_dim, rng, narrowed, guard, kw, n: int) -> list:
     """The programs (artifacts) of a sub-range torch.export excluded (`n` symbols, all that length)."""
-    from .frontend import importer
 
     r0, r1 = rng
     if r1 - r0 >= 2:
@@ -353,7 +375,7 @@ def _excluded(module, example_args, dynamic_dim, rng, narrowed, guard, kw, n: in
     for length in range(r0, r1 + 1):
         args = tuple(_resized(x, dynamic_dim, length) for x in example_args)
         try:
-            prog = importer.export_static(module, args)
+            prog = traced("export_static", _export_static, module, args)
         except NovellaError as e:
             raise NovellaError(f"{narrowed}\nThe static program for T = {length} fails too: {e}") from None
         static = _compile_program(prog, (length, length), kw["config"], None, kw["decomposition_table"],

@@ -24,6 +24,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from . import numba_cache
+
+numba_cache.ensure(__file__)
+
 OK, DEADLOCK, HAZARD = 0, 1, 2
 
 

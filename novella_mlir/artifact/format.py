@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import io
 import json
 import math
 import re
@@ -362,6 +363,21 @@ def load(path, config=None, key: bytes | str | None = None, *, check_bounds: boo
             meta_b, blob = _read(f, size, where, key)
     except OSError as e:
         raise ArtifactError(f"cannot read {where}: {e.strerror or e}") from None
+    return _checked(meta_b, blob, where, config, check_bounds)
+
+
+def loads(data: bytes, config=None, key: bytes | str | None = None, *, check_bounds: bool = True,
+          where: str = "artifact") -> Artifact:  # fmt: skip
+    """`load` of an artifact's bytes (already read, e.g. after checking a signature over them)."""
+    if not check_bounds and key is None:
+        raise ArtifactError("loads(check_bounds=False) needs the signing key: only a signed artifact skips the check")
+    if len(data) > MAX_FILE_BYTES:
+        raise ArtifactError(f"{where} is {len(data)} bytes, more than the {MAX_FILE_BYTES} accepted")
+    meta_b, blob = _read(io.BytesIO(data), len(data), where, key)
+    return _checked(meta_b, blob, where, config, check_bounds)
+
+
+def _checked(meta_b: bytes, blob: bytes, where: str, config, check_bounds: bool) -> Artifact:
     art = _from_metadata(meta_b, blob, where)
     if config is not None and art.config_fingerprint != config.fingerprint():
         raise ArtifactError(f"{where} was compiled for another hardware config; recompile for this one")
@@ -544,4 +560,3 @@ def _eval_at(program, values) -> int:
     from ..runtime import expr
 
     return expr.evaluate(program, list(values))
-

@@ -17,7 +17,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from simulator import numba_cache
+
 from ._ops_numba import binary
+
+numba_cache.ensure(__file__)
 
 _POP_PREV, _POP_NEXT, _PUSH_PREV, _PUSH_NEXT = 1 << 4, 1 << 5, 1 << 6, 1 << 7
 

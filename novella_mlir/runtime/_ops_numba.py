@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import numba as nb
 
+from simulator import numba_cache
+
+numba_cache.ensure(__file__)
+
 
 @nb.njit(cache=True, inline="always")
 def binary(o, a, b):

@@ -18,7 +18,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from simulator import numba_cache
+
 from ._ops_numba import binary
+
+numba_cache.ensure(__file__)
 
 
 @nb.njit(cache=True)

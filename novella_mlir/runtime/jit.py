@@ -17,6 +17,7 @@ by one is read by the next only after its stores finish.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -188,9 +189,11 @@ class Jit:
 
     def instantiate(self, symbols) -> Program:
         key = tuple(map(int, symbols))
-        if key in self.cache:
-            self.cache.move_to_end(key)
-            return self.cache[key]
+        prog = self.cache.get(key)
+        if prog is not None:
+            with contextlib.suppress(KeyError):  # another thread's _keep may have evicted it just now
+                self.cache.move_to_end(key)
+            return prog
         return self._keep(key, self._build(key))
 
     def check(self, symbols) -> None:
@@ -205,13 +208,15 @@ class Jit:
     def _keep(self, key, prog: Program) -> Program:
         prog.words.flags.writeable = False  # shared by every call at this length
         self.cache[key] = prog
-        if len(self.cache) > self.cache_size:
-            self.cache.popitem(last=False)
+        while len(self.cache) > self.cache_size:
+            with contextlib.suppress(KeyError):
+                self.cache.popitem(last=False)
         return prog
 
     def _build(self, syms, words: bool = True) -> Program | None:
+        i = self.art.pick(syms)  # an InputError outside every program's box: nothing runs unvalidated
         if self.parts:
-            return self.parts[self.art.pick(syms)]._build(syms, words)
+            return self.parts[i]._build(syms, words)
         if self._tables is None:
             self._tables = jit_kernel.Tables(self.art)
         if self._tables.ok:

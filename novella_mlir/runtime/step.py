@@ -246,7 +246,9 @@ class Stepper:
     def words(self, syms: tuple, blocks: np.ndarray) -> tuple[np.ndarray, bool]:
         """The bucket's words patched for `syms` and `blocks` (in place), and whether it was new.
 
-        The last bucket is tried first: the patch checks its key itself (one compiled call per step)."""
+        The last bucket is tried first: the patch checks its key itself (one compiled call per step).
+        Symbol values outside every program's box are an InputError (`Artifact.pick`)."""
+        self.art.pick(syms)
         s = np.asarray(syms, np.int64)
         b, new = self._last, False
         status = self._patch(b, s, blocks) if b is not None and not self.plan.guard_keys else -2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import struct
 import threading
@@ -444,3 +445,59 @@ def test_config_vector_functions_are_checked(tmp_path, capsys, functions, match)
     toml.write_text(f"[vector]\nfunctions = {functions}\n")
     rc, _, err = _opt(tmp_path, capsys, VALID, "--config", str(toml), "--novella-shape-infer")
     assert rc == 1 and match in err and f"{toml}:2:1: error:" in err, err
+
+
+# ------------------------------------------------------------------ issue 20: read-only environments
+
+_KERNEL = """
+import numba as nb
+from simulator import numba_cache
+
+numba_cache.ensure(__file__)
+
+
+@nb.njit(cache=True)
+def inc(x):
+    return x + 1
+
+
+print(inc(41))
+"""
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+def test_numba_cache_falls_back_to_a_temp_dir_when_nothing_is_writable(tmp_path, fallback):
+    """No writable __pycache__ (a file of that name), $HOME or XDG cache (under a file): numba would refuse to
+    define a cached kernel; `numba_cache.ensure` moves the cache to a temp dir and says so."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "__pycache__").write_text("not a directory")
+    (tmp_path / "blocker").write_text("")
+    src = _KERNEL if fallback else _KERNEL.replace("numba_cache.ensure(__file__)", "")
+    (tmp_path / "kern.py").write_text(src)
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(PYTHONPATH=f"{root}:{tmp_path}", HOME=str(tmp_path / "blocker" / "home"),
+               XDG_CACHE_HOME=str(tmp_path / "blocker" / "cache"))  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-B", "-c", "import kern"], env=env, capture_output=True, text=True, cwd=tmp_path
+    )
+    if fallback:
+        assert r.returncode == 0 and r.stdout.strip() == "42", r.stderr[-1500:]
+        assert "numba's kernel cache has no writable directory" in r.stderr
+    else:  # what the fallback is for
+        assert r.returncode != 0 and "no locator available" in r.stderr
+
+
+def test_every_cached_numba_module_sets_up_its_cache():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for path in [*root.glob("simulator/*.py"), *root.glob("novella_mlir/**/*.py")]:
+        text = path.read_text()
+        first = text.find("njit(cache=True") if path.name != "numba_cache.py" else -1
+        if first >= 0:
+            ensure = text.find("numba_cache.ensure(__file__)")
+            assert 0 <= ensure < first, f"{path.name} defines cached kernels before numba_cache.ensure"
