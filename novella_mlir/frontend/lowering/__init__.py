@@ -21,7 +21,7 @@ from torch_mlir.dialects import func
 from ... import symbolic as sy
 from ...dialects import shapes
 from ...dialects.novella import WeightOp
-from ...errors import NovellaError, UnsupportedDtypeError, UnsupportedOpError
+from ...errors import NovellaError, UnsupportedDtypeError
 from .. import dtypes
 
 
@@ -215,12 +215,8 @@ def _convert_block(block, values, symbols, weights, table):
                 values[r] = v
             continue
         fn = table.get(name)
-        if fn is None:
-            raise UnsupportedOpError(
-                f"{source_location(op.location)}: unsupported op '{name}': the novella frontend has no "
-                f"lowering for it. Rewrite the model to avoid it, or add a lowering for '{name}' to the "
-                "entry of the novella op it produces in novella_mlir/optable.py."
-            )
+        if fn is None:  # the generic path: torch-mlir's own lowering to linalg, then novella
+            from ..linalg import lower as fn
         _check_f32(op, name)
         result = fn(LoweringContext(op, values, symbols, weights))
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
