@@ -74,9 +74,23 @@ def decomposition_table(graph_targets) -> dict:
 
     aten = torch.ops.aten
     wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
-    if not any(getattr(t, "overloadpacket", None) in wanted and t in table for t in graph_targets):
+    unknown = {t: table[t] for t in graph_targets if t in table and _unlowered(t)}
+    if not unknown and not any(getattr(t, "overloadpacket", None) in wanted and t in table for t in graph_targets):
         return {}
-    return {t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}
+    return {**{t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}, **unknown}
+
+
+def _unlowered(target) -> bool:
+    """An aten op the op table has no lowering for: torch's own decomposition (its reference semantics)
+    runs first, and what it leaves unlowered takes the generic path (frontend/linalg/)."""
+    from .lowering import lowerings
+
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.name.startswith("aten::"):
+        return False
+    overload = target._overloadname
+    name = "torch.aten." + schema.name.removeprefix("aten::") + ("" if overload == "default" else f".{overload}")
+    return name not in lowerings()
 
 
 def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int):

@@ -201,7 +201,14 @@ class Planner:
         if e == 0.5:
             self.unary("SQRT", r, a)
             return
+        base = self.get(a)
         d, t = self.dst(r), self.temp()  # exp(b * log(a)): NaN for a < 0, as torch for a non-integer b
+        if isinstance(base, float):  # c ** b = exp(b * ln c)
+            self.vec("MUL", t, self.full(b), None, float(np.log(np.float32(base))))
+            self.vec("EXP", d, t)
+            self.free.append(t)
+            self.val[r] = d
+            return
         self.vec("LOG", t, self.full(a))
         self.vec("MUL", t, t, None if isinstance(e, float) else self.operand_b(b), e if isinstance(e, float) else 0.0)
         self.vec("EXP", d, t)
