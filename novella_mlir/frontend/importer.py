@@ -7,6 +7,7 @@ image can be laid out by `--novella-allocate`.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -74,23 +75,35 @@ def decomposition_table(graph_targets) -> dict:
 
     aten = torch.ops.aten
     wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
-    unknown = {t: table[t] for t in graph_targets if t in table and _unlowered(t)}
-    if not unknown and not any(getattr(t, "overloadpacket", None) in wanted and t in table for t in graph_targets):
+    unknown = _generic_decompositions()
+    if not any(t in unknown for t in graph_targets) and not any(
+        getattr(t, "overloadpacket", None) in wanted and t in table for t in graph_targets
+    ):
         return {}
     return {**{t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}, **unknown}
 
 
-def _unlowered(target) -> bool:
-    """An aten op the op table has no lowering for: torch's own decomposition (its reference semantics)
-    runs first, and what it leaves unlowered takes the generic path (frontend/linalg/)."""
+@functools.cache
+def _generic_decompositions() -> dict:
+    """torch-mlir's own FX decompositions (those `fx.export_and_import` runs) of the aten ops the op table
+    has no lowering for: they run first, and what they leave unlowered takes the generic path
+    (frontend/linalg/). Its C++ `torch-decompose-complex-ops` gets some wrong (softshrink: x - l for x < -l)."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
     from .lowering import lowerings
 
+    known = lowerings()
+    return {t: fn for t, fn in get_decomposition_table().items() if _mlir_name(t) not in known}
+
+
+def _mlir_name(target) -> str:
+    """`torch.aten.<name>[.<overload>]`, the torch-mlir op name of an aten OpOverload."""
     schema = getattr(target, "_schema", None)
-    if schema is None or not schema.name.startswith("aten::"):
-        return False
-    overload = target._overloadname
-    name = "torch.aten." + schema.name.removeprefix("aten::") + ("" if overload == "default" else f".{overload}")
-    return name not in lowerings()
+    if schema is None:
+        return ""
+    overload = getattr(target, "_overloadname", "default")
+    name = schema.name.replace("::", ".")
+    return f"torch.{name}" + ("" if overload == "default" else f".{overload}")
 
 
 def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int):
@@ -135,6 +148,17 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
     exporting.strip_asserts(prog, recompile=False)  # the importer reads the graph, not its code
     targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
     table = globals()["decomposition_table"](targets) if decomposition_table is None else decomposition_table
+    try:
+        return _import(ctx, prog, targets, table, names, t0)
+    except NotImplementedError:  # the FX importer on what a generic decomposition made (e.g. a sym_float)
+        generic = _generic_decompositions()
+        if not any(t in generic for t in table):
+            raise
+        rest = {t: fn for t, fn in table.items() if t not in generic}
+        return _import(ctx, prog, targets, rest, names, t0)
+
+
+def _import(ctx, prog, targets, table, names, t0) -> Imported:
     if table or any(_mutates(t) for t in targets):
         prog.graph_module.recompile()  # run_decompositions retraces the code
         with explain.quiet(), symbolic_kernels():

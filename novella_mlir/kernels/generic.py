@@ -35,6 +35,9 @@ _NUMPY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divid
           "MIN": np.minimum, "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal,
           "EQ": np.equal, "NE": np.not_equal, "EXP": np.exp, "LOG": np.log, "TANH": np.tanh, "SIN": np.sin,
           "COS": np.cos, "ABS": np.abs, "EXPM1": np.expm1, "LOG1P": np.log1p}  # fmt: skip
+# base-2/10 logs and exp2 as the natural ones and a scale: (fn, scale of the input, scale of the result)
+SCALED = {"math.log2": ("LOG", 1.0, 1 / math.log(2)), "math.log10": ("LOG", 1.0, 1 / math.log(10)),
+          "math.exp2": ("EXP", math.log(2), 1.0)}  # fmt: skip
 ALIASES = ("arith.uitofp",)
 OTHER = ("arith.select", "arith.negf", "math.sqrt", "math.powf", "arith.constant", "arith.cmpf", "novella.yield")
 
@@ -44,7 +47,7 @@ def supported(op) -> str | None:
     name = op.operation.name
     if name == "arith.cmpf" and ir.IntegerAttr(op.attributes["predicate"]).value not in CMPF:
         return f"'{name}' with an unordered or ordered-inequality predicate"
-    if name in BINARY or name in UNARY or name in ALIASES or name in OTHER:
+    if name in BINARY or name in UNARY or name in SCALED or name in ALIASES or name in OTHER:
         return None
     return f"'{name}'"
 
@@ -142,6 +145,8 @@ class Planner:
             self.unary(UNARY.get(name, "NEG"), r, o.operands[0])
         elif name == "math.sqrt":
             self.unary("SQRT", r, o.operands[0])
+        elif name in SCALED:
+            self.scaled(r, o.operands[0], *SCALED[name])
         elif name == "math.powf":
             self.pow(r, *o.operands)
         elif name == "arith.select":
@@ -187,6 +192,20 @@ class Planner:
             self.free.append(t)
         else:
             self.vec(fn, d, src)
+        self.val[r] = d
+
+    def scaled(self, r, a, fn: str, pre: float, post: float) -> None:
+        x = self.get(a)
+        if isinstance(x, float):
+            self.val[r] = float(np.float32(_NUMPY[fn](np.float32(x) * np.float32(pre)) * np.float32(post)))
+            return
+        d, src = self.dst(r), self.full(a)
+        if pre != 1.0:
+            self.vec("MUL", d, src, None, pre)
+            src = d
+        self.vec(fn, d, src)
+        if post != 1.0:
+            self.vec("MUL", d, d, None, post)
         self.val[r] = d
 
     def pow(self, r, a, b) -> None:

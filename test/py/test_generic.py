@@ -23,9 +23,9 @@ class Fn(torch.nn.Module):
 
 
 CASES = {
-    "min_other": lambda x: torch.min(x, x * 0.5 + 0.25),  # aten.min.other: torch-mlir's own decomposition
-    "softshrink": lambda x: F.softshrink(x, 0.2),  # torch's decomposition (torch-mlir's gets x < -l wrong)
-    "logaddexp2": lambda x: torch.logaddexp2(x, x.flip(-1)),
+    "min_other": lambda x: torch.min(x, x * 0.5 + 0.25),  # aten.min.other: torch-mlir's FX decomposition
+    "softshrink": lambda x: F.softshrink(x, 0.2),  # FX decomposition (torch-mlir's C++ one gets x < -l wrong)
+    "logaddexp2": lambda x: torch.logaddexp2(x, x.flip(-1)),  # convert-torch-to-linalg: math.log2, math.exp2
     "selu": F.selu,
     "nansum": lambda x: torch.nansum(x, dim=-1),  # a reduction: novella.reduce
     "repeat_interleave": lambda x: x.repeat_interleave(2, dim=2),  # expand_shape / broadcast / collapse_shape
@@ -46,13 +46,24 @@ def test_generic_matches_eager(name):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_diff_along_the_length():
+    """aten.diff (transformers' packed-sequence check): torch-mlir's FX decomposition, two slices and a sub."""
+    model = Fn(lambda x: torch.diff(x, dim=1)).eval()
+    npu = compile_torch(model, torch.randn(1, 8, 32), min_len=2, max_len=40, cache=False)
+    for t in (2, 7, 17, 40):
+        x = torch.randn(1, t, 32)
+        torch.testing.assert_close(npu(x), model(x), rtol=1e-6, atol=1e-6)
+
+
 def test_hand_kernels_do_not_take_the_generic_path():
     npu = compile_torch(Fn(lambda x: torch.relu(x) + x), torch.randn(1, 8, 32), min_len=1, max_len=40, cache=False)
     assert "novella.generic" not in npu.ir("novella")
 
 
 def test_generic_dims_stay_symbolic():
-    npu = compile_torch(Fn(lambda x: torch.min(x, x * 2)), torch.randn(1, 8, 32), min_len=1, max_len=40, cache=False)
+    npu = compile_torch(
+        Fn(lambda x: torch.logaddexp2(x, -x)), torch.randn(1, 8, 32), min_len=1, max_len=40, cache=False
+    )
     text = npu.ir("novella")
     assert '"novella.generic"' in text and "tensor<1x?x32xf32" in text
 

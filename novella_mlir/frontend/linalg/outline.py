@@ -9,7 +9,7 @@ from ...errors import UnsupportedOpError
 
 PIPELINE = (
     "builtin.module(func.func(torch-decompose-complex-ops, convert-torch-to-linalg, convert-torch-to-arith, "
-    "convert-torch-to-tensor, canonicalize))"
+    "convert-torch-to-tensor, canonicalize, linalg-fuse-elementwise-ops, canonicalize))"
 )
 ROUNDS = 3  # a decomposition may produce an op the next round lowers (min.other -> minimum -> linalg)
 _KEEP = ("torch_c.", "func.", "torch.constant.")
