@@ -71,3 +71,26 @@ def test_generic_dims_stay_symbolic():
 def test_loop_index_body_is_refused_naming_the_op():
     with pytest.raises(UnsupportedOpError, match=r"aten\.min\.dim.*linalg\.index.*optable\.py"):
         compile_torch(Fn(lambda x: torch.min(x, dim=-1).values), torch.randn(1, 8, 32), min_len=1, max_len=40)
+
+
+def test_hand_lowering_refusal_falls_back_to_the_generic_path():
+    """A rank-3 @ rank-2 matmul (`x @ W.T` by hand) and step slices (`x[..., ::2]`), which the table's
+    lowerings refuse: torch-mlir's batch_matmul and a strided extract_slice as DMA data movement."""
+    torch.manual_seed(0)
+    w = torch.randn(16, 32)
+    model = Fn(lambda x: (x @ w.T) * x[..., ::2] + x[..., 1::2]).eval()
+    npu = compile_torch(model, torch.randn(1, 8, 32), min_len=1, max_len=40, cache=False)
+    for t in LENGTHS:
+        x = torch.randn(1, t, 32)
+        torch.testing.assert_close(npu(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_group_norm_over_the_length():
+    """group_norm's mean divides by a size of the length: that size is computed on the NPU (`size_value`)."""
+    torch.manual_seed(0)
+    gn = torch.nn.GroupNorm(4, 32).eval()
+    model = Fn(lambda x: gn(x.transpose(1, 2)).transpose(1, 2)).eval()
+    npu = compile_torch(model, torch.randn(1, 8, 32), min_len=1, max_len=40, cache=False)
+    for t in LENGTHS:
+        x = torch.randn(1, t, 32)
+        torch.testing.assert_close(npu(x), model(x), rtol=1e-4, atol=1e-4)

@@ -10,11 +10,16 @@ the shape mutator's affine expressions. The ops the table lowers never see this 
 
 from __future__ import annotations
 
+import re
+
 from .convert import Converter
 from .outline import to_linalg
 
 
 def lower(cx):
     """The novella values of the torch op `cx.op`'s results, through torch-mlir's linalg lowering."""
+    types = [str(v.type) for v in (*cx.op.operands, *cx.op.results)]
+    if any(re.search(r"vtensor<\[([^\]]*,)?0(,[^\]]*)?\]", t) for t in types):
+        raise cx.empty_error("an operand or the result has a 0 dim")  # torch-mlir's lowering may trap on one
     module, tensor_operands = to_linalg(cx)
     return Converter(cx).run(module.body.operations[0], [cx.operand(i) for i in tensor_operands])

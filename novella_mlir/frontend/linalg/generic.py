@@ -6,7 +6,8 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith
 
 from ... import symbolic as sy
-from ...dialects.novella import GENERIC_INPUTS, GenericOp, ReduceOp, YieldOp
+from ...dialects.novella import GENERIC_INPUTS, BroadcastOp, GenericOp, ReduceOp, YieldOp
+from ..lowering.elementwise import size_value
 from . import body as bd
 from .convert import _REDUCE, Fill
 
@@ -55,7 +56,22 @@ def generic(cv, op):
     out_loops = space.loops(len(op.operands) - 1)
     if [d for d in out_loops if d is not None] != list(range(space.n)):
         raise cv.refuse("its linalg.generic writes its result through a permutation")
+    copied = _copy_of(op)
+    if copied is not None:  # a broadcast copy: no VEC, a reshape (DRAM alias) or a broadcast
+        x, _ = _aligned(cv, cv.tensor(op.operands[copied]), space, copied)
+        shape = cv.shape(op.operands[-1])
+        return cv.reshape(x, shape) if sy.equal_shapes(cv.cx.shape(x), shape) else cv.emit(BroadcastOp, shape, input=x)
     return elementwise(cv, op, space, cv.shape(op.operands[-1]))
+
+
+def _copy_of(op) -> int | None:
+    """The input a body that only yields one of its inputs (a tensor) copies, or None."""
+    block = op.regions[0].blocks[0]
+    ops = list(block.operations)
+    if len(ops) != 1 or not isinstance(ops[0].operands[0].owner, ir.Block):
+        return None
+    k = next(i for i, a in enumerate(block.arguments) if a == ops[0].operands[0])
+    return k if k < len(op.operands) - 1 and isinstance(op.operands[k].type, ir.RankedTensorType) else None
 
 
 def elementwise(cv, op, space: Space, shape: list, yield_value=None, skip=()) -> ir.Value:
@@ -75,6 +91,10 @@ def elementwise(cv, op, space: Space, shape: list, yield_value=None, skip=()) ->
         slots[block.arguments[k]] = len(tensors)
         tensors.append(aligned)
         maps.append(m)
+    for v in _captured_sizes(cv, block):
+        slots[v] = len(tensors)
+        tensors.append(cv.reshape(size_value(cv.cx, cv.env[v]), [sy.const(1)] * space.n))
+        maps.append(_map(space.n, []))
     if not tensors:
         raise cv.refuse("its linalg.generic reads no tensor (it computes a constant)")
     if len(tensors) > GENERIC_INPUTS:
@@ -90,6 +110,17 @@ def elementwise(cv, op, space: Space, shape: list, yield_value=None, skip=()) ->
     if b.demoted:
         g.attributes["demoted"] = ir.StringAttr.get("f64")
     return g.result
+
+
+def _captured_sizes(cv, block) -> list:
+    """The values defined above the body that are symbolic sizes (a mean's divisor over the length): each
+    is read as a 0-d tensor computed on the NPU (`size_value`)."""
+    out = []
+    for o in block.operations:
+        for v in o.operands:
+            if isinstance(cv.env.get(v), ir.AffineExpr) and v not in out:
+                out.append(v)
+    return out
 
 
 def _scalar(x) -> bool:

@@ -18,6 +18,38 @@ def _mixed(cv, op, name: str, dynamic) -> list:
     return out
 
 
+def _slice(cv, x, d: int, off, size):
+    """`novella.slice` of dim `d` from `off` (a constant, or the dim's size minus one: from the end)."""
+    full = cv.cx.shape(x)[d]
+    start = sy.as_int(off)
+    if start is None:
+        back = sy.as_int(sy.canon(full - off))
+        if back is None or back <= 0:
+            raise cv.refuse(f"its tensor.extract_slice starts at {off}, neither constant nor from the end")
+        start = -back
+    out = list(cv.cx.shape(x))
+    out[d] = size
+    i64 = ir.IntegerType.get_signless(64)
+    return cv.emit(SliceOp, out, input=x, dim=ir.IntegerAttr.get(i64, d), start=ir.IntegerAttr.get(i64, start))
+
+
+def _strided(cv, x, d: int, off, size, step):
+    """Every `step`-th element of a static dim: the dim viewed as [D / step, step] (a DRAM alias), its
+    rows from off // step and its column off % step, so a step slice is data movement by the DMA."""
+    shape = list(cv.cx.shape(x))
+    full, start, n = sy.as_int(shape[d]), sy.as_int(off), sy.as_int(size)
+    if step is None or full is None or start is None or n is None or full % step:
+        raise cv.refuse(
+            f"its tensor.extract_slice steps by {step} over dim {d} of size {shape[d]} (a step slice needs a "
+            "static dim the step divides)"
+        )
+    x = cv.reshape(x, shape[:d] + [sy.const(full // step), sy.const(step)] + shape[d + 1 :])
+    if n != full // step:
+        x = _slice(cv, x, d, sy.const(start // step), sy.const(n))
+    x = _slice(cv, x, d + 1, sy.const(start % step), sy.const(1))
+    return cv.reshape(x, shape[:d] + [sy.const(n)] + shape[d + 1 :])
+
+
 def extract_slice(cv, op):
     sizes_seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
     rest = list(op.operands[1:])
@@ -25,26 +57,15 @@ def extract_slice(cv, op):
     offsets = _mixed(cv, op, "static_offsets", rest[:n_off])
     sizes = _mixed(cv, op, "static_sizes", rest[n_off : n_off + n_size])
     strides = _mixed(cv, op, "static_strides", rest[n_off + n_size :])
-    if any(sy.as_int(s) != 1 for s in strides):
-        raise cv.refuse(f"its tensor.extract_slice has strides {[str(s) for s in strides]} (a step slice)")
     x = cv.tensor(op.operands[0])
-    shape = cv.cx.shape(x)
-    for d, (off, size, full) in enumerate(zip(offsets, sizes, shape)):
-        if sy.equal(size, full):
-            continue
-        start = sy.as_int(off)
-        if start is None:
-            back = sy.as_int(sy.canon(full - off))
-            if back is None or back <= 0:
-                raise cv.refuse(f"its tensor.extract_slice starts at {off}, neither constant nor from the end")
-            start = -back
-        out = list(cv.cx.shape(x))
-        out[d] = size
-        i64 = ir.IntegerType.get_signless(64)
-        x = cv.emit(SliceOp, out, input=x, dim=ir.IntegerAttr.get(i64, d), start=ir.IntegerAttr.get(i64, start))
+    for d, (off, size, step) in enumerate(zip(offsets, sizes, strides)):
+        full = cv.cx.shape(x)[d]
+        if sy.as_int(step) == 1:
+            x = _slice(cv, x, d, off, size) if not sy.equal(size, full) else x
+        else:
+            x = _strided(cv, x, d, off, size, sy.as_int(step))
     rtype = ir.RankedTensorType(op.results[0].type)
-    if rtype.rank != len(sizes):
-        kept = [s for s in sizes if sy.as_int(s) != 1] if rtype.rank < len(sizes) else sizes
-        it = iter(kept)
+    if rtype.rank != len(sizes):  # rank-reducing: the dropped dims are 1, the `?` ones keep their order
+        it = iter([s for s in sizes if sy.as_int(s) is None])
         x = cv.reshape(x, [sy.const(d) if d != ir.ShapedType.get_dynamic_size() else next(it) for d in rtype.shape])
     return x
