@@ -417,3 +417,4 @@ from .kernels import generic as k_generic  # noqa: E402
 
 OPS[nv.GenericOp] = OpDef(shapes.generic, k_generic.Generic(), _LIT + "kernels/generic.mlir")
 BY_NAME[nv.GenericOp.OPERATION_NAME] = OPS[nv.GenericOp]
+LEGALIZE_PATTERNS += ((nv.GenericOp, k_generic.fuse_producer),)

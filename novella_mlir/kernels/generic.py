@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch_mlir import ir
 
-from . import Tiling
-from .pointwise import Geometry, Tile
+from .. import symbolic as sy
+from . import BufferPlan, Tiling
+from .pointwise import COL_TILE, MAX_STATIC_COLS, Geometry, Tile
 
 BINARY = {
     "arith.addf": "ADD", "arith.subf": "SUB", "arith.mulf": "MUL", "arith.divf": "DIV",
@@ -274,8 +275,18 @@ class Generic:
     def tile(self, op, tv, target, options):
         g = Geometry(tv, list(range(len(op.operands))))
         prog = self._plan(op, g)
-        tm, tc, bufs = g.tiles(target, len(g.ops) + prog.temps + 1, options)
-        return Tiling({"tm": tm, "tc": tc}, g.grid(tm, tc), bufs)
+        n = len(g.ops)
+        c = sy.as_int(g.c)
+        tc = c if c is not None and c <= MAX_STATIC_COLS else COL_TILE
+        r = sy.as_int(g.r)
+        for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(4):
+            tm = min(tm, r) if r is not None else tm
+            plan = BufferPlan(target)
+            for i in range(n + prog.temps + 1):  # the inputs and the result stream (two slots), temps do not
+                plan.add(f"p{i}", "spad", tm * tc, stream=i < n or i == n + prog.temps)
+            if plan.fits() or tm == 1:
+                return Tiling({"tm": tm, "tc": tc}, g.grid(tm, tc), plan.check())
+        raise AssertionError("unreachable")
 
     def macro(self, op, tv, t, b):
         g = Geometry(tv, list(range(len(op.operands))))
@@ -299,3 +310,62 @@ class Generic:
                 f.update(mode="SCALAR", imm=imm)
             b.vop(fn, names[dst], names.get(a), **f)
         tl.store(names["out"])
+
+
+# ------------------------------------------------------------------ fusion (a --novella-legalize pattern)
+
+
+def fuse_producer(op, rewriter):
+    """generic(.., generic_p(..), ..) -> one generic: the producer's body inlined where the consumer reads
+    it, when that is the producer's only use, of the consumer's shape, read through the identity map (so
+    the value never goes to DRAM). Inputs read twice at one map are loaded once; at most GENERIC_INPUTS."""
+    from ..dialects.novella import GENERIC_INPUTS, GenericOp
+
+    maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
+    for k, v in enumerate(op.operands):
+        p = v.owner
+        if not isinstance(p, ir.OpView) or p.operation.name != "novella.generic" or len(list(v.uses)) != 1:
+            continue
+        m = ir.AffineMapAttr(maps[k]).value
+        if p.results[0].type != op.results[0].type or m != ir.AffineMap.get_identity(m.n_dims):
+            continue
+        reads = [(w, m) for j, (w, m) in enumerate(zip(op.operands, maps)) if j != k]
+        reads += list(zip(p.operands, ir.ArrayAttr(p.attributes["indexing_maps"])))
+        slots: list = []
+        for w, m in reads:
+            if not any(w == a and m == b for a, b in slots):
+                slots.append((w, m))
+        if len(slots) > GENERIC_INPUTS:
+            continue
+        with rewriter.ip, op.location:
+            extra = {f"x{i}": w for i, (w, _) in enumerate(slots[1:], 1)}
+            fused = GenericOp(slots[0][0], ir.ArrayAttr.get([m for _, m in slots]), result=op.results[0].type, **extra)
+        block = fused.regions[0].blocks.append(*[ir.F32Type.get()] * len(slots))
+        slot = {i: next(j for j, (a, b) in enumerate(slots) if a == w and b == m) for i, (w, m) in enumerate(reads)}
+        env = {}
+        consumer_args = [a for j, a in enumerate(op.regions[0].blocks[0].arguments) if j != k]
+        for i, a in enumerate([*consumer_args, *p.regions[0].blocks[0].arguments]):
+            env[a] = block.arguments[slot[i]]
+        env[op.regions[0].blocks[0].arguments[k]] = _inline(p.regions[0].blocks[0], block, env, keep_yield=False)
+        _inline(op.regions[0].blocks[0], block, env, keep_yield=True)
+        for name in ("demoted",):
+            if name in p.attributes or name in op.attributes:
+                fused.attributes[name] = (op.attributes if name in op.attributes else p.attributes)[name]
+        rewriter.replace_op(op, [fused.result])
+        rewriter.erase_op(p)
+        return False
+    return True
+
+
+def _inline(src, dst, env: dict, keep_yield: bool):
+    """Clones `src`'s ops into block `dst` with operands renamed by `env`; the yielded value (its clone)."""
+    for o in src.operations:
+        if o.operation.name == "novella.yield" and not keep_yield:
+            return env.get(o.operands[0], o.operands[0])
+        new = o.operation.clone(ip=ir.InsertionPoint(dst))
+        for i, w in enumerate(new.operands):
+            if w in env:
+                new.operands[i] = env[w]
+        for r, nr in zip(o.results, new.results):
+            env[r] = nr
+    return None

@@ -23,7 +23,8 @@
 // MACRO: "novella.vop"() {{{.*}}dst = "[[SEL:p[0-9]+]]", {{.*}}fn = "FILL", imm = 0.000000e+00
 // MACRO: "novella.vop"() {a = "[[MASK]]", {{.*}}b = "p0", {{.*}}dst = "[[SEL]]", {{.*}}fn = "SEL"
 // MACRO: "novella.vop"() {a = "[[SEL]]", {{.*}}b = "p2", {{.*}}dst = "p5", {{.*}}fn = "MUL"
-// MACRO: kernel = "novella.generic", novella.buffers = {p0 = ["spad", 0, 4096], {{.*}}p5 = ["spad", 20480, 4096]}
+// The inputs and the result stream (two slots: double buffered), the body's temporaries do not.
+// MACRO: kernel = "novella.generic", novella.buffers = {p0 = ["spad", 0, 4096, 2], {{.*}}p3 = ["spad", 24576, 4096], p4 = ["spad", 28672, 4096], p5 = ["spad", 32768, 4096, 2]}
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #col = affine_map<(d0, d1) -> (d0, 0)>
 #row = affine_map<(d0, d1) -> (0, d1)>
@@ -67,5 +68,37 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048], s1 = ["P", 1, 2048]}}
       "novella.yield"(%2) : (f32) -> ()
     }) {demoted = "f64", indexing_maps = [#id2, #row2], operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0>} : (tensor<?x?xf32, affine_map<()[s0, s1] -> (s0, s1)>>, tensor<1x?xf32, affine_map<()[s0, s1] -> (1, s1)>>) -> tensor<?x?xf32>
     return %0 : tensor<?x?xf32>
+  }
+}
+
+// -----
+
+// --novella-legalize fuses a chain: the producer's only use, read through the identity map, is
+// inlined into its consumer (the value never goes to DRAM); x, read by both at one map, is loaded once.
+// CHECK-LABEL: func.func @chain
+// CHECK-COUNT-2: "novella.generic"
+// MACRO-LABEL: func.func @chain
+// MACRO-COUNT-1: "novella.dma_load"
+// MACRO: "novella.vop"() {a = "p0", {{.*}}fn = "MUL"
+// MACRO: "novella.vop"() {{{.*}}fn = "ADD", {{.*}}mode = "SCALAR"
+// MACRO: "novella.vop"() {{{.*}}b = "p0", {{.*}}fn = "MUL"
+// MACRO: kernel = "novella.generic"
+// MACRO-NOT: kernel = "novella.generic"
+#idc = affine_map<(d0, d1) -> (d0, d1)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @chain(%x: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32> {
+    %0 = "novella.generic"(%x) ({
+    ^bb0(%a: f32):
+      %one = arith.constant 1.000000e+00 : f32
+      %1 = arith.mulf %a, %a : f32
+      %2 = arith.addf %1, %one : f32
+      "novella.yield"(%2) : (f32) -> ()
+    }) {indexing_maps = [#idc], operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0>} : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32>
+    %3 = "novella.generic"(%0, %x) ({
+    ^bb0(%p: f32, %a: f32):
+      %4 = arith.mulf %p, %a : f32
+      "novella.yield"(%4) : (f32) -> ()
+    }) {indexing_maps = [#idc, #idc], operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0>} : (tensor<?x64xf32>, tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32>
+    return %3 : tensor<?x64xf32>
   }
 }
