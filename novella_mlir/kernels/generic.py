@@ -28,8 +28,11 @@ UNARY = {
     "math.exp": "EXP", "math.log": "LOG", "math.tanh": "TANH", "math.rsqrt": "RSQRT", "math.sin": "SIN",
     "math.cos": "COS", "math.erf": "ERF", "math.absf": "ABS", "math.expm1": "EXPM1", "math.log1p": "LOG1P",
 }  # fmt: skip
-# arith.cmpf predicates: oeq ogt oge olt ole une (the VEC compares are ordered, NE is true on NaN)
+# arith.cmpf predicates: oeq ogt oge olt ole une (the VEC compares are ordered, NE is true on NaN); an
+# unordered one is the complement of an ordered one (ugt = not ole), uno is x != x (NaN), ord its complement
 CMPF = {1: "EQ", 2: "GT", 3: "GE", 4: "LT", 5: "LE", 13: "NE"}
+NOT_CMPF = {9: 5, 10: 4, 11: 3, 12: 2, 7: 14}
+UNO = 14
 _SWAPPED = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE", "ADD": "ADD", "MUL": "MUL",
             "MAX": "MAX", "MIN": "MIN"}  # fmt: skip
 _NUMPY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide, "MAX": np.maximum,
@@ -46,8 +49,9 @@ OTHER = ("arith.select", "arith.negf", "math.sqrt", "math.powf", "arith.constant
 def supported(op) -> str | None:
     """Why the vector unit cannot run body op `op`, or None."""
     name = op.operation.name
-    if name == "arith.cmpf" and ir.IntegerAttr(op.attributes["predicate"]).value not in CMPF:
-        return f"'{name}' with an unordered or ordered-inequality predicate"
+    pred = ir.IntegerAttr(op.attributes["predicate"]).value if name == "arith.cmpf" else None
+    if pred is not None and pred not in CMPF and pred not in NOT_CMPF and pred != UNO:
+        return f"'{name}' with the predicate {pred} (one, ueq, true or false)"
     if name in BINARY or name in UNARY or name in SCALED or name in ALIASES or name in OTHER:
         return None
     return f"'{name}'"
@@ -139,9 +143,10 @@ class Planner:
             self.val[r] = self.get(o.operands[0])
             if r == self.out:
                 self.out = o.operands[0]
-        elif name in BINARY or name == "arith.cmpf":
-            fn = BINARY.get(name) or CMPF[ir.IntegerAttr(o.attributes["predicate"]).value]
-            self.binary(fn, r, *o.operands)
+        elif name == "arith.cmpf":
+            self.compare(ir.IntegerAttr(o.attributes["predicate"]).value, r, *o.operands)
+        elif name in BINARY:
+            self.binary(BINARY[name], r, *o.operands)
         elif name in UNARY or name == "arith.negf":
             self.unary(UNARY.get(name, "NEG"), r, o.operands[0])
         elif name == "math.sqrt":
@@ -173,6 +178,27 @@ class Planner:
         else:
             self.vec(fn, d, self.full(a), self.operand_b(b))
         self.val[r] = d
+
+    def compare(self, pred: int, r, a, b) -> None:
+        if pred in CMPF:
+            self.binary(CMPF[pred], r, a, b)
+            return
+        if pred == UNO:  # NaN in a or b: a != a, b != b
+            self.binary("NE", r, a, a)
+            if b != a and not isinstance(self.get(b), float):
+                d = self.get(r)
+                t = self.temp()
+                self.vec("NE", t, self.full(b), self.operand_b(b))
+                self.vec("MAX", d, d, t)
+                self.free.append(t)
+            return
+        self.compare(NOT_CMPF[pred], r, a, b)
+        d = self.get(r)
+        if isinstance(d, float):
+            self.val[r] = 1.0 - d
+            return
+        self.vec("MUL", d, d, None, -1.0)
+        self.vec("ADD", d, d, None, 1.0)
 
     def unary(self, fn, r, a) -> None:
         x = self.get(a)

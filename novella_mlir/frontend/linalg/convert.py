@@ -172,12 +172,17 @@ class Converter:
         static = list(ir.DenseI64ArrayAttr(op.attributes["static_output_shape"]))
         it = iter(op.operands[1:])
         shape = [sy.const(d) if d != ir.ShapedType.get_dynamic_size() else affine(self.env[next(it)]) for d in static]
-        return self.reshape(self.tensor(op.operands[0]), shape)
+        return self._reshaped(op.operands[0], shape)
 
     def _tensor_collapse_shape(self, op):
         src = self.shape(op.operands[0])
         groups = [[ir.IntegerAttr(i).value for i in g] for g in ir.ArrayAttr(op.attributes["reassociation"])]
-        return self.reshape(self.tensor(op.operands[0]), [sy.numel([src[i] for i in g]) for g in groups])
+        return self._reshaped(op.operands[0], [sy.numel([src[i] for i in g]) for g in groups])
+
+    def _reshaped(self, v, shape: list):
+        """`v` reshaped; a Fill (an init, perhaps uninitialized) stays one."""
+        x = self.env[v]
+        return Fill(x.value, shape) if isinstance(x, Fill) else self.reshape(self.tensor(v), shape)
 
     def _tensor_concat(self, op):
         dim = ir.IntegerAttr(op.attributes["dim"]).value
