@@ -7,6 +7,10 @@ taken by the generic path (their table lowerings set aside for the run) and fuse
 into one `novella.generic`: cycles against the VEC roofline elements x body ops / lanes, and the DMA
 roofline (bytes / DRAM bytes per cycle) beside it.
 
+Part 3 (`--opinfo`): torch's OpInfo samples (test/py/opinfo_harness.py: each sample's dims made the length
+in turn, checked against eager at T = 1, 2, 7, 63, 64, 65, 130) of ops the table does not claim, which only
+the generic path can take: passed / failed per op and the first reasons.
+
 Part 2: single torch ops compiled twice in one run, with the table's lowering (hand kernel) and with it
 set aside (the generic path: torch-mlir's decompositions and linalg, then novella.generic/reduce/...):
 simulated cycles side by side and the hand kernel's win (generic / hand).
@@ -16,7 +20,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
+import sys
 import time
+import warnings
+from pathlib import Path
 
 import torch
 
@@ -123,11 +131,41 @@ def part2(width, lengths):
         print(f"{name:<16} {cells}  {errs}")
 
 
+OPINFO = (
+    "fmax", "fmin", "logaddexp", "logaddexp2", "xlogy", "hypot", "nn.functional.softshrink",
+    "nn.functional.hardshrink", "nn.functional.tanhshrink", "nn.functional.softsign", "nn.functional.celu",
+    "nn.functional.selu", "nn.functional.logsigmoid", "nn.functional.prelu", "nn.functional.relu6",
+    "nn.functional.threshold", "diff", "repeat_interleave", "nn.functional.group_norm", "nan_to_num",
+    "heaviside", "addcdiv", "nansum", "nn.functional.normalize", "log2", "log10", "exp2", "deg2rad", "rad2deg",
+    "true_divide", "float_power", "nn.functional.mse_loss", "nn.functional.l1_loss", "nn.functional.huber_loss",
+    "var_mean", "std_mean", "nanmean", "special.xlog1py", "special.entr", "sinc", "logit", "positive",
+)  # fmt: skip
+
+
+def part3(limit: int):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test" / "py"))
+    import opinfo_harness as h
+
+    infos = h.op_infos()
+    total = [0, 0]
+    print(f"\nOpInfo samples (first {limit} eligible per op, every dim of size >= 2) of ops the table does not claim")
+    for name in OPINFO:
+        if name not in infos:
+            continue
+        t = h.run_op(infos[name], limit)
+        total[0] += t.passed
+        total[1] += t.failed
+        why = "; ".join(f"{r} ({n})" for r, n in t.reasons.most_common(2))
+        print(f"{name:<28} pass {t.passed:>3} fail {t.failed:>3} skip {t.skipped:>3}  {why[:150]}")
+    print(f"total: {total[0]} passed, {total[1]} failed")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="1,512")
     ap.add_argument("--width", type=int, default=256)
-    ap.add_argument("--part", type=int, default=0, help="1 or 2 (0: both)")
+    ap.add_argument("--part", type=int, default=0, help="1, 2 or 3 (0: 1 and 2)")
+    ap.add_argument("--opinfo-limit", type=int, default=1)
     a = ap.parse_args()
     lengths = [int(t) for t in a.lengths.split(",")]
     target = Target.from_config(load_config())
@@ -135,6 +173,10 @@ def main():
         part1(a.width, lengths, target)
     if a.part in (0, 2):
         part2(a.width, lengths)
+    if a.part == 3:
+        logging.disable(logging.WARNING)
+        warnings.filterwarnings("ignore")
+        part3(a.opinfo_limit)
 
 
 if __name__ == "__main__":

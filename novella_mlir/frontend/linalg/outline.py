@@ -81,9 +81,13 @@ def _torch_ops(module) -> list[str]:
 
 
 def _refuse(cx, why: str) -> UnsupportedOpError:
-    e = cx.error(
-        f"unsupported op: the novella frontend has no lowering for it and the generic path cannot take it: {why}. "
-        "Rewrite the model to avoid it, or add a lowering to the entry of the novella op it produces in "
-        "novella_mlir/optable.py."
+    from ..lowering import source_location
+
+    name = cx.op.operation.name
+    if name == "torch.operator":
+        name = ir.StringAttr(cx.op.attributes["name"]).value
+    return UnsupportedOpError(
+        f"{source_location(cx.op.location)}: unsupported op '{name}': the novella frontend has no lowering for "
+        f"it and the generic path cannot take it: {why}. Rewrite the model to avoid it, or add a lowering for "
+        f"'{name}' to the entry of the novella op it produces in novella_mlir/optable.py."
     )
-    return UnsupportedOpError(str(e))
