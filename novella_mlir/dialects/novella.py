@@ -926,8 +926,9 @@ class GenericOp(Novella.Operation, name="generic", traits=[ir.NoTerminatorTrait]
         if len(maps) != len(op.operands) or not _f32(y, *(v.type for v in op.operands)):
             return _fail(op, f"needs one indexing map per f32 input, got {len(maps)} for {len(op.operands)}")
         for v, m in zip(op.operands, maps):
-            if m.n_dims != y.rank or len(m.results) != v.type.rank:
-                return _fail(op, f"map {m} does not read {v.type} over the iteration space of {y}")
+            reads = [str(e) in (f"d{i}", "0") for i, e in enumerate(m.results)]
+            if m.n_dims != y.rank or len(m.results) != v.type.rank or not all(reads):
+                return _fail(op, f"map {m} does not read {v.type} over the loops of {y} (d<i> or 0 in place i)")
         block = op.regions[0].blocks[0]
         if (
             len(block.arguments) != len(op.operands)

@@ -8,6 +8,7 @@ image can be laid out by `--novella-allocate`.
 from __future__ import annotations
 
 import functools
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -150,12 +151,27 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
     table = globals()["decomposition_table"](targets) if decomposition_table is None else decomposition_table
     try:
         return _import(ctx, prog, targets, table, names, t0)
-    except NotImplementedError:  # the FX importer on what a generic decomposition made (e.g. a sym_float)
+    except NotImplementedError as e:  # the FX importer on what a decomposition made (e.g. a sym_float)
         generic = _generic_decompositions()
         if not any(t in generic for t in table):
-            raise
-        rest = {t: fn for t, fn in table.items() if t not in generic}
-        return _import(ctx, prog, targets, rest, names, t0)
+            raise _importer_error(e) from None
+    try:
+        return _import(ctx, prog, targets, {t: fn for t, fn in table.items() if t not in generic}, names, t0)
+    except NotImplementedError as e:
+        raise _importer_error(e) from None
+
+
+def _importer_error(e: NotImplementedError) -> NovellaError:
+    """The FX importer's 'Unimplemented call_function' as the node it cannot import and the user's line."""
+    text = str(e)
+    target = re.search(r"target=(<[^>]*>|\S+?),", text)
+    where = re.search(r'File "([^"]+)", line (\d+)', text)
+    line = f"{where.group(1)}:{where.group(2)}: " if where else ""
+    what = target.group(1) if target else text.splitlines()[0][:120]
+    return NovellaError(
+        f"{line}torch-mlir's FX importer cannot import the graph node {what} (a decomposition of the op on this "
+        "line computes with a size as a float); rewrite the op so the length stays an integer size, or report it"
+    )
 
 
 def _import(ctx, prog, targets, table, names, t0) -> Imported:

@@ -18,6 +18,9 @@ _INDEX_OPS = {
     "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b, "arith.muli": lambda a, b: a * b,
 }  # fmt: skip
 _IGNORED = ("cf.assert", "tensor.empty")
+_SCALAR_FLOAT = {"arith.addf": lambda a, b: a + b, "arith.subf": lambda a, b: a - b,
+                 "arith.mulf": lambda a, b: a * b, "arith.divf": lambda a, b: a / b}  # fmt: skip
+_SCALAR_CASTS = ("arith.sitofp", "arith.uitofp", "arith.extf", "arith.truncf", "arith.extsi", "arith.trunci")
 
 
 @dataclass
@@ -84,9 +87,11 @@ class Converter:
         return self.emit(ReshapeOp, shape, input=v)
 
     def transpose(self, v: ir.Value, perm: list) -> ir.Value:
-        if perm == sorted(perm):
-            return v
-        return self.emit(TransposeOp, perm=ir.DenseI64ArrayAttr.get(perm), input=v)
+        """`v` permuted by `perm` as transposes the kernel runs in one op each (one that keeps the last dim,
+        or swaps only the last two): any other as keep, swap, keep."""
+        for p in _direct_steps(list(perm)):
+            v = self.emit(TransposeOp, perm=ir.DenseI64ArrayAttr.get(p), input=v)
+        return v
 
     def _check(self, v: ir.Value, torch_result) -> ir.Value:
         self.cx._check_static(self.cx.shape(v))
@@ -109,6 +114,11 @@ class Converter:
             self.env[out] = self.env[op.operands[0]]
         elif name.startswith("torch.constant."):
             self.env[out] = None
+        elif name in _SCALAR_CASTS:  # a size (an int or affine expr) as a float: a body reads it as one
+            x = self.env[op.operands[0]]
+            self.env[out] = float(x) if isinstance(x, (int, float)) and name.endswith(("tofp", "f")) else x
+        elif name in _SCALAR_FLOAT and len(op.operands) == 2 and not isinstance(op.operands[0].type, ir.ShapedType):
+            self.env[out] = self._scalar_float(op, name)
         elif name == "arith.constant":
             self.env[out] = self._constant(op)
         elif name in _INDEX_OPS or name in ("arith.floordivsi", "arith.divsi", "arith.ceildivsi", "arith.index_cast"):
@@ -125,6 +135,16 @@ class Converter:
             self.env[out] = getattr(self, "_" + name.replace(".", "_"))(op)
         else:
             raise self.refuse(f"its linalg form has '{name}', which the generic path does not convert")
+
+    def _scalar_float(self, op, name: str):
+        """Float arithmetic on scalars above the bodies: folded, or on a size exact as an affine expr."""
+        a, b = (self.env[v] for v in op.operands)
+        fn = _SCALAR_FLOAT[name]
+        if isinstance(a, float) and isinstance(b, float):
+            return float(fn(a, b))
+        if name != "arith.divf" and all(isinstance(x, ir.AffineExpr) or float(x).is_integer() for x in (a, b)):
+            return simplify(fn(*(x if isinstance(x, ir.AffineExpr) else sy.const(int(x)) for x in (a, b))))
+        raise self.refuse(f"its linalg form computes '{name}' of a size of the length, which is not affine")
 
     def _constant(self, op):
         a = op.attributes["value"]
@@ -217,6 +237,20 @@ class Converter:
         from .generic import combine
 
         return combine(self, v, init, fn)
+
+
+def _direct_steps(perm: list) -> list:
+    """`perm` as a sequence of direct permutations (the identity as none)."""
+    r = len(perm)
+    if perm == list(range(r)):
+        return []
+    last = r - 1
+    if perm[-1] == last or perm == list(range(r - 2)) + [last, r - 2]:
+        return [perm]
+    first = [d for d in range(last) if d != perm[-1]] + [perm[-1], last]  # the new last dim next to the last
+    swapped = first[:-2] + [last, perm[-1]]
+    steps = [first, list(range(r - 2)) + [last, r - 2], [swapped.index(d) for d in perm]]
+    return [p for p in steps if p != list(range(r))]
 
 
 def _identity(fn: str) -> float:

@@ -102,3 +102,4 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %3 : tensor<?x64xf32>
   }
 }
+
