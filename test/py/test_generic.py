@@ -94,3 +94,28 @@ def test_group_norm_over_the_length():
     for t in LENGTHS:
         x = torch.randn(1, t, 32)
         torch.testing.assert_close(npu(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_stock_decoder_without_cache_or_mask():
+    """transformers' packed-sequence check (`aten.diff` of the positions) when a stock decoder runs with
+    use_cache=False and no attention mask: torch-mlir's decomposition of diff, checked against eager."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
+                                   intermediate_size=64, vocab_size=128, max_position_embeddings=64)  # fmt: skip
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = transformers.LlamaModel(cfg)
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, use_cache=False).last_hidden_state
+
+    model = Hidden().eval()
+    npu = compile_torch(model, torch.randint(0, 128, (1, 8)), min_len=1, max_len=32, cache=False)
+    for t in (1, 7, 17, 32):
+        ids = torch.randint(0, 128, (1, t))
+        with torch.no_grad():
+            want = model(ids)
+        torch.testing.assert_close(npu(ids, check_hazards=t == 7), want, rtol=1e-4, atol=1e-4)
