@@ -74,11 +74,12 @@ def test_loop_index_body_is_refused_naming_the_op():
 
 
 def test_hand_lowering_refusal_falls_back_to_the_generic_path():
-    """A rank-3 @ rank-2 matmul (`x @ W.T` by hand) and step slices (`x[..., ::2]`), which the table's
-    lowerings refuse: torch-mlir's batch_matmul and a strided extract_slice as DMA data movement."""
+    """A rank-3 @ rank-2 matmul (`x @ W.T` by hand), step slices (`x[..., ::2]`) and a pad of the length,
+    which the table's lowerings refuse: torch-mlir's batch_matmul, a strided extract_slice and tensor.pad
+    as DMA data movement (views, slices, concats with constant blocks)."""
     torch.manual_seed(0)
     w = torch.randn(16, 32)
-    model = Fn(lambda x: (x @ w.T) * x[..., ::2] + x[..., 1::2]).eval()
+    model = Fn(lambda x: F.pad((x @ w.T) * x[..., ::2] + x[..., 1::2], (1, 2, 2, 0), value=0.5)).eval()
     npu = compile_torch(model, torch.randn(1, 8, 32), min_len=1, max_len=40, cache=False)
     for t in LENGTHS:
         x = torch.randn(1, t, 32)

@@ -218,6 +218,11 @@ class Converter:
 
         return extract_slice(self, op)
 
+    def _tensor_pad(self, op):
+        from .movement import pad
+
+        return pad(self, op)
+
     def _linalg_matmul(self, op):
         lhs, rhs = (self.tensor(v) for v in op.operands[:2])
         return self._accumulate(self.emit(MatmulOp, lhs=lhs, rhs=rhs), op.operands[2], "sum")

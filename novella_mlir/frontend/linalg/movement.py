@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ...dialects.novella import SliceOp
+from ...dialects.novella import BroadcastOp, ConcatOp, SliceOp
 from ..lowering.shape_ops import affine
 
 _DYN = -(2**63)
@@ -68,4 +68,29 @@ def extract_slice(cv, op):
     if rtype.rank != len(sizes):  # rank-reducing: the dropped dims are 1, the `?` ones keep their order
         it = iter([s for s in sizes if sy.as_int(s) is None])
         x = cv.reshape(x, [sy.const(d) if d != ir.ShapedType.get_dynamic_size() else next(it) for d in rtype.shape])
+    return x
+
+
+def pad(cv, op):
+    """`tensor.pad` by a constant: per padded dim, blocks of the value (a broadcast 0-d constant, any
+    dims symbolic) concatenated before and after."""
+    block = op.regions[0].blocks[0]
+    value = cv.env.get(list(block.operations)[-1].operands[0])
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise cv.refuse("its tensor.pad pads with a value computed per position")
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    rest = list(op.operands[1:])
+    low = _mixed(cv, op, "static_low", rest[: seg[1]])
+    high = _mixed(cv, op, "static_high", rest[seg[1] :])
+    x = cv.tensor(op.operands[0])
+    i64 = ir.IntegerType.get_signless(64)
+    for d, (lo, hi) in enumerate(zip(low, high)):
+        for n, first in ((lo, True), (hi, False)):
+            if sy.as_int(n) == 0:
+                continue
+            shape = list(cv.cx.shape(x))
+            shape[d] = n
+            fill = cv.emit(BroadcastOp, shape, input=cv.cx.scalar(float(value)))
+            lhs, rhs = (fill, x) if first else (x, fill)
+            x = cv.emit(ConcatOp, lhs=lhs, rhs=rhs, dim=ir.IntegerAttr.get(i64, d))
     return x
