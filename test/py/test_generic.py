@@ -120,3 +120,18 @@ def test_stock_decoder_without_cache_or_mask():
         with torch.no_grad():
             want = model(ids)
         torch.testing.assert_close(npu(ids, check_hazards=t == 7), want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_patch_embedding_with_a_dynamic_width():
+    """A vision patch embedding (Conv2d, stride = kernel) on a dynamic width: torch-mlir's
+    linalg.conv_2d_nchw_fchw as a patch view, a transpose and one novella.linear (the matrix unit)."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 8, 4, stride=4).eval()
+    model = Fn(lambda x: conv(x).flatten(2).transpose(1, 2)).eval()
+    npu = compile_torch(model, torch.randn(1, 3, 8, 16), dynamic_dim=3, min_len=4, max_len=40, cache=False)
+    assert "novella.linear" in npu.ir("novella")
+    for w in (4, 7, 17, 40):  # a partial patch column is dropped, as torch does
+        x = torch.randn(1, 3, 8, w)
+        with torch.no_grad():
+            want = model(x)
+        torch.testing.assert_close(npu(x), want, rtol=1e-5, atol=1e-5)

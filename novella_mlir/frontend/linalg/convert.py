@@ -223,6 +223,11 @@ class Converter:
 
         return pad(self, op)
 
+    def _linalg_conv_2d_nchw_fchw(self, op):
+        from .movement import conv_2d_nchw_fchw
+
+        return conv_2d_nchw_fchw(self, op)
+
     def _linalg_matmul(self, op):
         lhs, rhs = (self.tensor(v) for v in op.operands[:2])
         return self._accumulate(self.emit(MatmulOp, lhs=lhs, rhs=rhs), op.operands[2], "sum")
