@@ -99,7 +99,7 @@ def part1(width, lengths, target):
 
 
 PART2 = {
-    "add.Tensor": (lambda x: x + x.flip(-1), ["torch.aten.add.Tensor"]),
+    "add.Tensor": (lambda x: x + x.sin(), ["torch.aten.add.Tensor"]),
     "mul.Scalar": (lambda x: x * 0.5, ["torch.aten.mul.Scalar"]),
     "maximum": (lambda x: torch.maximum(x, -x), ["torch.aten.maximum"]),
     "where": (lambda x: torch.where(x > 0, x, x * 0.1), ["torch.aten.where.self", "torch.aten.gt.Scalar"]),
