@@ -407,3 +407,11 @@ BY_NAME[nv.ScanOp.OPERATION_NAME] = OPS[nv.ScanOp]
 from .frontend.lowering import advanced_index  # noqa: E402
 
 OPS[nv.GatherRowsOp].lowers["torch.aten.index.Tensor"] = advanced_index.index_tensor
+
+# ------------------------------------------------------------------ the generic path: any op the table lacks goes
+# through torch-mlir's linalg lowering (frontend/linalg/); no torch op names novella.generic itself
+from .kernels import generic as k_generic  # noqa: E402
+
+OPS[nv.GenericOp] = OpDef(shapes.generic, k_generic.Generic(), _LIT + "kernels/generic.mlir")
+BY_NAME[nv.GenericOp.OPERATION_NAME] = OPS[nv.GenericOp]
+LEGALIZE_PATTERNS += ((nv.GenericOp, k_generic.fuse_producer),)

@@ -889,3 +889,52 @@ class ScanOp(Novella.Operation, name="scan"):
         if not 0 <= d < x.rank:
             return _fail(op, f"dim {d} is out of range for {x}")
         return _SameShapeUnary.verify_invariants(op)
+
+
+# ------------------------------------------------------------------ the generic path (frontend/linalg/)
+
+
+GENERIC_INPUTS = 6
+
+
+class GenericOp(Novella.Operation, name="generic", traits=[ir.NoTerminatorTrait]):
+    """An elementwise op of any body: a `linalg.generic` (parallel iterators) from torch-mlir's own lowering.
+
+    The region's one block takes one scalar per input (f32, or i1 for a mask) and ends in `novella.yield`;
+    its `arith`/`math` ops are one VEC each per tile. Up to GENERIC_INPUTS inputs. `indexing_maps` give, per input, the result dims it
+    reads (a constant 0 where it broadcasts); the kernel turns them into DMA strides. `demoted = "f64"`
+    says the body was f64 in torch-mlir's lowering (e.g. a mean's divisor) and runs in f32."""
+
+    x0: ext.Operand[Tensor]
+    indexing_maps: ir.ArrayAttr
+    result: ext.Result[Tensor]
+    body: ext.Region
+    x1: ext.Operand[Tensor] | None = None  # optional operands: an IRDL variadic binds one type for all
+    x2: ext.Operand[Tensor] | None = None
+    x3: ext.Operand[Tensor] | None = None
+    x4: ext.Operand[Tensor] | None = None
+    x5: ext.Operand[Tensor] | None = None
+
+    @staticmethod
+    def verify_invariants(op) -> bool:
+        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        y = op.results[0].type
+        if len(maps) != len(op.operands) or not _f32(y, *(v.type for v in op.operands)):
+            return _fail(op, f"needs one indexing map per f32 input, got {len(maps)} for {len(op.operands)}")
+        for v, m in zip(op.operands, maps):
+            reads = [str(e) in (f"d{i}", "0") for i, e in enumerate(m.results)]
+            if m.n_dims != y.rank or len(m.results) != v.type.rank or not all(reads):
+                return _fail(op, f"map {m} does not read {v.type} over the loops of {y} (d<i> or 0 in place i)")
+        block = op.regions[0].blocks[0]
+        if (
+            len(block.arguments) != len(op.operands)
+            or block.operations[len(block.operations) - 1].name != "novella.yield"
+        ):
+            return _fail(op, "needs a body with one argument per input, ending in novella.yield")
+        return True
+
+
+class YieldOp(Novella.Operation, name="yield"):
+    """The value a `novella.generic` body computes."""
+
+    value: ext.Operand[Any]

@@ -208,3 +208,19 @@ def flash_attention(shapes, attrs, rt):
         if sy.as_int(m[-2]) != 1 and not _same(m[-2], shapes[0][-2]):
             raise ShapeError(f"flash_attention mask rows {m[-2]} are neither 1 nor the query length")
     return out
+
+
+def generic(shapes, attrs, rt):
+    """`novella.generic`: the result's encoded shape, or the inputs' broadcast (a static result dim where
+    every input broadcasts); every input broadcasts to it."""
+    exprs = sy.shape_of(rt)
+    if exprs is None:
+        exprs = shapes[0]
+        for s in shapes[1:]:
+            exprs = broadcast(exprs, s)
+        static = list(ir.RankedTensorType(rt).shape)
+        exprs = [sy.const(d) if d != ir.ShapedType.get_dynamic_size() else e for d, e in zip(static, exprs)]
+    for s in shapes:
+        if len(s) != len(exprs) or not sy.equal_shapes(broadcast(s, exprs), exprs):
+            raise ShapeError(f"{[str(e) for e in s]} does not broadcast to {[str(e) for e in exprs]}")
+    return exprs

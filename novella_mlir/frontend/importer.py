@@ -7,6 +7,8 @@ image can be laid out by `--novella-allocate`.
 
 from __future__ import annotations
 
+import functools
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -74,9 +76,35 @@ def decomposition_table(graph_targets) -> dict:
 
     aten = torch.ops.aten
     wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
-    if not any(getattr(t, "overloadpacket", None) in wanted and t in table for t in graph_targets):
+    unknown = _generic_decompositions()
+    if not any(t in unknown for t in graph_targets) and not any(
+        getattr(t, "overloadpacket", None) in wanted and t in table for t in graph_targets
+    ):
         return {}
-    return {t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}
+    return {**{t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}, **unknown}
+
+
+@functools.cache
+def _generic_decompositions() -> dict:
+    """torch-mlir's own FX decompositions (those `fx.export_and_import` runs) of the aten ops the op table
+    has no lowering for: they run first, and what they leave unlowered takes the generic path
+    (frontend/linalg/). Its C++ `torch-decompose-complex-ops` gets some wrong (softshrink: x - l for x < -l)."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    from .lowering import lowerings
+
+    known = lowerings()
+    return {t: fn for t, fn in get_decomposition_table().items() if _mlir_name(t) not in known}
+
+
+def _mlir_name(target) -> str:
+    """`torch.aten.<name>[.<overload>]`, the torch-mlir op name of an aten OpOverload."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return ""
+    overload = getattr(target, "_overloadname", "default")
+    name = schema.name.replace("::", ".")
+    return f"torch.{name}" + ("" if overload == "default" else f".{overload}")
 
 
 def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int):
@@ -121,6 +149,32 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
     exporting.strip_asserts(prog, recompile=False)  # the importer reads the graph, not its code
     targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
     table = globals()["decomposition_table"](targets) if decomposition_table is None else decomposition_table
+    try:
+        return _import(ctx, prog, targets, table, names, t0)
+    except NotImplementedError as e:  # the FX importer on what a decomposition made (e.g. a sym_float)
+        generic = _generic_decompositions()
+        if not any(t in generic for t in table):
+            raise _importer_error(e) from None
+    try:
+        return _import(ctx, prog, targets, {t: fn for t, fn in table.items() if t not in generic}, names, t0)
+    except NotImplementedError as e:
+        raise _importer_error(e) from None
+
+
+def _importer_error(e: NotImplementedError) -> NovellaError:
+    """The FX importer's 'Unimplemented call_function' as the node it cannot import and the user's line."""
+    text = str(e)
+    target = re.search(r"target=(<[^>]*>|\S+?),", text)
+    where = re.search(r'File "([^"]+)", line (\d+)', text)
+    line = f"{where.group(1)}:{where.group(2)}: " if where else ""
+    what = target.group(1) if target else text.splitlines()[0][:120]
+    return NovellaError(
+        f"{line}torch-mlir's FX importer cannot import the graph node {what} (a decomposition of the op on this "
+        "line computes with a size as a float); rewrite the op so the length stays an integer size, or report it"
+    )
+
+
+def _import(ctx, prog, targets, table, names, t0) -> Imported:
     if table or any(_mutates(t) for t in targets):
         prog.graph_module.recompile()  # run_decompositions retraces the code
         with explain.quiet(), symbolic_kernels():

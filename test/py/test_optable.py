@@ -15,7 +15,17 @@ from novella_mlir.errors import UnsupportedOpError
 
 ROOT = Path(__file__).resolve().parents[2]
 # Ops that are not tensor ops: constants and the tile/instruction levels below macro-gen.
-STRUCTURAL = {nv.WeightOp, nv.MacroOp, nv.DmaLoadOp, nv.DmaGatherOp, nv.DmaStoreOp, nv.MmaOp, nv.VopOp, nv.InstOp}
+STRUCTURAL = {
+    nv.WeightOp,
+    nv.YieldOp,
+    nv.MacroOp,
+    nv.DmaLoadOp,
+    nv.DmaGatherOp,
+    nv.DmaStoreOp,
+    nv.MmaOp,
+    nv.VopOp,
+    nv.InstOp,
+}
 
 
 def dialect_ops() -> list[type]:

@@ -21,7 +21,7 @@ from torch_mlir.dialects import func
 from ... import symbolic as sy
 from ...dialects import shapes
 from ...dialects.novella import WeightOp
-from ...errors import NovellaError, UnsupportedDtypeError, UnsupportedOpError
+from ...errors import NovellaError, UnsupportedDtypeError
 from .. import dtypes
 
 
@@ -214,18 +214,29 @@ def _convert_block(block, values, symbols, weights, table):
             for r, v in zip(op.results, values[op.operands[0]]):
                 values[r] = v
             continue
-        fn = table.get(name)
-        if fn is None:
-            raise UnsupportedOpError(
-                f"{source_location(op.location)}: unsupported op '{name}': the novella frontend has no "
-                f"lowering for it. Rewrite the model to avoid it, or add a lowering for '{name}' to the "
-                "entry of the novella op it produces in novella_mlir/optable.py."
-            )
         _check_f32(op, name)
-        result = fn(LoweringContext(op, values, symbols, weights))
+        result = _lower(table.get(name), LoweringContext(op, values, symbols, weights))
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
             values[r] = v
     raise NovellaError("torch function has no return")
+
+
+def _lower(fn, cx):
+    """The op's lowering from the table; the generic path (torch-mlir's lowering to linalg, then novella)
+    for an op the table lacks, or one whose lowering refuses the case (its error stands if both refuse)."""
+    from ..linalg import lower as generic
+
+    if fn is None:
+        return generic(cx)
+    try:
+        return fn(cx)
+    except UnsupportedDtypeError:
+        raise
+    except NovellaError as e:
+        try:
+            return generic(cx)
+        except NovellaError:
+            raise e from None
 
 
 _NOT_F32 = {"f64": "float64", "f16": "float16", "bf16": "bfloat16"}

@@ -204,3 +204,18 @@ func.func @scan_bad_dim(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %0 = "novella.scan"(%x) {dim = 2 : i64, fn = "sum"} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// -----
+
+// A map that permutes is not an access pattern the kernel has (the frontend transposes first).
+#perm = affine_map<(d0, d1) -> (d1, d0)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @permuted(%x: tensor<64x?xf32, affine_map<()[s0] -> (64, s0)>>) -> tensor<?x64xf32> {
+    // expected-error @+1 {{'novella.generic' op map (d0, d1) -> (d1, d0) does not read}}
+    %0 = "novella.generic"(%x) ({
+    ^bb0(%a: f32):
+      "novella.yield"(%a) : (f32) -> ()
+    }) {indexing_maps = [#perm], operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0>} : (tensor<64x?xf32, affine_map<()[s0] -> (64, s0)>>) -> tensor<?x64xf32>
+    return %0 : tensor<?x64xf32>
+  }
+}

@@ -1,0 +1,183 @@
+"""The generic path against the VEC roofline and against the hand kernels of the op table.
+
+    .venv/bin/python bench/generic.py [--lengths 1,512] [--width 256]
+
+Part 1: a degree-8 Horner polynomial `((x*a0 + a1)*x + a2)...` on [1, T, width], its 16 mul/add ops
+taken by the generic path (their table lowerings set aside for the run) and fused by --novella-legalize
+into one `novella.generic`: cycles against the VEC roofline elements x body ops / lanes, and the DMA
+roofline (bytes / DRAM bytes per cycle) beside it.
+
+Part 3 (`--opinfo`): torch's OpInfo samples (test/py/opinfo_harness.py: each sample's dims made the length
+in turn, checked against eager at T = 1, 2, 7, 63, 64, 65, 130) of ops the table does not claim, which only
+the generic path can take: passed / failed per op and the first reasons.
+
+Part 2: single torch ops compiled twice in one run, with the table's lowering (hand kernel) and with it
+set aside (the generic path: torch-mlir's decompositions and linalg, then novella.generic/reduce/...):
+simulated cycles side by side and the hand kernel's win (generic / hand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from novella_mlir import compile_torch, optable
+from novella_mlir.machine.target import Target
+from simulator.config import load_config
+
+F = torch.nn.functional
+HORNER_OPS = ("torch.aten.mul.Tensor", "torch.aten.mul.Scalar", "torch.aten.add.Tensor", "torch.aten.add.Scalar")
+COEFFS = (0.5, -0.25, 0.125, 0.75, -0.5, 0.3, 0.2, -0.1, 1.0)
+
+
+@contextlib.contextmanager
+def generic_for(names):
+    """The table's lowerings of `names` set aside: those torch ops take the generic path."""
+    saved = []
+    for d in optable.OPS.values():
+        for n in names:
+            if n in d.lowers:
+                saved.append((d.lowers, n, d.lowers.pop(n)))
+    try:
+        yield
+    finally:
+        for lowers, n, fn in saved:
+            lowers[n] = fn
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def horner(x):
+    y = x * COEFFS[0] + COEFFS[1]
+    for c in COEFFS[2:]:
+        y = y * x + c
+    return y
+
+
+def run(model, width, lengths, generic_names=()):
+    with generic_for(generic_names):
+        t0 = time.perf_counter()
+        npu = compile_torch(model, torch.randn(1, 8, width), min_len=1, max_len=max(lengths), cache=False)
+        secs = time.perf_counter() - t0
+    out = {}
+    for t in lengths:
+        x = torch.randn(1, t, width)
+        err = float((npu(x, check_hazards=False) - model(x)).abs().max())
+        out[t] = (npu.last_run.stats.cycles, err)
+    return npu, secs, out
+
+
+def part1(width, lengths, target):
+    npu, secs, res = run(Fn(horner), width, lengths, HORNER_OPS)
+    text = npu.ir("novella-legalize")
+    n_generic = text.count('"novella.generic"')
+    lines = text.splitlines()
+    body = sum(1 for ln in lines if (" = arith." in ln or " = math." in ln) and " = arith.constant" not in ln)
+    lanes, bw = target.vector_lanes, target.dram_bytes_per_cycle
+    print(f"Horner degree 8 on [1, T, {width}]: {n_generic} novella.generic after legalize, {body} body ops, "
+          f"compile {secs:.1f} s")  # fmt: skip
+    print(f"{'T':>6} {'cycles':>10} {'VEC roof':>10} {'cyc/VEC':>8} {'DMA roof':>10} {'max err':>9}")
+    for t, (cyc, err) in res.items():
+        n = t * width
+        vec = n * body / lanes
+        dma = n * 2 * 4 / bw
+        print(f"{t:>6} {cyc:>10,} {vec:>10,.0f} {cyc / vec:>8.2f} {dma:>10,.0f} {err:>9.1e}")
+
+
+PART2 = {
+    "add.Tensor": (lambda x: x + x.sin(), ["torch.aten.add.Tensor"]),
+    "mul.Scalar": (lambda x: x * 0.5, ["torch.aten.mul.Scalar"]),
+    "maximum": (lambda x: torch.maximum(x, -x), ["torch.aten.maximum"]),
+    "where": (lambda x: torch.where(x > 0, x, x * 0.1), ["torch.aten.where.self", "torch.aten.gt.Scalar"]),
+    "exp": (torch.exp, ["torch.aten.exp"]),
+    "sigmoid": (torch.sigmoid, ["torch.aten.sigmoid"]),
+    "clamp": (lambda x: x.clamp(-0.5, 0.5), ["torch.aten.clamp"]),
+    "relu": (torch.relu, ["torch.aten.relu"]),
+    "gelu": (F.gelu, ["torch.aten.gelu"]),
+    "sum.dim_IntList": (lambda x: x.sum(-1, keepdim=True), ["torch.aten.sum.dim_IntList"]),
+    "amax": (lambda x: x.amax(-1, keepdim=True), ["torch.aten.amax"]),
+    "softmax.int": (lambda x: x.softmax(-1), ["torch.aten.softmax.int", "torch.aten._softmax"]),
+    "layer_norm": (lambda x: F.layer_norm(x, x.shape[-1:]), ["torch.aten.layer_norm", "torch.aten.native_layer_norm"]),
+}
+
+
+def part2(width, lengths):
+    print(f"\nhand kernel vs the generic path, [1, T, {width}] (cycles; win = generic / hand)")
+    head = " ".join(f"{'hand T=' + str(t):>12} {'generic':>10} {'win':>5}" for t in lengths)
+    print(f"{'op':<16} {head}  max err (hand, generic)")
+    for name, (fn, names) in PART2.items():
+        try:
+            _, _, hand = run(Fn(fn), width, lengths)
+            _, _, gen = run(Fn(fn), width, lengths, names)
+        except Exception as e:  # a refusal is a result of the bench
+            print(f"{name:<16} {type(e).__name__}: {str(e)[:120]}")
+            continue
+        cells = " ".join(f"{hand[t][0]:>12,} {gen[t][0]:>10,} {gen[t][0] / hand[t][0]:>5.2f}" for t in lengths)
+        errs = f"{max(e for _, e in hand.values()):.1e}, {max(e for _, e in gen.values()):.1e}"
+        print(f"{name:<16} {cells}  {errs}")
+
+
+OPINFO = (
+    "fmax", "fmin", "logaddexp", "logaddexp2", "xlogy", "hypot", "nn.functional.softshrink",
+    "nn.functional.hardshrink", "nn.functional.tanhshrink", "nn.functional.softsign", "nn.functional.celu",
+    "nn.functional.selu", "nn.functional.logsigmoid", "nn.functional.prelu", "nn.functional.relu6",
+    "nn.functional.threshold", "diff", "repeat_interleave", "nn.functional.group_norm", "nan_to_num",
+    "heaviside", "addcdiv", "nansum", "nn.functional.normalize", "log2", "log10", "exp2", "deg2rad", "rad2deg",
+    "true_divide", "float_power", "nn.functional.mse_loss", "nn.functional.l1_loss", "nn.functional.huber_loss",
+    "var_mean", "std_mean", "nanmean", "special.xlog1py", "special.entr", "sinc", "logit", "positive",
+)  # fmt: skip
+
+
+def part3(limit: int):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test" / "py"))
+    import opinfo_harness as h
+
+    infos = h.op_infos()
+    total = [0, 0]
+    print(f"\nOpInfo samples (first {limit} eligible per op, every dim of size >= 2) of ops the table does not claim")
+    for name in OPINFO:
+        if name not in infos:
+            continue
+        t = h.run_op(infos[name], limit)
+        total[0] += t.passed
+        total[1] += t.failed
+        why = "; ".join(f"{r} ({n})" for r, n in t.reasons.most_common(2))
+        print(f"{name:<28} pass {t.passed:>3} fail {t.failed:>3} skip {t.skipped:>3}  {why[:150]}")
+    print(f"total: {total[0]} passed, {total[1]} failed")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", default="1,512")
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--part", type=int, default=0, help="1, 2 or 3 (0: 1 and 2)")
+    ap.add_argument("--opinfo-limit", type=int, default=1)
+    a = ap.parse_args()
+    lengths = [int(t) for t in a.lengths.split(",")]
+    target = Target.from_config(load_config())
+    if a.part in (0, 1):
+        part1(a.width, lengths, target)
+    if a.part in (0, 2):
+        part2(a.width, lengths)
+    if a.part == 3:
+        logging.disable(logging.WARNING)
+        warnings.filterwarnings("ignore")
+        part3(a.opinfo_limit)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""`tensor.extract_slice` -> one `novella.slice` per sliced dim (then a reshape when rank-reducing)."""
+
+from __future__ import annotations
+
+import numpy as np
+from torch_mlir import ir
+
+from ... import symbolic as sy
+from ...dialects.novella import BroadcastOp, ConcatOp, SliceOp
+from ..lowering.shape_ops import affine
+
+_DYN = -(2**63)
+
+
+def _mixed(cv, op, name: str, dynamic) -> list:
+    out, it = [], iter(dynamic)
+    for v in ir.DenseI64ArrayAttr(op.attributes[name]):
+        out.append(sy.const(v) if v != _DYN else affine(cv.env[next(it)]))
+    return out
+
+
+def _slice(cv, x, d: int, off, size):
+    """`novella.slice` of dim `d` from `off` (a constant, or the dim's size minus one: from the end)."""
+    full = cv.cx.shape(x)[d]
+    start = sy.as_int(off)
+    if start is None:
+        back = sy.as_int(sy.canon(full - off))
+        if back is None or back <= 0:
+            raise cv.refuse(f"its tensor.extract_slice starts at {off}, neither constant nor from the end")
+        start = -back
+    out = list(cv.cx.shape(x))
+    out[d] = size
+    i64 = ir.IntegerType.get_signless(64)
+    return cv.emit(SliceOp, out, input=x, dim=ir.IntegerAttr.get(i64, d), start=ir.IntegerAttr.get(i64, start))
+
+
+def _strided(cv, x, d: int, off, size, step):
+    """Every `step`-th element of a static dim: the dim viewed as [D / step, step] (a DRAM alias), its
+    rows from off // step and its column off % step, so a step slice is data movement by the DMA."""
+    shape = list(cv.cx.shape(x))
+    full, start, n = sy.as_int(shape[d]), sy.as_int(off), sy.as_int(size)
+    if step is None or full is None or start is None or n is None or full % step:
+        raise cv.refuse(
+            f"its tensor.extract_slice steps by {step} over dim {d} of size {shape[d]} (a step slice needs a "
+            "static dim the step divides)"
+        )
+    x = cv.reshape(x, shape[:d] + [sy.const(full // step), sy.const(step)] + shape[d + 1 :])
+    if n != full // step:
+        x = _slice(cv, x, d, sy.const(start // step), sy.const(n))
+    x = _slice(cv, x, d + 1, sy.const(start % step), sy.const(1))
+    return cv.reshape(x, shape[:d] + [sy.const(n)] + shape[d + 1 :])
+
+
+def extract_slice(cv, op):
+    sizes_seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    rest = list(op.operands[1:])
+    n_off, n_size = sizes_seg[1], sizes_seg[2]
+    offsets = _mixed(cv, op, "static_offsets", rest[:n_off])
+    sizes = _mixed(cv, op, "static_sizes", rest[n_off : n_off + n_size])
+    strides = _mixed(cv, op, "static_strides", rest[n_off + n_size :])
+    x = cv.tensor(op.operands[0])
+    for d, (off, size, step) in enumerate(zip(offsets, sizes, strides)):
+        full = cv.cx.shape(x)[d]
+        if sy.as_int(step) == 1:
+            x = _slice(cv, x, d, off, size) if not sy.equal(size, full) else x
+        else:
+            x = _strided(cv, x, d, off, size, sy.as_int(step))
+    rtype = ir.RankedTensorType(op.results[0].type)
+    if rtype.rank != len(sizes):  # rank-reducing: the dropped dims are 1, the `?` ones keep their order
+        it = iter([s for s in sizes if sy.as_int(s) is None])
+        x = cv.reshape(x, [sy.const(d) if d != ir.ShapedType.get_dynamic_size() else next(it) for d in rtype.shape])
+    return x
+
+
+def pad(cv, op):
+    """`tensor.pad` by a constant: per padded dim, blocks of the value (a broadcast 0-d constant, any
+    dims symbolic) concatenated before and after."""
+    block = op.regions[0].blocks[0]
+    value = cv.env.get(list(block.operations)[-1].operands[0])
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise cv.refuse("its tensor.pad pads with a value computed per position")
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    rest = list(op.operands[1:])
+    low = _mixed(cv, op, "static_low", rest[: seg[1]])
+    high = _mixed(cv, op, "static_high", rest[seg[1] :])
+    x = cv.tensor(op.operands[0])
+    i64 = ir.IntegerType.get_signless(64)
+    for d, (lo, hi) in enumerate(zip(low, high)):
+        for n, first in ((lo, True), (hi, False)):
+            if sy.as_int(n) == 0:
+                continue
+            shape = list(cv.cx.shape(x))
+            shape[d] = n
+            fill = cv.emit(BroadcastOp, shape, input=cv.cx.scalar(float(value)))
+            lhs, rhs = (fill, x) if first else (x, fill)
+            x = cv.emit(ConcatOp, lhs=lhs, rhs=rhs, dim=ir.IntegerAttr.get(i64, d))
+    return x
+
+
+def conv_2d_nchw_fchw(cv, op):
+    """A conv whose stride is its kernel (a patch embedding): the patches as a view and a transpose, one
+    `novella.linear` over them (the matrix unit), the channels moved back; then the init (the bias) added."""
+    from ...dialects.novella import LinearOp
+
+    strides = [int(v) for v in np.array(ir.DenseElementsAttr(op.attributes["strides"]))]
+    dilations = [int(v) for v in np.array(ir.DenseElementsAttr(op.attributes["dilations"]))]
+    x, w = cv.tensor(op.operands[0]), cv.tensor(op.operands[1])
+    n, c, _, _ = cv.cx.shape(x)
+    f, _, kh, kw = (sy.as_int(e) for e in cv.cx.shape(w))
+    if strides != [kh, kw] or dilations != [1, 1]:
+        raise cv.refuse(f"its linalg conv has strides {strides} and dilations {dilations} for a {kh}x{kw} kernel "
+                        "(the generic path takes a patch embedding: stride = kernel)")  # fmt: skip
+    ho, wo = cv.shape(op.operands[2])[2:]
+    x = _slice(cv, x, 2, sy.const(0), ho * kh) if not sy.equal(ho * kh, cv.cx.shape(x)[2]) else x
+    x = _slice(cv, x, 3, sy.const(0), wo * kw) if not sy.equal(wo * kw, cv.cx.shape(x)[3]) else x
+    x = cv.reshape(x, [n, c, ho, sy.const(kh), wo, sy.const(kw)])
+    x = cv.transpose(x, [0, 2, 4, 1, 3, 5])
+    x = cv.reshape(x, [n, ho, wo, c * kh * kw])
+    w = cv.reshape(w, [sy.const(f), c * kh * kw])
+    zero = cv.cx.add_weight("conv_bias", np.zeros(f))
+    y = cv.emit(LinearOp, input=x, weight=w, bias=zero, act=ir.StringAttr.get("none"))
+    y = cv.transpose(y, [0, 3, 1, 2])
+    return cv._accumulate(y, op.operands[2], "sum")

@@ -1,0 +1,397 @@
+"""`novella.generic`: any elementwise body, one VEC per body op, over the pointwise kernel's tiles.
+
+The result is tiled as `pointwise.Geometry` does ([*batch, R, C], row and column tiles, partial at the
+end); each input is loaded at the strides its indexing map gives (a broadcast dim has stride 0, a
+broadcast row is repeated by the DMA, a broadcast column is read in COL mode). The body's ops run in
+order on SRAM buffers: an operand that is a constant is the VEC immediate (SCALAR mode), a value is
+freed after its last use, the yielded value is computed into the output buffer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from . import BufferPlan, Tiling
+from .pointwise import COL_TILE, MAX_STATIC_COLS, Geometry, Tile
+
+BINARY = {
+    "arith.addf": "ADD", "arith.subf": "SUB", "arith.mulf": "MUL", "arith.divf": "DIV",
+    "arith.maximumf": "MAX", "arith.maxnumf": "MAX", "arith.minimumf": "MIN", "arith.minnumf": "MIN",
+    "arith.andi": "MUL", "arith.ori": "MAX", "arith.xori": "NE",
+}  # fmt: skip
+UNARY = {
+    "math.exp": "EXP", "math.log": "LOG", "math.tanh": "TANH", "math.rsqrt": "RSQRT", "math.sin": "SIN",
+    "math.cos": "COS", "math.erf": "ERF", "math.absf": "ABS", "math.expm1": "EXPM1", "math.log1p": "LOG1P",
+}  # fmt: skip
+# arith.cmpf predicates: oeq ogt oge olt ole une (the VEC compares are ordered, NE is true on NaN); an
+# unordered one is the complement of an ordered one (ugt = not ole), uno is x != x (NaN), ord its complement
+CMPF = {1: "EQ", 2: "GT", 3: "GE", 4: "LT", 5: "LE", 13: "NE"}
+NOT_CMPF = {9: 5, 10: 4, 11: 3, 12: 2, 7: 14}
+UNO = 14
+_SWAPPED = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE", "ADD": "ADD", "MUL": "MUL",
+            "MAX": "MAX", "MIN": "MIN"}  # fmt: skip
+_NUMPY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide, "MAX": np.maximum,
+          "MIN": np.minimum, "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal,
+          "EQ": np.equal, "NE": np.not_equal, "EXP": np.exp, "LOG": np.log, "TANH": np.tanh, "SIN": np.sin,
+          "COS": np.cos, "ABS": np.abs, "EXPM1": np.expm1, "LOG1P": np.log1p}  # fmt: skip
+# base-2/10 logs and exp2 as the natural ones and a scale: (fn, scale of the input, scale of the result)
+SCALED = {"math.log2": ("LOG", 1.0, 1 / math.log(2)), "math.log10": ("LOG", 1.0, 1 / math.log(10)),
+          "math.exp2": ("EXP", math.log(2), 1.0)}  # fmt: skip
+ALIASES = ("arith.uitofp",)
+OTHER = ("arith.select", "arith.negf", "math.sqrt", "math.powf", "arith.constant", "arith.cmpf", "novella.yield")
+
+
+def supported(op) -> str | None:
+    """Why the vector unit cannot run body op `op`, or None."""
+    name = op.operation.name
+    pred = ir.IntegerAttr(op.attributes["predicate"]).value if name == "arith.cmpf" else None
+    if pred is not None and pred not in CMPF and pred not in NOT_CMPF and pred != UNO:
+        return f"'{name}' with the predicate {pred} (one, ueq, true or false)"
+    if name in BINARY or name in UNARY or name in SCALED or name in ALIASES or name in OTHER:
+        return None
+    return f"'{name}'"
+
+
+@dataclass
+class Program:
+    """The VECs of one tile: (fn, dst, a, b, imm) with a/b buffer names, `b` may be ("col", name)."""
+
+    steps: list = field(default_factory=list)
+    temps: int = 0
+
+
+class Planner:
+    """Plans the body on named buffers: inputs `in<k>`, temps `t<i>`, the result `out`."""
+
+    def __init__(self, body, col_inputs: set):
+        self.ops = [o for o in body.operations]
+        self.args = list(body.arguments)
+        self.col = col_inputs
+        self.val: dict = {}
+        self.prog = Program()
+        self.free: list = []
+        self.uses: dict = {}
+        for i, o in enumerate(self.ops):
+            for v in o.operands:
+                self.uses[v] = i
+        self.out = self.ops[-1].operands[0]
+
+    def run(self) -> Program:
+        for k, a in enumerate(self.args):
+            self.val[a] = f"in{k}"
+        for i, o in enumerate(self.ops[:-1]):
+            self.op(o)
+            for v in o.operands:
+                if self.uses.get(v) == i:
+                    self._release(v)
+        self._finish()
+        return self.prog
+
+    def get(self, v):
+        """The buffer or constant of `v`; a constant defined above the body (a rewriter hoists them) too."""
+        if v not in self.val:
+            self.op(v.owner)
+        return self.val[v]
+
+    def temp(self) -> str:
+        if self.free:
+            return self.free.pop()
+        self.prog.temps += 1
+        return f"t{self.prog.temps - 1}"
+
+    def _release(self, v) -> None:
+        if v == self.out:
+            return
+        b = self.val.pop(v, None)
+        if isinstance(b, str) and b.startswith("t") and b not in self.val.values():
+            self.free.append(b)
+
+    def vec(self, fn, dst, a=None, b=None, imm=0.0) -> None:
+        self.prog.steps.append((fn, dst, a, b, imm))
+
+    def full(self, v) -> str | float:
+        """The buffer (or constant) of `v`, a broadcast column spread over a full tile first."""
+        x = self.get(v)
+        if isinstance(x, str) and x.startswith("in") and int(x[2:]) in self.col:
+            t = self.temp()
+            self.vec("FILL", t, imm=0.0)
+            self.vec("ADD", t, t, ("col", x))
+            self.val[v] = t
+            return t
+        return x
+
+    def operand_b(self, v):
+        x = self.get(v)
+        if isinstance(x, str) and x.startswith("in") and int(x[2:]) in self.col:
+            return ("col", x)
+        return x
+
+    def dst(self, r) -> str:
+        return "out" if r == self.out else self.temp()
+
+    def op(self, o) -> None:
+        name = o.operation.name
+        r = o.results[0]
+        if name == "arith.constant":
+            self.val[r] = float(ir.FloatAttr(o.attributes["value"]).value)
+        elif name in ALIASES:
+            self.val[r] = self.get(o.operands[0])
+            if r == self.out:
+                self.out = o.operands[0]
+        elif name == "arith.cmpf":
+            self.compare(ir.IntegerAttr(o.attributes["predicate"]).value, r, *o.operands)
+        elif name in BINARY:
+            self.binary(BINARY[name], r, *o.operands)
+        elif name in UNARY or name == "arith.negf":
+            self.unary(UNARY.get(name, "NEG"), r, o.operands[0])
+        elif name == "math.sqrt":
+            self.unary("SQRT", r, o.operands[0])
+        elif name in SCALED:
+            self.scaled(r, o.operands[0], *SCALED[name])
+        elif name == "math.powf":
+            self.pow(r, *o.operands)
+        elif name == "arith.select":
+            self.select(r, *o.operands)
+
+    def binary(self, fn, r, a, b) -> None:
+        x, y = self.get(a), self.get(b)
+        if isinstance(x, float) and isinstance(y, float):
+            self.val[r] = float(np.float32(_NUMPY[fn](np.float32(x), np.float32(y))))
+            return
+        if isinstance(x, float) and fn in _SWAPPED:
+            fn, a, b, x, y = _SWAPPED[fn], b, a, y, x
+        d = self.dst(r)
+        if isinstance(y, float):
+            self.vec(fn, d, self.full(a), None, y)
+        elif isinstance(x, float):  # c - y, c / y
+            if fn == "SUB":
+                self.vec("MUL", d, self.full(b), None, -1.0)
+                self.vec("ADD", d, d, None, x)
+            else:
+                self.vec("FILL", d, imm=x)
+                self.vec(fn, d, d, self.operand_b(b))
+        else:
+            self.vec(fn, d, self.full(a), self.operand_b(b))
+        self.val[r] = d
+
+    def compare(self, pred: int, r, a, b) -> None:
+        if pred in CMPF:
+            self.binary(CMPF[pred], r, a, b)
+            return
+        if pred == UNO:  # NaN in a or b: a != a, b != b
+            self.binary("NE", r, a, a)
+            if b != a and not isinstance(self.get(b), float):
+                d = self.get(r)
+                t = self.temp()
+                self.vec("NE", t, self.full(b), self.operand_b(b))
+                self.vec("MAX", d, d, t)
+                self.free.append(t)
+            return
+        self.compare(NOT_CMPF[pred], r, a, b)
+        d = self.get(r)
+        if isinstance(d, float):
+            self.val[r] = 1.0 - d
+            return
+        self.vec("MUL", d, d, None, -1.0)
+        self.vec("ADD", d, d, None, 1.0)
+
+    def unary(self, fn, r, a) -> None:
+        x = self.get(a)
+        if isinstance(x, float):
+            f = np.float32(x)
+            folded = {"NEG": -f, "SQRT": np.sqrt(f), "RSQRT": 1 / np.sqrt(f), "ERF": math.erf(f)}.get(fn)
+            self.val[r] = float(np.float32(folded if folded is not None else _NUMPY[fn](f)))
+            return
+        d = self.dst(r)
+        src = self.full(a)
+        if fn == "NEG":
+            self.vec("MUL", d, src, None, -1.0)
+        elif fn == "SQRT":  # 1 / rsqrt(x): exact at 0 and inf, unlike x * rsqrt(x)
+            t = self.temp()
+            self.vec("RSQRT", d, src)
+            self.vec("FILL", t, imm=1.0)
+            self.vec("DIV", d, t, d)
+            self.free.append(t)
+        else:
+            self.vec(fn, d, src)
+        self.val[r] = d
+
+    def scaled(self, r, a, fn: str, pre: float, post: float) -> None:
+        x = self.get(a)
+        if isinstance(x, float):
+            self.val[r] = float(np.float32(_NUMPY[fn](np.float32(x) * np.float32(pre)) * np.float32(post)))
+            return
+        d, src = self.dst(r), self.full(a)
+        if pre != 1.0:
+            self.vec("MUL", d, src, None, pre)
+            src = d
+        self.vec(fn, d, src)
+        if post != 1.0:
+            self.vec("MUL", d, d, None, post)
+        self.val[r] = d
+
+    def pow(self, r, a, b) -> None:
+        e = self.get(b)
+        if isinstance(e, float) and e in (1.0, 2.0, 3.0, 4.0):
+            d, src = self.dst(r), self.full(a)
+            self.vec("MUL", d, src, src) if e > 1 else self.vec("COPY", d, src)
+            for _ in range(int(e) - 2):
+                self.vec("MUL", d, d, src)
+            self.val[r] = d
+            return
+        if e == 0.5:
+            self.unary("SQRT", r, a)
+            return
+        base = self.get(a)
+        d, t = self.dst(r), self.temp()  # exp(b * log(a)): NaN for a < 0, as torch for a non-integer b
+        if isinstance(base, float):  # c ** b = exp(b * ln c)
+            self.vec("MUL", t, self.full(b), None, float(np.log(np.float32(base))))
+            self.vec("EXP", d, t)
+            self.free.append(t)
+            self.val[r] = d
+            return
+        self.vec("LOG", t, self.full(a))
+        self.vec("MUL", t, t, None if isinstance(e, float) else self.operand_b(b), e if isinstance(e, float) else 0.0)
+        self.vec("EXP", d, t)
+        self.free.append(t)
+        self.val[r] = d
+
+    def select(self, r, c, x, y) -> None:
+        vc, vx, vy = (self.get(v) for v in (c, x, y))
+        if isinstance(vc, float):
+            self.val[r] = vx if vc else vy
+            return
+        d = self.dst(r)
+        if isinstance(vy, float):
+            self.vec("FILL", d, imm=vy)
+        else:
+            self.vec("COPY", d, self.full(y))
+        if isinstance(vx, float):
+            t = self.temp()
+            self.vec("FILL", t, imm=vx)
+            self.vec("SEL", d, self.full(c), t)
+            self.free.append(t)
+        else:
+            self.vec("SEL", d, self.full(c), self.operand_b(x))
+        self.val[r] = d
+
+    def _finish(self) -> None:
+        x = self.get(self.out)
+        if x == "out":
+            return
+        if isinstance(x, float):
+            self.vec("FILL", "out", imm=x)
+        else:
+            self.vec("COPY", "out", self.full(self.out))
+
+
+class Generic:
+    """The kernel of `novella.generic`: see the module docstring. Buffers p0.. hold the inputs, then the
+    body's temporaries, the last one the result."""
+
+    def _plan(self, op, g: Geometry) -> Program:
+        col = {k for k, o in enumerate(g.ops) if not o.col_full}
+        return Planner(op.regions[0].blocks[0], col).run()
+
+    def tile(self, op, tv, target, options):
+        g = Geometry(tv, list(range(len(op.operands))))
+        prog = self._plan(op, g)
+        n = len(g.ops)
+        c = sy.as_int(g.c)
+        tc = c if c is not None and c <= MAX_STATIC_COLS else COL_TILE
+        r = sy.as_int(g.r)
+        for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(4):
+            tm = min(tm, r) if r is not None else tm
+            plan = BufferPlan(target)
+            for i in range(n + prog.temps + 1):  # the inputs and the result stream (two slots), temps do not
+                plan.add(f"p{i}", "spad", tm * tc, stream=i < n or i == n + prog.temps)
+            if plan.fits() or tm == 1:
+                return Tiling({"tm": tm, "tc": tc}, g.grid(tm, tc), plan.check())
+        raise AssertionError("unreachable")
+
+    def macro(self, op, tv, t, b):
+        g = Geometry(tv, list(range(len(op.operands))))
+        tl = Tile(g, t, b)
+        prog = self._plan(op, g)
+        n = len(g.ops)
+        names = {f"in{k}": f"p{k}" for k in range(n)}
+        names.update({f"t{i}": f"p{n + i}" for i in range(prog.temps)})
+        names["out"] = f"p{n + prog.temps}"
+        for k, o in enumerate(g.ops):
+            tl.load(f"p{k}", o)
+        for fn, dst, a, bb, imm in prog.steps:
+            f = tl.geo()
+            if isinstance(bb, tuple):
+                f.update(b=names[bb[1]], mode="COL", b_stride=1)
+            elif bb is not None:
+                f["b"] = names[bb]
+            elif fn == "FILL":
+                f["imm"] = imm
+            elif fn not in UNARY.values() and fn != "COPY":
+                f.update(mode="SCALAR", imm=imm)
+            b.vop(fn, names[dst], names.get(a), **f)
+        tl.store(names["out"])
+
+
+# ------------------------------------------------------------------ fusion (a --novella-legalize pattern)
+
+
+def fuse_producer(op, rewriter):
+    """generic(.., generic_p(..), ..) -> one generic: the producer's body inlined where the consumer reads
+    it, when that is the producer's only use, of the consumer's shape, read through the identity map (so
+    the value never goes to DRAM). Inputs read twice at one map are loaded once; at most GENERIC_INPUTS."""
+    from ..dialects.novella import GENERIC_INPUTS, GenericOp
+
+    maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
+    for k, v in enumerate(op.operands):
+        p = v.owner
+        if not isinstance(p, ir.OpView) or p.operation.name != "novella.generic" or len(list(v.uses)) != 1:
+            continue
+        m = ir.AffineMapAttr(maps[k]).value
+        if p.results[0].type != op.results[0].type or m != ir.AffineMap.get_identity(m.n_dims):
+            continue
+        reads = [(w, m) for j, (w, m) in enumerate(zip(op.operands, maps)) if j != k]
+        reads += list(zip(p.operands, ir.ArrayAttr(p.attributes["indexing_maps"])))
+        slots: list = []
+        for w, m in reads:
+            if not any(w == a and m == b for a, b in slots):
+                slots.append((w, m))
+        if len(slots) > GENERIC_INPUTS:
+            continue
+        with rewriter.ip, op.location:
+            extra = {f"x{i}": w for i, (w, _) in enumerate(slots[1:], 1)}
+            fused = GenericOp(slots[0][0], ir.ArrayAttr.get([m for _, m in slots]), result=op.results[0].type, **extra)
+        block = fused.regions[0].blocks.append(*[ir.F32Type.get()] * len(slots))
+        slot = {i: next(j for j, (a, b) in enumerate(slots) if a == w and b == m) for i, (w, m) in enumerate(reads)}
+        env = {}
+        consumer_args = [a for j, a in enumerate(op.regions[0].blocks[0].arguments) if j != k]
+        for i, a in enumerate([*consumer_args, *p.regions[0].blocks[0].arguments]):
+            env[a] = block.arguments[slot[i]]
+        env[op.regions[0].blocks[0].arguments[k]] = _inline(p.regions[0].blocks[0], block, env, keep_yield=False)
+        _inline(op.regions[0].blocks[0], block, env, keep_yield=True)
+        for name in ("demoted",):
+            if name in p.attributes or name in op.attributes:
+                fused.attributes[name] = (op.attributes if name in op.attributes else p.attributes)[name]
+        rewriter.replace_op(op, [fused.result])
+        rewriter.erase_op(p)
+        return False
+    return True
+
+
+def _inline(src, dst, env: dict, keep_yield: bool):
+    """Clones `src`'s ops into block `dst` with operands renamed by `env`; the yielded value (its clone)."""
+    for o in src.operations:
+        if o.operation.name == "novella.yield" and not keep_yield:
+            return env.get(o.operands[0], o.operands[0])
+        new = o.operation.clone(ip=ir.InsertionPoint(dst))
+        for i, w in enumerate(new.operands):
+            if w in env:
+                new.operands[i] = env[w]
+        for r, nr in zip(o.results, new.results):
+            env[r] = nr
+    return None
