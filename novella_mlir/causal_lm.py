@@ -26,6 +26,7 @@ from torch.export import Dim
 from .errors import CompileError, InputError
 from .pipeline import compile_torch
 from .runtime.kv import BlockTable, Session
+from .sampling import TokenChooser, eos_set, model_generation_configs
 
 
 class _Prefill(torch.nn.Module):
@@ -134,7 +135,9 @@ def compile_causal_lm(
                 "position P of a grown cache with index_copy, slice_scatter or index_put"
             )
     pages = n_pages if n_pages is not None else max_batch * -(-max_len // page_size)
-    return CausalLM(prefill, decode, vocab, max_len, page_size, pages, time.perf_counter() - t0)
+    lm = CausalLM(prefill, decode, vocab, max_len, page_size, pages, time.perf_counter() - t0)
+    lm.hf_config, lm.generation_config = model_generation_configs(model)
+    return lm
 
 
 @dataclass
@@ -173,6 +176,7 @@ class CausalLM:
         self.last_run: GenerateRun | None = None
         self._session: Session | None = None
         self._keep_words = False
+        self.hf_config = self.generation_config = None  # the model's (sampling defaults), when compiled from one
 
     @property
     def nbytes(self) -> int:
@@ -187,13 +191,22 @@ class CausalLM:
         return self._session
 
     def generate(
-        self, prompts, max_new_tokens: int, eos_token_id: int | None = None, check_hazards: bool = True,
-        keep_words: bool = False,
+        self, prompts, max_new_tokens: int, eos_token_id: int | list | None = None, check_hazards: bool = True,
+        keep_words: bool = False, *, do_sample: bool = False, temperature: float | None = None,
+        top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None, **options,
     ):  # fmt: skip
-        """Greedy decoding. A [1, T] LongTensor gives [1, T + N]; a list of 1-D prompts gives a list, the
-        sequences decoded together on one page pool. Stops early at `eos_token_id` only when given.
-        `keep_words`: each Step keeps a copy of the instruction words it ran."""
+        """Greedy decoding, or sampling with `do_sample=True`. A [1, T] LongTensor gives [1, T + N]; a list
+        of 1-D prompts gives a list, the sequences decoded together on one page pool. Stops early at
+        `eos_token_id` (an int or a list) only when given. The next token is chosen on the host by
+        transformers' own generation config and logits processors (`sampling.py`): `temperature`,
+        `top_k`, `top_p`, `repetition_penalty` and the other `GenerationConfig` options in `options`,
+        over the model's `generation_config`; with the same `torch.manual_seed`, the tokens of
+        `hf.generate(do_sample=True)`. `keep_words`: each Step keeps a copy of the instruction words it ran."""
         self._keep_words = keep_words
+        given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "repetition_penalty": repetition_penalty}
+        options.update({k: v for k, v in given.items() if v is not None}, do_sample=do_sample)
+        stop = eos_set(eos_token_id)
+        choose = TokenChooser(self.hf_config, self.generation_config, sorted(stop) or None, options)
         single = isinstance(prompts, torch.Tensor)
         seqs = [self._check_prompt(p, single) for p in ([prompts] if single else list(prompts))]
         if max_new_tokens < 0:
@@ -209,7 +222,7 @@ class CausalLM:
         self.last_run = run
         tables = [BlockTable() for _ in seqs]
         try:
-            self._decode_all(sess, seqs, tables, max_new_tokens, eos_token_id, run)
+            self._decode_all(sess, seqs, tables, max_new_tokens, (stop, choose), run)
         finally:
             for t in tables:
                 sess.pool.release(t)
@@ -231,26 +244,25 @@ class CausalLM:
             raise InputError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab})")
         return ids
 
-    def _decode_all(self, sess, seqs, tables, n_new, eos, run) -> None:
+    def _decode_all(self, sess, seqs, tables, n_new, rule, run) -> None:
+        stop, choose = rule
+        prompt_lens = [len(s) for s in seqs]
         active = []
         for i, (ids, table) in enumerate(zip(seqs, tables)):
             logits = self._prefill(sess, i, ids, table, run)
             run.logits.append([])
             if n_new:
-                self._emit(seqs[i], logits, run.logits[i])
+                run.logits[i].append(logits)
+                seqs[i].append(choose(seqs[i], prompt_lens[i], logits))
                 active.append(i)
         for _ in range(n_new - 1):
-            active = [i for i in active if eos is None or seqs[i][-1] != eos]
+            active = [i for i in active if seqs[i][-1] not in stop]
             for i in active:
                 logits = self._step(sess, i, seqs[i], tables[i], run)
-                self._emit(seqs[i], logits, run.logits[i])
+                run.logits[i].append(logits)
+                seqs[i].append(choose(seqs[i], prompt_lens[i], logits))
         for i in range(len(seqs)):
             run.logits[i] = np.stack(run.logits[i]) if run.logits[i] else np.zeros((0, self.vocab), np.float32)
-
-    @staticmethod
-    def _emit(seq, logits, keep) -> None:
-        keep.append(logits)
-        seq.append(int(np.argmax(logits)))
 
     def _prefill(self, sess, i, ids, table, run):
         sess.pool.reserve(table, len(ids))

@@ -109,6 +109,59 @@ def test_eos_stops_only_when_given(model):
     assert torch.equal(stopped, full[:, : first + 1])
 
 
+SAMPLING = (
+    {"do_sample": True},  # the global defaults: top_k 50
+    {"do_sample": True, "temperature": 0.7, "top_k": 20, "top_p": 0.9, "repetition_penalty": 1.3},
+)
+
+
+@pytest.mark.parametrize("length", [1, 7, 33])
+@pytest.mark.parametrize("opts", SAMPLING, ids=["defaults", "warped"])
+def test_sampling_matches_hf_with_a_seed(model, length, opts):
+    """transformers' own processors on the NPU's logits, one multinomial draw per token: the same seed
+    gives hf.generate(do_sample=True)'s tokens (and not greedy's)."""
+    name, hf, lm = model
+    ids = _prompt(length, seed=20 + length)
+    torch.manual_seed(1234)
+    out = lm.generate(ids, max_new_tokens=NEW, **opts)
+    torch.manual_seed(1234)
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
+                      pad_token_id=0, **opts)  # fmt: skip
+    assert torch.equal(out, ref), f"{name} T={length} {opts}: {out.tolist()} vs {ref.tolist()}"
+    assert not torch.equal(out, lm.generate(ids, max_new_tokens=NEW))
+
+
+def test_greedy_repetition_penalty_matches_hf(model):
+    name, hf, lm = model
+    ids = _prompt(7, seed=30)
+    out = lm.generate(ids, max_new_tokens=NEW, repetition_penalty=5.0)
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
+                      do_sample=False, pad_token_id=0, repetition_penalty=5.0)  # fmt: skip
+    assert torch.equal(out, ref)
+    assert len(set(out[0, 7:].tolist())) == NEW  # a penalty of 5 on random weights: no token twice
+
+
+def test_eos_as_a_list_stops_at_the_first_of_them(model):
+    _, _, lm = model
+    ids = _prompt(5, seed=4)
+    full = lm.generate(ids, max_new_tokens=10)
+    eos = [int(full[0, 9]), int(full[0, 7])]
+    stopped = lm.generate(ids, max_new_tokens=10, eos_token_id=eos)
+    first = next(i for i in range(5, 15) if int(full[0, i]) in eos)
+    assert torch.equal(stopped, full[:, : first + 1])
+
+
+def test_bad_generation_options_are_named(model):
+    _, _, lm = model
+    ids = _prompt(3, seed=1)
+    with pytest.raises(InputError, match="num_beams=2.*not supported"):
+        lm.generate(ids, max_new_tokens=2, num_beams=2)
+    with pytest.raises(InputError, match="unknown generation options.*'toppp'"):
+        lm.generate(ids, max_new_tokens=2, toppp=0.5)
+    with pytest.raises(InputError, match="eos_token_id must be an int or a list of ints"):
+        lm.generate(ids, max_new_tokens=2, eos_token_id="x")
+
+
 def test_bad_input_names_the_limit(model):
     _, _, lm = model
     with pytest.raises(InputError, match=f"more than max_len={MAX_LEN}"):
