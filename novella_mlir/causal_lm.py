@@ -35,7 +35,7 @@ class _Prefill(torch.nn.Module):
         self.lm = lm
 
     def forward(self, input_ids):
-        out = self.lm(input_ids=input_ids, use_cache=True)
+        out = self.lm(input_ids=input_ids, use_cache=True, **{_cache_param(self.lm): _full_cache()})
         return (out.logits, *_cache_tensors(_out_cache(out)))
 
 
@@ -45,14 +45,34 @@ class _Decode(torch.nn.Module):
         self.lm = lm
 
     def forward(self, input_ids, position_ids, *kv):
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.lm.config)
-        for layer in range(len(kv) // 2):
-            cache.update(kv[2 * layer], kv[2 * layer + 1], layer)
+        cache = _full_cache(kv)
         kw = {_cache_param(self.lm): cache}
         out = self.lm(input_ids=input_ids, position_ids=position_ids, use_cache=True, **kw)
         return (out.logits, *_cache_tensors(_out_cache(out)))
+
+
+class _DecodeNoPositions(_Decode):
+    """Decode of a model whose forward takes no `position_ids` (it counts positions from the cache)."""
+
+    def forward(self, input_ids, *kv):
+        out = self.lm(input_ids=input_ids, use_cache=True, **{_cache_param(self.lm): _full_cache(kv)})
+        return (out.logits, *_cache_tensors(_out_cache(out)))
+
+
+def _full_cache(kv=()):
+    """A cache of full (never cropped) layers holding `kv` (k0, v0, k1, v1, ...): a sliding-window layer
+    would crop itself to the window, a length-dependent branch torch.export narrows on. The model's
+    own mask still limits attention to its window; `--novella-kv-cache` finds that window in the graph."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer in range(len(kv) // 2):
+        cache.update(kv[2 * layer], kv[2 * layer + 1], layer)
+    return cache
+
+
+def takes_positions(model) -> bool:
+    return "position_ids" in inspect.signature(model.forward).parameters
 
 
 def _cache_param(model) -> str:
@@ -74,18 +94,19 @@ def check_convention(model) -> tuple[int, list]:
     InputError saying what is missing."""
     name = type(model).__name__
     params = inspect.signature(model.forward).parameters
-    missing = [p for p in ("input_ids", "position_ids", "use_cache") if p not in params]
+    missing = [p for p in ("input_ids", "use_cache") if p not in params]
     if "cache" not in params and "past_key_values" not in params:
         missing.append("cache / past_key_values")
     if missing or not hasattr(model, "config"):
         what = f"forward takes no {', '.join(missing)}" if missing else "it has no .config"
         raise InputError(
             f"{name} does not follow the causal-LM call convention ({what}); compile_causal_lm needs a "
-            "transformers-style model(input_ids=, position_ids=, cache= (or past_key_values=), use_cache=True) "
+            "transformers-style model(input_ids=, cache= (or past_key_values=), use_cache=True, and position_ids= "
+            "if it takes them) "
             "returning .logits and the cache"
         )
     with torch.no_grad():
-        out = model(input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=True)
+        out = model(input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=True, **{_cache_param(model): _full_cache()})
     logits, cache = getattr(out, "logits", None), _out_cache(out)
     if logits is None or cache is None or not hasattr(cache, "layers"):
         raise InputError(f"{name} returned no .logits or no layered cache (a transformers Cache)")
@@ -123,9 +144,13 @@ def compile_causal_lm(
     )  # fmt: skip
     past = Dim("past", min=1, max=max_len - 1)
     kv = tuple(torch.zeros_like(t) for t in example)
+    ids, kv_spec = torch.zeros(1, 1, dtype=torch.long), tuple({2: past} for _ in kv)
+    if takes_positions(model):
+        args, spec, wrap = (ids, torch.full((1, 1), 2, dtype=torch.long), *kv), (None, None, kv_spec), _Decode
+    else:
+        args, spec, wrap = (ids, *kv), (None, kv_spec), _DecodeNoPositions
     decode = compile_torch(
-        _Decode(model), torch.zeros(1, 1, dtype=torch.long), torch.full((1, 1), 2, dtype=torch.long), *kv,
-        dynamic_shapes=(None, None, tuple({2: past} for _ in kv)), config=config, pass_options=options, cache=cache,
+        wrap(model), *args, dynamic_shapes=spec, config=config, pass_options=options, cache=cache
     )  # fmt: skip
     for name, m in (("prefill", prefill), ("decode", decode)):
         if len(m.artifact.kv.get("outputs", [])) != len(example):
@@ -275,7 +300,9 @@ class CausalLM:
     def _step(self, sess, i, seq, table, run):
         past = table.length
         sess.pool.reserve(table, past + 1)
-        inputs = {0: np.array([[seq[-1]]], np.float32), 1: np.array([[past]], np.float32)}
+        inputs = {0: np.array([[seq[-1]]], np.float32)}
+        if 1 not in {arg for arg, _ in self.decode.artifact.kv["inputs"]}:  # input 1: the position, if taken
+            inputs[1] = np.array([[past]], np.float32)
         outs, *res = sess.run("decode", inputs, (past,), table)
         table.length = past + 1
         self._record(run, sess, "decode", i, past, *res)

@@ -262,3 +262,67 @@ def test_the_issue_snippet_as_written():
     assert [len(o) for o in outs] == [33, 39, 65]
     last = lm.last_run.steps[-1]
     assert last.kind == "decode" and last.cycles > 0 and 0 < last.jit_seconds and last.pages_in_use > 0
+
+
+# --------------------------------------------------------------------- attention variants (issue 21)
+
+
+def _variant(name: str):
+    """Families whose cache the pass must find in the graph: multi-query LLaMA (the value's head
+    transpose is a reshape), Mistral with a window smaller than the sequence, BLOOM (ALiBi through
+    `baddbmm` on `[batch*heads, T, d]`, a forward without position_ids)."""
+    common = dict(vocab_size=512, bos_token_id=0, eos_token_id=1)
+    if name == "mqa":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                                  num_key_value_heads=1, intermediate_size=128,
+                                                  max_position_embeddings=MAX_LEN, **common))  # fmt: skip
+    if name == "sliding":
+        return tf.MistralForCausalLM(tf.MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                                      num_key_value_heads=2, intermediate_size=128, sliding_window=16,
+                                                      max_position_embeddings=MAX_LEN, **common))  # fmt: skip
+    return tf.BloomForCausalLM(tf.BloomConfig(n_layer=2, hidden_size=64, n_head=4, **common))
+
+
+@pytest.fixture(scope="module", params=["mqa", "sliding", "alibi"])
+def variant(request):
+    torch.manual_seed(0)
+    hf = _variant(request.param).eval()
+    hf.generation_config.eos_token_id = None
+    return request.param, hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=16, cache=False)
+
+
+@pytest.mark.parametrize("length", [1, 7, 33])
+def test_variant_token_identical(variant, length):
+    name, hf, lm = variant
+    ids = _prompt(length, seed=40 + length)
+    out = lm.generate(ids, max_new_tokens=NEW)
+    ref, ref_logits = _reference(hf, ids, NEW)
+    assert torch.equal(out, ref), f"{name} T={length}: {out.tolist()} vs {ref.tolist()}"
+    np.testing.assert_allclose(lm.last_run.logits[0], ref_logits, atol=1e-3, rtol=0)
+
+
+def test_variant_batch_and_sampling(variant):
+    name, hf, lm = variant
+    prompts = [_prompt(t, seed=50 + t)[0] for t in (1, 7, 33)]
+    for p, out in zip(prompts, lm.generate(prompts, max_new_tokens=NEW)):
+        assert torch.equal(out, _reference(hf, p[None, :], NEW)[0][0]), f"{name} batch T={len(p)}"
+    opts = {"do_sample": True, "temperature": 0.8, "top_k": 40, "top_p": 0.95}
+    torch.manual_seed(7)
+    out = lm.generate(prompts[1][None, :], max_new_tokens=NEW, **opts)
+    torch.manual_seed(7)
+    ids = prompts[1][None, :]
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
+                      pad_token_id=0, **opts)  # fmt: skip
+    assert torch.equal(out, ref)
+
+
+def test_the_window_is_honoured():
+    """The sliding-window reference differs from full attention past the window (else the variant test
+    could not tell them apart)."""
+    torch.manual_seed(0)
+    hf = _variant("sliding").eval()
+    ids = _prompt(33, seed=73)
+    windowed = _reference(hf, ids, 4)[1]
+    hf.config.sliding_window = None
+    full = _reference(hf, ids, 4)[1]
+    assert np.abs(windowed - full).max() > 1e-2

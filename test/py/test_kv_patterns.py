@@ -2,7 +2,7 @@
 
 A hand-written one-layer attention decoder (no transformers class) grows its cache by one position
 with `cat(past, k)`, or pads it and writes position P = past length with `index_copy`,
-`slice_scatter`, `k_cache[:, :, arange(P, P + 1)] = k` (`index_put`) or `k_cache[:, :, P:P + 1] = k`
+`slice_scatter`, `select_scatter`, `k_cache[:, :, arange(P, P + 1)] = k` (`index_put`) or `k_cache[:, :, P:P + 1] = k`
 (a slice, a copy into it and a `slice_scatter` after functionalization). Each must compile to the same program as
 `cat` (one in-place append into the paged cache) and, unpaged, equal PyTorch eager at several
 past lengths."""
@@ -21,7 +21,7 @@ from torch.export import Dim
 from novella_mlir import compile_torch
 from novella_mlir.errors import NovellaError
 
-PATTERNS = ("cat", "index_copy", "slice_scatter", "index_put", "setitem")
+PATTERNS = ("cat", "index_copy", "slice_scatter", "index_put", "setitem", "select_scatter")
 MAX_PAST = 40
 
 
@@ -42,6 +42,8 @@ class TinyDecoder(torch.nn.Module):
             return buf.index_copy(2, torch.arange(p, p + 1), new)
         if self.write == "slice_scatter":
             return torch.slice_scatter(buf, new, dim=2, start=p, end=p + 1)
+        if self.write == "select_scatter":
+            return torch.select_scatter(buf, new[:, :, 0], dim=2, index=p)
         if self.write == "setitem":
             buf[:, :, p : p + 1] = new
             return buf

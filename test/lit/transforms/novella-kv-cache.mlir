@@ -70,3 +70,53 @@ module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
     return %o, %k, %v : tensor<1x4x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
   }
 }
+
+// -----
+
+// Prefill of a multi-query model (one KV head): the value's head transpose [1, ?, 1, 16] ->
+// [1, 1, ?, 16] is a reshape, and the head repeat the attention reads starts from it. The walk
+// back from the matmul passes the returned value (%v): it is the cache, written to its pages.
+// CHECK-LABEL: func.func @prefill_mqa
+// CHECK-SAME: novella.kv_cache = {args = {}, page_size = 16 : i64, results = [1], slots = [{head_dim = 16 : i64, heads = 1 : i64, page_elems = 256 : i64}]}
+// CHECK: %[[V4:.*]] = "novella.reshape"(%arg1)
+// CHECK: %[[V:.*]] = "novella.reshape"(%[[V4]]) : (tensor<1x?x1x16xf32, {{.*}}>) -> tensor<1x1x?x16xf32
+// CHECK: %[[O:.*]] = "novella.matmul"(%arg0, %{{.*}}) {transpose_rhs = false}
+// CHECK: %[[W:.*]] = "novella.kv_write"(%[[V]]) {novella.paged = {head_dim = 16 : i64, heads = 1 : i64, page_elems = 256 : i64, page_size = 16 : i64, slot = 0 : i64}}
+// CHECK: return %[[O]], %[[W]]
+// OFF-LABEL: func.func @prefill_mqa
+// OFF-NOT: novella.kv_write
+module attributes {novella.symbols = {s0 = ["T", 1, 1024]}} {
+  func.func @prefill_mqa(%p: tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>, %v3: tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>) -> (tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, tensor<1x1x?x16xf32, affine_map<()[s0] -> (1, 1, s0, 16)>>) {
+    %v4 = "novella.reshape"(%v3) : (tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>) -> tensor<1x?x1x16xf32, affine_map<()[s0] -> (1, s0, 1, 16)>>
+    %v = "novella.reshape"(%v4) : (tensor<1x?x1x16xf32, affine_map<()[s0] -> (1, s0, 1, 16)>>) -> tensor<1x1x?x16xf32, affine_map<()[s0] -> (1, 1, s0, 16)>>
+    %g = "novella.reshape"(%v) : (tensor<1x1x?x16xf32, affine_map<()[s0] -> (1, 1, s0, 16)>>) -> tensor<1x1x1x?x16xf32, affine_map<()[s0] -> (1, 1, 1, s0, 16)>>
+    %b = "novella.broadcast"(%g) : (tensor<1x1x1x?x16xf32, affine_map<()[s0] -> (1, 1, 1, s0, 16)>>) -> tensor<1x1x4x?x16xf32, affine_map<()[s0] -> (1, 1, 4, s0, 16)>>
+    %r = "novella.reshape"(%b) : (tensor<1x1x4x?x16xf32, affine_map<()[s0] -> (1, 1, 4, s0, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>
+    %o = "novella.matmul"(%p, %r) {transpose_rhs = false} : (tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>
+    return %o, %v : tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, tensor<1x1x?x16xf32, affine_map<()[s0] -> (1, 1, s0, 16)>>
+  }
+}
+
+// -----
+
+// Decode of an ALiBi model (BLOOM's `baddbmm`): the cache is read flattened to [heads, ?, 16].
+// The matmul reads the paged cache itself at the cache's rank: its lhs is viewed as
+// [1, 4, 1, 16] and its result [1, 4, 1, ?] is viewed back as [4, 1, ?] for its users.
+// CHECK-LABEL: func.func @decode_flat
+// CHECK: %[[K:.*]] = "novella.kv_append"(%arg1, %arg2) {{{.*}}slot = 0 : i64}}
+// CHECK-NOT: "novella.reshape"(%[[K]])
+// CHECK: %[[Q:.*]] = "novella.reshape"(%arg0) : (tensor<4x1x16xf32>) -> tensor<1x4x1x16xf32>
+// CHECK: %[[S:.*]] = "novella.matmul"(%[[Q]], %[[K]]) {novella.kv_group = 1 : i64, novella.paged_rhs = {{{.*}}slot = 0 : i64}, transpose_rhs = true} : {{.*}} -> tensor<1x4x1x?xf32, #{{.*}}>
+// CHECK: %[[F:.*]] = "novella.reshape"(%[[S]]) : (tensor<1x4x1x?xf32, {{.*}}>) -> tensor<4x1x?xf32
+// CHECK: return %[[F]], %[[K]]
+// OFF-LABEL: func.func @decode_flat
+// OFF: "novella.matmul"(%arg0, %{{.*}}) {transpose_rhs = true}
+// OFF-NOT: novella.paged
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @decode_flat(%q: tensor<4x1x16xf32>, %past: tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, %new: tensor<1x4x1x16xf32>) -> (tensor<4x1x?xf32, affine_map<()[s0] -> (4, 1, s0 + 1)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>) {
+    %k = "novella.kv_append"(%past, %new) {dim = 2 : i64} : (tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, tensor<1x4x1x16xf32>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>
+    %f = "novella.reshape"(%k) : (tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>) -> tensor<4x?x16xf32, affine_map<()[s0] -> (4, s0 + 1, 16)>>
+    %s = "novella.matmul"(%q, %f) {transpose_rhs = true} : (tensor<4x1x16xf32>, tensor<4x?x16xf32, affine_map<()[s0] -> (4, s0 + 1, 16)>>) -> tensor<4x1x?xf32, affine_map<()[s0] -> (4, 1, s0 + 1)>>
+    return %s, %k : tensor<4x1x?xf32, affine_map<()[s0] -> (4, 1, s0 + 1)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>
+  }
+}
