@@ -294,6 +294,7 @@ class CausalLM:
         x = np.asarray(ids, np.float32)[None, :]
         outs, *res = sess.run("prefill", {0: x}, (len(ids),), table)
         table.length = len(ids)
+        self._drop_out_of_window(sess, table)
         self._record(run, sess, "prefill", i, len(ids), *res)
         return outs[0][0, -1]
 
@@ -305,8 +306,16 @@ class CausalLM:
             inputs[1] = np.array([[past]], np.float32)
         outs, *res = sess.run("decode", inputs, (past,), table)
         table.length = past + 1
+        self._drop_out_of_window(sess, table)
         self._record(run, sess, "decode", i, past, *res)
         return outs[0][0, -1]
+
+    def _drop_out_of_window(self, sess, table) -> None:
+        """With a sliding window of W (`kv.window`: every decode read is windowed), the next step, past
+        P = table.length, reads positions >= P + 1 - W: the pages wholly before them are freed."""
+        w = self.decode.artifact.kv.get("window")
+        if w is not None:
+            sess.pool.drop_before(table, (table.length + 1 - w) // self.page_size)
 
     def _record(self, run, sess, kind, i, position, stats, jit_s, sim_s, words, new) -> None:
         kv = sess.pool.in_use * sess.kv_bytes_per_block

@@ -39,7 +39,10 @@ A key or value read from the paged KV cache (`novella.paged_key` / `novella.page
 divides the page size, a tile never crosses a page; the runtime maps the page per step), for
 query head `bi` the cache head `bi floordiv novella.kv_group`. A one-row query over a GQA cache
 (decode) is packed: grid dim 0 walks the cache heads, and the `kv_group` query heads sharing one
-are the rows of its query block, so each key/value page is loaded once per cache head."""
+are the rows of its query block, so each key/value page is loaded once per cache head. With a
+sliding window (`novella.kv_window = W`: the op's own mask keeps the last W positions) only the
+tiles holding one of them are loaded and computed (`_window_guards`), the first of those opening
+the online softmax, so the pages before the window are never read (the runtime frees them)."""
 
 from __future__ import annotations
 
@@ -78,6 +81,7 @@ class Geometry:
         self.places = [self._place(s, f) for s, f in zip((q, k, v, y), self.minor)]
         self.paged = {i: kv.paged_operand(op, i) for i in (1, 2) if kv.paged_operand(op, i) is not None}
         self.group = kv.group(op)
+        self.window = kv.window(op) if self.paged else None
         if any(self.minor[i] for i in self.paged):
             raise ValueError("flash_attention: a paged KV cache is [1, heads, positions, head_dim], not heads-minor")
         self.mask = tv.shape(3) if len(op.operands) == 4 else None
@@ -290,6 +294,8 @@ class _Schedule:
         self.on = (below + [("ge", self.i)] * pipelined) or None
         self.opening, self.rest = [("eq", self.i)], [("ge", self.i - 1)] + below
         self.final = [("eq", qi - self.i)] if g.causal else [("eq", nk - 1 - self.i)]
+        if g.window is not None and not pipelined:
+            self.on, self.opening, self.rest = _window_guards(g.lk - g.window, tk, self.i)
         if not pipelined:
             self.qk_on = self.on
         else:
@@ -305,10 +311,11 @@ class _Schedule:
         j = b.d(2)
         guarded = g.causal or not self.pipelined
         k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
-        _load_kv(b, g, "k", 1, g.d, k_rows, j * tk, g.d, when=self.qk_on if g.causal else None)
-        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, when=self.on if g.causal else None)
+        skip = g.causal or g.window is not None  # tiles skipped: their loads too
+        _load_kv(b, g, "k", 1, g.d, k_rows, j * tk, g.d, when=self.qk_on if skip else None)
+        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, when=self.on if skip else None)
         if g.mask is not None:
-            _load_mask(b, g, rows, self.tq, tk, self.pipelined)
+            _load_mask(b, g, rows, self.tq, tk, self.pipelined, when=self.on if g.window is not None else None)
 
 
 class _Emit:
@@ -410,7 +417,16 @@ def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, str
                        sram_stride=stride, when=when)  # fmt: skip
 
 
-def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool) -> None:
+def _window_guards(lo, tk: int, i) -> tuple[list, list, list]:
+    """(on, opening, rest) of a sliding window: tile i is read when it holds a position >= lo (the first
+    of the last W, lo <= 0 while the sequence is shorter); the opening tile is the first read, i.e.
+    i = 0 or tile i - 1 is wholly below lo. [i == 0] is 1 - step(i)."""
+    on = ("ge", (i + 1) * tk - lo - 1)
+    first_read = lo - i * tk + (sy.const(1) - sy.step(i)) * sy.GRID_LIMIT
+    return [on], [on, ("ge", first_read)], [on, ("ge", first_read * -1 - 1)]
+
+
+def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool, when=None) -> None:
     """The mask tile of the softmax's key tile; pipelined, step 0 (no softmax) loads tile 0's columns with
     every row out of bounds (no DRAM read, no negative column offset)."""
     j = b.d(2)
@@ -420,4 +436,4 @@ def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool) -> None:
         rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [sy.gate(j)]  # none at step 0
     b.load("mask", 3, dram_offset=b.d(0) * g.mask_stride + col * tk, dram_stride=g.lk,
            row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
-           row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk)  # fmt: skip
+           row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk, when=when)  # fmt: skip

@@ -83,7 +83,7 @@ def _physical(v, kv, blocks):
     rem = r % kv[3]
     pe = kv[4 + 2 * slot]
     page = rem // pe
-    if page >= blocks.size:
+    if page >= blocks.size or blocks[page] < 0:
         return -1
     return kv[0] + blocks[page] * kv[1] + kv[5 + 2 * slot] + rem % pe
 
@@ -121,7 +121,7 @@ def patch(syms, key_ex, key, ex, fields, dims, forms, pages, words, kv, blocks):
             return 1 + i
         _put(words, fields[i, 0], fields[i, 1], fields[i, 2], fields[i, 3], v)
     for j in range(pages.shape[0]):
-        if pages[j, 4] >= blocks.size:
+        if pages[j, 4] >= blocks.size or blocks[pages[j, 4]] < 0:
             return -1
         v = kv[0] + blocks[pages[j, 4]] * kv[1] + pages[j, 5]
         _put(words, pages[j, 0], pages[j, 1], pages[j, 2], pages[j, 3], v)

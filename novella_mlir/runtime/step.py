@@ -268,7 +268,9 @@ class Stepper:
         if status == -2:
             raise RuntimeError(f"{list(syms)} are not in the bucket {b.key} they were looked up in")
         if status < 0:
-            raise RuntimeError(f"the program addresses a page beyond the sequence's {blocks.size} blocks")
+            raise RuntimeError(
+                f"the program addresses a page beyond the sequence's {blocks.size} blocks or one freed out of its window"
+            )
         ti, j, name, _ = b.whats[int(b.fields[status - 1, 13])]
         raise RuntimeError(
             f"{self.art.tiles[ti].name}: field {name} of template {j} does not fit its ISA width at {list(syms)}"

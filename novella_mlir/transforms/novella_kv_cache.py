@@ -2,18 +2,25 @@
 
 The cache is recognized in the graph, not by model class. A returned tensor is a cache tensor when
   * it is a `novella.kv_append` (decode: `cat(past, new)` onto a function input, or the write of
-    position P into a grown past by `index_copy` / `slice_scatter` / `index_put`, which the
-    frontend lowers to the same append: `frontend/lowering/kv_cache.py`), or
-  * it is `[1, heads, T, head_dim]` and the key or value (rhs) of an attention matmul (prefill).
+    position P into a grown past by `index_copy` / `slice_scatter` / `select_scatter` /
+    `index_put`, which the frontend lowers to the same append: `frontend/lowering/kv_cache.py`), or
+  * it is `[1, heads, T, head_dim]` and the key or value (rhs) of an attention matmul (prefill),
+    read directly or through the head-repeat chain that starts at it (with one KV head the
+    model's own head transpose is a reshape, so the chain walked back may pass the returned value).
 Each gets `novella.paged = {page_size, heads, head_dim, page_elems, slot}`, slots numbered in
 return order (so prefill and decode agree); a prefill cache tensor is returned through a new
 `novella.kv_write`, which copies every position into its page. Matmuls reading a paged cache
-through a GQA head repeat (reshape, broadcast, reshape) read the cache itself with
-`novella.kv_group` (query heads per cache head), and the repeat is erased; every matmul reading a
-paged cache gets its geometry as `novella.paged_rhs`, a `novella.flash_attention` reading one as
-`novella.paged_key` / `novella.paged_value` (the same head-repeat rule): nothing copies the
-past. The function gets `novella.kv_cache = {page_size, results, args, slots}`: which results and
-arguments are paged (the host neither writes nor reads them)."""
+through a head repeat (reshape, broadcast, reshape: GQA, or MQA with one KV head; each head must be
+repeated in place, head = b floordiv g) read the cache itself with `novella.kv_group` (query heads
+per cache head), and the repeat is erased; a cache read flattened to `[batch*heads, T, d]` (ALiBi
+models' `baddbmm`) is read at the cache's rank, the matmul's lhs and result viewed around it.
+Every matmul reading a paged cache gets its geometry as `novella.paged_rhs`, a
+`novella.flash_attention` reading one as `novella.paged_key` / `novella.paged_value` (the same
+head-repeat rule): nothing copies the past. A one-query attention whose mask provably keeps only
+the last W positions (`kv_window.band`: a sliding window) gets `novella.kv_window = W` and reads
+only their tiles. The function gets `novella.kv_cache = {page_size, results, args, slots}` (and
+`window = W` when every cache reader is windowed: the runtime frees the pages before the window):
+which results and arguments are paged (the host neither writes nor reads them)."""
 
 from __future__ import annotations
 
@@ -21,8 +28,9 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects.novella import KvWriteOp, ReshapeOp
-from ..kernels.kv_cache import GROUP_ATTR, PAGED_ATTR, PAGED_OPERAND_ATTRS, PAGED_RHS_ATTR, paged_info
+from ..kernels.kv_cache import GROUP_ATTR, PAGED_ATTR, PAGED_OPERAND_ATTRS, PAGED_RHS_ATTR, WINDOW_ATTR, paged_info
 from .common import PassError, body_ops, functions, set_attr
+from .kv_window import band
 
 OPTIONS = {"page-size": (int, 0, "KV cache positions per page (0: no paging)")}
 _CHAIN = ("novella.reshape", "novella.broadcast")
@@ -100,7 +108,42 @@ def _page(fn, ps: int) -> None:
     if not results:
         return
     _read_through_repeats(fn)
-    set_attr(fn, "novella.kv_cache", {"page_size": ps, "results": results, "args": args, "slots": slots})
+    attr = {"page_size": ps, "results": results, "args": args, "slots": slots}
+    window = _windows(fn)
+    if window is not None:
+        attr["window"] = window
+    set_attr(fn, "novella.kv_cache", attr)
+
+
+def _windows(fn) -> int | None:
+    """Marks each one-query attention over paged caches whose mask keeps only the last W positions
+    (`kv_window.band`: lo = positions - W, hi = positions - 1) with `novella.kv_window = W`; returns
+    the largest W if every reader of the cache is windowed (positions before the last W are dead)."""
+    found, unwindowed = [], False
+    for op in body_ops(fn):
+        name = op.operation.name
+        if name == "novella.matmul" and PAGED_RHS_ATTR in op.attributes:
+            unwindowed = True
+        if name != "novella.flash_attention" or not any(a in op.attributes for a in PAGED_OPERAND_ATTRS.values()):
+            continue
+        w = _window(op)
+        if w is None:
+            unwindowed = True
+        else:
+            set_attr(op, WINDOW_ATTR, w)
+            found.append(w)
+    return max(found) if found and not unwindowed else None
+
+
+def _window(op) -> int | None:
+    if len(op.operands) != 4 or sy.as_int(_shape(op.operands[0])[-2]) != 1:
+        return None
+    got = band(op.operands[3])
+    n = _shape(op.operands[1])[-2]
+    if got is None or got[0] is None or (got[1] is not None and not sy.equal(got[1], n - 1)):
+        return None
+    w = sy.to_sympy(n - got[0])
+    return int(w) if w.is_Integer and w >= 1 else None
 
 
 def _is_cache_shaped(v) -> bool:

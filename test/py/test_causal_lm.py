@@ -326,3 +326,24 @@ def test_the_window_is_honoured():
     hf.config.sliding_window = None
     full = _reference(hf, ids, 4)[1]
     assert np.abs(windowed - full).max() > 1e-2
+
+
+def test_only_the_window_is_read_and_kept(variant):
+    """Mistral's mask keeps the last 16 positions: decode's attention reads only their pages
+    (`novella.kv_window`), the pages before them are freed, and a step costs the same at any past
+    length past the window. The other variants read (and keep) every position."""
+    name, hf, lm = variant
+    layers = hf.config.num_hidden_layers
+    text = lm.decode.ir("novella-kv-cache")
+    ids = _prompt(33, seed=60)
+    out = lm.generate(ids, max_new_tokens=NEW)
+    assert torch.equal(out, _reference(hf, ids, NEW)[0])
+    steps = lm.last_run.steps[1:]
+    if name != "sliding":
+        assert "window" not in lm.decode.artifact.kv and "novella.kv_window" not in text
+        assert steps[-1].pages_in_use == -(-(33 + NEW - 1) // 16)
+        return
+    assert lm.decode.artifact.kv["window"] == 16 and text.count("novella.kv_window = 16") == layers
+    assert max(s.pages_in_use for s in steps) == 2  # the window's 16 positions span at most two pages
+    same_phase = [s.cycles for s in steps if s.position % 16 == 5]
+    assert len(same_phase) >= 2 and max(same_phase) - min(same_phase) <= 0.01 * min(same_phase)

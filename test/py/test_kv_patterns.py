@@ -125,3 +125,29 @@ def test_a_slice_read_at_a_symbolic_start_is_refused():
     args = (torch.randn(1, 1, 32), torch.randn(1, 4, 3, 8), torch.randn(1, 4, 3, 8))
     with pytest.raises(NovellaError, match="a slice with a symbolic start .supported only as the target of a KV-cache"):
         compile_torch(_ReadsAtP(), *args, dynamic_shapes=(None, {2: past}, {2: past}), cache=False)
+
+
+_TILED = """module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @decode(%q: tensor<1x4x1x16xf32>, %past: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %new: tensor<1x2x1x16xf32>) -> (tensor<1x4x1x?xf32, affine_map<()[s0] -> (1, 4, 1, s0 + 1)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) {
+    %k = "novella.kv_append"(%past, %new) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+    %g = "novella.reshape"(%k) : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) -> tensor<1x1x2x?x16xf32, affine_map<()[s0] -> (1, 1, 2, s0 + 1, 16)>>
+    %b = "novella.broadcast"(%g) : (tensor<1x1x2x?x16xf32, affine_map<()[s0] -> (1, 1, 2, s0 + 1, 16)>>) -> tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>
+    %r = "novella.reshape"(%b) : (tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>
+    %s = "novella.matmul"(%q, %r) {transpose_rhs = true} : (tensor<1x4x1x16xf32>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>) -> tensor<1x4x1x?xf32, affine_map<()[s0] -> (1, 4, 1, s0 + 1)>>
+    return %s, %k : tensor<1x4x1x?xf32, affine_map<()[s0] -> (1, 4, 1, s0 + 1)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+  }
+}
+"""
+
+
+def test_a_head_repeat_that_tiles_is_refused(tmp_path, capsys):
+    """[h0, h1, h0, h1] (repeat the whole head block) is no GQA repeat (head = b floordiv g would read the
+    wrong head): the pass refuses it naming what it saw, instead of reading the cache wrongly."""
+    from novella_mlir.tools import novella_opt
+
+    path = tmp_path / "tiled.mlir"
+    path.write_text(_TILED)
+    assert novella_opt.main([str(path), "--novella-kv-cache=page-size=16"]) != 0
+    err = capsys.readouterr().err
+    assert "reads the KV cache ['1', '2', 's0 + 1', '16'] as ['1', '4', 's0 + 1', '16']" in err, err
+    assert "not a repeat of each head in place" in err
