@@ -347,3 +347,14 @@ def test_only_the_window_is_read_and_kept(variant):
     assert max(s.pages_in_use for s in steps) == 2  # the window's 16 positions span at most two pages
     same_phase = [s.cycles for s in steps if s.position % 16 == 5]
     assert len(same_phase) >= 2 and max(same_phase) - min(same_phase) <= 0.01 * min(same_phase)
+
+
+def test_guard_key_equals_the_readable_path(variant):
+    """A windowed (or page-spanning) decode step has guards that refer to the past length: its bucket key
+    holds their outcome at every grid point, computed in one compiled call; it equals `jit.when_mask`'s."""
+    _, _, lm = variant
+    plan = lm.session().steppers["decode"].plan
+    for past in (1, 15, 16, 17, 40, MAX_LEN - 1):
+        key = plan.key((past,))
+        slow = b"".join(b"\x02" + m.astype(np.uint8).tobytes() for m in plan.key_slow((past,)))
+        assert (key[-1] if plan.guard_keys else b"") == slow, past
