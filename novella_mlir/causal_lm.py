@@ -157,7 +157,7 @@ def compile_causal_lm(
             raise CompileError(
                 f"the {name} program's KV cache was not recognized ({len(m.artifact.kv.get('outputs', []))} "
                 f"of {len(example)} cache tensors); the model must extend its cache with cat(past, new), or write "
-                "position P of a grown cache with index_copy, slice_scatter or index_put"
+                "position P of a grown cache with index_copy, slice_scatter, select_scatter or index_put"
             )
     pages = n_pages if n_pages is not None else max_batch * -(-max_len // page_size)
     lm = CausalLM(prefill, decode, vocab, max_len, page_size, pages, time.perf_counter() - t0)
