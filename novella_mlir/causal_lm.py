@@ -25,6 +25,7 @@ from . import lm_checks, lm_files
 from .errors import CompileError, InputError
 from .pipeline import compile_torch
 from .runtime.kv import BlockTable, Session
+from .sampling import TokenChooser, eos_set, model_generation_configs
 
 
 class _Prefill(torch.nn.Module):
@@ -33,7 +34,7 @@ class _Prefill(torch.nn.Module):
         self.lm = lm
 
     def forward(self, input_ids):
-        out = self.lm(input_ids=input_ids, use_cache=True)
+        out = self.lm(input_ids=input_ids, use_cache=True, **{_cache_param(self.lm): _full_cache()})
         return (out.logits, *_cache_tensors(_out_cache(out)))
 
 
@@ -43,14 +44,34 @@ class _Decode(torch.nn.Module):
         self.lm = lm
 
     def forward(self, input_ids, position_ids, *kv):
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.lm.config)
-        for layer in range(len(kv) // 2):
-            cache.update(kv[2 * layer], kv[2 * layer + 1], layer)
+        cache = _full_cache(kv)
         kw = {_cache_param(self.lm): cache}
         out = self.lm(input_ids=input_ids, position_ids=position_ids, use_cache=True, **kw)
         return (out.logits, *_cache_tensors(_out_cache(out)))
+
+
+class _DecodeNoPositions(_Decode):
+    """Decode of a model whose forward takes no `position_ids` (it counts positions from the cache)."""
+
+    def forward(self, input_ids, *kv):
+        out = self.lm(input_ids=input_ids, use_cache=True, **{_cache_param(self.lm): _full_cache(kv)})
+        return (out.logits, *_cache_tensors(_out_cache(out)))
+
+
+def _full_cache(kv=()):
+    """A cache of full (never cropped) layers holding `kv` (k0, v0, k1, v1, ...): a sliding-window layer
+    would crop itself to the window, a length-dependent branch torch.export narrows on. The model's
+    own mask still limits attention to its window; `--novella-kv-cache` finds that window in the graph."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer in range(len(kv) // 2):
+        cache.update(kv[2 * layer], kv[2 * layer + 1], layer)
+    return cache
+
+
+def takes_positions(model) -> bool:
+    return "position_ids" in inspect.signature(model.forward).parameters
 
 
 def _cache_param(model) -> str:
@@ -72,18 +93,19 @@ def check_convention(model) -> tuple[int, list]:
     InputError saying what is missing."""
     name = type(model).__name__
     params = inspect.signature(model.forward).parameters
-    missing = [p for p in ("input_ids", "position_ids", "use_cache") if p not in params]
+    missing = [p for p in ("input_ids", "use_cache") if p not in params]
     if "cache" not in params and "past_key_values" not in params:
         missing.append("cache / past_key_values")
     if missing or not hasattr(model, "config"):
         what = f"forward takes no {', '.join(missing)}" if missing else "it has no .config"
         raise InputError(
             f"{name} does not follow the causal-LM call convention ({what}); compile_causal_lm needs a "
-            "transformers-style model(input_ids=, position_ids=, cache= (or past_key_values=), use_cache=True) "
+            "transformers-style model(input_ids=, cache= (or past_key_values=), use_cache=True, and position_ids= "
+            "if it takes them) "
             "returning .logits and the cache"
         )
     with torch.no_grad():
-        out = model(input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=True)
+        out = model(input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=True, **{_cache_param(model): _full_cache()})
     logits, cache = getattr(out, "logits", None), _out_cache(out)
     if logits is None or cache is None or not hasattr(cache, "layers"):
         raise InputError(f"{name} returned no .logits or no layered cache (a transformers Cache)")
@@ -122,18 +144,24 @@ def compile_causal_lm(
     )  # fmt: skip
     past = Dim("past", min=1, max=max_len - 1)
     kv = tuple(torch.zeros_like(t) for t in example)
+    ids, kv_spec = torch.zeros(1, 1, dtype=torch.long), tuple({2: past} for _ in kv)
+    if takes_positions(model):
+        args, spec, wrap = (ids, torch.full((1, 1), 2, dtype=torch.long), *kv), (None, None, kv_spec), _Decode
+    else:
+        args, spec, wrap = (ids, *kv), (None, kv_spec), _DecodeNoPositions
     decode = compile_torch(
-        _Decode(model), torch.zeros(1, 1, dtype=torch.long), torch.full((1, 1), 2, dtype=torch.long), *kv,
-        dynamic_shapes=(None, None, tuple({2: past} for _ in kv)), config=config, pass_options=options, cache=cache,
+        wrap(model), *args, dynamic_shapes=spec, config=config, pass_options=options, cache=cache
     )  # fmt: skip
     for name, m in (("prefill", prefill), ("decode", decode)):
         if len(m.artifact.kv.get("outputs", [])) != len(example):
             raise CompileError(
                 f"the {name} program's KV cache was not recognized ({len(m.artifact.kv.get('outputs', []))} "
                 f"of {len(example)} cache tensors); the model must extend its cache with cat(past, new), or write "
-                "position P of a grown cache with index_copy, slice_scatter or index_put"
+                "position P of a grown cache with index_copy, slice_scatter, select_scatter or index_put"
             )
-    return CausalLM(prefill, decode, vocab, max_len, page_size, pages, time.perf_counter() - t0)
+    lm = CausalLM(prefill, decode, vocab, max_len, page_size, pages, time.perf_counter() - t0)
+    lm.hf_config, lm.generation_config = model_generation_configs(model)
+    return lm
 
 
 @dataclass
@@ -177,6 +205,7 @@ class CausalLM:
         self._latest: GenerateRun | None = None
         self._idle: list = []  # sessions no generate call holds (each call owns one while it runs)
         self._lock = threading.Lock()
+        self.hf_config = self.generation_config = None  # the model's (sampling defaults), when compiled from one
 
     @property
     def nbytes(self) -> int:
@@ -218,16 +247,25 @@ class CausalLM:
                 self._idle.insert(0, sess)
 
     def generate(
-        self, prompts, max_new_tokens: int, eos_token_id: int | None = None, check_hazards: bool = True,
-        keep_words: bool = False,
+        self, prompts, max_new_tokens: int, eos_token_id: int | list | None = None, check_hazards: bool = True,
+        keep_words: bool = False, *, do_sample: bool = False, temperature: float | None = None,
+        top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None, **options,
     ):  # fmt: skip
-        """Greedy decoding. A [1, T] LongTensor gives [1, T + N]; a list of 1-D prompts (tensors or lists
-        of ints) gives a list, the sequences decoded together on one page pool. Stops early at
-        `eos_token_id` (an id or a list of ids) only when given. `keep_words`: each Step keeps a copy of
-        the instruction words it ran. Thread-safe: each call runs on a session of its own."""
+        """Greedy decoding, or sampling with `do_sample=True`. A [1, T] LongTensor gives [1, T + N]; a list
+        of 1-D prompts (tensors or lists of ints) gives a list, the sequences decoded together on one page
+        pool. Stops early at `eos_token_id` (an id or a list of ids) only when given. The next token is
+        chosen on the host by transformers' own generation config and logits processors (`sampling.py`):
+        `temperature`, `top_k`, `top_p`, `repetition_penalty` and the other `GenerationConfig` options in
+        `options`, over the model's `generation_config`; with the same `torch.manual_seed`, the tokens of
+        `hf.generate(do_sample=True)`. `keep_words`: each Step keeps a copy of the instruction words it ran.
+        Thread-safe: each call runs on a session of its own."""
         single, seqs, eos_token_id = lm_checks.generate_args(
             prompts, max_new_tokens, eos_token_id, self.vocab, check_hazards, keep_words
         )
+        given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "repetition_penalty": repetition_penalty}
+        options.update({k: v for k, v in given.items() if v is not None}, do_sample=do_sample)
+        stop = eos_set(eos_token_id)
+        choose = TokenChooser(self.hf_config, self.generation_config, sorted(stop) or None, options)
         for i, s in enumerate(seqs):
             if len(s) > self.max_len:
                 raise InputError(f"prompt #{i} has {len(s)} tokens, more than max_len={self.max_len}")
@@ -242,7 +280,7 @@ class CausalLM:
         self._last.run = self._latest = run
         tables = [BlockTable() for _ in seqs]
         try:
-            self._decode_all(sess, seqs, tables, max_new_tokens, eos_token_id, run)
+            self._decode_all(sess, seqs, tables, max_new_tokens, (stop, choose), run)
         finally:
             for t in tables:
                 sess.pool.release(t)
@@ -250,43 +288,53 @@ class CausalLM:
         outs = [torch.tensor(s, dtype=torch.long) for s in seqs]
         return outs[0][None, :] if single else outs
 
-    def _decode_all(self, sess, seqs, tables, n_new, eos, run) -> None:
+    def _decode_all(self, sess, seqs, tables, n_new, rule, run) -> None:
+        stop, choose = rule
+        prompt_lens = [len(s) for s in seqs]
         active = []
         for i, (ids, table) in enumerate(zip(seqs, tables)):
             logits = self._prefill(sess, i, ids, table, run)
             run.logits.append([])
             if n_new:
-                self._emit(seqs[i], logits, run.logits[i])
+                run.logits[i].append(logits)
+                seqs[i].append(choose(seqs[i], prompt_lens[i], logits))
                 active.append(i)
         for _ in range(n_new - 1):
-            active = [i for i in active if eos is None or seqs[i][-1] not in eos]
+            active = [i for i in active if seqs[i][-1] not in stop]
             for i in active:
                 logits = self._step(sess, i, seqs[i], tables[i], run)
-                self._emit(seqs[i], logits, run.logits[i])
+                run.logits[i].append(logits)
+                seqs[i].append(choose(seqs[i], prompt_lens[i], logits))
         for i in range(len(seqs)):
             run.logits[i] = np.stack(run.logits[i]) if run.logits[i] else np.zeros((0, self.vocab), np.float32)
-
-    @staticmethod
-    def _emit(seq, logits, keep) -> None:
-        keep.append(logits)
-        seq.append(int(np.argmax(logits)))
 
     def _prefill(self, sess, i, ids, table, run):
         sess.pool.reserve(table, len(ids))
         x = np.asarray(ids, np.float32)[None, :]
         outs, *res = sess.run("prefill", {0: x}, (len(ids),), table)
         table.length = len(ids)
+        self._drop_out_of_window(sess, table)
         self._record(run, sess, "prefill", i, len(ids), *res)
         return outs[0][0, -1]
 
     def _step(self, sess, i, seq, table, run):
         past = table.length
         sess.pool.reserve(table, past + 1)
-        inputs = {0: np.array([[seq[-1]]], np.float32), 1: np.array([[past]], np.float32)}
+        inputs = {0: np.array([[seq[-1]]], np.float32)}
+        if 1 not in {arg for arg, _ in self.decode.artifact.kv["inputs"]}:  # input 1: the position, if taken
+            inputs[1] = np.array([[past]], np.float32)
         outs, *res = sess.run("decode", inputs, (past,), table)
         table.length = past + 1
+        self._drop_out_of_window(sess, table)
         self._record(run, sess, "decode", i, past, *res)
         return outs[0][0, -1]
+
+    def _drop_out_of_window(self, sess, table) -> None:
+        """With a sliding window of W (`kv.window`: every decode read is windowed), the next step, past
+        P = table.length, reads positions >= P + 1 - W: the pages wholly before them are freed."""
+        w = self.decode.artifact.kv.get("window")
+        if w is not None:
+            sess.pool.drop_before(table, (table.length + 1 - w) // self.page_size)
 
     def _record(self, run, sess, kind, i, position, stats, jit_s, sim_s, words, new) -> None:
         kv = sess.pool.in_use * sess.kv_bytes_per_block

@@ -271,6 +271,7 @@ OPS: dict[type, OpDef] = {
         _LIT + "transforms/novella-kv-cache.mlir",
         {
             "torch.aten.slice_scatter": kv_cache.slice_scatter,
+            "torch.aten.select_scatter": kv_cache.select_scatter,
             "torch.aten.index_put": kv_cache.index_put,
         },
     ),

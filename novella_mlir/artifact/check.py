@@ -265,8 +265,10 @@ def _kv(kv, n_inputs: int, n_outputs: int) -> None:
     _type(kv, dict, "kv")
     if not kv:
         return
-    _keys(kv, ("page_size", "vbase", "vspan", "slots", "outputs", "inputs"), "kv")
+    _keys(kv, ("page_size", "vbase", "vspan", "slots", "outputs", "inputs"), "kv", optional=("window",))
     _int(kv["page_size"], "kv.page_size", 1, MAX_LENGTH)
+    if "window" in kv:
+        _int(kv["window"], "kv.window", 1, MAX_LENGTH)
     _int(kv["vbase"], "kv.vbase", 0, DRAM_LIMIT - 1)
     _int(kv["vspan"], "kv.vspan", 1, DRAM_LIMIT)
     for j, slot in enumerate(_type(kv["slots"], list, "kv.slots")):

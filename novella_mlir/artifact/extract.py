@@ -66,7 +66,8 @@ def _kv_meta(fn) -> dict:
     if "novella.kv_cache" not in fn.attributes:
         return {}
     d = from_attr(fn.attributes["novella.kv_cache"])
-    return {
+    window = {"window": d["window"]} if "window" in d else {}
+    return window | {
         "page_size": d["page_size"],
         "vbase": PAGED_VBASE,
         "vspan": PAGED_VSPAN,

@@ -39,7 +39,11 @@ A key or value read from the paged KV cache (`novella.paged_key` / `novella.page
 divides the page size, a tile never crosses a page; the runtime maps the page per step), for
 query head `bi` the cache head `bi floordiv novella.kv_group`. A one-row query over a GQA cache
 (decode) is packed: grid dim 0 walks the cache heads, and the `kv_group` query heads sharing one
-are the rows of its query block, so each key/value page is loaded once per cache head."""
+are the rows of its query block, so each key/value page is loaded once per cache head. With a
+sliding window (`novella.kv_window = W`: the op's own mask keeps the last W positions) the key/value
+grid walks only the tiles from the one holding position lk - W (at most W / tk + 1 steps, whatever
+the past; `_window_guards`), so the pages before the window are never read (the runtime frees them)
+and the step's guards are evaluated over those few grid points only."""
 
 from __future__ import annotations
 
@@ -78,6 +82,7 @@ class Geometry:
         self.places = [self._place(s, f) for s, f in zip((q, k, v, y), self.minor)]
         self.paged = {i: kv.paged_operand(op, i) for i in (1, 2) if kv.paged_operand(op, i) is not None}
         self.group = kv.group(op)
+        self.window = kv.window(op) if self.paged else None
         if any(self.minor[i] for i in self.paged):
             raise ValueError("flash_attention: a paged KV cache is [1, heads, positions, head_dim], not heads-minor")
         self.mask = tv.shape(3) if len(op.operands) == 4 else None
@@ -193,7 +198,10 @@ class FlashAttention:
             _plan(target, _sizes(g), *cands[-1]).check()
         tq, tk, pipelined, ones, s_slots, expsub = _cheapest(self, target, dims, fitting)
         plan = _plan(target, _sizes(g), tq, tk, pipelined, ones, s_slots, expsub)
-        grid = [g.batch, ceildiv(g.lq, tq), ceildiv(g.lk, tk) + int(pipelined)]
+        steps = ceildiv(g.lk, tk) + int(pipelined)
+        if g.window is not None and not pipelined:  # the tiles from the one holding position lk - W
+            steps = ceildiv(g.lk, tk) - sy.floordiv(g.lk - g.window, tk)
+        grid = [g.batch, ceildiv(g.lq, tq), steps]
         tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones), "s_slots": s_slots,
                  "expsub": int(expsub)}  # fmt: skip
         return Tiling(tiles, grid, plan.buffers)
@@ -283,13 +291,19 @@ class _Schedule:
         self.g, self.b, self.tq, self.tk, self.pipelined, self.width = g, b, tq, tk, pipelined, g.dv + ones
         self.s_off = None
         qi, j = b.d(1), b.d(2)
+        windowed = g.window is not None and not pipelined
         self.i = j - 1 if pipelined else j  # the softmax's tile
+        if windowed:  # step j works on tile j + first, first = floor((lk - W) / tk) (negative: none yet)
+            self.i = j + sy.floordiv(g.lk - g.window, tk)
+        self.k_tile = j if pipelined else self.i  # the score MATMUL's tile
         nk = ceildiv(g.lk, tk)
-        self.cols_qk, self.cols = _tile_extent(tk, g.lk, j), _tile_extent(tk, g.lk, self.i)
+        self.cols_qk, self.cols = _tile_extent(tk, g.lk, self.k_tile), _tile_extent(tk, g.lk, self.i)
         below = [("ge", qi - self.i)] if g.causal else []  # causal: tiles above the diagonal are skipped
         self.on = (below + [("ge", self.i)] * pipelined) or None
         self.opening, self.rest = [("eq", self.i)], [("ge", self.i - 1)] + below
         self.final = [("eq", qi - self.i)] if g.causal else [("eq", nk - 1 - self.i)]
+        if windowed:
+            self.on, self.opening, self.rest = _window_guards(self.i, j)
         if not pipelined:
             self.qk_on = self.on
         else:
@@ -305,10 +319,11 @@ class _Schedule:
         j = b.d(2)
         guarded = g.causal or not self.pipelined
         k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
-        _load_kv(b, g, "k", 1, g.d, k_rows, j * tk, g.d, when=self.qk_on if g.causal else None)
-        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, when=self.on if g.causal else None)
+        skip = g.causal or g.window is not None  # tiles skipped: their loads too
+        _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, when=self.qk_on if skip else None)
+        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, when=self.on if skip else None)
         if g.mask is not None:
-            _load_mask(b, g, rows, self.tq, tk, self.pipelined)
+            _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if g.window is not None else None)
 
 
 class _Emit:
@@ -410,14 +425,23 @@ def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, str
                        sram_stride=stride, when=when)  # fmt: skip
 
 
-def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool) -> None:
+def _window_guards(i, j) -> tuple[list, list, list]:
+    """(on, opening, rest) of a sliding window whose step j works on tile i = j + first: a tile exists
+    when i >= 0 (first < 0 while the sequence is shorter than the window); the opening tile is the
+    first that exists: step 0, or tile 0. With i, j >= 0, [i == 0 or j == 0] is 1 - step(i) - step(j) >= 0."""
+    on = ("ge", i)
+    opening = sy.const(1) - sy.step(i) - sy.step(j)
+    return [on], [on, ("ge", opening)], [on, ("ge", opening * -1 - 1)]
+
+
+def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool, tile, when=None) -> None:
     """The mask tile of the softmax's key tile; pipelined, step 0 (no softmax) loads tile 0's columns with
     every row out of bounds (no DRAM read, no negative column offset)."""
     j = b.d(2)
-    col = _prev(j) if pipelined else j
+    col = _prev(j) if pipelined else tile
     broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
     if pipelined:
         rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [sy.gate(j)]  # none at step 0
     b.load("mask", 3, dram_offset=b.d(0) * g.mask_stride + col * tk, dram_stride=g.lk,
            row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
-           row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk)  # fmt: skip
+           row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk, when=when)  # fmt: skip

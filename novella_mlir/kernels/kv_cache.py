@@ -19,6 +19,7 @@ PAGED_ATTR = "novella.paged"
 PAGED_VBASE = 1 << 31  # virtual DRAM window of the paged caches (above any program's DRAM)
 PAGED_VSPAN = 1 << 24  # virtual elements per cache tensor (positions * heads * head_dim)
 GROUP_ATTR = "novella.kv_group"
+WINDOW_ATTR = "novella.kv_window"  # a one-query attention that reads only the last W cached positions
 PAGED_RHS_ATTR = "novella.paged_rhs"
 PAGED_OPERAND_ATTRS = {1: "novella.paged_key", 2: "novella.paged_value"}  # flash_attention's paged key / value
 
@@ -55,6 +56,11 @@ def _read(op, name: str) -> dict | None:
 def group(op) -> int:
     """Query heads per key/value head of a matmul reading a paged cache (GQA), 1 otherwise."""
     return ir.IntegerAttr(op.attributes[GROUP_ATTR]).value if GROUP_ATTR in op.attributes else 1
+
+
+def window(op) -> int | None:
+    """The last W positions a one-query attention reads (`novella.kv_window`, a sliding window), else None."""
+    return ir.IntegerAttr(op.attributes[WINDOW_ATTR]).value if WINDOW_ATTR in op.attributes else None
 
 
 def page_offset(info: dict, head, position) -> ir.AffineExpr:

@@ -87,7 +87,7 @@ def _physical(v, kv, blocks):
     rem = r % kv[3]
     pe = kv[4 + 2 * slot]
     page = rem // pe
-    if page >= blocks.size:
+    if page >= blocks.size or blocks[page] < 0:
         return -1
     return kv[0] + blocks[page] * kv[1] + kv[5 + 2 * slot] + rem % pe
 
@@ -125,7 +125,7 @@ def patch(syms, key_ex, key, ex, fields, dims, forms, pages, words, kv, blocks):
             return 1 + i
         _put(words, fields[i, 0], fields[i, 1], fields[i, 2], fields[i, 3], v)
     for j in range(pages.shape[0]):
-        if pages[j, 4] >= blocks.size:
+        if pages[j, 4] >= blocks.size or blocks[pages[j, 4]] < 0:
             return -1
         v = kv[0] + blocks[pages[j, 4]] * kv[1] + pages[j, 5]
         _put(words, pages[j, 0], pages[j, 1], pages[j, 2], pages[j, 3], v)
@@ -267,3 +267,44 @@ def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
         if w != spans[ti, 1]:
             return rows[:r], rdims[:r], paged[:pg], 1
     return rows[:r], rdims[:r], paged[:pg], 0
+
+
+@nb.njit(cache=True)
+def guard_bits(syms, ex, tiles, tt, guards, keys, n_dims):
+    """The outcome (0/1) at every grid point of each guarded template in `keys` (tile, template), in
+    grid order: the part of a bucket key the symbol-dependent guards make (what `jit.when_mask` says)."""
+    depth = 1
+    for e in range(ex[0]):
+        depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
+    stack = np.zeros(depth, np.int64)
+    dims = np.zeros(n_dims, np.int64)
+    ext = np.zeros((keys.shape[0], n_dims), np.int64)
+    npts = np.zeros(keys.shape[0], np.int64)
+    for i in range(keys.shape[0]):
+        ti = keys[i, 0]
+        n = 1
+        for g in range(tiles[ti, 2]):
+            ext[i, g] = _min(ex, tiles[ti, 5 + g], syms, dims, stack)
+            n *= max(ext[i, g], 0)
+        npts[i] = n
+    out = np.zeros(npts.sum() + keys.shape[0], np.uint8)
+    at = 0
+    for i in range(keys.shape[0]):
+        ti = keys[i, 0]
+        k = tiles[ti, 3] + keys[i, 1]
+        out[at] = 2  # a separator: the point counts are in the key too
+        at += 1
+        for p in range(npts[i]):
+            q = p
+            for g in range(tiles[ti, 2] - 1, -1, -1):
+                dims[g] = q % ext[i, g]
+                q //= ext[i, g]
+            ok = 1
+            for gi in range(tt[k, 0], tt[k, 1]):
+                v = _min(ex, guards[gi, 1], syms, dims, stack)
+                if (guards[gi, 0] == 0 and v != 0) or (guards[gi, 0] == 1 and v < 0):
+                    ok = 0
+                    break
+            out[at] = ok
+            at += 1
+    return out

@@ -61,8 +61,16 @@ class PagePool:
         table.blocks += [self.free.pop() for _ in range(need)]
 
     def release(self, table: BlockTable) -> None:
-        self.free += table.blocks[::-1]
+        self.free += [b for b in table.blocks[::-1] if b >= 0]
         table.blocks = []
+
+    def drop_before(self, table: BlockTable, pages: int) -> None:
+        """Frees the blocks of `table`'s first `pages` pages (out of a sliding window: never read again);
+        their entries become -1, which a program addressing them is refused for."""
+        for j in range(min(pages, len(table.blocks))):
+            if table.blocks[j] >= 0:
+                self.free.append(table.blocks[j])
+                table.blocks[j] = -1
 
 
 @dataclass
@@ -117,6 +125,8 @@ class Session:
         blocks = np.asarray(table.blocks, np.int64)
         if tr.page.size and tr.page.max() >= blocks.size:
             raise RuntimeError(f"{name} addresses page {int(tr.page.max())}, the sequence has {blocks.size}")
+        if tr.page.size and np.any(blocks[tr.page] < 0):
+            raise RuntimeError(f"{name} addresses a page freed out of the window ({int(tr.page.min())})")
         phys = self.pool_base + blocks[tr.page] * self.block_elems + self.slot_base[tr.slot] + tr.offset
         tr.words[tr.rows, 1] = (tr.words[tr.rows, 1] & ~_LOW) | phys.astype(np.uint64)
         return tr.words

@@ -80,6 +80,7 @@ class Plan:
         self.ex = _Exprs()
         self._flatten()
         self.table = self.ex.table()
+        self._keys_array = np.asarray(self.guard_keys, np.int64).reshape(-1, 2)
 
     def _flatten(self) -> None:
         """The tables `_step_numba.build` walks: tiles, (tile, template) rows, guards, field specs."""
@@ -137,17 +138,27 @@ class Plan:
         return self._grid_ex
 
     def key(self, syms) -> tuple:
-        """The bucket of `syms`: the symbol-dependent grid extents and guard outcomes."""
-        from ._step_numba import values
+        """The bucket of `syms`: the symbol-dependent grid extents and guard outcomes (one compiled call
+        each; `key_slow` is the readable path they equal)."""
+        from ._step_numba import guard_bits, values
 
-        k = tuple(values(np.asarray(syms, np.int64), self.key_table()).tolist())
+        s = np.asarray(syms, np.int64)
+        k = tuple(values(s, self.key_table()).tolist())
+        if self.guard_keys:
+            bits = guard_bits(s, self.table, self.tiles, self.tt, self.guards, self._keys_array, self.n_dims)
+            k += (bits.tobytes(),)
+        return k
+
+    def key_slow(self, syms) -> tuple:
+        """The guard outcomes of `key`, by `jit.when_mask` per guarded template."""
+        out = []
         for ti, j in self.guard_keys:
             tile = self.art.tiles[ti]
             extents = [int(expr.evaluate(g, syms)) for g in tile.grid]
             n = int(np.prod(extents)) if extents else 1
             dims = np.unravel_index(np.arange(max(n, 0)), extents) if extents and n > 0 else ()
-            k += (when_mask(self.art.macros[tile.macro].insts[j], syms, dims, max(n, 0)).tobytes(),)
-        return k
+            out.append(when_mask(self.art.macros[tile.macro].insts[j], syms, dims, max(n, 0)))
+        return tuple(out)
 
     def kind(self, ti: int, j: int, name: str) -> str:
         if name == "dram_base" and self.paged.get((ti, j)):
@@ -270,7 +281,9 @@ class Stepper:
         if status == -2:
             raise RuntimeError(f"{list(syms)} are not in the bucket {b.key} they were looked up in")
         if status < 0:
-            raise RuntimeError(f"the program addresses a page beyond the sequence's {blocks.size} blocks")
+            raise RuntimeError(
+                f"the program addresses a page beyond the sequence's {blocks.size} blocks or one freed out of its window"
+            )
         ti, j, name, _ = b.whats[int(b.fields[status - 1, 13])]
         raise RuntimeError(
             f"{self.art.tiles[ti].name}: field {name} of template {j} does not fit its ISA width at {list(syms)}"

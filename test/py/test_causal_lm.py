@@ -109,6 +109,59 @@ def test_eos_stops_only_when_given(model):
     assert torch.equal(stopped, full[:, : first + 1])
 
 
+SAMPLING = (
+    {"do_sample": True},  # the global defaults: top_k 50
+    {"do_sample": True, "temperature": 0.7, "top_k": 20, "top_p": 0.9, "repetition_penalty": 1.3},
+)
+
+
+@pytest.mark.parametrize("length", [1, 7, 33])
+@pytest.mark.parametrize("opts", SAMPLING, ids=["defaults", "warped"])
+def test_sampling_matches_hf_with_a_seed(model, length, opts):
+    """transformers' own processors on the NPU's logits, one multinomial draw per token: the same seed
+    gives hf.generate(do_sample=True)'s tokens (and not greedy's)."""
+    name, hf, lm = model
+    ids = _prompt(length, seed=20 + length)
+    torch.manual_seed(1234)
+    out = lm.generate(ids, max_new_tokens=NEW, **opts)
+    torch.manual_seed(1234)
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
+                      pad_token_id=0, **opts)  # fmt: skip
+    assert torch.equal(out, ref), f"{name} T={length} {opts}: {out.tolist()} vs {ref.tolist()}"
+    assert not torch.equal(out, lm.generate(ids, max_new_tokens=NEW))
+
+
+def test_greedy_repetition_penalty_matches_hf(model):
+    name, hf, lm = model
+    ids = _prompt(7, seed=30)
+    out = lm.generate(ids, max_new_tokens=NEW, repetition_penalty=5.0)
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
+                      do_sample=False, pad_token_id=0, repetition_penalty=5.0)  # fmt: skip
+    assert torch.equal(out, ref)
+    assert len(set(out[0, 7:].tolist())) == NEW  # a penalty of 5 on random weights: no token twice
+
+
+def test_eos_as_a_list_stops_at_the_first_of_them(model):
+    _, _, lm = model
+    ids = _prompt(5, seed=4)
+    full = lm.generate(ids, max_new_tokens=10)
+    eos = [int(full[0, 9]), int(full[0, 7])]
+    stopped = lm.generate(ids, max_new_tokens=10, eos_token_id=eos)
+    first = next(i for i in range(5, 15) if int(full[0, i]) in eos)
+    assert torch.equal(stopped, full[:, : first + 1])
+
+
+def test_bad_generation_options_are_named(model):
+    _, _, lm = model
+    ids = _prompt(3, seed=1)
+    with pytest.raises(InputError, match="num_beams=2.*not supported"):
+        lm.generate(ids, max_new_tokens=2, num_beams=2)
+    with pytest.raises(InputError, match="unknown generation options.*'toppp'"):
+        lm.generate(ids, max_new_tokens=2, toppp=0.5)
+    with pytest.raises(InputError, match="eos_token_id must be an int or a list of ints"):
+        lm.generate(ids, max_new_tokens=2, eos_token_id="x")
+
+
 def test_bad_input_names_the_limit(model):
     _, _, lm = model
     with pytest.raises(InputError, match=f"more than max_len={MAX_LEN}"):
@@ -209,3 +262,99 @@ def test_the_issue_snippet_as_written():
     assert [len(o) for o in outs] == [33, 39, 65]
     last = lm.last_run.steps[-1]
     assert last.kind == "decode" and last.cycles > 0 and 0 < last.jit_seconds and last.pages_in_use > 0
+
+
+# --------------------------------------------------------------------- attention variants (issue 21)
+
+
+def _variant(name: str):
+    """Families whose cache the pass must find in the graph: multi-query LLaMA (the value's head
+    transpose is a reshape), Mistral with a window smaller than the sequence, BLOOM (ALiBi through
+    `baddbmm` on `[batch*heads, T, d]`, a forward without position_ids)."""
+    common = dict(vocab_size=512, bos_token_id=0, eos_token_id=1)
+    if name == "mqa":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                                  num_key_value_heads=1, intermediate_size=128,
+                                                  max_position_embeddings=MAX_LEN, **common))  # fmt: skip
+    if name == "sliding":
+        return tf.MistralForCausalLM(tf.MistralConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                                      num_key_value_heads=2, intermediate_size=128, sliding_window=16,
+                                                      max_position_embeddings=MAX_LEN, **common))  # fmt: skip
+    return tf.BloomForCausalLM(tf.BloomConfig(n_layer=2, hidden_size=64, n_head=4, **common))
+
+
+@pytest.fixture(scope="module", params=["mqa", "sliding", "alibi"])
+def variant(request):
+    torch.manual_seed(0)
+    hf = _variant(request.param).eval()
+    hf.generation_config.eos_token_id = None
+    return request.param, hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=16, cache=False)
+
+
+@pytest.mark.parametrize("length", [1, 7, 33])
+def test_variant_token_identical(variant, length):
+    name, hf, lm = variant
+    ids = _prompt(length, seed=40 + length)
+    out = lm.generate(ids, max_new_tokens=NEW)
+    ref, ref_logits = _reference(hf, ids, NEW)
+    assert torch.equal(out, ref), f"{name} T={length}: {out.tolist()} vs {ref.tolist()}"
+    np.testing.assert_allclose(lm.last_run.logits[0], ref_logits, atol=1e-3, rtol=0)
+
+
+def test_variant_batch_and_sampling(variant):
+    name, hf, lm = variant
+    prompts = [_prompt(t, seed=50 + t)[0] for t in (1, 7, 33)]
+    for p, out in zip(prompts, lm.generate(prompts, max_new_tokens=NEW)):
+        assert torch.equal(out, _reference(hf, p[None, :], NEW)[0][0]), f"{name} batch T={len(p)}"
+    opts = {"do_sample": True, "temperature": 0.8, "top_k": 40, "top_p": 0.95}
+    torch.manual_seed(7)
+    out = lm.generate(prompts[1][None, :], max_new_tokens=NEW, **opts)
+    torch.manual_seed(7)
+    ids = prompts[1][None, :]
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
+                      pad_token_id=0, **opts)  # fmt: skip
+    assert torch.equal(out, ref)
+
+
+def test_the_window_is_honoured():
+    """The sliding-window reference differs from full attention past the window (else the variant test
+    could not tell them apart)."""
+    torch.manual_seed(0)
+    hf = _variant("sliding").eval()
+    ids = _prompt(33, seed=73)
+    windowed = _reference(hf, ids, 4)[1]
+    hf.config.sliding_window = None
+    full = _reference(hf, ids, 4)[1]
+    assert np.abs(windowed - full).max() > 1e-2
+
+
+def test_only_the_window_is_read_and_kept(variant):
+    """Mistral's mask keeps the last 16 positions: decode's attention reads only their pages
+    (`novella.kv_window`), the pages before them are freed, and a step costs the same at any past
+    length past the window. The other variants read (and keep) every position."""
+    name, hf, lm = variant
+    layers = hf.config.num_hidden_layers
+    text = lm.decode.ir("novella-kv-cache")
+    ids = _prompt(33, seed=60)
+    out = lm.generate(ids, max_new_tokens=NEW)
+    assert torch.equal(out, _reference(hf, ids, NEW)[0])
+    steps = lm.last_run.steps[1:]
+    if name != "sliding":
+        assert "window" not in lm.decode.artifact.kv and "novella.kv_window" not in text
+        assert steps[-1].pages_in_use == -(-(33 + NEW - 1) // 16)
+        return
+    assert lm.decode.artifact.kv["window"] == 16 and text.count("novella.kv_window = 16") == layers
+    assert max(s.pages_in_use for s in steps) == 2  # the window's 16 positions span at most two pages
+    same_phase = [s.cycles for s in steps if s.position % 16 == 5]
+    assert len(same_phase) >= 2 and max(same_phase) - min(same_phase) <= 0.01 * min(same_phase)
+
+
+def test_guard_key_equals_the_readable_path(variant):
+    """A windowed (or page-spanning) decode step has guards that refer to the past length: its bucket key
+    holds their outcome at every grid point, computed in one compiled call; it equals `jit.when_mask`'s."""
+    _, _, lm = variant
+    plan = lm.session().steppers["decode"].plan
+    for past in (1, 15, 16, 17, 40, MAX_LEN - 1):
+        key = plan.key((past,))
+        slow = b"".join(b"\x02" + m.astype(np.uint8).tobytes() for m in plan.key_slow((past,)))
+        assert (key[-1] if plan.guard_keys else b"") == slow, past

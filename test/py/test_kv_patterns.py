@@ -2,7 +2,7 @@
 
 A hand-written one-layer attention decoder (no transformers class) grows its cache by one position
 with `cat(past, k)`, or pads it and writes position P = past length with `index_copy`,
-`slice_scatter`, `k_cache[:, :, arange(P, P + 1)] = k` (`index_put`) or `k_cache[:, :, P:P + 1] = k`
+`slice_scatter`, `select_scatter`, `k_cache[:, :, arange(P, P + 1)] = k` (`index_put`) or `k_cache[:, :, P:P + 1] = k`
 (a slice, a copy into it and a `slice_scatter` after functionalization). Each must compile to the same program as
 `cat` (one in-place append into the paged cache) and, unpaged, equal PyTorch eager at several
 past lengths."""
@@ -21,7 +21,7 @@ from torch.export import Dim
 from novella_mlir import compile_torch
 from novella_mlir.errors import NovellaError
 
-PATTERNS = ("cat", "index_copy", "slice_scatter", "index_put", "setitem")
+PATTERNS = ("cat", "index_copy", "slice_scatter", "index_put", "setitem", "select_scatter")
 MAX_PAST = 40
 
 
@@ -42,6 +42,8 @@ class TinyDecoder(torch.nn.Module):
             return buf.index_copy(2, torch.arange(p, p + 1), new)
         if self.write == "slice_scatter":
             return torch.slice_scatter(buf, new, dim=2, start=p, end=p + 1)
+        if self.write == "select_scatter":
+            return torch.select_scatter(buf, new[:, :, 0], dim=2, index=p)
         if self.write == "setitem":
             buf[:, :, p : p + 1] = new
             return buf
@@ -123,3 +125,29 @@ def test_a_slice_read_at_a_symbolic_start_is_refused():
     args = (torch.randn(1, 1, 32), torch.randn(1, 4, 3, 8), torch.randn(1, 4, 3, 8))
     with pytest.raises(NovellaError, match="a slice with a symbolic start .supported only as the target of a KV-cache"):
         compile_torch(_ReadsAtP(), *args, dynamic_shapes=(None, {2: past}, {2: past}), cache=False)
+
+
+_TILED = """module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @decode(%q: tensor<1x4x1x16xf32>, %past: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %new: tensor<1x2x1x16xf32>) -> (tensor<1x4x1x?xf32, affine_map<()[s0] -> (1, 4, 1, s0 + 1)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) {
+    %k = "novella.kv_append"(%past, %new) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+    %g = "novella.reshape"(%k) : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) -> tensor<1x1x2x?x16xf32, affine_map<()[s0] -> (1, 1, 2, s0 + 1, 16)>>
+    %b = "novella.broadcast"(%g) : (tensor<1x1x2x?x16xf32, affine_map<()[s0] -> (1, 1, 2, s0 + 1, 16)>>) -> tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>
+    %r = "novella.reshape"(%b) : (tensor<1x2x2x?x16xf32, affine_map<()[s0] -> (1, 2, 2, s0 + 1, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>
+    %s = "novella.matmul"(%q, %r) {transpose_rhs = true} : (tensor<1x4x1x16xf32>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>) -> tensor<1x4x1x?xf32, affine_map<()[s0] -> (1, 4, 1, s0 + 1)>>
+    return %s, %k : tensor<1x4x1x?xf32, affine_map<()[s0] -> (1, 4, 1, s0 + 1)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+  }
+}
+"""
+
+
+def test_a_head_repeat_that_tiles_is_refused(tmp_path, capsys):
+    """[h0, h1, h0, h1] (repeat the whole head block) is no GQA repeat (head = b floordiv g would read the
+    wrong head): the pass refuses it naming what it saw, instead of reading the cache wrongly."""
+    from novella_mlir.tools import novella_opt
+
+    path = tmp_path / "tiled.mlir"
+    path.write_text(_TILED)
+    assert novella_opt.main([str(path), "--novella-kv-cache=page-size=16"]) != 0
+    err = capsys.readouterr().err
+    assert "reads the KV cache ['1', '2', 's0 + 1', '16'] as ['1', '4', 's0 + 1', '16']" in err, err
+    assert "not a repeat of each head in place" in err

@@ -63,7 +63,9 @@ class LoweringContext:
         name = f"{hint}_{len(self._weights)}"
         self._weights[name] = array.astype("float32")
         t = ir.RankedTensorType.get(list(array.shape), ir.F32Type.get())
-        return WeightOp(ir.StringAttr.get(name), t, loc=self.op.location).result
+        op = WeightOp(ir.StringAttr.get(name), t, loc=self.op.location)
+        _tag_values(op, self._weights[name])
+        return op.result
 
     def weight_data(self, v: ir.Value):
         """The data of a `novella.weight` value, or None if `v` is computed."""
@@ -176,6 +178,21 @@ def convert(torch_module: ir.Module, imported) -> ir.Module:
         fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [r.type for r in results]))
         _drop_dead(entry, imported.weights)
     return module
+
+
+def _tag_values(op, data) -> None:
+    """Says in the IR what a made-up constant holds when a pass may reason about it (a mask's positions,
+    `transforms/kv_window.py`): `novella.splat` (every element equal) or `novella.iota` (0, 1, ... along
+    the last dim, every other dim 1)."""
+    import numpy as np
+
+    flat = data.reshape(-1)
+    if flat.size == 0:
+        return
+    if np.all(flat == flat[0]):
+        op.operation.attributes["novella.splat"] = ir.FloatAttr.get_f64(float(flat[0]))
+    elif flat.size == data.shape[-1] and np.array_equal(flat, np.arange(flat.size)):
+        op.operation.attributes["novella.iota"] = ir.UnitAttr.get()
 
 
 def _drop_dead(block, weights: dict) -> None:

@@ -1,10 +1,10 @@
 """Lowerings of the in-place KV-cache writes: `pad`, and `slice_scatter` / `index_put` (`index_copy`
-decomposes to it) that write the new positions of a grown cache; `buf[:, :, P:P + 1] = k` is a
+decomposes to it) and `select_scatter` that write the new positions of a grown cache; `buf[:, :, P:P + 1] = k` is a
 slice with a symbolic start (a `WriteTarget`, no tensor), a `copy` into it and a `slice_scatter`.
 
 A static-cache style decoder grows its cache buffer and writes the new key at position P, the past
 length: `pad(past, (0, 0, 0, 1)).index_copy(2, arange(P, P + 1), k)`, `slice_scatter(..., start=P,
-end=P + 1)` or `buf[:, :, P:P + 1] = k`. This is `cat(past, k)`: the write lowers to the same
+end=P + 1)`, `select_scatter(..., dim=2, index=P)` or `buf[:, :, P:P + 1] = k`. This is `cat(past, k)`: the write lowers to the same
 `novella.kv_append` onto the past (paged by `--novella-kv-cache`: one in-place DMA store at the
 write address), and the padded buffer, left unused, is dropped. The write position must be
 provably P (`symbolic.equal`); any other scatter is refused with what it would need."""
@@ -123,6 +123,19 @@ def slice_scatter(cx):
     if step != 1 or start is None or end is None:
         raise cx.error("slice_scatter needs a start, an end and step 1 (a KV-cache append)")
     return _append(cx, base, new, dim, start, affine(end) - affine(start), "slice_scatter")
+
+
+def select_scatter(cx):
+    """`select_scatter(buf, new, dim, P)`: `new` (without the dim) written at position P: the append of
+    `new.unsqueeze(dim)`."""
+    base, new = cx.operand(0), cx.operand(1)
+    dim, index = cx.const(2) % len(cx.shape(base)), cx.const(3)
+    if index is None:
+        raise cx.error("select_scatter needs an index (the past length P, for a KV-cache append)")
+    shape = list(cx.shape(new))
+    shape.insert(dim, sy.const(1))
+    new = reshape(cx, new, shape, check=False)
+    return _append(cx, base, new, dim, index, sy.const(1), "select_scatter")
 
 
 def index_put(cx):

@@ -70,3 +70,121 @@ module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
     return %o, %k, %v : tensor<1x4x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
   }
 }
+
+// -----
+
+// Prefill of a multi-query model (one KV head): the value's head transpose [1, ?, 1, 16] ->
+// [1, 1, ?, 16] is a reshape, and the head repeat the attention reads starts from it. The walk
+// back from the matmul passes the returned value (%v): it is the cache, written to its pages.
+// CHECK-LABEL: func.func @prefill_mqa
+// CHECK-SAME: novella.kv_cache = {args = {}, page_size = 16 : i64, results = [1], slots = [{head_dim = 16 : i64, heads = 1 : i64, page_elems = 256 : i64}]}
+// CHECK: %[[V4:.*]] = "novella.reshape"(%arg1)
+// CHECK: %[[V:.*]] = "novella.reshape"(%[[V4]]) : (tensor<1x?x1x16xf32, {{.*}}>) -> tensor<1x1x?x16xf32
+// CHECK: %[[O:.*]] = "novella.matmul"(%arg0, %{{.*}}) {transpose_rhs = false}
+// CHECK: %[[W:.*]] = "novella.kv_write"(%[[V]]) {novella.paged = {head_dim = 16 : i64, heads = 1 : i64, page_elems = 256 : i64, page_size = 16 : i64, slot = 0 : i64}}
+// CHECK: return %[[O]], %[[W]]
+// OFF-LABEL: func.func @prefill_mqa
+// OFF-NOT: novella.kv_write
+module attributes {novella.symbols = {s0 = ["T", 1, 1024]}} {
+  func.func @prefill_mqa(%p: tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>, %v3: tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>) -> (tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, tensor<1x1x?x16xf32, affine_map<()[s0] -> (1, 1, s0, 16)>>) {
+    %v4 = "novella.reshape"(%v3) : (tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>) -> tensor<1x?x1x16xf32, affine_map<()[s0] -> (1, s0, 1, 16)>>
+    %v = "novella.reshape"(%v4) : (tensor<1x?x1x16xf32, affine_map<()[s0] -> (1, s0, 1, 16)>>) -> tensor<1x1x?x16xf32, affine_map<()[s0] -> (1, 1, s0, 16)>>
+    %g = "novella.reshape"(%v) : (tensor<1x1x?x16xf32, affine_map<()[s0] -> (1, 1, s0, 16)>>) -> tensor<1x1x1x?x16xf32, affine_map<()[s0] -> (1, 1, 1, s0, 16)>>
+    %b = "novella.broadcast"(%g) : (tensor<1x1x1x?x16xf32, affine_map<()[s0] -> (1, 1, 1, s0, 16)>>) -> tensor<1x1x4x?x16xf32, affine_map<()[s0] -> (1, 1, 4, s0, 16)>>
+    %r = "novella.reshape"(%b) : (tensor<1x1x4x?x16xf32, affine_map<()[s0] -> (1, 1, 4, s0, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>
+    %o = "novella.matmul"(%p, %r) {transpose_rhs = false} : (tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>
+    return %o, %v : tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, tensor<1x1x?x16xf32, affine_map<()[s0] -> (1, 1, s0, 16)>>
+  }
+}
+
+// -----
+
+// Decode of an ALiBi model (BLOOM's `baddbmm`): the cache is read flattened to [heads, ?, 16].
+// The matmul reads the paged cache itself at the cache's rank: its lhs is viewed as
+// [1, 4, 1, 16] and its result [1, 4, 1, ?] is viewed back as [4, 1, ?] for its users.
+// CHECK-LABEL: func.func @decode_flat
+// CHECK: %[[K:.*]] = "novella.kv_append"(%arg1, %arg2) {{{.*}}slot = 0 : i64}}
+// CHECK-NOT: "novella.reshape"(%[[K]])
+// CHECK: %[[Q:.*]] = "novella.reshape"(%arg0) : (tensor<4x1x16xf32>) -> tensor<1x4x1x16xf32>
+// CHECK: %[[S:.*]] = "novella.matmul"(%[[Q]], %[[K]]) {novella.kv_group = 1 : i64, novella.paged_rhs = {{{.*}}slot = 0 : i64}, transpose_rhs = true} : {{.*}} -> tensor<1x4x1x?xf32, #{{.*}}>
+// CHECK: %[[F:.*]] = "novella.reshape"(%[[S]]) : (tensor<1x4x1x?xf32, {{.*}}>) -> tensor<4x1x?xf32
+// CHECK: return %[[F]], %[[K]]
+// OFF-LABEL: func.func @decode_flat
+// OFF: "novella.matmul"(%arg0, %{{.*}}) {transpose_rhs = true}
+// OFF-NOT: novella.paged
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @decode_flat(%q: tensor<4x1x16xf32>, %past: tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, %new: tensor<1x4x1x16xf32>) -> (tensor<4x1x?xf32, affine_map<()[s0] -> (4, 1, s0 + 1)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>) {
+    %k = "novella.kv_append"(%past, %new) {dim = 2 : i64} : (tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, tensor<1x4x1x16xf32>) -> tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>
+    %f = "novella.reshape"(%k) : (tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>) -> tensor<4x?x16xf32, affine_map<()[s0] -> (4, s0 + 1, 16)>>
+    %s = "novella.matmul"(%q, %f) {transpose_rhs = true} : (tensor<4x1x16xf32>, tensor<4x?x16xf32, affine_map<()[s0] -> (4, s0 + 1, 16)>>) -> tensor<4x1x?xf32, affine_map<()[s0] -> (4, 1, s0 + 1)>>
+    return %s, %k : tensor<4x1x?xf32, affine_map<()[s0] -> (4, 1, s0 + 1)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0 + 1, 16)>>
+  }
+}
+
+// -----
+
+// Decode with a sliding-window mask built from the positions (`arange`: an iota weight; the past
+// length: a sum of ones sliced to s0): x > P - 8 and x <= P, i.e. the last 8 of the s0 + 1 cached
+// positions. The attention is marked `novella.kv_window = 8`; every cache reader is windowed, so
+// the function's cache says `window = 8` (the runtime frees the pages before it).
+// CHECK-LABEL: func.func @window
+// CHECK-SAME: novella.kv_cache = {args = {"1" = 0 : i64, "2" = 1 : i64}, page_size = 16 : i64, results = [1, 2], slots = [{{.*}}], window = 8 : i64}
+// CHECK: "novella.flash_attention"({{.*}}novella.kv_window = 8 : i64
+// OFF-LABEL: func.func @window
+// OFF-NOT: novella.kv_window
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @window(%q: tensor<1x2x1x16xf32>, %pk: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %pv: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %nk: tensor<1x2x1x16xf32>, %nv: tensor<1x2x1x16xf32>) -> (tensor<1x2x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) {
+    %k = "novella.kv_append"(%pk, %nk) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+    %v = "novella.kv_append"(%pv, %nv) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+    %pos = "novella.weight"() {name = "arange", novella.iota} : () -> tensor<1024xf32>
+    %kv1 = "novella.slice"(%pos) {dim = 0 : i64, start = 0 : i64} : (tensor<1024xf32>) -> tensor<?xf32, affine_map<()[s0] -> (s0 + 1)>>
+    %kv = "novella.reshape"(%kv1) : (tensor<?xf32, affine_map<()[s0] -> (s0 + 1)>>) -> tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>
+    %ones = "novella.weight"() {name = "ones", novella.splat = 1.0 : f64} : () -> tensor<1x1023xf32>
+    %o1 = "novella.slice"(%ones) {dim = 1 : i64, start = 0 : i64} : (tensor<1x1023xf32>) -> tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>
+    %p2 = "novella.reduce"(%o1) {fn = "sum"} : (tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>) -> tensor<1x1xf32>
+    %p = "novella.reshape"(%p2) : (tensor<1x1xf32>) -> tensor<1x1x1x1xf32>
+    %lo = "novella.scalar"(%p) {fn = "sub", value = 8.0 : f32} : (tensor<1x1x1x1xf32>) -> tensor<1x1x1x1xf32>
+    %a = "novella.compare"(%kv, %lo) {fn = "gt"} : (tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>, tensor<1x1x1x1xf32>) -> tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>
+    %hi = "novella.scalar"(%p) {fn = "sub", value = 0.0 : f32} : (tensor<1x1x1x1xf32>) -> tensor<1x1x1x1xf32>
+    %b = "novella.compare"(%kv, %hi) {fn = "le"} : (tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>, tensor<1x1x1x1xf32>) -> tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>
+    %c = "novella.mul"(%a, %b) : (tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>, tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>) -> tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>
+    %zero = "novella.weight"() {name = "zero", novella.splat = 0.0 : f64} : () -> tensor<f32>
+    %ninf = "novella.weight"() {name = "ninf", novella.splat = 0xFFF0000000000000 : f64} : () -> tensor<f32>
+    %m = "novella.where"(%c, %zero, %ninf) : (tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>, tensor<f32>, tensor<f32>) -> tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>
+    %o = "novella.flash_attention"(%q, %k, %v, %m) {causal = 0 : i64, heads_minor = array<i64: 0, 0, 0, 0>, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 0.25 : f32} : (tensor<1x2x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>) -> tensor<1x2x1x16xf32>
+    return %o, %k, %v : tensor<1x2x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+  }
+}
+
+// -----
+
+// The same band ending at P - 1: not the last positions of the cache (the newest key is masked),
+// so no window is claimed and nothing is freed.
+// CHECK-LABEL: func.func @not_a_window
+// CHECK-NOT: window =
+// CHECK: "novella.flash_attention"
+// CHECK-NOT: novella.kv_window
+// CHECK: return
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @not_a_window(%q: tensor<1x2x1x16xf32>, %pk: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %pv: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %nk: tensor<1x2x1x16xf32>, %nv: tensor<1x2x1x16xf32>) -> (tensor<1x2x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) {
+    %k = "novella.kv_append"(%pk, %nk) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+    %v = "novella.kv_append"(%pv, %nv) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+    %pos = "novella.weight"() {name = "arange", novella.iota} : () -> tensor<1024xf32>
+    %kv1 = "novella.slice"(%pos) {dim = 0 : i64, start = 0 : i64} : (tensor<1024xf32>) -> tensor<?xf32, affine_map<()[s0] -> (s0 + 1)>>
+    %kv = "novella.reshape"(%kv1) : (tensor<?xf32, affine_map<()[s0] -> (s0 + 1)>>) -> tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>
+    %ones = "novella.weight"() {name = "ones", novella.splat = 1.0 : f64} : () -> tensor<1x1023xf32>
+    %o1 = "novella.slice"(%ones) {dim = 1 : i64, start = 0 : i64} : (tensor<1x1023xf32>) -> tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>
+    %p2 = "novella.reduce"(%o1) {fn = "sum"} : (tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>) -> tensor<1x1xf32>
+    %p = "novella.reshape"(%p2) : (tensor<1x1xf32>) -> tensor<1x1x1x1xf32>
+    %lo = "novella.scalar"(%p) {fn = "sub", value = 8.0 : f32} : (tensor<1x1x1x1xf32>) -> tensor<1x1x1x1xf32>
+    %a = "novella.compare"(%kv, %lo) {fn = "gt"} : (tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>, tensor<1x1x1x1xf32>) -> tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>
+    %hi = "novella.scalar"(%p) {fn = "sub", value = 1.0 : f32} : (tensor<1x1x1x1xf32>) -> tensor<1x1x1x1xf32>
+    %b = "novella.compare"(%kv, %hi) {fn = "le"} : (tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>, tensor<1x1x1x1xf32>) -> tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>
+    %c = "novella.mul"(%a, %b) : (tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>, tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>) -> tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>
+    %zero = "novella.weight"() {name = "zero", novella.splat = 0.0 : f64} : () -> tensor<f32>
+    %ninf = "novella.weight"() {name = "ninf", novella.splat = 0xFFF0000000000000 : f64} : () -> tensor<f32>
+    %m = "novella.where"(%c, %zero, %ninf) : (tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>, tensor<f32>, tensor<f32>) -> tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>
+    %o = "novella.flash_attention"(%q, %k, %v, %m) {causal = 0 : i64, heads_minor = array<i64: 0, 0, 0, 0>, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 0.25 : f32} : (tensor<1x2x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x1x1x?xf32, affine_map<()[s0] -> (1, 1, 1, s0 + 1)>>) -> tensor<1x2x1x16xf32>
+    return %o, %k, %v : tensor<1x2x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
+  }
+}
