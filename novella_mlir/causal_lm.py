@@ -134,7 +134,9 @@ def compile_causal_lm(
                 "position P of a grown cache with index_copy, slice_scatter or index_put"
             )
     pages = n_pages if n_pages is not None else max_batch * -(-max_len // page_size)
-    return CausalLM(prefill, decode, vocab, max_len, page_size, pages, time.perf_counter() - t0)
+    lm = CausalLM(prefill, decode, vocab, max_len, page_size, pages, time.perf_counter() - t0)
+    lm.max_batch = max_batch  # the engine's bound on sequences decoded at once
+    return lm
 
 
 @dataclass
@@ -204,6 +206,8 @@ class CausalLM:
                     f"prompt #{i} has {len(s)} tokens; generating {max_new_tokens} more would pass "
                     f"max_len={self.max_len}; lower max_new_tokens or compile with a larger max_len"
                 )
+        if not single:
+            return self._generate_batch(seqs, max_new_tokens, eos_token_id, check_hazards)
         sess = self.session(check_hazards)
         run = GenerateRun(kv_bytes_max_len=len(seqs) * self.max_len * sess.block_elems // self.page_size * 4)
         self.last_run = run
@@ -215,6 +219,12 @@ class CausalLM:
                 sess.pool.release(t)
         outs = [torch.tensor(s, dtype=torch.long) for s in seqs]
         return outs[0][None, :] if single else outs
+
+    def _generate_batch(self, seqs, max_new_tokens, eos_token_id, check_hazards) -> list:
+        """A list of prompts runs on the continuous-batching engine (`runtime/engine.py`)."""
+        from .runtime.engine import generate
+
+        return generate(self, seqs, max_new_tokens, eos_token_id, check_hazards)
 
     def _check_prompt(self, p, single: bool) -> list:
         if not isinstance(p, torch.Tensor) or p.dtype not in (torch.long, torch.int32, torch.int64):
