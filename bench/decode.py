@@ -11,7 +11,14 @@
   * with --compare: the same steps compiled with fuse_attention=False (matmul -> softmax -> matmul,
     scores in DRAM) side by side with the fused attention over the pages.
 
+  * with --batch-sizes (default 1,4,16,32,64) and --batch-pasts (16,256,1000): a decode step of B
+    sequences against the batched roofline max(MACs / MACs per cycle, (weights + every sequence's
+    K/V read + written) / DRAM bandwidth), tokens per million cycles against B, mixed past lengths,
+    JIT host time per step against the NPU step; and the engine's page utilization on requests with
+    a common prefix, sharing on and off (`runtime/engine.py`).
+
 Usage: python bench/decode.py [--model gpt2|llama] [--max-len 1024] [--pasts 16,64,256,1000] [--sizes] [--compare]
+       [--batch-sizes 1,4,16,32,64] [--batch-pasts 16,256,1000]
 """
 
 from __future__ import annotations
@@ -96,11 +103,14 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--pasts", default="1,16,64,256,1000")
     ap.add_argument("--sizes", action="store_true")
+    ap.add_argument("--batch-sizes", default="1,4,16,32,64", help="batched steps and sharing ('' skips them)")
+    ap.add_argument("--batch-pasts", default="16,256,1000")
     ap.add_argument("--compare", action="store_true", help="also compile with fuse_attention=False, side by side")
     args = ap.parse_args()
     hf = build(args.model, args.max_len)
     t0 = time.perf_counter()
-    lm = compile_causal_lm(hf, max_len=args.max_len, page_size=args.page_size, max_batch=3)
+    bmax = max([int(b) for b in args.batch_sizes.split(",") if b] + [3])
+    lm = compile_causal_lm(hf, max_len=args.max_len, page_size=args.page_size, max_batch=bmax)
     print(f"{args.model}: compiled prefill + decode for max_len {args.max_len} in {time.perf_counter() - t0:.1f} s")
     sess = lm.session(check_hazards=False)
     cfg = lm.prefill.config
@@ -149,6 +159,10 @@ def main() -> None:
         f"sequences of {lengths} positions: used {used:,} B, paged {paged:,} B ({used / paged:.1%} utilized), "
         f"contiguous {contiguous:,} B ({used / contiguous:.1%} utilized)"
     )
+    if args.batch_sizes:
+        batched(lm, wb, kv_row, [int(b) for b in args.batch_sizes.split(",")],
+                [int(p) for p in args.batch_pasts.split(",") if int(p) < args.max_len])  # fmt: skip
+        sharing(lm)
     if args.sizes:
         print("\nMacroMeta + TileMeta bytes of both programs")
         for n in (1024, 8192):
@@ -173,6 +187,90 @@ def compare(hf, args, pasts, fused: dict) -> None:
         print(f"{past:>6} {stats.cycles:>9,} {cyc:>9,} {stats.cycles / cyc:>6.2f} {roof:>9,.0f} "
               f"{stats.cycles / roof:>8.2f} {cyc / roof:>8.2f} {jit_step * 1e6:>8.1f} {jit_f * 1e6:>8.1f} "
               f"{base:>20,} {base_f:>12,} {base / base_f:>6.2f}")  # fmt: skip
+
+
+def batch_step(sess, pasts: list) -> dict:
+    """One decode step of len(pasts) sequences as the engine runs it today: one decode program per
+    sequence, each over its own block table (cache contents arbitrary: cycles only). A first pass warms
+    every bucket; of three more, the one of least JIT time is reported (2 shared cores: a pass may
+    include a preemption of several ms)."""
+    tables = []
+    for p in pasts:
+        t = BlockTable()
+        sess.pool.reserve(t, p + 1)
+        tables.append(t)
+    try:
+        passes = []
+        for _ in range(4):
+            out = {"cycles": 0, "macs": 0, "dma": 0, "jit": 0.0}
+            for p, t in zip(pasts, tables):
+                inputs = {0: np.array([[5.0]], np.float32), 1: np.array([[float(p)]], np.float32)}
+                _, stats, jit_s, *_ = sess.run("decode", inputs, (p,), t)
+                out["cycles"] += stats.cycles
+                out["macs"] += stats.macs
+                out["dma"] += stats.dma_bytes_loaded + stats.dma_bytes_stored
+                out["jit"] += jit_s
+            passes.append(out)
+    finally:
+        for t in tables:
+            sess.pool.release(t)
+    return min(passes[1:], key=lambda o: o["jit"])
+
+
+def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
+    """Cycles per step of B sequences against the batched decode roofline, tokens per million cycles,
+    mixed past lengths, and the JIT host time per step against the NPU step."""
+    sess = lm.session(check_hazards=False)
+    cfg = lm.prefill.config
+    bw, mpc = cfg.dram_bytes_per_cycle, cfg.macs_per_cycle
+    print("\nbatched decode step: B sequences, one decode program per sequence (the weights are read B times)")
+    print("roofline: max(MACs / MACs per cycle, (weights once + every sequence's K/V read + written) / DRAM B/cycle)")
+    print(f"{'B':>3} {'past':>10} {'cycles':>11} {'DMA B':>12} {'roof':>9} {'cyc/roof':>8} {'tok/Mcyc':>9} "
+          f"{'x B=1':>6} {'JIT us':>8} {'NPU us':>9} {'JIT/NPU':>7}")  # fmt: skip
+    rng = np.random.default_rng(0)
+    cases = [(p, f"{p}") for p in pasts] + [(None, "mixed")]
+    for past, label in cases:
+        base = None
+        for b in sizes:
+            ps = [past] * b if past is not None else sorted(rng.integers(16, max(pasts) + 1, b).tolist())
+            r = batch_step(sess, ps)
+            roof = max(r["macs"] / mpc, (wb + sum(kv_row * (p + 2) for p in ps)) / bw)
+            tok = b / r["cycles"] * 1e6
+            base = base or tok
+            npu_us = r["cycles"] / (cfg.clock_ghz * 1e3)
+            lab = label if past is not None else f"16..{max(pasts)}"
+            print(f"{b:>3} {lab:>10} {r['cycles']:>11,} {r['dma']:>12,} {roof:>9,.0f} {r['cycles'] / roof:>8.2f} "
+                  f"{tok:>9.1f} {tok / base:>6.2f} {r['jit'] * 1e6:>8.0f} {npu_us:>9.1f} {r['jit'] * 1e6 / npu_us:>7.3f}")  # fmt: skip
+
+
+def sharing(lm, n_req: int = 8, prefix: int = 96, new: int = 16) -> None:
+    """Page utilization of the continuous-batching engine on requests with a common prompt prefix,
+    prefix sharing on and off: pages held, positions cached per page held, NPU cycles."""
+    from novella_mlir.runtime.engine import Engine
+
+    n_req = min(n_req, lm.max_batch)
+    g = torch.Generator().manual_seed(1)
+    head = torch.randint(3, 500, (prefix,), generator=g).tolist()
+    prompts = [head + torch.randint(3, 500, (int(n),), generator=g).tolist() for n in torch.randint(4, 40, (n_req,), generator=g)]
+    print(f"\ncontinuous batching of {n_req} requests with a {prefix}-token common prefix (suffixes 4..39 tokens), "
+          f"{new} new tokens each, max_batch {n_req}, page_size {lm.page_size}")
+    print(f"{'sharing':>7} {'peak pages':>10} {'mean pages':>10} {'positions/page':>14} {'copies':>6} {'prefills':>8} "
+          f"{'decodes':>7} {'NPU Mcycles':>11} {'tokens':>6}")  # fmt: skip
+    for share in (False, True):
+        eng = Engine(lm, max_batch=n_req, check_hazards=False, share_prefix=share)
+        reqs = [eng.add(p, new) for p in prompts]
+        pages, util = [], []
+        while not eng.done:
+            eng.step()
+            held = eng.pool.in_use
+            if held:
+                pages.append(held)
+                util.append(sum(r.table.length for r in eng.running) / (held * lm.page_size))
+        steps = eng.run.steps
+        kinds = [s.kind for s in steps]
+        print(f"{'on' if share else 'off':>7} {max(pages):>10} {np.mean(pages):>10.1f} {np.mean(util):>14.2f} "
+              f"{eng.copies:>6} {kinds.count('prefill'):>8} {kinds.count('decode'):>7} "
+              f"{sum(s.cycles for s in steps) / 1e6:>11.2f} {sum(len(r.generated) for r in reqs):>6}")  # fmt: skip
 
 
 if __name__ == "__main__":
