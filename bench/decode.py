@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import transformers as tf
 
+from novella_mlir.batched import compile_batched
 from novella_mlir.causal_lm import compile_causal_lm
 from novella_mlir.runtime.kv import BlockTable
 
@@ -109,8 +110,12 @@ def main() -> None:
     args = ap.parse_args()
     hf = build(args.model, args.max_len)
     t0 = time.perf_counter()
-    bmax = max([int(b) for b in args.batch_sizes.split(",") if b] + [3])
-    lm = compile_causal_lm(hf, max_len=args.max_len, page_size=args.page_size, max_batch=bmax)
+    sizes = [int(b) for b in args.batch_sizes.split(",") if b]
+    lm = compile_causal_lm(hf, max_len=args.max_len, page_size=args.page_size, max_batch=max(sizes + [3]))
+    if sizes:
+        t1 = time.perf_counter()
+        compile_batched(hf, lm, sizes)
+        print(f"batched decode programs for B = {sizes} compiled in {time.perf_counter() - t1:.1f} s")
     print(f"{args.model}: compiled prefill + decode for max_len {args.max_len} in {time.perf_counter() - t0:.1f} s")
     sess = lm.session(check_hazards=False)
     cfg = lm.prefill.config
@@ -160,8 +165,7 @@ def main() -> None:
         f"contiguous {contiguous:,} B ({used / contiguous:.1%} utilized)"
     )
     if args.batch_sizes:
-        batched(lm, wb, kv_row, [int(b) for b in args.batch_sizes.split(",")],
-                [int(p) for p in args.batch_pasts.split(",") if int(p) < args.max_len])  # fmt: skip
+        batched(lm, wb, kv_row, sizes, [int(p) for p in args.batch_pasts.split(",") if int(p) < args.max_len])
         sharing(lm)
     if args.sizes:
         print("\nMacroMeta + TileMeta bytes of both programs")
@@ -189,18 +193,26 @@ def compare(hf, args, pasts, fused: dict) -> None:
               f"{base:>20,} {base_f:>12,} {base / base_f:>6.2f}")  # fmt: skip
 
 
-def batch_step(sess, pasts: list) -> dict:
-    """One decode step of len(pasts) sequences as the engine runs it today: one decode program per
-    sequence, each over its own block table (cache contents arbitrary: cycles only). A first pass warms
-    every bucket; of three more, the one of least JIT time is reported (2 shared cores: a pass may
-    include a preemption of several ms)."""
+def _best(passes: list) -> dict:
+    """Of the passes after the first (which warms every bucket), the one of least JIT time (2 shared
+    cores: a pass may include a preemption of several ms)."""
+    return min(passes[1:], key=lambda o: o["jit"])
+
+
+def _tables(sess, rows: list) -> list:
     tables = []
-    for p in pasts:
+    for n in rows:
         t = BlockTable()
-        sess.pool.reserve(t, p + 1)
+        sess.pool.reserve(t, n)
         tables.append(t)
+    return tables
+
+
+def apart_step(sess, pasts: list) -> dict:
+    """A decode step of len(pasts) sequences as separate single-sequence decode programs, each over
+    its own block table (cache contents arbitrary: cycles only); four passes (`_best`)."""
+    tables, passes = _tables(sess, [p + 1 for p in pasts]), []
     try:
-        passes = []
         for _ in range(4):
             out = {"cycles": 0, "macs": 0, "dma": 0, "jit": 0.0}
             for p, t in zip(pasts, tables):
@@ -214,7 +226,28 @@ def batch_step(sess, pasts: list) -> dict:
     finally:
         for t in tables:
             sess.pool.release(t)
-    return min(passes[1:], key=lambda o: o["jit"])
+    return _best(passes)
+
+
+def batched_step(sess, n: int, pasts: list, null: int) -> dict:
+    """One batched decode program of bucket n over len(pasts) lanes at the storage clock max(pasts),
+    each lane at the row offset and null pages the clock asks (`runtime/batch.py`); four passes."""
+    from novella_mlir.runtime.batch import BatchStep, Lane
+
+    ps, clock = sess.page_size, max(pasts)
+    offs = [(clock - p) % ps for p in pasts]
+    tables, passes = _tables(sess, [p + r + 1 for p, r in zip(pasts, offs)]), []
+    step = BatchStep(sess, f"batch{n}", n, null)
+    lanes = [Lane(5, p, (clock - p - r) // ps, t.blocks, r) for p, r, t in zip(pasts, offs, tables)]
+    try:
+        for _ in range(4):
+            _, stats, jit_s, *_ = step.run(lanes, clock)
+            passes.append({"cycles": stats.cycles, "macs": stats.macs, "jit": jit_s,
+                           "dma": stats.dma_bytes_loaded + stats.dma_bytes_stored})  # fmt: skip
+    finally:
+        for t in tables:
+            sess.pool.release(t)
+    return _best(passes)
 
 
 def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
@@ -223,24 +256,35 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
     sess = lm.session(check_hazards=False)
     cfg = lm.prefill.config
     bw, mpc = cfg.dram_bytes_per_cycle, cfg.macs_per_cycle
-    print("\nbatched decode step: B sequences, one decode program per sequence (the weights are read B times)")
-    print("roofline: max(MACs / MACs per cycle, (weights once + every sequence's K/V read + written) / DRAM B/cycle)")
-    print(f"{'B':>3} {'past':>10} {'cycles':>11} {'DMA B':>12} {'roof':>9} {'cyc/roof':>8} {'tok/Mcyc':>9} "
-          f"{'x B=1':>6} {'JIT us':>8} {'NPU us':>9} {'JIT/NPU':>7}")  # fmt: skip
+    null = BlockTable()
+    sess.pool.reserve(null, 1)
+    macs = {}  # the model's MACs of one sequence's step at a past: the single-sequence program's
+
+    def model_macs(p):
+        if p not in macs:
+            macs[p] = apart_step(sess, [p])["macs"]
+        return macs[p]
+
+    print("\nbatched decode step: one program for B sequences (the weights read once), vs B single-sequence programs")
+    print("roofline: max(model MACs / MACs per cycle, (weights once + every sequence's K/V read + written) / DRAM B/cycle)")
+    print(f"{'B':>3} {'past':>10} {'cycles':>10} {'DMA B':>11} {'roof':>9} {'cyc/roof':>8} {'tok/Mcyc':>8} "
+          f"{'x B=1':>6} {'apart cyc':>11} {'apart/roof':>10} {'gain':>5} {'JIT us':>7} {'NPU us':>8} {'JIT/NPU':>7}")  # fmt: skip
     rng = np.random.default_rng(0)
-    cases = [(p, f"{p}") for p in pasts] + [(None, "mixed")]
-    for past, label in cases:
+    for past in pasts + [None]:
         base = None
         for b in sizes:
             ps = [past] * b if past is not None else sorted(rng.integers(16, max(pasts) + 1, b).tolist())
-            r = batch_step(sess, ps)
-            roof = max(r["macs"] / mpc, (wb + sum(kv_row * (p + 2) for p in ps)) / bw)
+            r, apart = batched_step(sess, b, ps, null.blocks[0]), apart_step(sess, ps)
+            roof = max(sum(model_macs(p) for p in ps) / mpc, (wb + sum(kv_row * (p + 2) for p in ps)) / bw)
             tok = b / r["cycles"] * 1e6
             base = base or tok
             npu_us = r["cycles"] / (cfg.clock_ghz * 1e3)
-            lab = label if past is not None else f"16..{max(pasts)}"
-            print(f"{b:>3} {lab:>10} {r['cycles']:>11,} {r['dma']:>12,} {roof:>9,.0f} {r['cycles'] / roof:>8.2f} "
-                  f"{tok:>9.1f} {tok / base:>6.2f} {r['jit'] * 1e6:>8.0f} {npu_us:>9.1f} {r['jit'] * 1e6 / npu_us:>7.3f}")  # fmt: skip
+            lab = str(past) if past is not None else f"16..{max(pasts)}"
+            print(f"{b:>3} {lab:>10} {r['cycles']:>10,} {r['dma']:>11,} {roof:>9,.0f} {r['cycles'] / roof:>8.2f} "
+                  f"{tok:>8.1f} {tok / base:>6.2f} {apart['cycles']:>11,} {apart['cycles'] / roof:>10.2f} "
+                  f"{apart['cycles'] / r['cycles']:>5.1f} {r['jit'] * 1e6:>7.0f} {npu_us:>8.1f} "
+                  f"{r['jit'] * 1e6 / npu_us:>7.3f}")  # fmt: skip
+    sess.pool.release(null)
 
 
 def sharing(lm, n_req: int = 8, prefix: int = 96, new: int = 16) -> None:
@@ -254,8 +298,9 @@ def sharing(lm, n_req: int = 8, prefix: int = 96, new: int = 16) -> None:
     prompts = [head + torch.randint(3, 500, (int(n),), generator=g).tolist() for n in torch.randint(4, 40, (n_req,), generator=g)]
     print(f"\ncontinuous batching of {n_req} requests with a {prefix}-token common prefix (suffixes 4..39 tokens), "
           f"{new} new tokens each, max_batch {n_req}, page_size {lm.page_size}")
+    print("(pages held include the batched step's null block; positions/page > 1: pages held by several sequences)")
     print(f"{'sharing':>7} {'peak pages':>10} {'mean pages':>10} {'positions/page':>14} {'copies':>6} {'prefills':>8} "
-          f"{'decodes':>7} {'NPU Mcycles':>11} {'tokens':>6}")  # fmt: skip
+          f"{'batch steps':>11} {'relayout MB':>11} {'NPU Mcycles':>11} {'tokens':>6}")  # fmt: skip
     for share in (False, True):
         eng = Engine(lm, max_batch=n_req, check_hazards=False, share_prefix=share)
         reqs = [eng.add(p, new) for p in prompts]
@@ -266,10 +311,12 @@ def sharing(lm, n_req: int = 8, prefix: int = 96, new: int = 16) -> None:
             if held:
                 pages.append(held)
                 util.append(sum(r.table.length for r in eng.running) / (held * lm.page_size))
+        eng.close()
         steps = eng.run.steps
         kinds = [s.kind for s in steps]
         print(f"{'on' if share else 'off':>7} {max(pages):>10} {np.mean(pages):>10.1f} {np.mean(util):>14.2f} "
-              f"{eng.copies:>6} {kinds.count('prefill'):>8} {kinds.count('decode'):>7} "
+              f"{eng.copies:>6} {kinds.count('prefill'):>8} {kinds.count('batch') + kinds.count('decode'):>11} "
+              f"{eng.moved / 1e6:>11.2f} "
               f"{sum(s.cycles for s in steps) / 1e6:>11.2f} {sum(len(r.generated) for r in reqs):>6}")  # fmt: skip
 
 

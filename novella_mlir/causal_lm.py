@@ -185,6 +185,7 @@ class CausalLM:
         """The NPU session (weights written once; its DRAM holds the cache between steps)."""
         if self._session is None or self._session.sim.check_hazards != check_hazards:
             models = {"prefill": self.prefill, "decode": self.decode}
+            models.update({f"batch{n}": m for n, m in getattr(self, "batched", {}).items()})  # batched.py
             self._session = Session(models, self.prefill.config, self.n_pages, check_hazards=check_hazards)
         return self._session
 

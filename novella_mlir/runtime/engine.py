@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from .batch import BatchStep, Lane, relayout
 from .kv import BlockTable, KvCacheFullError
 
 
@@ -46,6 +47,8 @@ class Request:
     status: str = "waiting"  # waiting | running | finished
     finish_reason: str | None = None  # "eos" | "length"
     shared: int = 0  # positions read from another sequence's pages when admitted
+    shift: int | None = None  # in the batched step: null pages before its block table (None: not joined)
+    offset: int = 0  # its block table holds position p at row p + offset (`batch.relayout`)
     preemptions: int = 0
     admitted_at: int = -1
 
@@ -67,7 +70,7 @@ class Engine:
     """Continuous batching of greedy generation on `lm` (a `CausalLM`) and one NPU session."""
 
     def __init__(self, lm, max_batch: int | None = None, *, check_hazards: bool = True, share_prefix: bool = True,
-                 run=None):  # fmt: skip
+                 run=None, batched: bool = True):  # fmt: skip
         from ..causal_lm import GenerateRun
 
         bound = getattr(lm, "max_batch", None)
@@ -79,12 +82,20 @@ class Engine:
         self.lm, self.max_batch = lm, max_batch or bound or lm.n_pages
         self.sess = lm.session(check_hazards)
         self.share_prefix = share_prefix
+        self.buckets = sorted(getattr(lm, "batched", {})) if batched else []
+        self.members: list = []  # the requests of the batched step
+        self.clock = 0  # the batched step's storage index of the next position
+        self.null = BlockTable()
+        if self.buckets:
+            self.pool.reserve(self.null, 1)
+            self.batch_steps = {n: BatchStep(self.sess, f"batch{n}", n, self.null.blocks[0]) for n in self.buckets}
         self.run = run if run is not None else GenerateRun()
         self.waiting: deque = deque()
         self.running: list = []
         self.finished: list = []
         self.steps = 0
         self.copies = 0  # pages copied on write
+        self.moved = 0  # bytes moved by relayouts (a prefilled sequence joining the batched step)
         self.batch_sizes: list = []  # running requests after each step's admission
         self._next_id = 0
 
@@ -104,10 +115,10 @@ class Engine:
                 f"max_len={lm.max_len}; lower max_new_tokens or compile with a larger max_len"
             )
         need = -(-(len(ids) + max(max_new_tokens, 1) - 1) // lm.page_size)
-        if need > self.pool.n_blocks:
+        if need > self.pool.n_blocks - len(self.null.blocks):
             raise KvCacheFullError(
                 f"the request needs {need} pages ({len(ids)} prompt + {max_new_tokens} new tokens, page_size "
-                f"{lm.page_size}), more than the whole pool of {self.pool.n_blocks}; raise n_pages in compile_causal_lm"
+                f"{lm.page_size}), more than the whole pool of {self.pool.n_blocks - len(self.null.blocks)}; raise n_pages in compile_causal_lm"
             )
         req = Request(self._next_id, ids, max_new_tokens, _eos_set(eos_token_id), self.steps, tokens=list(ids))
         self._next_id += 1
@@ -142,8 +153,11 @@ class Engine:
         before = len(self.finished)
         fresh = self._admit()
         self.batch_sizes.append(len(self.running))
+        if self.buckets:
+            self._join()
+            self._batch_step()
         for req in list(self.running):
-            if req.status == "running" and req not in fresh:
+            if req.status == "running" and req not in fresh and not self.buckets:
                 self._advance(req)
         self.steps += 1
         return self.finished[before:]
@@ -152,6 +166,78 @@ class Engine:
         while not self.done:
             self.step()
         return self.finished
+
+    def close(self) -> None:
+        """Frees the pages of every request not finished and the null block."""
+        for r in list(self.running):
+            self._leave(r)
+            self.pool.release(r.table)
+        self.pool.release(self.null)
+
+    def _leave(self, req: Request) -> None:
+        if req in self.members:
+            self.members.remove(req)
+        req.shift = None
+
+    def _join(self) -> None:
+        """Requests ready to decode join the batched step: their next position must land on the clock a
+        whole number of pages after their own rows. A prefilled one is moved to that row offset
+        (`batch.relayout`); one reading shared pages waits for it (at most page_size - 1 steps). A
+        request ahead of the clock moves it forward by whole pages (the others get null pages)."""
+        ps = self.lm.page_size
+        for req in self.running:
+            if req.shift is not None or len(self.members) >= self.buckets[-1]:
+                continue
+            n = req.table.length
+            if not self.members:
+                self.clock = n
+            r = (self.clock - n) % ps
+            if r and not self._relayout(req, r):
+                continue
+            ahead = n + req.offset - self.clock
+            if ahead > 0:
+                for m in self.members:
+                    m.shift += ahead // ps
+                self.clock += ahead
+            req.shift = (self.clock - n - req.offset) // ps
+            self.members.append(req)
+
+    def _relayout(self, req: Request, r: int) -> bool:
+        """Moves `req`'s rows `r` further into its pages (fresh ones), unless it shares pages or the
+        pool has too few free."""
+        if any(self.pool.refs[b] > 1 for b in req.table.blocks) or req.offset:
+            return False
+        new = BlockTable()
+        try:
+            self.pool.reserve(new, req.table.length + r)
+        except KvCacheFullError:
+            return False
+        slots = self.sess.models["decode"].artifact.kv["slots"]
+        self.moved += relayout(self.sess, slots, req.table.blocks, new.blocks, req.table.length, r)
+        self.pool.release(req.table)
+        new.length, req.table, req.offset = req.table.length, new, r
+        return True
+
+    def _batch_step(self) -> None:
+        for req in list(self.members):
+            if req.shift is not None and not self._make_room(req, req.table.length):
+                continue
+        if not self.members:
+            return
+        ps, low = self.lm.page_size, min(m.shift for m in self.members)
+        if low:  # every sequence has null pages in front: drop them, move the clock back
+            self.clock -= low * ps
+            for m in self.members:
+                m.shift -= low
+        n = next(b for b in self.buckets if b >= len(self.members))
+        lanes = [Lane(m.tokens[m.table.length], m.table.length, m.shift, m.table.blocks, m.offset) for m in self.members]
+        logits, *res = self.batch_steps[n].run(lanes, self.clock)
+        self._record("batch", -len(lanes), self.clock, *res)
+        for m, row in zip(list(self.members), logits):
+            m.table.length += 1
+            if m.table.length == len(m.tokens):
+                self._emit(m, row)
+        self.clock += 1
 
     def _admit(self) -> list:
         fresh = []
@@ -179,6 +265,8 @@ class Engine:
         if not self.share_prefix:
             return None, 0
         for other in self.running:
+            if other.offset:
+                continue
             cached = other.tokens[: other.table.length]
             m = _common(cached, tokens[:-1])
             if m > n:
@@ -191,7 +279,7 @@ class Engine:
         x = np.asarray(req.tokens, np.float32)[None, :]
         outs, *res = sess.run("prefill", {0: x}, (len(req.tokens),), req.table)
         req.table.length = len(req.tokens)
-        self._record("prefill", req, len(req.tokens), *res)
+        self._record("prefill", req.id, len(req.tokens), *res)
         self._emit(req, outs[0][0, -1])
 
     def _advance(self, req: Request) -> None:
@@ -202,7 +290,7 @@ class Engine:
         inputs = {0: np.array([[req.tokens[past]]], np.float32), 1: np.array([[past]], np.float32)}
         outs, *res = sess.run("decode", inputs, (past,), req.table)
         req.table.length = past + 1
-        self._record("decode", req, past, *res)
+        self._record("decode", req.id, past, *res)
         if req.table.length == len(req.tokens):
             self._emit(req, outs[0][0, -1])
 
@@ -211,8 +299,9 @@ class Engine:
         pages are short. False when `req` itself was preempted."""
         while True:
             try:
-                self.pool.reserve(req.table, past + 1)
-                self.copies += self.pool.writable(req.table, past // self.lm.page_size, self.sess.copy_block)
+                self.pool.reserve(req.table, req.offset + past + 1)
+                page = (req.offset + past) // self.lm.page_size
+                self.copies += self.pool.writable(req.table, page, self.sess.copy_block)
                 return True
             except KvCacheFullError:
                 victim = max(self.running, key=lambda r: (r.arrival, r.id))
@@ -221,9 +310,10 @@ class Engine:
                     return False
 
     def _preempt(self, req: Request) -> None:
+        self._leave(req)
         self.pool.release(req.table)
         req.table = BlockTable()
-        req.status, req.shared = "waiting", 0
+        req.status, req.shared, req.offset = "waiting", 0, 0
         req.preemptions += 1
         self.running.remove(req)
         self.waiting.appendleft(req)
@@ -240,18 +330,20 @@ class Engine:
             self._finish(req, "length")
 
     def _finish(self, req: Request, reason: str) -> None:
+        self._leave(req)
         self.pool.release(req.table)
         req.status, req.finish_reason = "finished", reason
         self.running.remove(req)
         self.finished.append(req)
 
-    def _record(self, kind, req, position, stats, jit_s, sim_s, words, new) -> None:
+    def _record(self, kind, seq: int, position, stats, jit_s, sim_s, words, new) -> None:
+        """A Step of one program run; a batched step's `sequence` is minus its number of lanes."""
         from ..causal_lm import Step
 
         kv = self.pool.in_use * self.sess.kv_bytes_per_block
         self.run.kv_bytes_peak = max(self.run.kv_bytes_peak, kv)
         self.run.steps.append(
-            Step(kind, req.id, position, stats.cycles, stats.dma_bytes_loaded + stats.dma_bytes_stored, jit_s, sim_s,
+            Step(kind, seq, position, stats.cycles, stats.dma_bytes_loaded + stats.dma_bytes_stored, jit_s, sim_s,
                  self.pool.in_use, kv, stats.instructions, new, words.copy() if self.lm._keep_words else None)
         )  # fmt: skip
 
@@ -277,8 +369,7 @@ def generate(lm, prompts: list, max_new_tokens: int, eos_token_id=None, check_ha
     try:
         eng.run_all()
     finally:
-        for r in eng.running:
-            eng.pool.release(r.table)
+        eng.close()
     for i, r in enumerate(reqs):
         run.logits[i] = np.stack(r.logits) if r.logits else np.zeros((0, lm.vocab), np.float32)
     return [r.output() for r in reqs]

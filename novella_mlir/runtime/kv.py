@@ -180,8 +180,9 @@ class Session:
         rem = v % self.vspan
         return Translation(words, rows, slot, rem // pe, rem % pe)
 
-    def run(self, name: str, inputs: dict, syms: tuple, table: BlockTable):
-        """Runs program `name` at symbol values `syms` for the sequence of `table`.
+    def run(self, name: str, inputs: dict, syms: tuple, table):
+        """Runs program `name` at symbol values `syms` for the sequence of `table` (a BlockTable, or the
+        virtual page -> block array of a batched program: `runtime/batch.py`).
 
         `inputs`: input index -> array (the non-paged inputs). Returns (non-paged outputs, stats,
         host seconds for the JIT (a new bucket's instantiation, or the patch of the injected fields),
@@ -190,7 +191,8 @@ class Session:
         art = self.models[name].artifact
         seg = self.segments[name]
         t0 = time.perf_counter()
-        words, new = self.steppers[name].words(tuple(syms), np.asarray(table.blocks, np.int64))
+        blocks = table if isinstance(table, np.ndarray) else np.asarray(table.blocks, np.int64)
+        words, new = self.steppers[name].words(tuple(syms), blocks)
         t1 = time.perf_counter()
         for i, x in inputs.items():
             self.sim.dram.write(seg + int(expr.evaluate(art.inputs[i].dram, list(syms))), np.ravel(x))
