@@ -34,7 +34,8 @@ class BatchStep:
     def __init__(self, sess, name: str, batch: int, null_block: int):
         self.sess, self.name, self.batch, self.null = sess, name, batch, null_block
         slots = sess.models[name].artifact.kv["slots"]
-        pages = {s.get("seq_pages", 0) for s in slots}
+        kv = sess.models[name].artifact.kv
+        pages = {s.get("seq_pages", kv["vspan"] // s["page_elems"]) for s in slots}  # batch 1: the whole window
         if len(pages) != 1 or {s.get("batch", 1) for s in slots} != {batch}:
             raise InputError(f"{name} is not a batched decode program of batch {batch} with one page range per sequence")
         self.seq_pages = pages.pop()
