@@ -148,3 +148,16 @@ def test_a_batch_beyond_the_compiled_bound_is_refused(model):
         step.run([Lane(3, 1, 0, [0])] * 5, 1)
     with pytest.raises(InputError, match="not a batched decode program of batch 4"):
         BatchStep(sess, "decode", B, 0)
+
+
+def test_batched_attention_is_fused_over_each_sequences_pages(model):
+    """The per-sequence mask [B, 1, 1, P + 1] broadcasts over the heads inside one fused attention that
+    reads its keys and values from each sequence's pages (`seq_pages` apart, in the IR)."""
+    _, hf, lm = model
+    m = lm.batched[B]
+    kernels = [mm.kernel for p in m.artifact.programs for mm in p.macros]
+    assert "novella.flash_attention" in kernels and "novella.softmax" not in kernels
+    text = m.ir("novella-kv-cache")
+    assert text.count("novella.paged_key = {batch = 4") == hf.config.num_hidden_layers
+    assert all(s["batch"] == B and s["seq_pages"] * s["page_elems"] * B <= m.artifact.kv["vspan"]
+               for s in m.artifact.kv["slots"])  # fmt: skip
