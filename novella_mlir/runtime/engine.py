@@ -15,6 +15,10 @@ arrived last is preempted (vLLM's recompute preemption): its pages are freed and
 head of the queue with the tokens it has, to be prefilled again; no running sequence's pages are
 ever touched. A request that cannot fit in the whole pool, or is longer than `max_len`, is refused
 when added. Greedy: the next token is the argmax of the NPU's logits.
+
+With batched decode programs (`novella_mlir/batched.py`, `lm.batched`), one program per step
+advances every running request (the smallest bucket that holds them; `runtime/batch.py` maps each
+sequence's pages); without them, each request runs the single-sequence decode program.
 """
 
 from __future__ import annotations
