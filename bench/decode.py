@@ -11,7 +11,14 @@
   * with --compare: the same steps compiled with fuse_attention=False (matmul -> softmax -> matmul,
     scores in DRAM) side by side with the fused attention over the pages.
 
+  * with --batch-sizes (default 1,4,16,32,64) and --batch-pasts (16,256,1000): a decode step of B
+    sequences against the batched roofline max(MACs / MACs per cycle, (weights + every sequence's
+    K/V read + written) / DRAM bandwidth), tokens per million cycles against B, mixed past lengths,
+    JIT host time per step against the NPU step; and the engine's page utilization on requests with
+    a common prefix, sharing on and off (`runtime/engine.py`).
+
 Usage: python bench/decode.py [--model gpt2|llama] [--max-len 1024] [--pasts 16,64,256,1000] [--sizes] [--compare]
+       [--batch-sizes 1,4,16,32,64] [--batch-pasts 16,256,1000]
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import numpy as np
 import torch
 import transformers as tf
 
+from novella_mlir.batched import compile_batched
 from novella_mlir.causal_lm import compile_causal_lm
 from novella_mlir.runtime.kv import BlockTable
 
@@ -96,11 +104,18 @@ def main() -> None:
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--pasts", default="1,16,64,256,1000")
     ap.add_argument("--sizes", action="store_true")
+    ap.add_argument("--batch-sizes", default="1,4,16,32,64", help="batched steps and sharing ('' skips them)")
+    ap.add_argument("--batch-pasts", default="16,256,1000")
     ap.add_argument("--compare", action="store_true", help="also compile with fuse_attention=False, side by side")
     args = ap.parse_args()
     hf = build(args.model, args.max_len)
     t0 = time.perf_counter()
-    lm = compile_causal_lm(hf, max_len=args.max_len, page_size=args.page_size, max_batch=3)
+    sizes = [int(b) for b in args.batch_sizes.split(",") if b]
+    lm = compile_causal_lm(hf, max_len=args.max_len, page_size=args.page_size, max_batch=max(sizes + [3]))
+    if sizes:
+        t1 = time.perf_counter()
+        compile_batched(hf, lm, sizes)
+        print(f"batched decode programs for B = {sizes} compiled in {time.perf_counter() - t1:.1f} s")
     print(f"{args.model}: compiled prefill + decode for max_len {args.max_len} in {time.perf_counter() - t0:.1f} s")
     sess = lm.session(check_hazards=False)
     cfg = lm.prefill.config
@@ -149,6 +164,9 @@ def main() -> None:
         f"sequences of {lengths} positions: used {used:,} B, paged {paged:,} B ({used / paged:.1%} utilized), "
         f"contiguous {contiguous:,} B ({used / contiguous:.1%} utilized)"
     )
+    if args.batch_sizes:
+        batched(lm, wb, kv_row, sizes, [int(p) for p in args.batch_pasts.split(",") if int(p) < args.max_len])
+        sharing(lm)
     if args.sizes:
         print("\nMacroMeta + TileMeta bytes of both programs")
         for n in (1024, 8192):
@@ -173,6 +191,140 @@ def compare(hf, args, pasts, fused: dict) -> None:
         print(f"{past:>6} {stats.cycles:>9,} {cyc:>9,} {stats.cycles / cyc:>6.2f} {roof:>9,.0f} "
               f"{stats.cycles / roof:>8.2f} {cyc / roof:>8.2f} {jit_step * 1e6:>8.1f} {jit_f * 1e6:>8.1f} "
               f"{base:>20,} {base_f:>12,} {base / base_f:>6.2f}")  # fmt: skip
+
+
+def _best(passes: list) -> dict:
+    """Of the passes after the first (which warms every bucket), the one of least JIT time (2 shared
+    cores: a pass may include a preemption of several ms)."""
+    return min(passes[1:], key=lambda o: o["jit"])
+
+
+def _tables(sess, rows: list) -> list:
+    tables = []
+    for n in rows:
+        t = BlockTable()
+        sess.pool.reserve(t, n)
+        tables.append(t)
+    return tables
+
+
+def apart_step(sess, pasts: list) -> dict:
+    """A decode step of len(pasts) sequences as separate single-sequence decode programs, each over
+    its own block table (cache contents arbitrary: cycles only); four passes (`_best`)."""
+    tables, passes = _tables(sess, [p + 1 for p in pasts]), []
+    try:
+        for _ in range(4):
+            out = {"cycles": 0, "macs": 0, "dma": 0, "jit": 0.0}
+            for p, t in zip(pasts, tables):
+                inputs = {0: np.array([[5.0]], np.float32), 1: np.array([[float(p)]], np.float32)}
+                _, stats, jit_s, *_ = sess.run("decode", inputs, (p,), t)
+                out["cycles"] += stats.cycles
+                out["macs"] += stats.macs
+                out["dma"] += stats.dma_bytes_loaded + stats.dma_bytes_stored
+                out["jit"] += jit_s
+            passes.append(out)
+    finally:
+        for t in tables:
+            sess.pool.release(t)
+    return _best(passes)
+
+
+def batched_step(sess, n: int, pasts: list, null: int) -> dict:
+    """One batched decode program of bucket n over len(pasts) lanes at the storage clock max(pasts),
+    each lane at the row offset and null pages the clock asks (`runtime/batch.py`); four passes."""
+    from novella_mlir.runtime.batch import BatchStep, Lane
+
+    ps, clock = sess.page_size, max(pasts)
+    offs = [(clock - p) % ps for p in pasts]
+    tables, passes = _tables(sess, [p + r + 1 for p, r in zip(pasts, offs)]), []
+    step = BatchStep(sess, f"batch{n}", n, null)
+    lanes = [Lane(5, p, (clock - p - r) // ps, t.blocks, r) for p, r, t in zip(pasts, offs, tables)]
+    try:
+        for _ in range(4):
+            _, stats, jit_s, *_ = step.run(lanes, clock)
+            passes.append({"cycles": stats.cycles, "macs": stats.macs, "jit": jit_s,
+                           "dma": stats.dma_bytes_loaded + stats.dma_bytes_stored})  # fmt: skip
+        stepper, warm = sess.steppers[f"batch{n}"], []
+        for _ in range(7):  # the same patch back to back (caches warm, no simulator run in between)
+            t0 = time.perf_counter()
+            stepper.words((clock,), step.table)
+            warm.append(time.perf_counter() - t0)
+    finally:
+        for t in tables:
+            sess.pool.release(t)
+    return {**_best(passes), "warm": float(np.median(warm))}
+
+
+def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
+    """Cycles per step of B sequences against the batched decode roofline, tokens per million cycles,
+    mixed past lengths, and the JIT host time per step against the NPU step."""
+    sess = lm.session(check_hazards=False)
+    cfg = lm.prefill.config
+    bw, mpc = cfg.dram_bytes_per_cycle, cfg.macs_per_cycle
+    null = BlockTable()
+    sess.pool.reserve(null, 1)
+    macs = {}  # the model's MACs of one sequence's step at a past: the single-sequence program's
+
+    def model_macs(p):
+        if p not in macs:
+            macs[p] = apart_step(sess, [p])["macs"]
+        return macs[p]
+
+    print("\nbatched decode step: one program for B sequences (the weights read once), vs B single-sequence programs")
+    print("roofline: max(model MACs / MACs per cycle, (weights once + every sequence's K/V read + written) / DRAM B/cycle)")
+    print("JIT: the step's patch as run (after a simulator run: host caches cold; best of 3), warm: back to back")
+    print(f"{'B':>3} {'past':>10} {'cycles':>10} {'DMA B':>11} {'roof':>9} {'cyc/roof':>8} {'tok/Mcyc':>8} "
+          f"{'x B=1':>6} {'apart cyc':>11} {'apart/roof':>10} {'gain':>5} {'JIT us':>7} {'NPU us':>8} {'JIT/NPU':>7} "
+          f"{'warm us':>7} {'warm/NPU':>8}")  # fmt: skip
+    rng = np.random.default_rng(0)
+    for past in pasts + [None]:
+        base = None
+        for b in sizes:
+            ps = [past] * b if past is not None else sorted(rng.integers(16, max(pasts) + 1, b).tolist())
+            r, apart = batched_step(sess, b, ps, null.blocks[0]), apart_step(sess, ps)
+            roof = max(sum(model_macs(p) for p in ps) / mpc, (wb + sum(kv_row * (p + 2) for p in ps)) / bw)
+            tok = b / r["cycles"] * 1e6
+            base = base or tok
+            npu_us = r["cycles"] / (cfg.clock_ghz * 1e3)
+            lab = str(past) if past is not None else f"16..{max(pasts)}"
+            print(f"{b:>3} {lab:>10} {r['cycles']:>10,} {r['dma']:>11,} {roof:>9,.0f} {r['cycles'] / roof:>8.2f} "
+                  f"{tok:>8.1f} {tok / base:>6.2f} {apart['cycles']:>11,} {apart['cycles'] / roof:>10.2f} "
+                  f"{apart['cycles'] / r['cycles']:>5.1f} {r['jit'] * 1e6:>7.0f} {npu_us:>8.1f} "
+                  f"{r['jit'] * 1e6 / npu_us:>7.3f} {r['warm'] * 1e6:>7.1f} {r['warm'] * 1e6 / npu_us:>8.3f}")  # fmt: skip
+    sess.pool.release(null)
+
+
+def sharing(lm, n_req: int = 8, prefix: int = 96, new: int = 16) -> None:
+    """Page utilization of the continuous-batching engine on requests with a common prompt prefix,
+    prefix sharing on and off: pages held, positions cached per page held, NPU cycles."""
+    from novella_mlir.runtime.engine import Engine
+
+    n_req = min(n_req, lm.max_batch)
+    g = torch.Generator().manual_seed(1)
+    head = torch.randint(3, 500, (prefix,), generator=g).tolist()
+    prompts = [head + torch.randint(3, 500, (int(n),), generator=g).tolist() for n in torch.randint(4, 40, (n_req,), generator=g)]
+    print(f"\ncontinuous batching of {n_req} requests with a {prefix}-token common prefix (suffixes 4..39 tokens), "
+          f"{new} new tokens each, max_batch {n_req}, page_size {lm.page_size}")
+    print("(pages held include the batched step's null block; positions/page > 1: pages held by several sequences)")
+    print(f"{'sharing':>7} {'peak pages':>10} {'mean pages':>10} {'positions/page':>14} {'copies':>6} {'prefills':>8} "
+          f"{'batch steps':>11} {'relayout MB':>11} {'NPU Mcycles':>11} {'tokens':>6}")  # fmt: skip
+    for share in (False, True):
+        eng = Engine(lm, max_batch=n_req, check_hazards=False, share_prefix=share)
+        reqs = [eng.add(p, new) for p in prompts]
+        pages, util = [], []
+        while not eng.done:
+            eng.step()
+            held = eng.pool.in_use
+            if held:
+                pages.append(held)
+                util.append(sum(r.table.length for r in eng.running) / (held * lm.page_size))
+        eng.close()
+        steps = eng.run.steps
+        kinds = [s.kind for s in steps]
+        print(f"{'on' if share else 'off':>7} {max(pages):>10} {np.mean(pages):>10.1f} {np.mean(util):>14.2f} "
+              f"{eng.copies:>6} {kinds.count('prefill'):>8} {kinds.count('batch') + kinds.count('decode'):>11} "
+              f"{eng.moved / 1e6:>11.2f} "
+              f"{sum(s.cycles for s in steps) / 1e6:>11.2f} {sum(len(r.generated) for r in reqs):>6}")  # fmt: skip
 
 
 if __name__ == "__main__":

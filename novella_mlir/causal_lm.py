@@ -161,6 +161,7 @@ def compile_causal_lm(
             )
     lm = CausalLM(prefill, decode, vocab, max_len, page_size, pages, time.perf_counter() - t0)
     lm.hf_config, lm.generation_config = model_generation_configs(model)
+    lm.max_batch = max_batch  # the engine's bound on sequences decoded at once
     return lm
 
 
@@ -206,6 +207,8 @@ class CausalLM:
         self._idle: list = []  # sessions no generate call holds (each call owns one while it runs)
         self._lock = threading.Lock()
         self.hf_config = self.generation_config = None  # the model's (sampling defaults), when compiled from one
+        self.batched: dict = {}  # batch size -> the batched decode program (batched.compile_batched)
+        self.max_batch: int | None = None
 
     @property
     def nbytes(self) -> int:
@@ -231,6 +234,7 @@ class CausalLM:
 
     def _new_session(self, check_hazards: bool) -> Session:
         models = {"prefill": self.prefill, "decode": self.decode}
+        models.update({f"batch{n}": m for n, m in self.batched.items()})  # batched.py
         return Session(models, self.prefill.config, self.n_pages, check_hazards=check_hazards)
 
     def _acquire(self, check_hazards: bool) -> Session:
@@ -243,8 +247,17 @@ class CausalLM:
 
     def _release(self, sess: Session) -> None:
         with self._lock:
-            if len(self._idle) < MAX_IDLE_SESSIONS:
+            fresh = set(sess.models) >= {f"batch{n}" for n in self.batched}
+            if sess not in self._idle and len(self._idle) < MAX_IDLE_SESSIONS and fresh:
                 self._idle.insert(0, sess)
+
+    def _forget_sessions(self) -> None:
+        """Idle sessions are dropped (the next one holds the programs added since, e.g. batched ones)."""
+        with self._lock:
+            self._idle.clear()
+
+    def _publish(self, run: GenerateRun) -> None:
+        self._last.run = self._latest = run
 
     def generate(
         self, prompts, max_new_tokens: int, eos_token_id: int | list | None = None, check_hazards: bool = True,
@@ -274,10 +287,12 @@ class CausalLM:
                     f"prompt #{i} has {len(s)} tokens; generating {max_new_tokens} more would pass "
                     f"max_len={self.max_len}; lower max_new_tokens or compile with a larger max_len"
                 )
+        if not single:
+            return self._generate_batch(seqs, max_new_tokens, eos_token_id, check_hazards, choose)
         sess = self._acquire(check_hazards)
         run = GenerateRun(kv_bytes_max_len=len(seqs) * self.max_len * sess.block_elems // self.page_size * 4)
         run.keep_words = keep_words
-        self._last.run = self._latest = run
+        self._publish(run)
         tables = [BlockTable() for _ in seqs]
         try:
             self._decode_all(sess, seqs, tables, max_new_tokens, (stop, choose), run)
@@ -287,6 +302,12 @@ class CausalLM:
             self._release(sess)
         outs = [torch.tensor(s, dtype=torch.long) for s in seqs]
         return outs[0][None, :] if single else outs
+
+    def _generate_batch(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose) -> list:
+        """A list of prompts runs on the continuous-batching engine (`runtime/engine.py`)."""
+        from .runtime.engine import generate
+
+        return generate(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose=choose)
 
     def _decode_all(self, sess, seqs, tables, n_new, rule, run) -> None:
         stop, choose = rule

@@ -272,7 +272,7 @@ def _kv(kv, n_inputs: int, n_outputs: int) -> None:
     _int(kv["vbase"], "kv.vbase", 0, DRAM_LIMIT - 1)
     _int(kv["vspan"], "kv.vspan", 1, DRAM_LIMIT)
     for j, slot in enumerate(_type(kv["slots"], list, "kv.slots")):
-        _keys(slot, ("heads", "head_dim", "page_elems"), f"kv.slots[{j}]")
+        _keys(slot, ("heads", "head_dim", "page_elems"), f"kv.slots[{j}]", optional=("batch", "seq_pages"))
         for name, v in slot.items():
             _int(v, f"kv.slots[{j}].{name}", 1, DRAM_LIMIT)
     outs = _type(kv["outputs"], list, "kv.outputs")

@@ -86,19 +86,25 @@ class Geometry:
         if any(self.minor[i] for i in self.paged):
             raise ValueError("flash_attention: a paged KV cache is [1, heads, positions, head_dim], not heads-minor")
         self.mask = tv.shape(3) if len(op.operands) == 4 else None
+        self.mask_div = 1  # batch bi reads mask bi floordiv mask_div (a mask per leading index: `_per_lead`)
         if self.mask is not None:
             self.mask_rows = self.mask[-2]
             self.mask_stride = mul(self.mask[-2], self.mask[-1]) if sy.as_int(_batch(self.mask)) != 1 else sy.const(0)
+            nb, mb = sy.as_int(self.batch), sy.as_int(_batch(self.mask))
+            if mb != 1 and nb is not None and mb is not None and nb != mb:
+                self.mask_div = nb // mb
         self.packed = self._packs()
         if self.packed:  # one query row per head: the group's heads are the rows of one cache head's block
             gr, d, dv = self.group, self.d, self.dv
+            self.mask_div //= gr
             self.batch, self.lq = sy.const(sy.as_int(self.batch) // gr), sy.const(gr)
             self.places[0] = (lambda bi: bi * (gr * d)), d
             self.places[3] = (lambda bi: bi * (gr * dv)), dv
 
     def _packs(self) -> bool:
         """Decode over a GQA cache: one query row, heads-major q and result, batch-broadcast mask."""
-        mask_ok = self.mask is None or sy.as_int(_batch(self.mask)) == 1
+        per_lead = self.mask_div > 1 and self.mask_div % self.group == 0
+        mask_ok = self.mask is None or sy.as_int(_batch(self.mask)) == 1 or per_lead
         plain = not (self.minor[0] or self.minor[3] or self.causal) and sy.as_int(self.batch) is not None
         return bool(self.paged) and self.group > 1 and sy.as_int(self.lq) == 1 and plain and mask_ok
 
@@ -442,6 +448,7 @@ def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool, tile, wh
     broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
     if pipelined:
         rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [sy.gate(j)]  # none at step 0
-    b.load("mask", 3, dram_offset=b.d(0) * g.mask_stride + col * tk, dram_stride=g.lk,
+    lead = sy.floordiv(b.d(0), g.mask_div) if g.mask_div > 1 else b.d(0)
+    b.load("mask", 3, dram_offset=lead * g.mask_stride + col * tk, dram_stride=g.lk,
            row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
            row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk, when=when)  # fmt: skip

@@ -49,6 +49,16 @@ def _mask_ok(mask, batch, lq, lk) -> bool:
     return sy.as_int(nb) == 1 or sy.equal(nb, batch)
 
 
+def _per_lead(mask, y, lq, lk) -> bool:
+    """A mask [n, 1.., Lq or 1, Lk] over a static result [n, h.., Lq, D]: one mask per leading index,
+    broadcast over the other batch dims (a batched decode step's mask per sequence)."""
+    m, s = _shape(mask), _shape(y)
+    if len(m) != len(s) or len(m) < 3 or not _mask_ok(mask, _batch(m), lq, lk):
+        return False
+    static = all(sy.as_int(d) is not None for d in s[:-2])
+    return static and sy.equal(m[0], s[0]) and all(sy.as_int(d) == 1 for d in m[1:-2])
+
+
 def _operands_ok(q, k, v, y) -> bool:
     shapes_ = [_shape(t) for t in (q, k, v)]
     yb = _batch(_shape(y))
@@ -90,7 +100,7 @@ def fuse_attention(op, rewriter):
         return True
     q, k = qk.operands
     if not _operands_ok(q, k, v, y) or (
-        mask is not None and not causal and not _mask_ok(mask, _batch(_shape(y)), lq, lk)
+        mask is not None and not causal and not (_mask_ok(mask, _batch(_shape(y)), lq, lk) or _per_lead(mask, y, lq, lk))
     ):
         return True
     scale = softmax_scale(sm)

@@ -24,7 +24,7 @@ PAGED_RHS_ATTR = "novella.paged_rhs"
 PAGED_OPERAND_ATTRS = {1: "novella.paged_key", 2: "novella.paged_value"}  # flash_attention's paged key / value
 
 
-_KEYS = ("page_size", "heads", "head_dim", "page_elems", "slot")
+_KEYS = ("page_size", "heads", "head_dim", "page_elems", "slot", "batch", "seq_pages")
 
 
 def paged_info(v) -> dict | None:
@@ -50,7 +50,7 @@ def _read(op, name: str) -> dict | None:
     if name not in op.attributes:
         return None
     d = ir.DictAttr(op.attributes[name])
-    return {k: ir.IntegerAttr(d[k]).value for k in _KEYS}
+    return {k: ir.IntegerAttr(d[k]).value if k in d else 1 for k in _KEYS}
 
 
 def group(op) -> int:
@@ -64,13 +64,16 @@ def window(op) -> int | None:
 
 
 def page_offset(info: dict, head, position) -> ir.AffineExpr:
-    """Virtual offset of row (`head`, `position`) of a paged tensor, relative to its base."""
+    """Virtual offset of row (`head`, `position`) of a paged tensor, relative to its base. In a batched
+    cache `[B, heads, positions, head_dim]`, `head` counts the heads of all sequences (b * heads + h)
+    and sequence b's pages start at page b * seq_pages: each sequence has its own block table."""
     ps, hd = info["page_size"], info["head_dim"]
-    return (
-        sy.floordiv(position, ps) * info["page_elems"]
-        + head * (ps * hd)
-        + ir.AffineExpr.get_mod(position, sy.const(ps)) * hd
-    )
+    page = sy.floordiv(position, ps)
+    if info.get("batch", 1) > 1:
+        heads = info["heads"]
+        page = page + sy.floordiv(head, heads) * info["seq_pages"]
+        head = ir.AffineExpr.get_mod(head, sy.const(heads))
+    return page * info["page_elems"] + head * (ps * hd) + ir.AffineExpr.get_mod(position, sy.const(ps)) * hd
 
 
 def load_paged_rows(b, buffer: str, tensor: int, info: dict, *, head, row0, n_rows, rows, col0, cols, sram_stride,
@@ -96,8 +99,9 @@ def check_tile(info: dict, t: int, what: str) -> None:
         raise ValueError(f"{what} tile {t} does not divide the page size {info['page_size']}")
 
 
-def _geometry(shape, what: str):
-    if len(shape) != 4 or sy.as_int(shape[0]) != 1 or sy.as_int(shape[1]) is None or sy.as_int(shape[3]) is None:
+def _geometry(shape, what: str, batched: bool = False):
+    n = sy.as_int(shape[0]) if len(shape) == 4 else None
+    if n is None or (n != 1 and not batched) or sy.as_int(shape[1]) is None or sy.as_int(shape[3]) is None:
         raise ValueError(f"a paged {what} must be [1, heads, positions, head_dim] with static heads and head_dim")
     return sy.as_int(shape[1]), shape[2], sy.as_int(shape[3])
 
@@ -116,25 +120,26 @@ class KvAppend:
         info = paged_info(op.results[0])
         if info is None:
             return _concat().tile(op, tv, budget, options)
-        heads, new, hd = _geometry(tv.shape(1), "append")
+        heads, new, hd = _geometry(tv.shape(1), "append", batched=True)
         if sy.as_int(new) != 1:
             raise ValueError(f"a paged append takes one new position per step, got {new}")
         plan = BufferPlan(budget)
         plan.add("in", "spad", heads * hd)
         plan.add("out", "spad", heads * hd)
-        return Tiling({"heads": heads}, [sy.const(1)], plan.check())
+        return Tiling({"heads": heads}, [sy.const(info["batch"])], plan.check())
 
     def macro(self, op, tv, t, b):
         info = paged_info(op.results[0])
         if info is None:
             return _concat().macro(op, tv, t, b)
-        heads, past, hd = _geometry(tv.shape(0), "append")
-        b.load_block("in", 1, dram_offset=0, rows=heads, cols=hd)
+        heads, past, hd = _geometry(tv.shape(0), "append", batched=True)
+        seq = b.d(0)  # a batched cache: one grid point per sequence, all at position `past`
+        b.load_block("in", 1, dram_offset=seq * (heads * hd), rows=heads, cols=hd)
         b.vop("COPY", "out", "in", rows=heads, cols=hd, dst_stride=hd, a_stride=hd)
         b.store(
             "out",
             -1,
-            dram_offset=page_offset(info, sy.const(0), past),
+            dram_offset=page_offset(info, seq * heads, past),
             dram_stride=info["page_size"] * hd,
             row_start=0,
             row_step=1,

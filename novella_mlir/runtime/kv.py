@@ -40,11 +40,14 @@ class BlockTable:
 
 
 class PagePool:
-    """Free-list allocator of `n_blocks` blocks."""
+    """Free-list allocator of `n_blocks` blocks, reference-counted: a block shared by several
+    sequences (a common prompt prefix, `share`) is freed when the last of them releases it, and is
+    copied before one of them writes into it (`writable`: copy-on-write)."""
 
     def __init__(self, n_blocks: int, page_size: int):
         self.n_blocks, self.page_size = n_blocks, page_size
         self.free = list(range(n_blocks))[::-1]
+        self.refs = [0] * n_blocks
 
     @property
     def in_use(self) -> int:
@@ -58,19 +61,57 @@ class PagePool:
                 f"the KV cache is out of pages: {need} more needed, {len(self.free)} free of {self.n_blocks} "
                 f"(page_size {self.page_size}); raise n_pages in compile_causal_lm or decode fewer sequences at once"
             )
-        table.blocks += [self.free.pop() for _ in range(need)]
+        table.blocks += [self._take() for _ in range(need)]
 
     def release(self, table: BlockTable) -> None:
-        self.free += [b for b in table.blocks[::-1] if b >= 0]
+        for b in table.blocks[::-1]:
+            self._drop(b)
         table.blocks = []
+
+    def _drop(self, b: int) -> None:
+        if b < 0:
+            return
+        self.refs[b] -= 1
+        if self.refs[b] == 0:
+            self.free.append(b)
 
     def drop_before(self, table: BlockTable, pages: int) -> None:
         """Frees the blocks of `table`'s first `pages` pages (out of a sliding window: never read again);
         their entries become -1, which a program addressing them is refused for."""
         for j in range(min(pages, len(table.blocks))):
-            if table.blocks[j] >= 0:
-                self.free.append(table.blocks[j])
-                table.blocks[j] = -1
+            self._drop(table.blocks[j])
+            table.blocks[j] = -1
+
+    def _take(self) -> int:
+        b = self.free.pop()
+        self.refs[b] = 1
+        return b
+
+    def share(self, src: BlockTable, dst: BlockTable, positions: int) -> None:
+        """`dst` (empty) takes the pages of `src` holding its first `positions` positions, shared."""
+        if dst.blocks:
+            raise ValueError("a sequence shares a prefix only before it has pages of its own")
+        dst.blocks = src.blocks[: -(-positions // self.page_size)]
+        for b in dst.blocks:
+            self.refs[b] += 1
+        dst.length = positions
+
+    def writable(self, table: BlockTable, page: int, copy) -> bool:
+        """Makes page `page` of `table` its own before a write: a shared block is copied to a free one
+        (`copy(src_block, dst_block)`) and the copy replaces it in `table`. Whether it copied."""
+        b = table.blocks[page]
+        if self.refs[b] == 1:
+            return False
+        if not self.free:
+            raise KvCacheFullError(
+                f"the KV cache is out of pages: 1 needed to copy a shared page, 0 free of {self.n_blocks} "
+                f"(page_size {self.page_size}); raise n_pages in compile_causal_lm or decode fewer sequences at once"
+            )
+        nb = self._take()
+        copy(b, nb)
+        self.refs[b] -= 1
+        table.blocks[page] = nb
+        return True
 
 
 @dataclass
@@ -118,6 +159,11 @@ class Session:
     def kv_bytes_per_block(self) -> int:
         return self.block_elems * 4
 
+    def copy_block(self, src: int, dst: int) -> None:
+        """Copies block `src` (one page of every cache slot) to block `dst` in DRAM."""
+        at = lambda b: self.pool_base + b * self.block_elems  # noqa: E731
+        self.sim.dram.write(at(dst), self.sim.dram.read(at(src), self.block_elems))
+
     def reference(self, name: str, syms: tuple, table: BlockTable) -> np.ndarray:
         """The words of program `name` the readable way: a fresh JIT instantiates all of it, every DMA
         descriptor is relocated and each paged one mapped through `table` (what `Stepper` must equal)."""
@@ -148,8 +194,9 @@ class Session:
         rem = v % self.vspan
         return Translation(words, rows, slot, rem // pe, rem % pe)
 
-    def run(self, name: str, inputs: dict, syms: tuple, table: BlockTable):
-        """Runs program `name` at symbol values `syms` for the sequence of `table`.
+    def run(self, name: str, inputs: dict, syms: tuple, table):
+        """Runs program `name` at symbol values `syms` for the sequence of `table` (a BlockTable, or the
+        virtual page -> block array of a batched program: `runtime/batch.py`).
 
         `inputs`: input index -> array (the non-paged inputs). Returns (non-paged outputs, stats,
         host seconds for the JIT (a new bucket's instantiation, or the patch of the injected fields),
@@ -158,7 +205,8 @@ class Session:
         art = self.models[name].artifact
         seg = self.segments[name]
         t0 = time.perf_counter()
-        words, new = self.steppers[name].words(tuple(syms), np.asarray(table.blocks, np.int64))
+        blocks = table if isinstance(table, np.ndarray) else np.asarray(table.blocks, np.int64)
+        words, new = self.steppers[name].words(tuple(syms), blocks)
         t1 = time.perf_counter()
         for i, x in inputs.items():
             self.sim.dram.write(seg + int(expr.evaluate(art.inputs[i].dram, list(syms))), np.ravel(x))

@@ -28,7 +28,15 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects.novella import KvWriteOp, ReshapeOp
-from ..kernels.kv_cache import GROUP_ATTR, PAGED_ATTR, PAGED_OPERAND_ATTRS, PAGED_RHS_ATTR, WINDOW_ATTR, paged_info
+from ..kernels.kv_cache import (
+    GROUP_ATTR,
+    PAGED_ATTR,
+    PAGED_OPERAND_ATTRS,
+    PAGED_RHS_ATTR,
+    PAGED_VSPAN,
+    WINDOW_ATTR,
+    paged_info,
+)
 from .common import PassError, body_ops, functions, set_attr
 from .kv_window import band
 
@@ -77,11 +85,15 @@ def _rhs_roots(ops) -> set:
 
 
 def _geometry(op, v, ps) -> dict:
+    """A cache `[1, heads, positions, head_dim]`, or a batched decode's `[B, heads, positions, head_dim]`
+    (B static; each sequence its own pages: `seq_pages` apart in the virtual window)."""
     shape = sy.shape_of(ir.RankedTensorType(v.type))
-    heads, hd = (sy.as_int(shape[i]) for i in (1, 3))
-    if len(shape) != 4 or sy.as_int(shape[0]) != 1 or heads is None or hd is None:
+    batch, heads, hd = (sy.as_int(shape[i]) if len(shape) == 4 else None for i in (0, 1, 3))
+    if batch is None or heads is None or hd is None or (batch != 1 and op.operation.name != "novella.kv_append"):
         raise PassError(op, f"a KV cache must be [1, heads, positions, head_dim], got {[str(e) for e in shape]}")
-    return {"page_size": ps, "heads": heads, "head_dim": hd, "page_elems": heads * ps * hd}
+    pe = heads * ps * hd
+    geo = {"page_size": ps, "heads": heads, "head_dim": hd, "page_elems": pe}
+    return geo if batch == 1 else {**geo, "batch": batch, "seq_pages": PAGED_VSPAN // pe // batch}
 
 
 def _page(fn, ps: int) -> None:
@@ -103,7 +115,7 @@ def _page(fn, ps: int) -> None:
             continue
         geo = _geometry(op, r, ps)
         set_attr(op, PAGED_ATTR, {**geo, "slot": len(results)})
-        slots.append({k: geo[k] for k in ("heads", "head_dim", "page_elems")})
+        slots.append({k: v for k, v in geo.items() if k != "page_size"})
         results.append(i)
     if not results:
         return

@@ -173,8 +173,10 @@ def test_bad_input_names_the_limit(model):
     with pytest.raises(InputError, match=r"token id 512 is outside the vocabulary \[0, 512\)"):
         lm.generate(torch.tensor([[3, 512]]), max_new_tokens=1)
     small = CausalLM(lm.prefill, lm.decode, lm.vocab, lm.max_len, lm.page_size, n_pages=2)
-    with pytest.raises(KvCacheFullError, match="out of pages: 1 more needed, 0 free of 2"):
-        small.generate([_prompt(20, 1)[0], _prompt(5, 2)[0]], max_new_tokens=4)
+    with pytest.raises(KvCacheFullError, match="out of pages: 3 more needed, 2 free of 2"):
+        small.generate(_prompt(40, 1), max_new_tokens=4)
+    with pytest.raises(KvCacheFullError, match="needs 3 pages .* more than the whole pool of 2"):
+        small.generate([_prompt(40, 1)[0], _prompt(5, 2)[0]], max_new_tokens=4)  # a batch queues; this never fits
     assert small.session().pool.in_use == 0
 
 

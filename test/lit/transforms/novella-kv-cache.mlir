@@ -188,3 +188,20 @@ module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
     return %o, %k, %v : tensor<1x2x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
   }
 }
+
+// -----
+
+// A batched decode step: the cache [3, heads, ?, head_dim] of three sequences is paged with a
+// virtual page range per sequence (seq_pages = 2^24 / page_elems / 3), each its own block table.
+// CHECK-LABEL: func.func @batched
+// CHECK-SAME: slots = [{batch = 3 : i64, head_dim = 16 : i64, heads = 2 : i64, page_elems = 512 : i64, seq_pages = 10922 : i64}]
+// CHECK: %[[K:.*]] = "novella.kv_append"(%arg0, %arg1) {dim = 2 : i64, novella.paged = {batch = 3 : i64, head_dim = 16 : i64, heads = 2 : i64, page_elems = 512 : i64, page_size = 16 : i64, seq_pages = 10922 : i64, slot = 0 : i64}}
+// CHECK: return %[[K]]
+// OFF-LABEL: func.func @batched
+// OFF-NOT: novella.paged
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @batched(%past: tensor<3x2x?x16xf32, affine_map<()[s0] -> (3, 2, s0, 16)>>, %new: tensor<3x2x1x16xf32>) -> tensor<3x2x?x16xf32, affine_map<()[s0] -> (3, 2, s0 + 1, 16)>> {
+    %k = "novella.kv_append"(%past, %new) {dim = 2 : i64} : (tensor<3x2x?x16xf32, affine_map<()[s0] -> (3, 2, s0, 16)>>, tensor<3x2x1x16xf32>) -> tensor<3x2x?x16xf32, affine_map<()[s0] -> (3, 2, s0 + 1, 16)>>
+    return %k : tensor<3x2x?x16xf32, affine_map<()[s0] -> (3, 2, s0 + 1, 16)>>
+  }
+}
