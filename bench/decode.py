@@ -15,7 +15,7 @@
     sequences against the batched roofline max(MACs / MACs per cycle, (weights + every sequence's
     K/V read + written) / DRAM bandwidth), tokens per million cycles against B, mixed past lengths,
     JIT host time per step against the NPU step; and the engine's page utilization on requests with
-    a common prefix, sharing on and off (`runtime/engine.py`).
+    a common prefix, sharing on and off (`decoding/engine.py`).
 
 Usage: python bench/decode.py [--model gpt2|llama] [--max-len 1024] [--pasts 16,64,256,1000] [--sizes] [--compare]
        [--batch-sizes 1,4,16,32,64] [--batch-pasts 16,256,1000]
@@ -30,8 +30,8 @@ import numpy as np
 import torch
 import transformers as tf
 
-from novella_mlir.batched import compile_batched
 from novella_mlir.causal_lm import compile_causal_lm
+from novella_mlir.decoding.batched import compile_batched
 from novella_mlir.runtime.kv import BlockTable
 
 
@@ -297,7 +297,7 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
 def sharing(lm, n_req: int = 8, prefix: int = 96, new: int = 16) -> None:
     """Page utilization of the continuous-batching engine on requests with a common prompt prefix,
     prefix sharing on and off: pages held, positions cached per page held, NPU cycles."""
-    from novella_mlir.runtime.engine import Engine
+    from novella_mlir.decoding.engine import Engine
 
     n_req = min(n_req, lm.max_batch)
     g = torch.Generator().manual_seed(1)

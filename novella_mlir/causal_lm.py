@@ -15,17 +15,18 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch.export import Dim
 
-from . import lm_checks, lm_files
+from .decoding import checks as lm_checks
+from .decoding import files as lm_files
+from .decoding.runs import GenerateRun, Step
+from .decoding.sampling import TokenChooser, eos_set, model_generation_configs
 from .errors import CompileError, InputError
 from .pipeline import compile_torch
 from .runtime.kv import BlockTable, Session
-from .sampling import TokenChooser, eos_set, model_generation_configs
 
 
 class _Prefill(torch.nn.Module):
@@ -165,33 +166,6 @@ def compile_causal_lm(
     return lm
 
 
-@dataclass
-class Step:
-    """One program run of one sequence: prefill or a decode step."""
-
-    kind: str
-    sequence: int
-    position: int  # the past length (decode) or prompt length (prefill)
-    cycles: int
-    dma_bytes: int
-    jit_seconds: float  # host: a new bucket's instantiation, else the patch of the injected fields
-    sim_seconds: float
-    pages_in_use: int
-    kv_bytes_in_use: int
-    instructions: int
-    new_bucket: bool = False  # the step's structure (page count) was instantiated now
-    words: np.ndarray = field(repr=False, default=None)  # a copy of the words run (generate(keep_words=True))
-
-
-@dataclass
-class GenerateRun:
-    steps: list = field(default_factory=list)
-    logits: list = field(default_factory=list)  # per sequence: [n_generated, vocab] (the logits of each step)
-    kv_bytes_max_len: int = 0  # what allocating max_len positions per sequence would take
-    kv_bytes_peak: int = 0
-    keep_words: bool = False
-
-
 MAX_IDLE_SESSIONS = 4
 
 
@@ -267,7 +241,7 @@ class CausalLM:
         """Greedy decoding, or sampling with `do_sample=True`. A [1, T] LongTensor gives [1, T + N]; a list
         of 1-D prompts (tensors or lists of ints) gives a list, the sequences decoded together on one page
         pool. Stops early at `eos_token_id` (an id or a list of ids) only when given. The next token is
-        chosen on the host by transformers' own generation config and logits processors (`sampling.py`):
+        chosen on the host by transformers' own generation config and logits processors (`decoding/sampling.py`):
         `temperature`, `top_k`, `top_p`, `repetition_penalty` and the other `GenerationConfig` options in
         `options`, over the model's `generation_config`; with the same `torch.manual_seed`, the tokens of
         `hf.generate(do_sample=True)`. `keep_words`: each Step keeps a copy of the instruction words it ran.
@@ -304,8 +278,8 @@ class CausalLM:
         return outs[0][None, :] if single else outs
 
     def _generate_batch(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose) -> list:
-        """A list of prompts runs on the continuous-batching engine (`runtime/engine.py`)."""
-        from .runtime.engine import generate
+        """A list of prompts runs on the continuous-batching engine (`decoding/engine.py`)."""
+        from .decoding.engine import generate
 
         return generate(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose=choose)
 
@@ -366,7 +340,7 @@ class CausalLM:
         )  # fmt: skip
 
     def save(self, path, key: bytes | str | None = None) -> None:
-        """Both programs in one file (`lm_files.py`); with `key`, signed (HMAC-SHA256) for `load_causal_lm`."""
+        """Both programs in one file (`decoding/files.py`); with `key`, signed (HMAC-SHA256) for `load_causal_lm`."""
         lm_files.save(self, path, key=key)
 
 

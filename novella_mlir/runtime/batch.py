@@ -1,4 +1,4 @@
-"""Runs a batched decode program (`novella_mlir/batched.py`) on a session: the per-step fields.
+"""Runs a batched decode program (`novella_mlir/decoding/batched.py`) on a session: the per-step fields.
 
 A lane is one sequence of the batch: its next token, its past length P_b and its storage pages. Its
 storage index j holds position j - (P - P_b). Its block table holds position p at row p + offset

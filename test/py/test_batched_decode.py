@@ -1,4 +1,4 @@
-"""The batched decode step (`novella_mlir/batched.py`, `runtime/batch.py`) under the engine, against
+"""The batched decode step (`novella_mlir/decoding/batched.py`, `runtime/batch.py`) under the engine, against
 transformers' greedy `generate` per sequence: one program advances every running sequence (dense
 layers at M = B), each over its own pages and past length, hazard checking on."""
 
@@ -10,11 +10,11 @@ import torch
 
 tf = pytest.importorskip("transformers")
 
-from novella_mlir.batched import compile_batched  # noqa: E402
 from novella_mlir.causal_lm import CausalLM, compile_causal_lm  # noqa: E402
+from novella_mlir.decoding.batched import compile_batched  # noqa: E402
+from novella_mlir.decoding.engine import BatchBoundError, Engine  # noqa: E402
 from novella_mlir.errors import InputError  # noqa: E402
 from novella_mlir.runtime.batch import BatchStep, Lane  # noqa: E402
-from novella_mlir.runtime.engine import BatchBoundError, Engine  # noqa: E402
 
 MAX_LEN = 224
 PS = 16

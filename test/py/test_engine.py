@@ -1,4 +1,4 @@
-"""Continuous batching (`runtime/engine.py`) against transformers' greedy `generate`, per sequence.
+"""Continuous batching (`decoding/engine.py`) against transformers' greedy `generate`, per sequence.
 
 Requests of prompt lengths 1, 7, 33 and 200 join a running batch at different steps, each with its
 own max_new_tokens; pages of a common prefix are shared and copied on write; a pool too small for
@@ -13,8 +13,8 @@ import torch
 tf = pytest.importorskip("transformers")
 
 from novella_mlir.causal_lm import CausalLM, compile_causal_lm  # noqa: E402
+from novella_mlir.decoding.engine import BatchBoundError, Engine  # noqa: E402
 from novella_mlir.errors import InputError  # noqa: E402
-from novella_mlir.runtime.engine import BatchBoundError, Engine  # noqa: E402
 from novella_mlir.runtime.kv import KvCacheFullError  # noqa: E402
 
 MAX_LEN = 224

@@ -22,11 +22,11 @@ LAYERS = [
     ("novella_mlir.runtime", "novella_mlir.artifact.format", "novella_mlir.artifact.check", "novella_mlir.artifact"),
     ("novella_mlir.dialects",),
     ("novella_mlir.kernels",),
-    ("novella_mlir.frontend.lowering",),
+    ("novella_mlir.frontend.lowering", "novella_mlir.frontend.linalg"),
     ("novella_mlir.optable",),
     ("novella_mlir.transforms",),
     ("novella_mlir.frontend", "novella_mlir.artifact.extract"),
-    ("novella_mlir.artifact.cache", "novella_mlir.pipeline", "novella_mlir.causal_lm"),
+    ("novella_mlir.artifact.cache", "novella_mlir.pipeline", "novella_mlir.causal_lm", "novella_mlir.decoding"),
     ("novella_mlir.testing", "novella_mlir.tools", "novella_mlir"),
 ]
 
@@ -41,6 +41,7 @@ KNOWN = {
     ("novella_mlir.frontend.lowering.shape_ops", "novella_mlir.frontend.lowering.kv_cache"),
     ("novella_mlir.frontend.lowering.shape_ops", "novella_mlir.frontend.lowering.indexing"),
     ("novella_mlir.kernels", "novella_mlir.kernels.attention"),
+    ("novella_mlir.frontend.lowering", "novella_mlir.frontend.linalg"),
     ("novella_mlir.kernels.attention", "novella_mlir.kernels.kv_cache"),
     ("novella_mlir.kernels.linear_cost", "novella_mlir.kernels.linear"),
 }

@@ -3,11 +3,25 @@ values as f32, an f64 body is demoted), masks i1, captured constants as `arith.c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch_mlir import ir
 from torch_mlir.dialects import arith
 
 from ...dialects.novella import YieldOp
 from ...kernels import generic as generic_kernel
+
+REDUCE = {"arith.addf": ("sum", 0.0), "arith.maximumf": ("max", float("-inf")), "arith.maxnumf": ("max", float("-inf")),
+          "arith.minimumf": ("min", float("inf")), "arith.minnumf": ("min", float("inf"))}  # fmt: skip
+
+
+@dataclass
+class Fill:
+    """A tensor of one value everywhere (`linalg.fill`), or uninitialized (`tensor.empty`: value None)."""
+
+    value: float | None
+    shape: list
+
 
 # integer ops on values held as f32: their float counterparts (exact on integers below 2^24)
 _INT_AS_FLOAT = {

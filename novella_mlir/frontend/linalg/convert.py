@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch_mlir import ir
 
 from ... import symbolic as sy
@@ -11,9 +9,9 @@ from ...dialects.novella import BroadcastOp, ConcatOp, MatmulOp, ReshapeOp, Tran
 from ...errors import UnsupportedOpError
 from ..lowering.shape_ops import affine, simplify
 from . import body as bd
+from .body import REDUCE as _REDUCE
+from .body import Fill
 
-_REDUCE = {"arith.addf": ("sum", 0.0), "arith.maximumf": ("max", float("-inf")), "arith.maxnumf": ("max", float("-inf")),
-           "arith.minimumf": ("min", float("inf")), "arith.minnumf": ("min", float("inf"))}  # fmt: skip
 _INDEX_OPS = {
     "arith.addi": lambda a, b: a + b, "arith.subi": lambda a, b: a - b, "arith.muli": lambda a, b: a * b,
 }  # fmt: skip
@@ -21,14 +19,6 @@ _IGNORED = ("cf.assert", "tensor.empty")
 _SCALAR_FLOAT = {"arith.addf": lambda a, b: a + b, "arith.subf": lambda a, b: a - b,
                  "arith.mulf": lambda a, b: a * b, "arith.divf": lambda a, b: a / b}  # fmt: skip
 _SCALAR_CASTS = ("arith.sitofp", "arith.uitofp", "arith.extf", "arith.truncf", "arith.extsi", "arith.trunci")
-
-
-@dataclass
-class Fill:
-    """A tensor of one value everywhere (`linalg.fill`), or uninitialized (`tensor.empty`: value None)."""
-
-    value: float | None
-    shape: list
 
 
 class Converter:

@@ -9,7 +9,8 @@ from ... import symbolic as sy
 from ...dialects.novella import GENERIC_INPUTS, BroadcastOp, GenericOp, ReduceOp, YieldOp
 from ..lowering.elementwise import size_value
 from . import body as bd
-from .convert import _REDUCE, Fill
+from .body import REDUCE as _REDUCE
+from .body import Fill
 
 
 class Space:

@@ -16,7 +16,7 @@ head of the queue with the tokens it has, to be prefilled again; no running sequ
 ever touched. A request that cannot fit in the whole pool, or is longer than `max_len`, is refused
 when added. Greedy: the next token is the argmax of the NPU's logits.
 
-With batched decode programs (`novella_mlir/batched.py`, `lm.batched`), one program per step
+With batched decode programs (`novella_mlir/decoding/batched.py`, `lm.batched`), one program per step
 advances every running request (the smallest bucket that holds them; `runtime/batch.py` maps each
 sequence's pages); without them, each request runs the single-sequence decode program.
 """
@@ -30,8 +30,9 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .batch import BatchStep, Lane, relayout
-from .kv import BlockTable, KvCacheFullError
+from ..runtime.batch import BatchStep, Lane, relayout
+from ..runtime.kv import BlockTable, KvCacheFullError
+from .runs import GenerateRun, Step
 
 
 class BatchBoundError(InputError):
@@ -77,8 +78,6 @@ class Engine:
 
     def __init__(self, lm, max_batch: int | None = None, *, check_hazards: bool = True, share_prefix: bool = True,
                  run=None, batched: bool = True, choose=None):  # fmt: skip
-        from ..causal_lm import GenerateRun
-
         bound = getattr(lm, "max_batch", None)
         if max_batch is not None and (max_batch < 1 or (bound is not None and max_batch > bound)):
             raise BatchBoundError(
@@ -346,8 +345,6 @@ class Engine:
 
     def _record(self, kind, seq: int, position, stats, jit_s, sim_s, words, new) -> None:
         """A Step of one program run; a batched step's `sequence` is minus its number of lanes."""
-        from ..causal_lm import Step
-
         kv = self.pool.in_use * self.sess.kv_bytes_per_block
         self.run.kv_bytes_peak = max(self.run.kv_bytes_peak, kv)
         self.run.steps.append(
@@ -367,8 +364,6 @@ def generate(lm, prompts: list, max_new_tokens: int, eos_token_id=None, check_ha
              max_batch: int | None = None, share_prefix: bool = True, choose=None) -> list:  # fmt: skip
     """`CausalLM.generate` of a list of prompts: all queued at once on an `Engine`, run to the end.
     Each output is its prompt and generated tokens (1-D); `lm.last_run` holds the steps and logits."""
-    from ..causal_lm import GenerateRun
-
     run = GenerateRun()
     lm._publish(run)
     eng = Engine(lm, max_batch, check_hazards=check_hazards, share_prefix=share_prefix, run=run, choose=choose)

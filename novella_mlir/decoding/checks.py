@@ -7,7 +7,7 @@ import numbers
 
 import torch
 
-from .errors import InputError
+from ..errors import InputError
 
 DRAM_LIMIT = 1 << 32  # elements: the ISA's 32-bit dram_base
 

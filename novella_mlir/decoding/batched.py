@@ -18,9 +18,9 @@ from __future__ import annotations
 import torch
 from torch.export import Dim
 
-from .causal_lm import _cache_param, _cache_tensors, _out_cache, check_convention, pass_options
-from .errors import InputError
-from .pipeline import compile_torch
+from ..causal_lm import _cache_param, _cache_tensors, _out_cache, check_convention, pass_options
+from ..errors import InputError
+from ..pipeline import compile_torch
 
 NEG = torch.finfo(torch.float32).min
 

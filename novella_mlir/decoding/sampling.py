@@ -15,7 +15,7 @@ import copy
 import numpy as np
 import torch
 
-from .errors import InputError
+from ..errors import InputError
 
 # the options that need the model itself (a second forward, an encoder, beams, a draft model)
 _NEEDS_MODEL = {

@@ -17,8 +17,8 @@ import struct
 import tempfile
 from pathlib import Path
 
-from .errors import ArtifactError
-from .lm_checks import DRAM_LIMIT
+from ..errors import ArtifactError
+from .checks import DRAM_LIMIT
 
 MAGIC = b"NVCL"
 FORMAT = 2
@@ -62,8 +62,8 @@ def load(path, config=None, key=None):
     """The (prefill, decode, vocab, max_len, page_size, n_pages) of a file `save` wrote, checked."""
     from simulator import load_config
 
-    from .artifact import format as fmt
-    from .pipeline import CompiledModel
+    from ..artifact import format as fmt
+    from ..pipeline import CompiledModel
 
     where = f"causal-LM file '{path}'"
     try:
