@@ -58,36 +58,60 @@ def _timed(fn) -> tuple[float, float]:
     return time.perf_counter() - w, time.process_time() - c
 
 
-def simulator_rows(positions, repeat: int) -> list[str]:
-    """Eager, hazards on and hazards off interleaved run by run, so load changes hit all three alike."""
-    spec, module, npu = compile_model("encoder", MAX_POSITIONS)
+def _forget(npu) -> None:
+    """Makes the next call take the path of a new length, as if the previous call had had another one: no
+    program in the JIT cache, and the kept simulator marked as of another DRAM size, so the call makes a
+    new simulator (on the kept one's memories, `Executor._simulator`) and prepares the program again. What
+    stays is what a new length also finds: the artifact's JIT tables and numba's loaded kernels."""
+    npu.executor.jit.cache.clear()
+    sim = getattr(npu.executor._local, "sim", None)
+    if sim is not None:
+        sim.dram.size = -1  # this simulator is not used again
+
+
+def simulator_rows(positions, repeat: int, models=("encoder",)) -> list[str]:
+    """Per model and length, interleaved run by run (so load changes hit all alike): eager; a new length
+    (`_forget` first), hazards on; the same length again, hazards on; and hazards off."""
     lines = [
-        "| T (positions) | instructions | eager, 1 thread | npu(x), hazards on | on / eager | npu(x), hazards off "
-        "| off / eager | CPU-time ratios on, off | first call (new simulator) | NPU time (1 GHz) | load |",
-        "|" + "---|" * 11,
+        "| model | T (positions) | instructions | eager, 1 thread | new length, hazards on | repeated, hazards on "
+        "| new / repeated | new / eager | repeated / eager | hazards off / eager | CPU-time ratios new/rep, new/eager, "
+        "rep/eager, off/eager | first call in the process | NPU time (1 GHz) | load |",
+        "|" + "---|" * 14,
     ]
     torch.set_num_threads(1)
-    for t in positions:
-        x = spec.example(t)
-        arr = x.numpy()
-        npu.executor._last_sim = None
-        first = _timed(lambda arr=arr: npu.executor.run([arr], check_hazards=True))[0]
-        runs = {"eager": [], "on": [], "off": []}
-        for _ in range(repeat):
-            with torch.no_grad():
-                runs["eager"].append(_timed(lambda x=x: module(x)))
-            runs["on"].append(_timed(lambda arr=arr: npu.executor.run([arr], check_hazards=True)))
-            runs["off"].append(_timed(lambda arr=arr: npu.executor.run([arr], check_hazards=False)))
-        wall = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
-        cpu = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
-        stats = npu.last_run.stats
-        lines.append(
-            f"| {t} | {stats.instructions:,} | {wall['eager']:.2f} s | {wall['on']:.2f} s "
-            f"| {wall['on'] / wall['eager']:.1f}x | {wall['off']:.2f} s | {wall['off'] / wall['eager']:.1f}x "
-            f"| {cpu['on'] / cpu['eager']:.1f}x, {cpu['off'] / cpu['eager']:.1f}x | {first:.2f} s "
-            f"| {stats.cycles / (npu.config.clock_ghz * 1e9) * 1e3:.1f} ms | {os.getloadavg()[0]:.1f} |"
-        )
+    for name in models:
+        spec, module, npu = compile_model(name, MAX_POSITIONS)
+        lines += [_simulator_row(name, spec, module, npu, t, repeat) for t in positions]
     return lines
+
+
+def _simulator_row(name, spec, module, npu, t: int, repeat: int) -> str:
+    x = spec.example(t)
+    arr = x.numpy()
+
+    def call(check_hazards=True):
+        npu.executor.run([arr], check_hazards=check_hazards)
+
+    _forget(npu)
+    first = _timed(call)[0]
+    runs = {"eager": [], "new": [], "rep": [], "off": []}
+    for _ in range(repeat):
+        with torch.no_grad():
+            runs["eager"].append(_timed(lambda: module(x)))
+        _forget(npu)
+        runs["new"].append(_timed(call))
+        runs["rep"].append(_timed(call))
+        runs["off"].append(_timed(lambda: call(False)))
+    w = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
+    c = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
+    stats = npu.last_run.stats
+    cpu = ", ".join(f"{a:.2f}" for a in (c["new"] / c["rep"], c["new"] / c["eager"], c["rep"] / c["eager"]))
+    return (
+        f"| {name} | {t} | {stats.instructions:,} | {w['eager']:.3f} s | {w['new']:.3f} s | {w['rep']:.3f} s "
+        f"| **{w['new'] / w['rep']:.2f}** | **{w['new'] / w['eager']:.2f}x** | {w['rep'] / w['eager']:.2f}x "
+        f"| {w['off'] / w['eager']:.2f}x | {cpu}, {c['off'] / c['eager']:.2f} | {first:.3f} s "
+        f"| {stats.cycles / (npu.config.clock_ghz * 1e9) * 1e3:.1f} ms | {os.getloadavg()[0]:.1f} |"
+    )
 
 
 def jit_rows(models, lengths, repeat: int) -> list[str]:
@@ -197,7 +221,8 @@ def compile_rows(repeat: int) -> list[str]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--positions", default="750,1500", help="encoder lengths (positions) for the simulator table")
+    p.add_argument("--positions", default="750,751,1500", help="lengths (positions) for the simulator table")
+    p.add_argument("--sim-models", default="encoder,body", help="models of the simulator table (bench/models.py)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--jit-models", default="mlp,mlp384,layer,encoder")
     p.add_argument("--jit-lengths", default=JIT_LENGTHS)
@@ -211,8 +236,8 @@ def main(argv=None) -> None:
     if not args.skip_sim:
         sections.append(
             (
-                "simulator vs torch eager (whisper-tiny encoder)",
-                simulator_rows,
+                "simulator vs torch eager (whisper-tiny encoder, and its body: the 4 layers and final norm)",
+                lambda p, r: simulator_rows(p, r, args.sim_models.split(",")),
                 [int(v) for v in args.positions.split(",")],
             )
         )
