@@ -180,6 +180,58 @@ def _cached_compile(repeat: int) -> tuple[float, float, float] | None:
     return times[0], statistics.median(times[1:]), statistics.median(imports)
 
 
+_FRESH = """
+import sys, time
+sys.path.insert(0, {bench!r})
+import torch
+from models import SPECS
+spec = SPECS["encoder"]
+module = spec.build({maxp})
+lo, hi = spec.bounds({maxp})
+x = spec.example(16)
+w, c = time.perf_counter(), time.process_time()
+if {novella}:
+    from novella_mlir import compile_torch
+    compile_torch(module, x, dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi)
+else:
+    import torch.export
+    from torch.fx.experimental import _config
+    with _config.patch(backed_size_oblivious=True):  # as novella's export (a strided conv's sizes)
+        dim = torch.export.Dim.DYNAMIC(min=lo, max=hi)
+        torch.export.export(module, (x,), dynamic_shapes=({{spec.dynamic_dim: dim}},), strict=False)
+print(time.perf_counter() - w, time.process_time() - c, "numba" in sys.modules)
+"""
+
+
+def fresh_rows(repeat: int) -> list[str]:
+    """The first call in a fresh process (after `import torch` and building the model; the imports the call
+    needs are in its time): `torch.export` alone against `compile_torch` (no compile cache; numba's disk
+    cache as left by earlier runs), processes interleaved, medians of `repeat` pairs."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NOVELLA_CACHE="0")
+    runs = {False: [], True: []}
+    numba = False
+    for _ in range(repeat):
+        for novella in (False, True):
+            code = _FRESH.format(bench=str(ROOT / "bench"), maxp=MAX_POSITIONS, novella=novella)
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+            if out.returncode:
+                print(out.stderr[-2000:], file=sys.stderr)
+                return ["fresh-process compile failed (see stderr)"]
+            wall, cpu, loaded = out.stdout.split()[-3:]
+            runs[novella].append((float(wall), float(cpu)))
+            numba |= novella and loaded == "True"
+    (ew, ec), (cw, cc) = (
+        (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for v in runs.values()
+    )
+    return [
+        "| first call in a fresh process | wall | CPU | / torch.export (wall) | / torch.export (CPU) |",
+        "|---|---|---|---|---|",
+        f"| torch.export alone | {ew:.2f} s | {ec:.2f} s | 1.00 | 1.00 |",
+        f"| compile_torch (with `import novella_mlir`) | {cw:.2f} s | {cc:.2f} s | **{cw / ew:.2f}** | {cc / ec:.2f} |",
+        f"\nnumba loaded by the compile: {'yes' if numba else 'no'}; load average after: {os.getloadavg()[0]:.2f}",
+    ]
+
+
 def compile_rows(repeat: int) -> list[str]:
     spec = SPECS["encoder"]
     module = spec.build(MAX_POSITIONS)
@@ -247,6 +299,7 @@ def main(argv=None) -> None:
             ("JIT new length vs NPU time", lambda r: jit_rows(args.jit_models.split(","), lengths, r), None)
         )
     if not args.skip_compile:
+        sections.append(("first compile in a fresh process vs torch.export (encoder)", fresh_rows, None))
         sections.append(("compile vs torch.export (encoder)", compile_rows, None))
     for title, fn, arg in sections:
         print(f"\n## {title}\n", flush=True)
