@@ -1,22 +1,30 @@
 """Host speed, side by side in one run: simulator vs torch eager, JIT vs NPU time, compile vs torch.export.
 
-    .venv/bin/python bench/host.py [--positions 750,1500] [--repeat 3] [--jit-models mlp,mlp384,layer,encoder]
-                                   [--jit-lengths 1,2,3,...] [--skip-compile] [--skip-sim] [--skip-jit]
+    .venv/bin/python bench/host.py [--positions 750,751,1500] [--sim-models encoder,body] [--repeat 3]
+                                   [--jit-models mlp,mlp384,layer,encoder] [--jit-lengths 1,2,3,...]
+                                   [--skip-compile] [--skip-sim] [--skip-jit]
 
 Every figure is the median of `--repeat` runs, measured in this process
-(cached compile: in fresh processes), so ratios are comparable even on a
-shared host. Eager torch runs with `torch.set_num_threads(1)`, as the
+(fresh-process figures: in new processes), so ratios are comparable even on a
+shared host; CPU-time ratios (what the load of others adds least to) are beside
+the wall-clock ones. Eager torch runs with `torch.set_num_threads(1)`, as the
 simulator runs BLAS on one thread.
 
-* simulator: `npu(x)` host time for the whisper-tiny encoder at T positions
-  (mel frames 2T), hazard checking on and off, against eager torch;
+* simulator: `npu(x)` host time for the whisper-tiny encoder (mel frames 2T) and
+  its body (the 4 layers and final norm on [1, T, 384]) at T positions, against
+  eager torch: a new length (the JIT builds the program, a new simulator prepares
+  it; `_forget`), the same length repeated (hazards on, as shipped) and hazards
+  off, interleaved run by run; and the very first call at that length in the
+  process (numba's kernels loaded, DRAM grown);
 * JIT: instantiation of a length the JIT has not cached (median of at least 21), against the
   simulated NPU time of the same program (cycles / clock);
-* compile: `compile_torch` of the encoder against `torch.export` alone, and
-  a second compile of the same model in a new process (persistent cache).
-  The first call of each in the process (torch's setup; novella's imports and
-  numba's kernels from its disk cache) is timed apart. Each timed call then
-  starts after `gc.collect()` (untimed): the young-generation
+* compile: the first `compile_torch` of the encoder in a fresh process against
+  `torch.export` alone in a fresh process (each after `import torch` and
+  building the model, its own imports timed); then, in this process,
+  `compile_torch` against `torch.export` alone, and a second compile of the
+  same model in a new process (persistent cache). The first call of each in
+  the process (torch's setup; novella's imports) is timed apart. Each timed
+  call then starts after `gc.collect()` (untimed): the young-generation
   collections a call causes are in its time, but a full collection owed to
   the garbage of earlier runs (~0.3 s with torch loaded) is not, in either.
 """
