@@ -4,11 +4,12 @@ It still executes every decoded instruction word, one at a time, in the
 order the readable machine picks. What it does differently:
 
 * decodes, validates and costs the whole program at once (`fast_plan.py`; NumPy over the
-  (n, 4) words, timing formulas from `TimingModel` applied to field arrays);
-* prepares each instruction once: its memory tiles become NumPy views of
+  distinct instruction bodies, a word without its token flags, timing formulas from
+  `TimingModel` applied to field arrays; only queues and token channels per word);
+* prepares each distinct body once: its memory tiles become NumPy views of
   the unit's storage (shared by every instruction that names the same tile),
   so executing it is one or two NumPy calls on views, with no index arrays;
-* hands the hazard checker precomputed address intervals (`Span`s).
+* hands the hazard checker precomputed address intervals (span rows, one set per body).
 
 An instruction it does not prepare (an opcode without a fast form, a tile
 whose rows overlap, a zero-size or out-of-range access) runs through the
