@@ -24,6 +24,7 @@ class _Views:
     def __init__(self, units):
         self.units = units  # MEMS order: spad, acc, dram
         self.cache: dict = {}
+        self.rows_of: dict = {}  # stride -> the DRAM as (size // stride, stride)
 
     def get(self, mem, addr, stride, rows, cols):
         key = (mem, addr, stride, rows, cols)
@@ -38,6 +39,19 @@ class _Views:
                 v = as_strided(d[addr:], (rows, cols), (stride * 4, 4))
             self.cache[key] = v
         return v
+
+    def dram(self, addr, stride, rows, cols):
+        """`get(2, ...)` without the cache (DRAM tiles are mostly distinct): a tile of whole-row runs is a
+        slice of the DRAM seen as rows of `stride` (one indexing call, the same view)."""
+        if rows > 1 and stride > cols:
+            m = self.rows_of.get(stride)
+            if m is None:
+                d = self.units[2].data
+                m = self.rows_of[stride] = d[: d.size - d.size % stride].reshape(-1, stride)
+            r, c = divmod(addr, stride)
+            if c + cols <= stride and r + rows <= len(m):
+                return m[r : r + rows, c : c + cols]
+        return self.get(2, addr, stride, rows, cols)
 
 
 def _load(dst, jlo, jhi, src):

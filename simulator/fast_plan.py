@@ -274,13 +274,13 @@ class Plan(Forms):
             self.handler[k], self.args[k] = _nop, ()
         sel = np.flatnonzero(ok)
         cols = [x[sel].tolist() for x in (mem, sa, ss, rows, nc, jlo, jhi, da, ds)]
-        v, handler, args, spans = self.views.get, self.handler, self.args, self.spans
+        v, dv, handler, args, spans = self.views.get, self.views.dram, self.handler, self.args, self.spans
         for k, m, a, s, r, cc, lo, hi, d, dstride in zip(idx[sel].tolist(), *cols):
             spans[k] = None
             if store:
-                handler[k], args[k] = setitem, (v(2, d, dstride, hi - lo, cc), ..., v(m, a + lo * s, s, hi - lo, cc))
+                handler[k], args[k] = setitem, (dv(d, dstride, hi - lo, cc), ..., v(m, a + lo * s, s, hi - lo, cc))
                 continue
-            dst, src = v(m, a, s, r, cc), (v(2, d, dstride, hi - lo, cc) if hi > lo else None)
+            dst, src = v(m, a, s, r, cc), (dv(d, dstride, hi - lo, cc) if hi > lo else None)
             if lo == 0 and hi == r:  # every row in bounds: a copy (dst[...] = src: no copyto dispatch)
                 handler[k], args[k] = setitem, (dst, ..., src)
             else:
