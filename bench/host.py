@@ -213,12 +213,15 @@ print(time.perf_counter() - w, time.process_time() - c, "numba" in sys.modules)
 
 def fresh_rows(repeat: int) -> list[str]:
     """The first call in a fresh process (after `import torch` and building the model; the imports the call
-    needs are in its time): `torch.export` alone against `compile_torch` (no compile cache; numba's disk
-    cache as left by earlier runs), processes interleaved, medians of `repeat` pairs."""
+    needs are in its time): `torch.export` alone against `compile_torch` (no compile cache), processes
+    interleaved, medians of `repeat` pairs. Python writes and reads its bytecode caches as by default (this
+    environment may set PYTHONDONTWRITEBYTECODE, which would recompile every novella module in each process,
+    ~0.1 s CPU); one untimed pair first, so both caches (bytecode, numba's) are as a second process finds them."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), NOVELLA_CACHE="0")
+    no_bytecode = env.pop("PYTHONDONTWRITEBYTECODE", None)
     runs = {False: [], True: []}
     numba = False
-    for _ in range(repeat):
+    for k in range(repeat + 1):
         for novella in (False, True):
             code = _FRESH.format(bench=str(ROOT / "bench"), maxp=MAX_POSITIONS, novella=novella)
             out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -226,7 +229,8 @@ def fresh_rows(repeat: int) -> list[str]:
                 print(out.stderr[-2000:], file=sys.stderr)
                 return ["fresh-process compile failed (see stderr)"]
             wall, cpu, loaded = out.stdout.split()[-3:]
-            runs[novella].append((float(wall), float(cpu)))
+            if k:
+                runs[novella].append((float(wall), float(cpu)))
             numba |= novella and loaded == "True"
     (ew, ec), (cw, cc) = (
         (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for v in runs.values()
@@ -236,7 +240,8 @@ def fresh_rows(repeat: int) -> list[str]:
         "|---|---|---|---|---|",
         f"| torch.export alone | {ew:.2f} s | {ec:.2f} s | 1.00 | 1.00 |",
         f"| compile_torch (with `import novella_mlir`) | {cw:.2f} s | {cc:.2f} s | **{cw / ew:.2f}** | {cc / ec:.2f} |",
-        f"\nnumba loaded by the compile: {'yes' if numba else 'no'}; load average after: {os.getloadavg()[0]:.2f}",
+        f"\nnumba loaded by the compile: {'yes' if numba else 'no'}; PYTHONDONTWRITEBYTECODE here: "
+        f"{no_bytecode or 'unset'} (unset in these processes); load average after: {os.getloadavg()[0]:.2f}",
     ]
 
 
