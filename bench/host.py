@@ -1,22 +1,30 @@
 """Host speed, side by side in one run: simulator vs torch eager, JIT vs NPU time, compile vs torch.export.
 
-    .venv/bin/python bench/host.py [--positions 750,1500] [--repeat 3] [--jit-models mlp,mlp384,layer,encoder]
-                                   [--jit-lengths 1,2,3,...] [--skip-compile] [--skip-sim] [--skip-jit]
+    .venv/bin/python bench/host.py [--positions 750,751,1500] [--sim-models encoder,body] [--repeat 3]
+                                   [--jit-models mlp,mlp384,layer,encoder] [--jit-lengths 1,2,3,...]
+                                   [--skip-compile] [--skip-sim] [--skip-jit]
 
 Every figure is the median of `--repeat` runs, measured in this process
-(cached compile: in fresh processes), so ratios are comparable even on a
-shared host. Eager torch runs with `torch.set_num_threads(1)`, as the
+(fresh-process figures: in new processes), so ratios are comparable even on a
+shared host; CPU-time ratios (what the load of others adds least to) are beside
+the wall-clock ones. Eager torch runs with `torch.set_num_threads(1)`, as the
 simulator runs BLAS on one thread.
 
-* simulator: `npu(x)` host time for the whisper-tiny encoder at T positions
-  (mel frames 2T), hazard checking on and off, against eager torch;
+* simulator: `npu(x)` host time for the whisper-tiny encoder (mel frames 2T) and
+  its body (the 4 layers and final norm on [1, T, 384]) at T positions, against
+  eager torch: a new length (the JIT builds the program, a new simulator prepares
+  it; `_forget`), the same length repeated (hazards on, as shipped) and hazards
+  off, interleaved run by run; and the very first call at that length in the
+  process (numba's kernels loaded, DRAM grown);
 * JIT: instantiation of a length the JIT has not cached (median of at least 21), against the
   simulated NPU time of the same program (cycles / clock);
-* compile: `compile_torch` of the encoder against `torch.export` alone, and
-  a second compile of the same model in a new process (persistent cache).
-  The first call of each in the process (torch's setup; novella's imports and
-  numba's kernels from its disk cache) is timed apart. Each timed call then
-  starts after `gc.collect()` (untimed): the young-generation
+* compile: the first `compile_torch` of the encoder in a fresh process against
+  `torch.export` alone in a fresh process (each after `import torch` and
+  building the model, its own imports timed); then, in this process,
+  `compile_torch` against `torch.export` alone, and a second compile of the
+  same model in a new process (persistent cache). The first call of each in
+  the process (torch's setup; novella's imports) is timed apart. Each timed
+  call then starts after `gc.collect()` (untimed): the young-generation
   collections a call causes are in its time, but a full collection owed to
   the garbage of earlier runs (~0.3 s with torch loaded) is not, in either.
 """
@@ -58,36 +66,60 @@ def _timed(fn) -> tuple[float, float]:
     return time.perf_counter() - w, time.process_time() - c
 
 
-def simulator_rows(positions, repeat: int) -> list[str]:
-    """Eager, hazards on and hazards off interleaved run by run, so load changes hit all three alike."""
-    spec, module, npu = compile_model("encoder", MAX_POSITIONS)
+def _forget(npu) -> None:
+    """Makes the next call take the path of a new length, as if the previous call had had another one: no
+    program in the JIT cache, and the kept simulator marked as of another DRAM size, so the call makes a
+    new simulator (on the kept one's memories, `Executor._simulator`) and prepares the program again. What
+    stays is what a new length also finds: the artifact's JIT tables and numba's loaded kernels."""
+    npu.executor.jit.cache.clear()
+    sim = getattr(npu.executor._local, "sim", None)
+    if sim is not None:
+        sim.dram.size = -1  # this simulator is not used again
+
+
+def simulator_rows(positions, repeat: int, models=("encoder",)) -> list[str]:
+    """Per model and length, interleaved run by run (so load changes hit all alike): eager; a new length
+    (`_forget` first), hazards on; the same length again, hazards on; and hazards off."""
     lines = [
-        "| T (positions) | instructions | eager, 1 thread | npu(x), hazards on | on / eager | npu(x), hazards off "
-        "| off / eager | CPU-time ratios on, off | first call (new simulator) | NPU time (1 GHz) | load |",
-        "|" + "---|" * 11,
+        "| model | T (positions) | instructions | eager, 1 thread | new length, hazards on | repeated, hazards on "
+        "| new / repeated | new / eager | repeated / eager | hazards off / eager | CPU-time ratios new/rep, new/eager, "
+        "rep/eager, off/eager | first call in the process | NPU time (1 GHz) | load |",
+        "|" + "---|" * 14,
     ]
     torch.set_num_threads(1)
-    for t in positions:
-        x = spec.example(t)
-        arr = x.numpy()
-        npu.executor._last_sim = None
-        first = _timed(lambda arr=arr: npu.executor.run([arr], check_hazards=True))[0]
-        runs = {"eager": [], "on": [], "off": []}
-        for _ in range(repeat):
-            with torch.no_grad():
-                runs["eager"].append(_timed(lambda x=x: module(x)))
-            runs["on"].append(_timed(lambda arr=arr: npu.executor.run([arr], check_hazards=True)))
-            runs["off"].append(_timed(lambda arr=arr: npu.executor.run([arr], check_hazards=False)))
-        wall = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
-        cpu = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
-        stats = npu.last_run.stats
-        lines.append(
-            f"| {t} | {stats.instructions:,} | {wall['eager']:.2f} s | {wall['on']:.2f} s "
-            f"| {wall['on'] / wall['eager']:.1f}x | {wall['off']:.2f} s | {wall['off'] / wall['eager']:.1f}x "
-            f"| {cpu['on'] / cpu['eager']:.1f}x, {cpu['off'] / cpu['eager']:.1f}x | {first:.2f} s "
-            f"| {stats.cycles / (npu.config.clock_ghz * 1e9) * 1e3:.1f} ms | {os.getloadavg()[0]:.1f} |"
-        )
+    for name in models:
+        spec, module, npu = compile_model(name, MAX_POSITIONS)
+        lines += [_simulator_row(name, spec, module, npu, t, repeat) for t in positions]
     return lines
+
+
+def _simulator_row(name, spec, module, npu, t: int, repeat: int) -> str:
+    x = spec.example(t)
+    arr = x.numpy()
+
+    def call(check_hazards=True):
+        npu.executor.run([arr], check_hazards=check_hazards)
+
+    _forget(npu)
+    first = _timed(call)[0]
+    runs = {"eager": [], "new": [], "rep": [], "off": []}
+    for _ in range(repeat):
+        with torch.no_grad():
+            runs["eager"].append(_timed(lambda: module(x)))
+        _forget(npu)
+        runs["new"].append(_timed(call))
+        runs["rep"].append(_timed(call))
+        runs["off"].append(_timed(lambda: call(False)))
+    w = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
+    c = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
+    stats = npu.last_run.stats
+    cpu = ", ".join(f"{a:.2f}" for a in (c["new"] / c["rep"], c["new"] / c["eager"], c["rep"] / c["eager"]))
+    return (
+        f"| {name} | {t} | {stats.instructions:,} | {w['eager']:.3f} s | {w['new']:.3f} s | {w['rep']:.3f} s "
+        f"| **{w['new'] / w['rep']:.2f}** | **{w['new'] / w['eager']:.2f}x** | {w['rep'] / w['eager']:.2f}x "
+        f"| {w['off'] / w['eager']:.2f}x | {cpu}, {c['off'] / c['eager']:.2f} | {first:.3f} s "
+        f"| {stats.cycles / (npu.config.clock_ghz * 1e9) * 1e3:.1f} ms | {os.getloadavg()[0]:.1f} |"
+    )
 
 
 def jit_rows(models, lengths, repeat: int) -> list[str]:
@@ -156,6 +188,63 @@ def _cached_compile(repeat: int) -> tuple[float, float, float] | None:
     return times[0], statistics.median(times[1:]), statistics.median(imports)
 
 
+_FRESH = """
+import sys, time
+sys.path.insert(0, {bench!r})
+import torch
+from models import SPECS
+spec = SPECS["encoder"]
+module = spec.build({maxp})
+lo, hi = spec.bounds({maxp})
+x = spec.example(16)
+w, c = time.perf_counter(), time.process_time()
+if {novella}:
+    from novella_mlir import compile_torch
+    compile_torch(module, x, dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi)
+else:
+    import torch.export
+    from torch.fx.experimental import _config
+    with _config.patch(backed_size_oblivious=True):  # as novella's export (a strided conv's sizes)
+        dim = torch.export.Dim.DYNAMIC(min=lo, max=hi)
+        torch.export.export(module, (x,), dynamic_shapes=({{spec.dynamic_dim: dim}},), strict=False)
+print(time.perf_counter() - w, time.process_time() - c, "numba" in sys.modules)
+"""
+
+
+def fresh_rows(repeat: int) -> list[str]:
+    """The first call in a fresh process (after `import torch` and building the model; the imports the call
+    needs are in its time): `torch.export` alone against `compile_torch` (no compile cache), processes
+    interleaved, medians of `repeat` pairs. Python writes and reads its bytecode caches as by default (this
+    environment may set PYTHONDONTWRITEBYTECODE, which would recompile every novella module in each process,
+    ~0.1 s CPU); one untimed pair first, so both caches (bytecode, numba's) are as a second process finds them."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), NOVELLA_CACHE="0")
+    no_bytecode = env.pop("PYTHONDONTWRITEBYTECODE", None)
+    runs = {False: [], True: []}
+    numba = False
+    for k in range(repeat + 1):
+        for novella in (False, True):
+            code = _FRESH.format(bench=str(ROOT / "bench"), maxp=MAX_POSITIONS, novella=novella)
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+            if out.returncode:
+                print(out.stderr[-2000:], file=sys.stderr)
+                return ["fresh-process compile failed (see stderr)"]
+            wall, cpu, loaded = out.stdout.split()[-3:]
+            if k:
+                runs[novella].append((float(wall), float(cpu)))
+            numba |= novella and loaded == "True"
+    (ew, ec), (cw, cc) = (
+        (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for v in runs.values()
+    )
+    return [
+        "| first call in a fresh process | wall | CPU | / torch.export (wall) | / torch.export (CPU) |",
+        "|---|---|---|---|---|",
+        f"| torch.export alone | {ew:.2f} s | {ec:.2f} s | 1.00 | 1.00 |",
+        f"| compile_torch (with `import novella_mlir`) | {cw:.2f} s | {cc:.2f} s | **{cw / ew:.2f}** | {cc / ec:.2f} |",
+        f"\nnumba loaded by the compile: {'yes' if numba else 'no'}; PYTHONDONTWRITEBYTECODE here: "
+        f"{no_bytecode or 'unset'} (unset in these processes); load average after: {os.getloadavg()[0]:.2f}",
+    ]
+
+
 def compile_rows(repeat: int) -> list[str]:
     spec = SPECS["encoder"]
     module = spec.build(MAX_POSITIONS)
@@ -197,7 +286,8 @@ def compile_rows(repeat: int) -> list[str]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--positions", default="750,1500", help="encoder lengths (positions) for the simulator table")
+    p.add_argument("--positions", default="750,751,1500", help="lengths (positions) for the simulator table")
+    p.add_argument("--sim-models", default="encoder,body", help="models of the simulator table (bench/models.py)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--jit-models", default="mlp,mlp384,layer,encoder")
     p.add_argument("--jit-lengths", default=JIT_LENGTHS)
@@ -211,8 +301,8 @@ def main(argv=None) -> None:
     if not args.skip_sim:
         sections.append(
             (
-                "simulator vs torch eager (whisper-tiny encoder)",
-                simulator_rows,
+                "simulator vs torch eager (whisper-tiny encoder, and its body: the 4 layers and final norm)",
+                lambda p, r: simulator_rows(p, r, args.sim_models.split(",")),
                 [int(v) for v in args.positions.split(",")],
             )
         )
@@ -222,6 +312,7 @@ def main(argv=None) -> None:
             ("JIT new length vs NPU time", lambda r: jit_rows(args.jit_models.split(","), lengths, r), None)
         )
     if not args.skip_compile:
+        sections.append(("first compile in a fresh process vs torch.export (encoder)", fresh_rows, None))
         sections.append(("compile vs torch.export (encoder)", compile_rows, None))
     for title, fn, arg in sections:
         print(f"\n## {title}\n", flush=True)

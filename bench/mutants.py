@@ -66,9 +66,9 @@ MUTANTS = [
     ),
     M(
         "simulator",
-        "simulator/fast_plan.py",
-        "    if accumulate:\n        np.add(out, acc, out=acc)",
-        "    if False:\n        np.add(out, acc, out=acc)",
+        "simulator/fast_forms.py",
+        "    np.add(out, acc, acc)  # the readable path's out += acc, written in place",
+        "    np.copyto(acc, out)",
         "planted 1 in the fast path: its MATMUL never accumulates",
     ),
     M(

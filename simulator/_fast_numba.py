@@ -323,3 +323,39 @@ def broadcast_into(op, a, b, dst):
         else:
             for j in range(a.shape[1]):
                 dst[i, j] = a[i, j] / y
+
+
+@nb.njit(cache=True)
+def distinct(words, flag_mask):
+    """(index of the first word of each distinct body, in program order; which of those each word is). A
+    body is a word with lane 0 masked by `flag_mask` (the token flags off); bodies are found through an
+    open-addressing hash table and compared lane by lane."""
+    n = words.shape[0]
+    size = 1
+    while size < 2 * n:
+        size *= 2
+    mask = np.uint64(size - 1)
+    table = np.full(size, -1, np.int64)
+    rep = np.empty(n, np.int64)
+    kind = np.empty(n, np.int64)
+    m = 0
+    for i in range(n):
+        a0, a1, a2, a3 = words[i, 0] & flag_mask, words[i, 1], words[i, 2], words[i, 3]
+        h = a0 * np.uint64(0x9E3779B97F4A7C15) ^ a1 * np.uint64(0xC2B2AE3D27D4EB4F)
+        h ^= a2 * np.uint64(0x165667B19E3779F9) ^ a3 * np.uint64(0xD6E8FEB86659FD93)
+        h ^= h >> np.uint64(31)
+        s = h & mask
+        while True:
+            r = table[s]
+            if r < 0:
+                table[s] = m
+                rep[m] = i
+                kind[i] = m
+                m += 1
+                break
+            j = rep[r]
+            if (words[j, 0] & flag_mask) == a0 and words[j, 1] == a1 and words[j, 2] == a2 and words[j, 3] == a3:
+                kind[i] = r
+                break
+            s = (s + np.uint64(1)) & mask
+    return rep[:m].copy(), kind

@@ -4,11 +4,12 @@ It still executes every decoded instruction word, one at a time, in the
 order the readable machine picks. What it does differently:
 
 * decodes, validates and costs the whole program at once (`fast_plan.py`; NumPy over the
-  (n, 4) words, timing formulas from `TimingModel` applied to field arrays);
-* prepares each instruction once: its memory tiles become NumPy views of
+  distinct instruction bodies, a word without its token flags, timing formulas from
+  `TimingModel` applied to field arrays; only queues and token channels per word);
+* prepares each distinct body once: its memory tiles become NumPy views of
   the unit's storage (shared by every instruction that names the same tile),
   so executing it is one or two NumPy calls on views, with no index arrays;
-* hands the hazard checker precomputed address intervals (`Span`s).
+* hands the hazard checker precomputed address intervals (span rows, one set per body).
 
 An instruction it does not prepare (an opcode without a fast form, a tile
 whose rows overlap, a zero-size or out-of-range access) runs through the
@@ -34,14 +35,16 @@ from .units import CHANNELS
 
 
 def prepare(sim, words: np.ndarray) -> Plan:
-    """Decodes, validates and prepares `words` for `sim`'s memories (raises the readable machine's errors)."""
-    code, cols = decode_columns(words)
-    if invalid(code, cols, sim.config):
+    """Decodes, validates and prepares `words` for `sim`'s memories (raises the readable machine's errors).
+    Fields are decoded once per distinct body (`fast_plan.distinct`), the token flags for every word."""
+    code = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
+    rep, kind = fast_plan.distinct(words)
+    rep_code, cols = decode_columns(words[rep])
+    if invalid(code, words, rep_code, cols, sim.config):
         sim._decode(words)  # raises the readable machine's error for the first bad word
-    slow = np.flatnonzero(~np.isin(code, [int(op) for op in fast_plan.FAST_OPS]))
-    for i in slow.tolist():
-        sim._validate(i, decode(words[i]))
-    return Plan(sim, words, code, cols)
+    for k in np.flatnonzero(~np.isin(rep_code, [int(op) for op in fast_plan.FAST_OPS])).tolist():
+        sim._validate(int(rep[k]), decode(words[rep[k]]))
+    return Plan(sim, words, code, rep, kind, cols)
 
 
 def run(sim, plan: Plan):
@@ -61,15 +64,17 @@ def _compiled(sim, plan: Plan):
     done = _schedule(sim, plan)
     if done is None:
         return None
-    order, start, begin, end, waits, ordered = done
+    order, start, begin, end, waits, (handlers, args) = done
     progress = sim.progress
-    step = len(ordered) if progress is None else 1024
     with np.errstate(all="ignore"):
-        for k in range(0, len(ordered), step):
-            for f, a in ordered[k : k + step]:
+        if progress is None:
+            for f, a in zip(handlers, args):
                 f(*a)
-            if progress is not None and k + step <= len(ordered):
-                progress.update(step)
+        for k in range(0, len(handlers) if progress is not None else 0, 1024):
+            for f, a in zip(handlers[k : k + 1024], args[k : k + 1024]):
+                f(*a)
+            if k + 1024 <= len(handlers):
+                progress.update(1024)
     tm = sim.timing
     loop = _Loop(sim, plan)
     loop.order, loop.start, loop.begin, loop.end = order, start, begin, end
@@ -84,7 +89,7 @@ def _compiled(sim, plan: Plan):
 
 
 def _schedule(sim, plan: Plan):
-    """(order, start, begin, end, token waits, the (handler, args) in that order) of the compiled issue loop, or None
+    """(order, start, begin, end, token waits, (the handlers, their args) in that order) of the compiled issue loop, or None
     (a race or deadlock: the Python loop reports it). Data-independent, so kept on the plan for the next
     unchecked run of the same program (a checked run's serves too: same order and cycles); a run with hazard
     checking on always checks again."""
@@ -102,8 +107,9 @@ def _schedule(sim, plan: Plan):
     )  # fmt: skip
     if status != nb.OK:
         return None
-    order_list = order.tolist()
-    ordered = itemgetter(*order_list)(plan.calls) if len(order_list) > 1 else (plan.calls[order_list[0]],)
+    kinds = plan.kind[order].tolist()
+    pick = itemgetter(*kinds) if len(kinds) > 1 else lambda x: (x[kinds[0]],)
+    ordered = pick(plan.handler), pick(plan.args)  # no tuple per call: nothing the GC tracks per instruction
     done = plan.schedules[check] = (order, start, begin, end, tuple(map(tuple, waits.tolist())), ordered)
     return done
 
@@ -130,8 +136,8 @@ class _Loop:
         qlists, lens = self.qlists, [len(x) for x in self.qlists]
         heads, qfree = [0, 0, 0], [0, 0, 0]
         chan = [deque() for _ in CHANNELS]
-        pops, pushes, handler, args, spans = p.pops, p.pushes, p.handler, p.args, p.spans
-        fixed, dma, unit = p.fixed.tolist(), p.dma.tolist(), p.unit.tolist()
+        pops, pushes, handler, args, kind = p.pops, p.pushes, p.handler, p.args, p.kind.tolist()
+        fixed, dma, unit = p.fixed.tolist(), p.r_dma.tolist(), p.unit.tolist()
         data = tm.dma_cycles(p.charged).tolist()  # DMA data-phase cycles (whole bursts)
         ic, units = sim.config.issue_cycles, tm.compute
         latency, dram_free = ic + sim.config.dma_latency, tm.dram_free
@@ -166,10 +172,11 @@ class _Loop:
                 heads[q] = seq + 1
                 popped = [(c, chan[c].popleft()) for c in pops[i]]
                 free = qfree[q]
-                h = handler[i]
+                k = kind[i]
+                h = handler[k]
                 if h is not None:
-                    h(*args[i])
-                    sp, nbytes = spans[i], dma[i]
+                    h(*args[k])
+                    sp, nbytes = p.entries(k), dma[k]
                 else:
                     inst, effect = self._readable(i)
                     sp = [entry(s) for s in effect.accesses if not s.empty]
@@ -183,7 +190,7 @@ class _Loop:
                         a, b, cc = max(a, t[0]), max(b, t[1]), max(cc, t[2])
                     clock = (seq, b, cc) if q == 0 else ((a, seq, cc) if q == 1 else (a, b, seq))
                     if sp:
-                        hz.check_spans(i, p.mnemonic[i], q, clock, sp)
+                        hz.check_spans(i, Opcode(int(p.code[i])).name, q, clock, sp)
                     else:
                         hz.latest[q] = clock
                     clocks[q] = clock
@@ -245,7 +252,8 @@ class _Loop:
         p, s = self.p, self.sim.stats
         order = np.asarray(self.order, np.int64)
         code = p.code[order]
-        fast = np.asarray([h is not None for h in p.handler], bool)[order]
+        ko = p.kind[order]
+        fast = p.fast[ko]
         s.instructions = len(order)
         ends = np.asarray(self.end, np.int64)
         s.cycles = int(ends.max()) if len(ends) else 0
@@ -255,14 +263,14 @@ class _Loop:
         for c in sorted(first, key=first.get):
             s.by_mnemonic[Opcode(c).name] = int((code == c).sum())
         if "fn" in p.c:
-            fns = p.c["fn"][order][code == Opcode.VEC]
+            fns = p.c["fn"][ko][code == Opcode.VEC]
             vals, firsts = np.unique(fns, return_index=True)
             for k in np.argsort(firsts):
                 s.by_vec_fn[VecFn(int(vals[k])).name] = int((fns == vals[k]).sum())
-        dma = p.dma[order] * fast
+        dma = p.r_dma[ko] * fast
         s.dma_bytes_loaded = int(dma[code == Opcode.LOAD].sum()) + extra[0]
         s.dma_bytes_stored = int(dma[code == Opcode.STORE].sum()) + extra[1]
-        s.macs = int((p.macs[order] * fast).sum()) + extra[2]
+        s.macs = int((p.r_macs[ko] * fast).sum()) + extra[2]
         busy = ends[order] - np.asarray(self.begin, np.int64)[order]
         for c in first:
             s.busy[UNIT_OF[Opcode(c)]] += int(busy[code == c].sum())

@@ -1,22 +1,34 @@
-"""Preparation for the fast path (`fast.py`): the whole program decoded, validated and costed with
-NumPy, and each distinct instruction turned into a handler and its arguments (NumPy views of the
-memories' tiles) plus the hazard checker's intervals."""
+"""Preparation for the fast path (`fast.py`): the program decoded, validated and costed with NumPy.
+
+Everything but the token flags is a function of an instruction's body (its
+word without the flags): the cost, the unit, the tiles it touches (the hazard
+checker's intervals) and the handler that executes it. A long program repeats
+a few thousand bodies (its templates over their grids), so all of that is
+derived once per distinct body and shared by the words through `kind`;
+only the queue and the token channels are per word. DMA bodies, most of
+the distinct ones (their DRAM addresses move with the length), are prepared
+with NumPy over all of them at once; MATMUL and VEC by `fast_forms.Forms`."""
 
 from __future__ import annotations
 
 from operator import setitem
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from .functional import _ERF_P, _ERF_Q, BINARY_OPS, F32, REDUCE_OPS, UNARY_OPS
-from .hazards import Span
-from .isa import BINARY_FNS, LAYOUT, QUEUE_OF, QUEUES, REDUCE_FNS, Opcode, VecFn, VecMode
+from .fast_forms import Forms, _load, _nop, _Views
+from .hazards import Span, entry
+from .isa import LAYOUT, QUEUE_OF, QUEUES, Opcode, VecFn
 from .timing import UNIT_OF
 from .units import CHANNELS, TOKEN_ROUTES
 
 _FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 _CH = {c: i for i, c in enumerate(CHANNELS)}
+_ALLOWED_FLAGS = np.zeros(16, np.int64)  # per opcode: the token flag bits (pop_prev = 1, ...) its queue routes
+for _op in LAYOUT:
+    _ALLOWED_FLAGS[int(_op)] = sum(1 << b for b, f in enumerate(_FLAGS) if (QUEUE_OF[_op], f) in TOKEN_ROUTES)
+_QUEUE_OF_CODE = np.zeros(16, np.int64)
+for _op in LAYOUT:
+    _QUEUE_OF_CODE[int(_op)] = QUEUES.index(QUEUE_OF[_op])
 FAST_OPS = frozenset({Opcode.NOP, Opcode.LOAD, Opcode.STORE, Opcode.MATMUL, Opcode.VEC})
 # The fields each fast form implements. A field added to an opcode's layout later (a new mode) makes
 # every instruction that sets it take the readable path until its fast form knows the field.
@@ -53,19 +65,18 @@ def decode_columns(words: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]
     return code, cols
 
 
-def invalid(code, cols, config) -> bool:
-    """Whether any word would fail the readable machine's decode or validation."""
-    known = np.isin(code, [int(op) for op in LAYOUT])
-    if not known.all():
+def invalid(code, words, rep_code, cols, config) -> bool:
+    """Whether any word would fail the readable machine's decode or validation: an unknown opcode, a token
+    flag its queue has no route for (`code`, `words`: every word), an unknown vector function (`rep_code`,
+    `cols`: the distinct bodies)."""
+    if not np.isin(rep_code, [int(op) for op in LAYOUT]).all():
         return True
-    for op in LAYOUT:
-        sel = code == int(op)
-        for flag in _FLAGS:
-            if (QUEUE_OF[op], flag) not in TOKEN_ROUTES and flag in cols and (cols[flag][sel] != 0).any():
-                return True
+    flags = ((words[:, 0] >> np.uint64(4)) & np.uint64(0xF)).astype(np.int64)
+    if (flags & ~_ALLOWED_FLAGS[code]).any():
+        return True
     if "fn" in cols:
         ok = [fn.value for fn in VecFn if fn.name.lower() in config.vector_functions]
-        if not np.isin(cols["fn"][code == Opcode.VEC], ok).all():
+        if not np.isin(cols["fn"][rep_code == Opcode.VEC], ok).all():
             return True
     return False
 
@@ -81,140 +92,70 @@ def _inbound_rows(start, step, bound, rows):
     return lo, np.maximum(hi, lo)
 
 
-_BROADCAST_FNS = (VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV)  # `_fast_numba.broadcast_into`'s op codes
-_REDUCE_UFUNC = {VecFn.ROWSUM: np.add, VecFn.ROWMAX: np.maximum}
 _FLAG_MASK = np.uint64(~0xF0 & 0xFFFFFFFFFFFFFFFF)
 
 
-def _distinct(words):
-    """(index of one word per distinct instruction ignoring token flags, which of those each word is)."""
-    body = words.copy()
-    body[:, 0] &= _FLAG_MASK
-    _, rep, inverse = np.unique(body.view(np.dtype((np.void, 32))).ravel(), return_index=True, return_inverse=True)
-    return rep, inverse.ravel()
+def distinct(words) -> tuple[np.ndarray, np.ndarray]:
+    """(index of the first word of each distinct body, in program order; which of those each word is). A
+    body is a word without its token flags; bodies are compared whole (`_fast_numba.distinct`)."""
+    from ._fast_numba import distinct as kernel  # numba compiles on first use
+
+    if not len(words):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return kernel(np.ascontiguousarray(words, np.uint64), _FLAG_MASK)
 
 
-class _Views:
-    """NumPy views of the memories' tiles, one per distinct (memory, addr, stride, rows, cols)."""
-
-    def __init__(self, units):
-        self.units = units  # MEMS order: spad, acc, dram
-        self.cache: dict = {}
-
-    def get(self, mem, addr, stride, rows, cols):
-        key = (mem, addr, stride, rows, cols)
-        v = self.cache.get(key)
-        if v is None:
-            d = self.units[mem].data
-            if rows == 1 or stride == cols:
-                v = d[addr : addr + rows * cols].reshape(rows, cols)
-            elif stride > cols and addr + rows * stride <= d.size:
-                v = d[addr : addr + rows * stride].reshape(rows, stride)[:, :cols]
-            else:
-                v = as_strided(d[addr:], (rows, cols), (stride * 4, 4))
-            self.cache[key] = v
-        return v
+def _token_tables():
+    """Per (queue * 4 + the two pop or push flag bits): the channels, as tuples and padded to two with -1."""
+    pop, push = {}, {}
+    for q, name in enumerate(QUEUES):
+        for bits in range(4):
+            on = {"prev": bits & 1, "next": bits >> 1}
+            for table, kind in ((pop, "pop"), (push, "push")):
+                routes = [TOKEN_ROUTES.get((name, f"{kind}_{d}")) for d in ("prev", "next") if on[d]]
+                table[q * 4 + bits] = tuple(_CH[r] for r in routes if r is not None)
+    pad = lambda table: np.asarray([(*table[k], -1, -1)[:2] for k in range(12)], np.int64)  # noqa: E731
+    return pop, push, pad(pop), pad(push)
 
 
-def _load(dst, jlo, jhi, src):
-    if jlo:
-        dst[:jlo] = 0
-    if src is not None:
-        dst[jlo:jhi] = src
-    if jhi < len(dst):
-        dst[jhi:] = 0
+_POPS, _PUSHES, _POP_CH, _PUSH_CH = _token_tables()
 
 
-def _matmul_acc(a, b, out, acc):
-    np.matmul(a, b, out)  # `out`: a scratch tile of the product's shape
-    np.add(out, acc, acc)  # the readable path's out += acc, written in place
+def _fits(size, write, addr, stride, rows, cols):
+    """Which tiles `Forms._span` accepts (NumPy over many): in range, not empty, a written one's rows disjoint."""
+    ok = (rows > 0) & (cols > 0) & (addr >= 0) & (addr + stride * (rows - 1) + cols <= size)
+    return ok & ~(write & (rows > 1) & (stride < cols))
 
 
-def _matmul_copy_b(a, b, acc):
-    np.matmul(a, np.ascontiguousarray(b), acc)
+class Plan(Forms):
+    """Per word: its queue, token channels (`pop_ch`, `push_ch`) and `kind`, the distinct body it is; per
+    distinct body (`rep`: its first word): cost, unit, accesses (`access`, `n_access`: (mem, write, addr,
+    stride, rows, cols) rows, the tracker's spans) and handler + args (None: the readable path). `fixed`,
+    `unit` and `charged` are also spread per word, for the compiled issue loop."""
 
-
-def _matmul_copy_b_acc(a, b, out, acc):
-    np.matmul(a, np.ascontiguousarray(b), out)
-    np.add(out, acc, acc)
-
-
-def _binary(ufunc, a, b, dst):
-    ufunc(a, b, out=dst)  # np.maximum / np.minimum take `out` by keyword only
-
-
-def _select(a, b, dst):
-    dst[...] = np.where(a != 0, b, dst)
-
-
-def _unary(fn, a, dst):
-    dst[...] = fn(a)
-
-
-def _unary_out(ufunc, a, dst):
-    ufunc(a, out=dst)
-
-
-def _contiguous_ufunc(fn, a, dst) -> bool:
-    """Whether `fn(a, out=dst)` runs the inner loop `dst[...] = fn(a)` runs (a ufunc; both tiles contiguous, so
-    both calls take NumPy's contiguous loop, whose bits do not depend on where the output is)."""
-    return isinstance(fn, np.ufunc) and a.flags.c_contiguous and dst.flags.c_contiguous
-
-
-def _reduce(ufunc, a, dst):
-    dst[...] = ufunc.reduce(a, 1, None, None, True)  # what np.sum / np.max(a, axis=1, keepdims=True) call
-
-
-def _reduce_out(ufunc, a, dst):
-    ufunc.reduce(a, 1, None, dst, True)  # the same reduction written in place (contiguous tiles that do not overlap)
-
-
-def _erf(a, dst):
-    from ._fast_numba import erf_into  # numba compiles on first use
-
-    erf_into(a, dst, _ERF_P, _ERF_Q)
-
-
-def _same_or_apart(a, dst, a_span, d_span) -> bool:
-    """Whether tiles (mem, addr, stride) of the same shape are the same tile or touch disjoint ranges."""
-    return a == dst or a[0] != dst[0] or d_span[2] <= a_span[1] or a_span[2] <= d_span[1]
-
-
-def _fill(value, dst):
-    dst[...] = value
-
-
-def _nop():
-    pass
-
-
-class Plan:
-    """Per instruction: queue, token channels, handler + args (None: readable path), spans, cost."""
-
-    def __init__(self, sim, words, code, cols):
-        self.sim, self.words, self.code, self.c = sim, words, code, cols
-        n = len(words)
+    def __init__(self, sim, words, code, rep, kind, cols):
+        self.sim, self.words, self.code, self.rep, self.kind, self.c = sim, words, code, rep, kind, cols
+        self.rep_code = rc = code[rep]
+        nr = len(rep)
         self.views = _Views((sim.spad, sim.acc, sim.dram))
         self.sizes = (sim.spad.size, sim.acc.size, sim.dram.size)
         self.span_cache: dict = {}
         self.scratch: dict = {}  # shape -> a scratch tile (products before accumulation)
-        self.queue = np.zeros(n, np.int64)
-        for op in LAYOUT:
-            self.queue[code == int(op)] = QUEUES.index(QUEUE_OF[op])
-        names = {int(op): op.name for op in Opcode}
-        self.mnemonic = [names.get(c, "?") for c in code.tolist()]
-        self.handler: list = [None] * n
-        self.args: list = [()] * n
-        self.spans: list = [()] * n
-        self.fixed = np.full(n, -1, np.int64)  # compute: work on its unit (`TimingModel.work`); -1: DMA
-        self.unit = np.full(n, -1, np.int64)  # execution unit (`timing.UNIT_OF`), -1: none
-        self.dma = np.zeros(n, np.int64)
-        self.charged = np.zeros(n, np.int64)  # DMA bytes rounded up to whole bursts (timing)
-        self.macs = np.zeros(n, np.int64)
-        self._tokens()
+        self.queue = _QUEUE_OF_CODE[code]
+        flags = ((words[:, 0] >> np.uint64(4)) & np.uint64(0xF)).astype(np.int64)
+        self._pk, self._sk = self.queue * 4 + (flags & 3), self.queue * 4 + (flags >> 2)
+        self.pop_ch, self.push_ch = _POP_CH[self._pk], _PUSH_CH[self._sk]
+        self.handler: list = [None] * nr
+        self.args: list = [()] * nr
+        self.spans: list = [()] * nr  # the tracker's entries; None: made from `access` when asked
+        self.access = np.zeros((nr, 4, 6), np.int64)
+        self.n_access = np.zeros(nr, np.int64)
+        self.r_fixed = np.full(nr, -1, np.int64)  # compute: work on its unit (`TimingModel.work`); -1: DMA
+        self.r_unit = np.full(nr, -1, np.int64)  # execution unit (`timing.UNIT_OF`), -1: none
+        self.r_dma = np.zeros(nr, np.int64)
+        self.r_charged = np.zeros(nr, np.int64)  # DMA bytes rounded up to whole bursts (timing)
+        self.r_macs = np.zeros(nr, np.int64)
         self._costs()
-        rep, inverse = _distinct(words)
-        rep_code = code[rep]
         builders = {
             Opcode.LOAD: lambda idx: self._dma(Opcode.LOAD, idx),
             Opcode.STORE: lambda idx: self._dma(Opcode.STORE, idx),
@@ -224,242 +165,123 @@ class Plan:
         }
         for op, build in builders.items():
             if op in FAST_OPS:
-                build(rep[(rep_code == op) & ~self._unknown_fields(op)[rep]])
-        self.compiled = all(self.handler[k] is not None for k in rep.tolist())
+                build(np.flatnonzero((rc == op) & ~self._unknown_fields(op)))
+        self.fast = np.fromiter((h is not None for h in self.handler), bool, nr)
+        self.compiled = bool(self.fast.all())
+        self.fixed, self.unit, self.charged = self.r_fixed[kind], self.r_unit[kind], self.r_charged[kind]
         if self.compiled:
-            self._access_tables(rep, inverse)
-        of = rep[inverse].tolist()
-        h, a, sp = self.handler, self.args, self.spans
-        self.handler, self.args, self.spans = [h[k] for k in of], [a[k] for k in of], [sp[k] for k in of]
-        self.calls = list(zip(self.handler, self.args))
+            self._access_tables()
         self.schedules: dict = {}  # check_hazards -> the compiled issue loop's result (`fast._schedule`)
 
+    @property
+    def pops(self) -> list:
+        """Per word: the channels it pops (for the Python loop)."""
+        return [_POPS[k] for k in self._pk.tolist()]
+
+    @property
+    def pushes(self) -> list:
+        return [_PUSHES[k] for k in self._sk.tolist()]
+
+    def entries(self, k: int) -> tuple:
+        """The tracker's entries (`hazards.entry`) of distinct body k's accesses, in access order."""
+        e = self.spans[k]
+        if e is None:
+            rows = self.access[k, : self.n_access[k]].tolist()
+            e = self.spans[k] = tuple(entry(Span(m, bool(w), a, s, r, c)) for m, w, a, s, r, c in rows)
+        return e
+
     def _unknown_fields(self, op) -> np.ndarray:
-        """Words that set a field of `op`'s layout its fast form does not implement."""
-        out = np.zeros(len(self.code), bool)
+        """Distinct bodies that set a field of `op`'s layout its fast form does not implement."""
+        out = np.zeros(len(self.rep_code), bool)
         for f in LAYOUT[op]:
             if f.name not in FAST_FIELDS[op] and f.name in self.c:
-                out |= (self.code == int(op)) & (self.c[f.name] != 0)
+                out |= (self.rep_code == int(op)) & (self.c[f.name] != 0)
         return out
 
     def _costs(self) -> None:
-        """Durations of fixed-length instructions, DMA bytes and MACs, over the whole program."""
-        c, code, timing = self.c, self.code, self.sim.timing
+        """Durations of fixed-length instructions, DMA bytes and MACs, over the distinct bodies."""
+        c, code, timing = self.c, self.rep_code, self.sim.timing
         for op in (Opcode.LOAD, Opcode.STORE):
             idx = np.flatnonzero(code == op)
             if len(idx):
                 lo, hi = _inbound_rows(*(c[k][idx] for k in ("row_start", "row_step", "row_bound", "rows")))
-                self.dma[idx] = (hi - lo) * c["cols"][idx] * 4
+                self.r_dma[idx] = (hi - lo) * c["cols"][idx] * 4
                 f = {k: c[k][idx] for k in ("cols", "row_step", "dram_stride")}
-                self.charged[idx] = timing.burst_bytes(op, f, self.dma[idx])
+                self.r_charged[idx] = timing.burst_bytes(op, f, self.r_dma[idx])
         for op, u in UNIT_OF.items():
             idx = np.flatnonzero(code == op)
-            self.unit[idx] = u
+            self.r_unit[idx] = u
             if len(idx):
-                self.fixed[idx] = timing.work(op, {k: v[idx] for k, v in c.items()})
+                self.r_fixed[idx] = timing.work(op, {k: v[idx] for k, v in c.items()})
         idx = np.flatnonzero(code == Opcode.MATMUL)
         if len(idx):
-            self.macs[idx] = c["m"][idx] * c["k"][idx] * c["n"][idx]
-        self.fixed[code == Opcode.NOP] = 0
+            self.r_macs[idx] = c["m"][idx] * c["k"][idx] * c["n"][idx]
+        self.r_fixed[code == Opcode.NOP] = 0
 
-    def _tokens(self) -> None:
-        table_pop, table_push = {}, {}
-        for q, name in enumerate(QUEUES):
-            for bits in range(4):
-                on = {"prev": bits & 1, "next": bits >> 1}
-                for table, kind in ((table_pop, "pop"), (table_push, "push")):
-                    routes = [TOKEN_ROUTES.get((name, f"{kind}_{d}")) for d in ("prev", "next") if on[d]]
-                    table[q * 4 + bits] = tuple(_CH[r] for r in routes if r is not None)
-        c = self.c
-        zero = np.zeros(len(self.code), np.int64)
-        pk = self.queue * 4 + c.get("pop_prev", zero) + 2 * c.get("pop_next", zero)
-        sk = self.queue * 4 + c.get("push_prev", zero) + 2 * c.get("push_next", zero)
-        self.pops = [table_pop[k] for k in pk.tolist()]
-        self.pushes = [table_push[k] for k in sk.tolist()]
-        pad = lambda table: np.asarray([(*table[k], -1, -1)[:2] for k in range(12)], np.int64)  # noqa: E731
-        self.pop_ch, self.push_ch = pad(table_pop)[pk], pad(table_push)[sk]
-
-    def _access_tables(self, rep, inverse) -> None:
-        """The compiled issue loop's tables (`_fast_numba.schedule`): span rows, each instruction's span
-        ids, and the offsets of the hazard windows (one per memory, queue and kind, sized to fit)."""
-        ids, rows = {}, []
-        rep_ids = np.full((len(rep), 4), -1, np.int64)
-        for r, k in enumerate(rep.tolist()):
-            for j, e in enumerate(self.spans[k]):
+    def _access_tables(self) -> None:
+        """The compiled issue loop's tables (`_fast_numba.schedule`): span rows (span id = 4 * body + its
+        access), each word's span ids, and the offsets of the hazard windows (one per memory, queue and
+        kind, sized to fit every access of the program)."""
+        for k in np.flatnonzero(np.isin(self.rep_code, (Opcode.MATMUL, Opcode.VEC))).tolist():
+            spans = self.spans[k]
+            self.n_access[k] = len(spans)
+            for j, e in enumerate(spans):
                 s = e[0]
-                sid = ids.get(s)
-                if sid is None:
-                    sid = ids[s] = len(rows)
-                    stride, addr = (s.stride, s.addr) if s.stride >= 0 else (-s.stride, e[1])
-                    rows.append((s.mem, s.write, e[1], e[2], addr, stride, s.rows, s.cols, s.dense))
-                rep_ids[r, j] = sid
-        self.span_rows = np.asarray(rows, np.int64).reshape(-1, 9)
-        self.acc_ids = rep_ids[inverse]
-        valid = self.acc_ids >= 0
-        sid = self.acc_ids[valid]
-        cls = (self.span_rows[sid, 0] * 3 + np.broadcast_to(self.queue[:, None], valid.shape)[valid]) * 2
-        cls += self.span_rows[sid, 1]
-        self.win_off = np.concatenate([[0], np.cumsum(np.bincount(cls, minlength=18))]).astype(np.int64)
-
-    def _span(self, mem, write, addr, stride, rows, cols):
-        """The tracker's `entry` of a tile, or None if it is out of range or empty; a writable view needs
-        disjoint rows."""
-        key = (mem, write, addr, stride, rows, cols)
-        s = self.span_cache.get(key)
-        if s is None:
-            lo, hi = addr, addr + stride * (rows - 1) + cols
-            bad = rows <= 0 or cols <= 0 or lo < 0 or hi > self.sizes[mem] or (write and rows > 1 and stride < cols)
-            s = False if bad else (Span(mem, write, addr, stride, rows, cols), lo, hi, mem * 6)
-            self.span_cache[key] = s
-        return s or None
-
-    def _prepare(self, i, spans, handler, args) -> None:
-        if all(s is not None for s in spans):
-            self.handler[i], self.args[i], self.spans[i] = handler, args, tuple(spans)
-
-    def _nop(self, idx) -> None:
-        for i in idx.tolist():
-            self.handler[i] = _nop
+                self.access[k, j] = (s.mem, s.write, s.addr, s.stride, s.rows, s.cols)
+        nr = len(self.rep)
+        mem, write, addr, stride, rows, cols = np.moveaxis(self.access.reshape(-1, 6), 1, 0)
+        ext = stride * (rows - 1)
+        lo, hi = addr + np.minimum(0, ext), addr + np.maximum(0, ext) + cols
+        dense = (rows <= 1) | (stride == cols)
+        start = np.where(stride >= 0, addr, lo)
+        self.span_rows = np.stack([mem, write, lo, hi, start, np.abs(stride), rows, cols, dense], 1)
+        ids = np.arange(nr * 4, dtype=np.int64).reshape(nr, 4)
+        rep_ids = np.where(np.arange(4) < self.n_access[:, None], ids, -1)
+        self.acc_ids = rep_ids[self.kind]
+        valid = rep_ids >= 0
+        cls = (self.access[:, :, 0] * 3 + _QUEUE_OF_CODE[self.rep_code][:, None]) * 2 + self.access[:, :, 1]
+        uses = np.broadcast_to(np.bincount(self.kind, minlength=nr)[:, None], valid.shape)
+        sizes = np.bincount(cls[valid], weights=uses[valid], minlength=18).astype(np.int64)
+        self.win_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
     def _dma(self, op, idx) -> None:
+        """LOAD / STORE bodies, NumPy over all of them: the in-bound rows, the tiles and which fit (as
+        `Forms._span`); then only the views and the calls one by one."""
         if not len(idx):
             return
-        c = {k: v[idx] for k, v in self.c.items()}
-        jlo, jhi = _inbound_rows(c["row_start"], c["row_step"], c["row_bound"], c["rows"])
-        d_addr = c["dram_base"] + (c["row_start"] + c["row_step"] * jlo) * c["dram_stride"]
-        d_stride = c["row_step"] * c["dram_stride"]
-        cols = [x.tolist() for x in (c["mem"], c["sram_addr"], c["sram_stride"], c["rows"], c["cols"])]
-        for i, mem, sa, ss, rows, nc, lo, hi, da, ds in zip(
-            idx.tolist(), *cols, jlo.tolist(), jhi.tolist(), d_addr.tolist(), d_stride.tolist()
-        ):
-            n = hi - lo
-            dram = self._span(2, op == Opcode.STORE, da, ds, n, nc) if n else None
-            if op == Opcode.LOAD and not (rows and nc):  # moves nothing, as a STORE with no row in bounds
-                self._prepare(i, [], _nop, ())
-            elif op == Opcode.LOAD:
-                sram = self._span(mem, True, sa, ss, rows, nc)
-                if sram is None or (n and dram is None):
-                    continue
-                src = self.views.get(2, da, ds, n, nc) if n else None
-                spans = [dram, sram] if n else [sram]
-                dst = self.views.get(mem, sa, ss, rows, nc)
-                if lo == 0 and hi == rows:  # every row in bounds: a copy
-                    self._prepare(i, spans, setitem, (dst, ..., src))  # dst[...] = src: no copyto dispatch
-                else:
-                    self._prepare(i, spans, _load, (dst, lo, hi, src))
-            elif n:
-                sram = self._span(mem, False, sa + lo * ss, ss, n, nc)
-                if sram is not None and dram is not None:
-                    args = (self.views.get(2, da, ds, n, nc), ..., self.views.get(mem, sa + lo * ss, ss, n, nc))
-                    self._prepare(i, [sram, dram], setitem, args)
-            elif nc:
-                self._prepare(i, [], _nop, ())
-
-    def _matmul(self, idx) -> None:
-        if not len(idx):
-            return
-        c = {k: v[idx] for k, v in self.c.items()}
-        names = ("a_addr", "a_stride", "b_addr", "b_stride", "acc_addr", "acc_stride", "m", "k", "n")
-        cols = [c[x].tolist() for x in (*names, "accumulate", "transpose_b")]
-        v = self.views.get
-        for i, aa, ast, ba, bst, ca, cst, m, k, n, accum, tb in zip(idx.tolist(), *cols):
-            br, bc = (n, k) if tb else (k, n)
-            spans = [self._span(0, False, aa, ast, m, k), self._span(0, False, ba, bst, br, bc)]
-            if accum:
-                spans.append(self._span(1, False, ca, cst, m, n))
-            spans.append(self._span(1, True, ca, cst, m, n))
-            if all(s is not None for s in spans):
-                self._prepare(
-                    i,
-                    spans,
-                    *self._matmul_call(v(0, aa, ast, m, k), v(0, ba, bst, br, bc), tb, v(1, ca, cst, m, n), accum),
-                )
-
-    def _matmul_call(self, a, b, tb, acc, accumulate):
-        """(handler, args) of one MATMUL. B is handed to BLAS as the readable path hands it: a transposed
-        tile as a transposed view (the same NT product, bit for bit, as of a transposed copy), a strided
-        plain tile as a contiguous copy (a strided column would take another dot-product path)."""
-        copy = not tb and not b.flags.c_contiguous
-        b = b.T if tb else b
-        if not accumulate:
-            return (_matmul_copy_b, (a, b, acc)) if copy else (np.matmul, (a, b, acc))
-        out = self.scratch.get(acc.shape)
-        if out is None:
-            out = self.scratch[acc.shape] = np.empty(acc.shape, np.float32)
-        return (_matmul_copy_b_acc if copy else _matmul_acc), (a, b, out, acc)
-
-    def _vec(self, idx) -> None:
-        if not len(idx):
-            return
-        c = {k: v[idx] for k, v in self.c.items()}
-        names = ("fn", "mode", "dst_mem", "dst_addr", "dst_stride", "rows", "cols")
-        names += ("a_mem", "a_addr", "a_stride", "b_mem", "b_addr", "b_stride")
-        cols = [c[x].tolist() for x in names]
-        for i, fn, mode, dm, da, ds, rows, nc, am, aa, ast, bm, ba, bst, imm in zip(
-            idx.tolist(), *cols, c["imm"].tolist()
-        ):
-            self._vec_one(i, VecFn(fn), mode, (dm, da, ds), rows, nc, (am, aa, ast), (bm, ba, bst), imm)
-
-    def _vec_one(self, i, fn, mode, dst, rows, cols, a, b, imm) -> None:
-        if fn != VecFn.FILL and fn not in BINARY_OPS and fn not in REDUCE_OPS and fn not in UNARY_OPS:
-            return  # no fast form (e.g. SEL reads its destination): the readable exec_vec runs it
-        v = self.views.get
-        out_cols = 1 if fn in REDUCE_FNS else cols
-        d_span = self._span(dst[0], True, dst[1], dst[2], rows, out_cols)
-        if d_span is None:
-            return
-        d_view = v(dst[0], dst[1], dst[2], rows, out_cols)
-        if fn == VecFn.FILL:
-            self._prepare(i, [d_span], _fill, (np.float32(imm), d_view))
-            return
-        if fn == VecFn.SEL:  # reads its destination too: the readable path runs it
-            return
-        spans = [self._span(a[0], False, a[1], a[2], rows, cols)]
-        a_view = v(*a, rows, cols) if spans[0] is not None else None
-        if fn in BINARY_FNS:
-            if mode == VecMode.SCALAR:
-                b_val = np.array(imm, dtype=F32)
-            else:
-                br, bc, bs = {VecMode.ROW: (1, cols, 0), VecMode.COL: (rows, 1, b[2])}.get(mode, (rows, cols, b[2]))
-                spans.append(self._span(b[0], False, b[1], bs, br, bc))
-                b_val = v(b[0], b[1], bs, br, bc) if spans[-1] is not None else None
-            if fn == VecFn.SEL:  # dst = a != 0 ? b : dst: dst is read too
-                spans.append(self._span(dst[0], False, dst[1], dst[2], rows, out_cols))
-                self._prepare(i, [*spans, d_span], _select, (a_view, b_val, d_view))
-                return
-            if self._broadcast(i, fn, mode, a, dst, spans, d_span, a_view, b_val, d_view):
-                return
-            ufunc = BINARY_OPS[fn]  # exact IEEE arithmetic; NumPy buffers inputs that overlap the output
-            if ufunc in (np.maximum, np.minimum):
-                self._prepare(i, [*spans, d_span], _binary, (ufunc, a_view, b_val, d_view))
-            else:
-                self._prepare(i, [*spans, d_span], ufunc, (a_view, b_val, d_view))
-        elif fn in REDUCE_FNS:
-            ufunc = _REDUCE_UFUNC[fn]
-            apart = a_view is not None and (a[0] != dst[0] or d_span[2] <= spans[0][1] or spans[0][2] <= d_span[1])
-            into = apart and a_view.flags.c_contiguous and d_view.flags.c_contiguous
-            self._prepare(i, [*spans, d_span], _reduce_out if into else _reduce, (ufunc, a_view, d_view))
-        elif fn == VecFn.ERF and a_view is not None and _same_or_apart(a, dst, spans[0], d_span):
-            self._prepare(i, [*spans, d_span], _erf, (a_view, d_view))
-        elif fn == VecFn.COPY and a_view is not None:
-            self._prepare(i, [*spans, d_span], setitem, (d_view, ..., a_view))  # NumPy buffers an overlap
-        elif a_view is not None and _contiguous_ufunc(UNARY_OPS[fn], a_view, d_view):
-            self._prepare(i, [*spans, d_span], _unary_out, (UNARY_OPS[fn], a_view, d_view))
+        c = {k: self.c[k][idx] for k in (*_DMA, "cols")}
+        rows, nc, mem, sa, ss = c["rows"], c["cols"], c["mem"], c["sram_addr"], c["sram_stride"]
+        jlo, jhi = _inbound_rows(c["row_start"], c["row_step"], c["row_bound"], rows)
+        n = jhi - jlo
+        da = c["dram_base"] + (c["row_start"] + c["row_step"] * jlo) * c["dram_stride"]
+        ds = c["row_step"] * c["dram_stride"]
+        store = op == Opcode.STORE
+        sram_size = np.asarray(self.sizes)[mem]
+        dram_ok, moved = _fits(self.sizes[2], store, da, ds, n, nc), n > 0
+        dram = np.stack([np.full_like(n, 2), np.full_like(n, int(store)), da, ds, n, nc], 1)
+        if store:
+            s_addr = sa + jlo * ss
+            ok = moved & dram_ok & _fits(sram_size, False, s_addr, ss, n, nc)
+            nop = ~moved & (nc != 0)
+            first, second, count = np.stack([mem, 0 * mem, s_addr, ss, n, nc], 1), dram, 2 * ok
         else:
-            self._prepare(i, [*spans, d_span], _unary, (UNARY_OPS[fn], a_view, d_view))
-
-    def _broadcast(self, i, fn, mode, a, dst, spans, d_span, a_view, b_val, d_view) -> bool:
-        """+, -, *, / of a row, column or scalar operand: the compiled loop (`_fast_numba.broadcast_into`, the
-        same fp32 operation per element; NumPy's broadcasting loop is 2-3x slower), if no tile overlaps."""
-        if fn not in _BROADCAST_FNS or mode == VecMode.TENSOR or a_view is None or b_val is None:
-            return False
-        if not _same_or_apart(a, dst, spans[0], d_span):
-            return False
-        if mode == VecMode.SCALAR:
-            b_val = np.full((1, 1), b_val, F32)
-        elif not (spans[1][3] != d_span[3] or d_span[2] <= spans[1][1] or spans[1][2] <= d_span[1]):
-            return False
-        from ._fast_numba import broadcast_into  # numba compiles on first use
-
-        self._prepare(i, [*spans, d_span], broadcast_into, (int(fn), a_view, b_val, d_view))
-        return True
+            nop = (rows == 0) | (nc == 0)
+            ok = ~nop & _fits(sram_size, True, sa, ss, rows, nc) & (~moved | dram_ok)
+            sram = np.stack([mem, 1 + 0 * mem, sa, ss, rows, nc], 1)
+            first, second, count = np.where(moved[:, None], dram, sram), sram, ok * (1 + moved)
+        self.access[idx, 0], self.access[idx, 1], self.n_access[idx] = first, second, count
+        for k in idx[nop].tolist():
+            self.handler[k], self.args[k] = _nop, ()
+        sel = np.flatnonzero(ok)
+        cols = [x[sel].tolist() for x in (mem, sa, ss, rows, nc, jlo, jhi, da, ds)]
+        v, dv, handler, args, spans = self.views.get, self.views.dram, self.handler, self.args, self.spans
+        for k, m, a, s, r, cc, lo, hi, d, dstride in zip(idx[sel].tolist(), *cols):
+            spans[k] = None
+            if store:
+                handler[k], args[k] = setitem, (dv(d, dstride, hi - lo, cc), ..., v(m, a + lo * s, s, hi - lo, cc))
+                continue
+            dst, src = v(m, a, s, r, cc), (dv(d, dstride, hi - lo, cc) if hi > lo else None)
+            if lo == 0 and hi == r:  # every row in bounds: a copy (dst[...] = src: no copyto dispatch)
+                handler[k], args[k] = setitem, (dst, ..., src)
+            else:
+                handler[k], args[k] = _load, (dst, lo, hi, src)

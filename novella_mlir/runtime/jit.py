@@ -197,13 +197,12 @@ class Jit:
         return self._keep(key, self._build(key))
 
     def check(self, symbols) -> None:
-        """Raises `isa.EncodingError` unless every field of the program for `symbols` encodes. A program
-        the compiled kernel builds is cached as by `instantiate`; a long one (NumPy) is only checked."""
+        """Raises `isa.EncodingError` unless every field of the program for `symbols` encodes: the NumPy
+        expansion's checks, without words, nothing cached. It never loads numba: the compile's bound check
+        would otherwise pay numba's first use in the process (~0.5 s CPU), which a run pays anyway."""
         key = tuple(map(int, symbols))
         if key not in self.cache:
-            prog = self._build(key, words=False)
-            if prog is not None:
-                self._keep(key, prog)
+            (self.parts[self.art.pick(key)] if self.parts else self)._build_numpy(key, words=False)
 
     def _keep(self, key, prog: Program) -> Program:
         prog.words.flags.writeable = False  # shared by every call at this length

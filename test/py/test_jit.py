@@ -161,21 +161,17 @@ def test_check_refuses_what_instantiate_refuses(art):
         j.check([41])
 
 
-def test_check_caches_only_what_the_kernel_built(art, monkeypatch):
-    """`check` (the compile's bound check) keeps a program the compiled kernel built, as `instantiate`
-    would; a long one goes through the NumPy expansion's checks only (no words, not cached), and a
-    later `instantiate` builds the same words."""
+def test_check_runs_the_numpy_checks_only(art, monkeypatch):
+    """`check` (the compile's bound check) runs the NumPy expansion's checks: no words, nothing cached, the
+    compiled kernel (numba) not called; a later `instantiate` builds the same words."""
     short, long = Jit(art).instantiate([10]).words, Jit(art).instantiate([2048]).words
     j = Jit(art)
-    j.check([10])
-    assert (10,) in j.cache and np.array_equal(j.instantiate([10]).words, short)
-    monkeypatch.setattr(jit_kernel, "SLOTS_MIN", 0)  # every program is long: the NumPy path
-    monkeypatch.setattr(jit_kernel, "SLOTS_PER_TILE_TEMPLATE", 0)
-    j = Jit(art)
     numpy_builds = _count_calls(monkeypatch, Jit, "_build_numpy")
+    kernel_calls = _count_calls(monkeypatch, jit_kernel, "instantiate")
+    j.check([10])
     j.check([2048])
-    assert len(numpy_builds) == 1 and (2048,) not in j.cache
-    assert np.array_equal(j.instantiate([2048]).words, long)
+    assert len(numpy_builds) == 2 and not kernel_calls and not j.cache
+    assert np.array_equal(j.instantiate([10]).words, short) and np.array_equal(j.instantiate([2048]).words, long)
 
 
 def test_dram_base_overflow_names_the_field(art):
