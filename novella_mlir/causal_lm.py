@@ -262,7 +262,7 @@ class CausalLM:
                     f"max_len={self.max_len}; lower max_new_tokens or compile with a larger max_len"
                 )
         if not single:
-            return self._generate_batch(seqs, max_new_tokens, eos_token_id, check_hazards, choose)
+            return self._generate_batch(seqs, max_new_tokens, eos_token_id, check_hazards, choose, keep_words)
         sess = self._acquire(check_hazards)
         run = GenerateRun(kv_bytes_max_len=len(seqs) * self.max_len * sess.block_elems // self.page_size * 4)
         run.keep_words = keep_words
@@ -277,11 +277,11 @@ class CausalLM:
         outs = [torch.tensor(s, dtype=torch.long) for s in seqs]
         return outs[0][None, :] if single else outs
 
-    def _generate_batch(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose) -> list:
+    def _generate_batch(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose, keep_words) -> list:
         """A list of prompts runs on the continuous-batching engine (`decoding/engine.py`)."""
         from .decoding.engine import generate
 
-        return generate(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose=choose)
+        return generate(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose=choose, keep_words=keep_words)
 
     def _decode_all(self, sess, seqs, tables, n_new, rule, run) -> None:
         stop, choose = rule

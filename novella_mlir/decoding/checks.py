@@ -93,6 +93,8 @@ def _eos(eos, vocab: int):
     ids = list(eos) if isinstance(eos, (list, tuple, set, frozenset)) else [eos]
     if not ids:
         raise InputError("eos_token_id is an empty list; pass None to decode without stopping")
+    if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
+        raise InputError(f"eos_token_id must be an int or a list of ints, got {eos!r}")
     return frozenset(_int("eos_token_id", t, 0, vocab - 1, " (the vocabulary)") for t in ids)
 
 

@@ -349,7 +349,7 @@ class Engine:
         self.run.kv_bytes_peak = max(self.run.kv_bytes_peak, kv)
         self.run.steps.append(
             Step(kind, seq, position, stats.cycles, stats.dma_bytes_loaded + stats.dma_bytes_stored, jit_s, sim_s,
-                 self.pool.in_use, kv, stats.instructions, new, words.copy() if self.lm._keep_words else None)
+                 self.pool.in_use, kv, stats.instructions, new, words.copy() if self.run.keep_words else None)
         )  # fmt: skip
 
 
@@ -361,10 +361,10 @@ def _common(a: list, b: list) -> int:
 
 
 def generate(lm, prompts: list, max_new_tokens: int, eos_token_id=None, check_hazards: bool = True, *,
-             max_batch: int | None = None, share_prefix: bool = True, choose=None) -> list:  # fmt: skip
+             max_batch: int | None = None, share_prefix: bool = True, choose=None, keep_words: bool = False) -> list:  # fmt: skip
     """`CausalLM.generate` of a list of prompts: all queued at once on an `Engine`, run to the end.
     Each output is its prompt and generated tokens (1-D); `lm.last_run` holds the steps and logits."""
-    run = GenerateRun()
+    run = GenerateRun(keep_words=keep_words)
     lm._publish(run)
     eng = Engine(lm, max_batch, check_hazards=check_hazards, share_prefix=share_prefix, run=run, choose=choose)
     reqs = [eng.add(p, max_new_tokens, eos_token_id) for p in prompts]
