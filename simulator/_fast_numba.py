@@ -21,8 +21,12 @@ address-range scoreboard, in-order retirement).
 
 from __future__ import annotations
 
+import sys
+
 import numba as nb
 import numpy as np
+
+from .first_build import announce
 
 OK, DEADLOCK, HAZARD = 0, 1, 2
 
@@ -319,3 +323,6 @@ def broadcast_into(op, a, b, dst):
         else:
             for j in range(a.shape[1]):
                 dst[i, j] = a[i, j] / y
+
+
+announce(sys.modules[__name__])

@@ -15,8 +15,12 @@ block). Returns 0, -1 if the block table lacks a page, -2 if the symbols are not
 
 from __future__ import annotations
 
+import sys
+
 import numba as nb
 import numpy as np
+
+from simulator.first_build import announce
 
 from ._ops_numba import binary
 
@@ -263,3 +267,6 @@ def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
         if w != spans[ti, 1]:
             return rows[:r], rdims[:r], paged[:pg], 1
     return rows[:r], rdims[:r], paged[:pg], 0
+
+
+announce(sys.modules[__name__])
