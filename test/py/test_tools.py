@@ -203,7 +203,7 @@ def test_cli_demo_runs_the_installed_module(monkeypatch, tmp_path, capsys):
 
     import novella_mlir
 
-    assert Path(cli.demo_module().__file__).parent == Path(novella_mlir.__file__).parent
+    assert Path(cli.demo_module().__file__).parent == Path(novella_mlir.__file__).parent / "tools"
     planted = tmp_path / "examples" / "whisper_encoder.py"
     planted.parent.mkdir()
     planted.write_text("raise SystemExit('planted file ran')\n")
