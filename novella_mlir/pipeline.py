@@ -403,6 +403,9 @@ class CompiledModel:
         self.stages = stages
         self.executor = Executor(artifact, self.config)
 
+    def __repr__(self) -> str:
+        return f"<CompiledModel {self.artifact!r}>"
+
     def __call__(self, *inputs, **options):
         """Runs the model on the simulator like the nn.Module: the outputs of `run` (same options)."""
         return self.run(*inputs, **options)[0]
