@@ -161,6 +161,12 @@ class GenerateRun:
     logits: list = field(default_factory=list)  # per sequence: [n_generated, vocab] (the logits of each step)
     kv_bytes_max_len: int = 0  # what allocating max_len positions per sequence would take
     kv_bytes_peak: int = 0
+    tokens: int = 0  # generated, all sequences
+    seconds: float = 0.0  # host wall time of the whole generate()
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
 
 
 class CausalLM:
@@ -188,11 +194,13 @@ class CausalLM:
 
     def generate(
         self, prompts, max_new_tokens: int, eos_token_id: int | None = None, check_hazards: bool = True,
-        keep_words: bool = False,
+        keep_words: bool = False, progress: bool | None = None,
     ):  # fmt: skip
         """Greedy decoding. A [1, T] LongTensor gives [1, T + N]; a list of 1-D prompts gives a list, the
         sequences decoded together on one page pool. Stops early at `eos_token_id` only when given.
-        `keep_words`: each Step keeps a copy of the instruction words it ran."""
+        `keep_words`: each Step keeps a copy of the instruction words it ran. `progress`: a tqdm bar of the
+        generated tokens with tokens per second (default: on a terminal; NOVELLA_PROGRESS=0/1 overrides);
+        `last_run.tokens_per_second` either way."""
         self._keep_words = keep_words
         single = isinstance(prompts, torch.Tensor)
         seqs = [self._check_prompt(p, single) for p in ([prompts] if single else list(prompts))]
@@ -208,11 +216,15 @@ class CausalLM:
         run = GenerateRun(kv_bytes_max_len=len(seqs) * self.max_len * sess.block_elems // self.page_size * 4)
         self.last_run = run
         tables = [BlockTable() for _ in seqs]
+        t0 = time.perf_counter()
+        bar = _token_bar(len(seqs) * max_new_tokens, progress)
         try:
-            self._decode_all(sess, seqs, tables, max_new_tokens, eos_token_id, run)
+            self._decode_all(sess, seqs, tables, max_new_tokens, eos_token_id, run, bar)
         finally:
+            bar.close()
             for t in tables:
                 sess.pool.release(t)
+        run.seconds = time.perf_counter() - t0
         outs = [torch.tensor(s, dtype=torch.long) for s in seqs]
         return outs[0][None, :] if single else outs
 
@@ -231,26 +243,28 @@ class CausalLM:
             raise InputError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab})")
         return ids
 
-    def _decode_all(self, sess, seqs, tables, n_new, eos, run) -> None:
+    def _decode_all(self, sess, seqs, tables, n_new, eos, run, bar) -> None:
         active = []
         for i, (ids, table) in enumerate(zip(seqs, tables)):
             logits = self._prefill(sess, i, ids, table, run)
             run.logits.append([])
             if n_new:
-                self._emit(seqs[i], logits, run.logits[i])
+                self._emit(seqs[i], logits, run, i, bar)
                 active.append(i)
         for _ in range(n_new - 1):
             active = [i for i in active if eos is None or seqs[i][-1] != eos]
             for i in active:
                 logits = self._step(sess, i, seqs[i], tables[i], run)
-                self._emit(seqs[i], logits, run.logits[i])
+                self._emit(seqs[i], logits, run, i, bar)
         for i in range(len(seqs)):
             run.logits[i] = np.stack(run.logits[i]) if run.logits[i] else np.zeros((0, self.vocab), np.float32)
 
     @staticmethod
-    def _emit(seq, logits, keep) -> None:
-        keep.append(logits)
+    def _emit(seq, logits, run, i, bar) -> None:
+        run.logits[i].append(logits)
         seq.append(int(np.argmax(logits)))
+        run.tokens += 1
+        bar.update(1)
 
     def _prefill(self, sess, i, ids, table, run):
         sess.pool.reserve(table, len(ids))
@@ -289,6 +303,17 @@ class CausalLM:
         head = json.dumps({"sizes": [len(b) for b in blobs], "vocab": self.vocab, "max_len": self.max_len,
                            "page_size": self.page_size, "n_pages": self.n_pages}).encode()  # fmt: skip
         Path(path).write_bytes(b"NVCL" + struct.pack("<I", len(head)) + head + b"".join(blobs))
+
+
+def _token_bar(total: int, progress: bool | None):
+    import sys
+
+    from tqdm import tqdm
+
+    from simulator.first_build import enabled
+
+    on = enabled() if progress is None else progress
+    return tqdm(total=total, desc="generate", unit="tok", file=sys.stderr, disable=not on)
 
 
 def load_causal_lm(path, config=None) -> CausalLM:

@@ -25,6 +25,7 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.quick
 def test_novella_opt_runs_passes_without_importing_torch():
     code = (
         "import sys; from novella_mlir.tools import novella_opt as o\n"
@@ -36,6 +37,7 @@ def test_novella_opt_runs_passes_without_importing_torch():
     assert r.stdout.split()[1:] == ["[]"], f"novella-opt imported {r.stdout}"
 
 
+@pytest.mark.quick
 def test_versions(capsys):
     assert novella_mlir.__version__.count(".") == 2
     for main, name in ((cli.main, "novella"), (novella_opt.main, "novella-opt")):
@@ -61,6 +63,7 @@ def _actions(parser: argparse.ArgumentParser, path: str):
             yield path, a
 
 
+@pytest.mark.quick
 def test_every_cli_option_has_help_text():
     from novella_mlir.tools import demo
 
@@ -69,6 +72,7 @@ def test_every_cli_option_has_help_text():
     assert missing == []
 
 
+@pytest.mark.quick
 def test_demo_help_lists_its_options(capsys):
     assert cli.main(["demo", "--help"]) == 0
     out = capsys.readouterr().out
@@ -77,11 +81,13 @@ def test_demo_help_lists_its_options(capsys):
         assert flag in out
 
 
+@pytest.mark.quick
 def test_demo_refuses_a_length_outside_its_range(capsys):
     assert cli.main(["demo", "--lengths", "1,5"]) == 2
     assert "every length must be in [2, 3000]" in capsys.readouterr().err
 
 
+@pytest.mark.quick
 def test_numba_notice_until_the_kernels_are_cached(tmp_path, monkeypatch, capsys):
     import importlib.util
 
@@ -141,3 +147,66 @@ def test_demo_ends_with_a_verdict_and_fails_on_a_mismatch(demo_npu, monkeypatch,
     assert cli.main(["demo", "--lengths", "2,5"]) == 1
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("verdict: FAIL: 1 of 2 lengths differ from eager (T=5)")
+
+
+def _mlp():
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16)).eval()
+
+
+@pytest.mark.quick
+def test_compile_shows_its_stages_on_a_terminal_only(monkeypatch, capsys):
+    import torch
+
+    from novella_mlir import compile_torch
+    from novella_mlir.transforms.registry import BACKEND_PIPELINE
+
+    monkeypatch.setenv("NOVELLA_PROGRESS", "0")
+    compile_torch(_mlp(), torch.randn(1, 4, 16), max_len=64, cache=False)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("NOVELLA_PROGRESS", "1")
+    npu = compile_torch(_mlp(), torch.randn(1, 4, 16), max_len=64, cache=False)
+    err = capsys.readouterr().err
+    assert f"/{len(BACKEND_PIPELINE) + 3} stages" in err and "compile: novella-schedule" in err
+    assert npu.stages.bar is None
+
+
+@pytest.mark.quick
+def test_short_reprs():
+    import torch
+
+    from novella_mlir import compile_torch
+
+    npu = compile_torch(_mlp(), torch.randn(1, 4, 16), max_len=64, cache=False)
+    art = npu.artifact
+    assert repr(art) == (
+        f"<Artifact T in [1, 64]: 1 program, MacroMeta {art.macro_nbytes:,} B, TileMeta {art.tile_nbytes:,} B, "
+        f"weights {art.weight_nbytes:,} B>"
+    )
+    assert repr(npu) == f"<CompiledModel {art!r}>"
+    p = art.programs[0]
+    assert repr(art.programs) == (
+        f"[Program([1, 64], 'generic', {len(p.macros)} templates, {len(p.tiles)} tile rules, 1 inputs, 1 outputs)]"
+    )
+
+
+def test_generate_reports_tokens_per_second(monkeypatch, capsys):
+    tf = pytest.importorskip("transformers")
+    import torch
+
+    from novella_mlir import compile_causal_lm
+
+    torch.manual_seed(0)
+    cfg = tf.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32)
+    lm = compile_causal_lm(tf.GPT2LMHeadModel(cfg).eval(), max_len=32, page_size=16, cache=False)
+    capsys.readouterr()
+    monkeypatch.setenv("NOVELLA_PROGRESS", "0")
+    lm.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=4)
+    assert capsys.readouterr().err == ""
+    assert lm.last_run.tokens == 4 and lm.last_run.tokens_per_second > 0
+    lm.generate([torch.tensor([3]), torch.tensor([4, 5])], max_new_tokens=3, progress=True)
+    err = capsys.readouterr().err
+    assert "generate" in err and "tok/s" in err and "6/6" in err
+    assert lm.last_run.tokens == 6
