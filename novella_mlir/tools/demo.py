@@ -154,13 +154,21 @@ def _lengths(p: argparse.ArgumentParser, text: str) -> list[int]:
     return lengths
 
 
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def main(argv=None, prog: str | None = None) -> int:
     """Compiles once, runs every length, prints the table and the verdict; 1 if a length differs from eager."""
     p = parser(prog)
     args = p.parse_args(argv)
     lengths = _lengths(p, args.lengths)
 
+    _say(f"building the whisper-tiny-sized encoder ({args.layers} layers, random weights)")
     model = build(args.layers)
+    _say(
+        f"compiling it once for T in [{MIN_FRAMES}, {MAX_FRAMES}]: torch.export, torch-mlir import, the novella passes"
+    )
     t0 = time.perf_counter()
     npu = compile_encoder(model, dump_dir=args.dump_dir)
     print(
