@@ -98,6 +98,51 @@ def cycles_table() -> str:
     return "```\n" + "\n".join([head, *body]) + "\n```"
 
 
+STOCK_LABELS = {"gpt2": "GPT2Model", "bert": "BertModel", "llama": "LlamaModel (GQA 4/2)",
+                "opt": "OPTModel (positions from `cumsum`)", "encoder-post-norm": "TransformerEncoder, post-norm",
+                "encoder-pre-norm": "TransformerEncoder, norm_first", "whisper-sdpa": "Whisper encoder, SDPA (frames)"}  # fmt: skip
+
+
+def _stock_row(name: str) -> str:
+    import stock_models
+    import torch
+
+    from novella_mlir import compile_torch
+    from novella_mlir.tools.sweep import roofline
+
+    model, make, dim, lo, hi = stock_models.build(name)
+    t0 = time.perf_counter()
+    npu = compile_torch(model, make(16 if dim == 1 else 101), dynamic_dim=dim, min_len=lo, max_len=hi, cache=False)
+    cells, cycles, worst, ok = [f"{time.perf_counter() - t0:.1f} s"], [], (0.0, lo), True
+    for n in stock_models.lengths(lo, hi).values():
+        x = make(n, seed=5)
+        with torch.no_grad():
+            ref = model(x)
+        y = npu(x)
+        err = (y - ref).abs().max().item()
+        ok &= torch.allclose(y, ref, atol=1e-4, rtol=1e-4)
+        worst = max(worst, (err, n))
+        cells.append(f"{err:.1e}")
+        r = roofline(npu.last_run.stats, npu.config, npu.artifact.weight_nbytes + 4 * (x.numel() + y.numel()))
+        cycles.append(f"{r['cycles']:,} ({r['cyc/roof']:.2f}x)")
+    label, verdict = STOCK_LABELS.get(name, name), "yes" if ok else "NO"
+    return f"| {label} | {' | '.join(cells)} | {worst[0]:.1e} ({worst[1]}) | {cycles[0]} | {cycles[-1]} | {verdict} |"
+
+
+def models_table() -> str:
+    """bench/stock_models.py's models (2 layers, hidden 64), each compiled once and run at its five lengths."""
+    import logging
+
+    import stock_models
+
+    logging.disable(logging.WARNING)
+    head = (
+        "| model | compile | err at min | at 2 | at 37 | at 67 | at max | max err (T) | cycles at min (/ roofline) "
+        "| cycles at max (/ roofline) | all match |"
+    )
+    return "\n".join([head, "|" + "---|" * 11, *(_stock_row(name) for name in stock_models.MODELS)])
+
+
 def demo_table() -> str:
     """The README's first command: the Whisper-encoder demo (4 layers, every default length)."""
     from novella_mlir.tools import demo
@@ -110,7 +155,13 @@ def demo_table() -> str:
     return "```\n" + out.getvalue().rstrip("\n") + "\n```"
 
 
-TABLES = {"goldens": goldens_table, "storage": storage_table, "cycles": cycles_table, "demo": demo_table}
+TABLES = {
+    "goldens": goldens_table,
+    "storage": storage_table,
+    "cycles": cycles_table,
+    "models": models_table,
+    "demo": demo_table,
+}
 
 
 # ------------------------------------------------------------------ README

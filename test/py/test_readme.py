@@ -52,7 +52,7 @@ def _rows(name: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in body.splitlines() if line.startswith("| ")]
 
 
-@pytest.mark.parametrize("name", ["goldens", "storage", "cycles", "demo"])
+@pytest.mark.parametrize("name", sorted(tables.TABLES))
 def test_every_table_says_where_it_was_measured(name):
     last = tables.section(README, name).strip().splitlines()[-1]
     assert re.fullmatch(
