@@ -6,6 +6,8 @@ The demo lives in the installed package (`novella_mlir.tools.demo`, also run by
 `novella demo`), so the CLI never executes a file from the working directory.
 """
 
+import sys
+
 from novella_mlir.tools.demo import (
     DEFAULT_LENGTHS,
     MAX_FRAMES,
@@ -21,4 +23,4 @@ from novella_mlir.tools.demo import (
 __all__ = ["DEFAULT_LENGTHS", "MAX_FRAMES", "MIN_FRAMES", "Encoder", "build", "compile_encoder", "main", "mel", "run"]
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(prog="examples/whisper_encoder.py"))

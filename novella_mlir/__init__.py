@@ -3,6 +3,8 @@
 `compile_torch`, `compile_causal_lm` and the loaders import torch lazily, so tools such as
 `novella-opt` start without it."""
 
+__version__ = "0.1.0"
+
 from .errors import ArtifactError, CompileError, InputError, NovellaError, TileFitError, UnsupportedOpError
 
 __all__ = [

@@ -13,6 +13,7 @@ programs on one DRAM. Decode attends over exactly the P + 1 valid positions.
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 import time
 
@@ -236,7 +237,8 @@ class CausalLM:
     def generate(
         self, prompts, max_new_tokens: int, eos_token_id: int | list | None = None, check_hazards: bool = True,
         keep_words: bool = False, *, do_sample: bool = False, temperature: float | None = None,
-        top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None, **options,
+        top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None,
+        progress: bool | None = None, **options,
     ):  # fmt: skip
         """Greedy decoding, or sampling with `do_sample=True`. A [1, T] LongTensor gives [1, T + N]; a list
         of 1-D prompts (tensors or lists of ints) gives a list, the sequences decoded together on one page
@@ -245,7 +247,9 @@ class CausalLM:
         `temperature`, `top_k`, `top_p`, `repetition_penalty` and the other `GenerationConfig` options in
         `options`, over the model's `generation_config`; with the same `torch.manual_seed`, the tokens of
         `hf.generate(do_sample=True)`. `keep_words`: each Step keeps a copy of the instruction words it ran.
-        Thread-safe: each call runs on a session of its own."""
+        `progress`: a tqdm bar of the generated tokens with tokens per second (default: on a terminal;
+        NOVELLA_PROGRESS=0/1 overrides); `last_run.tokens_per_second` either way. Thread-safe: each call
+        runs on a session of its own."""
         single, seqs, eos_token_id = lm_checks.generate_args(
             prompts, max_new_tokens, eos_token_id, self.vocab, check_hazards, keep_words
         )
@@ -261,45 +265,55 @@ class CausalLM:
                     f"prompt #{i} has {len(s)} tokens; generating {max_new_tokens} more would pass "
                     f"max_len={self.max_len}; lower max_new_tokens or compile with a larger max_len"
                 )
+        bar = _token_bar(len(seqs) * max_new_tokens, progress)
         if not single:
-            return self._generate_batch(seqs, max_new_tokens, eos_token_id, check_hazards, choose, keep_words)
+            with bar:
+                return self._generate_batch(seqs, max_new_tokens, eos_token_id, check_hazards, choose, keep_words, bar)
         sess = self._acquire(check_hazards)
         run = GenerateRun(kv_bytes_max_len=len(seqs) * self.max_len * sess.block_elems // self.page_size * 4)
         run.keep_words = keep_words
         self._publish(run)
         tables = [BlockTable() for _ in seqs]
+        t0 = time.perf_counter()
         try:
-            self._decode_all(sess, seqs, tables, max_new_tokens, (stop, choose), run)
+            self._decode_all(sess, seqs, tables, max_new_tokens, (stop, choose, bar), run)
         finally:
+            bar.close()
             for t in tables:
                 sess.pool.release(t)
             self._release(sess)
+        run.seconds = time.perf_counter() - t0
         outs = [torch.tensor(s, dtype=torch.long) for s in seqs]
         return outs[0][None, :] if single else outs
 
-    def _generate_batch(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose, keep_words) -> list:
+    def _generate_batch(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose, keep_words, bar) -> list:
         """A list of prompts runs on the continuous-batching engine (`decoding/engine.py`)."""
         from .decoding.engine import generate
 
-        return generate(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose=choose, keep_words=keep_words)
+        return generate(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose=choose, keep_words=keep_words, bar=bar)
 
     def _decode_all(self, sess, seqs, tables, n_new, rule, run) -> None:
-        stop, choose = rule
+        stop, choose, bar = rule
+
+        def emit(i, logits):
+            run.logits[i].append(logits)
+            seqs[i].append(choose(seqs[i], prompt_lens[i], logits))
+            run.tokens += 1
+            bar.update(1)
+
         prompt_lens = [len(s) for s in seqs]
         active = []
         for i, (ids, table) in enumerate(zip(seqs, tables)):
             logits = self._prefill(sess, i, ids, table, run)
             run.logits.append([])
             if n_new:
-                run.logits[i].append(logits)
-                seqs[i].append(choose(seqs[i], prompt_lens[i], logits))
+                emit(i, logits)
                 active.append(i)
         for _ in range(n_new - 1):
             active = [i for i in active if seqs[i][-1] not in stop]
             for i in active:
                 logits = self._step(sess, i, seqs[i], tables[i], run)
-                run.logits[i].append(logits)
-                seqs[i].append(choose(seqs[i], prompt_lens[i], logits))
+                emit(i, logits)
         for i in range(len(seqs)):
             run.logits[i] = np.stack(run.logits[i]) if run.logits[i] else np.zeros((0, self.vocab), np.float32)
 
@@ -348,3 +362,12 @@ def load_causal_lm(path, config=None, key: bytes | str | None = None) -> CausalL
     """Reads a file written by `CausalLM.save`: every header field checked against its programs (an
     ArtifactError naming the field), and with `key` its signature."""
     return CausalLM(*lm_files.load(path, config, key=key))
+
+
+def _token_bar(total: int, progress: bool | None):
+    from tqdm import tqdm
+
+    from simulator.first_build import enabled
+
+    on = enabled() if progress is None else progress
+    return tqdm(total=total, desc="generate", unit="tok", file=sys.stderr, disable=not on)

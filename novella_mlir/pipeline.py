@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -55,15 +56,33 @@ class IRTexts(Mapping):
 
 
 class Stages:
-    """IR text after each stage (`texts`, printed when read), optionally dumped as numbered files."""
+    """IR text after each stage (`texts`, printed when read), optionally dumped as numbered files; on a
+    terminal (NOVELLA_PROGRESS=0/1 overrides) a tqdm bar of the stages."""
 
     def __init__(self, dump_dir=None):
+        from tqdm import tqdm
+
+        from simulator.first_build import enabled
+
         self.texts: Mapping[str, str] = IRTexts()
         self.seconds: dict[str, float] = {}
         self.dump_dir = Path(dump_dir) if dump_dir else None
         self._t = time.perf_counter()
         if self.dump_dir:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
+        self.bar = tqdm(total=len(BACKEND_PIPELINE) + 3, desc="compile", unit="stage", disable=not enabled(),
+                        file=sys.stderr, leave=False, bar_format="{desc}: {n_fmt}/{total_fmt} stages {bar} {elapsed}")  # fmt: skip
+
+    def step(self, name: str) -> None:
+        """Advances the bar past a stage of the generic program, naming the next."""
+        if self.bar is not None and " @ " not in name:
+            self.bar.update(1)
+            self.bar.set_description_str(f"compile: {name}", refresh=True)
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def alias(self, name: str, of: str) -> None:
         """`name` shows the text recorded as `of` (the generic program's stages, by its range too)."""
@@ -74,6 +93,7 @@ class Stages:
         now = time.perf_counter()
         self.seconds[name], self._t = now - self._t, now
         self.texts.keep(name, module)
+        self.step(name)
         if self.dump_dir:
             (self.dump_dir / f"{len(self.texts) - 1:02d}-{name}.mlir").write_text(self.texts[name])
 
@@ -266,7 +286,9 @@ def _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_op
             meta.dtype = dtype
     model = CompiledModel(artifact, config, stages)
     # validation: the programs at every corner of the bounds instantiate and encode
+    stages.step("checking the bounds")
     _check_bounds_encode(model)
+    stages.finish()  # (an exception leaves the bar to tqdm, which clears it when it is collected)
     if dump_dir:
         artifact.save(Path(dump_dir) / "model.nvla")
         (Path(dump_dir) / "summary.json").write_text(json.dumps(model.summary(), indent=2))
@@ -424,6 +446,9 @@ class CompiledModel:
         self.config = config or load_config()
         self.stages = stages
         self.executor = Executor(artifact, self.config)
+
+    def __repr__(self) -> str:
+        return f"<CompiledModel {self.artifact!r}>"
 
     def __call__(self, *inputs, **options):
         """Runs the model on the simulator like the nn.Module: the outputs of `run` (same options)."""

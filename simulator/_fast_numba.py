@@ -21,10 +21,13 @@ address-range scoreboard, in-order retirement).
 
 from __future__ import annotations
 
+import sys
+
 import numba as nb
 import numpy as np
 
 from . import numba_cache
+from .first_build import announce
 
 numba_cache.ensure(__file__)
 
@@ -359,3 +362,6 @@ def distinct(words, flag_mask):
                 break
             s = (s + np.uint64(1)) & mask
     return rep[:m].copy(), kind
+
+
+announce(sys.modules[__name__])

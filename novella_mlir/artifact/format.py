@@ -100,6 +100,14 @@ class Program:
     # page_elems}], and which inputs / outputs are paged (by index; the host neither writes nor reads them)
     kv: dict = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        box = ", ".join(f"[{lo}, {hi}]" for lo, hi in self.ranges)
+        kv = f", paged KV cache (page size {self.kv['page_size']})" if self.kv else ""
+        return (
+            f"Program({box}, {self.reason!r}, {len(self.macros)} templates, {len(self.tiles)} tile rules, "
+            f"{len(self.inputs)} inputs, {len(self.outputs)} outputs{kv})"
+        )
+
 
 @dataclass
 class Artifact:
@@ -125,6 +133,14 @@ class Artifact:
                 "program: use artifact.programs[i], artifact.view(i) or artifact.pick(symbol values)"
             )
         raise AttributeError(f"'Artifact' object has no attribute '{name}'")
+
+    def __repr__(self) -> str:
+        syms = ", ".join(f"{n} in [{lo}, {hi}]" for n, lo, hi in self.symbols) or "no symbols"
+        progs = f"{len(self.programs)} program" + ("s" if len(self.programs) != 1 else "")
+        return (
+            f"<Artifact {syms}: {progs}, MacroMeta {self.macro_nbytes:,} B, TileMeta {self.tile_nbytes:,} B, "
+            f"weights {self.weight_nbytes:,} B>"
+        )
 
     def describe_ranges(self) -> str:
         """The programs' boxes in words: `T in [1, 1] (export guard ...); T in [2, 2048] (generic)`."""

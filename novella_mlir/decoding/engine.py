@@ -23,6 +23,7 @@ sequence's pages); without them, each request runs the single-sequence decode pr
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -77,7 +78,7 @@ class Engine:
     """Continuous batching of greedy generation on `lm` (a `CausalLM`) and one NPU session."""
 
     def __init__(self, lm, max_batch: int | None = None, *, check_hazards: bool = True, share_prefix: bool = True,
-                 run=None, batched: bool = True, choose=None):  # fmt: skip
+                 run=None, batched: bool = True, choose=None, bar=None):  # fmt: skip
         bound = getattr(lm, "max_batch", None)
         if max_batch is not None and (max_batch < 1 or (bound is not None and max_batch > bound)):
             raise BatchBoundError(
@@ -87,6 +88,7 @@ class Engine:
         self.lm, self.max_batch = lm, max_batch or bound or lm.n_pages
         self.sess = lm._acquire(check_hazards)  # this engine's own (thread-safe: concurrent engines never share)
         self.choose = choose  # (tokens, prompt length, logits) -> the next token; None: greedy
+        self.bar = bar  # a tqdm bar of generated tokens, or None
         self.share_prefix = share_prefix
         self.buckets = sorted(getattr(lm, "batched", {})) if batched else []
         self.members: list = []  # the requests of the batched step
@@ -331,6 +333,9 @@ class Engine:
         req.logits.append(logits)
         tok = int(np.argmax(logits)) if self.choose is None else self.choose(req.tokens, len(req.prompt), logits)
         req.tokens.append(tok)
+        self.run.tokens += 1
+        if self.bar is not None:
+            self.bar.update(1)
         if tok in req.eos:
             self._finish(req, "eos")
         elif len(req.generated) >= req.max_new_tokens:
@@ -361,18 +366,20 @@ def _common(a: list, b: list) -> int:
 
 
 def generate(lm, prompts: list, max_new_tokens: int, eos_token_id=None, check_hazards: bool = True, *,
-             max_batch: int | None = None, share_prefix: bool = True, choose=None, keep_words: bool = False) -> list:  # fmt: skip
+             max_batch: int | None = None, share_prefix: bool = True, choose=None, keep_words: bool = False, bar=None) -> list:  # fmt: skip
     """`CausalLM.generate` of a list of prompts: all queued at once on an `Engine`, run to the end.
     Each output is its prompt and generated tokens (1-D); `lm.last_run` holds the steps and logits."""
     run = GenerateRun(keep_words=keep_words)
     lm._publish(run)
-    eng = Engine(lm, max_batch, check_hazards=check_hazards, share_prefix=share_prefix, run=run, choose=choose)
+    eng = Engine(lm, max_batch, check_hazards=check_hazards, share_prefix=share_prefix, run=run, choose=choose, bar=bar)
     reqs = [eng.add(p, max_new_tokens, eos_token_id) for p in prompts]
     run.kv_bytes_max_len = len(reqs) * lm.max_len * eng.sess.kv_bytes_per_block // lm.page_size
+    t0 = time.perf_counter()
     try:
         eng.run_all()
     finally:
         eng.close()
+    run.seconds = time.perf_counter() - t0
     for i, r in enumerate(reqs):
         run.logits[i] = np.stack(r.logits) if r.logits else np.zeros((0, lm.vocab), np.float32)
     return [r.output() for r in reqs]

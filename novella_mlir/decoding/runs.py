@@ -32,3 +32,9 @@ class GenerateRun:
     kv_bytes_max_len: int = 0  # what allocating max_len positions per sequence would take
     kv_bytes_peak: int = 0
     keep_words: bool = False
+    tokens: int = 0  # generated, all sequences
+    seconds: float = 0.0  # host wall time of the whole generate()
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0

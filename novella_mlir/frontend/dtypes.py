@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import torch
 
 from ..errors import NovellaError
 
@@ -25,8 +24,10 @@ INTEGER = ("si64", "si32", "si16", "si8", "ui8", "i64", "i32")
 BOOL = ("i1",)
 
 
-def to_npu(t: torch.Tensor, what: str) -> np.ndarray:
-    """`t` as the fp32 array the NPU holds, refusing integers that fp32 cannot hold exactly."""
+def to_npu(t, what: str) -> np.ndarray:
+    """`t` (a torch tensor) as the fp32 array the NPU holds, refusing integers that fp32 cannot hold exactly."""
+    import torch  # here, not at the top: the passes import this module and novella-opt starts without torch
+
     if t.dtype.is_floating_point:
         return t.to(torch.float32).contiguous().numpy()
     a = t.to(torch.int64).contiguous().numpy() if t.dtype != torch.bool else t.numpy().astype(np.int64)

@@ -14,10 +14,13 @@ the macro).
 
 from __future__ import annotations
 
+import sys
+
 import numba as nb
 import numpy as np
 
 from simulator import numba_cache
+from simulator.first_build import announce
 
 from ._ops_numba import binary
 
@@ -237,3 +240,6 @@ def instantiate(syms, tab, t_base, limit):
     info[0] = 0 if _tokens(words, wstep, wq, wslot, w, step, s_load, s_store, s_bar) else 2
     info[1], info[2] = w, step
     return words[:w], info
+
+
+announce(sys.modules[__name__])

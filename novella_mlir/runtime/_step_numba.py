@@ -15,10 +15,13 @@ block). Returns 0, -1 if the block table lacks a page, -2 if the symbols are not
 
 from __future__ import annotations
 
+import sys
+
 import numba as nb
 import numpy as np
 
 from simulator import numba_cache
+from simulator.first_build import announce
 
 from ._ops_numba import binary
 
@@ -308,3 +311,6 @@ def guard_bits(syms, ex, tiles, tt, guards, keys, n_dims):
             out[at] = ok
             at += 1
     return out
+
+
+announce(sys.modules[__name__])

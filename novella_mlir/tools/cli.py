@@ -16,6 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
+from .. import __version__
 from .factory import CliError, load_factory, run_user
 from .inspect_artifact import describe, evaluate_shape
 
@@ -256,7 +257,10 @@ def demo_module():
 
 
 def cmd_demo(args) -> int:
-    result = demo_module().main(args.demo_args)
+    try:
+        result = demo_module().main(args.demo_args, prog="novella demo")
+    except SystemExit as e:  # --help, or a bad option (argparse has printed why)
+        return int(e.code or 0) if isinstance(e.code, int | None) else 2
     return result if isinstance(result, int) else 0
 
 
@@ -270,6 +274,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"novella {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile an nn.Module factory to an artifact")
     c.add_argument(
@@ -285,9 +290,9 @@ def _parser() -> argparse.ArgumentParser:
         help="shape of one example input, e.g. 1,16,384 (repeat for several inputs)",
     )
     c.add_argument("--dynamic-dim", type=int, default=1, help="the symbolic dim of the inputs (default 1)")
-    c.add_argument("--min-len", type=int, default=1)
-    c.add_argument("--max-len", type=int, default=2048)
-    c.add_argument("--config", help="hardware config TOML")
+    c.add_argument("--min-len", type=int, default=1, help="smallest length the artifact accepts (default 1)")
+    c.add_argument("--max-len", type=int, default=2048, help="largest length the artifact accepts (default 2048)")
+    c.add_argument("--config", help="hardware config TOML (default: the built-in Novella config)")
     c.add_argument("--dump-dir", help="write the IR after every stage (numbered .mlir) and summary.json here")
     c.add_argument(
         "--pass-option",
@@ -299,12 +304,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--no-buckets", action="store_true", help="one generic program: no shape buckets (--novella-buckets)"
     )
-    c.add_argument("-o", "--output", default="model.nvla")
+    c.add_argument("-o", "--output", default="model.nvla", help="artifact to write (default model.nvla)")
     r = sub.add_parser("run", help="run an artifact at one length on the simulator with random inputs")
-    r.add_argument("model")
+    r.add_argument("model", help="an artifact written by 'novella compile' (.nvla)")
     r.add_argument("--len", required=True, help="the length: an int, or NAME=INT,... for several symbols")
     r.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.add_argument(
         "--no-hazard-check",
         action="store_true",
@@ -312,10 +317,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--config", help="hardware config TOML (default: the one the artifact was compiled for)")
     i = sub.add_parser("inspect", help="show an artifact's templates, tile rules, sizes and config")
-    i.add_argument("model")
+    i.add_argument("model", help="an artifact written by 'novella compile' (.nvla)")
     i.add_argument("--config", help="also check the artifact against this config")
     _sweep_parser(sub)
-    sub.add_parser("demo", help="run the Whisper-encoder demo of the installed package (extra arguments go to it)")
+    sub.add_parser(
+        "demo", add_help=False, help="run the Whisper-encoder demo of the installed package ('novella demo --help')"
+    )
     return p
 
 
@@ -325,9 +332,9 @@ def _sweep_parser(sub) -> None:
     )
     s.add_argument("targets", nargs="+", metavar="MODULE:FACTORY", help="one or more model factories, as for compile")
     s.add_argument("--example-shape", type=_shape, action="append", required=True, help="as for compile")
-    s.add_argument("--dynamic-dim", type=int, default=1)
-    s.add_argument("--min-len", type=int, default=1)
-    s.add_argument("--max-len", type=int, default=2048)
+    s.add_argument("--dynamic-dim", type=int, default=1, help="the symbolic dim of the inputs (default 1)")
+    s.add_argument("--min-len", type=int, default=1, help="smallest compiled length (default 1)")
+    s.add_argument("--max-len", type=int, default=2048, help="largest compiled length (default 2048)")
     s.add_argument("--lengths", type=_lengths, required=True, help="comma-separated run lengths, e.g. 1,17,500")
     s.add_argument("--configs", default="default", help="shipped config names or TOML paths, comma-separated")
     s.add_argument("--out", default="sweep", help="directory for sweep.csv, sweep.md and the plots")
@@ -335,7 +342,7 @@ def _sweep_parser(sub) -> None:
     s.add_argument("--working-dir", help="ship this directory to the Ray workers (model modules a cluster lacks)")
     s.add_argument("--workers", type=int, help="CPUs of the local Ray instance (default: all)")
     s.add_argument("--in-process", action="store_true", help="no Ray: run the compiles one after another here")
-    s.add_argument("--no-plots", action="store_true")
+    s.add_argument("--no-plots", action="store_true", help="write the table only, no PNG plots")
 
 
 COMMANDS = {"compile": cmd_compile, "run": cmd_run, "inspect": cmd_inspect, "sweep": cmd_sweep, "demo": cmd_demo}

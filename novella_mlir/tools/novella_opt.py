@@ -22,6 +22,7 @@ from torch_mlir import ir, passmanager
 from simulator import load_config
 from simulator.config import ConfigError
 
+from .. import __version__
 from ..dialects.context import make_context
 from ..dialects.novella import Novella
 from ..transforms.registry import PASSES, add_pass
@@ -52,6 +53,7 @@ def _parser() -> _Parser:
         epilog='passes (in the order given; options as --pass="name=value ..."):\n' + passes_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"novella-opt {__version__}")
     p.add_argument("input", nargs="?", default="-", help="input .mlir file (default: stdin)")
     p.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
     p.add_argument("-p", "--pass-pipeline", help="textual pipeline, e.g. 'builtin.module(novella-tile{tile-m=32})'")

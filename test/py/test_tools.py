@@ -208,7 +208,7 @@ def test_cli_demo_runs_the_installed_module(monkeypatch, tmp_path, capsys):
     planted.parent.mkdir()
     planted.write_text("raise SystemExit('planted file ran')\n")
     monkeypatch.chdir(tmp_path)
-    fake = types.SimpleNamespace(main=lambda argv: print("demo ran with", argv) or 0)
+    fake = types.SimpleNamespace(main=lambda argv, prog=None: print("demo ran with", argv) or 0)
     monkeypatch.setattr(cli, "demo_module", lambda: fake)
     assert cli.main(["demo", "--len", "7"]) == 0
     assert "demo ran with ['--len', '7']" in capsys.readouterr().out

@@ -1,0 +1,94 @@
+"""The README runs as written: every ```python block executes (each on its own, as a user pastes it) and shows
+its result; the measured tables match the goldens and what the code compiles today, and say where they were
+measured (`bench/tables.py` writes them)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+
+import pytest
+from goldens import GOLDEN, ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+import tables  # noqa: E402
+
+README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"^```python\n(.*?)^```", README, re.S | re.M)
+
+
+def _title(code: str) -> str:
+    i = README.index(code)
+    return re.findall(r"^#+ (.*)$", README[:i], re.M)[-1]
+
+
+def test_the_readme_has_its_blocks():
+    assert len(BLOCKS) >= 4
+    assert {"Python API", "Several symbols: torch.export's `dynamic_shapes`"} <= {_title(b) for b in BLOCKS}
+
+
+@pytest.mark.parametrize("code", BLOCKS, ids=[f"{i}-{_title(b).split(':')[0]}" for i, b in enumerate(BLOCKS)])
+def test_readme_block_runs_and_shows_its_result(code):
+    if "transformers" in code:
+        pytest.importorskip("transformers")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})
+    printed = out.getvalue()
+    assert printed.strip(), "the block prints nothing: a README block shows its result"
+    if "hf.generate" in code:
+        assert "token-identical to hf.generate: True" in printed
+    if "max error" in code:
+        assert len(re.findall(r"^T=.*max error", printed, re.M)) >= 3
+
+
+# ------------------------------------------------------------------ the measured tables
+
+
+def _rows(name: str) -> list[list[str]]:
+    body = tables.section(README, name)
+    return [[c.strip() for c in line.strip("|").split("|")] for line in body.splitlines() if line.startswith("| ")]
+
+
+@pytest.mark.parametrize("name", sorted(tables.TABLES))
+def test_every_table_says_where_it_was_measured(name):
+    last = tables.section(README, name).strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"_measured by `bench/tables.py {name}` at commit [0-9a-f]{{7,}}(\+dirty)?, .* CPUs, load .*_", last
+    )
+
+
+@pytest.mark.quick
+def test_golden_table_matches_the_cycle_goldens():
+    import json
+
+    rows = _rows("goldens")[1:]
+    expected = []
+    for name, (_, max_len, lengths) in tables.GOLDEN_PROGRAMS.items():
+        gold = json.loads((GOLDEN / f"cycles_{name}.json").read_text())
+        for t in lengths:
+            g = gold[f"T={t}"]
+            cells = (g["cycles"], g["dma_bytes_loaded"], g["dma_bytes_stored"], g["macs"])
+            expected.append([name, str(max_len), str(t), *(f"{v:,}" for v in cells)])
+    assert rows == expected, "README's golden table is stale: regenerate it with bench/tables.py goldens"
+
+
+def test_storage_table_shows_todays_jit_bytes():
+    import models
+
+    labels = dict(tables.STORAGE_MODELS)
+    for model, max_len in (("mlp", 1500), ("mlp", 15000), ("layer", 1500)):  # (the layer at 15000 is slow)
+        row = next(r for r in _rows("storage") if r[0] == labels[model] and r[1] == str(max_len))
+        _, _, npu = models.compile_model(model, max_len)
+        assert row[4] == f"{npu.artifact.nbytes:,} B", f"{labels[model]} at max_len {max_len}: regenerate the table"
+
+
+def test_cycles_table_shows_todays_cycles_for_the_small_rows():
+    import cycles
+
+    lines = tables.section(README, "cycles").splitlines()
+    for workload, config, t in (("mlp384", "default", 1), ("mlp384", "default", 2048)):
+        line = next(x.split() for x in lines if x.split()[:3] == [workload, config, str(t)])
+        assert int(line[4]) == cycles.measure(workload, config, t, 2048)["cycles"], f"{workload} T={t}: regenerate"
