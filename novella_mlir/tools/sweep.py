@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "simulator" / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "simulator" / "configs"
 
 COLUMNS = (
     "model", "config", "T", "ok", "max_err", "cycles", "roof", "cyc/roof", "bound", "compulsory_B", "moved_B",
