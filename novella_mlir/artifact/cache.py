@@ -42,7 +42,7 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
-PACKAGE_ROOT = Path(__file__).resolve().parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # novella_mlir (this file is in artifact/)
 FORMAT = 2  # 2: artifacts hold a list of programs
 
 
