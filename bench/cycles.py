@@ -2,6 +2,14 @@
 
     .venv/bin/python bench/cycles.py                       # the goal figures of issue 10, side by side
     .venv/bin/python bench/cycles.py --model mlp --lengths 1,64,65,500,2048 [--config hw.toml]
+    .venv/bin/python bench/cycles.py --curve [--models body --configs default]   # issue 22's curve
+
+`--curve` runs the whisper-tiny encoder body (compiled once over [1, 1500]) and the MLP 384-1536-384
+(once over [1, 2048]) at T = 1, 2, 16, ..., 1500 (and 2048 for the MLP) on the edge, default and large
+configs in one run: cycles over the compulsory roofline, the moved bytes over the compulsory ones, and
+each unit's busy fraction (load / store queues, matrix and vector units, and `dram`, the share of the
+run the DRAM channel carries data), then per model and config the worst ratio, max / min over the
+curve and the goal of issue 22.
 
 `matrix` and `vector` are the two compute units' busy cycles: `cycles` below their sum is their overlap.
 
@@ -45,6 +53,66 @@ GOALS = (
     ("body", "edge", 1500, 1.5),
     ("body", "large", 1500, 1.5),
 )
+
+
+CURVE = (1, 2, 16, 64, 128, 256, 500, 1000, 1500)
+CURVE_MODELS = {"body": (CURVE, 1500), "mlp384": ((*CURVE, 2048), 2048)}
+
+
+def curve_goal(workload: str, config: str) -> str:
+    if config != "default":
+        return "<= 1.30x"
+    return "<= 1.15x, max/min <= 1.15" if workload == "body" else "<= 1.15x, <= 1.05x at T=2048"
+
+
+def curve_met(workload: str, config: str, rows: list[dict]) -> bool:
+    ratios = [r["ratio"] for r in rows]
+    if config != "default":
+        return max(ratios) <= 1.3
+    if workload == "body":
+        return max(ratios) <= 1.15 and max(ratios) / min(ratios) <= 1.15
+    return max(ratios) <= 1.15 and all(r["ratio"] <= 1.05 for r in rows if r["T"] == 2048)
+
+
+CURVE_HEAD = (
+    f"{'model':>6} {'config':>7} {'T':>5} {'cycles':>11} {'roof':>10} {'cyc/roof':>8} {'bound':>7} "
+    f"{'compul B':>10} {'moved B':>11} {'mov/comp':>8} {'load':>5} {'matrix':>6} {'vector':>6} {'store':>5} {'dram':>5}"
+)
+
+
+def curve(workloads, configs) -> dict:
+    """Issue 22's curve, every row measured in this run; returns {(workload, config): rows}."""
+    print(CURVE_HEAD)
+    print("-" * len(CURVE_HEAD))
+    out = {}
+    for workload in workloads:
+        lengths, max_len = CURVE_MODELS[workload]
+        for cfg in configs:
+            if config_of(cfg) is None:
+                continue
+            rows = out[(workload, cfg)] = []
+            for t in lengths:
+                r = measure(workload, cfg, t, max_len)
+                f = r["fraction"]
+                print(
+                    f"{workload:>6} {cfg:>7} {t:>5} {r['cycles']:>11} {int(r['roof']):>10} {r['ratio']:>8.3f} "
+                    f"{r['bound']:>7} {r['compulsory']:>10} {r['moved']:>11} {r['moved'] / r['compulsory']:>8.2f} "
+                    f"{f['load']:>5.0%} {f['matrix']:>6.0%} {f['vector']:>6.0%} {f['store']:>5.0%} {f['dram']:>5.0%}",
+                    flush=True,
+                )
+                rows.append(r)
+    print()
+    head = f"{'model':>6} {'config':>7} {'max cyc/roof':>12} {'at T':>5} {'max/min':>7}  {'goal':<28} met"
+    print(head)
+    print("-" * len(head))
+    for (workload, cfg), rows in out.items():
+        worst = max(rows, key=lambda r: r["ratio"])
+        spread = worst["ratio"] / min(r["ratio"] for r in rows)
+        met = "yes" if curve_met(workload, cfg, rows) else "no"
+        print(
+            f"{workload:>6} {cfg:>7} {worst['ratio']:>12.3f} {worst['T']:>5} {spread:>7.3f}  {curve_goal(workload, cfg):<28} {met}"
+        )
+    return out
 
 
 def config_of(name: str):
@@ -92,7 +160,7 @@ def measure(workload: str, config_name: str, length: int, max_len: int) -> dict:
     return dict(
         T=length, words=s.instructions, cycles=s.cycles, roof=roof, ratio=s.cycles / roof, compulsory=compulsory,
         moved=moved, roof_moved=roof_moved, ratio_moved=s.cycles / roof_moved, util=macs / (cfg.macs_per_cycle * s.cycles), extra_macs=s.macs - macs, host=host,
-        matrix=s.busy["matrix"], vector=s.busy["vector"],
+        matrix=s.busy["matrix"], vector=s.busy["vector"], fraction=s.busy_fraction,
         bound="compute" if compute >= compulsory / cfg.dram_bytes_per_cycle else "memory",
     )  # fmt: skip
 
@@ -133,7 +201,13 @@ def main(argv=None) -> None:
     p.add_argument("--config", default="default", help="default, edge, large (simulator/configs/<name>.toml)")
     p.add_argument("--max-len", type=int, default=2048)
     p.add_argument("--only", help="goal workloads to run, comma-separated (mlp384, body)")
+    p.add_argument("--curve", action="store_true", help="issue 22's curve: both models, all lengths and configs")
+    p.add_argument("--models", default="body,mlp384", help="--curve: the models, comma-separated")
+    p.add_argument("--configs", default="edge,default,large", help="--curve: the configs, comma-separated")
     args = p.parse_args(argv)
+    if args.curve:
+        curve(args.models.split(","), args.configs.split(","))
+        return
     if args.model is None:
         goals(args.only.split(",") if args.only else None)
         return

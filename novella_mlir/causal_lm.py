@@ -329,14 +329,18 @@ class CausalLM:
     def _step(self, sess, i, seq, table, run):
         past = table.length
         sess.pool.reserve(table, past + 1)
-        inputs = {0: np.array([[seq[-1]]], np.float32)}
-        if 1 not in {arg for arg, _ in self.decode.artifact.kv["inputs"]}:  # input 1: the position, if taken
-            inputs[1] = np.array([[past]], np.float32)
-        outs, *res = sess.run("decode", inputs, (past,), table)
+        outs, *res = sess.run("decode", self.decode_inputs(seq[-1], past), (past,), table)
         table.length = past + 1
         self._drop_out_of_window(sess, table)
         self._record(run, sess, "decode", i, past, *res)
         return outs[0][0, -1]
+
+    def decode_inputs(self, token: int, past: int) -> dict:
+        """The decode program's non-cache inputs: the token, and the position if the forward takes one."""
+        inputs = {0: np.array([[token]], np.float32)}
+        if 1 not in {arg for arg, _ in self.decode.artifact.kv["inputs"]}:  # input 1: the position, if taken
+            inputs[1] = np.array([[past]], np.float32)
+        return inputs
 
     def _drop_out_of_window(self, sess, table) -> None:
         """With a sliding window of W (`kv.window`: every decode read is windowed), the next step, past

@@ -85,7 +85,7 @@ def _compiled(sim, plan: Plan):
         tm.queue_free[name] = last
     dma = order[plan.fixed[order] < 0]
     tm.dram_free = int(end[dma[-1]]) if len(dma) else 0
-    return loop._stats([0, 0, 0])
+    return loop._stats([0, 0, 0, 0])
 
 
 def _schedule(sim, plan: Plan):
@@ -144,7 +144,7 @@ class _Loop:
         starts, begins, ends, order, waits = self.start, self.begin, self.end, self.order, self.waits
         hz = self.hazards
         clocks = [(-1, -1, -1)] * 3
-        extra = [0, 0, 0]  # readable-path DMA bytes loaded / stored, MACs
+        extra = [0, 0, 0, 0]  # readable-path DMA bytes loaded / stored, MACs, DRAM data cycles
         progress = sim.progress
         with np.errstate(all="ignore"):
             while True:
@@ -181,7 +181,7 @@ class _Loop:
                     inst, effect = self._readable(i)
                     sp = [entry(s) for s in effect.accesses if not s.empty]
                     nbytes = effect.dma_bytes
-                    self._extra(extra, inst, effect)
+                    self._extra(extra, inst, effect, tm)
                 clock = None
                 if hz is not None:
                     a, b, cc = clocks[q]
@@ -232,7 +232,9 @@ class _Loop:
         return inst, self.sim.functional.execute(i, inst)
 
     @staticmethod
-    def _extra(extra, inst, effect) -> None:
+    def _extra(extra, inst, effect, tm) -> None:
+        if inst.queue != "compute":
+            extra[3] += tm.data_cycles(inst, effect.dma_bytes)
         if inst.opcode in (Opcode.LOAD, Opcode.GATHER):
             extra[0] += effect.dma_bytes
         elif inst.opcode == Opcode.STORE:
@@ -271,6 +273,8 @@ class _Loop:
         s.dma_bytes_loaded = int(dma[code == Opcode.LOAD].sum()) + extra[0]
         s.dma_bytes_stored = int(dma[code == Opcode.STORE].sum()) + extra[1]
         s.macs = int((p.r_macs[ko] * fast).sum()) + extra[2]
+        dma_code = (code == Opcode.LOAD) | (code == Opcode.STORE)
+        s.dram_busy = int((self.sim.timing.dma_cycles(p.charged[order]) * (fast & dma_code)).sum()) + extra[3]
         busy = ends[order] - np.asarray(self.begin, np.int64)[order]
         for c in first:
             s.busy[UNIT_OF[Opcode(c)]] += int(busy[code == c].sum())

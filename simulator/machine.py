@@ -202,6 +202,8 @@ class Simulator:
             s.dma_bytes_loaded += effect.dma_bytes
         elif inst.opcode == Opcode.STORE:
             s.dma_bytes_stored += effect.dma_bytes
+        if inst.queue != "compute":
+            s.dram_busy += self.timing.data_cycles(inst, effect.dma_bytes)
         s.macs += effect.macs
         s.busy[unit] += end - begin
         channel, ready = max(((c, t.ready) for c, t in popped), key=lambda p: p[1], default=(None, 0))

@@ -29,6 +29,7 @@ class RunStats:
     dma_bytes_stored: int = 0
     macs: int = 0
     busy: dict[str, int] = field(default_factory=lambda: dict.fromkeys(UNITS, 0))
+    dram_busy: int = 0  # cycles the DRAM channel carries data (DMA data phases, whole bursts)
     token_waits: dict[str, dict[str, int]] = field(default_factory=_waits)
 
     @property
@@ -46,6 +47,12 @@ class RunStats:
     @property
     def roofline_cycles(self) -> float:
         return max(self.compute_bound_cycles, self.memory_bound_cycles)
+
+    @property
+    def busy_fraction(self) -> dict[str, float]:
+        """Each unit's busy cycles over the run's, and the DRAM channel's (`dram`): 1 - dram is its idle share."""
+        busy = {**self.busy, "dram": self.dram_busy}
+        return {u: (c / self.cycles if self.cycles else 0.0) for u, c in busy.items()}
 
     @property
     def mac_utilization(self) -> float:
@@ -66,6 +73,8 @@ class RunStats:
             "dma_bytes_stored": self.dma_bytes_stored,
             "macs": self.macs,
             "busy": dict(self.busy),
+            "dram_busy": self.dram_busy,
+            "busy_fraction": self.busy_fraction,
             "token_waits": {k: dict(v) for k, v in self.token_waits.items()},
             "compute_bound_cycles": self.compute_bound_cycles,
             "memory_bound_cycles": self.memory_bound_cycles,
@@ -92,7 +101,8 @@ class RunStats:
                 f"{self.dma_bytes_loaded} / {self.dma_bytes_stored} B",
             ),
             ("MACs", str(self.macs)),
-            ("busy cycles", ", ".join(f"{u}={c}" for u, c in self.busy.items())),
+            ("busy cycles", ", ".join(f"{u}={c}" for u, c in {**self.busy, "dram": self.dram_busy}.items())),
+            ("busy fraction", ", ".join(f"{u}={f:.1%}" for u, f in self.busy_fraction.items())),
             ("token waits", self._waits_str()),
             (
                 "roofline cycles",

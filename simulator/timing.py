@@ -138,6 +138,10 @@ class TimingModel:
         """Cycles of a DMA data phase of `charged` (burst) bytes (works elementwise on arrays)."""
         return _ceil_div(charged, self.config.dram_bytes_per_cycle)
 
+    def data_cycles(self, inst: Instruction, dma_bytes: int) -> int:
+        """Cycles a DMA's data phase holds the DRAM channel."""
+        return int(self.dma_cycles(int(self.burst_bytes(inst.opcode, inst.fields, dma_bytes))))
+
     def _dma_end(self, start: int, charged: int) -> int:
         c = self.config
         data_start = max(start + c.issue_cycles + c.dma_latency, self.dram_free)

@@ -296,9 +296,9 @@ class Engine:
         if not self._make_room(req, past):
             return
         sess = self.sess
-        inputs = {0: np.array([[req.tokens[past]]], np.float32), 1: np.array([[past]], np.float32)}
-        outs, *res = sess.run("decode", inputs, (past,), req.table)
+        outs, *res = sess.run("decode", self.lm.decode_inputs(req.tokens[past], past), (past,), req.table)
         req.table.length = past + 1
+        self.lm._drop_out_of_window(sess, req.table)
         self._record("decode", req.id, past, *res)
         if req.table.length == len(req.tokens):
             self._emit(req, outs[0][0, -1])

@@ -45,15 +45,18 @@ class Epilogue:
 
 
 class Linear:
-    """`y[M, N] = epilogue(x[M, K] @ W[N, K]^T)`, in one of two loop orders (`novella.tiles` ws):
+    """`y[M, N] = epilogue(x[M, K] @ W[N, K]^T)`, in one of three loop orders (`novella.tiles` ws):
 
-    * ws = 1, grid (n, m, k), weight-stationary: the weight slab W[n-block, :] and the bias block
-      stay in the scratchpad while the row tiles of x stream through (x is read N / tn times);
+    * ws = 1, grid (n, m, k), weight-stationary: the weight slab W[n-block, :] stays in the scratchpad while the row tiles of x stream through (x is read N / tn times);
     * ws = 0, grid (m, n, k), output-stationary: tiles of x and W both stream through two slots
       each while an [tm, tn] block accumulates (x is read N / tn times, W ceil(M / tm) times),
-      so the weight slab need not fit and every load runs under the previous step's compute.
+      so the weight slab need not fit and every load runs under the previous step's compute;
+    * ws = 2, grid (m, n, k), input-stationary: the row slab x[m-block, :] stays in the scratchpad while
+      the weight tiles stream through two slots (x is read once, W ceil(M / tm) times): at lengths whose
+      rows fit one slab with a weight tile, every byte moves once, and the next weight tile loads under
+      the current MATMUL.
 
-    The K loop accumulates in the accumulator; the epilogue (`Epilogue`: bias, activation, residual,
+    The bias row is resident (one LOAD on the op's first step). The K loop accumulates in the accumulator; the epilogue (`Epilogue`: bias, activation, residual,
     layer norm) writes a two-slot output buffer on the last k step, whose STORE runs under the next
     step's compute. With `acc_slots` = 2 the accumulator has two halves, chosen by the parity of the
     output block (an address expression of the grid dims, not the step parity `--novella-schedule`
@@ -69,15 +72,12 @@ class Linear:
         tm, tn, tk, ws, acc = cand
         deferred = acc > 1
         plan = plan_type(target)
-        plan.add("w", "spad", tn * k if ws else tn * tk, stream=not ws)
-        if not deferred:
-            plan.add("bias", "spad", tn, stream=not ws)
-        plan.add("a", "spad", tm * tk, stream=True)
+        plan.add("w", "spad", tn * k if ws == 1 else tn * tk, stream=ws != 1)
+        plan.add("bias", "spad", n)  # the whole bias row, loaded on the first step: one DMA per op
+        plan.add("a", "spad", tm * k if ws == 2 else tm * tk, stream=ws != 2)
         plan.add("out", "spad", tm * tn, stream=True)
-        if deferred:  # the epilogue's bias per block, and the last block's own buffers
-            plan.add("bias", "spad", tn, stream=True)
+        if deferred:  # the last block's own output buffer
             plan.add("out2", "spad", tm * tn, stream=True)
-            plan.add("bias2", "spad", tn)
         if epi.scratch:
             plan.add("tmp", "spad", tm * tn)
         if epi.residual:
@@ -93,15 +93,16 @@ class Linear:
     @memoized
     def cost(self, target, dims, cand) -> float:
         """Predicted cycles of the whole op (cost model): dims = (M, K, N, Epilogue), cand = (tm, tn, tk, ws,
-        acc_slots). Weight-stationary, the first step of each column block also loads the weight slab (and
-        the bias; single slot: those loads wait for the previous compute); a layer norm's weight and bias
-        load on the first step. The epilogue's VECs run on the vector unit beside the MATMULs, which use
-        other SRAM (`Group.vector`, `overlap`):
+        acc_slots). Weight-stationary, the first step of each column block also loads the weight slab (single
+        slot: it waits for the previous compute); input-stationary, the first step of each row tile its row
+        slab; the bias row (and a layer norm's weight and bias) loads once, on the op's first step. The
+        epilogue's VECs run on the vector unit beside the MATMULs, which use other SRAM (`Group.vector`,
+        `overlap`):
         * one accumulator half: on the last k step, after its MATMUL; the next block's MATMULs wait for the
           bias add (`vector_wait`: it reads the accumulator the next block's first MATMUL overwrites), and
           the loads two steps on wait for the epilogue's retirement (`Group._ring`, `retire_floor`);
         * two halves: deferred to the next block along grid dim 1, on its first k step, beside its MATMUL
-          (the step's chain is the longer of the two), with that step's bias / residual loads and the STORE;
+          (the step's chain is the longer of the two), with that step's residual load and the STORE;
           dim 1's last block runs its own after its MATMUL, as with one half."""
         (m, k, n, epi), (tm, tn, tk, ws, acc) = dims, cand
         n_blocks, k_steps = n // tn, k // tk
@@ -117,6 +118,8 @@ class Linear:
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
         pieces = _pieces(m, tm)
+        if ws == 2:
+            return self._cost_rows(ks, pieces, n_blocks, acc, add, steps)
         for j, cnt in ks:
             for i, (r, nr) in enumerate(pieces):
                 # with two halves, the last block along grid dim 1 of each d0 runs its epilogue in its own step
@@ -126,6 +129,21 @@ class Linear:
                 rest = n_blocks * nr - head * n_blocks
                 add(r, max(rest - in_step, 0) * cnt, j, False, True)
                 add(r, min(in_step, rest) * cnt, j, False, False)
+        return cm.pipelined(steps)
+
+    @staticmethod
+    def _cost_rows(ks, pieces, n_blocks, acc, add, steps) -> float:
+        """`cost`'s steps input-stationary (ws = 2): the first step of each row tile loads its row slab
+        (one slot: after the previous row tile's compute); with two accumulator halves, every block but
+        the row's last along n runs its epilogue in the next block's first k step."""
+        for j, cnt in ks:
+            for r, nr in pieces:
+                if j == 0:
+                    add(r, nr, j, True, acc > 1)
+                rest = n_blocks * nr - nr * (j == 0)
+                own = nr if acc > 1 else rest
+                add(r, max(rest - own, 0) * cnt, j, False, True)
+                add(r, min(own, rest) * cnt, j, False, False)
         return cm.pipelined(steps)
 
     def choose(self, target, m, k, n, epi: Epilogue, options):
@@ -182,39 +200,46 @@ class Linear:
             best[2].check()
         (tm, tn, tk, ws, acc), plan = best[1], best[2]
         m_grid = sy.ceildiv(tv.rows(0), tm)
-        grid = [sy.const(n // tn), m_grid, sy.const(k // tk)] if ws else [m_grid, sy.const(n // tn), sy.const(k // tk)]
+        grid = (
+            [sy.const(n // tn), m_grid, sy.const(k // tk)]
+            if ws == 1
+            else [m_grid, sy.const(n // tn), sy.const(k // tk)]
+        )
         tiles = {"tm": tm, "tn": tn, "tk": tk, "ws": ws} | ({"acc_slots": acc} if acc > 1 else {})
         return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
         g = _Geometry(op, tv, t, b)
         tm, tn, tk, k, n = g.tm, g.tn, g.tk, g.k, g.n
-        if g.ws:
+        if g.ws == 1:
             resident = first(1) + first(2)
             b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k), rows=tn, cols=k, when=resident)
-            if not g.deferred:
-                b.load_block("bias", 2, dram_offset=b.d(g.nd) * tn, rows=1, cols=tn, when=resident)
         else:
             b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k) + b.d(2) * tk, dram_stride=k, rows=tn, cols=tk)
-            if not g.deferred:
-                b.load_block("bias", 2, dram_offset=b.d(g.nd) * tn, rows=1, cols=tn)
-        b.load_rows("a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(g.md) * tm, row_bound=g.m_total,
-                    rows=g.rows, cols=tk)  # fmt: skip
+        if g.ws == 2:  # the row slab, resident over the n and k loops
+            b.load_rows("a", 0, dram_stride=k, row_start=b.d(g.md) * tm, row_bound=g.m_total, rows=g.rows, cols=k,
+                        when=first(1) + first(2))  # fmt: skip
+        else:
+            b.load_rows("a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(g.md) * tm,
+                        row_bound=g.m_total, rows=g.rows, cols=tk)  # fmt: skip
+        at_first = first(0) + first(1) + first(2)
+        b.load_block("bias", 2, dram_offset=0, rows=1, cols=n, when=at_first)
         if g.epi.norm:
             for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
-                b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=first(0) + first(1) + first(2))
+                b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=at_first)
         if g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
-            _epilogue(g, g.previous(), ("bias", "res", "out"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
+            _epilogue(g, g.previous(), ("res", "out"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
         acc = _acc_half(t, b)
-        b.mma("acc", "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws else sy.const(0), a_stride=tk,
-              b_stride=k if g.ws else tk, acc_stride=tn, m=g.rows, k=tk, n=tn,
+        slab = {"lhs_offset": b.d(2) * tk} if g.ws == 2 else {}  # the k step's columns of the row slab
+        b.mma("acc", "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
+              a_stride=k if g.ws == 2 else tk, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=tn,
               accumulate=[b.d(2), sy.const(1)],
               transpose_b=1)  # fmt: skip
         current = (b.d(g.nd), g.rows, b.d(g.md) * tm, acc)
         if g.deferred:  # the epilogue of dim 1's last block, after its own MATMUL
-            _epilogue(g, current, ("bias2", "res2", "out2"), last(1, g.grid[1]) + g.last_k)
+            _epilogue(g, current, ("res2", "out2"), last(1, g.grid[1]) + g.last_k)
         else:
-            _epilogue(g, current, ("bias", "res", "out"), g.last_k)
+            _epilogue(g, current, ("res", "out"), g.last_k)
 
 
 class _Geometry:
@@ -225,13 +250,13 @@ class _Geometry:
         self.tm, self.tn, self.tk = t.tiles["tm"], t.tiles["tn"], t.tiles["tk"]
         self.ws = t.tiles.get("ws", 1)
         self.deferred = t.tiles.get("acc_slots", 1) > 1
-        self.nd, self.md = (0, 1) if self.ws else (1, 0)
+        self.nd, self.md = (0, 1) if self.ws == 1 else (1, 0)
         self.k, self.n, self.m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
         self.eps = op.attributes["norm_eps"].value if self.epi.norm else 0.0
         self.rows = tile_rows(self.md, self.tm, self.m_total)
         m_grid = sy.ceildiv(self.m_total, self.tm)
         n_grid = sy.const(self.n // self.tn)
-        self.grid = [n_grid, m_grid] if self.ws else [m_grid, n_grid]
+        self.grid = [n_grid, m_grid] if self.ws == 1 else [m_grid, n_grid]
         self.last_k = last(2, sy.const(self.k // self.tk))
 
     def previous(self):
@@ -243,17 +268,16 @@ class _Geometry:
 
 
 def _epilogue(g: _Geometry, block, bufs, when) -> None:
-    """Bias, act, residual and norm of one output block (its column block, rows, first row and accumulator
-    offset), loading its bias (and residual) into `bufs` and storing it from the last of them."""
-    b, (bias, res, out), (col, rows, row0, acc) = g.b, bufs, block
+    """Bias (the block's columns of the resident bias row), act, residual and norm of one output block (its
+    column block, rows, first row and accumulator offset), loading its residual into `bufs` and storing it
+    from the last of them."""
+    b, (res, out), (col, rows, row0, acc) = g.b, bufs, block
     tn, n, epi = g.tn, g.n, g.epi
     out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total)
-    if bias != "bias" or g.deferred:
-        b.load_block(bias, 2, dram_offset=col * tn, rows=1, cols=tn, when=when)
     if epi.residual:
         b.load_rows(res, 3, **out_tile, rows=rows, cols=tn, when=when)
     geo = dict(rows=rows, cols=tn, dst_stride=tn, a_stride=tn, b_stride=tn, when=when)
-    b.vop("ADD", out, "acc", bias, mode="ROW", a_offset=acc, **geo)
+    b.vop("ADD", out, "acc", "bias", mode="ROW", a_offset=acc, b_offset=col * tn, **geo)
     emit_act(b, epi.act, out, "tmp", rows, tn, tn, when=when)
     if epi.residual:
         b.vop("ADD", out, out, res, **geo)
@@ -299,11 +323,12 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
     tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
     tks = target.divisors(k, target.array_rows)
     cands = []
-    for ws in (1, 0):
+    for ws in (1, 0, 2):
         for acc in (2, 1) if target.buffer_slots > 1 else (1,):
             for tm in tms:
                 first = len(tks)
-                for tn in [t for t in tns if acc == 1 or ws or n // t > 1]:  # ws = 0: halves alternate over n
+                # ws = 0: halves alternate over n; ws = 2: a slab read by one column block is ws = 0
+                for tn in [t for t in tns if (acc == 1 or ws == 1 or n // t > 1) and (ws != 2 or n // t > 1)]:
                     # largest first: a smaller tn fits from the same tk on, or sooner
                     fits = lambda i, c=(tm, tn, ws, acc): kernel._plan(  # noqa: E731
                         target, (c[0], c[1], tks[i], c[2], c[3]), k, n, epi, _Usage

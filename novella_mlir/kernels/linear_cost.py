@@ -28,9 +28,9 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     tn, tk, ws, acc = tiles
     k_steps = k // tk
     at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
-    moves = [(r, tk, tk == k)] + [(tn, tk, tk == k)] * (not ws) + [(1, tn, True)] * (not ws and acc == 1)
-    moves += ([(tn, k, True)] + [(1, tn, True)] * (acc == 1)) * ws * head + [(1, n, True)] * 2 * epi.norm * head
-    moves += [(1, tn, True)] * (acc > 1 and at) + [(r, tn, tn == n)] * (epi.residual and at)
+    moves = [(r, tk, tk == k)] * (ws != 2) + [(r, k, True)] * (ws == 2 and head)  # ws = 2: the row slab
+    moves += [(tn, tk, tk == k)] * (ws != 1) + [(tn, k, True)] * (ws == 1 and head)  # the weight tile / slab
+    moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (epi.residual and at)
     lq, ld = cm.dmas(target, moves)
     st, sd = cm.dma(target, r, tn, contiguous=tn == n)
     if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
@@ -87,23 +87,25 @@ def as_array(cands: tuple) -> np.ndarray:
 def lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
     """At most `Linear.cost` of each candidate: the larger of its DRAM data cycles without burst rounding
     and the sum over steps of a floor of each step's period: its MATMUL, its load queue (the DMAs every
-    step issues: the x tile; streamed, the weight tile and, with one accumulator half, the bias), on the
+    step issues: the x tile; streamed, the weight tile), on the
     one step of each output tile with the epilogue its STORE, and weight-stationary, on the first step of
-    each column block (one slot), its MATMUL after the weight slab's load. The fill is not negative."""
+    each column block (one slot), its MATMUL after the weight slab's load; input-stationary (ws = 2), the
+    row slab loads on no step's floor. The fill is not negative."""
     tm, tn, tk, ws, acc = np.asarray(cands, dtype=np.int64).reshape(-1, 5).T
-    blocks, k_steps, single = n // tn, k // tk, acc == 1
+    blocks, k_steps = n // tn, k // tk
     full, rem = m // tm, m % tm
     w_reads = np.where(ws == 1, 1, full + (rem > 0))
-    elems = blocks * m * k + w_reads * n * k + m * n * (1 + epi.residual)
+    elems = np.where(ws == 2, 1, blocks) * m * k + w_reads * n * k + m * n * (1 + epi.residual)
     lat, bw = target.issue_cycles + target.dma_latency, target.dram_bytes_per_cycle / 4
-    streamed = np.where(ws == 1, 0, tn * tk + single * tn)
-    fixed = lat * (1 + (ws == 0) * (1 + single))
+    streamed = np.where(ws == 1, 0, tn * tk)
+    fixed = lat * ((ws != 2) + (ws != 1))
+    x_tile = np.where(ws == 2, 0, tk)
     passes = -(-tk // target.array_rows) * -(-tn // target.array_cols)
 
     def tile(r):  # (a step's floor, the floor of the one with the epilogue, of the head) of r rows
         mm = target.issue_cycles + target.array_rows + passes * np.maximum(r, target.array_rows)
         mm = mm + target.matmul_latency
-        step = np.maximum(mm, fixed + (r * tk + streamed) / bw)
+        step = np.maximum(mm, fixed + (r * x_tile + streamed) / bw)
         return step, np.maximum(step, lat + r * tn / bw), mm + 2 * lat + (r * tk + tn * k) / bw
 
     step, last, _ = tile(tm)

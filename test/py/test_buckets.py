@@ -38,10 +38,14 @@ def _tm(program) -> int:
 
 def test_short_lengths_get_a_bucket_the_cost_model_chose(npu):
     progs = npu.artifact.programs
-    assert [p.ranges for p in progs] == [[[1, 64]], [[65, 1024]]]
-    assert progs[0].reason.startswith("shape bucket: tiles planned for T = 64") and "fewer cycles" in progs[0].reason
-    assert progs[1].reason == "generic"
-    assert progs[0].macros != progs[1].macros, "the bucket is tiled differently"
+    assert [p.ranges for p in progs] == [[[1, 64]], [[65, 256]], [[257, 1024]]]
+    assert (
+        progs[0].reason.startswith("shape bucket: tiles planned for T = 64 instead of 256")
+        and "fewer cycles" in progs[0].reason
+    )
+    assert progs[1].reason.startswith("shape bucket: tiles planned for T = 256 instead of 4096")
+    assert progs[2].reason == "generic"
+    assert progs[0].macros != progs[1].macros != progs[2].macros, "each bucket is tiled differently"
 
 
 def test_every_bucket_matches_eager_at_its_edges(model, npu):
@@ -59,7 +63,7 @@ def test_every_bucket_matches_eager_at_its_edges(model, npu):
 def test_metadata_is_independent_of_max_len(model, npu):
     large = compile_torch(model, torch.randn(1, 16, 384), min_len=1, max_len=8192).artifact
     small = npu.artifact
-    assert [p.ranges for p in large.programs] == [[[1, 64]], [[65, 8192]]]
+    assert [p.ranges for p in large.programs] == [[[1, 64]], [[65, 256]], [[257, 8192]]]
     assert large.nbytes == small.nbytes
     assert large.program_nbytes(0) == small.program_nbytes(0)
 
@@ -67,7 +71,7 @@ def test_metadata_is_independent_of_max_len(model, npu):
 def test_buckets_off_gives_one_generic_program(model, npu):
     off = compile_torch(model, torch.randn(1, 16, 384), min_len=1, max_len=1024, buckets=False)
     assert [(p.ranges, p.reason) for p in off.artifact.programs] == [([[1, 1024]], "generic")]
-    assert off.artifact.programs[0].macros == npu.artifact.programs[1].macros, "the generic program is unchanged"
+    assert off.artifact.programs[0].macros == npu.artifact.programs[-1].macros, "the generic program is unchanged"
     x = torch.randn(1, 40, 384)
     torch.testing.assert_close(off(x), npu(x), atol=1e-5, rtol=1e-5)
 
@@ -81,16 +85,16 @@ def test_round_trip_and_inspect(npu, tmp_path, capsys):
     assert torch.equal(again(x), npu(x))
     assert cli.main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "programs: 2, picked at run time by the symbol values" in out
+    assert "programs: 3, picked at run time by the symbol values" in out
     macro, tile = npu.artifact.program_nbytes(0)
     assert "#0 T in [1, 64]" in out and f"{macro + tile} B (macro {macro}, tile {tile})" in out
-    assert "boundaries (last value of each lower program): 64" in out
-    assert "==== program 1: T in [65, 1024]" in out
+    assert "boundaries (last value of each lower program): 64, 256" in out
+    assert "==== program 2: T in [257, 1024]" in out
 
 
 def test_one_program_artifact_reads_through(npu):
     art = npu.artifact
-    with pytest.raises(AttributeError, match="holds 2 programs .*T in \\[1, 64\\].*use artifact.programs"):
+    with pytest.raises(AttributeError, match="holds 3 programs .*T in \\[1, 64\\].*use artifact.programs"):
         art.macros  # noqa: B018
     view = art.view(0)
     assert view.symbols == [["T", 1, 64]] and view.macros is art.programs[0].macros

@@ -22,7 +22,9 @@ TOKEN_FIELDS = {"pop_prev", "pop_next", "push_prev", "push_next"}
 
 @pytest.fixture(scope="module")
 def art():
-    return models.compile_model("mlp", 2048)[2].artifact
+    """The generic program of the MLP (64-256-64) over [1, 2048] (below it, a shape bucket for T <= 16)."""
+    a = models.compile_model("mlp", 2048)[2].artifact
+    return a.view(len(a.programs) - 1)
 
 
 def _programs(a) -> list:
@@ -122,9 +124,9 @@ def test_executor_reuses_the_program_for_a_repeated_length(monkeypatch):
     spec, _, npu = models.compile_model("mlp", 2048)
     builds = _count_calls(monkeypatch, Jit, "_build")
     npu(spec.example(37))
-    program = npu.last_run.program
+    program, built = npu.last_run.program, len(builds)
     npu(spec.example(37))
-    assert npu.last_run.program is program and len(builds) == 1
+    assert npu.last_run.program is program and len(builds) == built <= len(npu.artifact.programs)
 
 
 # ------------------------------------------------------------------ errors are the encoder's

@@ -37,46 +37,48 @@ def test_mlp_matches_pytorch(mlp, length):
     assert npu.last_run.symbols == {"T": length}
 
 
-def _linear_tiles(npu) -> list[dict]:
+def _linear_tiles(npu, at=None) -> list[dict]:
+    """Each linear's tiles in the program that runs at T = `at` (None: the generic one)."""
     found = re.findall(
         r"novella.tiles = \{(?:acc_slots = (\d+) : i64, )?tk = (\d+) : i64, tm = (\d+) : i64, tn = (\d+) : i64, "
         r"ws = (\d+) : i64\}",
-        npu.ir("novella-tile"),
+        npu.ir("novella-tile", at=None if at is None else [at]),
     )
     return [dict(zip(("acc_slots", "tk", "tm", "tn", "ws"), (int(v or 1) for v in f))) for f in found]
 
 
 def test_compiled_once_program_grows_with_length(mlp):
+    """Within each program (a shape bucket, the generic one), the words grow with the row tiles."""
     _, npu = mlp
-    tm = min(t["tm"] for t in _linear_tiles(npu))  # one row tile of every linear up to T = tm
-    counts = {}
-    for length in (1, tm, tm + 1, 2048):
-        npu(torch.randn(1, length, 64))
-        counts[length] = npu.last_run.program.n_words
-    assert counts[1] == counts[tm] < counts[tm + 1] < counts[2048]
+    for prog in npu.artifact.programs:
+        (lo, hi), tms = prog.ranges[0], [t["tm"] for t in _linear_tiles(npu, at=prog.ranges[0][0])]
+        same = min(hi, *(-(-lo // tm) * tm for tm in tms))  # the last length with lo's row tile counts
+        counts = {}
+        for length in sorted({lo, same, same + 1, hi}):
+            npu(torch.randn(1, length, 64))
+            counts[length] = npu.last_run.program.n_words
+        assert counts[lo] == counts[same], prog.ranges
+        if same < hi:
+            assert counts[same] < counts[same + 1] <= counts[hi], prog.ranges
     assert npu.last_run.stats.macs == 2 * 2048 * 64 * 256
 
 
 def _expected(t, k, n, tile, act_ops):
     """Counts of one linear at T=t from its tiling: steps = row tiles x column blocks x k steps.
-    Weight-stationary (ws=1) loads W and the bias once per column block and the x tile per step;
-    output-stationary (ws=0) loads an x, a W and a bias tile per step. The epilogue (bias add,
-    activation, STORE) runs once per (row tile, column block); with two accumulator halves
-    (acc_slots=2, the epilogue deferred to the next block) it loads its own bias tile instead."""
+    The bias row loads once. Weight-stationary (ws=1) loads W once per column block and the x tile per
+    step; output-stationary (ws=0) an x and a W tile per step; input-stationary (ws=2) the x row slab
+    once per row tile and a W tile per step. The epilogue (bias add, activation, STORE) runs once per
+    (row tile, column block), whatever the accumulator halves."""
     m_tiles, n_blocks, k_steps = -(-t // tile["tm"]), n // tile["tn"], k // tile["tk"]
-    steps, blocks = m_tiles * n_blocks * k_steps, m_tiles * n_blocks
-    if tile["acc_slots"] > 1:
-        loads = steps + (n_blocks if tile["ws"] else steps) + blocks
-        w_bytes = (n * k if tile["ws"] else n * k * m_tiles) + tile["tn"] * blocks
-    else:
-        loads = steps + (2 * n_blocks if tile["ws"] else 2 * steps)
-        w_bytes = n * k + n if tile["ws"] else (n * k * m_tiles + tile["tn"] * steps)
+    steps, blocks, ws = m_tiles * n_blocks * k_steps, m_tiles * n_blocks, tile["ws"]
+    loads = 1 + (m_tiles if ws == 2 else steps) + (n_blocks if ws == 1 else steps)
+    w_bytes = n * k * (1 if ws == 1 else m_tiles) + n
     return {
         "LOAD": loads,
         "MATMUL": steps,
         "VEC": blocks * (1 + act_ops),
         "STORE": blocks,
-        "loaded": 4 * (w_bytes + t * k * n_blocks),
+        "loaded": 4 * (w_bytes + t * k * (1 if ws == 2 else n_blocks)),
         "stored": 4 * t * n,
     }
 
@@ -88,7 +90,7 @@ def test_stats_follow_from_shapes_and_tiling(mlp):
     t = 300
     npu(torch.randn(1, t, 64))
     s = npu.last_run.stats
-    tiles = _linear_tiles(npu)
+    tiles = _linear_tiles(npu, at=t)
     assert len(tiles) == 2
     e1, e2 = _expected(t, 64, 256, tiles[0], 5), _expected(t, 256, 64, tiles[1], 1)
     assert s.macs == t * (64 * 256 + 256 * 64)

@@ -375,6 +375,8 @@ def test_single_load_timing():
     stats = Simulator(CFG, 64 * 64).run(words)
     assert stats.cycles == 1 + 100 + 64 * 64 * 4 // 16  # issue + dma_latency + whole 64 B bursts
     assert stats.busy["load"] == stats.cycles
+    assert stats.dram_busy == 64 * 64 * 4 // 16, "the DRAM channel carries data only in the data phase"
+    assert stats.busy_fraction["dram"] == stats.dram_busy / stats.cycles
 
 
 def _tiled_matmul_timeline() -> dict:
@@ -398,6 +400,7 @@ def _tiled_matmul_timeline() -> dict:
             "vector": 0,
             "store": (store0 - mm0) + (store1 - mm1),
         },
+        "dram_busy": (40 * 48 + 64 * 40 + 36 * 40 + 64 * 48 + 36 * 48) * 4 // 16,  # each transfer's data phase
     }
 
 
@@ -406,6 +409,7 @@ def test_overlap_and_exports():
     stats = sim.run(words)
     expect = _tiled_matmul_timeline()
     assert (stats.cycles, stats.busy) == (expect["cycles"], expect["busy"]), "timing model != docs/isa.md by hand"
+    assert stats.dram_busy == expect["dram_busy"]
     assert stats.cycles < sum(stats.busy.values()), "the queues overlap"
     assert stats.roofline_cycles == max(stats.macs / 256, (stats.dma_bytes_loaded + stats.dma_bytes_stored) / 16)
     # a wait is charged to the latest-ready token popped: MATMUL0 waits for L2C from 0, LOAD A1 for C2L from

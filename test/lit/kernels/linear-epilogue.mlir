@@ -4,7 +4,8 @@
 
 // A residual add of a `?`-row linear folds into its epilogue: the residual tile is loaded on each
 // output block's last k step (two slots: it is read only under that guard), added to the activated
-// tile, and the sum stored once. This cheap epilogue keeps one accumulator half (the cost model's pick).
+// tile, and the sum stored once. With the bias row resident (one LOAD on the op's first step) the cost
+// model gives the accumulator two halves: block d1 - 1's epilogue runs before block d1's MATMUL.
 // LEGAL-LABEL: func.func @residual
 // LEGAL-SAME: (%[[X:.*]]: tensor<1x?x64xf32, {{.*}}>, %[[H:.*]]: tensor<1x?x96xf32
 // LEGAL: %[[W:.*]] = "novella.weight"() {name = "w"}
@@ -18,12 +19,13 @@
 // UNFUSED: return %[[S]]
 // CHECK-LABEL: func.func @residual
 // CHECK: "novella.macro"()
-// CHECK: "novella.mma"() {{{.*}}acc = "acc", acc_stride
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", cols = 64 : i64, dram_offset = 0 : i64, {{.*}}tensor = 2 : i64, when =
 // CHECK: "novella.dma_load"(%arg0) {{{.*}}buffer = "res"{{.*}}tensor = 3 : i64, when = #[[$LAST:.*]]}
-// CHECK: "novella.vop"() {a = "acc", {{.*}}fn = "ADD", mode = "ROW"{{.*}}when = #[[$LAST]]}
+// CHECK: "novella.vop"() {a = "acc", {{.*}}b = "bias", {{.*}}fn = "ADD", mode = "ROW"{{.*}}when = #[[$LAST]]}
 // CHECK: "novella.vop"() {{{.*}}fn = "RELU"
 // CHECK: "novella.vop"() {a = "out", {{.*}}b = "res", {{.*}}dst = "out", {{.*}}fn = "ADD"{{.*}}when = #[[$LAST]]}
 // CHECK: "novella.dma_store"() {buffer = "out"{{.*}}when = #[[$LAST]]}
+// CHECK: "novella.mma"() {{{.*}}acc = "acc", acc_offset
 // CHECK: kernel = "novella.fused_linear", novella.buffers = {{{.*}}res = ["spad", {{[0-9]+}}, {{[0-9]+}}, 2]
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @residual(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, %h: tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {
@@ -41,14 +43,16 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // parity of the output block along grid dim 1 (here the `?` row blocks, weight-stationary: an address
 // expression of d1, not the step parity of --novella-schedule, as the k loop accumulates across steps).
 // Block d1 - 1's epilogue then runs on block d1's first k step, before its MATMUL, from the other half
-// and with that block's rows and bias; the last row block's runs after its own MATMUL, into `out2`.
+// and with that block's rows and its columns of the bias row (resident: one LOAD on the op's first step);
+// the last row block's runs after its own MATMUL, into `out2`.
 // CHECK-DAG: #[[$PREVHALF:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d1 + 1) mod 2) * 1536)>
 // CHECK-DAG: #[[$PREVROW:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d1 - 1) * 16)>
 // CHECK-DAG: #[[$HALF:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d1 mod 2) * 1536)>
 // CHECK-DAG: #[[$DEFER:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 == 0, d1 - 1 >= 0)>
 // CHECK-DAG: #[[$FINAL:.*]] = affine_set<(d0, d1, d2)[s0] : (-d1 + s0 ceildiv 16 - 1 == 0, -d2 == 0)>
+// CHECK-DAG: #[[$OPFIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d0 == 0, d1 == 0, d2 == 0)>
 // CHECK-LABEL: func.func @deferred
-// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", {{.*}}when = #[[$DEFER]]}
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", cols = 1536 : i64, {{.*}}when = #[[$OPFIRST]]}
 // CHECK: "novella.vop"() {a = "acc", a_offset = #[[$PREVHALF]], {{.*}}fn = "ADD", mode = "ROW", {{.*}}when = #[[$DEFER]]}
 // CHECK: "novella.vop"() {{{.*}}fn = "ERF", {{.*}}when = #[[$DEFER]]}
 // CHECK: "novella.dma_store"() {buffer = "out", {{.*}}row_start = #[[$PREVROW]], {{.*}}when = #[[$DEFER]]}

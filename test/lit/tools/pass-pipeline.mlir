@@ -8,14 +8,14 @@
 
 // CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 32, 1)>
 // CHECK-LABEL: func.func @linear
-// CHECK: "novella.linear"({{.*}}) {act = "relu", {{.*}}novella.grid = #[[$GRID]], {{.*}}novella.tiles = {tk = 64 : i64, tm = 32 : i64, tn = 32 : i64, ws = 1 : i64}}
+// CHECK: "novella.linear"({{.*}}) {act = "relu", {{.*}}novella.grid = #[[$GRID]], {{.*}}novella.tiles = {acc_slots = 2 : i64, tk = 64 : i64, tm = 32 : i64, tn = 32 : i64, ws = 1 : i64}}
 // CHECK-NOT: novella.relu
 
 // The default tiles and loop order are the cost model's pick within the SRAM budget of the config
 // (ws = 1: the 32x64 weight is resident, x streams through two slots).
 // RUN: novella-opt %S/Inputs/linear.mlir -p 'builtin.module(novella-allocate,novella-tile)' | FileCheck %s --check-prefix=DEFAULT
 // RUN: novella-opt %S/Inputs/linear.mlir -p 'builtin.module(novella-allocate,novella-tile)' --config %S/Inputs/small-sram.toml | FileCheck %s --check-prefix=SMALL
-// DEFAULT: novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 32 : i64, ws = 1 : i64}
+// DEFAULT: novella.tiles = {acc_slots = 2 : i64, tk = 64 : i64, tm = 16 : i64, tn = 32 : i64, ws = 1 : i64}
 // SMALL: novella.sram_budget = {acc = 1024 : i64, spad = 4096 : i64}, novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 16 : i64, ws = 1 : i64}
 
 // A config too small for any tile makes the pass fail on the op.

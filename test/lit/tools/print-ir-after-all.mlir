@@ -12,11 +12,11 @@
 // CHECK: novella.dram
 // CHECK-NOT: novella.tiles
 // CHECK: // -----// IR Dump After NovellaTile: novella-tile{tile-m=32 slots=2} //----- //
-// CHECK: novella.tiles = {tk = 64 : i64, tm = 32 : i64, tn = 32 : i64, ws = 1 : i64}
+// CHECK: novella.tiles = {acc_slots = 2 : i64, tk = 64 : i64, tm = 32 : i64, tn = 32 : i64, ws = 1 : i64}
 // CHECK-NOT: IR Dump
 
 // The final module still goes to the output file.
-// OUT: novella.tiles = {tk = 64 : i64, tm = 32 : i64, tn = 32 : i64, ws = 1 : i64}
+// OUT: novella.tiles = {acc_slots = 2 : i64, tk = 64 : i64, tm = 32 : i64, tn = 32 : i64, ws = 1 : i64}
 
 // RUN: novella-opt %S/Inputs/linear.mlir --novella-legalize --novella-shape-infer --mlir-print-ir-after-change -o %t 2>&1 | FileCheck %s --check-prefix=CHANGE
 // CHANGE: IR Dump After NovellaLegalize: novella-legalize

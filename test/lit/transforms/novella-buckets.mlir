@@ -1,31 +1,32 @@
 // RUN: novella-opt %s --novella-buckets --split-input-file --verify-diagnostics | FileCheck %s
 // RUN: novella-opt %s --novella-buckets=enable=0 --split-input-file | FileCheck %s --check-prefix=OFF
-// RUN: novella-opt %s --novella-buckets=min-gain=50 --split-input-file | FileCheck %s --check-prefix=GAIN50
+// RUN: novella-opt %s --novella-buckets=min-gain=90 --split-input-file | FileCheck %s --check-prefix=GAIN90
 // RUN: novella-opt %s --novella-buckets --novella-tile --split-input-file | FileCheck %s --check-prefix=TILE
 // RUN: novella-opt %s --novella-buckets=max-buckets=1 --split-input-file | FileCheck %s --check-prefix=ONE
 
 // fc1 of an MLP (384 -> 1536, gelu) over T in [1, 2048]. Planned for the nominal
 // length the linear keeps its weight slab resident (with two accumulator halves, its
-// GELU epilogue deferred under the next block's MATMULs); for T <= 64 the cost model
-// prefers streaming weight tiles (output-stationary), and below 32 tiles planned for 32
-// beat those planned for 64: two nested buckets, [1, 32] and [33, 64], and the generic
-// program above. (The `?` case: T is symbolic; the decision is the module attribute.)
+// GELU epilogue deferred under the next block's MATMULs); for T <= 256 the cost model
+// prefers keeping the input rows resident and streaming weight tiles (input-stationary),
+// and up to 64 tiles planned for 64 beat those planned for 256: two nested buckets,
+// [1, 64] and [65, 256], and the generic program above. (The `?` case: T is symbolic;
+// the decision is the module attribute.)
 // CHECK-LABEL: module attributes
-// CHECK-SAME: novella.buckets = [{hi = 32 : i64, lo = 1 : i64, plan = [32], reason = "shape bucket: tiles planned for T = 32 instead of 64; the cost model predicts {{.*}} fewer cycles at T = 1, 16, 32", symbol = 0 : i64},
-// CHECK-SAME: {hi = 64 : i64, lo = 33 : i64, plan = [64], reason = "shape bucket: tiles planned for T = 64 instead of 4096; the cost model predicts {{.*}} fewer cycles at T = 1, 32, 64", symbol = 0 : i64},
-// CHECK-SAME: {hi = 2048 : i64, lo = 65 : i64, plan = [4096], reason = "generic", symbol = 0 : i64}]
+// CHECK-SAME: novella.buckets = [{hi = 64 : i64, lo = 1 : i64, plan = [64], reason = "shape bucket: tiles planned for T = 64 instead of 256; the cost model predicts {{.*}} fewer cycles at T = 1, 32, 64", symbol = 0 : i64},
+// CHECK-SAME: {hi = 256 : i64, lo = 65 : i64, plan = [256], reason = "shape bucket: tiles planned for T = 256 instead of 4096; the cost model predicts {{.*}} fewer cycles at T = 1, 128, 256", symbol = 0 : i64},
+// CHECK-SAME: {hi = 2048 : i64, lo = 257 : i64, plan = [4096], reason = "generic", symbol = 0 : i64}]
 // CHECK: func.func @fc1(%{{.*}}: tensor<1x?x384xf32
 // ONE-LABEL: module attributes
-// ONE-SAME: novella.buckets = [{hi = 64 : i64, lo = 1 : i64, plan = [64], reason = "shape bucket: tiles planned for T = 64 instead of 4096;
-// ONE-SAME: {hi = 2048 : i64, lo = 65 : i64, plan = [4096], reason = "generic", symbol = 0 : i64}]
+// ONE-SAME: novella.buckets = [{hi = 256 : i64, lo = 1 : i64, plan = [256], reason = "shape bucket: tiles planned for T = 256 instead of 4096;
+// ONE-SAME: {hi = 2048 : i64, lo = 257 : i64, plan = [4096], reason = "generic", symbol = 0 : i64}]
 // With a split, this module stays the generic program (the pipeline compiles each
 // bucket from a copy whose bounds are the bucket's and novella.plan_lengths its plan).
 // TILE-LABEL: func.func @fc1
 // TILE: novella.tiles = {acc_slots = 2 : i64, tk = 384 : i64, tm = 16 : i64, tn = 96 : i64, ws = 1 : i64}
 // OFF-NOT: novella.buckets
 // OFF: func.func @fc1
-// GAIN50-NOT: novella.buckets
-// GAIN50: func.func @fc1
+// GAIN90-NOT: novella.buckets
+// GAIN90: func.func @fc1
 #x = affine_map<()[s0] -> (1, s0, 384)>
 #y = affine_map<()[s0] -> (1, s0, 1536)>
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
@@ -40,14 +41,14 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // -----
 
 // The edge depends on the model and the Target, not on the bounds: T in [1, 16]
-// lies inside the first bucket, so its one program is planned for T = 32 as well.
+// lies inside the first bucket, so its one program is planned for T = 64 as well.
 // CHECK-LABEL: module attributes
-// CHECK-SAME: novella.buckets = [{hi = 16 : i64, lo = 1 : i64, plan = [32], reason = "shape bucket: tiles planned for T = 32
-// CHECK-SAME: novella.plan_lengths = [32]
+// CHECK-SAME: novella.buckets = [{hi = 16 : i64, lo = 1 : i64, plan = [64], reason = "shape bucket: tiles planned for T = 64
+// CHECK-SAME: novella.plan_lengths = [64]
 // CHECK-NOT: generic
 // CHECK: func.func @short
 // TILE-LABEL: func.func @short
-// TILE: novella.tiles = {acc_slots = 2 : i64, tk = 64 : i64, tm = 32 : i64, tn = 192 : i64, ws = 0 : i64}
+// TILE: novella.tiles = {acc_slots = 2 : i64, tk = 384 : i64, tm = 64 : i64, tn = 16 : i64, ws = 2 : i64}
 #x = affine_map<()[s0] -> (1, s0, 384)>
 #y = affine_map<()[s0] -> (1, s0, 1536)>
 module attributes {novella.symbols = {s0 = ["T", 1, 16]}} {

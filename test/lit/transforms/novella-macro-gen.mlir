@@ -1,10 +1,11 @@
 // RUN: novella-opt %s --novella-macro-gen --split-input-file | FileCheck %s
 
 // The tiled linear becomes a macro whose region is one grid step (n, m, k):
-// the weight and bias loads run only on the first step of each n block, the
-// row tile of x is loaded at row d1 * 64 with min(64, T - 64 * d1) rows (the
-// partial last tile), the matmul accumulates from the second k step on, and
-// the epilogue (bias, relu, store) runs on the last k step.
+// the weight slab loads only on the first step of each n block, the bias row
+// once, on the op's first step, the row tile of x is loaded at row d1 * 64 with
+// min(64, T - 64 * d1) rows (the partial last tile), the matmul accumulates from
+// the second k step on, and the epilogue (bias, relu, store) runs on the last k
+// step, adding the n block's columns of the bias row.
 // CHECK-DAG: #[[$WOFF:.*]] = affine_map<(d0, d1, d2)[s0] -> (d0 * 2048)>
 // CHECK-DAG: #[[$KOFF:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 64)>
 // CHECK-DAG: #[[$BOUND:.*]] = affine_map<(d0, d1, d2)[s0] -> (s0)>
@@ -12,7 +13,9 @@
 // CHECK-DAG: #[[$ROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d1 * -64 + s0)>
 // CHECK-DAG: #[[$ACCUM:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2, 1)>
 // CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 64, 1)>
+// CHECK-DAG: #[[$BCOL:.*]] = affine_map<(d0, d1, d2)[s0] -> (d0 * 32)>
 // CHECK-DAG: #[[$FIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 == 0, d2 == 0)>
+// CHECK-DAG: #[[$OPFIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d0 == 0, d1 == 0, d2 == 0)>
 // CHECK-DAG: #[[$LASTK:.*]] = affine_set<(d0, d1, d2)[s0] : (-d2 == 0)>
 // CHECK-LABEL: func.func @linear
 // CHECK-SAME: (%[[X:.*]]: tensor<1x?x64xf32
@@ -20,10 +23,10 @@
 // CHECK: %[[B:.*]] = "novella.weight"() {name = "b"
 // CHECK: %[[M:.*]] = "novella.macro"() ({
 // CHECK-NEXT: "novella.dma_load"(%[[W]]) {buffer = "w", cols = 64 : i64, dram_offset = #[[$WOFF]], {{.*}}rows = 32 : i64, {{.*}}tensor = 1 : i64, when = #[[$FIRST]]}
-// CHECK-NEXT: "novella.dma_load"(%[[B]]) {buffer = "bias", {{.*}}tensor = 2 : i64, when = #[[$FIRST]]}
 // CHECK-NEXT: "novella.dma_load"(%[[X]]) {buffer = "a", cols = 64 : i64, dram_offset = #[[$KOFF]], dram_stride = 64 : i64, row_bound = #[[$BOUND]], row_start = #[[$ROW0]], row_step = 1 : i64, rows = #[[$ROWS]], sram_stride = 64 : i64, tensor = 0 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[B]]) {buffer = "bias", cols = 32 : i64, dram_offset = 0 : i64, {{.*}}rows = 1 : i64, {{.*}}tensor = 2 : i64, when = #[[$OPFIRST]]}
 // CHECK-NEXT: "novella.mma"() {{.*}}acc = "acc", {{.*}}accumulate = #[[$ACCUM]], {{.*}}k = 64 : i64, lhs = "a", m = #[[$ROWS]], n = 32 : i64, rhs = "w", rhs_offset = #[[$KOFF]], transpose_b = 1 : i64}
-// CHECK-NEXT: "novella.vop"() {a = "acc", {{.*}}b = "bias", {{.*}}dst = "out", {{.*}}fn = "ADD", mode = "ROW", rows = #[[$ROWS]], when = #[[$LASTK]]}
+// CHECK-NEXT: "novella.vop"() {a = "acc", {{.*}}b = "bias", b_offset = #[[$BCOL]], {{.*}}dst = "out", {{.*}}fn = "ADD", mode = "ROW", rows = #[[$ROWS]], when = #[[$LASTK]]}
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}fn = "RELU", rows = #[[$ROWS]], when = #[[$LASTK]]}
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out", {{.*}}row_bound = #[[$BOUND]], row_start = #[[$ROW0]], {{.*}}rows = #[[$ROWS]], {{.*}}when = #[[$LASTK]]}
 // CHECK-NEXT: }) {act = "relu", grid = #[[$GRID]], kernel = "novella.linear", novella.buffers = {{.*}}, novella.tiles = {tk = 64 : i64, tm = 64 : i64, tn = 32 : i64}} : () -> tensor<1x?x32xf32
@@ -41,6 +44,43 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     %0 = "novella.weight"() {name = "w", novella.dram = #map3} : () -> tensor<32x64xf32>
     %1 = "novella.weight"() {name = "b", novella.dram = #map4} : () -> tensor<32xf32>
     %2 = "novella.linear"(%arg0, %0, %1) {act = "relu", novella.buffers = {a = ["spad", 2048, 4096], acc = ["acc", 0, 2048], bias = ["spad", 6144, 32], out = ["spad", 6176, 2048], w = ["spad", 0, 2048]}, novella.dram = #map5, novella.grid = #map6, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, novella.tiles = {tk = 64 : i64, tm = 64 : i64, tn = 32 : i64}} : (tensor<1x?x64xf32, #map>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<1x?x32xf32, #map1>
+    return %2 : tensor<1x?x32xf32, #map1>
+  }
+}
+
+// -----
+
+// Input-stationary (ws = 2), grid (m, n, k): the row slab x[m block, :] (all
+// 64 columns) loads on the first n and k step of each row tile and stays; the
+// weight tile [16, 32] of (n, k) streams every step; the matmul reads the k
+// step's columns of the slab (lhs_offset d2 * 32, a_stride 64).
+// CHECK-DAG: #[[$WOFF:.*]] = affine_map<(d0, d1, d2)[s0] -> (d1 * 1024 + d2 * 32)>
+// CHECK-DAG: #[[$KOFF:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 32)>
+// CHECK-DAG: #[[$ROW0:.*]] = affine_map<(d0, d1, d2)[s0] -> (d0 * 64)>
+// CHECK-DAG: #[[$ROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d0 * -64 + s0)>
+// CHECK-DAG: #[[$SLAB:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 == 0, d2 == 0)>
+// CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (s0 ceildiv 64, 2, 2)>
+// CHECK-LABEL: func.func @linear_input_stationary
+// CHECK-SAME: (%[[X:.*]]: tensor<1x?x64xf32
+// CHECK: %[[W:.*]] = "novella.weight"() {name = "w"
+// CHECK: "novella.macro"() ({
+// CHECK-NEXT: "novella.dma_load"(%[[W]]) {buffer = "w", cols = 32 : i64, dram_offset = #[[$WOFF]], dram_stride = 64 : i64, {{.*}}rows = 16 : i64, {{.*}}tensor = 1 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[X]]) {buffer = "a", cols = 64 : i64, dram_offset = 0 : i64, dram_stride = 64 : i64, {{.*}}row_start = #[[$ROW0]], {{.*}}rows = #[[$ROWS]], sram_stride = 64 : i64, tensor = 0 : i64, when = #[[$SLAB]]}
+// CHECK-NEXT: "novella.dma_load"({{.*}}) {buffer = "bias", cols = 32 : i64, {{.*}}tensor = 2 : i64, when =
+// CHECK-NEXT: "novella.mma"() {a_stride = 64 : i64, {{.*}}k = 32 : i64, lhs = "a", lhs_offset = #[[$KOFF]], m = #[[$ROWS]], n = 16 : i64, rhs = "w", rhs_offset = 0 : i64, transpose_b = 1 : i64}
+// CHECK: }) {act = "relu", grid = #[[$GRID]], kernel = "novella.linear", {{.*}}novella.tiles = {tk = 32 : i64, tm = 64 : i64, tn = 16 : i64, ws = 2 : i64}}
+#map = affine_map<()[s0] -> (1, s0, 64)>
+#map1 = affine_map<()[s0] -> (1, s0, 32)>
+#map2 = affine_map<()[s0] -> (s0 * 96 + 2080)>
+#map3 = affine_map<()[s0] -> (0)>
+#map4 = affine_map<()[s0] -> (2048)>
+#map5 = affine_map<()[s0] -> (s0 * 64 + 2080)>
+#map6 = affine_map<()[s0] -> (s0 ceildiv 64, 2, 2)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @linear_input_stationary(%arg0: tensor<1x?x64xf32, #map> {novella.dram = affine_map<()[s0] -> (2080)>}) -> tensor<1x?x32xf32, #map1> attributes {novella.dram_size = #map2} {
+    %0 = "novella.weight"() {name = "w", novella.dram = #map3} : () -> tensor<32x64xf32>
+    %1 = "novella.weight"() {name = "b", novella.dram = #map4} : () -> tensor<32xf32>
+    %2 = "novella.linear"(%arg0, %0, %1) {act = "relu", novella.buffers = {a = ["spad", 1056, 4096], acc = ["acc", 0, 1024], bias = ["spad", 1024, 32], out = ["spad", 5152, 1024], w = ["spad", 0, 512]}, novella.dram = #map5, novella.grid = #map6, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, novella.tiles = {tk = 32 : i64, tm = 64 : i64, tn = 16 : i64, ws = 2 : i64}} : (tensor<1x?x64xf32, #map>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<1x?x32xf32, #map1>
     return %2 : tensor<1x?x32xf32, #map1>
   }
 }

@@ -4,22 +4,26 @@
 // A linear over T rows (`?`): x and the output stream through two slots (their
 // novella.buffers entries end in 2), so every template that addresses them gets the
 // slot stride of that field (the JIT adds stride * (step mod 2)); the resident weight
-// and bias loads (guarded to the first step of each column block) get none. Every
-// streamed LOAD and STORE is slotted, so the macro's token distances are 2 and 2.
+// slab (guarded to the first step of each column block) and bias row (guarded to the
+// op's first step) get none. With two accumulator halves, a block's epilogue runs under
+// the next block's MATMUL (into `out`) and the last block's after its own (into `out2`).
+// Every streamed LOAD and STORE is slotted, so the macro's token distances are 2 and 2.
 // CHECK-LABEL: func.func @linear
 // CHECK-SAME: (%[[X:.*]]: tensor<1x?x64xf32
 // CHECK: %[[W:.*]] = "novella.weight"() {name = "w"
 // CHECK: %[[B:.*]] = "novella.weight"() {name = "b"
 // CHECK: "novella.macro"() ({
-// CHECK-NEXT: "novella.inst"(%[[W]]) {{{[^}]*}}opcode = "LOAD", {{[^}]*}}sram_addr = 0 : i64, {{[^}]*}}when
-// CHECK-NOT: slot
-// CHECK-NEXT: "novella.inst"(%[[B]]) {{{[^}]*}}opcode = "LOAD", {{[^}]*}}sram_addr = 2048 : i64, {{[^}]*}}when
+// CHECK-NEXT: "novella.inst"(%[[W]]) {{{[^}]*}}opcode = "LOAD", {{[^}]*}}rows = 32 : i64, sram_addr = 0 : i64, {{[^}]*}}when
 // CHECK-NEXT: "novella.inst"(%[[X]]) {{{.*}}opcode = "LOAD", {{.*}}slot = {sram_addr = 1024 : i64}, sram_addr = 2080 : i64
-// CHECK-NEXT: "novella.inst"() {a_addr = 2080 : i64, {{.*}}opcode = "MATMUL", slot = {a_addr = 1024 : i64}
+// CHECK-NEXT: "novella.inst"(%[[B]]) {{{[^}]*}}opcode = "LOAD", {{[^}]*}}rows = 1 : i64, sram_addr = 2048 : i64, {{[^}]*}}when
 // CHECK-NEXT: "novella.inst"() {{{.*}}dst_addr = 4128 : i64, {{.*}}fn = "ADD", {{.*}}slot = {dst_addr = 512 : i64}
 // CHECK-NEXT: "novella.inst"() {a_addr = 4128 : i64, {{.*}}fn = "RELU", {{.*}}slot = {a_addr = 512 : i64, dst_addr = 512 : i64}
 // CHECK-NEXT: "novella.inst"() {{{.*}}opcode = "STORE", {{.*}}slot = {sram_addr = 512 : i64}, sram_addr = 4128 : i64
-// CHECK-NEXT: }) {{{.*}}novella.buffers = {a = ["spad", 2080, 1024, 2], {{.*}}out = ["spad", 4128, 512, 2], w = ["spad", 0, 2048]}, {{.*}}novella.schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
+// CHECK-NEXT: "novella.inst"() {a_addr = 2080 : i64, {{.*}}opcode = "MATMUL", slot = {a_addr = 1024 : i64}
+// CHECK-NEXT: "novella.inst"() {{{.*}}dst_addr = 5152 : i64, {{.*}}fn = "ADD", {{.*}}slot = {dst_addr = 512 : i64}
+// CHECK-NEXT: "novella.inst"() {a_addr = 5152 : i64, {{.*}}fn = "RELU", {{.*}}slot = {a_addr = 512 : i64, dst_addr = 512 : i64}
+// CHECK-NEXT: "novella.inst"() {{{.*}}opcode = "STORE", {{.*}}slot = {sram_addr = 512 : i64}, sram_addr = 5152 : i64
+// CHECK-NEXT: }) {{{.*}}novella.buffers = {a = ["spad", 2080, 1024, 2], {{.*}}out = ["spad", 4128, 512, 2], out2 = ["spad", 5152, 512, 2], w = ["spad", 0, 2048]}, {{.*}}novella.schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
 // With one slot per buffer nothing is slotted and the token distances are 1 (single buffering).
 // ONE-LABEL: func.func @linear
 // ONE-NOT: slot =

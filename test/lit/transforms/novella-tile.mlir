@@ -2,21 +2,22 @@
 // RUN: novella-opt %s --novella-tile=tile-m=16 --split-input-file --verify-diagnostics | FileCheck %s --check-prefix=TM16
 
 // The row tiles of the linear cover the symbolic rows: grid (n, m, k) with a
-// ceildiv of T along m (the last tile may be partial); weight, bias and the
+// ceildiv of T along m (the last tile may be partial); weight, bias row and the
 // accumulator are sized by the tile and packed into the scratchpad. The cost
 // model keeps the small weight resident (ws = 1); the op is DRAM-bound at every
 // row tile, and 16-row tiles have the shortest pipeline fill (simulated: 1% fewer
 // cycles than 256 rows at T = 4096); x and the output stream through two slots
-// each (the 4th entry, 2).
+// each (the 4th entry, 2), and two accumulator halves defer each block's
+// epilogue under the next block's MATMUL (out2: the last block's own output).
 // CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 16, 1)>
 // CHECK-LABEL: func.func @linear
 // CHECK: "novella.linear"
-// CHECK-SAME: novella.buffers = {a = ["spad", 2080, 1024, 2], acc = ["acc", 0, 512], bias = ["spad", 2048, 32], out = ["spad", 4128, 512, 2], w = ["spad", 0, 2048]}
+// CHECK-SAME: novella.buffers = {a = ["spad", 2080, 1024, 2], acc = ["acc", 0, 1024], bias = ["spad", 2048, 32], out = ["spad", 4128, 512, 2], out2 = ["spad", 5152, 512, 2], w = ["spad", 0, 2048]}
 // CHECK-SAME: novella.grid = #[[$GRID]]
-// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 32 : i64, ws = 1 : i64}
+// CHECK-SAME: novella.tiles = {acc_slots = 2 : i64, tk = 64 : i64, tm = 16 : i64, tn = 32 : i64, ws = 1 : i64}
 // TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 16, 1)>
 // TM16-LABEL: func.func @linear
-// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 32 : i64, ws = 1 : i64}
+// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {acc_slots = 2 : i64, tk = 64 : i64, tm = 16 : i64, tn = 32 : i64, ws = 1 : i64}
 #x = affine_map<()[s0] -> (1, s0, 64)>
 #y = affine_map<()[s0] -> (1, s0, 32)>
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
@@ -34,12 +35,12 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // until every buffer, x and the output with two slots, fits (spad 8192, acc 1024).
 // CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (4, s0 ceildiv 16, 4)>
 // CHECK-LABEL: func.func @small_budget
-// CHECK: novella.buffers = {a = ["spad", 4112, 1024, 2], acc = ["acc", 0, 256], bias = ["spad", 4096, 16], out = ["spad", 6160, 256, 2], w = ["spad", 0, 4096]}
+// CHECK: novella.buffers = {a = ["spad", 4160, 1024, 2], acc = ["acc", 0, 512], bias = ["spad", 4096, 64], out = ["spad", 6208, 256, 2], out2 = ["spad", 6720, 256, 2], w = ["spad", 0, 4096]}
 // CHECK-SAME: novella.grid = #[[$GRID]]
-// CHECK-SAME: novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 16 : i64, ws = 1 : i64}
+// CHECK-SAME: novella.tiles = {acc_slots = 2 : i64, tk = 64 : i64, tm = 16 : i64, tn = 16 : i64, ws = 1 : i64}
 // TM16-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (4, s0 ceildiv 16, 4)>
 // TM16-LABEL: func.func @small_budget
-// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {tk = 64 : i64, tm = 16 : i64, tn = 16 : i64, ws = 1 : i64}
+// TM16: novella.grid = #[[$GRID]]{{.*}}novella.tiles = {acc_slots = 2 : i64, tk = 64 : i64, tm = 16 : i64, tn = 16 : i64, ws = 1 : i64}
 #x = affine_map<()[s0] -> (s0, 256)>
 #y = affine_map<()[s0] -> (s0, 64)>
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
