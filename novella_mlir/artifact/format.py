@@ -544,4 +544,3 @@ def _eval_at(program, values) -> int:
     from ..runtime import expr
 
     return expr.evaluate(program, list(values))
-

@@ -29,6 +29,11 @@ NEEDED_DECOMPOSITIONS = (
     "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "native_dropout", "linalg_vector_norm",
     "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm", "index_copy",
 )  # fmt: skip
+# Composite ops torch.export keeps whole, replaced by their own CompositeImplicitAutograd kernel: `diff`
+# (transformers' packed-sequence check) -> slices and sub, `to.device` -> a copy or nothing, `min`/`max`
+# of two tensors -> minimum/maximum, `repeat_interleave` by an int -> expand and view, `W.T` -> permute.
+COMPOSITE_DECOMPOSITIONS = ("diff.default", "to.device", "min.other", "max.other", "repeat_interleave.self_int",
+                            "numpy_T.default")  # fmt: skip
 
 
 @dataclass
@@ -60,23 +65,35 @@ class _WeightHooks(FxImporterHooks):
         return self._weight(info.input_spec.target, value, info.ir_type)
 
     def resolve_literal(self, gni, literal, info):
-        if not isinstance(literal, torch.Tensor) or literal.dim() == 0:
+        """A tensor literal as a weight; a 0-d float64 one (`torch.tensor(2.5, dtype=float64)`) is a scalar,
+        held as float32 like every 0-d value."""
+        if not isinstance(literal, torch.Tensor):
             return None
         name = f"const_{len(self.weights)}"
-        ir_type = gni._cc.get_vtensor_type(literal.size(), literal.dtype)
+        dtype = torch.float32 if literal.dim() == 0 and literal.dtype.is_floating_point else literal.dtype
+        ir_type = gni._cc.get_vtensor_type(literal.size(), dtype)
         return self._weight(name, literal, ir_type)
 
 
 def decomposition_table(graph_targets) -> dict:
     """torch's decompositions of the NEEDED_DECOMPOSITIONS ops, when one occurs in the graph (all of them
-    then: a decomposition may emit another, e.g. mish -> softplus); empty (no retrace) otherwise."""
+    then: a decomposition may emit another, e.g. mish -> softplus) and the COMPOSITE_DECOMPOSITIONS;
+    empty (no retrace) otherwise."""
     from torch._decomp import decomposition_table as table
+    from torch._export.utils import _get_decomp_for_cia
 
     aten = torch.ops.aten
     wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
-    if not any(getattr(t, "overloadpacket", None) in wanted and t in table for t in graph_targets):
+    composite = {_overload(n) for n in COMPOSITE_DECOMPOSITIONS}
+    if not any(getattr(t, "overloadpacket", None) in wanted and t in table or t in composite for t in graph_targets):
         return {}
-    return {t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}
+    picked = {t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}
+    return picked | {op: _get_decomp_for_cia(op) for op in composite}
+
+
+def _overload(name: str):
+    packet, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, packet), overload)
 
 
 def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int):
