@@ -280,10 +280,11 @@ def interleaved(rows: list[dict]) -> list[dict]:
 
 def _machine() -> str:
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    commit = os.environ.get("ZOO_COMMIT") or rev.stdout.strip()
     import torch
     import transformers
 
-    return (f"commit {rev.stdout.strip()}, {platform.node()} ({platform.machine()}, {os.cpu_count()} cores), "
+    return (f"commit {commit}, {platform.node()} ({platform.machine()}, {os.cpu_count()} cores), "
             f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}")  # fmt: skip
 
 
