@@ -143,6 +143,7 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
         with explain.quiet(), symbolic_kernels():
             prog = prog.run_decompositions(table)
         exporting.strip_asserts(prog, recompile=False)
+    drop_empty_cat_operands(prog.graph)
     t1 = time.perf_counter()
     hooks = _WeightHooks()
     importer = FxImporter(context=ctx, hooks=hooks)
@@ -164,6 +165,35 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
         seconds={"decompose": t1 - t0, "import": t2 - t1},
         decomposed=sorted(str(t) for t in table),
     )
+
+
+def drop_empty_cat_operands(graph) -> None:
+    """Folds away the operands of a `cat` that are empty along the cat dim (`x[..., d:]` of width 0):
+    a cat of one non-empty operand is that operand; the empty values' producers become dead and go."""
+    cat = torch.ops.aten.cat.default
+    changed = False
+    for node in [n for n in graph.nodes if n.op == "call_function" and n.target is cat]:
+        items = list(node.args[0])
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        keep = [v for v in items if not _empty_along(v, dim)]
+        if not keep or len(keep) == len(items):
+            continue
+        changed = True
+        if len(keep) == 1:
+            node.replace_all_uses_with(keep[0])
+            graph.erase_node(node)
+        else:
+            node.args = (keep, *node.args[1:])
+    if changed:
+        graph.eliminate_dead_code()
+
+
+def _empty_along(v, dim: int) -> bool:
+    val = v.meta.get("val") if isinstance(v, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.dim() == 0:
+        return False
+    size = val.shape[dim % val.dim()]
+    return isinstance(size, int) and size == 0
 
 
 def _mutates(target) -> bool:
