@@ -180,7 +180,7 @@ def child(args) -> None:
     row = json.loads(args.one)
     out = {"nomask": check_one(row, False)}
     if row.get("mask"):
-        out["mask"] = check_one(row, True)
+        out["masked"] = check_one(row, True)
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -229,6 +229,7 @@ def main(argv=None) -> None:
     p.add_argument("--results", default="/tmp/zoo_results.json", help="results so far (resumed)")
     p.add_argument("--out", default=str(ROOT / "docs" / "zoo.md"))
     p.add_argument("--budget", type=float, default=1e9, help="minutes: start no family after this")
+    p.add_argument("--jobs", type=int, default=1, help="families run at once (each in its own subprocess)")
     p.add_argument("--survey", help=argparse.SUPPRESS)
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -249,15 +250,22 @@ def main(argv=None) -> None:
     rf = Path(args.results)
     results = {r["family"]: r for r in (json.loads(rf.read_text()) if rf.exists() else [])}
     stop = time.monotonic() + 60 * args.budget
-    for r in interleaved(rows):
-        if "skip" in r or (names and r["family"] not in names) or r["family"] in results:
-            continue
+    todo = [r for r in interleaved(rows) if "skip" not in r and r["family"] not in results]
+    todo = [r for r in todo if not names or r["family"] in names]
+
+    def one(r):
         if time.monotonic() > stop:
-            print(f"budget of {args.budget} min spent: the families left are not in the table")
-            break
+            return
         results[r["family"]] = res = run_family(r, args.timeout)
         print(line_of(res), flush=True)
         rf.write_text(json.dumps(list(results.values())))
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, todo))
+    if len(results) < len(rows) - sum("skip" in r for r in rows):
+        print(f"budget of {args.budget} min spent: the families left are not in the table")
     import zoo_report
 
     Path(args.out).write_text(zoo_report.render(rows, results, _machine()))

@@ -30,14 +30,14 @@ def _cell(v: dict | None) -> str:
 
 
 def passed(r: dict) -> bool:
-    return all(v.get("stage") == "ok" for k, v in r.items() if k in ("nomask", "mask"))
+    return all(v.get("stage") == "ok" for k, v in r.items() if k in ("nomask", "masked"))
 
 
 def _first_refusal(r: dict) -> str:
-    for k in ("nomask", "mask"):
+    for k in ("nomask", "masked"):
         v = r.get(k) or {}
         if v.get("refusal"):
-            return (f"({k}) " if k == "mask" else "") + v["refusal"].replace("|", "\\|")
+            return (f"({k}) " if k == "masked" else "") + v["refusal"].replace("|", "\\|")
         if v.get("stage") == "wrong":
             bad = [n for n, _, ok in v["lengths"] if not ok]
             return f"({k}) wrong at lengths {bad}"
@@ -45,7 +45,7 @@ def _first_refusal(r: dict) -> str:
 
 
 def line(r: dict) -> str:
-    nm, m = r.get("nomask") or {}, r.get("mask")
+    nm, m = r.get("nomask") or {}, r.get("masked")
     errs = [v.get("err") for v in (nm, m or {}) if v.get("err") is not None]
     err = f"{max(errs):.1e}" if errs else "-"
     cs = nm.get("compile_s")
