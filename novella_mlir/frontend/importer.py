@@ -145,10 +145,14 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
         exporting.strip_asserts(prog, recompile=False)
     drop_empty_cat_operands(prog.graph)
     t1 = time.perf_counter()
+    check_outputs(prog)
     hooks = _WeightHooks()
     importer = FxImporter(context=ctx, hooks=hooks)
     with ctx:
-        importer.import_program(prog, func_name="forward")
+        try:
+            importer.import_program(prog, func_name="forward")
+        except (ValueError, NotImplementedError) as e:  # the FX importer's refusals (e.g. as_strided of a `?`)
+            raise NovellaError(f"the torch-mlir FX importer cannot import the exported program: {e}") from None
     t2 = time.perf_counter()
     symbols, positions = _symbols(prog, names)
     user_inputs = [n for n in prog.graph.nodes if n.op == "placeholder" and _is_user_input(prog, n)]
@@ -165,6 +169,17 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
         seconds={"decompose": t1 - t0, "import": t2 - t1},
         decomposed=sorted(str(t) for t in table),
     )
+
+
+def check_outputs(prog) -> None:
+    """Refuses a forward that returns a Python value (an int, a bool, a tuple of them) instead of tensors."""
+    out = next(n for n in prog.graph.nodes if n.op == "output").args[0]
+    for i, v in enumerate(out if isinstance(out, (tuple, list)) else [out]):
+        if not isinstance(v, torch.fx.Node) or not isinstance(v.meta.get("val"), torch.Tensor):
+            raise NovellaError(
+                f"output #{i} of the model is the Python value {v!r}, not a tensor computed from the inputs: the "
+                "NPU returns tensors only; return tensors from forward (e.g. torch.tensor(value) outside it)"
+            )
 
 
 def drop_empty_cat_operands(graph) -> None:

@@ -112,3 +112,27 @@ def test_a_stock_decoder_without_cache_or_mask():
         with torch.no_grad():
             want = model(x)
         assert torch.allclose(npu(x), want, atol=1e-4, rtol=1e-4), f"T={n}"
+
+
+class _Constant(torch.nn.Module):
+    def forward(self, x):
+        return (1, 2)
+
+
+class _Bincount(torch.nn.Module):
+    def forward(self, x):
+        return torch.bincount(x)
+
+
+def test_refusals_the_peer_suite_found_are_clear():
+    """torch-mlir's e2e modules: a Python output, a data-dependent size, an integer pow (fp32 exp/log is
+    not an exact integer: it was a silent wrong answer), each a NovellaError saying what to do."""
+    from torch.export import Dim
+
+    with pytest.raises(NovellaError, match=r"output #0 of the model is the Python value 1, not a tensor"):
+        compile_torch(_Constant(), torch.randn(1, 6, 8), dynamic_dim=1, min_len=1, max_len=70, cache=False)
+    with pytest.raises(NovellaError, match=r"torch.bincount at .*size depends on the input's values"):
+        compile_torch(_Bincount(), torch.randint(0, 9, (40,)), dynamic_shapes=({0: Dim("T", min=1, max=99)},))
+    ints = torch.randint(0, 5, (1, 6, 3), dtype=torch.int32)
+    with pytest.raises(NovellaError, match=r"pow of two integer tensors is not supported.*cast x to float"):
+        compile_torch(Lambda(torch.pow), ints, ints, dynamic_dim=1, min_len=1, max_len=70, cache=False)
