@@ -84,11 +84,27 @@ def decomposition_table(graph_targets) -> dict:
 
     aten = torch.ops.aten
     wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
-    composite = {_overload(n) for n in COMPOSITE_DECOMPOSITIONS}
+    composite = {_overload(n) for n in COMPOSITE_DECOMPOSITIONS} | unlowered_composites(graph_targets)
     if not any(getattr(t, "overloadpacket", None) in wanted and t in table or t in composite for t in graph_targets):
         return {}
     picked = {t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}
     return picked | {op: _get_decomp_for_cia(op) for op in composite}
+
+
+def unlowered_composites(graph_targets) -> set:
+    """The graph's aten ops that the op table does not lower but that have a CompositeImplicitAutograd
+    kernel (expand_as, movedim, broadcast_to, hstack, cosine_similarity...): decomposed by that kernel."""
+    from .lowering import lowerings
+
+    table, out = lowerings(), set()
+    for t in graph_targets:
+        if not isinstance(t, torch._ops.OpOverload) or t.namespace != "aten":
+            continue
+        name = f"torch.aten.{t._opname}" + ("" if t._overloadname == "default" else f".{t._overloadname}")
+        cia = torch._C._dispatch_has_kernel_for_dispatch_key(t.name(), "CompositeImplicitAutograd")
+        if cia and name not in table:
+            out.add(t)
+    return out
 
 
 def _overload(name: str):
@@ -136,13 +152,7 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
     """Runs only the decompositions the graph needs (none: no retrace), then the FX importer, into `ctx`."""
     t0 = time.perf_counter()
     exporting.strip_asserts(prog, recompile=False)  # the importer reads the graph, not its code
-    targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
-    table = globals()["decomposition_table"](targets) if decomposition_table is None else decomposition_table
-    if table or any(_mutates(t) for t in targets):
-        prog.graph_module.recompile()  # run_decompositions retraces the code
-        with explain.quiet(), symbolic_kernels():
-            prog = prog.run_decompositions(table)
-        exporting.strip_asserts(prog, recompile=False)
+    prog, table = _decompose(prog, decomposition_table)
     drop_empty_cat_operands(prog.graph)
     t1 = time.perf_counter()
     check_outputs(prog)
@@ -169,6 +179,27 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
         seconds={"decompose": t1 - t0, "import": t2 - t1},
         decomposed=sorted(str(t) for t in table),
     )
+
+
+def _decompose(prog, fixed):
+    """(program, table): the decompositions the graph needs (or `fixed`), then the composites the first
+    round made (a composite's kernel may call another: hstack -> atleast_1d), at most 3 more rounds."""
+    from torch._export.utils import _get_decomp_for_cia
+
+    targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
+    table = decomposition_table(targets) if fixed is None else fixed
+    rounds = 0
+    while table or any(_mutates(t) for t in targets):
+        prog.graph_module.recompile()  # run_decompositions retraces the code
+        with explain.quiet(), symbolic_kernels():
+            prog = prog.run_decompositions(table)
+        exporting.strip_asserts(prog, recompile=False)
+        targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
+        more = unlowered_composites(targets) if fixed is None and rounds < 3 else set()
+        if not more:
+            break
+        table, rounds = {**table, **{op: _get_decomp_for_cia(op) for op in more}}, rounds + 1
+    return prog, table
 
 
 def check_outputs(prog) -> None:

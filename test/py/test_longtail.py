@@ -81,6 +81,19 @@ def test_an_index_tensor_after_slices(fn):
     check(fn)
 
 
+def test_two_index_tensors_after_a_slice():
+    # a position (0 or the last) of the length and a feature column, broadcast to [2, 2]
+    i, j = torch.tensor([[0, -1]]), torch.tensor([[3], [5]])
+    check(lambda x: x[:, i, j] + 1)
+
+
+def test_indexing_that_leaves_a_dynamic_dim_after_slices_is_refused():
+    j = torch.tensor([1, 0])
+    with pytest.raises(NovellaError, match=r"'torch.aten.index.Tensor': indexing leaves the dims \['1', 's0'\]"):
+        compile_torch(Lambda(lambda x: x.view(1, x.shape[1], 2, 4)[:, :, j, j]), torch.randn(1, 6, 8),
+                      dynamic_dim=1, min_len=1, max_len=70, cache=False)  # fmt: skip
+
+
 def test_a_computed_index_after_slices():
     # index -1 (the last position, wrapped at run time) along the length, computed from the input
     check(lambda x: x.transpose(1, 2)[:, :, (x[0, 0, :3].abs() * 0).long() - 1] * 2)

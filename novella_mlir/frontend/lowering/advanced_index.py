@@ -41,13 +41,14 @@ def index_tensor(cx):
     x, indices = cx.operand(0), cx.const(1)
     shape = list(cx.shape(x))
     lead = next((j for j, i in enumerate(indices) if i is not None), len(indices))
-    if 0 < lead == len(indices) - 1 and lead < len(shape):
-        return _index_after_slices(cx, x, lead, indices[lead])
     k = len(indices)
+    if 0 < lead < k <= len(shape) and all(isinstance(i, ir.Value) for i in indices[lead:]):
+        return _index_after_slices(cx, x, lead, indices[lead:])
     if not indices or any(not isinstance(i, ir.Value) for i in indices) or k > len(shape):
         raise cx.error(
-            "indexing with tensors is supported on the leading dims only (x[i], x[i, j]); a slice or None "
-            "before an index tensor (x[:, i]) is not: index_select or gather the dim instead"
+            "indexing with tensors is supported on the leading dims (x[i], x[i, j]) and on consecutive dims "
+            "after full slices (x[:, i, j]); a slice between index tensors (x[i, :, j]) is not: index the dims "
+            "one at a time, or index_select / gather them instead"
         )
     listed = cx.op.operands[1].owner
     if any(dtypes.kind(v.type) == "bool" for v in listed.operands):
@@ -74,22 +75,23 @@ def _gather_leading(cx, x, indices, check: bool = True):
     return reshape(cx, picked, list(cx.shape(row)) + rest, check=check)
 
 
-def _index_after_slices(cx, x, d: int, idx):
-    """`x[:, ..., :, i]`: one index tensor on dim d after full slices. Constant indices (`qkv[..., [-2]]`)
-    are slices of dim d concatenated; others move dim d first, gather its rows, and move back."""
+def _index_after_slices(cx, x, d: int, idx: list):
+    """`x[:, ..., :, i, j]`: index tensors on the consecutive dims from d, after full slices. One constant
+    index (`qkv[..., [-2]]`) is slices of dim d concatenated; otherwise the indexed dims move first, their
+    rows are gathered, and the result dims move back to d."""
     from .shape_ops import any_transpose
 
     shape = list(cx.shape(x))
     size = sy.as_int(shape[d])
-    data = cx.weight_data(idx)
+    data = cx.weight_data(idx[0]) if len(idx) == 1 else None
     if data is not None and size is not None and 0 < data.size <= 64:
         return _constant_columns(cx, x, d, [int(v) for v in data.ravel()], list(data.shape), size)
-    rank = len(shape)
-    perm = [d] + [j for j in range(rank) if j != d]
+    rank, k = len(shape), len(idx)
+    perm = list(range(d, d + k)) + [j for j in range(rank) if not d <= j < d + k]
     moved = any_transpose(cx, x, perm, check=False)
-    picked = _gather_leading(cx, moved, [idx], check=False)
-    r = len(cx.shape(picked)) - (rank - 1)
-    back = list(range(r, r + d)) + list(range(r)) + list(range(r + d, r + rank - 1))
+    picked = _gather_leading(cx, moved, idx, check=False)
+    r = len(cx.shape(picked)) - (rank - k)
+    back = list(range(r, r + d)) + list(range(r)) + list(range(r + d, r + rank - k))
     return any_transpose(cx, picked, back)
 
 
