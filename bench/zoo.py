@@ -179,9 +179,10 @@ def child(args) -> None:
     logging.disable(logging.WARNING)
     row = json.loads(args.one)
     out = {"nomask": check_one(row, False)}
+    print("RESULT " + json.dumps(out), flush=True)  # kept if the masked run times out
     if row.get("mask"):
         out["masked"] = check_one(row, True)
-    print("RESULT " + json.dumps(out), flush=True)
+        print("RESULT " + json.dumps(out), flush=True)
 
 
 def _spawn(argv: list[str], timeout: int) -> tuple[str, str]:
@@ -214,11 +215,14 @@ def run_survey(names: list[str] | None, timeout: int) -> list[dict]:
 def run_family(row: dict, timeout: int) -> dict:
     t0 = time.perf_counter()
     out, err = _spawn(["--one", json.dumps(row)], timeout)
-    line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
-    if line is not None:
-        return row | json.loads(line[7:]) | {"wall_s": round(time.perf_counter() - t0)}
+    lines = [x for x in out.splitlines() if x.startswith("RESULT ")]
+    stage = "timeout" if err == "TIMEOUT" else "crash"
     tail = f"timed out after {timeout} s" if err == "TIMEOUT" else (err.strip().splitlines() or ["?"])[-1]
-    return row | {"nomask": {"stage": "crash", "refusal": f"subprocess: {tail[:300]}"}}
+    lost = {"stage": stage, "refusal": f"subprocess: {tail[:300]}"}
+    got = json.loads(lines[-1][7:]) if lines else {"nomask": lost}
+    if row.get("mask") and "masked" not in got:
+        got["masked"] = lost
+    return row | got | {"wall_s": round(time.perf_counter() - t0)}
 
 
 def main(argv=None) -> None:

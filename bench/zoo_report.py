@@ -24,9 +24,14 @@ the model takes one); {skipped} model types skipped (listed at the end).
 def _cell(v: dict | None) -> str:
     if v is None:
         return "-"
-    return {"ok": "ok", "wrong": "**WRONG**", "compile": "refused", "run": "run fails", "crash": "**crash**"}.get(
-        v.get("stage"), "?"
-    )
+    return {
+        "ok": "ok",
+        "wrong": "**WRONG**",
+        "compile": "refused",
+        "run": "run fails",
+        "crash": "**crash**",
+        "timeout": "timeout",
+    }.get(v.get("stage"), "?")
 
 
 def passed(r: dict) -> bool:
