@@ -233,6 +233,7 @@ def main(argv=None) -> None:
     p.add_argument("--results", default="/tmp/zoo_results.json", help="results so far (resumed)")
     p.add_argument("--out", default=str(ROOT / "docs" / "zoo.md"))
     p.add_argument("--budget", type=float, default=1e9, help="minutes: start no family after this")
+    p.add_argument("--render", action="store_true", help="only write the table from the results so far")
     p.add_argument("--jobs", type=int, default=1, help="families run at once (each in its own subprocess)")
     p.add_argument("--survey", help=argparse.SUPPRESS)
     p.add_argument("--one", help=argparse.SUPPRESS)
@@ -253,7 +254,7 @@ def main(argv=None) -> None:
         sf.write_text(json.dumps(rows))
     rf = Path(args.results)
     results = {r["family"]: r for r in (json.loads(rf.read_text()) if rf.exists() else [])}
-    stop = time.monotonic() + 60 * args.budget
+    stop = time.monotonic() + 60 * (0 if args.render else args.budget)
     todo = [r for r in interleaved(rows) if "skip" not in r and r["family"] not in results]
     todo = [r for r in todo if not names or r["family"] in names]
 
@@ -268,7 +269,7 @@ def main(argv=None) -> None:
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, todo))
-    if len(results) < len(rows) - sum("skip" in r for r in rows):
+    if not args.render and len(results) < len(rows) - sum("skip" in r for r in rows):
         print(f"budget of {args.budget} min spent: the families left are not in the table")
     import zoo_report
 

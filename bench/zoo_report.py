@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 HEAD = """# Model zoo
@@ -14,7 +15,8 @@ lengths (min, 2, an odd middle, a partial last tile, max) with `atol = rtol = 1e
 also with an attention mask (the last quarter padded). `use_cache=False` everywhere.
 
 **{passed} of {tried} families compile once and match at every length** (with the mask too, where
-the model takes one); {skipped} model types skipped (listed at the end).
+the model takes one); {untried} more families build but were not run in this table's time budget;
+{skipped} model types skipped (listed at the end).
 
 | family | input | lengths | compile s | max err | no mask | mask | first refusal |
 |---|---|---|---|---|---|---|---|
@@ -42,7 +44,9 @@ def _first_refusal(r: dict) -> str:
     for k in ("nomask", "masked"):
         v = r.get(k) or {}
         if v.get("refusal"):
-            return (f"({k}) " if k == "masked" else "") + v["refusal"].replace("|", "\\|")
+            text = re.sub(r"\S*/bench/zoo_models\.py:\d+ \(in \S*/site-packages/([^)]*)\)", r"\1", v["refusal"])
+            text = re.sub(r"\S*/site-packages/", "", text)
+            return (f"({k}) " if k == "masked" else "") + text.replace("|", "\\|")
         if v.get("stage") == "wrong":
             bad = [n for n, _, ok in v["lengths"] if not ok]
             return f"({k}) wrong at lengths {bad}"
@@ -61,7 +65,9 @@ def line(r: dict) -> str:
 def render(rows: list[dict], results: dict, machine: str) -> str:
     tried = [results[r["family"]] for r in rows if r["family"] in results]
     skipped = [r for r in rows if "skip" in r]
-    text = HEAD.format(machine=machine, passed=sum(map(passed, tried)), tried=len(tried), skipped=len(skipped))
+    untried = len(rows) - len(skipped) - len(tried)
+    text = HEAD.format(machine=machine, passed=sum(map(passed, tried)), tried=len(tried), skipped=len(skipped),
+                       untried=untried)  # fmt: skip
     text += "\n".join(line(r) for r in tried) + "\n"
     heads = Counter(_op_of(_first_refusal(r)) for r in tried if not passed(r))
     text += "\n## Most common first refusals\n\n| count | refusal |\n|---|---|\n"
@@ -74,8 +80,6 @@ def render(rows: list[dict], results: dict, machine: str) -> str:
 
 
 def _op_of(refusal: str) -> str:
-    import re
-
     m = re.search(r"(aten\.[\w.]+|torch\.[\w.]+|prim\.[\w.]+|novella\.[\w.]+)", refusal)
     return m.group(1) if m else refusal.split(":")[0][:80]
 
