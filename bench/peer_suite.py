@@ -251,6 +251,8 @@ def main(argv=None) -> None:
     p.add_argument("--timeout", type=int, default=120, help="seconds per test")
     p.add_argument("--budget", type=float, default=1e9, help="minutes: start no test after this")
     p.add_argument("--results", default="/tmp/peer_suite.jsonl", help="results so far (resumed)")
+    p.add_argument("--retry", action="store_true", help="run again the counted tests that did not pass")
+    p.add_argument("--reverse", action="store_true", help="from the last test (a second run from the other end)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -261,10 +263,15 @@ def main(argv=None) -> None:
         print(f"test module {mod} not loaded: {why}")
     rf = Path(args.results)
     done = {json.loads(x)["name"]: json.loads(x) for x in rf.read_text().splitlines()} if rf.exists() else {}
-    todo = [r[0] for r in registry if args.filter in r[0] and r[0] not in done]
+    again = {n for n, r in done.items() if args.retry and r["stage"] not in _NOT_COUNTED and r["stage"] != "pass"}
+    todo = [r[0] for r in registry if args.filter in r[0] and (r[0] not in done or r[0] in again)]
+    todo = todo[::-1] if args.reverse else todo
     stop = time.monotonic() + 60 * args.budget
     env = dict(os.environ, NOVELLA_CACHE="0")
+    start_lines = len(rf.read_text().splitlines()) if rf.exists() else 0
     while todo and time.monotonic() < stop:
+        fresh = {json.loads(x)["name"] for x in rf.read_text().splitlines()[start_lines:]} if rf.exists() else set()
+        todo = [t for t in todo if t not in fresh]  # not done since this run began (by it or one from the other end)
         chunk, todo = todo[:40], todo[40:]
         cmd = [sys.executable, __file__, "--suite", str(args.suite), "--timeout", str(args.timeout),
                "--child", ",".join(chunk)]  # fmt: skip
@@ -284,7 +291,8 @@ def main(argv=None) -> None:
             with rf.open("a") as f:
                 f.write(json.dumps(r) + "\n")
             todo = left[1:] + todo
-    report(registry, done, failed)
+    done = {json.loads(x)["name"]: json.loads(x) for x in rf.read_text().splitlines()} if rf.exists() else {}
+    report(registry, done, failed)  # --budget 0: only this
 
 
 def report(registry, done, failed) -> None:
