@@ -27,7 +27,7 @@ NEEDED_DECOMPOSITIONS = (
     "silu", "triu", "tril", "var_mean", "hardtanh", "elu",
     "leaky_relu", "stack", "unbind", "masked_fill", "softplus", "mish",
     "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "native_dropout", "linalg_vector_norm",
-    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm", "index_copy",
+    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm", "index_copy", "_weight_norm_interface",
 )  # fmt: skip
 # Composite ops torch.export keeps whole, replaced by their own CompositeImplicitAutograd kernel: `diff`
 # (transformers' packed-sequence check) -> slices and sub, `to.device` -> a copy or nothing, `min`/`max`

@@ -149,3 +149,9 @@ def test_refusals_the_peer_suite_found_are_clear():
     ints = torch.randint(0, 5, (1, 6, 3), dtype=torch.int32)
     with pytest.raises(NovellaError, match=r"pow of two integer tensors is not supported.*cast x to float"):
         compile_torch(Lambda(torch.pow), ints, ints, dynamic_dim=1, min_len=1, max_len=70, cache=False)
+
+
+def test_a_grouped_weight_normed_conv1d():
+    """wav2vec2's positional conv: groups, weight_norm over the kernel dim, the last frame dropped."""
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(16, 16, 8, padding=4, groups=4), dim=2)
+    check(lambda x: conv(x.transpose(1, 2)).transpose(1, 2)[:, :-1], shape=(1, 20, 16))
