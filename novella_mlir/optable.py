@@ -410,3 +410,13 @@ BY_NAME[nv.ScanOp.OPERATION_NAME] = OPS[nv.ScanOp]
 from .frontend.lowering import advanced_index  # noqa: E402
 
 OPS[nv.GatherRowsOp].lowers["torch.aten.index.Tensor"] = advanced_index.index_tensor
+
+# ------------------------------------------------------------------ longtail (issue 19): allocations whose
+# values torch leaves unspecified (`new_empty(...).fill_(0)`, `empty_like(x).copy_(y)`) are zeros
+FRONTEND_ONLY.update(
+    {
+        "torch.aten.new_empty": indexing.new_zeros,
+        "torch.aten.empty_like": indexing.zeros_like,
+        "torch.aten.empty.memory_format": indexing.zeros,
+    }
+)

@@ -27,7 +27,7 @@ NEEDED_DECOMPOSITIONS = (
     "silu", "triu", "tril", "var_mean", "hardtanh", "elu",
     "leaky_relu", "stack", "unbind", "masked_fill", "softplus", "mish",
     "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "native_dropout", "linalg_vector_norm",
-    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm", "index_copy", "_weight_norm_interface",
+    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm", "index_copy", "_weight_norm_interface", "fill",
 )  # fmt: skip
 # Composite ops torch.export keeps whole, replaced by their own CompositeImplicitAutograd kernel: `diff`
 # (transformers' packed-sequence check) -> slices and sub, `to.device` -> a copy or nothing, `min`/`max`
@@ -182,10 +182,9 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
 
 
 def _decompose(prog, fixed):
-    """(program, table): the decompositions the graph needs (or `fixed`), then the composites the first
-    round made (a composite's kernel may call another: hstack -> atleast_1d), at most 3 more rounds."""
-    from torch._export.utils import _get_decomp_for_cia
-
+    """(program, table): the decompositions the graph needs (or `fixed`), then those of the ops the first
+    round made (a composite's kernel may call another: hstack -> atleast_1d; functionalization makes
+    `fill_` a `fill`), at most 3 more rounds."""
     targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
     table = decomposition_table(targets) if fixed is None else fixed
     rounds = 0
@@ -195,10 +194,10 @@ def _decompose(prog, fixed):
             prog = prog.run_decompositions(table)
         exporting.strip_asserts(prog, recompile=False)
         targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
-        more = unlowered_composites(targets) if fixed is None and rounds < 3 else set()
-        if not more:
+        more = {} if fixed is not None or rounds == 3 else decomposition_table(targets)
+        if not any(t in more and t not in table for t in targets):
             break
-        table, rounds = {**table, **{op: _get_decomp_for_cia(op) for op in more}}, rounds + 1
+        table, rounds = {**table, **more}, rounds + 1
     return prog, table
 
 

@@ -155,3 +155,16 @@ def test_a_grouped_weight_normed_conv1d():
     """wav2vec2's positional conv: groups, weight_norm over the kernel dim, the last frame dropped."""
     conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(16, 16, 8, padding=4, groups=4), dim=2)
     check(lambda x: conv(x.transpose(1, 2)).transpose(1, 2)[:, :-1], shape=(1, 20, 16))
+
+
+def test_unspecified_allocations_then_filled():
+    """torch-mlir's constant_alloc modules: new_empty / empty_like / empty, then fill_ (functionalized to
+    fill, decomposed in a second round)."""
+    check(lambda a: torch.ops.aten.new_empty(a, [3, 4]).fill_(0).sum() + torch.empty_like(a).fill_(2.0) * a
+          + torch.empty(a.shape[0], a.shape[1], 8).fill_(1).sum(-1, keepdim=True))  # fmt: skip
+
+
+def test_composites_that_call_composites():
+    y = torch.randn(1, 1, 8)
+    check(lambda x: torch.hstack([y.expand_as(x) + torch.movedim(x, 1, 2).transpose(1, 2),
+                                  torch.nn.functional.cosine_similarity(x, x + 1, dim=-1).unsqueeze(-1) * x]))  # fmt: skip
