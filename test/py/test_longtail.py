@@ -105,6 +105,11 @@ def test_a_hand_written_matmul_by_a_weight_is_the_linear_kernel():
     check(lambda x: x.view(1, x.shape[1], 2, 4) @ W[:4, :4])
 
 
+def test_addmm_with_beta_and_alpha():
+    b = torch.randn(16, generator=torch.Generator().manual_seed(2))
+    check(lambda x: torch.addmm(b, x[0], W.T, beta=3.0, alpha=0.5).unsqueeze(0), atol=2e-4)
+
+
 def test_a_transpose_with_two_dynamic_dims():
     # a relative-position bias [q, k, heads] -> [heads, q, k] with q = k = T
     check(lambda x: (x @ x.transpose(1, 2)).squeeze(0).unsqueeze(-1).expand(-1, -1, 4).permute(2, 0, 1) * 1.5)
