@@ -87,6 +87,12 @@ def test_two_index_tensors_after_a_slice():
     check(lambda x: x[:, i, j] + 1)
 
 
+def test_index_tensors_on_dims_apart():
+    # z[i, :, j] of z = [T, 2, 4]: torch puts the broadcast index dim first, then the dim left: [2, 2]
+    i, j = torch.tensor([0, -1]), torch.tensor([1, 3])
+    check(lambda x: x.view(1, x.shape[1], 2, 4)[0][i, :, j] * 2)
+
+
 def test_indexing_that_leaves_a_dynamic_dim_after_slices_is_refused():
     j = torch.tensor([1, 0])
     with pytest.raises(NovellaError, match=r"'torch.aten.index.Tensor': indexing leaves the dims \['1', 's0'\]"):

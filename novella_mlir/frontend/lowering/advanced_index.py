@@ -44,11 +44,13 @@ def index_tensor(cx):
     k = len(indices)
     if 0 < lead < k <= len(shape) and all(isinstance(i, ir.Value) for i in indices[lead:]):
         return _index_after_slices(cx, x, lead, indices[lead:])
+    if k <= len(shape) and lead < k and any(i is None for i in indices[lead:]):
+        return _index_apart(cx, x, indices)
     if not indices or any(not isinstance(i, ir.Value) for i in indices) or k > len(shape):
         raise cx.error(
-            "indexing with tensors is supported on the leading dims (x[i], x[i, j]) and on consecutive dims "
-            "after full slices (x[:, i, j]); a slice between index tensors (x[i, :, j]) is not: index the dims "
-            "one at a time, or index_select / gather them instead"
+            "indexing with tensors is supported on the leading dims (x[i], x[i, j]), on consecutive dims "
+            "after full slices (x[:, i, j]) and on dims apart (x[i, :, j]) when the dims left are static: "
+            "index the dims one at a time, or index_select / gather them instead"
         )
     listed = cx.op.operands[1].owner
     if any(dtypes.kind(v.type) == "bool" for v in listed.operands):
@@ -109,3 +111,15 @@ def _constant_columns(cx, x, d: int, values: list[int], idx_shape: list[int], si
         piece = x if size == 1 else cx.emit(SliceOp, result_shape=piece_shape, check=False, input=x, dim=dim, start=at)
         out = piece if out is None else cx.emit(ConcatOp, check=False, lhs=out, rhs=piece, dim=dim)
     return reshape(cx, out, shape[:d] + [sy.const(n) for n in idx_shape] + shape[d + 1 :])
+
+
+def _index_apart(cx, x, indices):
+    """`x[i, :, j]`: index tensors on dims apart. As in torch, the broadcast index dims come first, then
+    the dims left: the indexed dims move to the front and their rows are gathered."""
+    from .shape_ops import any_transpose
+
+    rank = len(cx.shape(x))
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    perm = dims + [d for d in range(rank) if d not in dims]
+    moved = any_transpose(cx, x, perm, check=False)
+    return _gather_leading(cx, moved, [indices[d] for d in dims])
