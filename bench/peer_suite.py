@@ -247,7 +247,7 @@ def _timeout(*_):
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--suite", required=True, type=Path, help="the torch-mlir checkout's projects/pt1/python")
-    p.add_argument("--filter", default="", help="only tests whose name contains this")
+    p.add_argument("--filter", default="", help="only tests whose name contains one of these (comma-separated)")
     p.add_argument("--timeout", type=int, default=120, help="seconds per test")
     p.add_argument("--budget", type=float, default=1e9, help="minutes: start no test after this")
     p.add_argument("--results", default="/tmp/peer_suite.jsonl", help="results so far (resumed)")
@@ -265,7 +265,8 @@ def main(argv=None) -> None:
     rf = Path(args.results)
     done = {json.loads(x)["name"]: json.loads(x) for x in rf.read_text().splitlines()} if rf.exists() else {}
     again = {n for n, r in done.items() if args.retry and r["stage"] not in _NOT_COUNTED and r["stage"] != "pass"}
-    todo = [r[0] for r in registry if args.filter in r[0] and (r[0] not in done or r[0] in again)]
+    keys = args.filter.split(",")
+    todo = [r[0] for r in registry if any(k in r[0] for k in keys) and (r[0] not in done or r[0] in again)]
     todo = todo[::-1] if args.reverse else todo
     stop = time.monotonic() + 60 * args.budget
     env = dict(os.environ, NOVELLA_CACHE="0")
