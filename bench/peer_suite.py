@@ -252,6 +252,7 @@ def main(argv=None) -> None:
     p.add_argument("--budget", type=float, default=1e9, help="minutes: start no test after this")
     p.add_argument("--results", default="/tmp/peer_suite.jsonl", help="results so far (resumed)")
     p.add_argument("--retry", action="store_true", help="run again the counted tests that did not pass")
+    p.add_argument("--retry-stages", default="", help="with --retry: only tests that ended so (e.g. timeout)")
     p.add_argument("--reverse", action="store_true", help="from the last test (a second run from the other end)")
     p.add_argument("--out", help="write the counts to this markdown file")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -264,7 +265,9 @@ def main(argv=None) -> None:
         print(f"test module {mod} not loaded: {why}")
     rf = Path(args.results)
     done = {json.loads(x)["name"]: json.loads(x) for x in rf.read_text().splitlines()} if rf.exists() else {}
+    stages = set(args.retry_stages.split(",")) if args.retry_stages else None
     again = {n for n, r in done.items() if args.retry and r["stage"] not in _NOT_COUNTED and r["stage"] != "pass"}
+    again = {n for n in again if stages is None or done[n]["stage"] in stages}
     keys = args.filter.split(",")
     todo = [r[0] for r in registry if any(k in r[0] for k in keys) and (r[0] not in done or r[0] in again)]
     todo = todo[::-1] if args.reverse else todo
