@@ -416,3 +416,13 @@ from .kernels import generic as k_generic  # noqa: E402
 OPS[nv.GenericOp] = OpDef(shapes.generic, k_generic.Generic(), _LIT + "kernels/generic.mlir")
 BY_NAME[nv.GenericOp.OPERATION_NAME] = OPS[nv.GenericOp]
 LEGALIZE_PATTERNS += ((nv.GenericOp, k_generic.fuse_producer),)
+
+# ------------------------------------------------------------------ longtail (issue 19): allocations whose
+# values torch leaves unspecified (`new_empty(...).fill_(0)`, `empty_like(x).copy_(y)`) are zeros
+FRONTEND_ONLY.update(
+    {
+        "torch.aten.new_empty": indexing.new_zeros,
+        "torch.aten.empty_like": indexing.zeros_like,
+        "torch.aten.empty.memory_format": indexing.zeros,
+    }
+)

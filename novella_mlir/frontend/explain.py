@@ -39,7 +39,8 @@ _NOISY_LOGGERS = (
     "torch._dynamo",
 )
 _RECURRENT = (torch.nn.RNNBase,)
-_DATA_DEPENDENT_OPS = ("nonzero", "unique", "masked_select", "item", "_local_scalar_dense", "repeat_interleave")
+_DATA_DEPENDENT_OPS = ("nonzero", "unique", "masked_select", "item", "_local_scalar_dense", "repeat_interleave",
+                       "bincount")  # fmt: skip
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _OURS = str(Path(__file__).resolve().parents[1])
 

@@ -245,6 +245,9 @@ def _named_dim_export(module, args, spec, dims: dict, oblivious: bool):
             )
     except Exception as e:  # torch raises many kinds; keep the guard, drop the trace
         return explain(str(e), *_single(dims)) if _GUARD.search(str(e)) else e
+    data_dependent = messages.unbacked(prog)
+    if data_dependent:  # its size symbols have no finite range
+        raise NovellaError(data_dependent)
     names = symbol_names(prog, args, spec, module)
     box = {}
     for s, r in prog.range_constraints.items():

@@ -29,8 +29,13 @@ NEEDED_DECOMPOSITIONS = (
     "silu", "triu", "tril", "var_mean", "hardtanh", "elu",
     "leaky_relu", "stack", "unbind", "masked_fill", "softplus", "mish",
     "hardswish", "hardsigmoid", "glu", "addcmul", "lerp", "native_dropout", "linalg_vector_norm",
-    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm", "index_copy",
+    "rsub", "clamp_min", "clamp_max", "_to_copy", "baddbmm", "index_copy", "_weight_norm_interface", "fill",
 )  # fmt: skip
+# Composite ops torch.export keeps whole, replaced by their own CompositeImplicitAutograd kernel: `diff`
+# (transformers' packed-sequence check) -> slices and sub, `to.device` -> a copy or nothing, `min`/`max`
+# of two tensors -> minimum/maximum, `repeat_interleave` by an int -> expand and view, `W.T` -> permute.
+COMPOSITE_DECOMPOSITIONS = ("diff.default", "to.device", "min.other", "max.other", "repeat_interleave.self_int",
+                            "numpy_T.default")  # fmt: skip
 
 
 @dataclass
@@ -62,26 +67,34 @@ class _WeightHooks(FxImporterHooks):
         return self._weight(info.input_spec.target, value, info.ir_type)
 
     def resolve_literal(self, gni, literal, info):
-        if not isinstance(literal, torch.Tensor) or literal.dim() == 0:
+        """A tensor literal as a weight; a 0-d float64 one (`torch.tensor(2.5, dtype=float64)`) is a scalar,
+        held as float32 like every 0-d value."""
+        if not isinstance(literal, torch.Tensor):
             return None
         name = f"const_{len(self.weights)}"
-        ir_type = gni._cc.get_vtensor_type(literal.size(), literal.dtype)
+        dtype = torch.float32 if literal.dim() == 0 and literal.dtype.is_floating_point else literal.dtype
+        ir_type = gni._cc.get_vtensor_type(literal.size(), dtype)
         return self._weight(name, literal, ir_type)
 
 
-def decomposition_table(graph_targets) -> dict:
+def decomposition_table(graph_targets, generic: bool = True) -> dict:
     """torch's decompositions of the NEEDED_DECOMPOSITIONS ops, when one occurs in the graph (all of them
-    then: a decomposition may emit another, e.g. mish -> softplus); empty (no retrace) otherwise."""
+    then: a decomposition may emit another, e.g. mish -> softplus) and the COMPOSITE_DECOMPOSITIONS;
+    empty (no retrace) otherwise."""
     from torch._decomp import decomposition_table as table
+    from torch._export.utils import _get_decomp_for_cia
 
     aten = torch.ops.aten
     wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
-    unknown = _generic_decompositions()
-    if not any(t in unknown for t in graph_targets) and not any(
-        getattr(t, "overloadpacket", None) in wanted and t in table for t in graph_targets
+    composite = {_overload(n) for n in COMPOSITE_DECOMPOSITIONS} | unlowered_composites(graph_targets)
+    unknown = _generic_decompositions() if generic else {}
+    if not any(
+        getattr(t, "overloadpacket", None) in wanted and t in table or t in composite or t in unknown
+        for t in graph_targets
     ):
         return {}
-    return {**{t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}, **unknown}
+    picked = {t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}
+    return picked | unknown | {op: _get_decomp_for_cia(op) for op in composite}
 
 
 @functools.cache
@@ -105,6 +118,27 @@ def _mlir_name(target) -> str:
     overload = getattr(target, "_overloadname", "default")
     name = schema.name.replace("::", ".")
     return f"torch.{name}" + ("" if overload == "default" else f".{overload}")
+
+
+def unlowered_composites(graph_targets) -> set:
+    """The graph's aten ops that the op table does not lower but that have a CompositeImplicitAutograd
+    kernel (expand_as, movedim, broadcast_to, hstack, cosine_similarity...): decomposed by that kernel."""
+    from .lowering import lowerings
+
+    table, out = lowerings(), set()
+    for t in graph_targets:
+        if not isinstance(t, torch._ops.OpOverload) or t.namespace != "aten":
+            continue
+        name = f"torch.aten.{t._opname}" + ("" if t._overloadname == "default" else f".{t._overloadname}")
+        cia = torch._C._dispatch_has_kernel_for_dispatch_key(t.name(), "CompositeImplicitAutograd")
+        if cia and name not in table:
+            out.add(t)
+    return out
+
+
+def _overload(name: str):
+    packet, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, packet), overload)
 
 
 def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int):
@@ -144,19 +178,18 @@ def export_static(module: torch.nn.Module, args):
 
 
 def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict | None = None) -> Imported:
-    """Runs only the decompositions the graph needs (none: no retrace), then the FX importer, into `ctx`."""
+    """Runs only the decompositions the graph needs (none: no retrace), then the FX importer, into `ctx`.
+    When the importer cannot take what one of torch-mlir's generic-path decompositions made (e.g. a
+    `sym_float`), the import is tried once more without those (the op then takes the generic path)."""
     t0 = time.perf_counter()
     exporting.strip_asserts(prog, recompile=False)  # the importer reads the graph, not its code
-    targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
-    table = globals()["decomposition_table"](targets) if decomposition_table is None else decomposition_table
     try:
-        return _import(ctx, prog, targets, table, names, t0)
-    except NotImplementedError as e:  # the FX importer on what a decomposition made (e.g. a sym_float)
-        generic = _generic_decompositions()
-        if not any(t in generic for t in table):
+        return _import(ctx, prog, decomposition_table, names, t0, generic=True)
+    except NotImplementedError as e:
+        if decomposition_table is not None:
             raise _importer_error(e) from None
     try:
-        return _import(ctx, prog, targets, {t: fn for t, fn in table.items() if t not in generic}, names, t0)
+        return _import(ctx, prog, None, names, t0, generic=False)
     except NotImplementedError as e:
         raise _importer_error(e) from None
 
@@ -174,17 +207,18 @@ def _importer_error(e: NotImplementedError) -> NovellaError:
     )
 
 
-def _import(ctx, prog, targets, table, names, t0) -> Imported:
-    if table or any(_mutates(t) for t in targets):
-        prog.graph_module.recompile()  # run_decompositions retraces the code
-        with explain.quiet(), symbolic_kernels():
-            prog = prog.run_decompositions(table)
-        exporting.strip_asserts(prog, recompile=False)
+def _import(ctx, prog, decomposition_table, names, t0, generic: bool) -> Imported:
+    prog, table = _decompose(prog, decomposition_table, generic)
+    drop_empty_cat_operands(prog.graph)
     t1 = time.perf_counter()
+    check_outputs(prog)
     hooks = _WeightHooks()
     importer = FxImporter(context=ctx, hooks=hooks)
     with ctx:
-        importer.import_program(prog, func_name="forward")
+        try:
+            importer.import_program(prog, func_name="forward")
+        except ValueError as e:  # the FX importer's refusals (e.g. as_strided of a `?`)
+            raise NovellaError(f"the torch-mlir FX importer cannot import the exported program: {e}") from None
     t2 = time.perf_counter()
     symbols, positions = _symbols(prog, names)
     user_inputs = [n for n in prog.graph.nodes if n.op == "placeholder" and _is_user_input(prog, n)]
@@ -201,6 +235,66 @@ def _import(ctx, prog, targets, table, names, t0) -> Imported:
         seconds={"decompose": t1 - t0, "import": t2 - t1},
         decomposed=sorted(str(t) for t in table),
     )
+
+
+def _decompose(prog, fixed, generic: bool = True):
+    """(program, table): the decompositions the graph needs (or `fixed`), then those of the ops the first
+    round made (a composite's kernel may call another: hstack -> atleast_1d; functionalization makes
+    `fill_` a `fill`), at most 3 more rounds."""
+    targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
+    table = decomposition_table(targets, generic) if fixed is None else fixed
+    rounds = 0
+    while table or any(_mutates(t) for t in targets):
+        prog.graph_module.recompile()  # run_decompositions retraces the code
+        with explain.quiet(), symbolic_kernels():
+            prog = prog.run_decompositions(table)
+        exporting.strip_asserts(prog, recompile=False)
+        targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
+        more = {} if fixed is not None or rounds == 3 else decomposition_table(targets, generic)
+        if not any(t in more and t not in table for t in targets):
+            break
+        table, rounds = {**table, **more}, rounds + 1
+    return prog, table
+
+
+def check_outputs(prog) -> None:
+    """Refuses a forward that returns a Python value (an int, a bool, a tuple of them) instead of tensors."""
+    out = next(n for n in prog.graph.nodes if n.op == "output").args[0]
+    for i, v in enumerate(out if isinstance(out, (tuple, list)) else [out]):
+        if not isinstance(v, torch.fx.Node) or not isinstance(v.meta.get("val"), torch.Tensor):
+            raise NovellaError(
+                f"output #{i} of the model is the Python value {v!r}, not a tensor computed from the inputs: the "
+                "NPU returns tensors only; return tensors from forward (e.g. torch.tensor(value) outside it)"
+            )
+
+
+def drop_empty_cat_operands(graph) -> None:
+    """Folds away the operands of a `cat` that are empty along the cat dim (`x[..., d:]` of width 0):
+    a cat of one non-empty operand is that operand; the empty values' producers become dead and go."""
+    cat = torch.ops.aten.cat.default
+    changed = False
+    for node in [n for n in graph.nodes if n.op == "call_function" and n.target is cat]:
+        items = list(node.args[0])
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        keep = [v for v in items if not _empty_along(v, dim)]
+        if not keep or len(keep) == len(items):
+            continue
+        changed = True
+        if len(keep) == 1:
+            node.replace_all_uses_with(keep[0])
+            graph.erase_node(node)
+        else:
+            node.args = (keep, *node.args[1:])
+    if changed:
+        graph.eliminate_dead_code()
+
+
+def _empty_along(v, dim: int) -> bool:
+    val = v.meta.get("val") if isinstance(v, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.dim() == 0:
+        return False
+    size = val.shape[dim % val.dim()]
+    return isinstance(size, int) and size == 0
 
 
 def _mutates(target) -> bool:

@@ -81,7 +81,8 @@ class _RowMove:
     which the units all follow `g` holds one tile as contiguous rows of
     P*C elements and moves it with a single DMA. A dynamic last dim C is
     tiled too (a second grid dim of column chunks of `tc`, the last one
-    partial); the outer dims are then static and `g` is the largest."""
+    partial); `g` is then the dynamic outer dim if there is one (a relative-position
+    bias [q, heads, k] -> [heads, q, k]: two dynamic dims, unit strides q * k), else the largest."""
 
     def __init__(self, tv, perm):
         self.c = tv.shape(0)[-1]
@@ -90,7 +91,7 @@ class _RowMove:
         self.perm = perm[:-1]
         self.oshape = [self.ishape[p] for p in self.perm]
         dyn = [i for i, e in enumerate(self.ishape) if sy.as_int(e) is None]
-        if len(dyn) + self.dynamic_cols > 1:
+        if len(dyn) > 1:
             raise ValueError(f"transpose of {[str(e) for e in tv.shape(0)]}: more than one dynamic dim")
         sizes = [sy.as_int(e) or 0 for e in self.ishape]
         self.g = dyn[0] if dyn else max(range(len(sizes)), key=lambda i: sizes[i])

@@ -38,12 +38,15 @@ def supported_ops() -> list[str]:
 
 def source_location(loc: ir.Location) -> str:
     """The innermost user frame (`file:line`) of an FX-imported op location, and the innermost
-    library frame (e.g. the transformers line) when the op comes from one: `user.py:9 (in lib.py:258)`."""
+    library frame (e.g. the transformers line) when the op comes from one: `user.py:9 (in lib.py:258)`; for
+    an op of a torch.nn module called by a library, the library's line that calls it."""
     frames = re.findall(r'"([^"]+)":(\d+)', str(loc))
     if not frames:
         return "<unknown location>"
     user = [f for f in frames if "site-packages" not in f[0]]
     lib = frames[0] if "site-packages" in frames[0][0] else None
+    if lib and "/site-packages/torch/" in lib[0]:  # an nn module: name the model library's line calling it
+        lib = next((f for f in frames if "site-packages" in f[0] and "/site-packages/torch/" not in f[0]), lib)
     where = f"{user[0][0]}:{user[0][1]}" if user else f"{frames[0][0]}:{frames[0][1]}"
     return f"{where} (in {lib[0]}:{lib[1]})" if lib and user else where
 

@@ -32,12 +32,29 @@ def _rank(v: ir.Value) -> int:
 
 
 def matmul(cx):
-    """`a @ b` for operands of equal rank 2 to 4 (batch dims equal or 1)."""
+    """`a @ b` for operands of equal rank 2 to 4 (batch dims equal or 1); `x @ W` and `x @ W.T` with a
+    static 2-D weight and x of rank 3 or more are a linear (the linear kernel)."""
     a, b = cx.operand(0), cx.operand(1)
     ra, rb = _rank(a), _rank(b)
+    if rb == 2 and ra > 2:
+        return _matmul_by_matrix(cx, a, b)
     if ra != rb or not 2 <= ra <= 4:
         raise cx.error(f"matmul of rank {ra} by rank {rb} is not supported; use equal ranks 2 to 4")
     return cx.emit(MatmulOp, lhs=a, rhs=b, transpose_rhs=ir.BoolAttr.get(False))
+
+
+def _matmul_by_matrix(cx, a, b):
+    """[..., K] @ [K, N]: `novella.linear` with the weight W^T when b is a weight or a transposed weight,
+    else the rows flattened through a 2-D matmul."""
+    from .linear import emit_linear, matmul_rows
+
+    w = cx.weight_data(b)
+    if w is None and isinstance(b.owner, ir.OpView) and b.owner.operation.name == "novella.transpose":
+        src = cx.weight_data(b.owner.operands[0])
+        w = None if src is None else src.T
+    if w is not None and sy.as_int(cx.shape(a)[-1]) is not None:
+        return emit_linear(cx, a, cx.add_weight("matmul_weight", w.T.copy()), None)
+    return matmul_rows(cx, a, b, transpose_rhs=False)
 
 
 def _softmax(cx, safe: bool = False):

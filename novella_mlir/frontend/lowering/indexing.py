@@ -412,11 +412,16 @@ amin = _reduce("min")
 
 
 def addmm(cx):
-    """bias + x @ w (beta = alpha = 1): a linear with w transposed at compile time when w is a weight."""
+    """beta * bias + alpha * (x @ w): a linear with w transposed at compile time when w is a weight
+    and beta = alpha = 1; else a matmul, scaled, plus the scaled bias."""
     bias, x, w = cx.operand(0), cx.operand(1), cx.operand(2)
-    for i, name in ((3, "beta"), (4, "alpha")):
-        if i < cx.num_operands and cx.const(i) != 1:
-            raise cx.error(f"addmm with {name}={cx.const(i)} is not supported")
+    beta, alpha = (cx.const(i) if i < cx.num_operands else 1 for i in (3, 4))
+    if not all(isinstance(v, (int, float)) for v in (beta, alpha)):
+        raise cx.error(f"addmm with beta={beta}, alpha={alpha}: only constant numbers are supported")
+    if (beta, alpha) != (1, 1):
+        prod = cx.emit(MatmulOp, check=False, lhs=x, rhs=w, transpose_rhs=ir.BoolAttr.get(False))
+        scaled = [v if k == 1 else _scale(cx, v, k) for v, k in ((prod, alpha), (bias, beta))]
+        return cx.emit(AddOp, lhs=scaled[0], rhs=scaled[1])
     data = cx.weight_data(w)
     if data is not None and len(cx.shape(bias)) == 1:
         wt = cx.add_weight("addmm_wT", np.ascontiguousarray(data.T))

@@ -50,14 +50,21 @@ def conv1d(cx):
     x, w = cx.operand(0), cx.operand(1)
     stride, padding, dilation = (_single(cx, i, n) for i, n in ((3, "stride"), (4, "padding"), (5, "dilation")))
     groups = cx.const(6) if cx.num_operands > 6 else 1
-    if dilation != 1 or groups != 1 or isinstance(padding, str):
+    if dilation != 1 or isinstance(padding, str):
         raise cx.error(f"conv1d with dilation {dilation}, groups {groups}, padding {padding!r} is not supported")
     b = _tensor_or_none(cx, 2)
     if b is None:
         b = cx.add_weight("zero_bias", np.zeros(ir.RankedTensorType(w.type).get_dim_size(0)))
+    if groups != 1:
+        return _grouped(cx, x, w, b, stride, padding, groups)
+    return _conv(cx, x, w, b, stride, padding, check=True)
+
+
+def _conv(cx, x, w, b, stride: int, padding: int, check: bool):
     i64 = ir.IntegerType.get_signless(64)
     return cx.emit(
         Conv1dOp,
+        check=check,
         input=x,
         weight=w,
         bias=b,
@@ -66,3 +73,32 @@ def conv1d(cx):
         layout=ir.StringAttr.get("ncw"),
         act=ir.StringAttr.get("none"),
     )
+
+
+def _grouped(cx, x, w, b, stride: int, padding: int, groups: int):
+    """A grouped conv1d (wav2vec2's positional conv) as one conv1d per group: the group's input channels,
+    output channels of the weight and bias, then the group outputs concatenated along the channels."""
+    from ... import symbolic as sy
+    from ...dialects.novella import ConcatOp, SliceOp
+
+    cin, cout = sy.as_int(cx.shape(x)[1]), sy.as_int(cx.shape(w)[0])
+    if cin is None or cout is None or cin % groups or cout % groups or groups > 64:
+        raise cx.error(f"conv1d with groups {groups} needs static channels divisible by it ({cin} in, {cout} out)")
+    i64 = ir.IntegerType.get_signless(64)
+
+    def part(v, dim: int, i: int, n: int):
+        shape = list(cx.shape(v))
+        shape[dim] = sy.const(n)
+        attrs = dict(dim=ir.IntegerAttr.get(i64, dim), start=ir.IntegerAttr.get(i64, i * n))
+        return cx.emit(SliceOp, result_shape=shape, check=False, input=v, **attrs)
+
+    out = None
+    for i in range(groups):
+        xi, wi, bi = part(x, 1, i, cin // groups), part(w, 0, i, cout // groups), part(b, 0, i, cout // groups)
+        y = _conv(cx, xi, wi, bi, stride, padding, check=False)
+        out = (
+            y
+            if out is None
+            else cx.emit(ConcatOp, check=i == groups - 1, lhs=out, rhs=y, dim=ir.IntegerAttr.get(i64, 1))
+        )
+    return out

@@ -143,7 +143,13 @@ def pow_tensor_scalar(cx):
 
 
 def pow_tensor_tensor(cx):
-    """x ** y = exp(y * ln x): exact in range for x > 0 (a negative x gives NaN, where torch may not)."""
+    """x ** y = exp(y * ln x): exact in range for x > 0 (a negative x gives NaN, where torch may not).
+    An integer result is refused: exp(y * ln x) is not an exact integer and integer powers overflow."""
+    if cx.result_kind() != "float":
+        raise cx.error(
+            "pow of two integer tensors is not supported: the NPU computes it as exp(y * ln x) in float32, which "
+            "is not an exact integer, and integer powers wrap around where float32 does not; cast x to float first"
+        )
     log = math_op(cx, "log", cx.operand(0), check=False)
     return math_op(cx, "exp", cx.emit(MulOp, check=False, lhs=log, rhs=cx.operand(1)))
 

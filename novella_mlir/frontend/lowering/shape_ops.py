@@ -220,17 +220,17 @@ def permute(cx):
     return any_transpose(cx, x, [p % rank for p in cx.const(1)])
 
 
-def any_transpose(cx, x, perm: list[int]):
+def any_transpose(cx, x, perm: list[int], check: bool = True):
     """`x` permuted by `perm` as transposes the NPU runs directly: when the last dim moves,
     first swap the dim that becomes last into place, then a transpose that keeps the last dim."""
     r = len(perm)
     if not r or perm[-1] == r - 1 or perm == list(range(r - 2)) + [r - 1, r - 2]:
-        return transpose(cx, x, perm)
+        return transpose(cx, x, perm, check=check)
     order = list(range(r))  # order[i]: the source dim now at position i
     for p in swap_perms(r, perm[-1]):
         x = transpose(cx, x, p, check=False)
         order = [order[i] for i in p]
-    return transpose(cx, x, [order.index(s) for s in perm])
+    return transpose(cx, x, [order.index(s) for s in perm], check=check)
 
 
 def flatten(cx):
@@ -262,11 +262,13 @@ def slice_(cx):
     dim = cx.const(1) % len(shape)
     start, end = cx.const(2), cx.const(3)
     step = cx.const(4) if cx.num_operands > 4 else 1
-    if step != 1:
-        raise cx.error(f"slice with step {step} is not supported; only step 1")
     if isinstance(end, int) and end >= INT64_CLAMP:
         end = None
     start = 0 if start is None else start
+    if step != 1:
+        from .strided import strided_slice
+
+        return strided_slice(cx, x, dim, start, end, step)
     if not isinstance(start, int):
         from .kv_cache import write_target
 

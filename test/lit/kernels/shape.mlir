@@ -124,3 +124,27 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<4x3x?xf32>
   }
 }
+
+// -----
+
+// Two dynamic dims: a relative-position bias [q, heads, k] -> [heads, q, k] (q = k = T). The
+// rows of q are the first grid dim, column chunks of k the second; head h goes to h * s0 * s0.
+// MACRO-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (s0 ceildiv 32, s0 ceildiv 256)>
+// MACRO-DAG: #[[CHUNK:.*]] = affine_map<(d0, d1)[s0] -> (d1 * 256)>
+// MACRO-DAG: #[[HEAD1:.*]] = affine_map<(d0, d1)[s0] -> (d1 * 256 + s0 * s0)>
+// MACRO-DAG: #[[HEAD3:.*]] = affine_map<(d0, d1)[s0] -> (d1 * 256 + (s0 * s0) * 3)>
+// MACRO-LABEL: func.func @rel_bias
+// MACRO: "novella.dma_load"(%{{.*}}) {buf_offset = 0 : i64, buffer = "t", {{.*}}dram_offset = #[[CHUNK]]
+// MACRO-COUNT-3: "novella.dma_load"
+// MACRO: "novella.vop"() {{{.*}}fn = "COPY"
+// MACRO-NEXT: "novella.dma_store"() {buf_offset = 0 : i64, buffer = "o", {{.*}}dram_offset = #[[CHUNK]]
+// MACRO-NEXT: "novella.dma_store"() {buf_offset = 256 : i64, buffer = "o", {{.*}}dram_offset = #[[HEAD1]]
+// MACRO-NEXT: "novella.dma_store"
+// MACRO-NEXT: "novella.dma_store"() {buf_offset = 768 : i64, buffer = "o", {{.*}}dram_offset = #[[HEAD3]]
+// MACRO: grid = #[[GRID]], kernel = "novella.transpose"{{.*}}novella.tiles = {tc = 256 : i64, tm = 32 : i64}
+module attributes {novella.symbols = {s0 = ["T", 1, 512]}} {
+  func.func @rel_bias(%b: tensor<?x4x?xf32, affine_map<()[s0] -> (s0, 4, s0)>>) -> tensor<4x?x?xf32> {
+    %0 = "novella.transpose"(%b) {perm = array<i64: 1, 0, 2>} : (tensor<?x4x?xf32, affine_map<()[s0] -> (s0, 4, s0)>>) -> tensor<4x?x?xf32>
+    return %0 : tensor<4x?x?xf32>
+  }
+}

@@ -1,0 +1,56 @@
+"""`x[..., a:b:k]` with a step k > 1 on a static dim, as data movement the NPU has: the slice
+[a, a + n k) viewed as [n, k] and its first column taken (n = ceil((b - a) / k)); when the
+last step runs past the dim's end, the last element is a slice of its own, concatenated."""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from ... import symbolic as sy
+from ...dialects.novella import ConcatOp, ReshapeOp, SliceOp
+
+
+def _i64(v: int) -> ir.IntegerAttr:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v))
+
+
+def strided_slice(cx, x, dim: int, start: int, end, step: int):
+    shape = list(cx.shape(x))
+    full = sy.as_int(shape[dim])
+    if full is None or not isinstance(start, int) or not (end is None or isinstance(end, int)) or step < 1:
+        raise cx.error(
+            f"slice with step {step} along dim {dim} of size {shape[dim]}: a step is supported on a static dim "
+            "with constant bounds only; slice the length first, or reshape it to [n, step] and select"
+        )
+    start = min(max(start + full if start < 0 else start, 0), full)
+    end = full if end is None else min(max(end + full if end < 0 else end, 0), full)
+    n = max(0, -(-(end - start) // step))
+    if n == 0:
+        raise cx.empty_error(f"the slice [{start}:{end}:{step}] along dim {dim} has length 0")
+    whole = n if start + n * step <= full else n - 1
+    parts = [_columns(cx, x, dim, start, whole, step)] if whole else []
+    if whole < n:
+        parts.append(_piece(cx, x, dim, start + whole * step, 1))
+    out = parts[0]
+    if len(parts) > 1:
+        out = cx.emit(ConcatOp, check=False, lhs=parts[0], rhs=parts[1], dim=_i64(dim))
+    return out
+
+
+def _piece(cx, x, dim: int, start: int, length: int):
+    shape = list(cx.shape(x))
+    if start == 0 and sy.as_int(shape[dim]) == length:
+        return x
+    shape[dim] = sy.const(length)
+    return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=_i64(start))
+
+
+def _columns(cx, x, dim: int, start: int, n: int, step: int):
+    """x[..., start : start + n * step : step] along `dim`: a slice, a view as [n, step], column 0."""
+    y = _piece(cx, x, dim, start, n * step)
+    shape = list(cx.shape(y))
+    grid = shape[:dim] + [sy.const(n), sy.const(step)] + shape[dim + 1 :]
+    y = cx.emit(ReshapeOp, result_shape=grid, check=False, input=y)
+    first = grid[: dim + 1] + [sy.const(1)] + grid[dim + 2 :]
+    y = cx.emit(SliceOp, result_shape=first, check=False, input=y, dim=_i64(dim + 1), start=_i64(0))
+    return cx.emit(ReshapeOp, result_shape=shape[:dim] + [sy.const(n)] + shape[dim + 1 :], check=False, input=y)
