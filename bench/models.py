@@ -122,8 +122,9 @@ SPECS = {
 
 
 @functools.lru_cache(maxsize=8)
-def compile_model(name: str, max_len: int):
-    """Compiles model `name` for sequence lengths up to `max_len` (cached: tests share it).
+def compile_model(name: str, max_len: int, buckets: bool = True):
+    """Compiles model `name` for sequence lengths up to `max_len` (cached: tests share it); `buckets=False`
+    gives one program (no shape buckets).
 
     Returns (spec, module, CompiledModel)."""
     from novella_mlir import compile_torch
@@ -131,5 +132,5 @@ def compile_model(name: str, max_len: int):
     spec = SPECS[name]
     module = spec.build(max_len)
     lo, hi = spec.bounds(max_len)
-    npu = compile_torch(module, spec.example(16), dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi)
+    npu = compile_torch(module, spec.example(16), dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi, buckets=buckets)
     return spec, module, npu

@@ -270,7 +270,8 @@ def check_outputs(prog) -> None:
 
 def drop_empty_cat_operands(graph) -> None:
     """Folds away the operands of a `cat` that are empty along the cat dim (`x[..., d:]` of width 0):
-    a cat of one non-empty operand is that operand; the empty values' producers become dead and go."""
+    a cat of one non-empty operand is that operand (unless it is an output, which the program's signature
+    names: then a cat of one operand); the empty values' producers become dead and go."""
     cat = torch.ops.aten.cat.default
     changed = False
     for node in [n for n in graph.nodes if n.op == "call_function" and n.target is cat]:
@@ -280,7 +281,7 @@ def drop_empty_cat_operands(graph) -> None:
         if not keep or len(keep) == len(items):
             continue
         changed = True
-        if len(keep) == 1:
+        if len(keep) == 1 and not any(u.op == "output" for u in node.users):  # outputs are named in the signature
             node.replace_all_uses_with(keep[0])
             graph.erase_node(node)
         else:

@@ -204,6 +204,7 @@ def _repeat(op, read, root, chain, kv_heads: int) -> int:
     it keeps the positions and head_dim minor and repeats each head g times in place (head = b // g)."""
     shape, base = _shape(read), _shape(root)
     heads = sy.as_int(sy.numel(shape[:-2]))
+    kv_heads = sy.as_int(sy.numel(base[:-2])) or kv_heads  # a batched cache: every sequence's heads
     ok = heads is not None and heads % kv_heads == 0 and sy.equal_shapes(shape[-2:], base[-2:])
     for c in chain:
         if ok and c.operation.name == "novella.broadcast":
@@ -214,7 +215,6 @@ def _repeat(op, read, root, chain, kv_heads: int) -> int:
         got = [str(e) for e in shape]
         raise PassError(op, f"reads the KV cache {[str(e) for e in base]} as {got}: not a repeat of each head in place")
     return heads // kv_heads
-
 
 
 def _lift(op, root, g: int) -> None:

@@ -21,7 +21,7 @@ from simulator import load_config  # noqa: E402
 
 @pytest.fixture(scope="module")
 def npu():
-    return models.compile_model("mlp", 2048)[2]
+    return models.compile_model("mlp", 2048, buckets=False)[2]
 
 
 @pytest.fixture

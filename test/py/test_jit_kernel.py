@@ -42,7 +42,7 @@ def test_kernel_equals_numpy_expansion(name):
 
 
 def test_long_programs_take_the_numpy_path():
-    art = models.compile_model("mlp", MAX["mlp"])[2].artifact
+    art = models.compile_model("mlp", MAX["mlp"], buckets=False)[2].artifact
     jit = Jit(art, cache_size=0)
     jit.instantiate([1])
     jit._tables.limit = 0
@@ -52,7 +52,7 @@ def test_long_programs_take_the_numpy_path():
 
 
 def test_repeated_length_is_a_cache_hit():
-    art = models.compile_model("mlp", MAX["mlp"])[2].artifact
+    art = models.compile_model("mlp", MAX["mlp"], buckets=False)[2].artifact
     jit = Jit(art)
     first = jit.instantiate([77])
     assert jit.instantiate([77]) is first and not first.words.flags.writeable
