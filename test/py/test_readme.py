@@ -1,10 +1,11 @@
-"""The README runs as written: every ```python block executes (each on its own, as a user pastes it) and shows
-its result; the measured tables match the goldens and what the code compiles today, and say where they were
+"""The README runs as written: every ```python block executes (each on its own, as a user pastes it; a block
+that starts without an import continues the block before it, in its namespace) and shows its result; the measured tables match the goldens and what the code compiles today, and say where they were
 measured (`bench/tables.py` writes them)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import re
 import sys
@@ -29,14 +30,27 @@ def test_the_readme_has_its_blocks():
     assert {"Python API", "Several symbols: torch.export's `dynamic_shapes`"} <= {_title(b) for b in BLOCKS}
 
 
-@pytest.mark.parametrize("code", BLOCKS, ids=[f"{i}-{_title(b).split(':')[0]}" for i, b in enumerate(BLOCKS)])
-def test_readme_block_runs_and_shows_its_result(code):
-    if "transformers" in code:
-        pytest.importorskip("transformers")
+def _continues(i: int) -> bool:
+    first = next(line for line in BLOCKS[i].splitlines() if line.strip() and not line.startswith("#"))
+    return i > 0 and not first.startswith(("import ", "from "))
+
+
+@functools.cache
+def _run(i: int) -> tuple[dict, str]:
+    """(namespace, printed) of block `i`, run after the block it continues."""
+    space = dict(_run(i - 1)[0]) if _continues(i) else {"__name__": "__readme__"}
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})
-    printed = out.getvalue()
+        exec(compile(BLOCKS[i], "README.md", "exec"), space)
+    return space, out.getvalue()
+
+
+@pytest.mark.parametrize("i", range(len(BLOCKS)), ids=[f"{i}-{_title(b).split(':')[0]}" for i, b in enumerate(BLOCKS)])
+def test_readme_block_runs_and_shows_its_result(i):
+    code = BLOCKS[i]
+    if "transformers" in code:
+        pytest.importorskip("transformers")
+    printed = _run(i)[1]
     assert printed.strip(), "the block prints nothing: a README block shows its result"
     if "hf.generate" in code:
         assert "token-identical to hf.generate: True" in printed
