@@ -94,7 +94,7 @@ def decomposition_table(graph_targets, generic: bool = True) -> dict:
     ):
         return {}
     picked = {t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}
-    return picked | unknown | {op: _get_decomp_for_cia(op) for op in composite}
+    return picked | {op: _get_decomp_for_cia(op) for op in composite if op not in unknown} | unknown
 
 
 @functools.cache
@@ -120,6 +120,11 @@ def _mlir_name(target) -> str:
     return f"torch.{name}" + ("" if overload == "default" else f".{overload}")
 
 
+# composites kept whole for the generic path: torch-mlir lowers them to linalg with `?` dims, while their
+# CompositeImplicitAutograd kernel makes a native op with run-time size operands (native_group_norm's HxW)
+WHOLE_FOR_GENERIC = frozenset({"group_norm"})
+
+
 def unlowered_composites(graph_targets) -> set:
     """The graph's aten ops that the op table does not lower but that have a CompositeImplicitAutograd
     kernel (expand_as, movedim, broadcast_to, hstack, cosine_similarity...): decomposed by that kernel."""
@@ -131,7 +136,7 @@ def unlowered_composites(graph_targets) -> set:
             continue
         name = f"torch.aten.{t._opname}" + ("" if t._overloadname == "default" else f".{t._overloadname}")
         cia = torch._C._dispatch_has_kernel_for_dispatch_key(t.name(), "CompositeImplicitAutograd")
-        if cia and name not in table:
+        if cia and name not in table and t._opname not in WHOLE_FOR_GENERIC:
             out.add(t)
     return out
 

@@ -40,7 +40,7 @@ def to_linalg(cx):
 
 def _clone_constant(cx, v, i, mapping) -> None:
     owner = v.owner
-    name = owner.name if isinstance(owner, ir.OpView) else ""
+    name = owner.operation.name if isinstance(owner, ir.OpView) else ""
     if not (name.startswith("torch.constant.") or name == "torch.prim.ListConstruct"):
         raise cx.error(
             f"operand #{i} ({v.type}) is computed at run time (by '{name or 'a block argument'}'); "
