@@ -4,11 +4,12 @@ layers at M = B), each over its own pages and past length, hazard checking on.""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 tf = pytest.importorskip("transformers")
+
+from lm_models import build, check, prompt, reference  # noqa: E402
 
 from novella_mlir.causal_lm import CausalLM, compile_causal_lm  # noqa: E402
 from novella_mlir.decoding.batched import compile_batched  # noqa: E402
@@ -23,43 +24,19 @@ B = 4
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def model(request):
-    torch.manual_seed(0)
-    if request.param == "gpt2":
-        cfg = tf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=MAX_LEN,
-                            bos_token_id=0, eos_token_id=1)  # fmt: skip
-        hf = tf.GPT2LMHeadModel(cfg).eval()
-    else:
-        cfg = tf.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                             intermediate_size=128, vocab_size=512, max_position_embeddings=MAX_LEN,
-                             bos_token_id=0, eos_token_id=1)  # fmt: skip
-        hf = tf.LlamaForCausalLM(cfg).eval()
-    hf.generation_config.eos_token_id = None
+    hf = build(request.param, MAX_LEN)
     lm = compile_causal_lm(hf, max_len=MAX_LEN, page_size=PS, cache=False)
     return request.param, hf, compile_batched(hf, lm, (B,), cache=False)
 
 
-def _reference(hf, ids: list, n: int):
-    x = torch.tensor([ids])
-    out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                      pad_token_id=0, output_logits=True, return_dict_in_generate=True)  # fmt: skip
-    return out.sequences[0].tolist(), torch.cat(out.logits).numpy()
 
-
-def _prompt(length: int, seed: int) -> list:
-    return torch.randint(3, 500, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-def _check(hf, req, name):
-    ref, logits = _reference(hf, req.prompt, req.max_new_tokens)
-    assert req.tokens == ref, f"{name} T={len(req.prompt)}: {req.generated} vs {ref[len(req.prompt):]}"
-    np.testing.assert_allclose(np.stack(req.logits), logits, atol=1e-3, rtol=0)
 
 
 def _run(eng, plan: dict) -> list:
     reqs = []
     while len(reqs) < len(plan) or not eng.done:
         for t, n in plan.get(eng.steps, []):
-            reqs.append(eng.add(_prompt(t, seed=t), n))
+            reqs.append(eng.add(prompt(t, seed=t), n))
         eng.step()
     return reqs
 
@@ -76,7 +53,7 @@ def test_batched_step_requests_join_at_different_steps(model):
     assert max(lanes) == 4 and min(lanes) >= 1
     for r in reqs:
         assert r.finish_reason == "length"
-        _check(hf, r, name)
+        check(hf, r, name)
     eng.close()
     assert eng.pool.in_use == 0
 
@@ -86,14 +63,14 @@ def test_one_batched_step_costs_less_than_its_sequences_apart(model):
     _, hf, lm = model
     eng = Engine(lm, check_hazards=False)
     for t in (16, 16, 16, 16):
-        eng.add(_prompt(t, seed=t + len(eng.waiting)), 3)
+        eng.add(prompt(t, seed=t + len(eng.waiting)), 3)
     eng.step()  # prefills; all four join at clock 16
     eng.step()
     batch = eng.run.steps[-1]
     assert batch.kind == "batch" and batch.sequence == -4
     eng.close()
     single = Engine(lm, check_hazards=False, batched=False)
-    single.add(_prompt(16, seed=1), 2)
+    single.add(prompt(16, seed=1), 2)
     single.step()
     single.step()
     one = single.run.steps[-1]
@@ -105,13 +82,13 @@ def test_one_batched_step_costs_less_than_its_sequences_apart(model):
 
 def test_shared_prefix_in_the_batched_step(model):
     name, hf, lm = model
-    base = _prompt(40, seed=7)
+    base = prompt(40, seed=7)
     eng = Engine(lm)
-    reqs = [eng.add(p, 6) for p in (base + _prompt(6, seed=8), base + _prompt(3, seed=9), base[:37] + [5, 6])]
+    reqs = [eng.add(p, 6) for p in (base + prompt(6, seed=8), base + prompt(3, seed=9), base[:37] + [5, 6])]
     eng.run_all()
     assert [s.kind for s in eng.run.steps].count("prefill") == 1 and eng.copies >= 2
     for r in reqs:
-        _check(hf, r, name)
+        check(hf, r, name)
     eng.close()
     assert eng.pool.in_use == 0 and not any(eng.pool.refs)
 
@@ -121,19 +98,19 @@ def test_small_pool_preempts_in_the_batched_step(model):
     small = CausalLM(lm.prefill, lm.decode, lm.vocab, lm.max_len, lm.page_size, n_pages=7)
     small.batched, small.max_batch = lm.batched, lm.max_batch
     eng = Engine(small)
-    reqs = [eng.add(_prompt(t, seed=30 + t), n) for t, n in ((20, 30), (33, 12), (7, 20))]
+    reqs = [eng.add(prompt(t, seed=30 + t), n) for t, n in ((20, 30), (33, 12), (7, 20))]
     eng.run_all()
     assert sum(r.preemptions for r in reqs) >= 1
     for r in reqs:
-        _check(hf, r, name)
+        check(hf, r, name)
 
 
 def test_generate_of_a_list_uses_the_batched_step(model):
     name, hf, lm = model
-    prompts = [torch.tensor(_prompt(t, seed=40 + t)) for t in (3, 19, 35, 5, 8)]
+    prompts = [torch.tensor(prompt(t, seed=40 + t)) for t in (3, 19, 35, 5, 8)]
     outs = lm.generate(prompts, max_new_tokens=4)
     for p, out in zip(prompts, outs):
-        assert out.tolist() == _reference(hf, p.tolist(), 4)[0], name
+        assert out.tolist() == reference(hf, p.tolist(), 4)[0], name
     assert "decode" not in {s.kind for s in lm.last_run.steps}
     assert lm.session().pool.in_use == 0
 

@@ -14,6 +14,8 @@ import torch
 
 tf = pytest.importorskip("transformers")
 
+from lm_models import build  # noqa: E402
+
 from novella_mlir.causal_lm import CausalLM, compile_causal_lm, load_causal_lm  # noqa: E402
 from novella_mlir.errors import InputError  # noqa: E402
 from novella_mlir.runtime.kv import KvCacheFullError  # noqa: E402
@@ -22,26 +24,11 @@ MAX_LEN = 96
 NEW = 32
 
 
-def _gpt2():
-    cfg = tf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=MAX_LEN,
-                        bos_token_id=0, eos_token_id=1)  # fmt: skip
-    return tf.GPT2LMHeadModel(cfg).eval()
-
-
-def _llama():
-    cfg = tf.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                         intermediate_size=128, vocab_size=512, max_position_embeddings=MAX_LEN,
-                         bos_token_id=0, eos_token_id=1)  # fmt: skip
-    return tf.LlamaForCausalLM(cfg).eval()
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def model(request):
-    torch.manual_seed(0)
-    hf = _gpt2() if request.param == "gpt2" else _llama()
-    # the reference is plain greedy decoding: with min_new_tokens, transformers would mask the config's
-    # eos (which random weights may well pick), and generate() stops at an eos only when one is passed
-    hf.generation_config.eos_token_id = None
+    hf = build(request.param, MAX_LEN)
     return (
         request.param,
         hf,

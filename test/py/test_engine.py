@@ -6,11 +6,12 @@ everyone queues and preempts, and never corrupts a running sequence. Hazard chec
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 tf = pytest.importorskip("transformers")
+
+from lm_models import build, check, prompt, reference  # noqa: E402
 
 from novella_mlir.causal_lm import CausalLM, compile_causal_lm  # noqa: E402
 from novella_mlir.decoding.engine import BatchBoundError, Engine  # noqa: E402
@@ -21,42 +22,15 @@ MAX_LEN = 224
 PS = 16
 
 
-def _gpt2():
-    cfg = tf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=MAX_LEN,
-                        bos_token_id=0, eos_token_id=1)  # fmt: skip
-    return tf.GPT2LMHeadModel(cfg).eval()
-
-
-def _llama():
-    cfg = tf.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                         intermediate_size=128, vocab_size=512, max_position_embeddings=MAX_LEN,
-                         bos_token_id=0, eos_token_id=1)  # fmt: skip
-    return tf.LlamaForCausalLM(cfg).eval()
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def model(request):
-    torch.manual_seed(0)
-    hf = _gpt2() if request.param == "gpt2" else _llama()
-    hf.generation_config.eos_token_id = None
+    hf = build(request.param, MAX_LEN)
     return request.param, hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=PS, cache=False)
 
 
-def _reference(hf, ids: list, n: int):
-    x = torch.tensor([ids])
-    out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                      pad_token_id=0, output_logits=True, return_dict_in_generate=True)  # fmt: skip
-    return out.sequences[0].tolist(), torch.cat(out.logits).numpy()
 
-
-def _prompt(length: int, seed: int) -> list:
-    return torch.randint(3, 500, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
-def _check(hf, req, name):
-    ref, logits = _reference(hf, req.prompt, req.max_new_tokens)
-    assert req.tokens == ref, f"{name} T={len(req.prompt)}: {req.generated} vs {ref[len(req.prompt):]}"
-    np.testing.assert_allclose(np.stack(req.logits), logits, atol=1e-3, rtol=0)
 
 
 def test_requests_join_at_different_steps(model):
@@ -69,22 +43,22 @@ def test_requests_join_at_different_steps(model):
     while len(reqs) < len(plan) or not eng.done:
         if eng.steps in plan:
             t, n = plan[eng.steps]
-            reqs.append(eng.add(_prompt(t, seed=t), n))
+            reqs.append(eng.add(prompt(t, seed=t), n))
         eng.step()
     assert [r.admitted_at for r in reqs] == list(plan)
     assert not eng.running and eng.pool.in_use == 0
     assert max(eng.batch_sizes) == 4  # all four in the running batch at once
     for r in reqs:
         assert r.finish_reason == "length" and len(r.generated) == r.max_new_tokens
-        _check(hf, r, name)
+        check(hf, r, name)
 
 
 def test_generate_of_a_list_runs_on_the_engine(model):
     name, hf, lm = model
-    prompts = [torch.tensor(_prompt(t, seed=20 + t)) for t in (1, 7, 33, 200, 5)]
+    prompts = [torch.tensor(prompt(t, seed=20 + t)) for t in (1, 7, 33, 200, 5)]
     outs = lm.generate(prompts, max_new_tokens=5)  # 5 prompts, max_batch 4: the last one queues
     for p, out in zip(prompts, outs):
-        assert out.tolist() == _reference(hf, p.tolist(), 5)[0], name
+        assert out.tolist() == reference(hf, p.tolist(), 5)[0], name
     first = {s.sequence: i for i, s in reversed(list(enumerate(lm.last_run.steps)))}
     assert first[4] > first[0]  # joined after another left
     assert lm.session().pool.in_use == 0
@@ -94,8 +68,8 @@ def test_common_prefix_pages_are_shared_not_recomputed(model):
     """Three prompts with a 40-token common prefix (2.5 pages): the later two share the first's pages,
     run no prefill of their own, and copy the half-shared third page on their first write into it."""
     name, hf, lm = model
-    base = _prompt(40, seed=7)
-    prompts = [base + _prompt(6, seed=8), base + _prompt(3, seed=9), base[:37] + _prompt(4, seed=10)]
+    base = prompt(40, seed=7)
+    prompts = [base + prompt(6, seed=8), base + prompt(3, seed=9), base[:37] + prompt(4, seed=10)]
     peaks = {}
     for share in (True, False):
         eng = Engine(lm, share_prefix=share)
@@ -106,7 +80,7 @@ def test_common_prefix_pages_are_shared_not_recomputed(model):
             peak = max(peak, eng.pool.in_use)
         peaks[share] = peak
         for r in reqs:
-            _check(hf, r, f"{name} share={share}")
+            check(hf, r, f"{name} share={share}")
         prefills = [s.sequence for s in eng.run.steps if s.kind == "prefill"]
         if share:
             assert prefills == [reqs[0].id] and [r.shared for r in reqs] == [0, 40, 37]
@@ -124,26 +98,26 @@ def test_a_small_pool_queues_and_preempts_without_corrupting(model):
     small = CausalLM(lm.prefill, lm.decode, lm.vocab, lm.max_len, lm.page_size, n_pages=6)
     small.max_batch = 4
     eng = Engine(small)
-    reqs = [eng.add(_prompt(t, seed=30 + t), n) for t, n in ((20, 30), (33, 12), (7, 20))]
+    reqs = [eng.add(prompt(t, seed=30 + t), n) for t, n in ((20, 30), (33, 12), (7, 20))]
     peak = 0
     while not eng.done:
         eng.step()
         peak = max(peak, eng.pool.in_use)
     assert peak <= 6 and sum(r.preemptions for r in reqs) >= 1
     for r in reqs:
-        _check(hf, r, name)
+        check(hf, r, name)
     assert eng.pool.in_use == 0
 
 
 def test_bad_requests_are_refused_and_running_ones_go_on(model):
     name, hf, lm = model
     eng = Engine(lm)
-    ok = eng.add(_prompt(9, seed=1), 4)
+    ok = eng.add(prompt(9, seed=1), 4)
     eng.step()
     with pytest.raises(InputError, match=f"more than max_len={MAX_LEN}"):
-        eng.add(_prompt(MAX_LEN + 1, 0), 1)
+        eng.add(prompt(MAX_LEN + 1, 0), 1)
     with pytest.raises(InputError, match=f"would pass max_len={MAX_LEN}"):
-        eng.add(_prompt(MAX_LEN - 3, 0), 4)
+        eng.add(prompt(MAX_LEN - 3, 0), 4)
     with pytest.raises(InputError, match="empty"):
         eng.add([], 1)
     with pytest.raises(InputError, match=r"token id 512 is outside the vocabulary"):
@@ -152,19 +126,19 @@ def test_bad_requests_are_refused_and_running_ones_go_on(model):
         Engine(lm, max_batch=5)
     tiny = CausalLM(lm.prefill, lm.decode, lm.vocab, lm.max_len, lm.page_size, n_pages=2)
     with pytest.raises(KvCacheFullError, match="needs 3 pages .* more than the whole pool of 2"):
-        Engine(tiny).add(_prompt(40, 0), 2)
+        Engine(tiny).add(prompt(40, 0), 2)
     eng.run_all()
-    _check(hf, ok, name)
+    check(hf, ok, name)
 
 
 def test_eos_ends_one_request_early(model):
     name, hf, lm = model
-    p = _prompt(5, seed=4)
-    full = _reference(hf, p, 8)[0]
+    p = prompt(5, seed=4)
+    full = reference(hf, p, 8)[0]
     eos = full[7]
     eng = Engine(lm)
-    a, b = eng.add(p, 8, eos_token_id=[eos, 511]), eng.add(_prompt(11, seed=5), 8)
+    a, b = eng.add(p, 8, eos_token_id=[eos, 511]), eng.add(prompt(11, seed=5), 8)
     eng.run_all()
     assert a.finish_reason == "eos" and a.tokens == full[: full.index(eos, 5) + 1]
     assert b.finish_reason == "length"
-    _check(hf, b, name)
+    check(hf, b, name)

@@ -1,0 +1,46 @@
+"""Small random-weight causal LMs and transformers' own greedy decoding as the reference, shared by the
+decoding tests (test_causal_lm, test_engine, test_batched_decode)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def build(name: str, max_len: int):
+    """A 2-layer GPT-2 or LLaMA (GQA: 4 heads, 2 KV heads) with seeded random weights. The reference is
+    plain greedy decoding: with min_new_tokens transformers would mask the config's eos (which random
+    weights may well pick), and generate() stops at an eos only when one is passed."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    if name == "gpt2":
+        cfg = tf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=512, n_positions=max_len,
+                            bos_token_id=0, eos_token_id=1)  # fmt: skip
+        hf = tf.GPT2LMHeadModel(cfg).eval()
+    else:
+        cfg = tf.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                             intermediate_size=128, vocab_size=512, max_position_embeddings=max_len,
+                             bos_token_id=0, eos_token_id=1)  # fmt: skip
+        hf = tf.LlamaForCausalLM(cfg).eval()
+    hf.generation_config.eos_token_id = None
+    return hf
+
+
+def reference(hf, ids: list, n: int):
+    """(tokens, logits) of hf.generate's greedy decoding of `ids` for exactly `n` new tokens."""
+    x = torch.tensor([ids])
+    out = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                      pad_token_id=0, output_logits=True, return_dict_in_generate=True)  # fmt: skip
+    return out.sequences[0].tolist(), torch.cat(out.logits).numpy()
+
+
+def prompt(length: int, seed: int) -> list:
+    return torch.randint(3, 500, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def check(hf, req, name):
+    """An engine request's tokens equal hf's, its logits within 1e-3."""
+    ref, logits = reference(hf, req.prompt, req.max_new_tokens)
+    assert req.tokens == ref, f"{name} T={len(req.prompt)}: {req.generated} vs {ref[len(req.prompt):]}"
+    np.testing.assert_allclose(np.stack(req.logits), logits, atol=1e-3, rtol=0)
