@@ -433,12 +433,17 @@ def _read(f, size: int, where: str, key) -> tuple[bytes, bytes]:
         raise ArtifactError(f"{where} is corrupted (checksum mismatch); recompile or copy it again")
     meta, blob = body[:meta_n], body[meta_n:]
     if key is not None:
-        mac = header.get("hmac_sha256")
-        if mac is None:
-            raise ArtifactError(f"{where} is not signed, but a key was given; save it with save(path, key=...)")
-        if not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, meta, blob))):
-            raise ArtifactError(f"{where} failed authentication (HMAC-SHA256 mismatch): not signed with this key")
+        verify_signature(where, header.get("hmac_sha256"), _mac(key, meta, blob))
     return meta, blob
+
+
+def verify_signature(where: str, mac, expected: str) -> None:
+    """Refuses a file whose `hmac_sha256` header field `mac` is missing or is not `expected` (the MAC under
+    the caller's key): artifacts and causal-LM files alike."""
+    if mac is None:
+        raise ArtifactError(f"{where} is not signed, but a key was given; save it with save(path, key=...)")
+    if not (isinstance(mac, str) and hmac.compare_digest(mac, expected)):
+        raise ArtifactError(f"{where} failed authentication (HMAC-SHA256 mismatch): not signed with this key")
 
 
 def _header(raw: bytes, where: str) -> dict:

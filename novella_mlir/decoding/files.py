@@ -72,11 +72,7 @@ def load(path, config=None, key=None):
         raise ArtifactError(f"cannot read {where}: {e.strerror or e}") from None
     head, body = _split(data, where)
     if key is not None:
-        mac = head.get("hmac_sha256")
-        if mac is None:
-            raise ArtifactError(f"{where} is not signed, but a key was given; save it with save(path, key=...)")
-        if not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, head, body))):
-            raise ArtifactError(f"{where} failed authentication (HMAC-SHA256 mismatch): not signed with this key")
+        fmt.verify_signature(where, head.get("hmac_sha256"), _mac(key, head, body))
     config = config or load_config()
     arts, off = [], 0
     for name, size in zip(("prefill", "decode"), head["sizes"]):
