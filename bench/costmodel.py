@@ -26,8 +26,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from novella_mlir import compile_torch  # noqa: E402
-from novella_mlir.kernels import attention, conv, elementwise, flash_attention, linear, normalization  # noqa: E402
+from novella_mlir import compile_torch, kernels  # noqa: E402
+from novella_mlir.kernels import attention, conv, elementwise, flash_attention, linear, normalization, support  # noqa: E402
 from novella_mlir.tools import sweep  # noqa: E402
 from simulator import load_config  # noqa: E402
 
@@ -113,8 +113,9 @@ def _compile(case: Case, config: str, length: int, cost):
     torch.manual_seed(0)
     model = case.build().eval()
     examples = [torch.randn(*_shape(s, 16)) for s in case.inputs]
-    original, nominal = case.kernel.cost, attention.NOMINAL_LENGTH
-    case.kernel.cost, attention.NOMINAL_LENGTH = cost, length
+    original, nominal = case.kernel.cost, kernels.NOMINAL_LENGTH
+    case.kernel.cost = cost
+    kernels.NOMINAL_LENGTH = support.NOMINAL_LENGTH = length  # plan_lengths' and upper's
     exhaustive = vars(case.kernel).get("exhaustive")
     case.kernel.exhaustive = True  # a search that prunes by the model's bounds would skip candidates here
     try:
@@ -123,7 +124,8 @@ def _compile(case: Case, config: str, length: int, cost):
             model, *examples, min_len=1, max_len=4096, config=_config(config), cache=False, buckets=False
         )
     finally:
-        case.kernel.cost, attention.NOMINAL_LENGTH = original, nominal
+        case.kernel.cost = original
+        kernels.NOMINAL_LENGTH = support.NOMINAL_LENGTH = nominal
         if exhaustive is None:
             del case.kernel.exhaustive
         else:

@@ -53,6 +53,7 @@ def module_symbols(op) -> list[sy.Symbol]:
     return sy.read_symbols(module_of(op))
 
 
+NOMINAL_LENGTH = 4096
 PLAN_ATTR = "novella.plan_lengths"
 
 
@@ -61,7 +62,6 @@ def plan_lengths(op) -> list[int]:
     change with max_len), or, in a shape bucket's program, the bucket's upper ends (`novella.plan_lengths`,
     written by `--novella-buckets`)."""
     from ..transforms.common import from_attr, module_of
-    from .attention import NOMINAL_LENGTH
 
     mod = module_of(op)
     n = max(len(sy.read_symbols(mod)), 1)

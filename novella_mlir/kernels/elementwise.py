@@ -50,7 +50,7 @@ def row_tiling(rows, cols: int, target, n_buffers: int, options, extra=(), cost=
 
 
 def nominal_rows(op, tv) -> int:
-    from .attention import upper
+    from .support import upper
 
     return upper(tv.rows(-1), module_symbols(op))
 

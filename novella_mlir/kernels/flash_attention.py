@@ -57,7 +57,8 @@ from ..machine import costmodel as cm
 from . import BufferPlan, Tiling, first, memoized, module_symbols
 from . import flash_cost as fc
 from . import kv_cache as kv
-from .attention import NEG_FLOOR, SUM_FLOOR, _candidates, _flag, ceildiv, extent, mul, upper
+from .attention import NEG_FLOOR, SUM_FLOOR
+from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from .. import symbolic as sy
 from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, tile_rows
-from .attention import ceildiv, mul
 from .data_movement import MAX_UNROLL
+from .support import ceildiv, mul
 
 
 def _view(op, tv):

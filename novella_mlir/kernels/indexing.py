@@ -15,7 +15,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
-from .attention import ceildiv, mul
+from .support import ceildiv, mul
 
 COL_TILE = 512
 MAX_STATIC_COLS = 1024
@@ -143,7 +143,7 @@ class Concat:
 
     def _widest(self, widths, op):
         from . import module_symbols
-        from .attention import upper
+        from .support import upper
 
         syms = module_symbols(op)
         return max(range(len(widths)), key=lambda i: upper(widths[i], syms))

@@ -12,10 +12,10 @@ from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
 from ..machine import costmodel as cm
 from . import BufferPlan, TensorView, Tiling, first, get_kernel, last, memoized, plan_lengths, tile_rows
 from . import linear_cost as lc
-from .attention import _pieces
 from .elementwise import ACT_FNS as _ACT_FNS
 from .elementwise import emit_act
 from .normalization import NORM_OPS, LayerNorm, emit_norm
+from .support import _pieces
 
 LINEAR_OPS = ("novella.linear", "novella.fused_linear")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .. import symbolic as sy
 from ..dialects.math_fns import MATH
 from . import BufferPlan, Tiling, tile_rows
-from .attention import ceildiv, mul
+from .support import ceildiv, mul
 
 COL_TILE = 512
 MAX_STATIC_COLS = 1024

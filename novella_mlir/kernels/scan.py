@@ -36,7 +36,7 @@ from .. import symbolic as sy
 from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, plan_lengths, tile_rows
-from .attention import ceildiv, extent, mul
+from .support import ceildiv, extent, mul
 
 _COMBINE = {"sum": "ADD", "prod": "MUL"}
 

@@ -34,8 +34,7 @@ import dataclasses
 import functools
 
 from .. import symbolic as sy
-from ..kernels import PLAN_ATTR, TensorView, get_kernel
-from ..kernels.attention import NOMINAL_LENGTH
+from ..kernels import NOMINAL_LENGTH, PLAN_ATTR, TensorView, get_kernel
 from ..machine import costmodel
 from ..machine.target import Target
 from .common import body_ops, check_symbols, from_attr, functions, set_attr

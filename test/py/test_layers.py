@@ -40,9 +40,7 @@ KNOWN = {
     ("novella_mlir.frontend.lowering.indexing", "novella_mlir.frontend.lowering.kv_cache"),
     ("novella_mlir.frontend.lowering.shape_ops", "novella_mlir.frontend.lowering.kv_cache"),
     ("novella_mlir.frontend.lowering.shape_ops", "novella_mlir.frontend.lowering.indexing"),
-    ("novella_mlir.kernels", "novella_mlir.kernels.attention"),
     ("novella_mlir.frontend.lowering", "novella_mlir.frontend.linalg"),
-    ("novella_mlir.kernels.attention", "novella_mlir.kernels.kv_cache"),
     ("novella_mlir.kernels.linear_cost", "novella_mlir.kernels.linear"),
 }
 
