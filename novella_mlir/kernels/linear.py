@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from torch_mlir import ir
 
@@ -12,36 +11,12 @@ from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
 from ..machine import costmodel as cm
 from . import BufferPlan, TensorView, Tiling, first, get_kernel, last, memoized, plan_lengths, tile_rows
 from . import linear_cost as lc
-from .elementwise import ACT_FNS as _ACT_FNS
 from .elementwise import emit_act
-from .normalization import NORM_OPS, LayerNorm, emit_norm
+from .linear_cost import Epilogue
+from .normalization import LayerNorm, emit_norm
 from .support import _pieces
 
 LINEAR_OPS = ("novella.linear", "novella.fused_linear")
-
-
-@dataclass(frozen=True)
-class Epilogue:
-    """What the output tile goes through before its STORE: + bias, `act`, + `residual` (a tile loaded
-    per output block), a layer norm over the (whole) row (`norm`: the output tile holds full rows)."""
-
-    act: str = "none"
-    residual: bool = False
-    norm: bool = False
-
-    @classmethod
-    def of(cls, op) -> Epilogue:
-        residual, norm = linear_epilogue(op)
-        return cls(op.attributes["act"].value, residual, norm)
-
-    def vec_ops(self, rows: int, cols: int) -> list[tuple[str, int, int]]:
-        """The epilogue's VEC ops of one [rows, cols] output tile, as (fn, rows, cols)."""
-        ops = [(f, rows, cols) for f in ("add", *_ACT_FNS[self.act])] + [("add", rows, cols)] * self.residual
-        return ops + [(fn, rows, cols if whole else 1) for fn, whole in NORM_OPS] * self.norm
-
-    @property
-    def scratch(self) -> bool:
-        return self.act == "gelu" or self.norm
 
 
 class Linear:

@@ -3,15 +3,39 @@ groups of an op remembered across its plan lengths, the candidates' classes, the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..dialects.novella import linear_epilogue
 from ..machine import costmodel as cm
 from . import memoized
+from .elementwise import ACT_FNS as _ACT_FNS
+from .normalization import NORM_OPS
 
-if TYPE_CHECKING:
-    from .linear import Epilogue
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What the output tile goes through before its STORE: + bias, `act`, + `residual` (a tile loaded
+    per output block), a layer norm over the (whole) row (`norm`: the output tile holds full rows)."""
+
+    act: str = "none"
+    residual: bool = False
+    norm: bool = False
+
+    @classmethod
+    def of(cls, op) -> Epilogue:
+        residual, norm = linear_epilogue(op)
+        return cls(op.attributes["act"].value, residual, norm)
+
+    def vec_ops(self, rows: int, cols: int) -> list[tuple[str, int, int]]:
+        """The epilogue's VEC ops of one [rows, cols] output tile, as (fn, rows, cols)."""
+        ops = [(f, rows, cols) for f in ("add", *_ACT_FNS[self.act])] + [("add", rows, cols)] * self.residual
+        return ops + [(fn, rows, cols if whole else 1) for fn, whole in NORM_OPS] * self.norm
+
+    @property
+    def scratch(self) -> bool:
+        return self.act == "gelu" or self.norm
 
 
 @memoized

@@ -41,7 +41,6 @@ KNOWN = {
     ("novella_mlir.frontend.lowering.shape_ops", "novella_mlir.frontend.lowering.kv_cache"),
     ("novella_mlir.frontend.lowering.shape_ops", "novella_mlir.frontend.lowering.indexing"),
     ("novella_mlir.frontend.lowering", "novella_mlir.frontend.linalg"),
-    ("novella_mlir.kernels.linear_cost", "novella_mlir.kernels.linear"),
 }
 
 
