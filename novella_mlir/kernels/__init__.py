@@ -48,7 +48,7 @@ def forget() -> None:
 
 def module_symbols(op) -> list[sy.Symbol]:
     """The `novella.symbols` of the module that holds `op`."""
-    from ..transforms.common import module_of
+    from ..dialects.attrs import module_of
 
     return sy.read_symbols(module_of(op))
 
@@ -61,7 +61,7 @@ def plan_lengths(op) -> list[int]:
     """The symbol values kernels plan tiles for: NOMINAL_LENGTH for each symbol (so that tiling does not
     change with max_len), or, in a shape bucket's program, the bucket's upper ends (`novella.plan_lengths`,
     written by `--novella-buckets`)."""
-    from ..transforms.common import from_attr, module_of
+    from ..dialects.attrs import from_attr, module_of
 
     mod = module_of(op)
     n = max(len(sy.read_symbols(mod)), 1)

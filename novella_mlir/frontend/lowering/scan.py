@@ -16,8 +16,8 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
+from ...dialects.attrs import from_attr, to_attr
 from ...dialects.novella import COMPARE_FNS, ScanOp
-from ...transforms.common import from_attr, to_attr
 from ..dtypes import EXACT_INT
 
 LIMITS = "novella.input_limits"
