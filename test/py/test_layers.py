@@ -35,9 +35,6 @@ KNOWN = {
     ("novella_mlir.kernels", "novella_mlir.optable"),
     ("novella_mlir.dialects.shapes", "novella_mlir.optable"),
     ("novella_mlir.frontend.lowering", "novella_mlir.optable"),
-    ("novella_mlir.frontend.lowering.indexing", "novella_mlir.frontend.lowering.kv_cache"),
-    ("novella_mlir.frontend.lowering.shape_ops", "novella_mlir.frontend.lowering.kv_cache"),
-    ("novella_mlir.frontend.lowering.shape_ops", "novella_mlir.frontend.lowering.indexing"),
     ("novella_mlir.frontend.lowering", "novella_mlir.frontend.linalg"),
 }
 

@@ -25,7 +25,7 @@ from ...dialects.novella import (
     SliceOp,
     SubOp,
 )
-from .shape_ops import affine, from_last, reshape, to_last, transpose
+from .shape_ops import Positions, affine, from_last, reshape, slice_from_end, to_last, transpose
 
 
 def _i64(v: int) -> ir.IntegerAttr:
@@ -100,8 +100,6 @@ def arange(cx):
     start, end, step = (0, nums[0], 1) if n == 1 else (nums + [1])[:3]
     if not all(isinstance(v, (int, float)) for v in (start, step)):
         if step == 1 and not isinstance(start, float) and not isinstance(end, float):
-            from .kv_cache import Positions
-
             return Positions(start, end)  # positions an index op writes (a KV-cache append), no tensor
         raise cx.error("arange with a symbolic start or step is not supported")
     if isinstance(end, (int, float)):
@@ -200,21 +198,6 @@ def _slice(cx, x, dim: int, start: int, length):
         return x
     shape[dim] = sy.canon(affine(length))
     return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=_i64(start))
-
-
-def slice_from_end(cx, x, dim: int, back: int, length, what: str):
-    """Positions [n - back, n - back + length) of the `?` dim `dim` of size n: a slice whose start the JIT
-    evaluates from the length (a negative start). n >= back must hold at every length the bounds allow."""
-    n = cx.shape(x)[dim]
-    lo = sy.value_range(n, cx.symbols)[0]
-    if lo < back:
-        raise cx.error(
-            f"{what} reads position {back} from the end of dim {dim}, whose size {n} can be as small as {lo}; "
-            f"raise min_len so that the size is at least {back}, or index from the start"
-        )
-    shape = list(cx.shape(x))
-    shape[dim] = sy.canon(length)
-    return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=_i64(-back))
 
 
 def _split_at(cx, x, dim: int, sizes: list):

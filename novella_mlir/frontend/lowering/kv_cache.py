@@ -11,39 +11,13 @@ provably P (`symbolic.equal`); any other scatter is refused with what it would n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
 from ...dialects.novella import ConcatOp, KvAppendOp
 from .indexing import is_function_input
-from .shape_ops import affine, reshape
-
-
-@dataclass(frozen=True)
-class Positions:
-    """`arange(start, stop)` with a symbolic start: the positions an index op writes (no tensor)."""
-
-    start: object
-    stop: object
-
-
-@dataclass(frozen=True)
-class WriteTarget:
-    """`x[..., start:end, ...]` with a symbolic start: usable only as the target of a copy (a write)."""
-
-    shape: tuple
-
-    def __repr__(self) -> str:
-        return "a slice with a symbolic start (supported only as the target of a KV-cache write)"
-
-
-def write_target(cx, x, dim: int, start, end) -> WriteTarget:
-    shape = list(cx.shape(x))
-    shape[dim] = sy.canon(affine(end) - affine(start))
-    return WriteTarget(tuple(shape))
+from .shape_ops import Positions, WriteTarget, affine, reshape
 
 
 def copy(cx):

@@ -8,6 +8,8 @@ forward their operand."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch_mlir import ir
 
 from ... import symbolic as sy
@@ -270,8 +272,6 @@ def slice_(cx):
 
         return strided_slice(cx, x, dim, start, end, step)
     if not isinstance(start, int):
-        from .kv_cache import write_target
-
         return write_target(cx, x, dim, start, end)  # `buf[:, :, P:P + 1] = k`: a KV-cache write
     full = sy.as_int(shape[dim])
     if start < 0 and full is None:
@@ -289,8 +289,6 @@ def slice_(cx):
 
 def _slice_end(cx, x, dim: int, start: int, end):
     """`x[..., start:end]` with a negative start into a `?` dim: `end` is the dim's end or negative too."""
-    from .indexing import slice_from_end
-
     if end is not None and not (isinstance(end, int) and start < end < 0):
         raise cx.error(
             f"slice [{start}:{end}] of the symbolic-size dim {dim}: a negative start needs no end or a negative "
@@ -314,3 +312,42 @@ def _slice_length(cx, size, start: int, end):
 
 def _i64(v: int) -> ir.IntegerAttr:
     return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)
+
+
+def slice_from_end(cx, x, dim: int, back: int, length, what: str):
+    """Positions [n - back, n - back + length) of the `?` dim `dim` of size n: a slice whose start the JIT
+    evaluates from the length (a negative start). n >= back must hold at every length the bounds allow."""
+    n = cx.shape(x)[dim]
+    lo = sy.value_range(n, cx.symbols)[0]
+    if lo < back:
+        raise cx.error(
+            f"{what} reads position {back} from the end of dim {dim}, whose size {n} can be as small as {lo}; "
+            f"raise min_len so that the size is at least {back}, or index from the start"
+        )
+    shape = list(cx.shape(x))
+    shape[dim] = sy.canon(length)
+    return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=_i64(-back))
+
+
+@dataclass(frozen=True)
+class Positions:
+    """`arange(start, stop)` with a symbolic start: the positions an index op writes (no tensor)."""
+
+    start: object
+    stop: object
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """`x[..., start:end, ...]` with a symbolic start: usable only as the target of a copy (a write)."""
+
+    shape: tuple
+
+    def __repr__(self) -> str:
+        return "a slice with a symbolic start (supported only as the target of a KV-cache write)"
+
+
+def write_target(cx, x, dim: int, start, end) -> WriteTarget:
+    shape = list(cx.shape(x))
+    shape[dim] = sy.canon(affine(end) - affine(start))
+    return WriteTarget(tuple(shape))
