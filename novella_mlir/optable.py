@@ -56,7 +56,7 @@ _BINARY = Prefer(_ROWS_BINARY, _POINTWISE, lambda op, tv: _static_cols(op, tv) a
 _UNARY = Prefer(k_elementwise.Unary(), _POINTWISE, _static_cols)
 _SLICE = Prefer(k_data.Slice(), k_index.ColumnSlice(), lambda op, tv: k_data.Slice()._geometry(op, tv))
 _LIT = "test/lit/"
-_LINEAR = k_linear.Linear()  # one instance for both ops: their tile searches share its memo (`kernels.memoized`)
+_LINEAR = k_linear.LINEAR  # one instance for both ops: their tile searches share its memo (`kernels.memoized`)
 
 OPS: dict[type, OpDef] = {
     nv.LinearOp: OpDef(
@@ -370,6 +370,17 @@ def torch_lowerings() -> dict[str, Callable]:
     return table
 
 
+def legalize_patterns(fusion: bool = True) -> list:
+    """(root op class, fn(op, rewriter) -> falsy on success) for --novella-legalize, from the op table."""
+    return list(LEGALIZE_PATTERNS) + (list(FUSION_PATTERNS) if fusion else [])
+
+
+def get_kernel(op_name: str):
+    """The kernel of novella op `op_name` from the op table, or None."""
+    entry = lookup(op_name)
+    return entry.kernel if entry else None
+
+
 # ------------------------------------------------------------------ issue 8 op families: flip, argmax/argmin,
 # matrix norms, prim.NumToTensor (lowerings in frontend/lowering/reductions.py, flip kernel in kernels/flip.py)
 from .frontend.lowering import reductions  # noqa: E402
@@ -426,3 +437,6 @@ FRONTEND_ONLY.update(
         "torch.aten.empty.memory_format": indexing.zeros,
     }
 )
+
+# the shape rules the dialect layer applies by op name come from this table (it names them, so it sits above)
+shapes.use_table(lookup)

@@ -248,8 +248,9 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
 
 
 def _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_options, names) -> CompiledModel:
+    from . import optable
     from .dialects.context import make_context
-    from .frontend import importer
+    from .frontend import importer, linalg
     from .frontend.lowering import convert
     from .transforms import novella_buckets
 
@@ -261,7 +262,7 @@ def _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_op
     with ctx, ir.Location.unknown():
         stages.record("torch", imported.module)
         # frontend: registry-driven lowering to the novella dialect; the shape mutator types every `?`
-        mod = convert(imported.module, imported)
+        mod = convert(imported.module, imported, optable.torch_lowerings(), linalg.lower)
         stages.record("novella", mod)
         # backend: shape-infer, legalize, allocate, buckets, tile, macro-gen, inst-gen, schedule (each
         # verified); from --novella-buckets on, once per program (a shape bucket, or the generic one)

@@ -20,10 +20,19 @@ class ShapeError(ValueError):
     """A shape rule found operands whose symbolic shapes do not fit."""
 
 
-def _rule(op_name: str) -> Callable | None:
-    from ..optable import lookup
+_TABLE: list[Callable] = []  # [the op table's lookup], installed by `use_table`
 
-    entry = lookup(op_name)
+
+def use_table(lookup: Callable) -> None:
+    """Where the rules come from: `lookup(op name) -> entry (with its `shape` rule) or None`. The op table
+    (`novella_mlir/optable.py`) installs its own: it names the rules, so it sits above this module."""
+    _TABLE[:] = [lookup]
+
+
+def _rule(op_name: str) -> Callable | None:
+    if not _TABLE:
+        raise ShapeError(f"no op table is installed to find the shape rule of '{op_name}': import novella_mlir.optable")
+    entry = _TABLE[0](op_name)
     return entry.shape if entry else None
 
 

@@ -104,9 +104,9 @@ def _generic_decompositions() -> dict:
     (frontend/linalg/). Its C++ `torch-decompose-complex-ops` gets some wrong (softshrink: x - l for x < -l)."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    from .lowering import lowerings
+    from ..optable import torch_lowerings
 
-    known = lowerings()
+    known = torch_lowerings()
     return {t: fn for t, fn in get_decomposition_table().items() if _mlir_name(t) not in known}
 
 
@@ -128,9 +128,9 @@ WHOLE_FOR_GENERIC = frozenset({"group_norm"})
 def unlowered_composites(graph_targets) -> set:
     """The graph's aten ops that the op table does not lower but that have a CompositeImplicitAutograd
     kernel (expand_as, movedim, broadcast_to, hstack, cosine_similarity...): decomposed by that kernel."""
-    from .lowering import lowerings
+    from ..optable import torch_lowerings
 
-    table, out = lowerings(), set()
+    table, out = torch_lowerings(), set()
     for t in graph_targets:
         if not isinstance(t, torch._ops.OpOverload) or t.namespace != "aten":
             continue

@@ -70,21 +70,6 @@ def plan_lengths(op) -> list[int]:
     return [NOMINAL_LENGTH] * n
 
 
-def legalize_patterns(fusion: bool = True) -> list:
-    """(root op class, fn(op, rewriter) -> falsy on success) for --novella-legalize, from the op table."""
-    from ..optable import FUSION_PATTERNS, LEGALIZE_PATTERNS
-
-    return list(LEGALIZE_PATTERNS) + (list(FUSION_PATTERNS) if fusion else [])
-
-
-def get_kernel(op_name: str):
-    """The kernel of novella op `op_name` from the op table, or None."""
-    from ..optable import lookup
-
-    entry = lookup(op_name)
-    return entry.kernel if entry else None
-
-
 @dataclass
 class Buffer:
     """A named SRAM buffer of one kernel: `mem` is "spad" or "acc"; sizes in elements.

@@ -9,7 +9,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
 from ..machine import costmodel as cm
-from . import BufferPlan, TensorView, Tiling, first, get_kernel, last, memoized, plan_lengths, tile_rows
+from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
 from . import linear_cost as lc
 from .elementwise import emit_act
 from .linear_cost import Epilogue
@@ -336,6 +336,9 @@ def _fused(rewriter, at, producer, result_type, **extra):
         return FusedLinearOp(x, w, bias, result_type, act=producer.attributes["act"], loc=producer.location, **fields)
 
 
+LINEAR = Linear()  # the kernel of novella.linear and novella.fused_linear (the op table lists it)
+
+
 def _fits(target, producer, epi: Epilogue) -> bool:
     """Some tiling of the linear with epilogue `epi` fits the SRAM (at the rows it is planned for)."""
     return _plan_choice(target, producer, epi)[0] is not None
@@ -344,7 +347,7 @@ def _fits(target, producer, epi: Epilogue) -> bool:
 def _plan_choice(target, producer, epi: Epilogue):
     tv = TensorView(producer)
     m = sy.evaluate(tv.rows(0), plan_lengths(producer))
-    return get_kernel(producer.operation.name).choose(target, m, tv.cols(0), tv.static(1, 0), epi, {})
+    return LINEAR.choose(target, m, tv.cols(0), tv.static(1, 0), epi, {})
 
 
 def _through_reshapes(value):

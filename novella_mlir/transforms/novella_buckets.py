@@ -34,9 +34,10 @@ import dataclasses
 import functools
 
 from .. import symbolic as sy
-from ..kernels import NOMINAL_LENGTH, PLAN_ATTR, TensorView, get_kernel
+from ..kernels import NOMINAL_LENGTH, PLAN_ATTR, TensorView
 from ..machine import costmodel
 from ..machine.target import Target
+from ..optable import get_kernel
 from .common import body_ops, check_symbols, from_attr, functions, set_attr
 
 OPTIONS = {

@@ -15,9 +15,8 @@ from __future__ import annotations
 from torch_mlir import ir, rewrite
 
 from ..dialects.novella import GeluOp, LinearOp, ReluOp
-from ..kernels import get_kernel, legalize_patterns
 from ..machine.target import Target
-from ..optable import EPILOGUE_PATTERNS
+from ..optable import EPILOGUE_PATTERNS, get_kernel, legalize_patterns
 from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage
 
 OPTIONS = {

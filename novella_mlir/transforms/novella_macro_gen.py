@@ -11,7 +11,8 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from ..kernels import Buffer, MacroBuilder, TensorView, Tiling, get_kernel
+from ..kernels import Buffer, MacroBuilder, TensorView, Tiling
+from ..optable import get_kernel
 from .common import (
     PassError,
     body_ops,

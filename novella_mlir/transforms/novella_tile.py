@@ -11,8 +11,9 @@ import dataclasses
 
 from .. import symbolic as sy
 from ..errors import TileFitError
-from ..kernels import TensorView, get_kernel
+from ..kernels import TensorView
 from ..machine.target import Target
+from ..optable import get_kernel
 from .common import PassError, body_ops, check_symbols, from_attr, functions, require_stage, set_attr
 
 OPTIONS = {

@@ -25,17 +25,6 @@ from ...errors import NovellaError, UnsupportedDtypeError
 from .. import dtypes
 
 
-def lowerings() -> dict[str, Callable]:
-    """torch op name -> lowering function, from the op table."""
-    from ...optable import torch_lowerings
-
-    return torch_lowerings()
-
-
-def supported_ops() -> list[str]:
-    return sorted(lowerings())
-
-
 def source_location(loc: ir.Location) -> str:
     """The innermost user frame (`file:line`) of an FX-imported op location, and the innermost
     library frame (e.g. the transformers line) when the op comes from one: `user.py:9 (in lib.py:258)`; for
@@ -160,9 +149,9 @@ class LoweringContext:
         return NovellaError(f"{source_location(self.op.location)}: '{name}': {message}")
 
 
-def convert(torch_module: ir.Module, imported) -> ir.Module:
-    """Converts the imported torch-dialect module to a new novella-dialect module."""
-    table = lowerings()
+def convert(torch_module: ir.Module, imported, table: dict[str, Callable], generic: Callable) -> ir.Module:
+    """Converts the imported torch-dialect module to a new novella-dialect module: each op by its lowering in
+    `table` (torch op name -> fn(cx), the op table's), or by `generic(cx)` (the generic path, `frontend/linalg`)."""
     src = next(op for op in torch_module.body.operations if op.operation.name == "func.func")
     n_syms = len(imported.symbols)
     with ir.Location.unknown():
@@ -176,7 +165,9 @@ def convert(torch_module: ir.Module, imported) -> ir.Module:
         for targ, narg in zip(src.regions[0].blocks[0].arguments, entry.arguments):
             values[targ] = narg
         with ir.InsertionPoint(entry):
-            results = _convert_block(src.regions[0].blocks[0], values, imported.symbols, imported.weights, table)
+            results = _convert_block(
+                src.regions[0].blocks[0], values, imported.symbols, imported.weights, table, generic
+            )
             func.ReturnOp(results)
         fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [r.type for r in results]))
         _drop_dead(entry, imported.weights)
@@ -216,7 +207,7 @@ def _arg_type(dims, positions, n_syms):
     return sy.tensor_type(exprs, ir.F32Type.get(), n_syms)
 
 
-def _convert_block(block, values, symbols, weights, table):
+def _convert_block(block, values, symbols, weights, table, generic):
     for op in block.operations:
         name = op.operation.name
         if name == "torch.operator":  # an op torch-mlir has no definition of, by its aten name
@@ -235,17 +226,15 @@ def _convert_block(block, values, symbols, weights, table):
                 values[r] = v
             continue
         _check_f32(op, name)
-        result = _lower(table.get(name), LoweringContext(op, values, symbols, weights))
+        result = _lower(table.get(name), LoweringContext(op, values, symbols, weights), generic)
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
             values[r] = v
     raise NovellaError("torch function has no return")
 
 
-def _lower(fn, cx):
+def _lower(fn, cx, generic):
     """The op's lowering from the table; the generic path (torch-mlir's lowering to linalg, then novella)
     for an op the table lacks, or one whose lowering refuses the case (its error stands if both refuse)."""
-    from ..linalg import lower as generic
-
     if fn is None:
         return generic(cx)
     try:
