@@ -27,6 +27,7 @@ LAYERS = [
     ("novella_mlir.optable",),
     ("novella_mlir.transforms",),
     ("novella_mlir.frontend", "novella_mlir.artifact.extract"),
+    ("novella_mlir.compiled",),
     ("novella_mlir.artifact.cache", "novella_mlir.pipeline", "novella_mlir.causal_lm", "novella_mlir.decoding"),
     ("novella_mlir.testing", "novella_mlir.tools", "novella_mlir"),
 ]
