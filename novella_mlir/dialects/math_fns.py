@@ -55,6 +55,7 @@ MATH: dict[str, MathFn] = {
     "exp": _one("EXP", "exp"),
     "exp2": MathFn((_scalar("MUL", "tmp", "a", math.log(2.0)), Step("EXP", "dst", "tmp")), ("exp2",)),
     "log": _one("LOG", "log"),
+    "log2": MathFn((Step("LOG", "dst", "a"), _scalar("MUL", "dst", "dst", 1.0 / math.log(2.0))), ("log2",)),
     "tanh": _one("TANH", "tanh"),
     "rsqrt": _one("RSQRT", "rsqrt"),
     "sqrt": MathFn((Step("RSQRT", "dst", "a"), _FILL_1, Step("DIV", "dst", "tmp", "dst")), ("sqrt",)),

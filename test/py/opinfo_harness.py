@@ -26,7 +26,7 @@ MAX_REF_NUMEL = 4096  # reference inputs larger than this (e.g. 1024 x 1024) are
 
 # OpInfo names of the ops the frontend claims (lowered, or decomposed by torch into lowered ops).
 CLAIMED = (
-    "add", "sub", "mul", "div", "rsub", "neg", "abs", "sign", "exp", "exp2", "log", "log1p", "expm1", "sqrt", "rsqrt",
+    "add", "sub", "mul", "div", "rsub", "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
     "reciprocal", "square", "pow", "sigmoid", "tanh", "sin", "cos", "erf", "nn.functional.relu",
     "nn.functional.gelu", "nn.functional.silu", "nn.functional.elu", "nn.functional.leaky_relu",
     "nn.functional.hardtanh", "nn.functional.softplus", "nn.functional.mish", "nn.functional.hardswish",

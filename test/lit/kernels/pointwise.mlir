@@ -106,3 +106,22 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<?x64xf32>
   }
 }
+
+// -----
+
+// log2 (one entry of dialects/math_fns.py): LOG, then the product by 1 / ln 2 in place, on a `?`-row tile.
+// CHECK-LABEL: func.func @log2
+// CHECK: %[[L:.*]] = "novella.math"(%[[X:.*]]) {fn = "log2"} : ({{.*}}) -> tensor<?x64xf32, #{{.*}}>
+// CHECK: return %[[L]]
+// MACRO-LABEL: func.func @log2
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "[[IN:p[0-9]+]]"
+// MACRO: "novella.vop"() {a = "[[IN]]", {{.*}}dst = "[[OUT:p[0-9]+]]", {{.*}}fn = "LOG"
+// MACRO: "novella.vop"() {a = "[[OUT]]", {{.*}}dst = "[[OUT]]", {{.*}}fn = "MUL", imm = 1.442695{{[0-9]*}} : f32, mode = "SCALAR"
+// MACRO: "novella.dma_store"() {buffer = "[[OUT]]"
+// MACRO: kernel = "novella.math"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @log2(%x: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32> {
+    %0 = "novella.math"(%x) {fn = "log2"} : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32>
+    return %0 : tensor<?x64xf32>
+  }
+}
