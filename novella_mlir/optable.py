@@ -6,9 +6,16 @@ NPU kernel (or why it needs none) and the lit test that covers it.
 `test/py/test_optable.py` fails when a dialect op has no entry, an entry
 lacks a shape rule, a kernel or a lit test with a `?` case.
 
+The table sits above what it names: nothing in the dialect, the kernels or the
+lowerings imports it. The passes ask it for kernels and patterns (`get_kernel`,
+`legalize_patterns`), the pipeline for the lowerings (`torch_lowerings`), and the
+dialect's shape inference uses the lookup installed at the end of this file.
+
 Adding an op: define `XxxOp` in `dialects/novella.py`, its shape rule in
 `dialects/shapes.py`, its kernel in `kernels/`, its lowering in
-`frontend/lowering/`, a lit test, and one entry below.
+`frontend/lowering/`, a lit test, and one entry below (a unary math op whose VEC
+functions exist is one entry of `dialects/math_fns.py` plus its lit case:
+docs/design.md, "Add a unary math op").
 """
 
 from __future__ import annotations
