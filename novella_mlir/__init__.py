@@ -23,10 +23,14 @@ __all__ = [
 
 
 def __getattr__(name):
-    if name in ("compile_torch", "load", "CompiledModel"):
+    if name == "compile_torch":
         from . import pipeline
 
-        return getattr(pipeline, name)
+        return pipeline.compile_torch
+    if name in ("load", "CompiledModel"):
+        from . import compiled
+
+        return getattr(compiled, name)
     if name in ("compile_causal_lm", "load_causal_lm"):
         from . import causal_lm
 

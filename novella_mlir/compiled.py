@@ -12,9 +12,6 @@ from simulator import load_config
 from . import artifact as art_mod
 from .errors import InputError
 from .runtime.executor import Executor, check_count
-from .transforms.registry import BACKEND_PIPELINE
-
-_PER_PROGRAM = BACKEND_PIPELINE[BACKEND_PIPELINE.index("novella-buckets") + 1 :]
 
 
 class CompiledModel:
@@ -67,7 +64,7 @@ class CompiledModel:
         if at is not None and self.stages and len(self.artifact.programs) > 1:
             prog = self.artifact.programs[self.artifact.pick(at)]
             box = ", ".join(f"{s[0]} in [{lo}, {hi}]" for s, (lo, hi) in zip(self.artifact.symbols, prog.ranges))
-            name = f"{stage} @ {box}" if stage in _PER_PROGRAM else stage
+            name = f"{stage} @ {box}" if stage in _per_program() else stage
         if not self.stages or name not in self.stages.texts:
             known = ", ".join(self.stages.texts) if self.stages else "none (loaded from a file)"
             raise KeyError(f"no IR for stage '{name}'; stages: {known}")
@@ -97,6 +94,14 @@ class CompiledModel:
     def save(self, path, key: bytes | str | None = None) -> None:
         """Saves the artifact; with `key` it is signed (HMAC-SHA256) for `load(path, key=key)`."""
         self.artifact.save(path, key=key)
+
+
+def _per_program() -> tuple:
+    """The passes run once per program (from --novella-buckets on), whose IR is kept per program (a model with
+    stages was compiled in this process, so the passes are loaded; a loaded model needs no MLIR)."""
+    from .transforms.registry import BACKEND_PIPELINE
+
+    return BACKEND_PIPELINE[BACKEND_PIPELINE.index("novella-buckets") + 1 :]
 
 
 def _to_numpy(x, i: int, want: str, cast: bool):
