@@ -140,3 +140,13 @@ def test_known_violations_are_still_real():
     assert gone == set(), "these edges are gone: remove them from KNOWN"
     upward, cyclic = _upward(graph), _cycle_edges(graph)
     assert {e for e in KNOWN if e not in upward and e not in cyclic} == set(), "listed edges that break no rule"
+
+
+def test_loading_a_compiled_model_needs_no_mlir():
+    """`novella_mlir.load` and `CompiledModel` (compiled.py) run an artifact without the compiler's MLIR."""
+    import subprocess
+    import sys
+
+    code = "import sys, novella_mlir; novella_mlir.load; assert 'torch_mlir' not in sys.modules, 'MLIR imported'"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
