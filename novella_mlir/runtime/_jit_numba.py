@@ -23,6 +23,7 @@ from simulator import numba_cache
 from simulator.first_build import announce
 
 from ._ops_numba import binary
+from .expr import CONST, DIM, SYM
 
 numba_cache.ensure(__file__)
 
@@ -50,13 +51,13 @@ def _eval(e, tab, sc, ns):
     for i in range(tab[starts + e], tab[tab[5] + e]):
         o = tab[ops + i]
         a_i = tab[args + i]
-        if o == 0:
+        if o == CONST:
             sc[sp] = a_i
             sp += 1
-        elif o == 1:
+        elif o == SYM:
             sc[sp] = sc[a_i]
             sp += 1
-        elif o == 2:
+        elif o == DIM:
             sc[sp] = sc[ns + a_i]
             sp += 1
         else:

@@ -1,5 +1,5 @@
-"""The binary operators of `expr.py`'s postfix programs, compiled once for both numba evaluators
-(`_jit_numba.py` and `_step_numba.py`): 3 +, 4 *, 5 floordiv, 6 ceildiv, 7 mod."""
+"""The binary operators of `expr.py`'s compiled tokens (its `OPCODES`), compiled once for both numba
+evaluators (`_jit_numba.py` and `_step_numba.py`)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,19 @@ import numba as nb
 
 from simulator import numba_cache
 
+from .expr import ADD, CEILDIV, FLOORDIV, MUL
+
 numba_cache.ensure(__file__)
 
 
 @nb.njit(cache=True, inline="always")
 def binary(o, a, b):
-    if o == 3:
+    if o == ADD:
         return a + b
-    if o == 4:
+    if o == MUL:
         return a * b
-    if o == 5:
+    if o == FLOORDIV:
         return a // b
-    if o == 6:
+    if o == CEILDIV:
         return -((-a) // b)
     return a % b

@@ -1,8 +1,8 @@
 """The numba kernel of `step.py`: rewrites a bucket's injected fields in place, in one call per step.
 
 `ex` holds the bucket's expressions: [n_exprs, n_mins, n_items, per expression its token range, per
-min its item range, the items (expression ids), the tokens (op, arg)]; the ops are
-those of `expr.py` (0 constant, 1 symbol, 2 dim, 3 +, 4 *, 5 floordiv, 6 ceildiv, 7 mod).
+min its item range, the items (expression ids), the tokens (op, arg)]: `expr.Table`, its ops
+those of `expr.py` (`CONST`, `SYM`, `DIM`, `OPCODES`).
 A field row: word, lane, offset, mask, lo, hi, min id (-1: none), base min id (-1: none), constant,
 paged (1: a virtual cache address, mapped through the block table), dims row, and a range of
 `forms` rows [a, b_0, ...]: when not empty, the value is min over the range of a + b . s (fields
@@ -24,6 +24,7 @@ from simulator import numba_cache
 from simulator.first_build import announce
 
 from ._ops_numba import binary
+from .expr import CONST, DIM, SYM
 
 numba_cache.ensure(__file__)
 
@@ -34,13 +35,13 @@ def _eval(ex, e, syms, dims, stack):
     sp = 0
     for i in range(ex[3 + 2 * e], ex[4 + 2 * e]):
         o, a = ex[tok + 2 * i], ex[tok + 2 * i + 1]
-        if o == 0:
+        if o == CONST:
             stack[sp] = a
             sp += 1
-        elif o == 1:
+        elif o == SYM:
             stack[sp] = syms[a]
             sp += 1
-        elif o == 2:
+        elif o == DIM:
             stack[sp] = dims[a]
             sp += 1
         else:

@@ -21,7 +21,8 @@ import numpy as np
 
 from simulator import isa
 
-_OPS = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7}
+from . import expr
+
 _QUEUE = {"load": 0, "compute": 1, "store": 2}
 OK, BAD_FIELD, NO_COMPUTE, LONG = 0, 1, 2, 3
 _FIELDS = {op: {f.name: f for f in fields} for op, fields in isa.LAYOUT.items()}
@@ -50,13 +51,8 @@ class Tables:
         if key not in self._ids:
             self._ids[key] = len(self._start)
             self._start.append(len(self._ops))
-            for tok in prog:
-                if isinstance(tok, int):
-                    self._ops.append(0), self._args.append(tok)
-                elif tok in _OPS:
-                    self._ops.append(_OPS[tok]), self._args.append(0)
-                else:
-                    self._ops.append(1 if tok[0] == "s" else 2), self._args.append(int(tok[1:]))
+            for op, arg in expr.encode(prog):
+                self._ops.append(op), self._args.append(arg)
             self._stop.append(len(self._ops))
         return self._ids[key]
 
