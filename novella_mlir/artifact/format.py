@@ -557,15 +557,13 @@ def _check_program_encodes(art: Artifact, where: str) -> None:
 
 
 def _field(words: np.ndarray, op: isa.Opcode, name: str) -> np.ndarray:
-    f = next(f for f in isa.LAYOUT[op] if f.name == name)
-    v = ((words[:, f.lane] >> np.uint64(f.offset)) & np.uint64(f.mask)).astype(np.int64)
-    return np.where(v > f.hi, v - (1 << f.bits), v) if f.signed else v
+    return isa.field(op, name).get(words)
 
 
 def _dma_outside(words: np.ndarray, size: int, virtual: tuple[int, int] = (0, 0)):
     """(index, opcode, lo, hi, size) of the first LOAD/STORE whose in-bound rows leave DRAM (and the
     paged cache's virtual window), else None."""
-    opcode = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
+    opcode = isa.opcodes(words)
     idx = np.flatnonzero((opcode == isa.Opcode.LOAD) | (opcode == isa.Opcode.STORE))
     if not idx.size:
         return None

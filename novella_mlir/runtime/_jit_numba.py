@@ -19,7 +19,7 @@ import sys
 import numba as nb
 import numpy as np
 
-from simulator import numba_cache
+from simulator import isa, numba_cache
 from simulator.first_build import announce
 
 from ._ops_numba import binary
@@ -27,7 +27,7 @@ from .expr import CONST, DIM, SYM
 
 numba_cache.ensure(__file__)
 
-_POP_PREV, _POP_NEXT, _PUSH_PREV, _PUSH_NEXT = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+_POP_PREV, _POP_NEXT, _PUSH_PREV, _PUSH_NEXT = (isa.FLAG_BIT[n] for n in isa.FLAG_NAMES)
 
 
 @nb.njit(cache=True)

@@ -24,7 +24,8 @@ from .step import Stepper
 
 ALIGN = 16
 _DMA = (int(isa.Opcode.LOAD), int(isa.Opcode.STORE), int(isa.Opcode.GATHER))
-_LOW = np.uint64(0xFFFFFFFF)
+_BASE = isa.field(isa.Opcode.LOAD, "dram_base")  # the DMAs' one dram_base layout
+assert all(isa.field(op, "dram_base") == _BASE for op in _DMA), "kv.py relocates every DMA's dram_base alike"
 
 
 class KvCacheFullError(InputError):
@@ -174,17 +175,17 @@ class Session:
         if tr.page.size and np.any(blocks[tr.page] < 0):
             raise RuntimeError(f"{name} addresses a page freed out of the window ({int(tr.page.min())})")
         phys = self.pool_base + blocks[tr.page] * self.block_elems + self.slot_base[tr.slot] + tr.offset
-        tr.words[tr.rows, 1] = (tr.words[tr.rows, 1] & ~_LOW) | phys.astype(np.uint64)
+        _BASE.put(tr.words, phys, tr.rows)
         return tr.words
 
     def _translate(self, words: np.ndarray, seg: int) -> Translation:
         words = np.array(words, dtype=np.uint64, copy=True)
-        op = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
-        base = (words[:, 1] & _LOW).astype(np.int64)
+        op = isa.opcodes(words)
+        base = _BASE.get(words)
         dma = np.isin(op, _DMA)
         paged = dma & (base >= self.vbase)
         plain = dma & ~paged
-        words[plain, 1] = (words[plain, 1] & ~_LOW) | (base[plain] + seg).astype(np.uint64)
+        _BASE.put(words, base[plain] + seg, plain)
         rows = np.flatnonzero(paged)
         v = base[rows] - self.vbase
         slot = v // self.vspan

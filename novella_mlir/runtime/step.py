@@ -92,7 +92,7 @@ class Plan:
         lane, offset, mask, lo, hi, min ids of its symbol terms (2), affine, paged, bits, signed."""
         tile = self.art.tiles[ti]
         t = self.art.macros[tile.macro].insts[j]
-        f = next(f for f in isa.LAYOUT[isa.Opcode[t.opcode]] if f.name == name)
+        f = isa.field(t.opcode, name)
         terms = [(t.var.get(name, [[t.const.get(name, 0)]]), name in t.affine)]
         if name == "dram_base" and t.tensor is not None:
             terms.append(([tile.bases[str(t.tensor)]], str(t.tensor) in tile.affine))
@@ -252,9 +252,9 @@ class Stepper:
         out = np.zeros((len(rows), 6), np.int64)
         out[:, 0], out[:, 4] = rows, tr.page[keep]
         out[:, 5] = self.kv[5::2][tr.slot[keep]] + tr.offset[keep]
-        op = (tr.words[rows, 0] & np.uint64(0xF)).astype(np.int64)
+        op = isa.opcodes(tr.words[rows])
         for code in np.unique(op):
-            f = next(f for f in isa.LAYOUT[isa.Opcode(int(code))] if f.name == "dram_base")
+            f = isa.field(int(code), "dram_base")
             out[op == code, 1:4] = (f.lane, f.offset, f.mask)
         return out
 
