@@ -83,6 +83,8 @@ UNARY_FNS = frozenset(
 )
 REDUCE_FNS = frozenset({VecFn.ROWSUM, VecFn.ROWMAX})
 
+# The queues, as a chain: a header's prev/next token flags name a queue's neighbours in it, so the
+# token channels and their routes follow from it (`units.TOKEN_ROUTES`).
 QUEUES = ("load", "compute", "store")
 QUEUE_OF = {
     Opcode.NOP: "compute",
@@ -92,14 +94,11 @@ QUEUE_OF = {
     Opcode.VEC: "compute",
     Opcode.GATHER: "load",
 }
-UNIT_OF = {  # the unit whose busy time an instruction counts
-    Opcode.LOAD: "load",
-    Opcode.GATHER: "load",
-    Opcode.STORE: "store",
-    Opcode.MATMUL: "matrix",
-    Opcode.VEC: "vector",
-    Opcode.NOP: "vector",  # executes on no unit (busy 0): its trace span is the instant it ends
-}
+EXEC_UNITS = ("matrix", "vector")  # the units behind the compute queue, each in order (`timing.ComputeUnits`)
+EXEC_UNIT_OF = {Opcode.MATMUL: "matrix", Opcode.VEC: "vector"}  # a NOP runs on none
+# The unit whose busy time an instruction counts: a DMA's queue, a compute instruction's unit; a NOP
+# (busy 0) counts on the vector unit, its trace span the instant it ends.
+UNIT_OF = {op: EXEC_UNIT_OF.get(op, "vector" if q == "compute" else q) for op, q in QUEUE_OF.items()}
 FLOAT_FIELDS = frozenset({"imm"})
 
 

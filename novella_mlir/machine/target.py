@@ -48,6 +48,8 @@ class Target:
     budget_acc: int = 0
     buffer_slots: int = 2  # slots of a streamed buffer: 2 = double buffering (loads of step i+1 under compute i)
     unit_queue_depth: int = 16  # FIFO entries in front of the matrix and of the vector unit (config compute.*)
+    load_dma_engines: int = 1  # loads in flight at once (config queues.*; the simulator's `timing.DmaQueue`)
+    store_dma_engines: int = 1
 
     @classmethod
     def from_config(cls, c: NovellaConfig) -> Target:
@@ -55,6 +57,7 @@ class Target:
             c.matrix_rows, c.matrix_cols, c.spad_elems, c.acc_elems, c.vector_lanes, c.dram_bytes_per_cycle,
             c.dram_burst_bytes, c.dma_latency, c.matmul_latency, c.vector_latency, c.issue_cycles,
             c.vector_functions, dict(c.vector_fn_cycles), unit_queue_depth=c.unit_queue_depth,
+            load_dma_engines=c.load_dma_engines, store_dma_engines=c.store_dma_engines,
         )  # fmt: skip
 
     @property
@@ -68,6 +71,10 @@ class Target:
     @property
     def macs_per_cycle(self) -> int:
         return self.array_rows * self.array_cols
+
+    queues = isa.QUEUES  # the queue chain, what each instruction takes and the units behind compute: the ISA's
+    queue_of = isa.QUEUE_OF
+    exec_unit_of = isa.EXEC_UNIT_OF
 
     max_rows = MAX_ROWS
     max_cols = MAX_COLS

@@ -23,7 +23,7 @@ from simulator import isa
 
 from . import expr
 
-_QUEUE = {"load": 0, "compute": 1, "store": 2}
+_QUEUE = {q: i for i, q in enumerate(isa.QUEUES)}
 OK, BAD_FIELD, NO_COMPUTE, LONG = 0, 1, 2, 3
 _FIELDS = {op: {f.name: f for f in fields} for op, fields in isa.LAYOUT.items()}
 # The kernel interprets each field of each word (~0.1 us per grid point and template); the NumPy
