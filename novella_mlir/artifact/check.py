@@ -29,6 +29,8 @@ from simulator import isa
 from simulator.config import ConfigError, config_from_dict
 
 from ..errors import ArtifactError
+from ..frontend.dtypes import EXACT_INT
+from ..machine.target import DRAM_LIMIT, MAX_LENGTH
 from ..runtime import expr
 from .limits import INPUT_DTYPES, MAX_CONST, MAX_GRID_DIMS, MAX_PROGRAM, MAX_PROGRAMS, MAX_SLOTS, MAX_STEPS, MAX_SYMBOLS
 
@@ -38,8 +40,6 @@ _OPERAND = re.compile(r"([sd])(\d{1,3})")
 _HEADER = {f.name for f in isa.HEADER}
 _LAYOUT = {op: {f.name: f for f in fields if f.name not in _HEADER} for op, fields in isa.LAYOUT.items()}
 _ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
-DRAM_LIMIT = isa.Field("dram_base", 1, 0, 32).hi + 1
-MAX_LENGTH = next(f for f in isa.LAYOUT[isa.Opcode.LOAD] if f.name == "row_bound").hi
 
 
 class _Bad(Exception):
@@ -289,7 +289,7 @@ def _limit(lim, f: str) -> None:
     if not ok:
         raise _Bad(f, f"expected [max |value|, why], got {_short(lim)}")
     if lim:
-        _int(lim[0], f + "[0]", 1, 2**24)
+        _int(lim[0], f + "[0]", 1, EXACT_INT)
 
 
 def _check_programs(m, n: int) -> None:

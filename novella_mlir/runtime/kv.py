@@ -18,11 +18,11 @@ import numpy as np
 from simulator import Simulator, isa
 
 from ..errors import InputError
+from ..machine.target import Target
 from . import expr
 from .jit import Jit
 from .step import Stepper
 
-ALIGN = 16
 _DMA = (int(isa.Opcode.LOAD), int(isa.Opcode.STORE), int(isa.Opcode.GATHER))
 _BASE = isa.field(isa.Opcode.LOAD, "dram_base")  # the DMAs' one dram_base layout
 assert all(isa.field(op, "dram_base") == _BASE for op in _DMA), "kv.py relocates every DMA's dram_base alike"
@@ -136,10 +136,10 @@ class Session:
         self.page_elems = [s["page_elems"] for s in kv["slots"]]
         self.slot_base = np.cumsum([0] + self.page_elems[:-1]).astype(np.int64)
         self.block_elems = int(sum(self.page_elems))
-        self.segments, top = {}, 0
+        self.segments, top, align = {}, 0, Target.from_config(config).dram_align
         for name, m in models.items():
             self.segments[name] = top
-            top += _aligned(_max_dram(m.artifact))
+            top += -(-_max_dram(m.artifact) // align) * align
         self.pool_base = top
         self.pool = PagePool(n_blocks, self.page_size)
         self.sim = Simulator(config, top + n_blocks * self.block_elems, check_hazards=check_hazards)
@@ -221,10 +221,6 @@ class Session:
             outs[i] = self.sim.dram.read(off, int(np.prod(shape))).reshape(shape).copy()
         t2 = time.perf_counter()
         return outs, stats, t1 - t0, t2 - t1, words, new
-
-
-def _aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
 
 
 def _max_dram(art) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from ..machine.target import MAX_LENGTH
 
 
 class PassError(Exception):
@@ -157,7 +158,7 @@ def attr_dict(op) -> dict:
 
 # ------------------------------------------------------------------ preconditions
 
-MAX_SYMBOL_VALUE = (1 << 24) - 1  # the ISA's row_bound field is 24 bits
+MAX_SYMBOL_VALUE = MAX_LENGTH  # the ISA's row_bound field
 _STRUCTURAL = ("novella.weight", "novella.macro", "novella.inst", "func.return")
 
 
