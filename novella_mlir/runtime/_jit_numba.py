@@ -1,7 +1,7 @@
 """The numba kernel of `jit_kernel.py` (imported on first use; numba caches the machine code on disk).
 
-Table layout (`Tables._freeze`): [n_dims, stack size, 17 offsets], then
-ops, args, expr start, expr stop, min items, min ranges (2), tile macro,
+Table layout (`Tables._freeze`): [n_dims, stack size, 12 offsets], then
+the expressions (an `expr.Table`, evaluated by `_expr_numba`), tile macro,
 tile ndim, tile grid (n_dims), tile base ranges (2), base slots, base
 exprs, macros (4: template range, load_slots, store_slots), template rows
 (15), guard kinds, guard exprs, var rows (8). A template row: queue, guard
@@ -22,8 +22,7 @@ import numpy as np
 from simulator import isa, numba_cache
 from simulator.first_build import announce
 
-from ._ops_numba import binary
-from .expr import CONST, DIM, SYM
+from ._expr_numba import minimum
 
 numba_cache.ensure(__file__)
 
@@ -32,7 +31,7 @@ _POP_PREV, _POP_NEXT, _PUSH_PREV, _PUSH_NEXT = (isa.FLAG_BIT[n] for n in isa.FLA
 
 @nb.njit(cache=True)
 def _part(tab, k):
-    return tab[tab[2 + k] : (tab[3 + k] if k < 16 else tab.size)]
+    return tab[tab[2 + k] : (tab[3 + k] if k < 11 else tab.size)]
 
 
 @nb.njit(cache=True)
@@ -42,43 +41,9 @@ def _rows(tab, k, cols):
 
 
 @nb.njit(cache=True, inline="always")  # inlined in numba's IR: no call per field
-def _eval(e, tab, sc, ns):
-    """Expression e of the tables; `sc` = [symbols (ns), dims (n_dims + 1), stack]. Two arrays, so a
-    call costs little reference counting."""
-    ops, args, starts = tab[2], tab[3], tab[4]
-    o_stack = ns + tab[0] + 1
-    sp = o_stack
-    for i in range(tab[starts + e], tab[tab[5] + e]):
-        o = tab[ops + i]
-        a_i = tab[args + i]
-        if o == CONST:
-            sc[sp] = a_i
-            sp += 1
-        elif o == SYM:
-            sc[sp] = sc[a_i]
-            sp += 1
-        elif o == DIM:
-            sc[sp] = sc[ns + a_i]
-            sp += 1
-        else:
-            b = sc[sp - 1]
-            a = sc[sp - 2]
-            sp -= 1
-            sc[sp - 1] = binary(o, a, b)
-    return sc[o_stack]
-
-
-@nb.njit(cache=True, inline="always")  # inlined in numba's IR: no call per field
 def _min(m, tab, sc, ns):
-    """The minimum of the expressions of min id m."""
-    mx, rng = tab[6], tab[7]
-    lo, hi = tab[rng + 2 * m], tab[rng + 2 * m + 1]
-    v = _eval(tab[mx + lo], tab, sc, ns)
-    for j in range(lo + 1, hi):
-        w = _eval(tab[mx + j], tab, sc, ns)
-        if w < v:
-            v = w
-    return v
+    """The minimum of the expressions of min id m; `sc` = [symbols (ns), dims (n_dims + 1), stack]."""
+    return minimum(tab, tab[2], m, sc, ns, ns + tab[0] + 1)
 
 
 @nb.njit(cache=True)
@@ -151,10 +116,10 @@ def instantiate(syms, tab, t_base, limit):
     sc = np.zeros(ns + n_dims + 1 + stack_size, np.int64)
     sc[:ns] = syms
     dims = sc[ns : ns + n_dims + 1]
-    tile_macro, tile_ndim, tile_grid = _part(tab, 6), _part(tab, 7), _rows(tab, 8, n_dims)
-    base_range, base_slot, base_expr = _rows(tab, 9, 2), _part(tab, 10), _part(tab, 11)
-    macro_range, t_rows = _rows(tab, 12, 4), _rows(tab, 13, 15)
-    guard_kind, guard_expr, var_rows = _part(tab, 14), _part(tab, 15), _rows(tab, 16, 8)
+    tile_macro, tile_ndim, tile_grid = _part(tab, 1), _part(tab, 2), _rows(tab, 3, n_dims)
+    base_range, base_slot, base_expr = _rows(tab, 4, 2), _part(tab, 5), _part(tab, 6)
+    macro_range, t_rows = _rows(tab, 7, 4), _rows(tab, 8, 15)
+    guard_kind, guard_expr, var_rows = _part(tab, 9), _part(tab, 10), _rows(tab, 11, 8)
     nt = tile_macro.size
     ext = np.zeros((nt, n_dims), np.int64)
     npts = np.zeros(nt, np.int64)

@@ -9,7 +9,7 @@ An expression is a list of tokens: an int (constant), "s<i>" (symbol i),
 their minimum (like `affine.min`).
 
 Compiled, a token is an (op, arg) pair of int64s: op `CONST` (arg: the value), `SYM` / `DIM` (arg:
-the index) or an operator's code in `OPCODES` (`_ops_numba.binary` applies it)."""
+the index) or an operator's code in `OPCODES` (`_expr_numba` evaluates them)."""
 
 from __future__ import annotations
 
