@@ -31,11 +31,10 @@ def binary(o, a, b):
 
 
 @nb.njit(cache=True, inline="always")
-def evaluate(ex, at, e, sc, dims_at, stack_at):
-    """Expression e of the table at ex[at:]."""
-    tok = at + 3 + 2 * ex[at] + 2 * ex[at + 1] + ex[at + 2]
+def _run(ex, tok, lo, hi, sc, dims_at, stack_at):
+    """Tokens lo..hi of the token section at ex[tok:]."""
     sp = stack_at
-    for i in range(ex[at + 3 + 2 * e], ex[at + 4 + 2 * e]):
+    for i in range(lo, hi):
         o, a = ex[tok + 2 * i], ex[tok + 2 * i + 1]
         if o == CONST:
             sc[sp] = a
@@ -55,14 +54,24 @@ def evaluate(ex, at, e, sc, dims_at, stack_at):
 
 
 @nb.njit(cache=True, inline="always")
+def evaluate(ex, at, e, sc, dims_at, stack_at):
+    """Expression e of the table at ex[at:]."""
+    tok = at + 3 + 2 * ex[at] + 2 * ex[at + 1] + ex[at + 2]
+    return _run(ex, tok, ex[at + 3 + 2 * e], ex[at + 4 + 2 * e], sc, dims_at, stack_at)
+
+
+@nb.njit(cache=True, inline="always")
 def minimum(ex, at, m, sc, dims_at, stack_at):
     """The minimum of the expressions of min id m of the table at ex[at:]."""
     mins = at + 3 + 2 * ex[at]
     items = mins + 2 * ex[at + 1]
+    tok = items + ex[at + 2]
     lo, hi = ex[mins + 2 * m], ex[mins + 2 * m + 1]
-    v = evaluate(ex, at, ex[items + lo], sc, dims_at, stack_at)
+    e = ex[items + lo]
+    v = _run(ex, tok, ex[at + 3 + 2 * e], ex[at + 4 + 2 * e], sc, dims_at, stack_at)
     for j in range(lo + 1, hi):
-        w = evaluate(ex, at, ex[items + j], sc, dims_at, stack_at)
+        e = ex[items + j]
+        w = _run(ex, tok, ex[at + 3 + 2 * e], ex[at + 4 + 2 * e], sc, dims_at, stack_at)
         if w < v:
             v = w
     return v
