@@ -18,6 +18,7 @@ from novella_mlir.machine import costmodel as cm
 from novella_mlir.machine.target import Target
 from novella_mlir.runtime.executor import Executor
 from simulator import Opcode, Simulator, encode, load_config
+from simulator.config import ConfigError
 
 sys.path.insert(0, str(ROOT / "bench"))
 import models  # noqa: E402
@@ -34,6 +35,13 @@ def test_dual_dma_is_the_default_with_two_load_engines():
     assert d.pop("load_dma_engines") == 2 and d == DEFAULT.to_dict()
     assert "load_dma_engines" not in DEFAULT.to_dict()  # default configs keep their fingerprint
     assert Target.from_config(DUAL).load_dma_engines == 2
+
+
+def test_engine_count_is_checked(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[queues]\nload_dma_engines = 0\n")
+    with pytest.raises(ConfigError, match="queues.load_dma_engines' must be positive"):
+        load_config(bad)
 
 
 def _two_loads(push: bool) -> np.ndarray:
