@@ -27,6 +27,8 @@ from ._expr_numba import minimum
 numba_cache.ensure(__file__)
 
 _POP_PREV, _POP_NEXT, _PUSH_PREV, _PUSH_NEXT = (isa.FLAG_BIT[n] for n in isa.FLAG_NAMES)
+_L, _C, _S = (isa.QUEUES.index(q) for q in ("load", "compute", "store"))  # the queue indices of `wq`
+_NQ = len(isa.QUEUES)
 
 
 @nb.njit(cache=True)
@@ -49,8 +51,8 @@ def _min(m, tab, sc, ns):
 @nb.njit(cache=True)
 def _edges(wstep, wq, n, n_steps):
     """first[k, q], last[k, q]: the first and last word of queue q in step k (-1: none)."""
-    first = np.full((n_steps, 3), -1, np.int64)
-    last = np.full((n_steps, 3), -1, np.int64)
+    first = np.full((n_steps, _NQ), -1, np.int64)
+    last = np.full((n_steps, _NQ), -1, np.int64)
     for w in range(n):
         k, q = wstep[w], wq[w]
         if first[k, q] < 0:
@@ -70,32 +72,32 @@ def _tokens(words, wstep, wq, wslot, n, n_steps, s_load, s_store, s_bar):
     first, last = _edges(wstep, wq, n, n_steps)
     unslotted = np.zeros(n_steps, np.bool_)
     for w in range(n):
-        if wq[w] == 0 and wslot[w] == 0:
+        if wq[w] == _L and wslot[w] == 0:
             unslotted[wstep[w]] = True
     latest = np.full(n_steps, -1, np.int64)  # the latest step <= k with stores
     before_l, before_s = -1, -1
     for k in range(n_steps):
-        if first[k, 1] < 0:
+        if first[k, _C] < 0:
             return False
-        latest[k] = k if first[k, 2] >= 0 else (latest[k - 1] if k > 0 else -1)
+        latest[k] = k if first[k, _S] >= 0 else (latest[k - 1] if k > 0 else -1)
     for k in range(n_steps):
-        if first[k, 0] >= 0:
+        if first[k, _L] >= 0:
             d = 2 if s_load[k] >= 2 and not unslotted[k] else 1
             need = max(k - d, s_bar[k])
             if need > before_l and need >= 0:
-                _set(words, first[k, 0], _POP_NEXT)  # L pops C2L
-                _set(words, last[need, 1], _PUSH_PREV)  # C pushes C2L
+                _set(words, first[k, _L], _POP_NEXT)  # L pops C2L
+                _set(words, last[need, _C], _PUSH_PREV)  # C pushes C2L
             before_l = max(before_l, need)
-            _set(words, last[k, 0], _PUSH_NEXT)  # L pushes L2C
-            _set(words, first[k, 1], _POP_PREV)  # C pops L2C
-        if first[k, 2] >= 0:
-            _set(words, last[k, 1], _PUSH_NEXT)  # C pushes C2S
-            _set(words, first[k, 2], _POP_PREV)  # S pops C2S
+            _set(words, last[k, _L], _PUSH_NEXT)  # L pushes L2C
+            _set(words, first[k, _C], _POP_PREV)  # C pops L2C
+        if first[k, _S] >= 0:
+            _set(words, last[k, _C], _PUSH_NEXT)  # C pushes C2S
+            _set(words, first[k, _S], _POP_PREV)  # S pops C2S
         j = min(k - s_store[k], n_steps - 1)
         need = latest[j] if j >= 0 else -1
         if need > before_s and need >= 0:
-            _set(words, first[k, 1], _POP_NEXT)  # C pops S2C
-            _set(words, last[need, 2], _PUSH_PREV)  # S pushes S2C
+            _set(words, first[k, _C], _POP_NEXT)  # C pops S2C
+            _set(words, last[need, _S], _PUSH_PREV)  # S pushes S2C
         before_s = max(before_s, need)
     return True
 
@@ -170,7 +172,7 @@ def instantiate(syms, tab, t_base, limit):
                     continue
                 if t_start[ti] < 0:
                     if w > 0:  # the barrier step before a macro
-                        wstep[w], wq[w] = step, 1
+                        wstep[w], wq[w] = step, _C
                         barrier = s_bar[step] = step
                         w += 1
                         step += 1
