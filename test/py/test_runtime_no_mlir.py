@@ -1,6 +1,7 @@
-"""The runtime needs no MLIR (nor torch): a stored decoder's prefill and patched decode steps
-(`runtime/step.py`) run in a process where importing `mlir`, `torch_mlir` or `torch` fails, and its
-logits and greedy tokens match transformers' eager forward."""
+"""The runtime needs no MLIR (nor torch): a stored model (`runtime/executor.py`) and a stored decoder's
+prefill and patched decode steps (`runtime/step.py`) run in a process where importing `mlir`,
+`torch_mlir` or `torch` fails; the model's outputs match eager PyTorch, the decoder's logits and
+greedy tokens transformers' eager forward."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ import torch
 
 tf = pytest.importorskip("transformers")
 
+from novella_mlir import compile_torch  # noqa: E402
 from novella_mlir.causal_lm import compile_causal_lm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PS, MAX_LEN, PROMPT, STEPS = 8, 32, [3, 17, 5, 9, 11], 4
 
-_RUN = r"""
+_BLOCK = r"""
 import importlib.abc, json, sys
 from types import SimpleNamespace
 
@@ -31,6 +33,9 @@ class Blocked(importlib.abc.MetaPathFinder):
             raise ImportError(f"{name} is blocked: the runtime must not import it")
 
 sys.meta_path.insert(0, Blocked())
+"""
+
+_RUN = _BLOCK + r"""
 import numpy as np
 from novella_mlir.artifact import load
 from novella_mlir.runtime.jit import Jit
@@ -61,6 +66,19 @@ blocked = sorted(m for m in sys.modules if m.split(".")[0] in ("mlir", "torch_ml
 print(json.dumps({"ids": ids, "loaded": blocked}))
 """
 
+_EXECUTE = _BLOCK + r"""
+import numpy as np
+from novella_mlir.artifact import load
+from novella_mlir.runtime.executor import Executor
+
+d = sys.argv[1]
+ex = Executor(load(f"{d}/mlp.nvla"))
+for t in json.loads(sys.argv[2]):
+    x = np.load(f"{d}/x{t}.npy")
+    np.save(f"{d}/y{t}.npy", ex.run([x], check_hazards=True)[0])
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("mlir", "torch_mlir", "torch"))))
+"""
+
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
@@ -75,12 +93,33 @@ def stored(tmp_path_factory):
     return model, d
 
 
+def _blocked_run(script: str, *args: str):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_stored_model_runs_without_mlir(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32)).eval()
+    npu = compile_torch(model, torch.randn(1, 8, 32), dynamic_dim=1, min_len=1, max_len=40, cache=False)
+    npu.artifact.save(tmp_path / "mlp.nvla")
+    lengths = [1, 7, 17, 40]  # 1, odd, a partial last row tile, the max
+    for t in lengths:
+        np.save(tmp_path / f"x{t}.npy", torch.randn(1, t, 32).numpy())
+    done = _blocked_run(_EXECUTE, str(tmp_path), json.dumps(lengths))
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    for t in lengths:
+        x = torch.from_numpy(np.load(tmp_path / f"x{t}.npy"))
+        with torch.no_grad():
+            want = model(x).numpy()
+        np.testing.assert_allclose(np.load(tmp_path / f"y{t}.npy"), want, rtol=1e-4, atol=1e-4)
+
+
 def test_stored_decoder_runs_without_mlir(stored):
     model, d = stored
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", _RUN, str(d), json.dumps(PROMPT), str(STEPS)],
-                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _blocked_run(_RUN, str(d), json.dumps(PROMPT), str(STEPS))
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["loaded"] == []
     ids = out["ids"]
