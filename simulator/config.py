@@ -27,7 +27,12 @@ _KEYS: dict[str, tuple[str, str, type]] = {
     "dram_bytes_per_cycle": ("dram", "bytes_per_cycle", int),
     "dma_latency": ("dram", "dma_latency", int),
     "dram_burst_bytes": ("dram", "burst_bytes", int),
+    "load_dma_engines": ("queues", "load_dma_engines", int),
+    "store_dma_engines": ("queues", "store_dma_engines", int),
 }
+# Keys a config written before them (an artifact's copy) may lack; `to_dict` leaves them out at these
+# values, so adding one keeps the fingerprint of every config that does not use it.
+OPTIONAL = {"load_dma_engines": 1, "store_dma_engines": 1}
 
 
 class ConfigError(ValueError):
@@ -56,6 +61,8 @@ class NovellaConfig:
     dram_bytes_per_cycle: int
     dma_latency: int
     dram_burst_bytes: int
+    load_dma_engines: int = 1  # DMAs the load queue has in flight at once (they retire in order)
+    store_dma_engines: int = 1
 
     def __hash__(self) -> int:
         return hash(self.fingerprint())
@@ -72,8 +79,16 @@ class NovellaConfig:
     def macs_per_cycle(self) -> int:
         return self.matrix_rows * self.matrix_cols
 
+    @property
+    def dma_engines(self) -> dict[str, int]:
+        """DMA queue -> transfers it has in flight at once (`timing.DmaQueue`)."""
+        return {"load": self.load_dma_engines, "store": self.store_dma_engines}
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
+        for name, default in OPTIONAL.items():
+            if d[name] == default:
+                del d[name]
         d["vector_functions"] = list(self.vector_functions)
         d["vector_fn_cycles"] = dict(sorted(self.vector_fn_cycles.items()))
         return d
@@ -138,10 +153,10 @@ def _vector_functions(value: list, where: str) -> tuple[str, ...]:
 
 def config_from_dict(d, where: str) -> NovellaConfig:
     """A config from `to_dict()` output (e.g. an artifact's copy), every key checked like a TOML file's."""
-    if not isinstance(d, dict) or set(d) != set(_KEYS):
+    if not isinstance(d, dict) or not set(_KEYS) - set(OPTIONAL) <= set(d) <= set(_KEYS):
         keys = sorted(d) if isinstance(d, dict) else type(d).__name__
-        raise ConfigError(f"{where}: expected the keys {sorted(_KEYS)}, got {keys}")
-    return NovellaConfig(**{n: _check(n, d[n], where) for n in _KEYS})
+        raise ConfigError(f"{where}: expected the keys {sorted(_KEYS)} (optional: {sorted(OPTIONAL)}), got {keys}")
+    return NovellaConfig(**{n: _check(n, d.get(n, OPTIONAL.get(n)), where) for n in _KEYS})
 
 
 def _check_fn_cycles(value, where: str) -> dict[str, int]:

@@ -30,14 +30,14 @@ from . import fast_plan
 from .errors import DeadlockError
 from .fast_plan import Plan, decode_columns, invalid
 from .hazards import HazardTracker, entry
-from .isa import QUEUES, UNIT_OF, Opcode, VecFn, decode
+from .isa import QUEUES, UNIT_OF, Opcode, VecFn, decode, opcodes
 from .units import CHANNELS
 
 
 def prepare(sim, words: np.ndarray) -> Plan:
     """Decodes, validates and prepares `words` for `sim`'s memories (raises the readable machine's errors).
     Fields are decoded once per distinct body (`fast_plan.distinct`), the token flags for every word."""
-    code = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
+    code = opcodes(words)
     rep, kind = fast_plan.distinct(words)
     rep_code, cols = decode_columns(words[rep])
     if invalid(code, words, rep_code, cols, sim.config):

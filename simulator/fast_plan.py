@@ -17,7 +17,7 @@ import numpy as np
 
 from .fast_forms import Forms, _load, _nop, _Views
 from .hazards import Span, entry
-from .isa import LAYOUT, QUEUE_OF, QUEUES, Opcode, VecFn
+from .isa import FLAGS, LAYOUT, QUEUE_OF, QUEUES, Opcode, VecFn, opcodes
 from .timing import UNIT_OF
 from .units import CHANNELS, TOKEN_ROUTES
 
@@ -48,16 +48,14 @@ FAST_FIELDS = {
 def decode_columns(words: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """(opcode codes, {field: int64 values}) of every word; `imm` as float32. Unknown opcodes decode no fields."""
     n = len(words)
-    code = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
+    code = opcodes(words)
     cols: dict[str, np.ndarray] = {}
     for op, layout in LAYOUT.items():
         sel = code == int(op)
         if not sel.any():
             continue
         for f in layout[1:]:
-            v = ((words[sel, f.lane] >> np.uint64(f.offset)) & np.uint64(f.mask)).astype(np.int64)
-            if f.signed:
-                v = np.where(v > f.hi, v - (1 << f.bits), v)
+            v = f.get(words[sel])
             if f.name == "imm":
                 cols.setdefault("imm", np.zeros(n, np.float32))[sel] = v.astype(np.uint32).view(np.float32)
             else:
@@ -71,7 +69,7 @@ def invalid(code, words, rep_code, cols, config) -> bool:
     `cols`: the distinct bodies)."""
     if not np.isin(rep_code, [int(op) for op in LAYOUT]).all():
         return True
-    flags = ((words[:, 0] >> np.uint64(4)) & np.uint64(0xF)).astype(np.int64)
+    flags = FLAGS.get(words)
     if (flags & ~_ALLOWED_FLAGS[code]).any():
         return True
     if "fn" in cols:
@@ -92,7 +90,7 @@ def _inbound_rows(start, step, bound, rows):
     return lo, np.maximum(hi, lo)
 
 
-_FLAG_MASK = np.uint64(~0xF0 & 0xFFFFFFFFFFFFFFFF)
+_FLAG_MASK = ~np.uint64(FLAGS.placed)
 
 
 def distinct(words) -> tuple[np.ndarray, np.ndarray]:
@@ -142,7 +140,7 @@ class Plan(Forms):
         self.span_cache: dict = {}
         self.scratch: dict = {}  # shape -> a scratch tile (products before accumulation)
         self.queue = _QUEUE_OF_CODE[code]
-        flags = ((words[:, 0] >> np.uint64(4)) & np.uint64(0xF)).astype(np.int64)
+        flags = FLAGS.get(words)
         self._pk, self._sk = self.queue * 4 + (flags & 3), self.queue * 4 + (flags >> 2)
         self.pop_ch, self.push_ch = _POP_CH[self._pk], _PUSH_CH[self._sk]
         self.handler: list = [None] * nr

@@ -83,6 +83,8 @@ UNARY_FNS = frozenset(
 )
 REDUCE_FNS = frozenset({VecFn.ROWSUM, VecFn.ROWMAX})
 
+# The queues, as a chain: a header's prev/next token flags name a queue's neighbours in it, so the
+# token channels and their routes follow from it (`units.TOKEN_ROUTES`).
 QUEUES = ("load", "compute", "store")
 QUEUE_OF = {
     Opcode.NOP: "compute",
@@ -92,14 +94,11 @@ QUEUE_OF = {
     Opcode.VEC: "compute",
     Opcode.GATHER: "load",
 }
-UNIT_OF = {  # the unit whose busy time an instruction counts
-    Opcode.LOAD: "load",
-    Opcode.GATHER: "load",
-    Opcode.STORE: "store",
-    Opcode.MATMUL: "matrix",
-    Opcode.VEC: "vector",
-    Opcode.NOP: "vector",  # executes on no unit (busy 0): its trace span is the instant it ends
-}
+EXEC_UNITS = ("matrix", "vector")  # the units behind the compute queue, each in order (`timing.ComputeUnits`)
+EXEC_UNIT_OF = {Opcode.MATMUL: "matrix", Opcode.VEC: "vector"}  # a NOP runs on none
+# The unit whose busy time an instruction counts: a DMA's queue, a compute instruction's unit; a NOP
+# (busy 0) counts on the vector unit, its trace span the instant it ends.
+UNIT_OF = {op: EXEC_UNIT_OF.get(op, "vector" if q == "compute" else q) for op, q in QUEUE_OF.items()}
 FLOAT_FIELDS = frozenset({"imm"})
 
 
@@ -122,6 +121,26 @@ class Field:
     @property
     def mask(self) -> int:
         return (1 << self.bits) - 1
+
+    @property
+    def placed(self) -> int:
+        """The field's bits in its lane (the mask shifted to the offset)."""
+        return self.mask << self.offset
+
+    def place(self, value: int) -> int:
+        """`value` (two's complement if negative) in the field's position of its lane."""
+        return (int(value) & self.mask) << self.offset
+
+    def get(self, words) -> np.ndarray:
+        """The field of every word of `words` (n, 4) uint64, as int64 (signed fields sign-extended)."""
+        lane = np.asarray(words, np.uint64)[..., self.lane]
+        v = ((lane >> np.uint64(self.offset)) & np.uint64(self.mask)).astype(np.int64)
+        return np.where(v > self.hi, v - (1 << self.bits), v) if self.signed else v
+
+    def put(self, words: np.ndarray, values, rows=slice(None)) -> None:
+        """Writes `values` (masked, two's complement) into the field of `words[rows]` in place."""
+        bits = (np.asarray(values, np.int64) & self.mask).astype(np.uint64) << np.uint64(self.offset)
+        words[rows, self.lane] = (words[rows, self.lane] & ~np.uint64(self.placed)) | bits
 
 
 def _fields(*specs) -> tuple[Field, ...]:
@@ -199,6 +218,24 @@ LAYOUT: dict[Opcode, tuple[Field, ...]] = {
     Opcode.GATHER: HEADER + _GATHER,
 }
 _BY_NAME = {op: {f.name: f for f in fs} for op, fs in LAYOUT.items()}
+OPCODE = HEADER[0]
+FLAG_NAMES = tuple(f.name for f in HEADER[1:])  # pop_prev, pop_next, push_prev, push_next
+FLAGS = Field("flags", 0, HEADER[1].offset, len(FLAG_NAMES))  # the four token flags as one group
+assert all(f.offset == FLAGS.offset + i and f.bits == 1 for i, f in enumerate(HEADER[1:]))
+FLAG_BIT = {f.name: 1 << f.offset for f in HEADER[1:]}  # a flag's bit in lane 0 (numba kernels set it)
+
+
+def field(opcode: Opcode | int | str, name: str) -> Field:
+    """The layout of field `name` of `opcode` (the one table every packer and unpacker reads)."""
+    op = Opcode[opcode] if isinstance(opcode, str) else Opcode(opcode)
+    if name not in _BY_NAME[op]:
+        raise EncodingError(f"{op.name}: unknown field '{name}'")
+    return _BY_NAME[op][name]
+
+
+def opcodes(words) -> np.ndarray:
+    """The opcode code of every word of `words` (n, 4) uint64 (unknown codes included), as int64."""
+    return OPCODE.get(words)
 
 
 @dataclass(frozen=True)
@@ -246,7 +283,7 @@ def encode(opcode: Opcode | int, **fields: float) -> np.ndarray:
             v = _float_bits(v)
         elif not isinstance(v, (int, np.integer)) or not (f.lo <= int(v) <= f.hi):
             raise _range_error(op, f, v)
-        lanes[f.lane] |= (int(v) & f.mask) << f.offset
+        lanes[f.lane] |= f.place(v)
     return np.array(lanes, dtype=np.uint64)
 
 
@@ -280,7 +317,7 @@ def encode_batch(opcode: Opcode | int, n: int, fields: dict) -> np.ndarray:
 def decode(word) -> Instruction:
     """Decode one (4,) uint64 word."""
     lanes = [int(x) for x in np.asarray(word, dtype=np.uint64).reshape(LANES)]
-    code = lanes[0] & 0xF
+    code = (lanes[OPCODE.lane] >> OPCODE.offset) & OPCODE.mask
     if code not in Opcode._value2member_map_:
         raise EncodingError(f"unknown opcode {code}")
     op = Opcode(code)

@@ -65,9 +65,10 @@ class Simulator:
     def run(self, words) -> RunStats:
         """Run an (n, 4) uint64 program to completion and return its stats.
 
-        Uses the fast path (`fast.py`) unless `fast=False` or a trace is
-        asked; both give the same memories, cycles and stats."""
-        if self.fast and not self.trace_enabled:
+        Uses the fast path (`fast.py`) unless `fast=False`, a trace is asked or a DMA queue has
+        several engines (the readable timing model's `DmaQueue` only); both give the same memories,
+        cycles and stats."""
+        if self.fast and not self.trace_enabled and set(self.config.dma_engines.values()) == {1}:
             self._reset()
             with _one_blas_thread():
                 return fast.run(self, self._prepared(words))

@@ -1,9 +1,12 @@
 """Cycle-approximate timing model; every number comes from NovellaConfig.
 
-The load and store queues run one instruction at a time: an instruction
-starts at max(queue free, ready time of every token it pops), holds its
-queue for `issue_cycles`, then does its work. DMA data phases share one
-DRAM channel and move whole bursts. A token is ready when its pusher ends.
+A DMA queue (load, store) issues in order onto its `dma_engines` (config
+`queues.*_dma_engines`; 1 by default: one instruction at a time): an
+instruction starts at max(queue issue free, an engine free, ready time of
+every token it pops), holds the queue for `issue_cycles`, then its engine
+for the latency and the data phase. DMA data phases share one DRAM channel
+and move whole bursts. A token is ready when its pusher ends, and a DMA's
+when every earlier DMA of its queue has ended too (in-order retirement).
 
 The compute queue issues in program order and dispatches MATMUL to the
 matrix unit and VEC to the vector unit (`ComputeUnits`). The two run
@@ -22,10 +25,9 @@ from collections import deque
 import numpy as np
 
 from .config import NovellaConfig
-from .isa import QUEUES, Instruction, Opcode, VecFn
+from .isa import EXEC_UNIT_OF, EXEC_UNITS, QUEUES, Instruction, Opcode, VecFn
 
-EXEC_UNITS = ("matrix", "vector")
-UNIT_OF = {Opcode.MATMUL: 0, Opcode.VEC: 1}  # compute opcode -> index in EXEC_UNITS (a NOP has no unit)
+UNIT_OF = {op: EXEC_UNITS.index(u) for op, u in EXEC_UNIT_OF.items()}  # index in EXEC_UNITS (a NOP: none)
 
 
 def _ceil_div(a, b):
@@ -92,10 +94,31 @@ class ComputeUnits:
         return begin, end, self.retired
 
 
+class DmaQueue:
+    """A DMA queue's engines: when each is free, when the queue can issue again, and its retire point."""
+
+    def __init__(self, engines: int):
+        self.engines = [0] * engines
+        self.issue_free = 0
+        self.retired = 0
+
+    def free(self) -> int:
+        """Cycle from which the next instruction can start: the queue has issued and an engine is free."""
+        return max(self.issue_free, min(self.engines))
+
+    def run(self, start: int, issue_cycles: int, end: int) -> int:
+        """Books a DMA from `start` to `end` on the first free engine; its token's ready cycle."""
+        self.engines[self.engines.index(min(self.engines))] = end
+        self.issue_free = start + issue_cycles
+        self.retired = max(self.retired, end)
+        return self.retired
+
+
 class TimingModel:
     def __init__(self, config: NovellaConfig):
         self.config = config
         self.queue_free = dict.fromkeys(QUEUES, 0)  # the compute queue's: when it can issue again
+        self.dma = {q: DmaQueue(n) for q, n in config.dma_engines.items()}
         self.dram_free = 0
         self.compute = ComputeUnits(config)
         self.fn_cycles = np.ones(max(VecFn) + 1, np.int64)
@@ -156,7 +179,9 @@ class TimingModel:
         op = inst.opcode
         if inst.queue != "compute":
             end = self._dma_end(start, int(self.burst_bytes(op, inst.fields, dma_bytes)))
-            self.queue_free[inst.queue] = end
-            return start, end, end
+            q = self.dma[inst.queue]
+            ready = q.run(start, self.config.issue_cycles, end)
+            self.queue_free[inst.queue] = q.free()
+            return start, end, ready
         self.queue_free["compute"] = start + self.config.issue_cycles
         return self.compute.execute(UNIT_OF.get(op, -1), start, int(self.work(op, inst.fields)), ranges)

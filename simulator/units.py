@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .isa import QUEUES
+
 
 class MemoryUnit:
     """A flat fp32 memory addressed in elements."""
@@ -73,16 +75,15 @@ class TokenChannel:
         self.fifo.append(token)
 
 
-CHANNELS = ("L2C", "C2L", "C2S", "S2C")
+def token_routes(chain) -> dict[tuple[str, str], str]:
+    """(queue, header flag) -> channel of a queue chain: two channels between each pair of neighbours
+    (`L2C`: load to compute, `C2L` back), pushed by one and popped by the other."""
+    out = {}
+    for a, b in zip(chain, chain[1:]):
+        down, up = f"{a[0].upper()}2{b[0].upper()}", f"{b[0].upper()}2{a[0].upper()}"
+        out |= {(a, "push_next"): down, (b, "pop_prev"): down, (b, "push_prev"): up, (a, "pop_next"): up}
+    return out
 
-# (queue, header flag) -> channel
-TOKEN_ROUTES: dict[tuple[str, str], str] = {
-    ("load", "pop_next"): "C2L",
-    ("load", "push_next"): "L2C",
-    ("compute", "pop_prev"): "L2C",
-    ("compute", "pop_next"): "S2C",
-    ("compute", "push_prev"): "C2L",
-    ("compute", "push_next"): "C2S",
-    ("store", "pop_prev"): "C2S",
-    ("store", "push_prev"): "S2C",
-}
+
+TOKEN_ROUTES = token_routes(QUEUES)
+CHANNELS = tuple(dict.fromkeys(TOKEN_ROUTES.values()))  # L2C, C2L, C2S, S2C

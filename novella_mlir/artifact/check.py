@@ -29,17 +29,17 @@ from simulator import isa
 from simulator.config import ConfigError, config_from_dict
 
 from ..errors import ArtifactError
+from ..frontend.dtypes import EXACT_INT
+from ..machine.target import DRAM_LIMIT, MAX_LENGTH
+from ..runtime import expr
 from .limits import INPUT_DTYPES, MAX_CONST, MAX_GRID_DIMS, MAX_PROGRAM, MAX_PROGRAMS, MAX_SLOTS, MAX_STEPS, MAX_SYMBOLS
 
 _TOP = ("version", "config", "config_fingerprint", "symbols", "programs")
 _PROGRAM = ("ranges", "reason", "inputs", "outputs", "dram_size", "weight_layout", "macros", "tiles")
-_OPS = ("+", "*", "floordiv", "ceildiv", "mod")
 _OPERAND = re.compile(r"([sd])(\d{1,3})")
 _HEADER = {f.name for f in isa.HEADER}
 _LAYOUT = {op: {f.name: f for f in fields if f.name not in _HEADER} for op, fields in isa.LAYOUT.items()}
 _ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
-DRAM_LIMIT = isa.Field("dram_base", 1, 0, 32).hi + 1
-MAX_LENGTH = next(f for f in isa.LAYOUT[isa.Opcode.LOAD] if f.name == "row_bound").hi
 
 
 class _Bad(Exception):
@@ -90,7 +90,7 @@ def check_program(p, field: str, n_syms: int, n_dims: int = 0) -> None:
                 what = "symbol" if m.group(1) == "s" else "grid dim"
                 raise _Bad(field, f"expression {_short(p)} refers to {tok}, but there are {limit} {what}s")
             stack.append(None)
-        elif tok in _OPS:
+        elif tok in expr.OPERATORS:
             if len(stack) < 2:
                 raise _Bad(field, f"malformed expression {_short(p)}")
             b, a = stack.pop(), stack.pop()
@@ -107,13 +107,10 @@ def _apply(tok, a, b, p, field):
                    "divisors must be positive constants")  # fmt: skip
     if a is None or b is None:
         return None
-    v = {"+": a + b, "*": a * b, "floordiv": a // b, "ceildiv": -(-a // b), "mod": a % b}[tok]
-    return _int(v, field, -MAX_CONST, MAX_CONST)
+    return _int(expr.apply(tok, a, b), field, -MAX_CONST, MAX_CONST)
 
 
 def _eval(p, syms) -> int:
-    from ..runtime import expr
-
     return int(expr.evaluate(p, list(syms)))
 
 
@@ -292,7 +289,7 @@ def _limit(lim, f: str) -> None:
     if not ok:
         raise _Bad(f, f"expected [max |value|, why], got {_short(lim)}")
     if lim:
-        _int(lim[0], f + "[0]", 1, 2**24)
+        _int(lim[0], f + "[0]", 1, EXACT_INT)
 
 
 def _check_programs(m, n: int) -> None:
@@ -345,7 +342,7 @@ def _macro(mm, f: str, n: int, functions) -> None:
 
 
 def _inst(t, f: str, n: int, dims: int, functions) -> None:
-    _keys(t, ("opcode", "const", "var", "when", "tensor"), f, optional=("slot",))
+    _keys(t, ("opcode", "const", "var", "when", "tensor"), f, optional=("slot", "affine"))
     opcode = _type(t["opcode"], str, f + ".opcode")
     if opcode not in isa.Opcode.__members__:
         raise _Bad(f + ".opcode", f"unknown opcode '{_short(opcode)}' (expected one of {list(isa.Opcode.__members__)})")
@@ -374,6 +371,25 @@ def _inst(t, f: str, n: int, dims: int, functions) -> None:
         if not isinstance(c, list) or len(c) != 2 or c[0] not in ("eq", "ge"):
             raise _Bad(g, f'expected ["eq" | "ge", expression], got {_short(c)}')
         check_program(c[1], g, n, dims)
+    _names(t.get("affine", []), t["var"], f + ".affine", "variable field")
+
+
+def _names(names, where, f: str, what: str) -> None:
+    """A list of distinct keys of `where` (a runtime fact naming fields or slots)."""
+    _type(names, list, f)
+    for k, name in enumerate(names):
+        if not isinstance(name, str) or name not in where or name in names[:k]:
+            raise _Bad(f"{f}[{k}]", f"{_short(name)} is not a {what} (or is listed twice)")
+
+
+def _last(last, insts, f: str) -> None:
+    """[template, guard] pairs naming existing guards, each once."""
+    _type(last, list, f)
+    for k, pair in enumerate(last):
+        ok = isinstance(pair, list) and len(pair) == 2 and pair not in last[:k]
+        ok = ok and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+        if not (ok and 0 <= pair[0] < len(insts) and 0 <= pair[1] < len(insts[pair[0]]["when"])):
+            raise _Bad(f"{f}[{k}]", f"expected [template, guard] of an existing guard, listed once, got {_short(pair)}")
 
 
 def _tensor_slot(op, slot, f: str) -> None:
@@ -405,7 +421,7 @@ def _const_field(op, layout, name, v, f: str, functions) -> None:
 
 
 def _tile(t, f: str, n: int, macros) -> None:
-    _keys(t, ("macro", "name", "grid", "bases"), f)
+    _keys(t, ("macro", "name", "grid", "bases"), f, optional=("last", "affine"))
     idx = _int(t["macro"], f + ".macro")
     name = _type(t["name"], str, f + ".name")
     if not 0 <= idx < len(macros):
@@ -425,6 +441,8 @@ def _tile(t, f: str, n: int, macros) -> None:
     slots = {str(i["tensor"]) for i in mm["insts"] if i["tensor"] is not None}
     if not slots <= set(t["bases"]):
         raise _Bad(f + ".bases", f"no DRAM base for tensor slots {sorted(slots - set(t['bases']))}")
+    _last(t.get("last", []), mm["insts"], f + ".last")
+    _names(t.get("affine", []), t["bases"], f + ".affine", "tensor slot")
 
 
 def _at(m, c) -> str:

@@ -12,6 +12,7 @@ from simulator import isa
 
 from .. import symbolic as sy
 from ..transforms.common import body_ops, current, from_attr, functions, ir_memo, remember
+from .decide import annotate
 from .format import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta
 
 _ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
@@ -54,7 +55,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
         config=config.to_dict(),
         config_fingerprint=config.fingerprint(),
         symbols=symbols,
-        programs=[program],
+        programs=[annotate(program)],
         weights={k: np.ascontiguousarray(v, np.float32) for k, v in weights.items() if k in layout},
     )
 

@@ -41,7 +41,7 @@ from simulator import isa
 from ..errors import ArtifactError, InputError
 from . import check as artifact_check
 
-FORMAT_VERSION = 2  # 2: a list of programs, each for a box of symbol values
+FORMAT_VERSION = 3  # 2: a list of programs, each for a box of symbol values; 3: the runtime facts (`decide.py`)
 MAGIC = b"NVLA"
 
 
@@ -53,6 +53,7 @@ class InstTemplate:
     when: list  # [["eq"|"ge", postfix], ...]
     tensor: int | None = None  # slot whose base is added to dram_base; -1 = result
     slot: dict = field(default_factory=dict)  # address field -> ping-pong slot stride (--novella-schedule)
+    affine: list = field(default_factory=list)  # var fields affine in the symbols (`decide.py`)
 
 
 @dataclass
@@ -69,6 +70,8 @@ class TileMeta:
     name: str
     grid: list  # [postfix, ...]
     bases: dict  # slot (str) -> postfix
+    last: list = field(default_factory=list)  # [template, guard]: "the last point of a grid dim" (`decide.py`)
+    affine: list = field(default_factory=list)  # slots whose base is affine in the symbols (`decide.py`)
 
 
 @dataclass
@@ -177,7 +180,7 @@ class Artifact:
         each distinct template set and tile rule once; a program lists its macros (its own order) and
         tiles by pool index, and a pooled tile names its macro by pool index. A shape bucket thus costs
         only the templates and tile rules it changes. A template's empty `slot`, a macro's empty
-        `schedule` and a tensor's empty `limit` are left out."""
+        `schedule`, a tensor's empty `limit` and empty runtime facts (`decide.py`) are left out."""
         d = asdict(self)
         d.pop("weights")
         pool_m, pool_t, keys_m, keys_t = [], [], {}, {}
@@ -185,7 +188,8 @@ class Artifact:
             _compact_tensors(prog)
             local = [_pooled(_compact(mm), pool_m, keys_m) for mm in prog["macros"]]
             prog["macros"] = local
-            prog["tiles"] = [_pooled({**t, "macro": _ref(local, t["macro"])}, pool_t, keys_t) for t in prog["tiles"]]
+            tiles = [_compact_tile({**t, "macro": _ref(local, t["macro"])}) for t in prog["tiles"]]
+            prog["tiles"] = [_pooled(t, pool_t, keys_t) for t in tiles]
         d["macros"], d["tiles"] = pool_m, pool_t
         return d
 
@@ -193,6 +197,7 @@ class Artifact:
         """Program `i`'s metadata in full (its macros and tiles themselves, tiles naming macros by its order)."""
         d = asdict(self.programs[i])
         d["macros"] = [_compact(mm) for mm in d["macros"]]
+        d["tiles"] = [_compact_tile(t) for t in d["tiles"]]
         return _compact_tensors(d)
 
     def program_nbytes(self, i: int) -> tuple[int, int]:
@@ -243,9 +248,14 @@ def _compact(mm: dict) -> dict:
     if not mm["schedule"]:
         del mm["schedule"]
     for t in mm["insts"]:
-        if not t["slot"]:
-            del t["slot"]
+        for k in ("slot", "affine"):
+            if not t[k]:
+                del t[k]
     return mm
+
+
+def _compact_tile(t: dict) -> dict:
+    return {k: v for k, v in t.items() if v or k not in ("last", "affine")}
 
 
 def _ref(local: list, i):
@@ -547,15 +557,13 @@ def _check_program_encodes(art: Artifact, where: str) -> None:
 
 
 def _field(words: np.ndarray, op: isa.Opcode, name: str) -> np.ndarray:
-    f = next(f for f in isa.LAYOUT[op] if f.name == name)
-    v = ((words[:, f.lane] >> np.uint64(f.offset)) & np.uint64(f.mask)).astype(np.int64)
-    return np.where(v > f.hi, v - (1 << f.bits), v) if f.signed else v
+    return isa.field(op, name).get(words)
 
 
 def _dma_outside(words: np.ndarray, size: int, virtual: tuple[int, int] = (0, 0)):
     """(index, opcode, lo, hi, size) of the first LOAD/STORE whose in-bound rows leave DRAM (and the
     paged cache's virtual window), else None."""
-    opcode = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
+    opcode = isa.opcodes(words)
     idx = np.flatnonzero((opcode == isa.Opcode.LOAD) | (opcode == isa.Opcode.STORE))
     if not idx.size:
         return None

@@ -8,8 +8,7 @@ import numbers
 import torch
 
 from ..errors import InputError
-
-DRAM_LIMIT = 1 << 32  # elements: the ISA's 32-bit dram_base
+from ..machine.target import DRAM_LIMIT
 
 
 def _int(name: str, v, lo: int, hi: int | None = None, why: str = "") -> int:

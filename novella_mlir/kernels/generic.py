@@ -17,7 +17,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from . import BufferPlan, Tiling
-from .pointwise import COL_TILE, MAX_STATIC_COLS, Geometry, Tile
+from .pointwise import Geometry, Tile
 
 BINARY = {
     "arith.addf": "ADD", "arith.subf": "SUB", "arith.mulf": "MUL", "arith.divf": "DIV",
@@ -302,8 +302,7 @@ class Generic:
         g = Geometry(tv, list(range(len(op.operands))))
         prog = self._plan(op, g)
         n = len(g.ops)
-        c = sy.as_int(g.c)
-        tc = c if c is not None and c <= MAX_STATIC_COLS else COL_TILE
+        tc = target.col_tile(sy.as_int(g.c))
         r = sy.as_int(g.r)
         for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(4):
             tm = min(tm, r) if r is not None else tm

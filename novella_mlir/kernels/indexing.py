@@ -17,14 +17,6 @@ from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
 from .support import ceildiv, mul
 
-COL_TILE = 512
-MAX_STATIC_COLS = 1024
-
-
-def _col_tile(width) -> int:
-    w = sy.as_int(width)
-    return w if w is not None and w <= MAX_STATIC_COLS else COL_TILE
-
 
 def _extent(dim: int, t: int, total):
     v = sy.as_int(total)
@@ -110,7 +102,7 @@ class ColumnSlice:
         start = slice_start(op, tv.shape(0)[op.attributes["dim"].value])
         if not sy.provably_ge(start, sy.const(0), sy.symbol_box(module_symbols(op))):
             raise ValueError(f"slice from {start} starts before the dim for some lengths")
-        tc = _col_tile(width)
+        tc = target.col_tile(sy.as_int(width))
         tm, bufs = _row_tiling(2, tc, target, options)
         return Tiling({"tm": tm, "tc": tc}, [ceildiv(outer, tm), ceildiv(width, tc)], bufs)
 
@@ -150,7 +142,7 @@ class Concat:
 
     def tile(self, op, tv, target, options):
         outer, _, widths, _ = self._dims(op, tv)
-        tc = _col_tile(widths[self._widest(widths, op)])
+        tc = target.col_tile(sy.as_int(widths[self._widest(widths, op)]))
         tm, bufs = _row_tiling(2 * len(widths), tc, target, options)
         return Tiling({"tm": tm, "tc": tc}, [ceildiv(outer, tm), ceildiv(widths[self._widest(widths, op)], tc)], bufs)
 
@@ -183,7 +175,7 @@ class Reduce:
         rows, c, fn = self._dims(op, tv)
         if fn == "mean" and sy.as_int(c) is None:
             raise ValueError("mean over a dynamic last dim is not supported; sum and divide by the length")
-        tc = _col_tile(c)
+        tc = target.col_tile(sy.as_int(c))
         tm, bufs = _row_tiling(1, tc, target, options, extra=3)
         return Tiling({"tm": tm, "tc": tc}, [ceildiv(rows, tm), ceildiv(c, tc)], bufs)
 

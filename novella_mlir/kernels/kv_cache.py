@@ -13,10 +13,11 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from ..machine.target import DRAM_LIMIT
 from . import BufferPlan, Tiling, tile_rows
 
 PAGED_ATTR = "novella.paged"
-PAGED_VBASE = 1 << 31  # virtual DRAM window of the paged caches (above any program's DRAM)
+PAGED_VBASE = DRAM_LIMIT // 2  # virtual DRAM window of the paged caches: the upper half of what dram_base addresses
 PAGED_VSPAN = 1 << 24  # virtual elements per cache tensor (positions * heads * head_dim)
 GROUP_ATTR = "novella.kv_group"
 WINDOW_ATTR = "novella.kv_window"  # a one-query attention that reads only the last W cached positions

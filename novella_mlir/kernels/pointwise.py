@@ -18,9 +18,6 @@ from ..dialects.math_fns import MATH
 from . import BufferPlan, Tiling, tile_rows
 from .support import ceildiv, mul
 
-COL_TILE = 512
-MAX_STATIC_COLS = 1024
-
 
 @dataclass
 class Operand:
@@ -58,8 +55,7 @@ class Geometry:
         return Operand(k, strides, row_full, col_full, s[-1])
 
     def tiles(self, target, n_buffers: int, options) -> tuple[int, int, list]:
-        c = sy.as_int(self.c)
-        tc = c if c is not None and c <= MAX_STATIC_COLS else COL_TILE
+        tc = target.col_tile(sy.as_int(self.c))
         r = sy.as_int(self.r)
         for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(4):
             tm = min(tm, r) if r is not None else tm

@@ -164,7 +164,7 @@ class Group:
         a latency each. With one slot, compute is in series with the loads it waits for (the next loads
         wait for this compute) or the stores; those start together, so their latencies coincide."""
         lat = t.issue_cycles + t.dma_latency
-        channel = self.dram + lat * max(self.n_dma - 1, 0) if self.dram else 0.0
+        channel = self.dram + lat * max(_cdiv(self.n_dma, t.load_dma_engines) - 1, 0) if self.dram else 0.0
         serial = 0.0
         if (self.load_slots < 2 and self.load) or (self.store_slots < 2 and self.store):
             waits = max(self.load * (self.load_slots < 2), self.store * (self.store_slots < 2), self.dram + lat)
@@ -216,12 +216,15 @@ def vecs(t: Target, ops) -> float:
 
 
 def dmas(t: Target, moves) -> tuple[float, float]:
-    """(queue cycles, DRAM data cycles) of DMA ops on one queue given as (rows, cols, contiguous)."""
+    """(queue cycles, DRAM data cycles) of a step's loads given as (rows, cols, contiguous): with several
+    load engines, `load_dma_engines` of them are in flight at once and only one latency per such group
+    is exposed."""
     q = d = 0.0
     for rows, cols, contiguous in moves:
         a, b = dma(t, rows, cols, contiguous)
         q, d = q + a, d + b
-    return q, d
+    n = len(moves)
+    return q - t.dma_latency * (n - _cdiv(n, t.load_dma_engines)), d
 
 
 def row_groups(rows: int, tm: int, make) -> list[Group]:

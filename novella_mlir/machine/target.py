@@ -17,12 +17,14 @@ from simulator.config import NovellaConfig
 
 def field_max(opcode: str, name: str) -> int:
     """The largest value field `name` of `opcode` encodes (ISA layout)."""
-    return next(f.hi for f in isa.LAYOUT[isa.Opcode[opcode]] if f.name == name)
+    return isa.field(opcode, name).hi
 
 
 # Rows one instruction can move or compute (the narrowest rows/m field), and columns (cols/k/n).
 MAX_ROWS = min(field_max(op, f) for op, f in (("LOAD", "rows"), ("STORE", "rows"), ("MATMUL", "m"), ("VEC", "rows")))
 MAX_COLS = min(field_max(op, f) for op, f in (("LOAD", "cols"), ("VEC", "cols"), ("MATMUL", "k"), ("MATMUL", "n")))
+DRAM_LIMIT = field_max("LOAD", "dram_base") + 1  # DRAM elements a dram_base addresses
+MAX_LENGTH = field_max("LOAD", "row_bound")  # the largest symbol value (a length is a row bound)
 
 
 def _pow2_floor(n: int) -> int:
@@ -48,6 +50,11 @@ class Target:
     budget_acc: int = 0
     buffer_slots: int = 2  # slots of a streamed buffer: 2 = double buffering (loads of step i+1 under compute i)
     unit_queue_depth: int = 16  # FIFO entries in front of the matrix and of the vector unit (config compute.*)
+    col_tile_cols: int = 512  # columns of a row-tiled kernel's tile when its width is symbolic or too wide
+    max_static_cols: int = 1024  # widest static row such a kernel keeps whole (<= max_cols)
+    dram_align: int = 16  # elements every DRAM tensor and runtime segment starts at a multiple of
+    load_dma_engines: int = 1  # loads in flight at once (config queues.*; the simulator's `timing.DmaQueue`)
+    store_dma_engines: int = 1
 
     @classmethod
     def from_config(cls, c: NovellaConfig) -> Target:
@@ -55,6 +62,7 @@ class Target:
             c.matrix_rows, c.matrix_cols, c.spad_elems, c.acc_elems, c.vector_lanes, c.dram_bytes_per_cycle,
             c.dram_burst_bytes, c.dma_latency, c.matmul_latency, c.vector_latency, c.issue_cycles,
             c.vector_functions, dict(c.vector_fn_cycles), unit_queue_depth=c.unit_queue_depth,
+            load_dma_engines=c.load_dma_engines, store_dma_engines=c.store_dma_engines,
         )  # fmt: skip
 
     @property
@@ -69,8 +77,16 @@ class Target:
     def macs_per_cycle(self) -> int:
         return self.array_rows * self.array_cols
 
+    queues = isa.QUEUES  # the queue chain, what each instruction takes and the units behind compute: the ISA's
+    queue_of = isa.QUEUE_OF
+    exec_unit_of = isa.EXEC_UNIT_OF
+
     max_rows = MAX_ROWS
     max_cols = MAX_COLS
+
+    def col_tile(self, width: int | None) -> int:
+        """Columns of a row-tiled (pointwise, indexing) kernel's tile for a row of `width` (None: symbolic)."""
+        return width if width is not None and width <= self.max_static_cols else self.col_tile_cols
 
     def pow2(self, hi: int, lo: int = 1) -> list[int]:
         """Powers of two from hi (rounded down, capped by the row field) down to lo."""

@@ -1,7 +1,7 @@
 """The numba kernel of `jit_kernel.py` (imported on first use; numba caches the machine code on disk).
 
-Table layout (`Tables._freeze`): [n_dims, stack size, 17 offsets], then
-ops, args, expr start, expr stop, min items, min ranges (2), tile macro,
+Table layout (`Tables._freeze`): [n_dims, stack size, 12 offsets], then
+the expressions (an `expr.Table`, evaluated by `_expr_numba`), tile macro,
 tile ndim, tile grid (n_dims), tile base ranges (2), base slots, base
 exprs, macros (4: template range, load_slots, store_slots), template rows
 (15), guard kinds, guard exprs, var rows (8). A template row: queue, guard
@@ -19,19 +19,21 @@ import sys
 import numba as nb
 import numpy as np
 
-from simulator import numba_cache
+from simulator import isa, numba_cache
 from simulator.first_build import announce
 
-from ._ops_numba import binary
+from ._expr_numba import minimum
 
 numba_cache.ensure(__file__)
 
-_POP_PREV, _POP_NEXT, _PUSH_PREV, _PUSH_NEXT = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+_POP_PREV, _POP_NEXT, _PUSH_PREV, _PUSH_NEXT = (isa.FLAG_BIT[n] for n in isa.FLAG_NAMES)
+_L, _C, _S = (isa.QUEUES.index(q) for q in ("load", "compute", "store"))  # the queue indices of `wq`
+_NQ = len(isa.QUEUES)
 
 
 @nb.njit(cache=True)
 def _part(tab, k):
-    return tab[tab[2 + k] : (tab[3 + k] if k < 16 else tab.size)]
+    return tab[tab[2 + k] : (tab[3 + k] if k < 11 else tab.size)]
 
 
 @nb.njit(cache=True)
@@ -41,50 +43,16 @@ def _rows(tab, k, cols):
 
 
 @nb.njit(cache=True, inline="always")  # inlined in numba's IR: no call per field
-def _eval(e, tab, sc, ns):
-    """Expression e of the tables; `sc` = [symbols (ns), dims (n_dims + 1), stack]. Two arrays, so a
-    call costs little reference counting."""
-    ops, args, starts = tab[2], tab[3], tab[4]
-    o_stack = ns + tab[0] + 1
-    sp = o_stack
-    for i in range(tab[starts + e], tab[tab[5] + e]):
-        o = tab[ops + i]
-        a_i = tab[args + i]
-        if o == 0:
-            sc[sp] = a_i
-            sp += 1
-        elif o == 1:
-            sc[sp] = sc[a_i]
-            sp += 1
-        elif o == 2:
-            sc[sp] = sc[ns + a_i]
-            sp += 1
-        else:
-            b = sc[sp - 1]
-            a = sc[sp - 2]
-            sp -= 1
-            sc[sp - 1] = binary(o, a, b)
-    return sc[o_stack]
-
-
-@nb.njit(cache=True, inline="always")  # inlined in numba's IR: no call per field
 def _min(m, tab, sc, ns):
-    """The minimum of the expressions of min id m."""
-    mx, rng = tab[6], tab[7]
-    lo, hi = tab[rng + 2 * m], tab[rng + 2 * m + 1]
-    v = _eval(tab[mx + lo], tab, sc, ns)
-    for j in range(lo + 1, hi):
-        w = _eval(tab[mx + j], tab, sc, ns)
-        if w < v:
-            v = w
-    return v
+    """The minimum of the expressions of min id m; `sc` = [symbols (ns), dims (n_dims + 1), stack]."""
+    return minimum(tab, tab[2], m, sc, ns, ns + tab[0] + 1)
 
 
 @nb.njit(cache=True)
 def _edges(wstep, wq, n, n_steps):
     """first[k, q], last[k, q]: the first and last word of queue q in step k (-1: none)."""
-    first = np.full((n_steps, 3), -1, np.int64)
-    last = np.full((n_steps, 3), -1, np.int64)
+    first = np.full((n_steps, _NQ), -1, np.int64)
+    last = np.full((n_steps, _NQ), -1, np.int64)
     for w in range(n):
         k, q = wstep[w], wq[w]
         if first[k, q] < 0:
@@ -104,32 +72,32 @@ def _tokens(words, wstep, wq, wslot, n, n_steps, s_load, s_store, s_bar):
     first, last = _edges(wstep, wq, n, n_steps)
     unslotted = np.zeros(n_steps, np.bool_)
     for w in range(n):
-        if wq[w] == 0 and wslot[w] == 0:
+        if wq[w] == _L and wslot[w] == 0:
             unslotted[wstep[w]] = True
     latest = np.full(n_steps, -1, np.int64)  # the latest step <= k with stores
     before_l, before_s = -1, -1
     for k in range(n_steps):
-        if first[k, 1] < 0:
+        if first[k, _C] < 0:
             return False
-        latest[k] = k if first[k, 2] >= 0 else (latest[k - 1] if k > 0 else -1)
+        latest[k] = k if first[k, _S] >= 0 else (latest[k - 1] if k > 0 else -1)
     for k in range(n_steps):
-        if first[k, 0] >= 0:
+        if first[k, _L] >= 0:
             d = 2 if s_load[k] >= 2 and not unslotted[k] else 1
             need = max(k - d, s_bar[k])
             if need > before_l and need >= 0:
-                _set(words, first[k, 0], _POP_NEXT)  # L pops C2L
-                _set(words, last[need, 1], _PUSH_PREV)  # C pushes C2L
+                _set(words, first[k, _L], _POP_NEXT)  # L pops C2L
+                _set(words, last[need, _C], _PUSH_PREV)  # C pushes C2L
             before_l = max(before_l, need)
-            _set(words, last[k, 0], _PUSH_NEXT)  # L pushes L2C
-            _set(words, first[k, 1], _POP_PREV)  # C pops L2C
-        if first[k, 2] >= 0:
-            _set(words, last[k, 1], _PUSH_NEXT)  # C pushes C2S
-            _set(words, first[k, 2], _POP_PREV)  # S pops C2S
+            _set(words, last[k, _L], _PUSH_NEXT)  # L pushes L2C
+            _set(words, first[k, _C], _POP_PREV)  # C pops L2C
+        if first[k, _S] >= 0:
+            _set(words, last[k, _C], _PUSH_NEXT)  # C pushes C2S
+            _set(words, first[k, _S], _POP_PREV)  # S pops C2S
         j = min(k - s_store[k], n_steps - 1)
         need = latest[j] if j >= 0 else -1
         if need > before_s and need >= 0:
-            _set(words, first[k, 1], _POP_NEXT)  # C pops S2C
-            _set(words, last[need, 2], _PUSH_PREV)  # S pushes S2C
+            _set(words, first[k, _C], _POP_NEXT)  # C pops S2C
+            _set(words, last[need, _S], _PUSH_PREV)  # S pushes S2C
         before_s = max(before_s, need)
     return True
 
@@ -150,10 +118,10 @@ def instantiate(syms, tab, t_base, limit):
     sc = np.zeros(ns + n_dims + 1 + stack_size, np.int64)
     sc[:ns] = syms
     dims = sc[ns : ns + n_dims + 1]
-    tile_macro, tile_ndim, tile_grid = _part(tab, 6), _part(tab, 7), _rows(tab, 8, n_dims)
-    base_range, base_slot, base_expr = _rows(tab, 9, 2), _part(tab, 10), _part(tab, 11)
-    macro_range, t_rows = _rows(tab, 12, 4), _rows(tab, 13, 15)
-    guard_kind, guard_expr, var_rows = _part(tab, 14), _part(tab, 15), _rows(tab, 16, 8)
+    tile_macro, tile_ndim, tile_grid = _part(tab, 1), _part(tab, 2), _rows(tab, 3, n_dims)
+    base_range, base_slot, base_expr = _rows(tab, 4, 2), _part(tab, 5), _part(tab, 6)
+    macro_range, t_rows = _rows(tab, 7, 4), _rows(tab, 8, 15)
+    guard_kind, guard_expr, var_rows = _part(tab, 9), _part(tab, 10), _rows(tab, 11, 8)
     nt = tile_macro.size
     ext = np.zeros((nt, n_dims), np.int64)
     npts = np.zeros(nt, np.int64)
@@ -204,7 +172,7 @@ def instantiate(syms, tab, t_base, limit):
                     continue
                 if t_start[ti] < 0:
                     if w > 0:  # the barrier step before a macro
-                        wstep[w], wq[w] = step, 1
+                        wstep[w], wq[w] = step, _C
                         barrier = s_bar[step] = step
                         w += 1
                         step += 1

@@ -1,8 +1,8 @@
 """The numba kernel of `step.py`: rewrites a bucket's injected fields in place, in one call per step.
 
 `ex` holds the bucket's expressions: [n_exprs, n_mins, n_items, per expression its token range, per
-min its item range, the items (expression ids), the tokens (op, arg)]; the ops are
-those of `expr.py` (0 constant, 1 symbol, 2 dim, 3 +, 4 *, 5 floordiv, 6 ceildiv, 7 mod).
+min its item range, the items (expression ids), the tokens (op, arg)]: `expr.Table`, its ops
+those of `expr.py` (`CONST`, `SYM`, `DIM`, `OPCODES`).
 A field row: word, lane, offset, mask, lo, hi, min id (-1: none), base min id (-1: none), constant,
 paged (1: a virtual cache address, mapped through the block table), dims row, and a range of
 `forms` rows [a, b_0, ...]: when not empty, the value is min over the range of a + b . s (fields
@@ -23,45 +23,17 @@ import numpy as np
 from simulator import numba_cache
 from simulator.first_build import announce
 
-from ._ops_numba import binary
+from ._expr_numba import depth, evaluate, minimum
 
 numba_cache.ensure(__file__)
 
 
 @nb.njit(cache=True)
-def _eval(ex, e, syms, dims, stack):
-    tok = 3 + 2 * ex[0] + 2 * ex[1] + ex[2]
-    sp = 0
-    for i in range(ex[3 + 2 * e], ex[4 + 2 * e]):
-        o, a = ex[tok + 2 * i], ex[tok + 2 * i + 1]
-        if o == 0:
-            stack[sp] = a
-            sp += 1
-        elif o == 1:
-            stack[sp] = syms[a]
-            sp += 1
-        elif o == 2:
-            stack[sp] = dims[a]
-            sp += 1
-        else:
-            b = stack[sp - 1]
-            x = stack[sp - 2]
-            sp -= 1
-            stack[sp - 1] = binary(o, x, b)
-    return stack[0]
-
-
-@nb.njit(cache=True)
-def _min(ex, m, syms, dims, stack):
-    at = 3 + 2 * ex[0]
-    items = at + 2 * ex[1]
-    lo, hi = ex[at + 2 * m], ex[at + 2 * m + 1]
-    v = _eval(ex, ex[items + lo], syms, dims, stack)
-    for j in range(lo + 1, hi):
-        w = _eval(ex, ex[items + j], syms, dims, stack)
-        if w < v:
-            v = w
-    return v
+def _scratch(syms, n_dims, stack):
+    """[symbols | dims | stack] (`_expr_numba`), the symbols set."""
+    sc = np.zeros(syms.size + n_dims + stack, np.int64)
+    sc[: syms.size] = syms
+    return sc
 
 
 @nb.njit(cache=True)
@@ -99,27 +71,22 @@ def _physical(v, kv, blocks):
 def patch(syms, key_ex, key, ex, fields, dims, forms, pages, words, kv, blocks):
     """Rewrites the injected fields and page addresses of a bucket's words for `syms` and `blocks`;
     first checks that `syms` are in the bucket (the grid extents `key_ex` evaluate to `key`), else -2."""
-    depth = 1
-    for e in range(max(ex[0], key_ex[0])):
-        if e < ex[0]:
-            depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
-        if e < key_ex[0]:
-            depth = max(depth, key_ex[4 + 2 * e] - key_ex[3 + 2 * e])
-    stack = np.zeros(depth, np.int64)
+    ns, nd = syms.size, dims.shape[1]
+    sc = _scratch(syms, nd, max(depth(ex, 0), depth(key_ex, 0)))
+    st = ns + nd
     for m in range(key_ex[1]):
-        if _min(key_ex, m, syms, stack, stack) != key[m]:
+        if minimum(key_ex, 0, m, sc, ns, st) != key[m]:
             return -2
-    ns = syms.size
     for i in range(fields.shape[0]):
         if fields[i, 12] > fields[i, 11]:
             v = _form(forms, fields[i, 11], fields[i, 12], syms, ns)
         else:
-            d = dims[fields[i, 10]]
+            sc[ns:st] = dims[fields[i, 10]]
             v = fields[i, 8]
             if fields[i, 6] >= 0:
-                v += _min(ex, fields[i, 6], syms, d, stack)
+                v += minimum(ex, 0, fields[i, 6], sc, ns, st)
             if fields[i, 7] >= 0:
-                v += _min(ex, fields[i, 7], syms, d, stack)
+                v += minimum(ex, 0, fields[i, 7], sc, ns, st)
         if fields[i, 9]:
             v = _physical(v, kv, blocks)
             if v < 0:
@@ -138,14 +105,10 @@ def patch(syms, key_ex, key, ex, fields, dims, forms, pages, words, kv, blocks):
 @nb.njit(cache=True)
 def values(syms, ex):
     """Every min of `ex` at `syms` (expressions without dims: the bucket key's grid extents)."""
-    depth = 1
-    for e in range(ex[0]):
-        depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
-    stack = np.zeros(depth, np.int64)
-    dims = np.zeros(1, np.int64)
+    sc = _scratch(syms, 0, depth(ex, 0))
     out = np.zeros(ex[1], np.int64)
     for m in range(ex[1]):
-        out[m] = _min(ex, m, syms, dims, stack)
+        out[m] = minimum(ex, 0, m, sc, syms.size, syms.size)
     return out
 
 
@@ -155,11 +118,9 @@ def prepare(syms, ex, fields, dims):
     it becomes the constant (the value minus the terms at `syms`). Rows marked affine (column 11 = 1)
     get their forms: per result r of the min in column 6 (plus the term in column 7),
     [a, b_0, ...] with the value a + b . s (exact, the terms being affine in the symbols)."""
-    ns = syms.size
-    depth = 1
-    for e in range(ex[0]):
-        depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
-    stack = np.zeros(depth, np.int64)
+    ns, nd = syms.size, dims.shape[1]
+    sc = _scratch(syms, nd, depth(ex, 0))
+    st = ns + nd
     at = 3 + 2 * ex[0]
     items = at + 2 * ex[1]
     n_forms = 0
@@ -168,13 +129,13 @@ def prepare(syms, ex, fields, dims):
             m = fields[i, 6]
             n_forms += ex[at + 2 * m + 1] - ex[at + 2 * m]
     forms = np.zeros((n_forms, 1 + ns), np.int64)
-    s = np.zeros(ns, np.int64)
     k = 0
     for i in range(fields.shape[0]):
-        d = dims[fields[i, 10]]
+        sc[:ns] = syms
+        sc[ns:st] = dims[fields[i, 10]]
         for c in range(6, 8):
             if fields[i, c] >= 0:
-                fields[i, 8] -= _min(ex, fields[i, c], syms, d, stack)
+                fields[i, 8] -= minimum(ex, 0, fields[i, c], sc, ns, st)
         if fields[i, 11] != 1:
             fields[i, 11] = fields[i, 12] = 0
             continue
@@ -183,10 +144,10 @@ def prepare(syms, ex, fields, dims):
         for j in range(ex[at + 2 * m], ex[at + 2 * m + 1]):
             for q in range(ns + 1):
                 for x in range(ns):
-                    s[x] = 1 if x == q - 1 else 0
-                v = _eval(ex, ex[items + j], s, d, stack)
+                    sc[x] = 1 if x == q - 1 else 0
+                v = evaluate(ex, 0, ex[items + j], sc, ns, st)
                 if other >= 0:
-                    v += _min(ex, other, s, d, stack)
+                    v += minimum(ex, 0, other, sc, ns, st)
                 forms[k, q] = v
             for q in range(1, ns + 1):
                 forms[k, q] -= forms[k, 0]
@@ -206,11 +167,9 @@ def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
     paged, bits, signed; `spans`: each tile's words (start, end; -1: none). The points and
     templates are walked in the JIT's order, so each word's index is the running count. Status 1:
     a tile's words disagree with its templates."""
-    depth = 1
-    for e in range(ex[0]):
-        depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
-    stack = np.zeros(depth, np.int64)
-    dims = np.zeros(n_dims, np.int64)
+    ns, st = syms.size, syms.size + n_dims
+    sc = _scratch(syms, n_dims, depth(ex, 0))
+    dims = sc[ns:st]
     nt = tiles.shape[0]
     ext = np.zeros((nt, n_dims), np.int64)
     npts = np.zeros(nt, np.int64)
@@ -220,7 +179,7 @@ def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
             continue
         n = 1
         for g in range(tiles[ti, 2]):
-            ext[ti, g] = _min(ex, tiles[ti, 5 + g], syms, dims, stack)
+            ext[ti, g] = minimum(ex, 0, tiles[ti, 5 + g], sc, ns, st)
             n *= max(ext[ti, g], 0)
         npts[ti] = n
         for j in range(tiles[ti, 1] - tiles[ti, 0]):
@@ -244,7 +203,7 @@ def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
                 k = tiles[ti, 3] + j
                 ok = True
                 for gi in range(tt[k, 0], tt[k, 1]):
-                    v = _min(ex, guards[gi, 1], syms, dims, stack)
+                    v = minimum(ex, 0, guards[gi, 1], sc, ns, st)
                     if (guards[gi, 0] == 0 and v != 0) or (guards[gi, 0] == 1 and v < 0):
                         ok = False
                         break
@@ -276,18 +235,16 @@ def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
 def guard_bits(syms, ex, tiles, tt, guards, keys, n_dims):
     """The outcome (0/1) at every grid point of each guarded template in `keys` (tile, template), in
     grid order: the part of a bucket key the symbol-dependent guards make (what `jit.when_mask` says)."""
-    depth = 1
-    for e in range(ex[0]):
-        depth = max(depth, ex[4 + 2 * e] - ex[3 + 2 * e])
-    stack = np.zeros(depth, np.int64)
-    dims = np.zeros(n_dims, np.int64)
+    ns, st = syms.size, syms.size + n_dims
+    sc = _scratch(syms, n_dims, depth(ex, 0))
+    dims = sc[ns:st]
     ext = np.zeros((keys.shape[0], n_dims), np.int64)
     npts = np.zeros(keys.shape[0], np.int64)
     for i in range(keys.shape[0]):
         ti = keys[i, 0]
         n = 1
         for g in range(tiles[ti, 2]):
-            ext[i, g] = _min(ex, tiles[ti, 5 + g], syms, dims, stack)
+            ext[i, g] = minimum(ex, 0, tiles[ti, 5 + g], sc, ns, st)
             n *= max(ext[i, g], 0)
         npts[i] = n
     out = np.zeros(npts.sum() + keys.shape[0], np.uint8)
@@ -304,7 +261,7 @@ def guard_bits(syms, ex, tiles, tt, guards, keys, n_dims):
                 q //= ext[i, g]
             ok = 1
             for gi in range(tt[k, 0], tt[k, 1]):
-                v = _min(ex, guards[gi, 1], syms, dims, stack)
+                v = minimum(ex, 0, guards[gi, 1], sc, ns, st)
                 if (guards[gi, 0] == 0 and v != 0) or (guards[gi, 0] == 1 and v < 0):
                     ok = 0
                     break

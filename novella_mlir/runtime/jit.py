@@ -27,7 +27,7 @@ from simulator import isa
 
 from . import expr, jit_kernel, tokens
 
-_QUEUE = {"load": 0, "compute": 1, "store": 2}
+_QUEUE = {q: i for i, q in enumerate(isa.QUEUES)}
 _NOP = isa.encode(isa.Opcode.NOP)
 _FIELDS = {op: {f.name: f for f in fields} for op, fields in isa.LAYOUT.items()}
 

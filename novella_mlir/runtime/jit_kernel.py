@@ -1,8 +1,8 @@
 """The JIT's compiled instantiation: the whole artifact as flat tables, one numba call per new length.
 
 `Tables(artifact)` precompiles every expression of the artifact once (grid
-extents, tensor bases, guards, fields: postfix programs become rows of flat
-opcode/argument arrays) and every template once (its base word with the
+extents, tensor bases, guards, fields: postfix programs become one
+`expr.Table`, evaluated by `_expr_numba`) and every template once (its base word with the
 constant fields, the bit position and range of each variable field). A new
 length is then a single call to `instantiate`, which walks the tiles, their
 grid points and templates, evaluates the expressions with Python's integer
@@ -21,8 +21,9 @@ import numpy as np
 
 from simulator import isa
 
-_OPS = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7}
-_QUEUE = {"load": 0, "compute": 1, "store": 2}
+from . import expr
+
+_QUEUE = {q: i for i, q in enumerate(isa.QUEUES)}
 OK, BAD_FIELD, NO_COMPUTE, LONG = 0, 1, 2, 3
 _FIELDS = {op: {f.name: f for f in fields} for op, fields in isa.LAYOUT.items()}
 # The kernel interprets each field of each word (~0.1 us per grid point and template); the NumPy
@@ -36,36 +37,15 @@ class Tables:
 
     def __init__(self, art):
         self.ok = True
-        self._ops, self._args, self._start, self._stop = [], [], [], []
-        self._mx: list[int] = []
-        self._mx_range: list[tuple[int, int]] = []
-        self._ids: dict = {}
+        self.ex = expr.Table()
         self._tiles(art)
         self._macros(art)
         if self.ok:
             self._freeze()
 
-    def _expr(self, prog) -> int:
-        key = tuple(prog)
-        if key not in self._ids:
-            self._ids[key] = len(self._start)
-            self._start.append(len(self._ops))
-            for tok in prog:
-                if isinstance(tok, int):
-                    self._ops.append(0), self._args.append(tok)
-                elif tok in _OPS:
-                    self._ops.append(_OPS[tok]), self._args.append(0)
-                else:
-                    self._ops.append(1 if tok[0] == "s" else 2), self._args.append(int(tok[1:]))
-            self._stop.append(len(self._ops))
-        return self._ids[key]
-
     def _min(self, progs) -> int:
-        """Id of the minimum of several expressions."""
-        start = len(self._mx)
-        self._mx.extend(self._expr(p) for p in progs)
-        self._mx_range.append((start, len(self._mx)))
-        return len(self._mx_range) - 1
+        """Id of the minimum of several expressions (`expr.Table`)."""
+        return self.ex.min(progs)
 
     def _tiles(self, art) -> None:
         self.tile_macro = [t.macro for t in art.tiles]
@@ -145,12 +125,7 @@ class Tables:
         """One int64 array (a header of offsets, then the tables) and the base words: a cheap numba call."""
         i64 = lambda x, shape=(0,): np.asarray(x, np.int64) if len(x) else np.zeros(shape, np.int64)  # noqa: E731
         parts = (
-            i64(self._ops),
-            i64(self._args),
-            i64(self._start),
-            i64(self._stop),
-            i64(self._mx),
-            i64(self._mx_range, (0, 2)),
+            self.ex.array(),
             i64(self.tile_macro),
             i64(self.tile_ndim),
             i64(self.tile_grid, (0, self.n_dims)),
@@ -163,7 +138,7 @@ class Tables:
             i64(self.guard_expr),
             i64(self.var_rows, (0, 8)),
         )
-        stack = max([b - a for a, b in zip(self._start, self._stop)] + [0]) + 1
+        stack = max([b - a for a, b in self.ex.ranges] + [0]) + 1
         offsets, pos = [], 2 + len(parts)
         for part in parts:
             offsets.append(pos)

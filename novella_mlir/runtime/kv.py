@@ -18,13 +18,14 @@ import numpy as np
 from simulator import Simulator, isa
 
 from ..errors import InputError
+from ..machine.target import Target
 from . import expr
 from .jit import Jit
 from .step import Stepper
 
-ALIGN = 16
 _DMA = (int(isa.Opcode.LOAD), int(isa.Opcode.STORE), int(isa.Opcode.GATHER))
-_LOW = np.uint64(0xFFFFFFFF)
+_BASE = isa.field(isa.Opcode.LOAD, "dram_base")  # the DMAs' one dram_base layout
+assert all(isa.field(op, "dram_base") == _BASE for op in _DMA), "kv.py relocates every DMA's dram_base alike"
 
 
 class KvCacheFullError(InputError):
@@ -135,10 +136,10 @@ class Session:
         self.page_elems = [s["page_elems"] for s in kv["slots"]]
         self.slot_base = np.cumsum([0] + self.page_elems[:-1]).astype(np.int64)
         self.block_elems = int(sum(self.page_elems))
-        self.segments, top = {}, 0
+        self.segments, top, align = {}, 0, Target.from_config(config).dram_align
         for name, m in models.items():
             self.segments[name] = top
-            top += _aligned(_max_dram(m.artifact))
+            top += -(-_max_dram(m.artifact) // align) * align
         self.pool_base = top
         self.pool = PagePool(n_blocks, self.page_size)
         self.sim = Simulator(config, top + n_blocks * self.block_elems, check_hazards=check_hazards)
@@ -174,17 +175,17 @@ class Session:
         if tr.page.size and np.any(blocks[tr.page] < 0):
             raise RuntimeError(f"{name} addresses a page freed out of the window ({int(tr.page.min())})")
         phys = self.pool_base + blocks[tr.page] * self.block_elems + self.slot_base[tr.slot] + tr.offset
-        tr.words[tr.rows, 1] = (tr.words[tr.rows, 1] & ~_LOW) | phys.astype(np.uint64)
+        _BASE.put(tr.words, phys, tr.rows)
         return tr.words
 
     def _translate(self, words: np.ndarray, seg: int) -> Translation:
         words = np.array(words, dtype=np.uint64, copy=True)
-        op = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
-        base = (words[:, 1] & _LOW).astype(np.int64)
+        op = isa.opcodes(words)
+        base = _BASE.get(words)
         dma = np.isin(op, _DMA)
         paged = dma & (base >= self.vbase)
         plain = dma & ~paged
-        words[plain, 1] = (words[plain, 1] & ~_LOW) | (base[plain] + seg).astype(np.uint64)
+        _BASE.put(words, base[plain] + seg, plain)
         rows = np.flatnonzero(paged)
         v = base[rows] - self.vbase
         slot = v // self.vspan
@@ -220,10 +221,6 @@ class Session:
             outs[i] = self.sim.dram.read(off, int(np.prod(shape))).reshape(shape).copy()
         t2 = time.perf_counter()
         return outs, stats, t1 - t0, t2 - t1, words, new
-
-
-def _aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
 
 
 def _max_dram(art) -> int:

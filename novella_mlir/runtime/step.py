@@ -3,7 +3,7 @@
 The artifact says what a program's words depend on, so nothing is found by comparing programs:
   * the *structure* (which words exist) depends on the grid extents and the guards that refer to a
     symbol. The extents, and the outcome of each guard that is not "the last point of a grid dim"
-    (proved with `symbolic.equal`), are the bucket key: decode buckets are the page counts;
+    (proved at compile time and stored: `TileMeta.last`), are the bucket key: decode buckets are the page counts;
   * an *injected* field is a template field whose expression refers to a symbol, or a tile-relative
     `dram_base` whose tile base does: the attended length and what is laid out by it (row lengths,
     bounds, strides, offsets of the score rows), and the append's write position;
@@ -24,35 +24,18 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-from torch_mlir import ir
 
 from simulator import isa
 
-from .. import symbolic as sy
 from . import expr
 from .jit import when_mask
 
-_OPS = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7}
 KINDS = ("write address", "page address", "length")  # what an injected field is (Plan.kind)
-
-
-def _has_sym(progs) -> bool:
-    return any(isinstance(tok, str) and tok[0] == "s" for p in progs for tok in p)
+_has_sym = expr.has_symbol
 
 
 def _key(x):
     return tuple(_key(v) for v in x) if isinstance(x, list) else x
-
-
-def _last_point(prog, grid) -> bool:
-    """`prog == 0` says "the last point of a grid dim" (d_k == extent_k - 1), for every value."""
-    with ir.Context():
-        g = sy.from_postfix(prog)
-        for k, ext in enumerate(grid):
-            last = sy.dim(k) - sy.from_postfix(ext) + sy.const(1)
-            if _has_sym([ext]) and (sy.equal(g, last) or sy.equal(g, last * -1)):
-                return True
-    return False
 
 
 class Plan:
@@ -62,11 +45,11 @@ class Plan:
         self.art = art
         self.tile_index = {t.name: i for i, t in enumerate(art.tiles)}
         self.grid_progs = list({_key(g): g for t in art.tiles for g in t.grid if _has_sym([g])}.values())
-        self.guard_keys, self.fields, self.paged, self._affine = [], {}, {}, {}
+        self.guard_keys, self.fields, self.paged = [], {}, {}
         self._grid_ex = None
         for ti, tile in enumerate(art.tiles):
             for j, t in enumerate(art.macros[tile.macro].insts):
-                if any(not (kind == "eq" and _last_point(p, tile.grid)) for kind, p in t.when if _has_sym([p])):
+                if any(_has_sym([p]) and [j, g] not in tile.last for g, (_, p) in enumerate(t.when)):
                     self.guard_keys.append((ti, j))
                 names = [n for n, progs in t.var.items() if _has_sym(progs)]
                 if t.tensor is not None:
@@ -77,9 +60,9 @@ class Plan:
                         self.paged[ti, j] = True
                 if names:
                     self.fields[ti, j] = names
-        self.ex = _Exprs()
+        self.ex = expr.Table()
         self._flatten()
-        self.table = self.ex.table()
+        self.table = self.ex.array()
         self._keys_array = np.asarray(self.guard_keys, np.int64).reshape(-1, 2)
 
     def _flatten(self) -> None:
@@ -109,32 +92,24 @@ class Plan:
         lane, offset, mask, lo, hi, min ids of its symbol terms (2), affine, paged, bits, signed."""
         tile = self.art.tiles[ti]
         t = self.art.macros[tile.macro].insts[j]
-        f = next(f for f in isa.LAYOUT[isa.Opcode[t.opcode]] if f.name == name)
-        terms = [t.var.get(name, [[t.const.get(name, 0)]])]
+        f = isa.field(t.opcode, name)
+        terms = [(t.var.get(name, [[t.const.get(name, 0)]]), name in t.affine)]
         if name == "dram_base" and t.tensor is not None:
-            terms.append([tile.bases[str(t.tensor)]])
-        terms = sorted([p for p in terms if _has_sym(p)], key=len, reverse=True)
-        ids = [self.ex.min(p) for p in terms] + [-1] * (2 - len(terms))
-        linear = bool(terms) and sum(len(p) > 1 for p in terms) <= 1 and all(self.affine(q) for p in terms for q in p)
+            terms.append(([tile.bases[str(t.tensor)]], str(t.tensor) in tile.affine))
+        terms = sorted([(p, a) for p, a in terms if _has_sym(p)], key=lambda pa: len(pa[0]), reverse=True)
+        ids = [self.ex.min(p) for p, _ in terms] + [-1] * (2 - len(terms))
+        linear = bool(terms) and sum(len(p) > 1 for p, _ in terms) <= 1 and all(a for _, a in terms)
         paged = name == "dram_base" and self.paged.get((ti, j), False)
         self.whats.append((ti, j, name, self.kind(ti, j, name)))
         return [f.lane, f.offset, f.mask, f.lo, f.hi, *ids, int(linear), int(paged), f.bits, int(f.signed)]
 
-    def affine(self, prog) -> bool:
-        """`prog` is affine in the symbols for fixed dims (`symbolic.affine_in_symbols`)."""
-        k = _key(prog)
-        if k not in self._affine:
-            with ir.Context():
-                self._affine[k] = sy.affine_in_symbols(sy.from_postfix(prog))
-        return self._affine[k]
-
     def key_table(self) -> np.ndarray:
         """The symbol-dependent grid extents as an expression table (the numeric part of the key)."""
         if self._grid_ex is None:
-            ex = _Exprs()
+            ex = expr.Table()
             for g in self.grid_progs:
                 ex.min([g])
-            self._grid_ex = ex.table()
+            self._grid_ex = ex.array()
         return self._grid_ex
 
     def key(self, syms) -> tuple:
@@ -165,44 +140,6 @@ class Plan:
             store = self.art.macros[self.art.tiles[ti].macro].insts[j].opcode == "STORE"
             return "write address" if store else "page address"
         return "length"
-
-
-class _Exprs:
-    """The bucket's expressions as flat int64 rows (the layout `_step_numba` reads)."""
-
-    def __init__(self):
-        self.ranges, self.tokens, self.mins, self.items = [], [], [], []
-        self._ids: dict = {}
-        self._mins: dict = {}
-
-    def _expr(self, prog) -> int:
-        k = _key(prog)
-        if k not in self._ids:
-            start = len(self.tokens) // 2
-            for tok in prog:
-                if isinstance(tok, int):
-                    self.tokens += [0, tok]
-                elif tok in _OPS:
-                    self.tokens += [_OPS[tok], 0]
-                else:
-                    self.tokens += [1 if tok[0] == "s" else 2, int(tok[1:])]
-            self._ids[k] = len(self.ranges)
-            self.ranges.append((start, len(self.tokens) // 2))
-        return self._ids[k]
-
-    def min(self, progs) -> int:
-        k = _key(progs)
-        if k not in self._mins:
-            ids = [self._expr(p) for p in progs]
-            self._mins[k] = len(self.mins)
-            self.mins.append((len(self.items), len(self.items) + len(ids)))
-            self.items += ids
-        return self._mins[k]
-
-    def table(self) -> np.ndarray:
-        head = [len(self.ranges), len(self.mins), len(self.items)]
-        flat = head + [v for r in self.ranges for v in r] + [v for r in self.mins for v in r] + self.items
-        return np.asarray(flat + self.tokens, np.int64)
 
 
 @dataclass
@@ -315,9 +252,9 @@ class Stepper:
         out = np.zeros((len(rows), 6), np.int64)
         out[:, 0], out[:, 4] = rows, tr.page[keep]
         out[:, 5] = self.kv[5::2][tr.slot[keep]] + tr.offset[keep]
-        op = (tr.words[rows, 0] & np.uint64(0xF)).astype(np.int64)
+        op = isa.opcodes(tr.words[rows])
         for code in np.unique(op):
-            f = next(f for f in isa.LAYOUT[isa.Opcode(int(code))] if f.name == "dram_base")
+            f = isa.field(int(code), "dram_base")
             out[op == code, 1:4] = (f.lane, f.offset, f.mask)
         return out
 

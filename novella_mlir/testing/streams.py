@@ -25,15 +25,6 @@ from simulator import isa
 from ..runtime import expr, tokens
 from ..runtime.jit import Jit
 
-_SCALAR_OPS = {
-    "+": lambda a, b: a + b,
-    "*": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b,
-    "ceildiv": lambda a, b: -(-a // b),
-    "mod": lambda a, b: a % b,
-}
-
-
 # ------------------------------------------------------------------ static
 
 
@@ -167,17 +158,7 @@ def per_length_nbytes(artifact, lo: int, hi: int) -> int:
 
 
 def _eval(program, syms, point) -> int:
-    stack = []
-    for tok in program:
-        if isinstance(tok, int):
-            stack.append(tok)
-        elif tok in _SCALAR_OPS:
-            b = stack.pop()
-            stack.append(_SCALAR_OPS[tok](stack.pop(), b))
-        else:
-            stack.append((syms if tok[0] == "s" else point)[int(tok[1:])])
-    (value,) = stack
-    return int(value)
+    return int(expr.evaluate(program, syms, point))
 
 
 def _guard(t, syms, point) -> bool:

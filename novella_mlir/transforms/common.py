@@ -15,6 +15,7 @@ from ..dialects.attrs import (  # noqa: F401 (the passes' helpers, kept importab
     set_attr,
     to_attr,
 )
+from ..machine.target import MAX_LENGTH
 
 
 class PassError(Exception):
@@ -49,7 +50,7 @@ def attr_dict(op) -> dict:
 
 # ------------------------------------------------------------------ preconditions
 
-MAX_SYMBOL_VALUE = (1 << 24) - 1  # the ISA's row_bound field is 24 bits
+MAX_SYMBOL_VALUE = MAX_LENGTH  # the ISA's row_bound field
 _STRUCTURAL = ("novella.weight", "novella.macro", "novella.inst", "func.return")
 
 

@@ -19,21 +19,17 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..kernels.kv_cache import PAGED_VBASE, PAGED_VSPAN, paged_info
+from ..machine.target import DRAM_LIMIT, Target
 from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage, set_attr
 
-ALIGN = 16
 OPTIONS = {"fixed-offsets": (int, 0, "1: buffers sized at the upper bounds, every DRAM offset a constant", (0, 1))}
-
-
-def _aligned(size: ir.AffineExpr) -> ir.AffineExpr:
-    return sy.ceildiv(size, ALIGN) * ALIGN
 
 
 class _Arena:
     """Bump allocator with first-fit reuse of freed blocks that dominate the request."""
 
-    def __init__(self, symbols, fixed: bool = False):
-        self.symbols, self.fixed = symbols, fixed
+    def __init__(self, symbols, fixed: bool = False, align: int = 1):
+        self.symbols, self.fixed, self.align = symbols, fixed, align
         self.box = sy.symbol_box(symbols, lower_only=True, lo=1)
         self.top = sy.const(0)
         self.free: list[tuple[ir.AffineExpr, ir.AffineExpr]] = []
@@ -45,7 +41,7 @@ class _Arena:
         return sy.provably_ge(big, small, self.box)
 
     def _block(self, size: ir.AffineExpr) -> ir.AffineExpr:
-        size = _aligned(size)
+        size = sy.ceildiv(size, self.align) * self.align
         return sy.const(sy.value_range(size, self.symbols)[1]) if self.fixed else size
 
     def alloc(self, size: ir.AffineExpr) -> ir.AffineExpr:
@@ -66,13 +62,11 @@ def run(module_op, options, config) -> None:
     symbols = check_symbols(module_op)
     require_stage(module_op, "novella-allocate", None, "novella-legalize")
     n = len(symbols)
-    budget = {"spad": config.spad_elems, "acc": config.acc_elems}
+    target = Target.from_config(config)
+    budget = {"spad": target.spad_elems, "acc": target.acc_elems}
     for fn in functions(module_op):
-        _place(fn, symbols, n, budget, bool(options.get("fixed-offsets", 0)))
+        _place(fn, symbols, n, budget, bool(options.get("fixed-offsets", 0)), target.dram_align)
         _check_addressable(fn, symbols)
-
-
-DRAM_LIMIT = 1 << 32  # elements: the ISA's dram_base field is 32 bits
 
 
 def _check_addressable(fn, symbols) -> None:
@@ -90,10 +84,10 @@ def _size(v) -> ir.AffineExpr:
     return sy.numel(sy.shape_of(ir.RankedTensorType(v.type)))
 
 
-def _place(fn, symbols, n, budget, fixed: bool) -> None:
+def _place(fn, symbols, n, budget, fixed: bool, align: int) -> None:
     ops = body_ops(fn)
     block = fn.regions[0].blocks[0]
-    arena = _Arena(symbols, fixed)
+    arena = _Arena(symbols, fixed, align)
     offsets: dict = {}
     for op in ops:
         if op.operation.name == "novella.weight":

@@ -177,7 +177,7 @@ def _check_constants(macro, fields) -> None:
         f = layout.get(name)
         if f is None:
             raise PassError(macro, f"{opcode.name} has no field '{name}'")
-        lo, hi = (-(1 << (f.bits - 1)), (1 << (f.bits - 1)) - 1) if f.signed else (0, (1 << f.bits) - 1)
+        lo, hi = f.lo, f.hi
         if not lo <= attr.value <= hi:
             raise PassError(
                 macro, f"{opcode.name}.{name} = {attr.value} does not fit its {f.bits}-bit field [{lo}, {hi}]"

@@ -12,12 +12,12 @@ import dataclasses
 from .. import symbolic as sy
 from ..errors import TileFitError
 from ..kernels import TensorView
-from ..machine.target import Target
+from ..machine.target import MAX_ROWS, Target
 from ..optable import get_kernel
 from .common import PassError, body_ops, check_symbols, from_attr, functions, require_stage, set_attr
 
 OPTIONS = {
-    "tile-m": (int, 0, "row tile size for every op (0: chosen per op from the SRAM budget)", (0, 4095)),
+    "tile-m": (int, 0, "row tile size for every op (0: chosen per op from the SRAM budget)", (0, MAX_ROWS)),
     "slots": (int, 2, "slots of a streamed buffer (2: double buffering, 1: single)", (1, 2)),
 }
 

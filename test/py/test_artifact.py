@@ -144,6 +144,9 @@ def _resave(npu, path, edit) -> None:
         (lambda a: setattr(_row_load(a), "opcode", "JUMP"), "JUMP"),
         (lambda a: a.weight_layout["0.bias"][1].append(2), "weight layout needs"),
         (lambda a: setattr(a, "symbols", [["T", 9, 1]]), "bad symbol bounds"),
+        (lambda a: setattr(a.tiles[0], "last", [[99, 0]]), "tiles[0].last[0]: expected [template, guard]"),
+        (lambda a: setattr(a.tiles[0], "affine", ["7"]), "tiles[0].affine[0]: '7' is not a tensor slot"),
+        (lambda a: setattr(_row_load(a), "affine", ["cols"]), "affine[0]: 'cols' is not a variable field"),
     ],
 )
 def test_malformed_metadata_is_refused(npu, tmp_path, edit, match):

@@ -244,7 +244,7 @@ def test_random_token_faults_are_caught(name, t):
     spec, _, npu = _model(name)
     words, setup = _model_setup(npu, spec.example(t).numpy())
     clean = _run(words, setup, True)
-    queue_of = np.array([isa.QUEUE_OF[isa.Opcode(int(c))] for c in (words[:, 0] & np.uint64(0xF))])
+    queue_of = np.array([isa.QUEUE_OF[isa.Opcode(int(c))] for c in isa.opcodes(words)])
     rng = np.random.default_rng(11)
     caught = 0
     for _ in range(12):
@@ -293,7 +293,7 @@ def test_fields_without_a_fast_form_take_the_readable_path(monkeypatch):
     real = fast._Loop._readable
     monkeypatch.setattr(fast._Loop, "_readable", lambda self, i: calls.append(i) or real(self, i))
     after = assert_same(words, setup)
-    loads = np.flatnonzero((words[:, 0] & np.uint64(0xF)) == Opcode.LOAD)
+    loads = np.flatnonzero(isa.opcodes(words) == Opcode.LOAD)
     assert sorted(set(calls)) == loads.tolist() and after[1] == before[1]
 
 
@@ -354,7 +354,7 @@ def test_compiled_issue_loop_agrees_with_python_loop(name, t):
     (status, order, start, begin, end, waits), py = _issue_both(words, setup)
     assert status == _fast_numba.OK and order.tolist() == py[0]
     assert start.tolist() == py[1] and begin.tolist() == py[2] and end.tolist() == py[3] and waits.tolist() == py[4]
-    queue_of = np.array([isa.QUEUE_OF[isa.Opcode(int(c))] for c in (words[:, 0] & np.uint64(0xF))])
+    queue_of = np.array([isa.QUEUE_OF[isa.Opcode(int(c))] for c in isa.opcodes(words)])
     rng = np.random.default_rng(12)
     races = 0
     for _ in range(12):

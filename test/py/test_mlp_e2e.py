@@ -190,7 +190,7 @@ def _clear_flag(words, opcode, flag):
     from simulator import isa
 
     f = {x.name: x for x in isa.LAYOUT[opcode]}[flag]
-    op = words[:, 0] & np.uint64(0xF)
+    op = isa.opcodes(words)
     sel = op == np.uint64(int(opcode))
     words[sel, f.lane] &= ~np.uint64(1 << f.offset)
 
