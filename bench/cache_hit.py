@@ -30,29 +30,38 @@ spec = SPECS[{name!r}]
 module = spec.build({maxp})
 lo, hi = spec.bounds({maxp})
 x = spec.example(16)
-t0 = time.perf_counter()
-if {what!r} == "export":
-    importer.export(module, (x,), spec.dynamic_dim, lo, hi)
-else:
-    compile_torch(module, x, dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi)
-first = time.perf_counter() - t0
-t0 = time.perf_counter()
-if {what!r} == "export":
-    importer.export(module, (x,), spec.dynamic_dim, lo, hi)
-else:
-    compile_torch(module, x, dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi)
-print(first, time.perf_counter() - t0)
+for _ in range(2):
+    w, c = time.perf_counter(), time.process_time()
+    if {what!r} == "export":
+        importer.export(module, (x,), spec.dynamic_dim, lo, hi)
+    else:
+        compile_torch(module, x, dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi)
+    print(time.perf_counter() - w, time.process_time() - c)
 """
 
 
-def _run(name: str, what: str, cache: str) -> tuple[float, float]:
+def _run(name: str, what: str, cache: str) -> tuple[float, float, float]:
+    """(wall, second call's wall, CPU) seconds of the first and second call in a new process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), NOVELLA_CACHE="1", NOVELLA_CACHE_DIR=cache)
     code = CHILD.format(bench=str(ROOT / "bench"), name=name, maxp=MAX_POSITIONS, what=what)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if out.returncode:
         raise SystemExit(out.stderr[-2000:])
-    first, again = out.stdout.split()[-2:]
-    return float(first), float(again)
+    w1, c1, w2, _ = map(float, out.stdout.split()[-4:])
+    return w1, w2, c1
+
+
+def measure(name: str, repeat: int) -> dict:
+    """Medians over `repeat` interleaved triples (load changes hit all three alike) of (first call, second
+    call in the process, first call's CPU) seconds: torch.export alone, a compile into an empty cache
+    (miss), and again (hit)."""
+    runs: dict = {"export": [], "miss": [], "hit": []}
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as cache:
+            runs["export"].append(_run(name, "export", cache))
+            runs["miss"].append(_run(name, "compile", cache))
+            runs["hit"].append(_run(name, "compile", cache))
+    return {k: tuple(statistics.median(r[i] for r in v) for i in (0, 1, 2)) for k, v in runs.items()}
 
 
 def main(argv=None) -> None:
@@ -61,20 +70,15 @@ def main(argv=None) -> None:
     p.add_argument("--repeat", type=int, default=3)
     a = p.parse_args(argv)
     print(
-        "| model | torch.export alone | compile, miss | compile, hit | hit / export | the same, 2nd call in the process |"
+        "| model | torch.export alone | compile, miss | compile, hit | hit / export | CPU time | the same, 2nd call "
+        "in the process |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for name in a.models.split(","):
-        runs: dict = {"export": [], "miss": [], "hit": []}
-        for _ in range(a.repeat):  # interleaved: load changes hit all three alike
-            with tempfile.TemporaryDirectory() as cache:
-                runs["export"].append(_run(name, "export", cache))
-                runs["miss"].append(_run(name, "compile", cache))
-                runs["hit"].append(_run(name, "compile", cache))
-        (e, e2), (m, _), (h, h2) = ([statistics.median(r[i] for r in runs[k]) for i in (0, 1)]
-                                    for k in ("export", "miss", "hit"))  # fmt: skip
-        print(f"| {name} | {e:.2f} s | {m:.2f} s | {h:.2f} s | {h / e:.2f} | export {e2:.2f} s, hit {h2:.2f} s, "
-              f"{h2 / e2:.2f} |", flush=True)  # fmt: skip
+        r = measure(name, a.repeat)
+        (e, e2, ec), (m, _, _), (h, h2, hc) = r["export"], r["miss"], r["hit"]
+        print(f"| {name} | {e:.2f} s | {m:.2f} s | {h:.2f} s | {h / e:.2f} | {hc / ec:.2f} | export {e2:.2f} s, "
+              f"hit {h2:.2f} s, {h2 / e2:.2f} |", flush=True)  # fmt: skip
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 

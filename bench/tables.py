@@ -155,12 +155,21 @@ def demo_table() -> str:
     return "```\n" + out.getvalue().rstrip("\n") + "\n```"
 
 
+def host_table() -> str:
+    """Host speed against the goals: a new length vs a repeated one and eager, the first compile vs
+    torch.export, a cache hit (`bench/host.py --summary`; ~15 min on the shared host)."""
+    import host
+
+    return "\n".join(host.summary())
+
+
 TABLES = {
     "goldens": goldens_table,
     "storage": storage_table,
     "cycles": cycles_table,
     "models": models_table,
     "demo": demo_table,
+    "host": host_table,
 }
 
 
