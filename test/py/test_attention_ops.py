@@ -60,9 +60,9 @@ class IrModel:
 
 
 def tiles(ir_text: str, kernel: str) -> dict:
-    """The `novella.tiles` chosen for the first macro of `kernel`."""
+    """The `tiles` chosen for the first macro of `kernel`."""
     line = next(ln for ln in ir_text.splitlines() if f'kernel = "{kernel}"' in ln)
-    body = re.search(r"novella.tiles = \{([^}]*)\}", line).group(1)
+    body = re.search(r"\btiles = \{([^}]*)\}", line).group(1)
     return {k: int(v) for k, v in re.findall(r"(\w+) = (\d+)", body)}
 
 
