@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from .fields import FieldError, buffer_entries
+from .fields import ContextMemo, FieldError, buffer_entries
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,19 @@ _KINDS = {
 _WHERE = {(a.name, a.on): a for a in DECLARED}
 
 
+_VERDICTS = ContextMemo()
+
+
 def problem(name: str, on: str, value) -> str | None:
     """Why `name = value` may not annotate an `on` ("module", "func", "arg", "op"); None if it may."""
+    memo = _VERDICTS.current()
+    key = (name, on, value)
+    if key not in memo:
+        memo[key] = _problem(name, on, value)
+    return memo[key]
+
+
+def _problem(name: str, on: str, value) -> str | None:
     a = _WHERE.get((name, on))
     if a is None:
         places = [o for (n, o) in _WHERE if n == name]
@@ -148,7 +159,8 @@ def check(module_op) -> tuple[object, str] | None:
         if msg:
             bad.append((op, msg))
             return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
+        # a macro's region holds tile ops and instructions, whose verifiers refuse any other field
+        return ir.WalkResult.SKIP if name == "novella.macro" else ir.WalkResult.ADVANCE
 
     for op in module_op.regions[0].blocks[0].operations:
         op.operation.walk(visit)

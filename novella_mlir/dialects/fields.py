@@ -121,11 +121,62 @@ def check_macro(op) -> None:
         raise FieldError(f"schedule must be {{load_slots = 1|2, store_slots = 1|2}}, got {schedule}")
 
 
-def _macro_of(op):
+def check_body(op) -> list[tuple[object, str]]:
+    """(op, problem) of each tile op or instruction template in a macro's region whose fields are not
+    those its opcode declares; each distinct (name, attributes, grid rank, buffers) is checked once
+    per context (layers repeat them)."""
+    n_dims = len(ir.AffineMapAttr(op.attributes["grid"]).value.results)
+    buffers_attr = op.attributes["buffers"]
+    memo = _VERDICTS.current()
+    bad = []
+    for child in op.regions[0].blocks[0].operations:
+        name = child.operation.name
+        attrs = tuple(child.attributes.items())
+        key = (name, attrs, len(child.operands), n_dims, buffers_attr)
+        if key not in memo:
+            memo[key] = _problem(name, attrs, len(child.operands), n_dims, buffers_attr)
+        if memo[key]:
+            bad.append((child, memo[key]))
+    return bad
+
+
+def _problem(name: str, attrs: tuple, n_operands: int, n_dims: int, buffers_attr) -> str | None:
+    try:
+        if name == "novella.inst":
+            _check_inst(attrs, n_operands, n_dims)
+        elif name in TILE_OPCODES:
+            _check_tile_op(name, attrs, n_operands, n_dims, buffer_entries(ir.DictAttr(buffers_attr)))
+        else:
+            return f"may not stand in a novella.macro (tile ops and novella.inst only), got {name}"
+    except FieldError as e:
+        return str(e)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return f"is malformed: {e}"
+    return None
+
+
+class ContextMemo(dict):
+    """Verdicts keyed by attributes, for the current context only (attributes are uniqued per context,
+    so a key of another context's attribute must never meet this one's)."""
+
+    context = None
+
+    def current(self) -> ContextMemo:
+        ctx = ir.Context.current
+        if self.context is not ctx or len(self) > 1 << 16:
+            self.clear()
+            self.context = ctx
+        return self
+
+
+_VERDICTS = ContextMemo()
+
+
+def in_macro(op) -> None:
+    """A tile op or instruction template stands in a `novella.macro` (whose verifier checks its fields)."""
     parent = op.operation.parent
     if parent is None or parent.name != "novella.macro":
         raise FieldError("must be inside a novella.macro")
-    return parent
 
 
 def _check_value(name: str, a, n_dims: int) -> None:
@@ -153,23 +204,18 @@ def _check_common(name: str, a, n_dims: int) -> None:
         _check_value(name, a, n_dims)
 
 
-def check_tile_op(op) -> None:
+def _check_tile_op(name: str, attrs: tuple, n_operands: int, n_dims: int, buffers: dict) -> None:
     """The fields of a tile op: its ISA fields (`TILE_FIELDS`), buffer roles naming buffers of the
     enclosing macro, their offsets, `when`, and `tensor` for an op that reads a tensor."""
-    name = op.operation.name
     opcode = TILE_OPCODES[name]
-    macro = _macro_of(op)
-    n_dims = len(ir.AffineMapAttr(macro.attributes["grid"]).value.results)
-    buffers = buffer_entries(ir.DictAttr(macro.attributes["buffers"]))
     roles = ROLES[opcode]
     offsets = {off for off, _, _ in roles.values()}
-    for i in range(len(op.attributes)):
-        k, a = op.attributes[i].name, op.attributes[i].attr
+    for k, a in attrs:
         if k in roles:
             if not isinstance(a, ir.StringAttr) or a.value not in buffers:
                 raise FieldError(f"'{k}' = {a} is not a buffer of the macro ({', '.join(buffers) or 'none'})")
         elif k == "tensor":
-            if not isinstance(a, ir.IntegerAttr) or len(op.operands) != 1:
+            if not isinstance(a, ir.IntegerAttr) or n_operands != 1:
                 raise FieldError("'tensor' must be an integer, with the tensor read as the one operand")
         elif k in offsets or k in TILE_FIELDS[name] or k in ("when", "dram_offset"):
             _check_common(k, a, n_dims)
@@ -187,20 +233,18 @@ def field_range(opcode: str, name: str, value: int) -> str | None:
     return None
 
 
-def check_inst(op) -> None:
+def _check_inst(attrs: tuple, n_operands: int, n_dims: int) -> None:
     """The fields of an instruction template: those of its opcode's ISA layout (constants in range),
     `tensor` with one operand, `when`, and `slot` strides of its address fields."""
-    opcode = ir.StringAttr(op.attributes["opcode"]).value
+    opcode = dict(attrs)["opcode"].value
     if opcode not in INST_FIELDS or opcode == "NOP":
         raise FieldError(f"unknown opcode '{opcode}' (expected one of LOAD, STORE, GATHER, MATMUL, VEC)")
-    n_dims = len(ir.AffineMapAttr(_macro_of(op).attributes["grid"]).value.results)
     layout = INST_FIELDS[opcode]
-    for i in range(len(op.attributes)):
-        k, a = op.attributes[i].name, op.attributes[i].attr
+    for k, a in attrs:
         if k == "opcode":
             continue
         if k == "tensor":
-            if not isinstance(a, ir.IntegerAttr) or len(op.operands) != 1:
+            if not isinstance(a, ir.IntegerAttr) or n_operands != 1:
                 raise FieldError("'tensor' must be an integer, with the tensor read as the one operand")
         elif k == "slot":
             _check_slot(a, layout)

@@ -14,7 +14,7 @@ from torch_mlir.dialects import ext
 
 from . import fields
 from .dialect import Novella
-from .verify import Invalid, verified
+from .verify import Invalid, fail, verified
 
 Tensor = ir.RankedTensorType
 Field = ir.IntegerAttr | ir.AffineMapAttr
@@ -32,6 +32,19 @@ def _checked(check):
         return True
 
     return verify
+
+
+@verified(None)
+def _verify_macro(op) -> bool:
+    """The macro's declared fields, then its body's (each bad one reported at its own op)."""
+    try:
+        fields.check_macro(op)
+    except fields.FieldError as e:
+        raise Invalid(str(e)) from None
+    bad = fields.check_body(op)
+    for child, problem in bad:
+        fail(child, problem)
+    return not bad
 
 
 class MacroOp(Novella.Operation, name="macro", traits=[ir.NoTerminatorTrait]):
@@ -54,7 +67,7 @@ class MacroOp(Novella.Operation, name="macro", traits=[ir.NoTerminatorTrait]):
     schedule: ir.DictAttr
     result: ext.Result[Tensor]
     body: ext.Region
-    verify_invariants = _checked(fields.check_macro)
+    verify_invariants = _verify_macro
 
 
 class DmaLoadOp(Novella.Operation, name="dma_load"):
@@ -66,7 +79,7 @@ class DmaLoadOp(Novella.Operation, name="dma_load"):
     buffer: ir.StringAttr
     tensor: ir.IntegerAttr
     dram_offset: Field
-    verify_invariants = _checked(fields.check_tile_op)
+    verify_invariants = _checked(fields.in_macro)
 
 
 class DmaGatherOp(Novella.Operation, name="dma_gather"):
@@ -77,7 +90,7 @@ class DmaGatherOp(Novella.Operation, name="dma_gather"):
     idx: ir.StringAttr
     tensor: ir.IntegerAttr
     dram_offset: Field
-    verify_invariants = _checked(fields.check_tile_op)
+    verify_invariants = _checked(fields.in_macro)
 
 
 class DmaStoreOp(Novella.Operation, name="dma_store"):
@@ -85,7 +98,7 @@ class DmaStoreOp(Novella.Operation, name="dma_store"):
 
     buffer: ir.StringAttr
     dram_offset: Field
-    verify_invariants = _checked(fields.check_tile_op)
+    verify_invariants = _checked(fields.in_macro)
 
 
 class MmaOp(Novella.Operation, name="mma"):
@@ -94,7 +107,7 @@ class MmaOp(Novella.Operation, name="mma"):
     acc: ir.StringAttr
     lhs: ir.StringAttr
     rhs: ir.StringAttr
-    verify_invariants = _checked(fields.check_tile_op)
+    verify_invariants = _checked(fields.in_macro)
 
 
 class VopOp(Novella.Operation, name="vop"):
@@ -102,7 +115,7 @@ class VopOp(Novella.Operation, name="vop"):
 
     fn: ir.StringAttr
     dst: ir.StringAttr
-    verify_invariants = _checked(fields.check_tile_op)
+    verify_invariants = _checked(fields.in_macro)
 
 
 class InstOp(Novella.Operation, name="inst"):
@@ -115,4 +128,4 @@ class InstOp(Novella.Operation, name="inst"):
 
     src: Sequence[ext.Operand[Tensor]]
     opcode: ir.StringAttr
-    verify_invariants = _checked(fields.check_inst)
+    verify_invariants = _checked(fields.in_macro)
