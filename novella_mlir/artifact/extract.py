@@ -11,6 +11,7 @@ from torch_mlir import ir
 from simulator import isa
 
 from .. import symbolic as sy
+from ..dialects.fields import result_dram
 from ..transforms.common import body_ops, current, from_attr, functions, ir_memo, remember
 from .decide import annotate
 from .format import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta
@@ -79,7 +80,7 @@ def _kv_meta(fn) -> dict:
 
 
 def _dram_expr(op) -> ir.AffineExpr:
-    return sy.map_results(op.attributes["novella.dram"])[0]
+    return sy.map_results(result_dram(op))[0]
 
 
 def _dram_of(fn):
@@ -90,7 +91,7 @@ def _dram_of(fn):
     for a, d in zip(block.arguments, arg_attrs):
         out[a] = sy.map_results(ir.DictAttr(d)["novella.dram"])[0]
     for op in body_ops(fn):
-        if "novella.dram" in op.attributes:
+        if result_dram(op) is not None:
             out[op.results[0]] = _dram_expr(op)
     return out
 
@@ -123,7 +124,7 @@ def _macro(macro, dram, memo: dict) -> tuple[MacroMeta, dict, tuple]:
         insts.append(t)
         texts.append(text)
     kernel = ir.StringAttr(macro.attributes["kernel"]).value
-    schedule = from_attr(macro.attributes["novella.schedule"]) if "novella.schedule" in macro.attributes else {}
+    schedule = from_attr(macro.attributes["schedule"])
     key = (kernel, n_dims, json.dumps(schedule, sort_keys=True), tuple(texts))
     return MacroMeta(kernel, n_dims, insts, schedule), bases, key
 

@@ -205,7 +205,7 @@ def _check_same_numel(a: Shape, b: Shape) -> None:
 def flash_attention(shapes, attrs, rt):
     """`attention`'s shape on the logical (heads-major) operands; the mask [..., Mq, Lk] must have
     the key length last and Mq = Lq or 1."""
-    from .novella import heads_major
+    from .verify import heads_major
 
     minor = list(ir.DenseI64ArrayAttr(attrs["heads_minor"])) if "heads_minor" in attrs else [0] * 4
     shapes = [heads_major(list(s), f) for s, f in zip(shapes[:3], minor)] + list(shapes[3:])

@@ -5,7 +5,7 @@ expansion (`testing/streams.py`); the numba kernel (`_jit_numba.py`) is a compil
 copy, tested bit for bit against it. Its inputs are what the IR says:
 each word's step, queue and whether it loads into a ping-pong slot
 (`slot` of its template), and each step's `load_slots` / `store_slots`
-(`novella.schedule` of its macro; 1 on barrier steps).
+(the `schedule` field of its macro; 1 on barrier steps).
 
 With L/C/S the load, compute and store instructions of step k (a barrier
 NOP is a compute-only step; `b` is the barrier before k's macro, -1 for the

@@ -25,6 +25,7 @@ from torch_mlir import ir
 from simulator import isa
 
 from ..dialects.context import make_context
+from ..dialects.fields import result_dram
 
 _QUEUE = {isa.Opcode.LOAD: "load", isa.Opcode.STORE: "store"}  # everything else: compute
 _NOT_FIELDS = ("opcode", "tensor", "when", "slot")
@@ -168,7 +169,7 @@ def _dram_lookup(fn):
     def dram_of(value):
         if isinstance(value.owner, ir.Block):
             return _dram_map(ir.DictAttr(arg_attrs[ir.BlockArgument(value).arg_number])["novella.dram"])
-        return _dram_map(value.owner.attributes["novella.dram"])
+        return _dram_map(result_dram(value.owner))
 
     return dram_of
 
@@ -177,9 +178,9 @@ def _macro_steps(macro, name, syms, dram_of) -> list[list[Word]]:
     """The non-empty steps of one macro: one per grid point, in row-major order (d0 outermost)."""
     kernel = ir.StringAttr(macro.attributes["kernel"]).value
     extents = _eval_exprs(_dram_map(macro.attributes["grid"]), (), syms)
-    insts = [_Inst(op, dram_of, _dram_map(macro.attributes["novella.dram"])) for op in macro.regions[0].blocks[0]]
-    sched = ir.DictAttr(macro.attributes["novella.schedule"]) if "novella.schedule" in macro.attributes else None
-    slots = {sched[i].name: ir.IntegerAttr(sched[i].attr).value for i in range(len(sched))} if sched else {}
+    insts = [_Inst(op, dram_of, _dram_map(macro.attributes["dram"])) for op in macro.regions[0].blocks[0]]
+    sched = ir.DictAttr(macro.attributes["schedule"])
+    slots = {sched[i].name: ir.IntegerAttr(sched[i].attr).value for i in range(len(sched))}
     steps = []
     for point in itertools.product(*[range(e) for e in extents]):
         step = [

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from simulator import isa
-
 from .. import symbolic as sy
+from ..dialects import fields as lower_fields
+from ..dialects.fields import INST_FIELDS, MEMS, ROLES, TILE_OPCODES
 from .common import (
     PassError,
     attr_dict,
@@ -26,10 +26,6 @@ from .common import (
     tensor_ops,
 )
 from .novella_macro_gen import tiling_of
-
-_DMA = ("sram_stride", "dram_stride", "row_start", "row_step", "row_bound", "rows", "cols")
-_MMA = ("a_stride", "b_stride", "acc_stride", "m", "k", "n", "accumulate", "transpose_b")
-_VEC = ("dst_stride", "a_stride", "b_stride", "rows", "cols")
 
 
 def run(module_op, options, config) -> None:
@@ -52,7 +48,7 @@ _LOWERED = ir_memo()  # (tile op name, its attributes, the macro's buffers) -> t
 
 
 def _lower_macro(macro) -> None:
-    buffers = macro.attributes["novella.buffers"]
+    buffers = macro.attributes["buffers"]
     block = macro.regions[0].blocks[0]
     for tile_op in list(block.operations):
         name, items = tile_op.operation.name, tuple(tile_op.attributes.items())
@@ -73,13 +69,36 @@ def _lower(macro, name: str, items: tuple) -> dict:
     attrs = dict(items)
     buffers = {b.name: b for b in tiling_of(macro).buffers}
     try:
-        fields = _LOWER[name](attrs, buffers)
+        fields = _inst_fields(name, attrs, buffers)
     except KeyError as e:
         raise PassError(macro, f"{name} refers to unknown buffer or field {e}") from None
-    if "when" in attrs:
-        fields["when"] = attrs["when"]
+    except ValueError as e:
+        raise PassError(macro, f"{name}: {e}") from None
     _check_constants(macro, fields)
     return fields
+
+
+def _inst_fields(name: str, attrs: dict, buffers: dict) -> dict:
+    """The tile op's buffer roles become address and memory fields (`ROLES`), `dram_offset` the
+    `dram_base`; its ISA fields, `tensor` and `when` carry over (a gather's row walk does not)."""
+    opcode = TILE_OPCODES[name]
+    out = {"opcode": ir.StringAttr.get(opcode)}
+    for role, (offset, addr, mem) in ROLES[opcode].items():
+        if role not in attrs:
+            continue
+        buf = buffers[ir.StringAttr(attrs[role]).value]
+        if mem in MEMS and buf.mem != mem:
+            raise ValueError(f"{role} '{buf.name}' is in the {buf.mem} memory; {opcode} reads it from the {mem}")
+        if mem not in MEMS:
+            out[mem] = _i64(MEMS[buf.mem])
+        out[addr] = _addr(buf, attrs.get(offset))
+    if "dram_offset" in attrs:
+        out["dram_base"] = attrs["dram_offset"]
+    if opcode == "VEC":
+        out["mode"] = attrs.get("mode", ir.StringAttr.get("TENSOR"))
+    carried = INST_FIELDS[opcode].keys() | {"tensor", "when"}
+    out.update((k, v) for k, v in attrs.items() if k in carried and k not in out)
+    return out
 
 
 def _addr(buf, offset_attr):
@@ -97,91 +116,17 @@ def _i64(v: int) -> ir.Attribute:
     return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v))
 
 
-def _copy(attrs, names, out):
-    for n in names:
-        if n in attrs:
-            out[n] = attrs[n]
-    return out
-
-
-def _mem(buf) -> ir.Attribute:
-    return _i64(isa.Mem.SPAD if buf.mem == "spad" else isa.Mem.ACC)
-
-
-def _dma(opcode):
-    def lower(attrs, buffers):
-        buf = buffers[ir.StringAttr(attrs["buffer"]).value]
-        out = {"opcode": ir.StringAttr.get(opcode), "mem": _mem(buf)}
-        if "tensor" in attrs:
-            out["tensor"] = attrs["tensor"]
-        out["sram_addr"] = _addr(buf, attrs.get("buf_offset"))
-        out["dram_base"] = attrs["dram_offset"]
-        return _copy(attrs, _DMA, out)
-
-    return lower
-
-
-def _gather(attrs, buffers):
-    out = _dma("GATHER")(attrs, buffers)
-    idx = buffers[ir.StringAttr(attrs["idx"]).value]
-    out["idx_mem"] = _mem(idx)
-    out["idx_addr"] = _addr(idx, attrs.get("idx_offset"))
-    out.pop("row_start", None)
-    out.pop("row_step", None)
-    return out
-
-
-def _mma(attrs, buffers):
-    bufs = {k: buffers[ir.StringAttr(attrs[k]).value] for k in ("acc", "lhs", "rhs")}
-    if bufs["acc"].mem != "acc" or bufs["lhs"].mem != "spad" or bufs["rhs"].mem != "spad":
-        raise KeyError("mma needs acc in the accumulator and lhs/rhs in the scratchpad")
-    out = {"opcode": ir.StringAttr.get("MATMUL")}
-    out["acc_addr"] = _addr(bufs["acc"], attrs.get("acc_offset"))
-    out["a_addr"] = _addr(bufs["lhs"], attrs.get("lhs_offset"))
-    out["b_addr"] = _addr(bufs["rhs"], attrs.get("rhs_offset"))
-    return _copy(attrs, _MMA, out)
-
-
-def _vop(attrs, buffers):
-    out = {"opcode": ir.StringAttr.get("VEC"), "fn": attrs["fn"]}
-    out["mode"] = attrs.get("mode", ir.StringAttr.get("TENSOR"))
-    for role in ("dst", "a", "b"):
-        if role in attrs:
-            buf = buffers[ir.StringAttr(attrs[role]).value]
-            out[f"{role}_mem"] = _mem(buf)
-            out[f"{role}_addr"] = _addr(buf, attrs.get(f"{role}_offset"))
-    if "imm" in attrs:
-        out["imm"] = attrs["imm"]
-    return _copy(attrs, _VEC, out)
-
-
-_LOWER = {
-    "novella.dma_load": _dma("LOAD"),
-    "novella.dma_store": _dma("STORE"),
-    "novella.dma_gather": _gather,
-    "novella.mma": _mma,
-    "novella.vop": _vop,
-}
-
-
-_FIELDS = {op: {f.name: f for f in fields} for op, fields in isa.LAYOUT.items()}
 _UNCHECKED = frozenset(("opcode", "tensor", "when", "fn", "mode", "imm"))
 
 
 def _check_constants(macro, fields) -> None:
-    opcode = isa.Opcode[ir.StringAttr(fields["opcode"]).value]
-    layout = _FIELDS[opcode]
+    """Constant fields fit the ISA now (the `novella.inst` verifier checks them again after each stage)."""
+    opcode = ir.StringAttr(fields["opcode"]).value
     for name, attr in fields.items():
-        if name in _UNCHECKED or not isinstance(attr, ir.IntegerAttr):
-            continue
-        f = layout.get(name)
-        if f is None:
-            raise PassError(macro, f"{opcode.name} has no field '{name}'")
-        lo, hi = f.lo, f.hi
-        if not lo <= attr.value <= hi:
-            raise PassError(
-                macro, f"{opcode.name}.{name} = {attr.value} does not fit its {f.bits}-bit field [{lo}, {hi}]"
-            )
+        if name not in _UNCHECKED and isinstance(attr, ir.IntegerAttr):
+            why = lower_fields.field_range(opcode, name, attr.value)
+            if why:
+                raise PassError(macro, why)
 
 
 def inst_fields(inst) -> dict:

@@ -1,7 +1,9 @@
 """--novella-macro-gen: replaces each tiled op by a `novella.macro`.
 
-The macro keeps the op's operands and result (so the function stays SSA),
-and its region holds the tile ops of one grid step (`novella.dma_load`,
+The macro keeps the op's operands and result (so the function stays SSA). Its
+declared fields take the op's decisions (`novella.grid`, `novella.tiles`,
+`novella.buffers`, `novella.dram` become `grid`, `tiles`, `buffers`, `dram`; the
+schedule starts at one slot each way), and its region holds the tile ops of one grid step (`novella.dma_load`,
 `novella.mma`, `novella.vop`, `novella.dma_store`), with addresses and
 sizes as affine maps over (grid dims)[symbols] and `when` integer sets for
 steps that only some grid points run (first/last tile of a loop)."""
@@ -11,6 +13,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from ..dialects.fields import macro_fields
 from ..kernels import Buffer, MacroBuilder, TensorView, Tiling
 from ..optable import get_kernel
 from .common import (
@@ -24,8 +27,6 @@ from .common import (
     remember,
     require_stage,
 )
-
-CARRIED = ("novella.dram", "novella.tiles", "novella.buffers")
 
 
 def tile_attr(value, n_dims: int, n_syms: int) -> ir.Attribute:
@@ -64,10 +65,17 @@ _TILINGS = ir_memo()  # (tiles, buffers attributes) -> their Python values (equa
 
 def tiling_of(op) -> Tiling:
     """The op's tiling (a fresh copy: callers may change it)."""
-    grid = sy.map_results(op.attributes["grid" if "grid" in op.attributes else "novella.grid"])
-    attrs = op.attributes["novella.tiles"], op.attributes["novella.buffers"]
+    grid, *attrs = _TILED[op.operation.name == "novella.macro"]
+    grid = sy.map_results(op.attributes[grid])
+    attrs = op.attributes[attrs[0]], op.attributes[attrs[1]]
     tiles, bufs = remember(_TILINGS, attrs, _tiling_values, *attrs)
     return Tiling(dict(tiles), grid, [Buffer(*b) for b in bufs])
+
+
+_TILED = {  # (grid, tiles, buffers) of a tiled op (by --novella-tile), of a macro (its declared fields)
+    False: ("novella.grid", "novella.tiles", "novella.buffers"),
+    True: ("grid", "tiles", "buffers"),
+}
 
 
 def _tiling_values(tiles, buffers) -> tuple[dict, list]:
@@ -95,15 +103,9 @@ def _expand(op, n_syms: int) -> None:
         macro = ir.Operation.create(
             "novella.macro",
             results=[op.results[0].type],
-            attributes={"kernel": ir.StringAttr.get(op.operation.name)},
+            attributes=macro_fields(op.operation.name, *(op.attributes[k] for k in _TILED[False]), _dram(op)),
             regions=1,
         )
-        for name in CARRIED:
-            macro.attributes[name] = op.attributes[name]
-        macro.attributes["grid"] = op.attributes["novella.grid"]
-        for k in ("act", "fn", "value", "eps", "scale", "perm", "stride", "padding", "transpose_rhs"):
-            if k in op.attributes:
-                macro.attributes[k] = op.attributes[k]
         block = macro.regions[0].blocks.append()
         with ir.InsertionPoint(block):
             for name, fields in builder.ops:
@@ -114,6 +116,12 @@ def _expand(op, n_syms: int) -> None:
                 ir.Operation.create(name, operands=operands, attributes=_fields(fields, n_dims, n_syms))
     op.results[0].replace_all_uses_with(macro.results[0])
     op.operation.erase()
+
+
+def _dram(op) -> ir.Attribute:
+    if "novella.dram" not in op.attributes:
+        raise PassError(op, "has no 'novella.dram': --novella-macro-gen expects the output of --novella-allocate")
+    return op.attributes["novella.dram"]
 
 
 _FIELD_ATTRS = ir_memo()  # (is `when`, the value's type, the value, n_dims, n_syms) -> attribute

@@ -12,7 +12,8 @@ that addresses it runs under the same guard (e.g. a linear's residual tile,
 loaded and read on each output block's last k step): its data then never
 outlives the step, so it keeps its two slots.
 
-The macro gets `novella.schedule = {load_slots, store_slots}`, the step
+The macro's declared `schedule = {load_slots, store_slots}` (1 and 1 from
+`--novella-macro-gen`) becomes the step
 distances of the token rule (docs/design.md, "Dependency tokens"):
 * `load_slots = 2` when every LOAD into a streamed buffer is slotted: the
   loads of step k then wait only for the compute of step k - 2 (the last
@@ -30,17 +31,12 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from ..dialects.fields import ROLES
 from .common import body_ops, functions, ir_memo, remember, set_attr, to_attr
 from .novella_macro_gen import tiling_of
 
-# address field -> the field naming its memory (None: fixed by the opcode)
-_ADDRESS = {
-    "LOAD": {"sram_addr": "mem"},
-    "STORE": {"sram_addr": "mem"},
-    "GATHER": {"sram_addr": "mem", "idx_addr": "idx_mem"},
-    "MATMUL": {"acc_addr": "acc", "a_addr": "spad", "b_addr": "spad"},
-    "VEC": {"dst_addr": "dst_mem", "a_addr": "a_mem", "b_addr": "b_mem"},
-}
+# opcode -> {address field: the field naming its memory, or the memory the opcode fixes}
+_ADDRESS = {op: {addr: mem for _, addr, mem in roles.values()} for op, roles in ROLES.items()}
 _MEMS = {0: "spad", 1: "acc"}
 
 
@@ -141,4 +137,4 @@ def _schedule(macro) -> None:
         "load_slots": 2 if loads and slotted_loads == loads else 1,
         "store_slots": 2 if stores and slotted_stores == stores else 1,
     }
-    macro.operation.attributes["novella.schedule"] = to_attr(schedule)
+    macro.operation.attributes["schedule"] = to_attr(schedule)

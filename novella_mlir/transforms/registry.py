@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from torch_mlir import ir, passmanager
 
 from .. import kernels
+from ..dialects import discardable
 from . import (
     novella_allocate,
     novella_buckets,
@@ -98,6 +99,7 @@ def add_pass(pm: passmanager.PassManager, flag: str, config, options: dict | Non
         try:
             with ir.Location.unknown(op.context):
                 info.run(op, opts, config)
+                _check_annotations(op)
         except PassError as e:
             e.op.location.emit_error(f"'{e.op.operation.name}' op {e.message}")
             pass_.signal_pass_failure()
@@ -108,6 +110,14 @@ def add_pass(pm: passmanager.PassManager, flag: str, config, options: dict | Non
             pass_.signal_pass_failure()
 
     pm.add(run, name=pass_name(flag), argument=pass_argument(flag, opts), description=info.description)
+
+
+def _check_annotations(module_op) -> None:
+    """The `novella.*` discardable attributes the pass left are declared ones, in their place and of
+    their kind (`dialects/discardable.py`); the op verifiers check the declared fields."""
+    found = discardable.check(module_op)
+    if found:
+        raise PassError(*found)
 
 
 def pass_name(flag: str) -> str:

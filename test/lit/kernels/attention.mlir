@@ -21,7 +21,7 @@
 // CHECK: "novella.dma_load"(%[[K]]) {buffer = "b", {{.*}}rows = #[[N]]
 // CHECK: "novella.mma"() {{{.*}}lhs = "a", m = #[[M]], n = #[[N]], rhs = "b", transpose_b = 1 : i64}
 // CHECK: "novella.dma_store"() {buffer = "acc", cols = #[[N]], dram_offset = #[[OUT]]
-// CHECK: }) {grid = #[[GRID]], kernel = "novella.matmul"{{.*}}novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 16 : i64}, transpose_rhs = true}
+// CHECK: }) {{{.*}}grid = #[[GRID]], kernel = "novella.matmul"{{.*}}tiles = {tk = 64 : i64, tm = 256 : i64, tn = 16 : i64}}
 // CHECK: return %[[S]]
 // LEGAL-LABEL: func.func @scores
 // LEGAL: "novella.matmul"{{.*}}transpose_rhs = true
@@ -74,7 +74,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}dst = "l", dst_stride = 1 : i64, fn = "ROWSUM"
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}b = "l", {{.*}}fn = "DIV", mode = "COL"
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out"
-// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 0 : i64, tc = 96 : i64, tm = 128 : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}tiles = {chunked = 0 : i64, tc = 96 : i64, tm = 128 : i64}
 // LEGAL-LABEL: func.func @probs
 module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
   func.func @probs(%s: tensor<2x?x96xf32, affine_map<()[s0] -> (2, s0, 96)>>) -> tensor<2x?x96xf32, affine_map<()[s0] -> (2, s0, 96)>> {
@@ -97,10 +97,10 @@ module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
 // CHECK: "novella.vop"() {a = "l", {{.*}}b = "t", {{.*}}fn = "MUL", rows = 1 : i64, when = #[[REST]]}
 // CHECK: "novella.vop"() {a = "out", {{.*}}b = "l", {{.*}}fn = "DIV", mode = "COL", rows = 1 : i64, when = #[[NORM]]}
 // CHECK: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[NORM]]}
-// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 1 : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.softmax"{{.*}}tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 1 : i64}
 // LEGAL-LABEL: func.func @long_rows
 // MACRO-LABEL: func.func @long_rows
-// MACRO: kernel = "novella.softmax"{{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 1 : i64}
+// MACRO: kernel = "novella.softmax"{{.*}}tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 1 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
   func.func @long_rows(%x: tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>) -> tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>> {
     %0 = "novella.softmax"(%x) {novella.dram = affine_map<()[s0] -> (0)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>) -> tensor<4x?xf32, affine_map<()[s0] -> (4, s0)>>
@@ -145,9 +145,9 @@ module attributes {novella.symbols = {s0 = ["T", 1, 6000]}} {
 // MACRO-DAG: #[[SMAX:.*]] = affine_map<()[s0] -> ((s0 * 2) ceildiv 4, 2, s0 ceildiv 2048)>
 // MACRO-DAG: #[[PV:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 256, 1, s0 ceildiv 64)>
 // MACRO-LABEL: func.func @attention
-// MACRO: }) {grid = #[[QK]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 16 : i64}, transpose_rhs = true}
-// MACRO: }) {grid = #[[SMAX]], kernel = "novella.softmax", {{.*}}novella.tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 4 : i64}}
-// MACRO: }) {grid = #[[PV]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 64 : i64}, transpose_rhs = false}
+// MACRO: }) {{{.*}}grid = #[[QK]], kernel = "novella.matmul", {{.*}}tiles = {tk = 64 : i64, tm = 256 : i64, tn = 16 : i64}}
+// MACRO: }) {{{.*}}grid = #[[SMAX]], kernel = "novella.softmax", {{.*}}tiles = {chunked = 1 : i64, tc = 2048 : i64, tm = 4 : i64}}
+// MACRO: }) {{{.*}}grid = #[[PV]], kernel = "novella.matmul", {{.*}}tiles = {tk = 64 : i64, tm = 256 : i64, tn = 64 : i64}}
 // MACRO-NOT: kernel =
 // MACRO: return
 // LEGAL-LABEL: func.func @attention
@@ -174,7 +174,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // MACRO-DAG: #[[G:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 256, s0 ceildiv 16, 1)>
 // MACRO-LABEL: func.func @fold_transpose
 // MACRO-NOT: kernel = "novella.transpose"
-// MACRO: }) {grid = #[[G]], kernel = "novella.matmul", {{.*}}novella.tiles = {tk = 64 : i64, tm = 256 : i64, tn = 16 : i64}, transpose_rhs = true}
+// MACRO: }) {{{.*}}grid = #[[G]], kernel = "novella.matmul", {{.*}}tiles = {tk = 64 : i64, tm = 256 : i64, tn = 16 : i64}}
 // MACRO-NOT: kernel =
 // MACRO: return
 // LEGAL-LABEL: func.func @fold_transpose

@@ -28,7 +28,7 @@
 // CHECK: "novella.dma_load"(%arg0) {buffer = "q", cols = 16 : i64, dram_offset = #[[QROW]], dram_stride = 16 : i64, row_bound = 2 : i64, {{.*}}rows = 2 : i64
 // CHECK: "novella.dma_load"(%[[K]]) {buffer = "k", cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 1 : i64}
 // CHECK-NEXT: "novella.dma_load"(%[[V]]) {buffer = "v", cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 2 : i64}
-// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}novella.tiles = {{{.*}}pipelined = 0 : i64, s_slots = 1 : i64, tk = 16 : i64, tq = 2 : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}tiles = {{{.*}}pipelined = 0 : i64, s_slots = 1 : i64, tk = 16 : i64, tq = 2 : i64}
 module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
   func.func @decode(%q: tensor<1x4x1x16xf32>, %pk: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %pv: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %nk: tensor<1x2x1x16xf32>, %nv: tensor<1x2x1x16xf32>) -> (tensor<1x4x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) {
     %k = "novella.kv_append"(%pk, %nk) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
@@ -59,7 +59,7 @@ module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
 // KV: %[[WV:.*]] = "novella.kv_write"(%[[VT]]) {{{.*}}slot = 1 : i64}}
 // KV: return %[[O]], %[[WK]], %[[WV]]
 // CHECK-LABEL: func.func @prefill
-// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {{{.*}}pipelined = 1 : i64, {{.*}}tk = [[T:[0-9]+]] : i64, tq = [[T]] : i64}
+// CHECK: kernel = "novella.flash_attention", {{.*}}tiles = {{{.*}}pipelined = 1 : i64, {{.*}}tk = [[T:[0-9]+]] : i64, tq = [[T]] : i64}
 // CHECK: kernel = "novella.kv_write"
 // CHECK: kernel = "novella.kv_write"
 module attributes {novella.symbols = {s0 = ["T", 1, 1024]}} {

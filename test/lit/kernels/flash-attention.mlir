@@ -51,7 +51,7 @@
 // CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "l", {{.*}}dst = "out", {{.*}}fn = "DIV", mode = "COL", rows = #[[ROWS]], when = #[[LAST]]}
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[LAST]]}
 // CHECK-NOT: novella.dma_store
-// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}p = ["spad", {{[0-9]+}}, 8192, 2]{{.*}}novella.tiles = {expsub = 0 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 1 : i64, tk = 64 : i64, tq = 128 : i64}
+// CHECK: p = ["spad", {{[0-9]+}}, 8192, 2]{{.*}}grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}tiles = {expsub = 0 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 1 : i64, tk = 64 : i64, tq = 128 : i64}
 // UNFUSED-LABEL: func.func @sdpa
 // UNFUSED: "novella.matmul"
 // UNFUSED: "novella.softmax"
@@ -86,7 +86,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-NEXT: "novella.vop"() {a = "s", a_offset = #[[PREVSLOT]], {{.*}}b = "m", {{.*}}dst = "p", {{.*}}fn = "EXPSUB", mode = "COL"
 // CHECK-NOT: fn = "EXP", mode = "TENSOR"
 // CHECK-NOT: imm = 1.17549435E-38
-// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 2 : i64, tk = 32 : i64, tq = 128 : i64}
+// CHECK: kernel = "novella.flash_attention", {{.*}}tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 2 : i64, tk = 32 : i64, tq = 128 : i64}
 // UNFUSED-LABEL: func.func @masked
 // UNFUSED: "novella.add"
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
@@ -144,7 +144,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", {{.*}}when = #[[LIVE]]}
 // CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "tri", {{.*}}fn = "ADD", {{.*}}when = #[[DIAG]]}
 // CHECK: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[DIAG]]}
-// CHECK: kernel = "novella.flash_attention", {{.*}}novella.tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 2 : i64, tk = 64 : i64, tq = 64 : i64}
+// CHECK: kernel = "novella.flash_attention", {{.*}}tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 2 : i64, tk = 64 : i64, tq = 64 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @causal(%q: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %k: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %v: tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, %m: tensor<1x?x?xf32, affine_map<()[s0] -> (1, s0, s0)>>) -> tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>> {
     %s = "novella.matmul"(%q, %k) {transpose_rhs = true} : (tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>, tensor<2x?x64xf32, affine_map<()[s0] -> (2, s0, 64)>>) -> tensor<2x?x?xf32, affine_map<()[s0] -> (2, s0, s0)>>

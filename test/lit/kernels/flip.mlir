@@ -19,7 +19,7 @@
 // MACRO-NEXT: "novella.vop"() {a = "t", a_offset = 504 : i64, {{.*}}dst = "o", dst_offset = 0 : i64, {{.*}}fn = "COPY", rows = 1 : i64}
 // MACRO: "novella.vop"() {a = "t", a_offset = 0 : i64, {{.*}}dst = "o", dst_offset = 504 : i64, {{.*}}fn = "COPY", rows = 1 : i64}
 // MACRO-NEXT: "novella.dma_store"() {buffer = "o", cols = 8 : i64, dram_offset = #[[BASE]], dram_stride = 8 : i64, row_bound = #[[BOUND]], row_start = #[[TO]], row_step = 1 : i64, rows = #[[ROWS]]
-// MACRO: grid = #[[GRID]], kernel = "novella.flip"{{.*}}novella.tiles = {tm = 64 : i64}
+// MACRO: grid = #[[GRID]], kernel = "novella.flip"{{.*}}tiles = {tm = 64 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @flip_length(%x: tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>) -> tensor<2x?x8xf32> {
     %0 = "novella.flip"(%x) {dim = 1 : i64} : (tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>) -> tensor<2x?x8xf32>
@@ -39,7 +39,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // MACRO-NEXT: "novella.vop"() {a = "t", a_offset = 4 : i64, a_stride = 12 : i64, cols = 4 : i64, dst = "o", dst_offset = 4 : i64, dst_stride = 12 : i64, fn = "COPY"
 // MACRO-NEXT: "novella.vop"() {a = "t", a_offset = 8 : i64, a_stride = 12 : i64, cols = 4 : i64, dst = "o", dst_offset = 0 : i64, dst_stride = 12 : i64, fn = "COPY"
 // MACRO-NEXT: "novella.dma_store"() {buffer = "o", cols = 12 : i64
-// MACRO: kernel = "novella.flip"{{.*}}novella.tiles = {tm = 512 : i64}
+// MACRO: kernel = "novella.flip"{{.*}}tiles = {tm = 512 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @flip_static(%x: tensor<?x3x4xf32, affine_map<()[s0] -> (s0, 3, 4)>>) -> tensor<?x3x4xf32> {
     %0 = "novella.flip"(%x) {dim = 1 : i64} : (tensor<?x3x4xf32, affine_map<()[s0] -> (s0, 3, 4)>>) -> tensor<?x3x4xf32>

@@ -26,7 +26,7 @@
 // CHECK: "novella.vop"() {a = "out", {{.*}}b = "res", {{.*}}dst = "out", {{.*}}fn = "ADD"{{.*}}when = #[[$LAST]]}
 // CHECK: "novella.dma_store"() {buffer = "out"{{.*}}when = #[[$LAST]]}
 // CHECK: "novella.mma"() {{{.*}}acc = "acc", acc_offset
-// CHECK: kernel = "novella.fused_linear", novella.buffers = {{{.*}}res = ["spad", {{[0-9]+}}, {{[0-9]+}}, 2]
+// CHECK: buffers = {{{.*}}res = ["spad", {{[0-9]+}}, {{[0-9]+}}, 2]{{.*}}kernel = "novella.fused_linear"
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @residual(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, %h: tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {
     %w = "novella.weight"() {name = "w"} : () -> tensor<64x96xf32>
@@ -59,7 +59,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK: "novella.mma"() {{{.*}}acc = "acc", acc_offset = #[[$HALF]]
 // CHECK: "novella.vop"() {a = "acc", a_offset = #[[$HALF]], {{.*}}dst = "out2", {{.*}}when = #[[$FINAL]]}
 // CHECK: "novella.dma_store"() {buffer = "out2", {{.*}}when = #[[$FINAL]]}
-// CHECK: novella.tiles = {acc_slots = 2 : i64, tk = 384 : i64, tm = 16 : i64, tn = 96 : i64, ws = 1 : i64}
+// CHECK: tiles = {acc_slots = 2 : i64, tk = 384 : i64, tm = 16 : i64, tn = 96 : i64, ws = 1 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @deferred(%h: tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>) -> tensor<1x?x1536xf32, affine_map<()[s0] -> (1, s0, 1536)>> {
     %w = "novella.weight"() {name = "w"} : () -> tensor<1536x384xf32>

@@ -36,7 +36,7 @@
 // MACRO: "novella.vop"() {{{.*}}fn = "ERF", rows = #[[OROWS]]}
 // tm = 256 is the largest of the conv kernel's row tiles (256, 128, ..., 8) and tn = 32 all the
 // output channels: the kernel keeps the fitting (tm, tn) with the largest tm * tn.
-// MACRO: kernel = "novella.conv1d", {{.*}}novella.tiles = {tm = 256 : i64, tn = 32 : i64}, padding = 1 : i64, stride = 2 : i64}
+// MACRO: kernel = "novella.conv1d", {{.*}}tiles = {tm = 256 : i64, tn = 32 : i64}}
 module attributes {novella.symbols = {s0 = ["T", 2, 3000]}} {
   func.func @conv_stride2(%x: tensor<1x16x?xf32, affine_map<()[s0] -> (1, 16, s0)>>) -> tensor<1x32x?xf32> {
     %w = "novella.weight"() {name = "w"} : () -> tensor<32x16x3xf32>
@@ -71,11 +71,11 @@ module attributes {novella.symbols = {s0 = ["T", 2, 3000]}} {
 // MACRO-DAG: #[[X2:.*]] = affine_map<(d0, d1)[s0] -> (513, (d1 * -256 + (s0 - 1) floordiv 2 + 1) * 2 + 1)>
 // MACRO-DAG: #[[S2:.*]] = affine_map<(d0, d1)[s0] -> (d1 * 512 - 1)>
 // MACRO-LABEL: func.func @conv_stem
-// MACRO: kernel = "novella.transpose", {{.*}}novella.tiles = {tc = 128 : i64, tr = 4 : i64}
+// MACRO: kernel = "novella.transpose", {{.*}}tiles = {tc = 128 : i64, tr = 4 : i64}
 // MACRO: "novella.dma_load"(%{{.*}}) {buffer = "x", cols = 4 : i64, {{.*}}row_start = #[[S1]], row_step = 1 : i64, rows = #[[X1]]
-// MACRO: kernel = "novella.conv1d", {{.*}}novella.tiles = {tm = 256 : i64, tn = 8 : i64}, padding = 1 : i64, stride = 1 : i64}
+// MACRO: kernel = "novella.conv1d", {{.*}}tiles = {tm = 256 : i64, tn = 8 : i64}}
 // MACRO: "novella.dma_load"(%{{.*}}) {buffer = "x", cols = 8 : i64, {{.*}}row_start = #[[S2]], row_step = 1 : i64, rows = #[[X2]]
-// MACRO: kernel = "novella.conv1d", {{.*}}novella.tiles = {tm = 256 : i64, tn = 8 : i64}, padding = 1 : i64, stride = 2 : i64}
+// MACRO: kernel = "novella.conv1d", {{.*}}tiles = {tm = 256 : i64, tn = 8 : i64}}
 // MACRO-NOT: kernel = "novella.transpose"
 module attributes {novella.symbols = {s0 = ["T", 2, 3000]}} {
   func.func @conv_stem(%x: tensor<1x4x?xf32, affine_map<()[s0] -> (1, 4, s0)>>) -> tensor<1x?x8xf32> {
@@ -113,7 +113,7 @@ module attributes {novella.symbols = {s0 = ["T", 2, 3000]}} {
 // MACRO: "novella.vop"() {a = "x", {{.*}}b = "b", {{.*}}dst = "sq", {{.*}}fn = "ADD", mode = "ROW"
 // MACRO: "novella.dma_store"() {buffer = "sq"
 // tm = 128: the largest row tile of the normalization kernel (x and sq, 2 x 128 x 64, fit).
-// MACRO: kernel = "novella.layer_norm"{{.*}}novella.tiles = {tm = 128 : i64}
+// MACRO: kernel = "novella.layer_norm"{{.*}}tiles = {tm = 128 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @layer_norm(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32> {
     %w = "novella.weight"() {name = "w"} : () -> tensor<64xf32>
@@ -134,7 +134,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // MACRO-DAG: #[[ONE:.*]] = affine_map<() -> (1)>
 // MACRO-LABEL: func.func @layer_norm_static
 // MACRO: "novella.dma_load"(%{{.*}}) {buffer = "x", cols = 32 : i64, {{.*}}rows = #[[ROWS4]]
-// MACRO: grid = #[[ONE]], kernel = "novella.layer_norm"{{.*}}novella.tiles = {tm = 128 : i64}
+// MACRO: grid = #[[ONE]], kernel = "novella.layer_norm"{{.*}}tiles = {tm = 128 : i64}
 func.func @layer_norm_static(%x: tensor<4x32xf32>) -> tensor<4x32xf32> {
   %w = "novella.weight"() {name = "w"} : () -> tensor<32xf32>
   %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>

@@ -16,7 +16,7 @@
 // MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p0", cols = #[[COLS]], {{.*}}row_bound = 1 : i64, row_start = 0 : i64, row_step = 0 : i64, rows = #[[ROWS]]
 // MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p1", cols = 1 : i64
 // MACRO: "novella.vop"() {a = "p0", {{.*}}b = "p1", b_stride = 1 : i64, cols = #[[COLS]], dst = "p4", {{.*}}fn = "LE", mode = "COL"
-// MACRO: kernel = "novella.compare"{{.*}}novella.tiles = {tc = 512 : i64, tm = 16 : i64}
+// MACRO: kernel = "novella.compare"{{.*}}tiles = {tc = 512 : i64, tm = 16 : i64}
 // MACRO: "novella.vop"() {a = "p4", {{.*}}dst = "p5", {{.*}}fn = "COPY"
 // MACRO: "novella.vop"() {a = "p0", {{.*}}b = "p1", b_stride = 1 : i64, {{.*}}dst = "p5", {{.*}}fn = "SEL", mode = "COL"
 // MACRO: kernel = "novella.where"
@@ -40,7 +40,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // MACRO: "novella.vop"() {{{.*}}fn = "DIV"
 // MACRO: kernel = "novella.math"
 // MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p1", {{.*}}dram_offset = #{{.*}}, dram_stride = #{{.*}}
-// MACRO: kernel = "novella.add"{{.*}}novella.tiles = {tc = 512 : i64, tm = 16 : i64}
+// MACRO: kernel = "novella.add"{{.*}}tiles = {tc = 512 : i64, tm = 16 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @silu_and_heads(%x: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, %s: tensor<1x4x?x?xf32, affine_map<()[s0] -> (1, 4, s0, s0)>>, %m: tensor<1x1x?x?xf32, affine_map<()[s0] -> (1, 1, s0, s0)>>) -> (tensor<?x64xf32>, tensor<1x4x?x?xf32>) {
     %0 = "novella.math"(%x) {fn = "silu"} : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32>

@@ -26,7 +26,7 @@
 // MACRO-NEXT: "novella.vop"() {a = "out", {{.*}}b = "carry", b_stride = 1 : i64, cols = 1024 : i64, dst = "out", {{.*}}fn = "ADD", mode = "COL", {{.*}}when = #[[NOTFIRST]]}
 // MACRO-NEXT: "novella.vop"() {a = "out", a_offset = 1023 : i64, {{.*}}cols = 1 : i64, dst = "carry", {{.*}}fn = "COPY", {{.*}}when = #[[NOTLAST]]}
 // MACRO-NEXT: "novella.dma_store"() {buffer = "out", cols = #[[COLS]], dram_offset = #[[AT]], dram_stride = #[[STRIDE]]
-// MACRO: grid = #[[GRID]], kernel = "novella.scan", novella.buffers = {carry = ["spad", {{[0-9]+}}, 1], out = ["spad", {{[0-9]+}}, 1024, 2], p = ["spad", {{[0-9]+}}, 1024], q = ["spad", {{[0-9]+}}, 1024], x = ["spad", 0, 1024, 2]}, {{.*}}novella.tiles = {carry = 1 : i64, tc = 1024 : i64, tr = 1 : i64}
+// MACRO: buffers = {carry = ["spad", {{[0-9]+}}, 1], out = ["spad", {{[0-9]+}}, 1024, 2], p = ["spad", {{[0-9]+}}, 1024], q = ["spad", {{[0-9]+}}, 1024], x = ["spad", 0, 1024, 2]}, {{.*}}grid = #[[GRID]], kernel = "novella.scan", {{.*}}tiles = {carry = 1 : i64, tc = 1024 : i64, tr = 1 : i64}
 // MACRO: return %[[M]]
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @cumsum_length(%x: tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>) -> tensor<1x?xf32> {
@@ -55,7 +55,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // MACRO: "novella.vop"() {a = "out", {{.*}}b = "carry", cols = 8 : i64, dst = "out", {{.*}}fn = "MUL", mode = "ROW", rows = 64 : i64, when = #[[NOTFIRST]]}
 // MACRO-NEXT: "novella.vop"() {a = "out", a_offset = 504 : i64, {{.*}}dst = "carry", {{.*}}fn = "COPY", rows = 1 : i64, when = #{{.*}}}
 // MACRO-NEXT: "novella.dma_store"() {buffer = "out", {{.*}}dram_offset = #[[BASE]], {{.*}}rows = #[[ROWS]]
-// MACRO: kernel = "novella.scan"{{.*}}novella.tiles = {carry = 2 : i64, tm = 64 : i64, tn = 8 : i64}
+// MACRO: kernel = "novella.scan"{{.*}}tiles = {carry = 2 : i64, tm = 64 : i64, tn = 8 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @cumprod_rows(%x: tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>) -> tensor<2x?x8xf32> {
     %0 = "novella.scan"(%x) {dim = 1 : i64, fn = "prod"} : (tensor<2x?x8xf32, affine_map<()[s0] -> (2, s0, 8)>>) -> tensor<2x?x8xf32>
@@ -73,7 +73,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK: return %[[C]]
 // MACRO-LABEL: func.func @cumsum_static
 // MACRO-NOT: "carry"
-// MACRO: novella.tiles = {carry = 1 : i64, tc = 4 : i64
+// MACRO: tiles = {carry = 1 : i64, tc = 4 : i64
 // SCHED-LABEL: func.func @cumsum_static
 // SCHED: %[[N:.*]] = "novella.macro"() ({
 // SCHED-NEXT: "novella.inst"(%{{.*}}) {{{.*}}opcode = "LOAD", {{.*}}slot = {sram_addr = [[SLOT:[0-9]+]] : i64}, sram_addr = 0 : i64
@@ -82,7 +82,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // SCHED-NEXT: "novella.inst"() {{{.*}}fn = "ADD", {{.*}}slot = {dst_addr = [[SLOT]] : i64}}
 // SCHED-NEXT: "novella.inst"() {{{.*}}fn = "COPY", {{.*}}slot = {dst_addr = [[SLOT]] : i64}}
 // SCHED-NEXT: "novella.inst"() {{{.*}}opcode = "STORE", {{.*}}slot = {sram_addr = [[SLOT]] : i64}
-// SCHED: novella.schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
+// SCHED: schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
 // SCHED: return %[[N]]
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @cumsum_static(%x: tensor<?x4xf32, affine_map<()[s0] -> (s0, 4)>>) -> tensor<?x4xf32> {

@@ -29,7 +29,7 @@
 // MACRO-NEXT: "novella.dma_store"() {buf_offset = 320 : i64, buffer = "o", cols = 64 : i64, dram_offset = #[[H5]], dram_stride = 64 : i64, {{.*}}rows = #[[ROWS]], sram_stride = 384 : i64}
 // tm = 64: the largest of the row tiles 512, 256, 128, 64 whose two [tm, 384] buffers (t, o) fit the
 // 64K-element SPAD (128 would need 98304 elements).
-// MACRO: kernel = "novella.transpose"{{.*}}novella.tiles = {tm = 64 : i64}
+// MACRO: kernel = "novella.transpose"{{.*}}tiles = {tm = 64 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
   func.func @split_heads(%x: tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>) -> tensor<1x6x?x64xf32> {
     %0 = "novella.reshape"(%x) : (tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>) -> tensor<1x?x6x64xf32, affine_map<()[s0] -> (1, s0, 6, 64)>>
@@ -117,7 +117,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // MACRO-NEXT: "novella.dma_load"(%{{.*}}) {buf_offset = 256 : i64, buffer = "t", cols = #[[COLS]], dram_offset = #[[UNIT1]]
 // MACRO: "novella.vop"() {a = "t", {{.*}}cols = 768 : i64, dst = "o", {{.*}}fn = "COPY"
 // MACRO: "novella.dma_store"() {buf_offset = 0 : i64, buffer = "o", cols = #[[COLS]], dram_offset = #[[CHUNK]]
-// MACRO: grid = #[[GRID]], kernel = "novella.transpose"{{.*}}novella.tiles = {tc = 256 : i64, tm = 32 : i64}
+// MACRO: grid = #[[GRID]], kernel = "novella.transpose"{{.*}}tiles = {tc = 256 : i64, tm = 32 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @keep_dynamic_last(%x: tensor<3x4x?xf32, affine_map<()[s0] -> (3, 4, s0)>>) -> tensor<4x3x?xf32> {
     %0 = "novella.transpose"(%x) {perm = array<i64: 1, 0, 2>} : (tensor<3x4x?xf32, affine_map<()[s0] -> (3, 4, s0)>>) -> tensor<4x3x?xf32>
@@ -141,7 +141,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // MACRO-NEXT: "novella.dma_store"() {buf_offset = 256 : i64, buffer = "o", {{.*}}dram_offset = #[[HEAD1]]
 // MACRO-NEXT: "novella.dma_store"
 // MACRO-NEXT: "novella.dma_store"() {buf_offset = 768 : i64, buffer = "o", {{.*}}dram_offset = #[[HEAD3]]
-// MACRO: grid = #[[GRID]], kernel = "novella.transpose"{{.*}}novella.tiles = {tc = 256 : i64, tm = 32 : i64}
+// MACRO: grid = #[[GRID]], kernel = "novella.transpose"{{.*}}tiles = {tc = 256 : i64, tm = 32 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 512]}} {
   func.func @rel_bias(%b: tensor<?x4x?xf32, affine_map<()[s0] -> (s0, 4, s0)>>) -> tensor<4x?x?xf32> {
     %0 = "novella.transpose"(%b) {perm = array<i64: 1, 0, 2>} : (tensor<?x4x?xf32, affine_map<()[s0] -> (s0, 4, s0)>>) -> tensor<4x?x?xf32>

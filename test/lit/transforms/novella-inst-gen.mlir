@@ -22,7 +22,7 @@
 // CHECK-NEXT: "novella.inst"() {a_addr = 0 : i64, a_mem = 1 : i64, {{.*}}b_addr = 6144 : i64, b_mem = 0 : i64, {{.*}}dst_addr = 6176 : i64, dst_mem = 0 : i64, {{.*}}fn = "ADD", mode = "ROW", opcode = "VEC", rows = #[[$ROWS]], when = #[[$LASTK]]}
 // CHECK-NEXT: "novella.inst"() {a_addr = 6176 : i64, {{.*}}fn = "RELU", {{.*}}opcode = "VEC", rows = #[[$ROWS]], when = #[[$LASTK]]}
 // CHECK-NEXT: "novella.inst"() {{.*}}opcode = "STORE", row_bound = #[[$BOUND]], row_start = #[[$ROW0]], {{.*}}rows = #[[$ROWS]], sram_addr = 6176 : i64, {{.*}}when = #[[$LASTK]]}
-// CHECK-NEXT: }) {act = "relu"
+// CHECK-NEXT: }) {buffers = {a = ["spad", 2048, 4096], {{.*}}}, dram = #{{.*}}, grid = #{{.*}}, kernel = "novella.linear", schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {tk = 64 : i64
 // CHECK-NOT: "novella.dma_load"
 #map = affine_map<()[s0] -> (1, s0, 64)>
 #map1 = affine_map<()[s0] -> (1, s0, 32)>
@@ -52,7 +52,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
       "novella.vop"() {a = "acc", a_stride = 32 : i64, b = "bias", b_stride = 32 : i64, cols = 32 : i64, dst = "out", dst_stride = 32 : i64, fn = "ADD", mode = "ROW", rows = #map10, when = #set1} : () -> ()
       "novella.vop"() {a = "out", a_stride = 32 : i64, b_stride = 32 : i64, cols = 32 : i64, dst = "out", dst_stride = 32 : i64, fn = "RELU", rows = #map10, when = #set1} : () -> ()
       "novella.dma_store"() {buffer = "out", cols = 32 : i64, dram_offset = #map6, dram_stride = 32 : i64, row_bound = #map8, row_start = #map9, row_step = 1 : i64, rows = #map10, sram_stride = 32 : i64, when = #set1} : () -> ()
-    }) {act = "relu", grid = #map12, kernel = "novella.linear", novella.buffers = {a = ["spad", 2048, 4096], acc = ["acc", 0, 2048], bias = ["spad", 6144, 32], out = ["spad", 6176, 2048], w = ["spad", 0, 2048]}, novella.dram = #map13, novella.tiles = {tk = 64 : i64, tm = 64 : i64, tn = 32 : i64}} : () -> tensor<1x?x32xf32, #map1>
+    }) {grid = #map12, kernel = "novella.linear", buffers = {a = ["spad", 2048, 4096], acc = ["acc", 0, 2048], bias = ["spad", 6144, 32], out = ["spad", 6176, 2048], w = ["spad", 0, 2048]}, dram = #map13, schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {tk = 64 : i64, tm = 64 : i64, tn = 32 : i64}} : () -> tensor<1x?x32xf32, #map1>
     return %2 : tensor<1x?x32xf32, #map1>
   }
 }
@@ -82,7 +82,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
       "novella.dma_load"(%arg1) {buffer = "t1", cols = 64 : i64, dram_offset = 0 : i64, dram_stride = 64 : i64, row_bound = 1 : i64, row_start = 0 : i64, row_step = 1 : i64, rows = 1 : i64, sram_stride = 64 : i64, tensor = 1 : i64, when = #set} : (tensor<64xf32>) -> ()
       "novella.vop"() {a = "t0", a_stride = 64 : i64, b = "t1", b_stride = 64 : i64, cols = 64 : i64, dst = "t0", dst_stride = 64 : i64, fn = "ADD", mode = "ROW", rows = #map4} : () -> ()
       "novella.dma_store"() {buffer = "t0", cols = 64 : i64, dram_offset = 0 : i64, dram_stride = 64 : i64, row_bound = #map2, row_start = #map3, row_step = 1 : i64, rows = #map4, sram_stride = 64 : i64} : () -> ()
-    }) {grid = #map5, kernel = "novella.add", novella.buffers = {t0 = ["spad", 0, 4096], t1 = ["spad", 4096, 4096]}, novella.dram = #map6, novella.tiles = {tm = 64 : i64}} : () -> tensor<?x64xf32, #map>
+    }) {grid = #map5, kernel = "novella.add", buffers = {t0 = ["spad", 0, 4096], t1 = ["spad", 4096, 4096]}, dram = #map6, schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {tm = 64 : i64}} : () -> tensor<?x64xf32, #map>
     return %0 : tensor<?x64xf32, #map>
   }
 }
@@ -104,7 +104,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 256]}} {
       "novella.dma_load"(%x) {buffer = "in", tensor = 0 : i64, dram_offset = 0 : i64, dram_stride = 16 : i64, row_start = affine_map<(d0)[s0] -> (d0 * 16)>, row_step = 1 : i64, row_bound = affine_map<(d0)[s0] -> (s0)>, rows = #rows, cols = 16 : i64, sram_stride = 16 : i64, buf_offset = affine_map<(d0)[s0] -> ((d0 mod 2) * 256)>} : (tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>) -> ()
       "novella.vop"() {fn = "EXP", dst = "in", a = "in", rows = #rows, cols = 16 : i64, dst_stride = 16 : i64, a_stride = 16 : i64, dst_offset = affine_map<(d0)[s0] -> ((d0 mod 2) * 256)>, a_offset = affine_map<(d0)[s0] -> ((d0 mod 2) * 256)>} : () -> ()
       "novella.dma_store"() {buffer = "in", dram_offset = 0 : i64, dram_stride = 16 : i64, row_start = affine_map<(d0)[s0] -> (d0 * 16)>, row_step = 1 : i64, row_bound = affine_map<(d0)[s0] -> (s0)>, rows = #rows, cols = 16 : i64, sram_stride = 16 : i64, buf_offset = affine_map<(d0)[s0] -> ((d0 mod 2) * 256)>} : () -> ()
-    }) {kernel = "novella.exp", grid = affine_map<()[s0] -> (s0 ceildiv 16)>, novella.buffers = {scratch = ["spad", 0, 1024], in = ["spad", 1024, 512]}, novella.dram = affine_map<()[s0] -> (s0 * 16)>, novella.tiles = {tm = 16 : i64}} : () -> tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>
+    }) {kernel = "novella.exp", grid = affine_map<()[s0] -> (s0 ceildiv 16)>, buffers = {scratch = ["spad", 0, 1024], in = ["spad", 1024, 512]}, dram = affine_map<()[s0] -> (s0 * 16)>, schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {tm = 16 : i64}} : () -> tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>
     return %0 : tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>
   }
 }
@@ -118,20 +118,20 @@ module attributes {novella.symbols = {s0 = ["T", 1, 8192]}} {
     %0 = "novella.macro"() ({
       "novella.dma_load"(%x) {buffer = "in", tensor = 0 : i64, dram_offset = 0 : i64, dram_stride = 16 : i64, row_start = 0 : i64, row_step = 1 : i64, row_bound = 5000 : i64, rows = 5000 : i64, cols = 16 : i64, sram_stride = 16 : i64} : (tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>) -> ()
       "novella.vop"() {fn = "RELU", dst = "in", a = "in", rows = 5000 : i64, cols = 16 : i64} : () -> ()
-    }) {kernel = "novella.relu", grid = affine_map<()[s0] -> (1)>, novella.buffers = {in = ["spad", 0, 80000]}, novella.dram = affine_map<()[s0] -> (s0 * 16)>, novella.tiles = {tm = 5000 : i64}} : () -> tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>
+    }) {kernel = "novella.relu", grid = affine_map<()[s0] -> (1)>, buffers = {in = ["spad", 0, 80000]}, dram = affine_map<()[s0] -> (s0 * 16)>, schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {tm = 5000 : i64}} : () -> tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>
     return %0 : tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>
   }
 }
 
 // -----
 
-// Tile ops must name buffers of the tiling.
+// Tile ops must name buffers of the macro's declared `buffers` (the tile op's verifier).
 module attributes {novella.symbols = {s0 = ["T", 1, 8192]}} {
   func.func @unknown_buffer(%x: tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>> {novella.dram = affine_map<()[s0] -> (0)>}) -> tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>> {
-    // expected-error @+1 {{novella.vop refers to unknown buffer or field 'tmp'}}
     %0 = "novella.macro"() ({
+      // expected-error @+1 {{'novella.vop' op 'dst' = "tmp" is not a buffer of the macro (in)}}
       "novella.vop"() {fn = "RELU", dst = "tmp", a = "in", rows = 16 : i64, cols = 16 : i64} : () -> ()
-    }) {kernel = "novella.relu", grid = affine_map<()[s0] -> (1)>, novella.buffers = {in = ["spad", 0, 256]}, novella.dram = affine_map<()[s0] -> (s0 * 16)>, novella.tiles = {tm = 16 : i64}} : () -> tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>
+    }) {kernel = "novella.relu", grid = affine_map<()[s0] -> (1)>, buffers = {in = ["spad", 0, 256]}, dram = affine_map<()[s0] -> (s0 * 16)>, schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {tm = 16 : i64}} : () -> tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>
     return %0 : tensor<?x16xf32, affine_map<()[s0] -> (s0, 16)>>
   }
 }

@@ -13,6 +13,7 @@
 // CHECK-DAG: #[[$ROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d1 * -64 + s0)>
 // CHECK-DAG: #[[$ACCUM:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2, 1)>
 // CHECK-DAG: #[[$GRID:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 64, 1)>
+// CHECK-DAG: #[[$DRAM:.*]] = affine_map<()[s0] -> (s0 * 64 + 2080)>
 // CHECK-DAG: #[[$BCOL:.*]] = affine_map<(d0, d1, d2)[s0] -> (d0 * 32)>
 // CHECK-DAG: #[[$FIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d1 == 0, d2 == 0)>
 // CHECK-DAG: #[[$OPFIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d0 == 0, d1 == 0, d2 == 0)>
@@ -29,7 +30,7 @@
 // CHECK-NEXT: "novella.vop"() {a = "acc", {{.*}}b = "bias", b_offset = #[[$BCOL]], {{.*}}dst = "out", {{.*}}fn = "ADD", mode = "ROW", rows = #[[$ROWS]], when = #[[$LASTK]]}
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}fn = "RELU", rows = #[[$ROWS]], when = #[[$LASTK]]}
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out", {{.*}}row_bound = #[[$BOUND]], row_start = #[[$ROW0]], {{.*}}rows = #[[$ROWS]], {{.*}}when = #[[$LASTK]]}
-// CHECK-NEXT: }) {act = "relu", grid = #[[$GRID]], kernel = "novella.linear", novella.buffers = {{.*}}, novella.tiles = {tk = 64 : i64, tm = 64 : i64, tn = 32 : i64}} : () -> tensor<1x?x32xf32
+// CHECK-NEXT: }) {buffers = {a = ["spad", 2048, 4096], acc = ["acc", 0, 2048], bias = ["spad", 6144, 32], out = ["spad", 6176, 2048], w = ["spad", 0, 2048]}, dram = #[[$DRAM]], grid = #[[$GRID]], kernel = "novella.linear", schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {tk = 64 : i64, tm = 64 : i64, tn = 32 : i64}} : () -> tensor<1x?x32xf32
 // CHECK-NOT: "novella.linear"
 // CHECK: return %[[M]]
 #map = affine_map<()[s0] -> (1, s0, 64)>
@@ -68,7 +69,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-NEXT: "novella.dma_load"(%[[X]]) {buffer = "a", cols = 64 : i64, dram_offset = 0 : i64, dram_stride = 64 : i64, {{.*}}row_start = #[[$ROW0]], {{.*}}rows = #[[$ROWS]], sram_stride = 64 : i64, tensor = 0 : i64, when = #[[$SLAB]]}
 // CHECK-NEXT: "novella.dma_load"({{.*}}) {buffer = "bias", cols = 32 : i64, {{.*}}tensor = 2 : i64, when =
 // CHECK-NEXT: "novella.mma"() {a_stride = 64 : i64, {{.*}}k = 32 : i64, lhs = "a", lhs_offset = #[[$KOFF]], m = #[[$ROWS]], n = 16 : i64, rhs = "w", rhs_offset = 0 : i64, transpose_b = 1 : i64}
-// CHECK: }) {act = "relu", grid = #[[$GRID]], kernel = "novella.linear", {{.*}}novella.tiles = {tk = 32 : i64, tm = 64 : i64, tn = 16 : i64, ws = 2 : i64}}
+// CHECK: }) {{{.*}}grid = #[[$GRID]], kernel = "novella.linear", {{.*}}tiles = {tk = 32 : i64, tm = 64 : i64, tn = 16 : i64, ws = 2 : i64}}
 #map = affine_map<()[s0] -> (1, s0, 64)>
 #map1 = affine_map<()[s0] -> (1, s0, 32)>
 #map2 = affine_map<()[s0] -> (s0 * 96 + 2080)>
@@ -100,7 +101,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-NEXT: "novella.dma_load"(%[[B]]) {buffer = "[[ROW:[a-z0-9_]+]]", {{.*}}rows = 1 : i64, {{.*}}tensor = 1 : i64, when = #[[$FIRST]]}
 // CHECK-NEXT: "novella.vop"() {a = "[[IN]]", {{.*}}b = "[[ROW]]", {{.*}}dst = "[[OUT:[a-z0-9_]+]]", {{.*}}fn = "ADD", mode = "ROW", rows = #[[$ROWS]]}
 // CHECK-NEXT: "novella.dma_store"() {buffer = "[[OUT]]", {{.*}}rows = #[[$ROWS]], sram_stride = 64 : i64}
-// CHECK-NEXT: }) {grid = #[[$GRID]], kernel = "novella.add"
+// CHECK-NEXT: }) {{{.*}}grid = #[[$GRID]], kernel = "novella.add"
 // CHECK: return %[[M]]
 #map = affine_map<()[s0] -> (s0, 64)>
 #map1 = affine_map<()[s0] -> (s0 * 128 + 64)>

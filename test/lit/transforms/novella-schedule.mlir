@@ -23,11 +23,11 @@
 // CHECK-NEXT: "novella.inst"() {{{.*}}dst_addr = 5152 : i64, {{.*}}fn = "ADD", {{.*}}slot = {dst_addr = 512 : i64}
 // CHECK-NEXT: "novella.inst"() {a_addr = 5152 : i64, {{.*}}fn = "RELU", {{.*}}slot = {a_addr = 512 : i64, dst_addr = 512 : i64}
 // CHECK-NEXT: "novella.inst"() {{{.*}}opcode = "STORE", {{.*}}slot = {sram_addr = 512 : i64}, sram_addr = 5152 : i64
-// CHECK-NEXT: }) {{{.*}}novella.buffers = {a = ["spad", 2080, 1024, 2], {{.*}}out = ["spad", 4128, 512, 2], out2 = ["spad", 5152, 512, 2], w = ["spad", 0, 2048]}, {{.*}}novella.schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
+// CHECK-NEXT: }) {buffers = {a = ["spad", 2080, 1024, 2], {{.*}}out = ["spad", 4128, 512, 2], out2 = ["spad", 5152, 512, 2], w = ["spad", 0, 2048]}, {{.*}}schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
 // With one slot per buffer nothing is slotted and the token distances are 1 (single buffering).
 // ONE-LABEL: func.func @linear
 // ONE-NOT: slot =
-// ONE: novella.schedule = {load_slots = 1 : i64, store_slots = 1 : i64}
+// ONE: schedule = {load_slots = 1 : i64, store_slots = 1 : i64}
 #x = affine_map<()[s0] -> (1, s0, 64)>
 #y = affine_map<()[s0] -> (1, s0, 32)>
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
@@ -48,10 +48,10 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK: opcode = "LOAD", {{.*}}slot = {sram_addr = 4096 : i64}, sram_addr = 0 : i64
 // CHECK: opcode = "VEC", {{.*}}slot = {a_addr = 4096 : i64, b_addr = 4096 : i64, dst_addr = 4096 : i64}
 // CHECK: opcode = "STORE", {{.*}}slot = {sram_addr = 4096 : i64}
-// CHECK: novella.schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
+// CHECK: schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
 // ONE-LABEL: func.func @add
 // ONE-NOT: slot =
-// ONE: novella.schedule = {load_slots = 1 : i64, store_slots = 1 : i64}
+// ONE: schedule = {load_slots = 1 : i64, store_slots = 1 : i64}
 #x = affine_map<()[s0] -> (2, s0, 64)>
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @add(%a: tensor<2x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (0)>}, %b: tensor<2x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (s0 * 128)>}) -> tensor<2x?x64xf32, #x> {
