@@ -115,9 +115,9 @@ def _generic_decompositions() -> dict:
 def _unlowered_overloads(graph_targets) -> bool:
     """Whether some aten op of the graph has no lowering in the op table (only those can be in
     `_generic_decompositions`)."""
-    from .lowering import lowerings
+    from ..optable import torch_lowerings
 
-    known = lowerings()
+    known = torch_lowerings()
     return any(isinstance(t, torch._ops.OpOverload) and _mlir_name(t) not in known for t in graph_targets)
 
 
