@@ -131,16 +131,15 @@ def _sizes(g: Geometry, rows: int = 0) -> tuple:
     return g.d, g.dv, g.mask is not None, g.causal, rows
 
 
-def _halves_rows(g: Geometry, syms, plan, bounded: bool) -> int:
+def _halves_rows(g: Geometry, syms, plan) -> int:
     """The query rows at the plan lengths, which a query block holding them all alternates between batches
     (two slots, `Buffer.alternate`), so that a batch's loads run under the previous batch's compute; 0 where
-    none may: causal (its K/V loads wait anyway), paged, or (`bounded`) the program's bounds exceed the plan."""
+    none may: causal (its K/V loads wait anyway), paged, or where the program's bounds exceed the plan (a
+    shape bucket's program never does: its lengths end at its plan)."""
     if g.causal or g.paged or g.window is not None:
         return 0
     rows = sy.evaluate(g.lq, plan)
-    if bounded and sy.evaluate(g.lq, [s.hi for s in syms] or plan) > rows:
-        return 0
-    return rows
+    return 0 if sy.evaluate(g.lq, [s.hi for s in syms] or plan) > rows else rows
 
 
 @memoized
@@ -215,20 +214,10 @@ class FlashAttention:
             _plan(target, _sizes(g, rows), *cands[-1]).check()
         return _cheapest(self, target, dims_of(g, syms, plan, rows > 0), fitting)
 
-    def predict(self, op, tv, target, options, plan, at) -> float | None:
-        """Cycles at symbol values `at` of the tiling chosen when planning for `plan` (`--novella-buckets`:
-        the program planned for `plan` runs lengths up to it)."""
-        g, syms = Geometry(op, tv), module_symbols(op)
-        rows = _halves_rows(g, syms, plan, bounded=False)
-        if g.paged or not _fitting(target, _sizes(g, rows), tuple(self.candidates(g, syms, target, options))):
-            return None
-        best = self.choose(g, syms, target, options, plan, rows)
-        return self.cost(target, dims_of(g, syms, at, 0 < rows <= best[0]), best)
-
     def tile(self, op, tv, target, options):
         g = Geometry(op, tv)
         syms = module_symbols(op)
-        rows = _halves_rows(g, syms, plan_lengths(op), bounded=True)
+        rows = _halves_rows(g, syms, plan_lengths(op))
         tq, tk, pipelined, ones, s_slots, expsub = self.choose(g, syms, target, options, plan_lengths(op), rows)
         plan = _plan(target, _sizes(g, rows), tq, tk, pipelined, ones, s_slots, expsub)
         steps = ceildiv(g.lk, tk) + int(pipelined)
