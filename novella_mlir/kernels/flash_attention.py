@@ -170,13 +170,12 @@ def _plan(
     return plan
 
 
-def dims_of(g: Geometry, syms, lengths=None, q_halves: bool = False) -> fc.Dims:
+def dims_of(g: Geometry, syms, lengths=None) -> fc.Dims:
     """The cost model's view of the op at symbol values `lengths` (default: the nominal length)."""
     at = (lambda e: upper(e, syms)) if lengths is None else (lambda e: sy.evaluate(e, lengths))  # noqa: E731
     contiguous = tuple(not m for m in g.minor)
     masked = g.mask is not None
-    return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked,
-                   q_halves)  # fmt: skip
+    return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked)
 
 
 class FlashAttention:
@@ -212,7 +211,7 @@ class FlashAttention:
         fitting = _fitting(target, _sizes(g, rows), tuple(cands))
         if not fitting:
             _plan(target, _sizes(g, rows), *cands[-1]).check()
-        return _cheapest(self, target, dims_of(g, syms, plan, rows > 0), fitting)
+        return _cheapest(self, target, dims_of(g, syms, plan), fitting)
 
     def tile(self, op, tv, target, options):
         g = Geometry(op, tv)

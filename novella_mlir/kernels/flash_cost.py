@@ -7,11 +7,13 @@ p = s - max; `part2`: the rest), its matrix work the score MATMUL of one tile an
 Pipelined, step j runs part1(j-1), QK(j), part2(j-1), PV(j-1): the next step's MATMULs never wait
 for this step's VECs, so the units overlap (`Group.overlap`) and a steady step costs the busier
 unit. The plain schedule runs QK(j), part1(j), part2(j), PV(j) in series. A step that loads a
-single-slot buffer (the query at j = 0, unless `q_halves`: one block holds every query row and
-alternates its buffer between batches; every causal K/V load, which is guarded) waits for the
+single-slot buffer (the query at j = 0, every causal K/V load, which is guarded) waits for the
 previous step's compute, so its loads and its compute chain (part1, then QK beside part2, then
-PV) add up. The next step's loads, queued behind the query's, are that step's own period: counting
-them in the query's step too overrated a DMA-bound block (a decode query) by one step's loads."""
+PV) add up. (Where the query block alternates between batches, `Buffer.alternate`, those loads
+wait only for the step before last; the model does not credit that overlap: modelling the step as
+two-slot overrated it by up to 16% on `large`, bench/costmodel.py's decode case.) The next step's
+loads, queued behind the query's, are that step's own period: counting them in the query's step too
+overrated a DMA-bound block (a decode query) by one step's loads."""
 
 from __future__ import annotations
 
@@ -35,7 +37,6 @@ class Dims:
     masked: bool
     contiguous: tuple  # q, k, v, out: rows contiguous in DRAM
     safe: bool = False  # masked and safe: the row sums are floored before the divide (one more VEC MAX)
-    q_halves: bool = False  # a query block holding all lq rows alternates its buffer between batches
 
 
 def widths(total: int, t: int) -> list[int]:
@@ -108,7 +109,6 @@ class Schedule:
     ones: bool = False
     s_slots: int = 1
     expsub: bool = False
-    q_halves: bool = False  # the query block's loads (on its first step) wait only for the step before last
 
 
 def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule) -> list[tuple[cm.Group, int]]:
@@ -156,12 +156,12 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
         scale = cm.vec(t, r, dims.d, "mul")
         vec, chain = vec + scale, chain + scale
     out = _dma(t, r, dims.dv, dims.contiguous[3]) if last and i >= 0 else None
-    return [loads, vec, mat, chain, floor, out, (j == 0 and not sch.q_halves) or dims.causal]
+    return [loads, vec, mat, chain, floor, out, j == 0 or dims.causal]
 
 
 def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
     """Predicted cycles of the whole op (`costmodel.pipeline` over its steps); `schedule`: Schedule's fields."""
-    sch = dataclasses.replace(Schedule(*schedule), q_halves=dims.q_halves and dims.lq <= tq)
+    sch = Schedule(*schedule)
     counts: Counter = Counter()
     for (r, keys), n_blocks in _query_blocks(dims, tq, tk).items():
         for g, n_steps in block(t, dims, r, widths(keys, tk), sch):
