@@ -3,6 +3,7 @@
     .venv/bin/python bench/cycles.py                       # the goal figures of issue 10, side by side
     .venv/bin/python bench/cycles.py --model mlp --lengths 1,64,65,500,2048 [--config hw.toml]
     .venv/bin/python bench/cycles.py --curve [--models body --configs default]   # issue 22's curve
+    .venv/bin/python bench/cycles.py --attention [--configs default]              # attention bytes / compulsory
 
 `--curve` runs the whisper-tiny encoder body (compiled once over [1, 1500]) and the MLP 384-1536-384
 (once over [1, 2048]) at T = 1, 2, 16, ..., 1500 (and 2048 for the MLP) on the edge, default and large
@@ -34,12 +35,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import models  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from novella_mlir import compile_torch  # noqa: E402
-from simulator import load_config  # noqa: E402
+from simulator import isa, load_config  # noqa: E402
 
 CONFIGS = ROOT / "simulator" / "configs"
 # (workload, config, T, goal ratio); T counts positions (the encoder body's input rows)
@@ -113,6 +115,46 @@ def curve(workloads, configs) -> dict:
             f"{workload:>6} {cfg:>7} {worst['ratio']:>12.3f} {worst['T']:>5} {spread:>7.3f}  {curve_goal(workload, cfg):<28} {met}"
         )
     return out
+
+
+ATTN_LENGTHS = (64, 128, 256, 500, 1000)
+
+
+def attention_traffic(configs, lengths=ATTN_LENGTHS) -> dict:
+    """Issue 22 item 2: the fused attention's DMA bytes in the encoder body (compiled over [1, 1500]) over its
+    compulsory bytes (q, k, v read once, the output written once: 4 T x 384 fp32 per layer), counted from the
+    JIT's LOAD / STORE words (rows inside the tensor x cols), with the flash tiles of the program at T."""
+    print(f"{'config':>7} {'T':>5} {'attn moved B':>12} {'compul B':>10} {'mov/comp':>8}  the program at T")
+    out = {}
+    for cfg in configs:
+        if config_of(cfg) is None:
+            continue
+        spec, npu, _ = compiled("body", cfg, 1500)
+        for t in lengths:
+            prog = npu.jit.instantiate([spec.symbol(t)])
+            moved = sum(_dma_bytes(prog.words[a:b]) for name, a, b in prog.spans if name.startswith("flash"))
+            compulsory = 4 * 4 * t * 384 * sum(name.startswith("flash") for name, _, _ in prog.spans)
+            out[(cfg, t)] = moved / compulsory
+            print(f"{cfg:>7} {t:>5} {moved:>12} {compulsory:>10} {moved / compulsory:>8.2f}  {_flash_tiles(npu, t)}")
+    return out
+
+
+def _dma_bytes(words) -> int:
+    total = 0
+    for inst in isa.decode_program(words):
+        f = inst.fields
+        if inst.opcode in (isa.Opcode.LOAD, isa.Opcode.STORE):
+            rows = f["row_start"] + np.arange(f["rows"]) * f["row_step"]
+            total += int(((rows >= 0) & (rows < f["row_bound"])).sum()) * f["cols"] * 4
+    return total
+
+
+def _flash_tiles(npu, t: int) -> str:
+    prog = npu.artifact.programs[npu.artifact.pick([t])]
+    macro = prog.macros[next(t.macro for t in prog.tiles if t.name.startswith("flash"))]
+    halves = any(i.opcode == "LOAD" and i.slot == {"sram_addr": 0} for i in macro.insts)
+    ((lo, hi),) = prog.ranges
+    return f"program [{lo}, {hi}]: q alternating {'yes' if halves else 'no'}"
 
 
 def config_of(name: str):
@@ -204,7 +246,11 @@ def main(argv=None) -> None:
     p.add_argument("--curve", action="store_true", help="issue 22's curve: both models, all lengths and configs")
     p.add_argument("--models", default="body,mlp384", help="--curve: the models, comma-separated")
     p.add_argument("--configs", default="edge,default,large", help="--curve: the configs, comma-separated")
+    p.add_argument("--attention", action="store_true", help="the encoder body's attention bytes over compulsory")
     args = p.parse_args(argv)
+    if args.attention:
+        attention_traffic(args.configs.split(","))
+        return
     if args.curve:
         curve(args.models.split(","), args.configs.split(","))
         return

@@ -75,13 +75,16 @@ class Buffer:
     """A named SRAM buffer of one kernel: `mem` is "spad" or "acc"; sizes in elements.
 
     `slots = 2`: a ping-pong buffer, streamed one tile per grid step; slot 1 follows slot 0
-    (`size` is one slot). `--novella-schedule` alternates the slots by step parity."""
+    (`size` is one slot). `--novella-schedule` alternates the slots by step parity, unless `alternate`:
+    the kernel picks the slot with an address expression of the grid (e.g. a block's parity), and a
+    guarded LOAD into it writes a slot that no template of the step before addresses."""
 
     name: str
     mem: str
     offset: int
     size: int
     slots: int = 1
+    alternate: bool = False
 
 
 @dataclass
@@ -102,10 +105,11 @@ class BufferPlan:
         self.used = {"spad": 0, "acc": 0}
         self.buffers: list[Buffer] = []
 
-    def add(self, name: str, mem: str, size: int, stream: bool = False) -> None:
-        """`stream`: a tile of it is loaded (or stored) every grid step; it gets the target's slots."""
-        slots = self.slots if stream else 1
-        self.buffers.append(Buffer(name, mem, self.used[mem], size, slots))
+    def add(self, name: str, mem: str, size: int, stream: bool = False, alternate: bool = False) -> None:
+        """`stream`: a tile of it is loaded (or stored) every grid step; it gets the target's slots.
+        `alternate`: the target's slots, which the kernel alternates itself (`Buffer.alternate`)."""
+        slots = self.slots if stream or alternate else 1
+        self.buffers.append(Buffer(name, mem, self.used[mem], size, slots, alternate and slots > 1))
         self.used[mem] += size * slots
 
     def fits(self) -> bool:

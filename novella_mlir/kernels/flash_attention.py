@@ -54,7 +54,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import heads_major
 from ..machine import costmodel as cm
-from . import BufferPlan, Tiling, first, memoized, module_symbols
+from . import BufferPlan, Tiling, first, memoized, module_symbols, plan_lengths
 from . import flash_cost as fc
 from . import kv_cache as kv
 from .attention import NEG_FLOOR, SUM_FLOOR
@@ -127,9 +127,20 @@ class Geometry:
         return self.places[i][1]
 
 
-def _sizes(g: Geometry) -> tuple:
-    """What the buffer plan reads of the op: (d, dv, masked, causal)."""
-    return g.d, g.dv, g.mask is not None, g.causal
+def _sizes(g: Geometry, rows: int = 0) -> tuple:
+    """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`)."""
+    return g.d, g.dv, g.mask is not None, g.causal, rows
+
+
+def _halves_rows(g: Geometry, syms, plan) -> int:
+    """The query rows at the plan lengths, which a query block holding them all alternates between batches
+    (two slots, `Buffer.alternate`), so that a batch's loads run under the previous batch's compute; 0 where
+    none may: causal (its K/V loads wait anyway), paged, or where the program's bounds exceed the plan (a
+    shape bucket's program never does: its lengths end at its plan)."""
+    if g.causal or g.paged or g.window is not None:
+        return 0
+    rows = sy.evaluate(g.lq, plan)
+    return 0 if sy.evaluate(g.lq, [s.hi for s in syms] or plan) > rows else rows
 
 
 @memoized
@@ -141,10 +152,10 @@ def _fitting(target, sizes: tuple, cands: tuple) -> tuple:
 def _plan(
     target, sizes: tuple, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool
 ) -> BufferPlan:
-    d, dv, masked, causal = sizes
+    d, dv, masked, causal, rows = sizes
     width = dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
-    plan.add("q", "spad", tq * d)
+    plan.add("q", "spad", tq * d, alternate=0 < rows <= tq)
     plan.add("k", "spad", tk * d, stream=True)
     plan.add("v", "spad", tk * width, stream=True)
     if masked:
@@ -160,9 +171,9 @@ def _plan(
     return plan
 
 
-def dims_of(g: Geometry, syms) -> fc.Dims:
-    """The cost model's view of the op at the nominal length."""
-    at = lambda e: upper(e, syms)  # noqa: E731
+def dims_of(g: Geometry, syms, lengths=None) -> fc.Dims:
+    """The cost model's view of the op at symbol values `lengths` (default: the nominal length)."""
+    at = (lambda e: upper(e, syms)) if lengths is None else (lambda e: sy.evaluate(e, lengths))  # noqa: E731
     contiguous = tuple(not m for m in g.minor)
     masked = g.mask is not None
     return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked)
@@ -195,16 +206,20 @@ class FlashAttention:
     def cost(self, target, dims: fc.Dims, cand) -> float:
         return fc.cost(target, dims, *cand)
 
+    def choose(self, g: Geometry, syms, target, options, plan, rows: int = 0) -> tuple:
+        """The cheapest fitting candidate at the plan lengths `plan` (`rows`: `_halves_rows`)."""
+        cands = self.candidates(g, syms, target, options)
+        fitting = _fitting(target, _sizes(g, rows), tuple(cands))
+        if not fitting:
+            _plan(target, _sizes(g, rows), *cands[-1]).check()
+        return _cheapest(self, target, dims_of(g, syms, plan), fitting)
+
     def tile(self, op, tv, target, options):
         g = Geometry(op, tv)
         syms = module_symbols(op)
-        dims = dims_of(g, syms)
-        cands = self.candidates(g, syms, target, options)
-        fitting = _fitting(target, _sizes(g), tuple(cands))
-        if not fitting:
-            _plan(target, _sizes(g), *cands[-1]).check()
-        tq, tk, pipelined, ones, s_slots, expsub = _cheapest(self, target, dims, fitting)
-        plan = _plan(target, _sizes(g), tq, tk, pipelined, ones, s_slots, expsub)
+        rows = _halves_rows(g, syms, plan_lengths(op))
+        tq, tk, pipelined, ones, s_slots, expsub = self.choose(g, syms, target, options, plan_lengths(op), rows)
+        plan = _plan(target, _sizes(g, rows), tq, tk, pipelined, ones, s_slots, expsub)
         steps = ceildiv(g.lk, tk) + int(pipelined)
         if g.window is not None and not pipelined:  # the tiles from the one holding position lk - W
             steps = ceildiv(g.lk, tk) - sy.floordiv(g.lk - g.window, tk)
@@ -223,17 +238,20 @@ class FlashAttention:
         if two:  # tile i's scores in slot i mod 2: the score MATMUL of tile d2 and the softmax of d2 - 1 never meet
             s.s_off = ir.AffineExpr.get_mod(b.d(2), sy.const(2)) * (tq * tk)
             e.s_off = ir.AffineExpr.get_mod(s.i, sy.const(2)) * (tq * tk)
-        if ones:  # the ones column of every slot of V, once (the loads write the other columns)
+        if ones:  # the ones column of every slot of V (its rows a tile may hold), once; the loads write the others
             slots = next(buf.slots for buf in t.buffers if buf.name == "v")
-            b.vop("FILL", "v", imm=1.0, rows=tk * slots, cols=1, dst_stride=g.dv + 1, dst_offset=sy.const(g.dv),
-                  when=first(0) + first(1) + first(2))  # fmt: skip
+            for slot in range(slots):
+                b.vop("FILL", "v", imm=1.0, rows=_tile_extent(tk, g.lk, sy.const(0)), cols=1, dst_stride=g.dv + 1,
+                      dst_offset=sy.const(slot * tk * (g.dv + 1) + g.dv), when=first(0) + first(1) + first(2))  # fmt: skip
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
         bi, qi = b.d(0), b.d(1)
+        if next(buf for buf in t.buffers if buf.name == "q").alternate:  # batch bi's rows in slot bi mod 2
+            s.q_off = sy.mod(bi, 2) * (tq * g.d)
         b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
-                    row_bound=g.lq, rows=rows, cols=g.d, when=first(2))  # fmt: skip
+                    row_bound=g.lq, rows=rows, cols=g.d, buf_offset=s.q_off, when=first(2))  # fmt: skip
         b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
-              when=first(2))  # fmt: skip
+              dst_offset=s.q_off, a_offset=s.q_off, when=first(2))  # fmt: skip
         s.loads(rows)
         if not s.pipelined or two:
             s.qk(rows)
@@ -296,7 +314,7 @@ class _Schedule:
 
     def __init__(self, g: Geometry, b, tq: int, tk: int, pipelined: bool, ones: bool):
         self.g, self.b, self.tq, self.tk, self.pipelined, self.width = g, b, tq, tk, pipelined, g.dv + ones
-        self.s_off = None
+        self.s_off = self.q_off = None  # the score slot of the QK; the query's slot (`Buffer.alternate`)
         qi, j = b.d(1), b.d(2)
         windowed = g.window is not None and not pipelined
         self.i = j - 1 if pipelined else j  # the softmax's tile
@@ -319,7 +337,7 @@ class _Schedule:
     def qk(self, rows) -> None:
         g = self.g
         self.b.mma("s", "q", "k", a_stride=g.d, b_stride=g.d, acc_stride=self.tk, m=rows, k=g.d, n=self.cols_qk,
-                   accumulate=0, transpose_b=1, acc_offset=self.s_off, when=self.qk_on)  # fmt: skip
+                   accumulate=0, transpose_b=1, acc_offset=self.s_off, lhs_offset=self.q_off, when=self.qk_on)  # fmt: skip
 
     def loads(self, rows) -> None:
         g, b, tk = self.g, self.b, self.tk

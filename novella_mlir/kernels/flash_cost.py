@@ -9,8 +9,11 @@ for this step's VECs, so the units overlap (`Group.overlap`) and a steady step c
 unit. The plain schedule runs QK(j), part1(j), part2(j), PV(j) in series. A step that loads a
 single-slot buffer (the query at j = 0, every causal K/V load, which is guarded) waits for the
 previous step's compute, so its loads and its compute chain (part1, then QK beside part2, then
-PV) add up. The next step's loads, queued behind the query's, are that step's own period: counting
-them in the query's step too overrated a DMA-bound block (a decode query) by one step's loads."""
+PV) add up. (Where the query block alternates between batches, `Buffer.alternate`, those loads
+wait only for the step before last; the model does not credit that overlap: modelling the step as
+two-slot overrated it by up to 16% on `large`, bench/costmodel.py's decode case.) The next step's
+loads, queued behind the query's, are that step's own period: counting them in the query's step too
+overrated a DMA-bound block (a decode query) by one step's loads."""
 
 from __future__ import annotations
 

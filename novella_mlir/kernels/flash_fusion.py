@@ -165,7 +165,8 @@ def absorb_head_transposes(op, rewriter):
         t = operands[i].owner
         if not minor[i] and _swaps_heads(t, lambda t: t.operands[0]):
             operands[i], minor[i] = t.operands[0], 1
-            dead.append(t)
+            if not any(t.operation == d.operation for d in dead):  # q, k, v may share one transpose
+                dead.append(t)
     out_t = _only_user(op.results[0])
     out_t = out_t if not minor[3] and _swaps_heads(out_t, lambda t: t.results[0]) else None
     with rewriter.ip, op.location:

@@ -93,11 +93,12 @@ class Bucket:
     gains: tuple[float, ...]  # predicted generic / bucket cycles at 1, hi // 2, hi
 
 
-def bucket(predict, nominal: list[int], edges: list[int], min_gain: float) -> Bucket | None:
+def bucket(predict, nominal: list[int], edges: list[int], min_gain: float, at_one: bool = True) -> Bucket | None:
     """The shape bucket of a program, if one pays: for the first symbol where one does, the largest
     of `edges` (below its nominal length) at which the cost model predicts at least `min_gain` (a
     fraction) fewer cycles, at T = edge, for tiles planned for the edge than for the nominal
-    length, and no more cycles at T = 1 and edge // 2. `predict(plan, at)` is the model's cycles at
+    length, and no more cycles at T = 1 (unless not `at_one`: a nested bucket is to serve T = 1) and
+    edge // 2. `predict(plan, at)` is the model's cycles at
     symbol values `at` of the program planned for symbol values `plan` (None: unknown). The decision
     depends on the model and the Target, not on the symbols' bounds, so a static compile at T tiles
     as the bucket holding T does."""
@@ -113,7 +114,8 @@ def bucket(predict, nominal: list[int], edges: list[int], min_gain: float) -> Bu
                     gains = []
                     break
                 gains.append(generic / planned)
-            if gains and min(gains) >= 1.0 and gains[-1] >= 1.0 + min_gain:
+            checked = gains if at_one or len(gains) < 2 else gains[1:]
+            if gains and min(checked) >= 1.0 and gains[-1] >= 1.0 + min_gain:
                 best = Bucket(j, edge, plan, tuple(gains))
         if best is not None:
             return best

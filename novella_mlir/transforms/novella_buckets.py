@@ -10,7 +10,9 @@ planned for each candidate upper end B (`Target.bucket_edges`), and keeps
 the largest B at which the model predicts at least `min-gain` percent
 fewer cycles at T = B and no more at T = 1 and B / 2 (`costmodel.bucket`).
 Below that bucket it asks again, against the bucket's plan, for up to
-`max-buckets` nested buckets (each edge below the one above).
+`max-buckets` nested buckets (each edge below the one above). A bucket
+that loses at T = 1 is kept when the chain's shortest bucket, which
+serves T = 1, does not lose there to the generic program.
 Analytic: nothing is simulated. The edges depend on the model and the
 Target only, not on the bounds: lengths up to B are planned for B whatever
 max_len, and a static compile at T <= B tiles as the bucket holding T does.
@@ -114,10 +116,22 @@ def _signature(op) -> tuple:
 
 def _chain(predict, nominal, hardware, options) -> list:
     """The buckets, shortest first: the first against the generic program, each later one nested
-    below the previous, against that bucket's plan (`costmodel.bucket` again on its sub-range)."""
+    below the previous, against that bucket's plan (`costmodel.bucket` again on its sub-range).
+    A bucket may lose at T = 1 to the plan above it when the shortest bucket of its chain does not
+    lose there to the generic program (T = 1 is that bucket's); else every bucket is held to T = 1."""
+    loose = _nested(predict, nominal, hardware, options, at_one=False)
+    if loose:
+        one = [1 if i == loose[0].symbol else v for i, v in enumerate(nominal)]
+        shortest, generic = predict(list(loose[0].plan), one), predict(list(nominal), one)
+        if shortest and generic and shortest <= generic:
+            return loose
+    return _nested(predict, nominal, hardware, options, at_one=True)
+
+
+def _nested(predict, nominal, hardware, options, at_one: bool) -> list:
     chain, base, edges = [], nominal, hardware.bucket_edges(NOMINAL_LENGTH)
     while len(chain) < options["max-buckets"]:
-        b = costmodel.bucket(predict, list(base), edges, options["min-gain"] / 100)
+        b = costmodel.bucket(predict, list(base), edges, options["min-gain"] / 100, at_one)
         if b is None or (chain and (b.symbol != chain[-1].symbol or b.hi >= chain[-1].hi)):
             break
         chain.append(b)

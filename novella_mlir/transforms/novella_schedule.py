@@ -6,6 +6,12 @@ instruction template that addresses that buffer gets `slot = {field = size}`:
 at grid step k (counted over the macro's steps) the JIT adds
 `size * (k mod 2)` to that address field, so step k uses slot k mod 2.
 
+A buffer whose kernel alternates its two slots itself (`novella.buffers`
+entry `[mem, offset, size, 2, 1]`, e.g. a query block's rows by head
+parity) gets no slot fields; a LOAD into it gets `slot = {sram_addr = 0}`:
+it counts as slotted for the token rule (it never writes what the step
+before reads), its address is the kernel's.
+
 A two-slot buffer that a guarded LOAD writes (loaded once, then resident)
 keeps one slot: its second slot stays unused. Unless every other template
 that addresses it runs under the same guard (e.g. a linear's residual tile,
@@ -111,12 +117,14 @@ def _same_step(insts, b, load: int) -> bool:
 
 
 def _holds(b, attrs) -> bool:
-    return b.mem == _mem(attrs, "mem") and b.offset <= _base(attrs["sram_addr"]) < b.offset + b.size
+    return b.mem == _mem(attrs, "mem") and b.offset <= _base(attrs["sram_addr"]) < b.offset + b.size * b.slots
 
 
 def _schedule(macro) -> None:
     ops = list(macro.regions[0].blocks[0].operations)
-    slotted = [b for b in tiling_of(macro).buffers if b.slots > 1]
+    buffers = tiling_of(macro).buffers
+    alternating = [b for b in buffers if b.alternate]
+    slotted = [b for b in buffers if b.slots > 1 and not b.alternate]
     insts = [(op.attributes, _addresses(op.attributes) if slotted else []) for op in ops]
     resident = _resident(insts, slotted)
     slotted = [b for b in slotted if b.name not in resident]
@@ -124,9 +132,11 @@ def _schedule(macro) -> None:
     slotted_loads = slotted_stores = 0
     for op, (attrs, addresses) in zip(ops, insts):
         fields = _slots_of(addresses, slotted) if slotted else {}
+        opcode = ir.StringAttr(attrs["opcode"]).value
+        if opcode == "LOAD" and any(_holds(b, attrs) for b in alternating):
+            fields["sram_addr"] = 0
         if fields:
             set_attr(op, "slot", fields)
-        opcode = ir.StringAttr(attrs["opcode"]).value
         if opcode in ("LOAD", "GATHER") and "when" not in attrs:
             loads += 1
             slotted_loads += "sram_addr" in fields

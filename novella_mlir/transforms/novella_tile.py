@@ -44,5 +44,6 @@ def run(module_op, options, config) -> None:
 
 
 def _buffer(b) -> list:
-    """[mem, offset, size], and the slot count of a ping-pong buffer: [mem, offset, size, 2]."""
-    return [b.mem, b.offset, b.size] + ([b.slots] if b.slots > 1 else [])
+    """[mem, offset, size], and the slot count of a ping-pong buffer: [mem, offset, size, 2] (and 1 after it
+    when the kernel alternates the slots itself: `Buffer.alternate`)."""
+    return [b.mem, b.offset, b.size] + ([b.slots] if b.slots > 1 else []) + ([1] if b.alternate else [])

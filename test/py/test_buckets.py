@@ -118,7 +118,29 @@ def test_bucket_takes_the_largest_edge_that_pays_everywhere_in_it():
     # a bucket that is cheaper at its top but dearer at T = 1 is refused
     mixed = _predict(lambda p, t: 0.5 if t == p else (1.2 if t == 1 and p < 4096 else 1.0))
     assert costmodel.bucket(mixed, [4096], [16, 32, 64], 0.10) is None
+    assert costmodel.bucket(mixed, [4096], [16, 32, 64], 0.10, at_one=False).hi == 64, "T = 1 left to a nested one"
     assert costmodel.bucket(lambda plan, at: None, [4096], [16, 32], 0.0) is None, "unknown costs: no bucket"
+
+
+def test_a_bucket_dearer_at_one_is_kept_when_a_nested_bucket_serves_one():
+    """Planning for 128 halves the cycles of 65..128 but costs 1.2x at T = 1; planning for 16 wins at 1 too:
+    the chain is [16, 128] (T = 1 in the 16 bucket). Without the 16 plan's gain, the 128 bucket is refused."""
+    from types import SimpleNamespace
+
+    from novella_mlir.transforms.novella_buckets import _chain
+
+    def cost(p, t):
+        if p == 16:
+            return 0.9 if t <= 16 else 1.3
+        if p == 128:
+            return 1.2 if t == 1 else (0.5 if t > 16 else 1.0)
+        return 1.0
+
+    hw = SimpleNamespace(bucket_edges=lambda nominal: [16, 128])
+    options = {"max-buckets": 3, "min-gain": 5}
+    assert [b.hi for b in _chain(_predict(cost), [4096], hw, options)] == [16, 128]
+    dear = _predict(lambda p, t: 1.5 if p == 16 else cost(p, t))
+    assert [b.hi for b in _chain(dear, [4096], hw, options)] == [], "T = 1 would lose: the strict chain"
 
 
 def test_bucket_edges_follow_the_target():

@@ -214,3 +214,43 @@ def test_every_schedule_matches_eager(monkeypatch, kind, pipelined, ones, s_slot
     for length in sorted({1, t["tk"] - 1, t["tk"] + 1, 201, MAX_LEN} - {0}):
         xs = _inputs(kind, length)
         torch.testing.assert_close(model(*xs), _reference(kind, xs), **TOL)
+
+
+class _Heads(torch.nn.Module):
+    """A projection (whose cost model makes the shape buckets) and self-attention over its 6 heads."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = torch.nn.Linear(384, 384)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        h = self.proj(x).reshape(b, t, 6, 64).transpose(1, 2)
+        return F.scaled_dot_product_attention(h, h, h)
+
+
+@pytest.fixture(scope="module")
+def bucketed():
+    return compile_torch(_Heads().eval(), torch.randn(1, 16, 384), max_len=MAX_LEN, cache=False)
+
+
+def test_a_bucket_whose_query_block_holds_every_row_alternates_it_between_heads(bucketed):
+    """In a shape bucket where one query block holds all of lq, the query buffer has two slots the kernel
+    picks by head parity (`[spad, offset, size, 2, 1]`), its LOAD counts as slotted (`slot = {sram_addr =
+    0}`), so a head's loads run under the previous head's compute; q, k and v are each read once. Eager's
+    result at 1, odd, each program's edges and a partial key tile, hazard checker on. q, k and v share one
+    head transpose (which the fusion absorbs once: erasing it thrice crashed)."""
+    progs = bucketed.artifact.programs
+    alternating = [p for p in progs for t in p.macros[-1].insts if t.opcode == "LOAD" and t.slot == {"sram_addr": 0}]
+    assert alternating and len(progs) > 1, [pr.ranges for pr in progs]
+    model = _Heads().eval()
+    lengths = {1, 63, 65, 201, MAX_LEN} | {e for p in progs for e in p.ranges[0]}
+    for length in sorted(lengths):
+        x = torch.randn(1, length, 384, generator=torch.Generator().manual_seed(length))
+        outs, run = bucketed.executor.run_with_result([x.numpy()], check_hazards=True)
+        with torch.no_grad():
+            torch.testing.assert_close(torch.from_numpy(outs[0]), model(x), **TOL)
+        if progs[bucketed.artifact.pick([length])] in alternating:  # K/V read once: one query block per head
+            weights = bucketed.artifact.weight_nbytes
+            assert run.stats.dma_bytes_loaded == weights + x.numel() * 4 * 4, length
