@@ -426,3 +426,9 @@ FRONTEND_ONLY.update(
         "torch.aten.empty.memory_format": indexing.zeros,
     }
 )
+
+# ------------------------------------------------------------------ conv and group norm (issue 19): group_norm
+# as sums over each group (a `?` dim: divided by the length's size) and elementwise ops (frontend/lowering/nn.py)
+OPS[nv.ReduceOp].lowers.update(
+    {"torch.aten.group_norm": nn.group_norm, "torch.aten.native_group_norm": nn.native_group_norm}
+)
