@@ -15,7 +15,7 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ...dialects.novella import BroadcastOp, ConcatOp, LinearOp, SliceOp
+from ...dialects.novella import AddOp, BroadcastOp, ConcatOp, LinearOp, MulOp, SliceOp
 
 _I64 = ir.IntegerType.get_signless
 
@@ -86,14 +86,21 @@ def _conv(cv, x, w, out_hw: list, strides: list, dilations: list):
         x = cv.reshape(x, [n, c, ho, sy.const(kh), wo, sy.const(kw)])
         x = cv.reshape(cv.transpose(x, [0, 2, 4, 1, 3, 5]), [n, ho, wo, c * kh * kw])
         return _linear(cv, x, cv.reshape(w, [sy.const(f), c * kh * kw]))
+    taps = _taps(cv, x, kh, kw, out_hw, strides, dilations)
+    cols = cv.transpose(_concat(cv, taps, 1), [0, 2, 3, 1])  # [N, Ho, Wo, (a, b, c)]
+    return _linear(cv, cols, _weight_rows(cv, w, [0, 2, 3, 1], [sy.const(f), c * kh * kw]))
+
+
+def _taps(cv, x, kh: int, kw: int, out_hw: list, strides: list, dilations: list) -> list:
+    """The [N, C, Ho, Wo] view of `x` each kernel tap reads, row-major over (kh, kw)."""
+    ho, wo = out_hw
     x = _zeros_after(cv, _zeros_after(cv, x, 2, strides[0] - 1), 3, strides[1] - 1)
     taps = []
     for a in range(kh):
         rows = _every(cv, x, 2, a * dilations[0], ho, strides[0])
         for b in range(kw):
             taps.append(_every(cv, rows, 3, b * dilations[1], wo, strides[1]))
-    cols = cv.transpose(_concat(cv, taps, 1), [0, 2, 3, 1])  # [N, Ho, Wo, (a, b, c)]
-    return _linear(cv, cols, _weight_rows(cv, w, [0, 2, 3, 1], [sy.const(f), c * kh * kw]))
+    return taps
 
 
 def conv_2d_nchw_fchw(cv, op):
@@ -124,3 +131,18 @@ def conv_2d_ngchw_gfchw(cv, op):
         yi = _conv(cv, xi, wi, out[3:], _ints(op, "strides"), _ints(op, "dilations"))
         parts.append(cv.reshape(yi, [out[0], sy.const(1), *out[2:]]))
     return cv._accumulate(_concat(cv, parts, 1), op.operands[2], "sum")
+
+
+def depthwise_conv_2d_nchw_chw(cv, op):
+    """A depthwise conv (one filter per channel): per tap, the tap's view times its weight per channel,
+    summed (two VEC ops per tap over the output; a matmul of K = 1 would waste the matrix unit); the
+    weight [C, kh, kw] is read through slices, a [C, 1, 1] column per tap."""
+    x, w = cv.tensor(op.operands[0]), cv.tensor(op.operands[1])
+    _, kh, kw = (sy.as_int(e) for e in cv.cx.shape(w))
+    out_hw = cv.shape(op.operands[2])[2:]
+    y = None
+    for k, tap in enumerate(_taps(cv, x, kh, kw, out_hw, _ints(op, "strides"), _ints(op, "dilations"))):
+        wk = _slice(cv, _slice(cv, w, 1, k // kw, sy.const(1)), 2, k % kw, sy.const(1))
+        term = cv.emit(MulOp, lhs=tap, rhs=wk)
+        y = term if y is None else cv.emit(AddOp, lhs=y, rhs=term)
+    return cv._accumulate(y, op.operands[2], "sum")

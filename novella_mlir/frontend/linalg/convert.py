@@ -223,6 +223,11 @@ class Converter:
 
         return conv_2d_ngchw_gfchw(self, op)
 
+    def _linalg_depthwise_conv_2d_nchw_chw(self, op):
+        from .conv import depthwise_conv_2d_nchw_chw
+
+        return depthwise_conv_2d_nchw_chw(self, op)
+
     def _linalg_matmul(self, op):
         lhs, rhs = (self.tensor(v) for v in op.operands[:2])
         return self._accumulate(self.emit(MatmulOp, lhs=lhs, rhs=rhs), op.operands[2], "sum")
