@@ -1,8 +1,8 @@
 """torch-mlir's 2-D convolutions (`linalg.conv_2d_nchw_fchw`, grouped `linalg.conv_2d_ngchw_gfchw`) on the
 matrix unit: im2col by data movement, then one `novella.linear` over the patches.
 
-A patch embedding (stride = kernel, no dilation) is a view of the image as [N, C, Ho, kh, Wo, kw] and one
-transpose. Any other conv gathers one [N, C, Ho, Wo] view per kernel tap: the tap's rows and columns
+A patch embedding (stride = kernel, no dilation) is a view of each patch row as [N, C, kh, Wo, kw] and one
+transpose to [N, Wo, C, kh, kw]. Any other conv gathers one [N, C, Ho, Wo] view per kernel tap: the tap's rows and columns
 `start, start + stride, ...` are a slice of `size * stride` (the input padded by `stride - 1` zeros so the
 last one fits), viewed as [size, stride], column 0. The taps are concatenated along the channels and
 the weight is reordered to match (folded at compile time when it is a constant). torch-mlir has already
@@ -16,6 +16,8 @@ from torch_mlir import ir
 
 from ... import symbolic as sy
 from ...dialects.novella import AddOp, BroadcastOp, ConcatOp, LinearOp, MulOp, SliceOp
+from ...kernels.data_movement import MAX_UNROLL
+from ...machine.target import MAX_COLS
 
 _I64 = ir.IntegerType.get_signless
 
@@ -68,27 +70,59 @@ def _weight_rows(cv, w, order: list, shape: list):
     return cv.reshape(cv.transpose(w, order), shape)
 
 
-def _linear(cv, x, w):
-    """[N, Ho, Wo, K] x [F, K] -> [N, F, Ho, Wo] on the matrix unit."""
-    f = cv.cx.shape(w)[0]
-    zero = cv.cx.add_weight("conv_bias", np.zeros(sy.as_int(f)))
-    y = cv.emit(LinearOp, input=x, weight=w, bias=zero, act=ir.StringAttr.get("none"))
+def _linear(cv, x, w, bias):
+    """[N, Ho, Wo, K] x [F, K] + bias [F] -> [N, F, Ho, Wo] on the matrix unit."""
+    if bias is None:
+        bias = cv.cx.add_weight("conv_bias", np.zeros(sy.as_int(cv.cx.shape(w)[0])))
+    y = cv.emit(LinearOp, input=x, weight=w, bias=bias, act=ir.StringAttr.get("none"))
     return cv.transpose(y, [0, 3, 1, 2])
 
 
-def _conv(cv, x, w, out_hw: list, strides: list, dilations: list):
+def _patches(cv, x, kh: int, kw: int, ho, wo):
+    """x [N, C, H, W] -> [N, Ho, Wo, C * kh * kw], the (c, a, b) of each patch in the weight's order: per patch
+    row (Ho is static), its [N, C, kh, Wo, kw] view moved to [N, Wo, C, kh, kw] (row moves of kw elements
+    that unroll C * kh blocks; per channel when that is too many), the rows concatenated."""
+    n, c = cv.cx.shape(x)[:2]
+    channels, rows = sy.as_int(c), sy.as_int(ho)
+    if rows is None or kh > MAX_UNROLL:
+        raise cv.refuse(f"its patch conv has {ho} patch rows of {kh} (a static count, kernel height <= {MAX_UNROLL})")
+    x = _every(cv, _every(cv, x, 3, 0, wo * kw, 1), 2, 0, ho * kh, 1)
+    per_channel = channels * kh > MAX_UNROLL or channels * kh * kw > MAX_COLS
+    out = []
+    for r in range(rows):
+        band = _slice(cv, x, 2, r * kh, sy.const(kh))
+        parts = [_slice(cv, band, 1, k, sy.const(1)) for k in range(channels)] if per_channel else [band]
+        moved = []
+        for p in parts:
+            p = cv.reshape(p, [n, cv.cx.shape(p)[1], sy.const(kh), wo, sy.const(kw)])
+            p = cv.transpose(p, [0, 3, 1, 2, 4])
+            moved.append(cv.reshape(p, [n, sy.const(1), wo, cv.cx.shape(p)[2] * kh * kw]))
+        out.append(_concat(cv, moved, 3))
+    return _concat(cv, out, 1)
+
+
+def _bias_of(cv, init):
+    """The [F] vector the conv's init broadcasts (torch-mlir's bias: `linalg.broadcast` of it), or None."""
+    v = cv.env[init]
+    owner = v.owner if isinstance(v, ir.Value) else None
+    if not isinstance(owner, ir.OpView) or owner.operation.name != "novella.broadcast":
+        return None
+    src = owner.operands[0]
+    if isinstance(src.owner, ir.OpView) and src.owner.operation.name == "novella.reshape":
+        src = src.owner.operands[0]
+    shape = cv.cx.shape(src)
+    return src if len(shape) == 1 and sy.equal(shape[0], cv.shape(init)[1]) else None
+
+
+def _conv(cv, x, w, out_hw: list, strides: list, dilations: list, bias=None):
     n, c, hp, wp = cv.cx.shape(x)
     f, _, kh, kw = (sy.as_int(e) for e in cv.cx.shape(w))
     ho, wo = out_hw
     if strides == [kh, kw] and dilations == [1, 1]:
-        x = _every(cv, x, 2, 0, ho * kh, 1)
-        x = _every(cv, x, 3, 0, wo * kw, 1)
-        x = cv.reshape(x, [n, c, ho, sy.const(kh), wo, sy.const(kw)])
-        x = cv.reshape(cv.transpose(x, [0, 2, 4, 1, 3, 5]), [n, ho, wo, c * kh * kw])
-        return _linear(cv, x, cv.reshape(w, [sy.const(f), c * kh * kw]))
+        return _linear(cv, _patches(cv, x, kh, kw, ho, wo), cv.reshape(w, [sy.const(f), c * kh * kw]), bias)
     taps = _taps(cv, x, kh, kw, out_hw, strides, dilations)
     cols = cv.transpose(_concat(cv, taps, 1), [0, 2, 3, 1])  # [N, Ho, Wo, (a, b, c)]
-    return _linear(cv, cols, _weight_rows(cv, w, [0, 2, 3, 1], [sy.const(f), c * kh * kw]))
+    return _linear(cv, cols, _weight_rows(cv, w, [0, 2, 3, 1], [sy.const(f), c * kh * kw]), bias)
 
 
 def _taps(cv, x, kh: int, kw: int, out_hw: list, strides: list, dilations: list) -> list:
@@ -104,11 +138,12 @@ def _taps(cv, x, kh: int, kw: int, out_hw: list, strides: list, dilations: list)
 
 
 def conv_2d_nchw_fchw(cv, op):
-    """y = init + conv(x, w) (the init is the bias, broadcast)."""
+    """y = init + conv(x, w); an init that broadcasts the bias is the linear's bias."""
     x, w = cv.tensor(op.operands[0]), cv.tensor(op.operands[1])
     out_hw = cv.shape(op.operands[2])[2:]
-    y = _conv(cv, x, w, out_hw, _ints(op, "strides"), _ints(op, "dilations"))
-    return cv._accumulate(y, op.operands[2], "sum")
+    bias = _bias_of(cv, op.operands[2])
+    y = _conv(cv, x, w, out_hw, _ints(op, "strides"), _ints(op, "dilations"), bias)
+    return y if bias is not None else cv._accumulate(y, op.operands[2], "sum")
 
 
 def conv_2d_ngchw_gfchw(cv, op):
