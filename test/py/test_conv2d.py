@@ -46,6 +46,7 @@ CASES = {
     "3x3, stride 2, padding 1": dict(in_channels=4, out_channels=8, kernel_size=3, stride=2, padding=1),
     "3x2, dilation 2": dict(in_channels=4, out_channels=6, kernel_size=(3, 2), dilation=2, padding=(2, 1)),
     "stride (1, 3) != kernel 2, no bias": dict(in_channels=2, out_channels=8, kernel_size=2, stride=(1, 3), bias=False),
+    "padding 'valid' (torch gives [0])": dict(in_channels=3, out_channels=8, kernel_size=4, stride=4, padding="valid"),
     "groups 2": dict(in_channels=4, out_channels=8, kernel_size=3, padding=1, groups=2),
     "depthwise": dict(in_channels=4, out_channels=4, kernel_size=3, padding=1, groups=4),
 }
