@@ -94,4 +94,3 @@ def pad(cv, op):
             lhs, rhs = (fill, x) if first else (x, fill)
             x = cv.emit(ConcatOp, lhs=lhs, rhs=rhs, dim=ir.IntegerAttr.get(i64, d))
     return x
-
