@@ -445,5 +445,11 @@ FRONTEND_ONLY.update(
     }
 )
 
+# ------------------------------------------------------------------ conv and group norm: group_norm
+# as sums over each group (a `?` dim: divided by the length's size) and elementwise ops (frontend/lowering/nn.py)
+OPS[nv.ReduceOp].lowers.update(
+    {"torch.aten.group_norm": nn.group_norm, "torch.aten.native_group_norm": nn.native_group_norm}
+)
+
 # the shape rules the dialect layer applies by op name come from this table (it names them, so it sits above)
 shapes.use_table(lookup)

@@ -346,12 +346,28 @@ def to_sympy(e: ir.AffineExpr):
     if isinstance(e, ir.AffineMulExpr):
         return a * b
     if isinstance(e, ir.AffineFloorDivExpr):
-        return sympy.floor(a / b)
+        return _floor_div(a, b)
     if isinstance(e, ir.AffineCeilDivExpr):
         return sympy.ceiling(a / b)
     if isinstance(e, ir.AffineModExpr):
         return sympy.Mod(a, b)
     raise TypeError(f"unsupported affine expression {e}")
+
+
+def _floor_div(a, b):
+    """floor(a / b), a nested floordiv by constants as one: floor((floor(c / d) + r) / b) = floor((c + r d) / (b d))
+    for integers c, r and d, b > 0 (a chain of strided convs gives `((s0 floordiv 5 - 1) floordiv 2`, torch
+    `s0 floordiv 10`)."""
+    import sympy
+
+    terms = sympy.Add.make_args(a)
+    floors = [t for t in terms if isinstance(t, sympy.floor)]
+    if b.is_Integer and b > 0 and len(floors) == 1:
+        num, den = sympy.fraction(sympy.together(floors[0].args[0]))
+        rest = sympy.Add(*[t for t in terms if t is not floors[0]])
+        if den.is_Integer and den > 0 and num.is_integer and rest.is_integer:
+            return sympy.floor((num + rest * den) / (b * den))
+    return sympy.floor(a / b)
 
 
 def _as_sympy(e):

@@ -226,6 +226,7 @@ def _importer_error(e: NotImplementedError) -> NovellaError:
 def _import(ctx, prog, decomposition_table, names, t0, generic: bool) -> Imported:
     prog, table = _decompose(prog, decomposition_table, generic)
     drop_empty_cat_operands(prog.graph)
+    spell_out_conv_lists(prog.graph)
     t1 = time.perf_counter()
     check_outputs(prog)
     hooks = _WeightHooks()
@@ -282,6 +283,21 @@ def check_outputs(prog) -> None:
                 f"output #{i} of the model is the Python value {v!r}, not a tensor computed from the inputs: the "
                 "NPU returns tensors only; return tensors from forward (e.g. torch.tensor(value) outside it)"
             )
+
+
+def spell_out_conv_lists(graph) -> None:
+    """A convolution's one-element stride / padding / dilation / output_padding (torch's `conv2d(padding=
+    "valid")` gives padding [0]) repeated per spatial dim: torch-mlir's linalg lowering crashes on [0]."""
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.convolution.default:
+            continue
+        weight = node.args[1].meta.get("val") if isinstance(node.args[1], torch.fx.Node) else None
+        rank = weight.dim() - 2 if isinstance(weight, torch.Tensor) else 0
+        args = list(node.args)
+        for i in (3, 4, 5, 7):
+            if rank > 1 and i < len(args) and isinstance(args[i], (list, tuple)) and len(args[i]) == 1:
+                args[i] = list(args[i]) * rank
+        node.args = tuple(args)
 
 
 def drop_empty_cat_operands(graph) -> None:

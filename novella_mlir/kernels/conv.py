@@ -14,7 +14,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import Conv1dOp
 from ..machine import costmodel as cm
-from ..machine.target import MAX_COLS
+from ..machine.target import MAX_COLS, MAX_ROWS
 from . import BufferPlan, Tiling, first, memoized, module_symbols, tile_rows
 from .data_movement import make_transpose, typed
 from .elementwise import ACT_FNS, emit_act, nominal_rows
@@ -60,6 +60,7 @@ class Conv1d:
             raise ValueError("conv1d runs channels-last (layout nwc); legalize converts ncw")
         cin, cout, k, stride, _, _, _ = _dims(op, tv)
         tms = [options["tile-m"]] if options.get("tile-m") else target.array_tiles(16, max(target.array_rows // 2, 1))
+        tms = [tm for tm in tms if (tm - 1) * stride + k <= MAX_ROWS] or [max(1, (MAX_ROWS - k) // stride + 1)]
         tns = target.divisors(cout, target.array_cols)
         dims = (cin, cout, k, stride, nominal_rows(op, tv), _attr(op, "act"))
         best = None

@@ -214,9 +214,19 @@ class Converter:
         return pad(self, op)
 
     def _linalg_conv_2d_nchw_fchw(self, op):
-        from .movement import conv_2d_nchw_fchw
+        from .conv import conv_2d_nchw_fchw
 
         return conv_2d_nchw_fchw(self, op)
+
+    def _linalg_conv_2d_ngchw_gfchw(self, op):
+        from .conv import conv_2d_ngchw_gfchw
+
+        return conv_2d_ngchw_gfchw(self, op)
+
+    def _linalg_depthwise_conv_2d_nchw_chw(self, op):
+        from .conv import depthwise_conv_2d_nchw_chw
+
+        return depthwise_conv_2d_nchw_chw(self, op)
 
     def _linalg_matmul(self, op):
         lhs, rhs = (self.tensor(v) for v in op.operands[:2])

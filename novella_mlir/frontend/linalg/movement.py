@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
@@ -95,29 +94,3 @@ def pad(cv, op):
             lhs, rhs = (fill, x) if first else (x, fill)
             x = cv.emit(ConcatOp, lhs=lhs, rhs=rhs, dim=ir.IntegerAttr.get(i64, d))
     return x
-
-
-def conv_2d_nchw_fchw(cv, op):
-    """A conv whose stride is its kernel (a patch embedding): the patches as a view and a transpose, one
-    `novella.linear` over them (the matrix unit), the channels moved back; then the init (the bias) added."""
-    from ...dialects.novella import LinearOp
-
-    strides = [int(v) for v in np.array(ir.DenseElementsAttr(op.attributes["strides"]))]
-    dilations = [int(v) for v in np.array(ir.DenseElementsAttr(op.attributes["dilations"]))]
-    x, w = cv.tensor(op.operands[0]), cv.tensor(op.operands[1])
-    n, c, _, _ = cv.cx.shape(x)
-    f, _, kh, kw = (sy.as_int(e) for e in cv.cx.shape(w))
-    if strides != [kh, kw] or dilations != [1, 1]:
-        raise cv.refuse(f"its linalg conv has strides {strides} and dilations {dilations} for a {kh}x{kw} kernel "
-                        "(the generic path takes a patch embedding: stride = kernel)")  # fmt: skip
-    ho, wo = cv.shape(op.operands[2])[2:]
-    x = _slice(cv, x, 2, sy.const(0), ho * kh) if not sy.equal(ho * kh, cv.cx.shape(x)[2]) else x
-    x = _slice(cv, x, 3, sy.const(0), wo * kw) if not sy.equal(wo * kw, cv.cx.shape(x)[3]) else x
-    x = cv.reshape(x, [n, c, ho, sy.const(kh), wo, sy.const(kw)])
-    x = cv.transpose(x, [0, 2, 4, 1, 3, 5])
-    x = cv.reshape(x, [n, ho, wo, c * kh * kw])
-    w = cv.reshape(w, [sy.const(f), c * kh * kw])
-    zero = cv.cx.add_weight("conv_bias", np.zeros(f))
-    y = cv.emit(LinearOp, input=x, weight=w, bias=zero, act=ir.StringAttr.get("none"))
-    y = cv.transpose(y, [0, 3, 1, 2])
-    return cv._accumulate(y, op.operands[2], "sum")

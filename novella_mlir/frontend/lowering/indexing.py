@@ -233,12 +233,17 @@ def repeat(cx):
     if 0 in reps:
         raise cx.empty_error(f"repeat({', '.join(map(str, reps))}) has a 0 count")
     shape = [sy.const(1)] * (len(reps) - len(cx.shape(x))) + list(cx.shape(x))
+    reps = [r if isinstance(r, ir.AffineExpr) else sy.const(r) for r in reps]  # a count may be a size of the length
+    if any(sy.as_int(r) is None and sy.as_int(s) is None for r, s in zip(reps, shape)):
+        raise cx.error(
+            f"repeat of {[str(e) for e in shape]} by {[str(r) for r in reps]}: a dynamic dim times a count of the length"
+        )
     spread = [e for s in shape for e in (sy.const(1), s)]
-    wide = [e for r, s in zip(reps, shape) for e in (sy.const(r), s)]
+    wide = [e for r, s in zip(reps, shape) for e in (r, s)]
     out = reshape(cx, x, spread, check=False)
-    if any(r != 1 for r in reps):
+    if any(sy.as_int(r) != 1 for r in reps):
         out = cx.emit(BroadcastOp, result_shape=wide, check=False, input=out)
-    return reshape(cx, out, [sy.canon(sy.const(r) * s) for r, s in zip(reps, shape)])
+    return reshape(cx, out, [sy.canon(r * s) for r, s in zip(reps, shape)])
 
 
 def chunk(cx):

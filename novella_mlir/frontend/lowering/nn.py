@@ -1,4 +1,4 @@
-"""Lowerings of layer_norm, conv1d and other nn ops."""
+"""Lowerings of layer_norm, group_norm, conv1d and other nn ops."""
 
 from __future__ import annotations
 
@@ -34,6 +34,53 @@ def layer_norm(cx):
 
 def native_layer_norm(cx):
     return [_layer_norm(cx, cx.const(4)), None, None]
+
+
+def _group_norm(cx, x, groups: int, w, b, eps: float):
+    """`x` [N, C, *spatial] as [N, G, C/G * spatial]: per group, the mean and the (biased) variance over its
+    last dim (a sum over a `?` dim divided by the length's size computed on the NPU), then
+    `(x - mean) * rsqrt(var + eps)` back as [N, C, *spatial], times the weight and plus the bias per channel."""
+    from ... import symbolic as sy
+    from ...dialects.novella import AddOp, DivOp, MulOp, ReduceOp, SubOp
+    from .elementwise import size_value
+    from .pointwise import math_op, scalar_op
+    from .shape_ops import reshape
+
+    shape = list(cx.shape(x))
+    c = sy.as_int(shape[1]) if len(shape) > 1 else None
+    if c is None or groups <= 0 or c % groups:
+        raise cx.error(f"group_norm with {groups} groups needs static channels divisible by it, got {shape}")
+    n = sy.canon(sy.numel([sy.const(c // groups), *shape[2:]]))
+    g = reshape(cx, x, [shape[0], sy.const(groups), n], check=False)
+    count = None if sy.as_int(n) is not None else size_value(cx, n)
+
+    def mean(v):
+        total = cx.emit(ReduceOp, check=False, input=v, fn=ir.StringAttr.get("sum"))
+        if count is None:
+            return scalar_op(cx, "mul", total, 1.0 / sy.as_int(n), check=False)
+        return cx.emit(DivOp, check=False, lhs=total, rhs=count)
+
+    dev = cx.emit(SubOp, check=False, lhs=g, rhs=mean(g))
+    var = mean(cx.emit(MulOp, check=False, lhs=dev, rhs=dev))
+    rstd = math_op(cx, "rsqrt", scalar_op(cx, "add", var, eps, check=False), check=False)
+    y = reshape(cx, cx.emit(MulOp, check=False, lhs=dev, rhs=rstd), shape, check=False)
+    per_channel = [sy.const(c)] + [sy.const(1)] * (len(shape) - 2)
+    if w is not None:
+        y = cx.emit(MulOp, check=False, lhs=y, rhs=reshape(cx, w, per_channel, check=False))
+    if b is not None:
+        y = cx.emit(AddOp, check=False, lhs=y, rhs=reshape(cx, b, per_channel, check=False))
+    return y
+
+
+def group_norm(cx):
+    """aten.group_norm(x, num_groups, weight, bias, eps, cudnn_enabled)."""
+    return _group_norm(cx, cx.operand(0), cx.const(1), _tensor_or_none(cx, 2), _tensor_or_none(cx, 3), cx.const(4))
+
+
+def native_group_norm(cx):
+    """aten.native_group_norm(x, weight, bias, N, C, HxW, group, eps) -> (y, mean, rstd); only y is used."""
+    x = cx.operand(0)
+    return [_group_norm(cx, x, cx.const(6), _tensor_or_none(cx, 1), _tensor_or_none(cx, 2), cx.const(7)), None, None]
 
 
 def _single(cx, i: int, what: str) -> int:
