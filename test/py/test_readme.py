@@ -130,3 +130,13 @@ def test_buckets_table_shows_todays_programs_and_cycles_for_the_mlp():
     for i in range(len(art.programs)):
         mb, tb = art.program_nbytes(i)
         assert programs[i][2:5] == [str(art.programs[i].ranges[0]), f"{mb:,}", f"{tb:,}"], "regenerate the table"
+
+
+def test_curve_table_shows_todays_ratios_for_the_mlp():
+    import cycles
+
+    rows = _rows("curve")
+    column = rows[0].index("mlp384 default")
+    for t in (1, 2048):
+        cell = next(r for r in rows if r[0] == str(t))[column]
+        assert cell == f"{cycles.measure('mlp384', 'default', t, 2048)['ratio']:.2f}", f"T={t}: regenerate the curve"
