@@ -48,34 +48,50 @@ def run(npu, x):
     return s.cycles, roof, s.dma_bytes_loaded + s.dma_bytes_stored
 
 
-def report(name: str, max_len: int, lengths, config) -> None:
+def measure(name: str, max_len: int, lengths, config) -> dict:
+    """Both compiles of `name` simulated at every length in bounds: rows per length, bytes per program."""
     spec, npus = compile_both(name, max_len, config)
     off, on = npus[False], npus[True]
     art = on.artifact
-    extra = sum(v for k, v in on.stages.seconds.items() if " @ " in k or k == "novella-buckets")
-    print(f"\n## {name}, T in [{art.symbols[0][1]}, {art.symbols[0][2]}]  (compile time of the buckets: "
-          f"--novella-buckets and the bucket programs' passes, {extra:.2f} s)")  # fmt: skip
-    head = f"{'T':>6} {'program':>8} {'cycles 1 prog':>14} {'cycles buckets':>15} {'gain':>6}"
-    print(head + f" {'cyc/roof off':>12} {'cyc/roof on':>11} {'moved MB off':>12} {'moved MB on':>11}")
+    rows = []
     for t in lengths:
-        x = spec.example(t)
-        sym = spec.symbol(t)
+        x, sym = spec.example(t), spec.symbol(t)
         if not art.symbols[0][1] <= sym <= art.symbols[0][2]:
             continue
         c_off, roof, m_off = run(off, x)
         c_on, _, m_on = run(on, x)
-        print(f"{t:>6} {'#' + str(art.pick([sym])):>8} {c_off:>14,} {c_on:>15,} {c_off / c_on:>5.2f}x"
-              f" {c_off / roof:>12.2f} {c_on / roof:>11.2f} {m_off / 1e6:>12.2f} {m_on / 1e6:>11.2f}")  # fmt: skip
-    print(f"\n{'program':>8} {'range':>16} {'MacroMeta B':>12} {'TileMeta B':>11} {'total B':>8}  reason")
+        prog = art.pick([sym])
+        rows.append(dict(T=t, program=prog, range=str(art.programs[prog].ranges[0]), off=c_off, on=c_on, roof=roof,
+                         moved_off=m_off, moved_on=m_on))  # fmt: skip
+    programs = [dict(range=str(p.ranges[0]), bytes=art.program_nbytes(i), reason=p.reason)
+                for i, p in enumerate(art.programs)]  # fmt: skip
     generic = off.artifact.program_nbytes(0)
-    print(f"{'(off)':>8} {str(off.artifact.programs[0].ranges[0]):>16} {generic[0]:>12} {generic[1]:>11}"
-          f" {sum(generic):>8}  one generic program")  # fmt: skip
-    for i, p in enumerate(art.programs):
-        mb, tb = art.program_nbytes(i)
-        print(f"{'#' + str(i):>8} {str(p.ranges[0]):>16} {mb:>12} {tb:>11} {mb + tb:>8}  {p.reason}")
-    extra = art.nbytes - off.artifact.nbytes
-    print(f"artifact metadata: {off.artifact.nbytes} B with one program, {art.nbytes} B with buckets "
-          f"(+{extra} B, {extra / off.artifact.nbytes:+.0%}); weights {art.weight_nbytes} B either way")  # fmt: skip
+    return dict(name=name, bounds=tuple(art.symbols[0][1:]), rows=rows, programs=programs,
+                generic=dict(range=str(off.artifact.programs[0].ranges[0]), bytes=generic),
+                nbytes_off=off.artifact.nbytes, nbytes_on=art.nbytes, weights=art.weight_nbytes,
+                compile_s=sum(v for k, v in on.stages.seconds.items() if " @ " in k or k == "novella-buckets"))  # fmt: skip
+
+
+def report(name: str, max_len: int, lengths, config) -> None:
+    r = measure(name, max_len, lengths, config)
+    print(f"\n## {name}, T in [{r['bounds'][0]}, {r['bounds'][1]}]  (compile time of the buckets: "
+          f"--novella-buckets and the bucket programs' passes, {r['compile_s']:.2f} s)")  # fmt: skip
+    head = f"{'T':>6} {'program':>8} {'cycles 1 prog':>14} {'cycles buckets':>15} {'gain':>6}"
+    print(head + f" {'cyc/roof off':>12} {'cyc/roof on':>11} {'moved MB off':>12} {'moved MB on':>11}")
+    for w in r["rows"]:
+        print(f"{w['T']:>6} {'#' + str(w['program']):>8} {w['off']:>14,} {w['on']:>15,} {w['off'] / w['on']:>5.2f}x"
+              f" {w['off'] / w['roof']:>12.2f} {w['on'] / w['roof']:>11.2f} {w['moved_off'] / 1e6:>12.2f}"
+              f" {w['moved_on'] / 1e6:>11.2f}")  # fmt: skip
+    print(f"\n{'program':>8} {'range':>16} {'MacroMeta B':>12} {'TileMeta B':>11} {'total B':>8}  reason")
+    g = r["generic"]
+    print(f"{'(off)':>8} {g['range']:>16} {g['bytes'][0]:>12} {g['bytes'][1]:>11} {sum(g['bytes']):>8}"
+          "  one generic program")  # fmt: skip
+    for i, p in enumerate(r["programs"]):
+        mb, tb = p["bytes"]
+        print(f"{'#' + str(i):>8} {p['range']:>16} {mb:>12} {tb:>11} {mb + tb:>8}  {p['reason']}")
+    extra = r["nbytes_on"] - r["nbytes_off"]
+    print(f"artifact metadata: {r['nbytes_off']} B with one program, {r['nbytes_on']} B with buckets "
+          f"(+{extra} B, {extra / r['nbytes_off']:+.0%}); weights {r['weights']} B either way")  # fmt: skip
 
 
 def main(argv=None) -> None:

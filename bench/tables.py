@@ -1,14 +1,16 @@
-"""The README's measured tables, each written between its markers with the commit and machine it was measured on.
+"""The measured tables of README.md and docs/performance.md, each written between its markers with the commit
+and machine it was measured on.
 
     .venv/bin/python bench/tables.py                      # every table
-    .venv/bin/python bench/tables.py goldens storage      # some of them (goldens, storage, cycles, demo)
-    .venv/bin/python bench/tables.py --print goldens      # print, leave README.md alone
+    .venv/bin/python bench/tables.py goldens storage      # some of them (the names of TABLES)
+    .venv/bin/python bench/tables.py --print goldens      # print, leave the files alone
 
-A table sits in README.md between `<!-- table:NAME -->` and `<!-- /table:NAME -->`; its last line names the
-command, the commit (with `+dirty` when the work tree had changes), the date and the machine. Commit first,
-then regenerate, so the commit named is the code that produced the figures.
-`test/py/test_readme_tables.py` fails when the golden table disagrees with `test/golden/cycles_<name>.json`
-and when the storage table's JIT bytes are not what the code compiles today.
+A table sits in its file (`WHERE`, else README.md) between `<!-- table:NAME -->` and `<!-- /table:NAME -->`;
+its last line names the command, the commit (with `+dirty` when the work tree had changes), the date and the
+machine. Commit first, then regenerate, so the commit named is the code that produced the figures.
+`test/py/test_readme.py` fails when a table has no such line, when the golden table disagrees with
+`test/golden/cycles_<name>.json`, and when the storage, cycles or buckets tables' bytes, cycles and program
+ranges are not what the code compiles today.
 """
 
 from __future__ import annotations
@@ -98,6 +100,24 @@ def cycles_table() -> str:
     return "```\n" + "\n".join([head, *body]) + "\n```"
 
 
+def curve_table() -> str:
+    """bench/cycles.py --curve: cycles / compulsory roofline at every length, both models, every config."""
+    import cycles
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        out = cycles.curve(list(cycles.CURVE_MODELS), ["edge", "default", "large"])
+    cols = list(out)
+    lengths = sorted({r["T"] for rows in out.values() for r in rows})
+    lines = ["| T | " + " | ".join(f"{w} {c}" for w, c in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for t in lengths:
+        cells = [next((f"{r['ratio']:.2f}" for r in out[k] if r["T"] == t), "-") for k in cols]
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    spread = [f"{max(r['ratio'] for r in out[k]):.2f} / {max(r['ratio'] for r in out[k]) / min(r['ratio'] for r in out[k]):.2f}"
+              for k in cols]  # fmt: skip
+    lines.append("| max / (max/min) | " + " | ".join(spread) + " |")
+    return "\n".join(lines)
+
+
 STOCK_LABELS = {"gpt2": "GPT2Model", "bert": "BertModel", "llama": "LlamaModel (GQA 4/2)",
                 "opt": "OPTModel (positions from `cumsum`)", "encoder-post-norm": "TransformerEncoder, post-norm",
                 "encoder-pre-norm": "TransformerEncoder, norm_first", "whisper-sdpa": "Whisper encoder, SDPA (frames)"}  # fmt: skip
@@ -163,17 +183,82 @@ def host_table() -> str:
     return "\n".join(host.summary())
 
 
+JIT_MODELS = (("mlp", "2,64,65,256,1024,1500"), ("layer", "2,64,65,256,1024,1500"), ("encoder", "2,256,1500"))
+
+
+def jit_table() -> str:
+    """bench/jit.py per model at max_len 1500: a new length, a first call, a cached one, against the NPU time."""
+    import jit
+    import models
+
+    parts = []
+    for name, lengths in JIT_MODELS:
+        spec, _, npu = models.compile_model(name, 1500)
+        rows = [jit.measure(npu, spec, int(t), 5, True) for t in lengths.split(",")]
+        parts.append(f"**{name}** (max_len 1500)\n\n{jit.table(rows)}")
+    return "\n\n".join(parts)
+
+
+def buckets_table() -> str:
+    """bench/buckets.py: each model compiled with and without shape buckets, simulated side by side."""
+    import buckets
+    from cycles import config_of
+
+    config = config_of("default")
+    runs = [buckets.measure(name, max_len, lengths, config) for name, max_len, lengths in buckets.DEFAULT]
+    label = {"mlp384": "MLP 384-1536-384", "body": "whisper-tiny body (4 layers)"}
+    lines = ["| model | T | program | cycles, one program | cycles, buckets | gain | cyc/roof off | cyc/roof on "
+             "| moved MB off | moved MB on |", "|" + "---|" * 10]  # fmt: skip
+    for r in runs:
+        for i, w in enumerate(r["rows"]):
+            lines.append(
+                f"| {label[r['name']] if i == 0 else ''} | {w['T']} | #{w['program']} {w['range']} | {w['off']:,} "
+                f"| {w['on']:,} | {w['off'] / w['on']:.2f}x | {w['off'] / w['roof']:.2f} | {w['on'] / w['roof']:.2f} "
+                f"| {w['moved_off'] / 1e6:.2f} | {w['moved_on'] / 1e6:.2f} |"
+            )
+    lines += ["", "| model | program | range | MacroMeta B | TileMeta B | why |", "|" + "---|" * 6]
+    for r in runs:
+        g = r["generic"]
+        lines.append(f"| {label[r['name']]} | without buckets | {g['range']} | {g['bytes'][0]:,} | {g['bytes'][1]:,} "
+                     "| one generic program |")  # fmt: skip
+        for i, p in enumerate(r["programs"]):
+            lines.append(f"| | #{i} | {p['range']} | {p['bytes'][0]:,} | {p['bytes'][1]:,} | {p['reason']} |")
+        extra = r["nbytes_on"] - r["nbytes_off"]
+        lines.append(f"| | all | | {r['nbytes_off']:,} B without, {r['nbytes_on']:,} B with buckets "
+                     f"| {extra:+,} B ({extra / r['nbytes_off']:+.0%}) | weights {r['weights']:,} B either way |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def whisper_timing_table() -> str:
+    """bench/models_e2e.py --whisper-timing: the frontend of the whisper-tiny encoder, best of 3."""
+    import models_e2e
+
+    lines = [
+        "| decompositions | torch.export | decomposition step | FX import | compile_torch |",
+        "|---|---|---|---|---|",
+    ]
+    for label, *secs in models_e2e.whisper_frontend_rows(3):
+        lines.append(f"| {label} | " + " | ".join(f"{v:.2f} s" for v in secs) + " |")
+    return "\n".join(lines)
+
+
 TABLES = {
     "goldens": goldens_table,
     "storage": storage_table,
     "cycles": cycles_table,
+    "curve": curve_table,
     "models": models_table,
     "demo": demo_table,
     "host": host_table,
+    "whisper-timing": whisper_timing_table,
+    "buckets": buckets_table,
+    "jit": jit_table,
 }
+PERFORMANCE = ROOT / "docs" / "performance.md"
+WHERE = {"buckets": PERFORMANCE, "jit": PERFORMANCE}  # the file a table lives in (README.md when not listed)
 
 
-# ------------------------------------------------------------------ README
+# ------------------------------------------------------------------ the files
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -185,7 +270,7 @@ def section(text: str, name: str) -> str:
     begin, end = markers(name)
     m = re.search(re.escape(begin) + r"\n(.*?)\n" + re.escape(end), text, re.S)
     if m is None:
-        raise KeyError(f"README.md has no {begin} ... {end} section")
+        raise KeyError(f"no {begin} ... {end} section")
     return m.group(1)
 
 
@@ -198,15 +283,16 @@ def replace(text: str, name: str, body: str) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("names", nargs="*", choices=[*TABLES, []], help="tables to regenerate (default: all)")
-    p.add_argument("--print", action="store_true", help="print the tables instead of writing README.md")
+    p.add_argument("--print", action="store_true", help="print the tables instead of writing their files")
     args = p.parse_args(argv)
     for name in args.names or TABLES:
         t0, where = time.perf_counter(), provenance(name)
         body = f"{TABLES[name]()}\n\n_{where}_"
+        path = WHERE.get(name, README)
         if args.print:
             print(body)
         else:
-            README.write_text(replace(README.read_text(), name, body))
+            path.write_text(replace(path.read_text(), name, body))
         print(f"bench/tables.py: {name} in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return 0
 

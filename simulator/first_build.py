@@ -20,13 +20,15 @@ def enabled() -> bool:
 
 
 def uncached(module) -> list[str]:
-    """The names of the module's cached numba kernels that have no index file on disk yet."""
+    """The names of the module's cached numba kernels that have no index file on disk yet (kernels inlined
+    into their callers have none of their own)."""
     out = []
     for name, f in vars(module).items():
         cache = getattr(f, "_cache", None)
         index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
         own = getattr(getattr(f, "py_func", None), "__module__", None) == module.__name__
-        if index and own and not os.path.exists(index):
+        inlined = getattr(f, "targetoptions", {}).get("inline") == "always"
+        if index and own and not inlined and not os.path.exists(index):
             out.append(name)
     return out
 

@@ -1,4 +1,5 @@
-"""Shared test setup: no test reads or fills the user's compile cache.
+"""Shared test setup: no test reads or fills the user's compile cache; numba's kernels are built once
+before xdist starts its workers; the heaviest files are handed out first; hypothesis has a suite profile.
 
 NOVELLA_CACHE=0 is set when the test session starts, so module- and
 session-scoped fixtures (which run before any function-scoped fixture) do
@@ -7,12 +8,19 @@ NOVELLA_CACHE_DIR. Tests of the cache itself turn it back on
 (test_compile_cache.py)."""
 
 import os
+import sys
 import tempfile
 
 import pytest
+from hypothesis import settings
 
 os.environ["NOVELLA_CACHE"] = "0"
 os.environ["NOVELLA_CACHE_DIR"] = tempfile.mkdtemp(prefix="novella-cache-")
+
+# `suite` (the default) runs each property test on 40 examples; HYPOTHESIS_PROFILE=thorough on 500.
+settings.register_profile("suite", max_examples=40, deadline=None, database=None)
+settings.register_profile("thorough", max_examples=500, deadline=None, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 
 @pytest.fixture(autouse=True)
@@ -28,8 +36,57 @@ QUICK_FILES = {
     "test_optable.py", "test_simulator.py", "test_symbols.py", "test_timing.py", "test_tools.py", "test_trace.py",
 }  # fmt: skip
 
+# The files of most CPU first (`pytest --durations`, a loaded 2-core host). With `--dist loadfile
+# --no-loadscope-reorder` (.ci/run) xdist hands a worker the next file in this order when it runs low, so
+# the long files start early and short ones fill the end. Files not listed run after these, the quick
+# files last.
+HEAVY_FIRST = (
+    "test_causal_lm.py", "test_batched_decode.py", "test_engine.py", "test_longtail.py", "test_bit_identity.py",
+    "test_models.py", "test_hardening.py", "test_readme.py", "test_cache_fuzz.py", "test_jit_kernel.py",
+    "test_fuzz.py", "test_notebooks.py", "test_cache_processes.py", "test_generic.py", "test_costmodel.py",
+    "test_kv_patterns.py", "test_compile_cache.py", "test_linear_search.py", "test_oracle.py", "test_fast_path.py",
+    "test_configs.py", "test_opinfo.py", "test_safe_softmax.py", "test_scan.py", "test_frontend_ops.py",
+    "test_lm_trust.py", "test_first_hour.py", "test_cycles.py",
+)  # fmt: skip
+
+
+def _rank(item) -> int:
+    name = item.path.name
+    if name in HEAVY_FIRST:
+        return HEAVY_FIRST.index(name)
+    return len(HEAVY_FIRST) + (name in QUICK_FILES)
+
 
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_rank)  # stable: a file's tests keep their order
     for item in items:
         if item.path.name in QUICK_FILES:
             item.add_marker(pytest.mark.quick)
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), before any worker starts
+        _build_numba_kernels_once()
+
+
+def _build_numba_kernels_once() -> None:
+    """Numba caches each kernel's machine code beside its source; in a fresh clone none is there yet, and
+    every xdist worker (and every subprocess a test starts) would compile the same kernels at once. A tiny
+    model, compiled and run checked and unchecked, builds the JIT's and the simulator's kernels here."""
+    from novella_mlir.runtime import _jit_numba
+    from simulator import _fast_numba, first_build
+
+    if not (first_build.uncached(_jit_numba) or first_build.uncached(_fast_numba)):
+        return
+    print("conftest: building numba's kernels once (first run after an install)", file=sys.stderr, flush=True)
+    import torch
+
+    from novella_mlir import compile_torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 8)).eval()
+    npu = compile_torch(model, torch.randn(1, 4, 8), dynamic_dim=1, min_len=1, max_len=32, cache=False)
+    for t in (1, 7, 32):
+        x = torch.randn(1, t, 8)
+        torch.testing.assert_close(npu(x), model(x), rtol=1e-4, atol=1e-4)
+        npu(x, check_hazards=False)

@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import enum
 import functools
-import os
 
 import numpy as np
 import pytest
@@ -132,7 +131,7 @@ def out(m):
 
 
 PLAIN = Writing(order=[0, 1, 2, 3])
-FUZZ = settings(max_examples=int(os.environ.get("NOVELLA_FUZZ_EXAMPLES", 200)), deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None)
+FUZZ = settings(suppress_health_check=[HealthCheck.too_slow])  # examples: the hypothesis profile (conftest.py)
 
 
 @pytest.fixture(autouse=True)

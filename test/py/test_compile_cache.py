@@ -1,5 +1,5 @@
 """The persistent compile cache: hits, what the key covers, entries bound to their key, the signing key,
-failed writes, the size cap, off switches. (Key fuzz: test_cache_fuzz.py; ten processes: test_cache_processes.py.)"""
+failed writes, the size cap, off switches. (Key fuzz: test_cache_fuzz.py; several processes at once: test_cache_processes.py.)"""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from novella_mlir import compile_torch  # noqa: E402
 
 
 @seed(0)
-@settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(suppress_health_check=list(HealthCheck))  # examples: the hypothesis profile (conftest.py)
 @given(fuzz.graphs(max_layers=3))
 def test_random_graphs_match_eager(g):
     outcome, detail = fuzz.check(g)

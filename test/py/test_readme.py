@@ -61,14 +61,18 @@ def test_readme_block_runs_and_shows_its_result(i):
 # ------------------------------------------------------------------ the measured tables
 
 
+def _text(name: str) -> str:
+    return README if name not in tables.WHERE else tables.WHERE[name].read_text()
+
+
 def _rows(name: str) -> list[list[str]]:
-    body = tables.section(README, name)
+    body = tables.section(_text(name), name)
     return [[c.strip() for c in line.strip("|").split("|")] for line in body.splitlines() if line.startswith("| ")]
 
 
 @pytest.mark.parametrize("name", sorted(tables.TABLES))
 def test_every_table_says_where_it_was_measured(name):
-    last = tables.section(README, name).strip().splitlines()[-1]
+    last = tables.section(_text(name), name).strip().splitlines()[-1]
     assert re.fullmatch(
         rf"_measured by `bench/tables.py {name}` at commit [0-9a-f]{{7,}}(\+dirty)?, .* CPUs, load .*_", last
     )
@@ -106,3 +110,33 @@ def test_cycles_table_shows_todays_cycles_for_the_small_rows():
     for workload, config, t in (("mlp384", "default", 1), ("mlp384", "default", 2048)):
         line = next(x.split() for x in lines if x.split()[:3] == [workload, config, str(t)])
         assert int(line[4]) == cycles.measure(workload, config, t, 2048)["cycles"], f"{workload} T={t}: regenerate"
+
+
+def test_buckets_table_shows_todays_programs_and_cycles_for_the_mlp():
+    import cycles
+
+    _, npu, _ = cycles.compiled("mlp384", "default", 2048)
+    art = npu.artifact
+    rows = _rows("buckets")
+    mlp = rows[: next(i for i, r in enumerate(rows) if r[0].startswith("whisper"))]
+    for row in mlp[1:]:
+        t = int(row[1])
+        program = art.pick([t])
+        assert row[2] == f"#{program} {art.programs[program].ranges[0]}", f"T={t}: regenerate bench/tables.py buckets"
+    for t in (1, 2048):
+        row = next(r for r in mlp if r[1] == str(t))
+        assert row[4] == f"{cycles.measure('mlp384', 'default', t, 2048)['cycles']:,}", f"T={t}: regenerate"
+    programs = [r for r in rows if r[1].startswith("#") and r[2].startswith("[")]
+    for i in range(len(art.programs)):
+        mb, tb = art.program_nbytes(i)
+        assert programs[i][2:5] == [str(art.programs[i].ranges[0]), f"{mb:,}", f"{tb:,}"], "regenerate the table"
+
+
+def test_curve_table_shows_todays_ratios_for_the_mlp():
+    import cycles
+
+    rows = _rows("curve")
+    column = rows[0].index("mlp384 default")
+    for t in (1, 2048):
+        cell = next(r for r in rows if r[0] == str(t))[column]
+        assert cell == f"{cycles.measure('mlp384', 'default', t, 2048)['ratio']:.2f}", f"T={t}: regenerate the curve"
