@@ -96,7 +96,7 @@ def _int_dict(a, keys=None) -> str | None:
 
 def _buffers(a) -> str | None:
     if not isinstance(a, ir.DictAttr):
-        return 'a dictionary of ["spad"|"acc", offset, size(, 2)] buffers'
+        return 'a dictionary of ["spad"|"acc", offset, size(, 2(, alternate))] buffers'
     try:
         buffer_entries(a)
     except (FieldError, TypeError, AttributeError) as e:

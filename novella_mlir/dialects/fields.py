@@ -79,17 +79,23 @@ def macro_fields(kernel: str, grid, tiles, buffers, dram) -> dict:
     }
 
 
+_SHAPE = '["spad"|"acc", offset, size(, 2(, alternate))]'
+
+
 def buffer_entries(buffers: ir.DictAttr) -> dict[str, tuple]:
-    """{name: (mem, offset, size, slots)} of a macro's `buffers` (or a tiled op's `novella.buffers`)."""
+    """{name: (mem, offset, size, slots)} of a macro's `buffers` (or a tiled op's `novella.buffers`);
+    a fifth element 1 marks slots the kernel alternates itself (`Buffer.alternate`)."""
     out = {}
     for i in range(len(buffers)):
         entry = buffers[i]
         v = [a.value for a in ir.ArrayAttr(entry.attr)]
-        if len(v) not in (3, 4) or v[0] not in MEMS or not all(isinstance(x, int) for x in v[1:]):
-            raise FieldError(f'buffer \'{entry.name}\' must be ["spad"|"acc", offset, size(, 2)], got {entry.attr}')
+        if len(v) not in (3, 4, 5) or v[0] not in MEMS or not all(isinstance(x, int) for x in v[1:]):
+            raise FieldError(f'buffer \'{entry.name}\' must be {_SHAPE}, got {entry.attr}')
         mem, offset, size, *slots = v
-        if offset < 0 or size < 1 or slots not in ([], [2]):
-            raise FieldError(f"buffer '{entry.name}' needs offset >= 0, size >= 1 and slots 2 if given, got {v}")
+        if offset < 0 or size < 1 or slots not in ([], [2], [2, 0], [2, 1]):
+            raise FieldError(
+                f"buffer '{entry.name}' needs offset >= 0, size >= 1, slots 2 and alternate 0|1 if given, got {v}"
+            )
         out[entry.name] = (mem, offset, size, slots[0] if slots else 1)
     return out
 
@@ -258,12 +264,13 @@ def _check_inst(attrs: tuple, n_operands: int, n_dims: int) -> None:
 
 
 def _check_slot(a, layout) -> None:
+    """Address field -> slot stride; a stride 0 marks a LOAD into slots its kernel alternates itself."""
     if not isinstance(a, ir.DictAttr):
         raise FieldError(f"'slot' must map address fields to strides, got {a}")
     for i in range(len(a)):
         k, v = a[i].name, a[i].attr
-        if not k.endswith("_addr") or k not in layout or not isinstance(v, ir.IntegerAttr) or v.value < 1:
-            raise FieldError(f"'slot' must map address fields to strides >= 1, got {k} = {v}")
+        if not k.endswith("_addr") or k not in layout or not isinstance(v, ir.IntegerAttr) or v.value < 0:
+            raise FieldError(f"'slot' must map address fields to strides >= 0, got {k} = {v}")
 
 
 def result_dram(op) -> ir.Attribute | None:

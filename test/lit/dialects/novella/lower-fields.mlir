@@ -93,7 +93,7 @@ func.func @inst_token_bits() -> tensor<16xf32> {
 
 func.func @inst_bad_slot() -> tensor<16xf32> {
   %0 = "novella.macro"() ({
-    // expected-error @+1 {{'slot' must map address fields to strides >= 1, got rows = 16 : i64}}
+    // expected-error @+1 {{'slot' must map address fields to strides >= 0, got rows = 16 : i64}}
     "novella.inst"() {opcode = "VEC", fn = "RELU", rows = 16 : i64, slot = {rows = 16 : i64}} : () -> ()
   }) {kernel = "novella.relu", grid = affine_map<() -> (1)>, buffers = {}, dram = affine_map<() -> (0)>, schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {}} : () -> tensor<16xf32>
   return %0 : tensor<16xf32>
