@@ -51,7 +51,7 @@ module attributes {novella.symbols = {s0 = ["W", 4, 256]}} {
 // MACRO-LABEL: func.func @group_norm
 // MACRO: "novella.vop"() {a = "b0", {{.*}}fn = "ROWSUM", rows = 1 : i64}
 // MACRO: "novella.vop"() {a = "b0", {{.*}}cols = #[[COLS]], {{.*}}fn = "ROWSUM", rows = 2 : i64}
-// MACRO: fn = "sum", grid = #[[GRID]], kernel = "novella.reduce"
+// MACRO: grid = #[[GRID]], kernel = "novella.reduce"
 #t = affine_map<()[s0] -> (1, 8, s0)>
 #g = affine_map<()[s0] -> (1, 2, s0 * 4)>
 #n = affine_map<()[s0] -> (1, s0 * 4)>
