@@ -18,8 +18,8 @@ also with an attention mask (the last quarter padded). `use_cache=False` everywh
 the model takes one); {untried} more families build but were not run in this table's time budget;
 {skipped} model types skipped (listed at the end).
 
-| family | input | lengths | compile s | max err | no mask | mask | first refusal |
-|---|---|---|---|---|---|---|---|
+| family | input | lengths | compile s | max err | no mask | mask | first refusal | commit |
+|---|---|---|---|---|---|---|---|---|
 """
 
 
@@ -59,7 +59,7 @@ def line(r: dict) -> str:
     err = f"{max(errs):.1e}" if errs else "-"
     cs = nm.get("compile_s")
     return (f"| {r['family']} | {r.get('kind', '?')} | [{r.get('lo')}, {r.get('hi')}] | "
-            f"{cs if cs is not None else '-'} | {err} | {_cell(nm)} | {_cell(m)} | {_first_refusal(r)[:240]} |")  # fmt: skip
+            f"{cs if cs is not None else '-'} | {err} | {_cell(nm)} | {_cell(m)} | {_first_refusal(r)[:240]} | {r.get('commit', '?')} |")  # fmt: skip
 
 
 def render(rows: list[dict], results: dict, machine: str) -> str:
