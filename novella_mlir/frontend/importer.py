@@ -215,6 +215,7 @@ def _importer_error(e: NotImplementedError) -> NovellaError:
 def _import(ctx, prog, decomposition_table, names, t0, generic: bool) -> Imported:
     prog, table = _decompose(prog, decomposition_table, generic)
     drop_empty_cat_operands(prog.graph)
+    chosen = exporting.fold_size_min_max(prog)
     t1 = time.perf_counter()
     check_outputs(prog)
     hooks = _WeightHooks()
@@ -233,8 +234,8 @@ def _import(ctx, prog, decomposition_table, names, t0, generic: bool) -> Importe
         module=importer.module,
         weights=hooks.weights,
         symbols=symbols,
-        arg_shapes=[_shape(n, positions) for n in user_inputs],
-        out_shapes=[_shape(n, positions) for n in outs],
+        arg_shapes=[_shape(n, chosen) for n in user_inputs],
+        out_shapes=[_shape(n, chosen) for n in outs],
         positions=positions,
         exported=prog,
         seconds={"decompose": t1 - t0, "import": t2 - t1},
@@ -350,5 +351,6 @@ def _symbols(prog, names: dict | None = None):
     return syms, positions
 
 
-def _shape(node, positions):
-    return [d if isinstance(d, int) else d.node.expr for d in node.meta["val"].shape]
+def _shape(node, chosen: dict):
+    """The node's sizes, each sympy Min/Max of sizes replaced by the side `fold_size_min_max` chose."""
+    return [d if isinstance(d, int) else d.node.expr.xreplace(chosen) for d in node.meta["val"].shape]

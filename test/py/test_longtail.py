@@ -179,3 +179,24 @@ def test_composites_that_call_composites():
     y = torch.randn(1, 1, 8)
     check(lambda x: torch.hstack([y.expand_as(x) + torch.movedim(x, 1, 2).transpose(1, 2),
                                   torch.nn.functional.cosine_similarity(x, x + 1, dim=-1).unsqueeze(-1) * x]))  # fmt: skip
+
+
+def _round_up_min(x):
+    t = x.shape[1]
+    return x[:, : min(t, 4 * ((t + 3) // 4))] * 2
+
+
+def test_a_size_min_that_one_side_wins_everywhere_is_folded():
+    """bamba / sew: `min(size, size)` becomes `torch.sym_min`, which torch-mlir's FX importer cannot import;
+    the side that is the min at every length replaces it (here T, as T <= 4 * ceil(T / 4))."""
+    from novella_mlir.frontend import importer
+
+    prog = importer.export(Lambda(_round_up_min), (torch.randn(1, 6, 8),), 1, 2, 70)
+    assert any(n.target is torch.sym_min for n in prog.graph.nodes)
+    check(_round_up_min)
+    check(lambda x: x[:, : max(x.shape[1] // 2, (x.shape[1] - 1) // 2) + 1] + 1)
+
+
+def test_a_size_min_that_changes_sides_is_refused_naming_the_line():
+    with pytest.raises(NovellaError, match=r"lambda_module.py:\d+: torch.sym_min\(s\d+, 40\) of sizes: neither side"):
+        check(lambda x: x[:, : min(x.shape[1], 40)] * 2)
