@@ -200,3 +200,36 @@ def test_a_size_min_that_one_side_wins_everywhere_is_folded():
 def test_a_size_min_that_changes_sides_is_refused_naming_the_line():
     with pytest.raises(NovellaError, match=r"lambda_module.py:\d+: torch.sym_min\(s\d+, 40\) of sizes: neither side"):
         check(lambda x: x[:, : min(x.shape[1], 40)] * 2)
+
+
+class _Router(torch.nn.Module):
+    """An MoE router (afmoe, aria, cohere2_moe): top-k over a small expert axis, the scores gathered at
+    the picked experts, then a dense MoE: every expert computed, weighted by its top-k score or 0."""
+
+    def __init__(self, experts=5, k=2, largest=True):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.gate = torch.nn.Linear(8, experts)
+        self.experts = torch.nn.Parameter(torch.randn(experts, 8, 8, generator=g) / 3)
+        self.k, self.largest = k, largest
+
+    def forward(self, x):
+        scores = torch.sigmoid(self.gate(x))
+        top, picked = torch.topk(scores, self.k, dim=-1, largest=self.largest)
+        at = scores.gather(-1, picked)
+        keep = scores >= top[..., -1:] if self.largest else scores <= top[..., -1:]
+        weights = torch.where(keep, scores, 0.0) / at.sum(-1, keepdim=True)
+        every = torch.stack([x @ w for w in self.experts], -1)
+        return (every * weights.unsqueeze(-2)).sum(-1) + picked.to(x.dtype).sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+def test_a_top_k_router_and_a_dense_moe(largest):
+    router = _Router(largest=largest)
+    check(lambda x: router(x))
+
+
+def test_data_dependent_token_dispatch_is_refused_naming_the_line():
+    """An MoE that gathers each expert's tokens (`nonzero` of the routing mask) has sizes set by the data."""
+    with pytest.raises(NovellaError, match=r"torch.nonzero at .*lambda_module.py:\d+.*depends on the input's values"):
+        check(lambda x: x[0][(x[0].sum(-1) > 0).nonzero()[:, 0]].sum(0, keepdim=True))
