@@ -80,7 +80,8 @@ class _WeightHooks(FxImporterHooks):
 def topk_by_rounds(x, k, dim=-1, largest=True, sorted=True):
     """`aten.topk` as k rounds of max / argmax, each masking the index it took: for the small static k of
     an MoE router over its expert axis (torch-mlir lowers topk only to TMTensor, not to linalg). The values
-    come sorted (as `sorted=True` has them) and ties go to the lower index, as argmax takes them."""
+    come sorted (as `sorted=True` has them) and ties go to the lower index, as argmax takes them. A value taken
+    is masked by the dtype's lowest finite value."""
     if not isinstance(k, int):
         raise NovellaError(f"topk with a symbolic k ({k}): the NPU takes a top-k with a fixed k only")
     y = x if largest else -x
@@ -90,7 +91,7 @@ def topk_by_rounds(x, k, dim=-1, largest=True, sorted=True):
         i = y.argmax(dim, keepdim=True)
         values.append(y.amax(dim, keepdim=True))
         indices.append(i)
-        y = torch.where(iota == i, float("-inf"), y)
+        y = torch.where(iota == i, torch.finfo(y.dtype).min, y)  # not -inf: an amax over a non-last dim makes it nan
     out = torch.cat(values, dim)
     return (out if largest else -out), torch.cat(indices, dim)
 

@@ -233,3 +233,14 @@ def test_data_dependent_token_dispatch_is_refused_naming_the_line():
     """An MoE that gathers each expert's tokens (`nonzero` of the routing mask) has sizes set by the data."""
     with pytest.raises(NovellaError, match=r"torch.nonzero at .*lambda_module.py:\d+.*depends on the input's values"):
         check(lambda x: x[0][(x[0].sum(-1) > 0).nonzero()[:, 0]].sum(0, keepdim=True))
+
+
+def test_top_k_over_a_dim_that_is_not_the_last():
+    """torch-mlir's AtenTopKSmallestModule: k of 8 along dim 1, values and indices (a taken value is masked
+    by the lowest finite float, not -inf: that was nan through the amax over a non-last dim)."""
+
+    def fn(x):
+        v, i = torch.topk(x.transpose(1, 2), 5, dim=1, largest=False)
+        return v + i.to(v.dtype)
+
+    check(fn)
