@@ -98,6 +98,7 @@ def part1(width, lengths, target):
         print(f"{t:>6} {cyc:>10,} {vec:>10,.0f} {cyc / vec:>8.2f} {dma:>10,.0f} {err:>9.1e}")
 
 
+_LIN = torch.nn.Linear(256, 256)
 _CMP = ["torch.aten._to_copy", "torch.aten.to.dtype", "torch.prims.convert_element_type"]
 _VIEW = ["torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view", "torch.aten.unflatten.int"]
 # Every entry of the op table but those issue 19 keeps (linear, flash attention, conv1d, embedding: their
@@ -106,17 +107,21 @@ _VIEW = ["torch.aten.view", "torch.aten.reshape", "torch.aten._unsafe_view", "to
 PART2 = [
     ("MatmulOp", "matmul x @ x^T", lambda x: x @ x.transpose(-1, -2), ["torch.aten.matmul", "torch.aten.bmm"]),
     ("AddOp", "add.Tensor", lambda x: x + x.sin(), ["torch.aten.add.Tensor"]),
+    ("AddOp", "linear + residual", lambda x: _LIN(x) + x, ["torch.aten.add.Tensor"]),
     ("SubOp", "sub.Tensor", lambda x: x - x.sin(), ["torch.aten.sub.Tensor"]),
     ("MulOp", "mul.Tensor", lambda x: x * x.sin(), ["torch.aten.mul.Tensor"]),
     ("DivOp", "div.Tensor", lambda x: x / x.exp(), ["torch.aten.div.Tensor"]),
     ("ScalarOp", "mul.Scalar", lambda x: x * 0.5, ["torch.aten.mul.Scalar"]),
     ("ScalarOp", "add.Scalar", lambda x: x + 0.5, ["torch.aten.add.Scalar"]),
+    ("ScalarOp", "attention scale", lambda x: ((x @ x.transpose(-1, -2)) * 0.0625).softmax(-1) @ x,
+     ["torch.aten.mul.Scalar"]),
     ("ReluOp", "relu", torch.relu, ["torch.aten.relu"]),
     ("GeluOp", "gelu", F.gelu, ["torch.aten.gelu"]),
     ("SoftmaxOp", "softmax.int", lambda x: x.softmax(-1), ["torch.aten.softmax.int", "torch.aten._softmax"]),
     ("LayerNormOp", "layer_norm", lambda x: F.layer_norm(x, x.shape[-1:]),
      ["torch.aten.layer_norm", "torch.aten.native_layer_norm"]),
     ("TransposeOp", "transpose.int", lambda x: x.transpose(1, 2), ["torch.aten.transpose.int"]),
+    ("TransposeOp", "x @ x^T (folded)", lambda x: x @ x.transpose(-1, -2), ["torch.aten.transpose.int"]),
     ("ReshapeOp", "view [1,T,16,16] + 1", lambda x: x.reshape(1, x.shape[1], 16, -1) + 1, _VIEW),
     ("SliceOp", "slice.Tensor", lambda x: x[..., 8:], ["torch.aten.slice.Tensor"]),
     ("MathOp", "exp", torch.exp, ["torch.aten.exp"]),
@@ -130,8 +135,12 @@ PART2 = [
     ("CompareOp", "eq.Tensor + to.dtype", lambda x: (x == x.round()).to(x.dtype), ["torch.aten.eq.Tensor", *_CMP]),
     ("MaximumOp", "maximum", lambda x: torch.maximum(x, -x), ["torch.aten.maximum"]),
     ("MaximumOp", "clamp", lambda x: x.clamp(-0.5, 0.5), ["torch.aten.clamp"]),
+    ("MaximumOp", "clamp.Tensor", lambda x: x.clamp(-x.abs(), x.abs() * 0.5), ["torch.aten.clamp.Tensor"]),
     ("MinimumOp", "minimum", lambda x: torch.minimum(x, -x), ["torch.aten.minimum"]),
     ("WhereOp", "where.self", lambda x: torch.where(x > 0, x, x * 0.1), ["torch.aten.where.self", "torch.aten.gt.Scalar"]),
+    ("WhereOp", "where.ScalarOther", lambda x: torch.where(x > 0, x, 0.0), ["torch.aten.where.ScalarOther"]),
+    ("WhereOp", "where.ScalarSelf", lambda x: torch.where(x > 0, 1.0, x), ["torch.aten.where.ScalarSelf"]),
+    ("WhereOp", "where.Scalar", lambda x: torch.where(x > 0, 1.0, -1.0), ["torch.aten.where.Scalar"]),
     ("BroadcastOp", "expand", lambda x: x[..., :1].expand(-1, -1, x.shape[-1]) * 1.0, ["torch.aten.expand"]),
     ("ReduceOp", "sum.dim_IntList", lambda x: x.sum(-1, keepdim=True), ["torch.aten.sum.dim_IntList"]),
     ("ReduceOp", "mean.dim", lambda x: x.mean(-1, keepdim=True), ["torch.aten.mean.dim"]),
@@ -170,27 +179,28 @@ def part2(width, lengths, only=()):
     is not slower than the hand kernel (within 2%) at every length."""
     print(f"\nhand kernel vs the generic path, [1, T, {width}] (cycles; win = generic / hand)")
     head = " ".join(f"{'hand T=' + str(t):>12} {'generic':>10} {'win':>5}" for t in lengths)
-    print(f"{'entry':<12} {'case':<22} {head}  {'max err (hand, generic)':<24} verdict")
+    print(f"{'entry':<12} {'case':<22} {head}  {'max err (hand, gen)':<18}  compile s  verdict")
     for entry, name, fn, names in PART2:
         if only and not any(o in name or o == entry for o in only):
             continue
         try:
-            _, _, hand = run(Fn(fn), width, lengths)
+            _, hs, hand = run(Fn(fn), width, lengths)
         except Exception as e:  # a refusal is a result of the bench
             print(f"{entry:<12} {name:<22} hand refuses: {_refusal(e)}")
             continue
         try:
-            _, _, gen = run(Fn(fn), width, lengths, names)
+            _, gs, gen = run(Fn(fn), width, lengths, names)
         except Exception as e:  # noqa: BLE001
             cells = " ".join(f"{hand[t][0]:>12,} {'-':>10} {'-':>5}" for t in lengths)
             print(f"{entry:<12} {name:<22} {cells}  generic refuses: {_refusal(e)}")
             continue
         cells = " ".join(f"{hand[t][0]:>12,} {gen[t][0]:>10,} {gen[t][0] / hand[t][0]:>5.2f}" for t in lengths)
         eh, eg = max(e for _, e in hand.values()), max(e for _, e in gen.values())
-        ok = eg <= TOL and all(gen[t][0] <= 1.02 * hand[t][0] for t in lengths)
+        matches = eg <= max(TOL, 1.5 * eh)  # a matmul over 256 terms errs as much by hand
+        ok = matches and all(gen[t][0] <= 1.02 * hand[t][0] for t in lengths)
         win = max(gen[t][0] / hand[t][0] for t in lengths)
-        verdict = "generic replaces it" if ok else ("generic wrong" if eg > TOL else f"hand wins {win:.2f}x")
-        print(f"{entry:<12} {name:<22} {cells}  {eh:.1e}, {eg:.1e}{'':<12} {verdict}")
+        verdict = "generic replaces it" if ok else ("generic wrong" if not matches else f"hand wins {win:.2f}x")
+        print(f"{entry:<12} {name:<22} {cells}  {eh:.1e}, {eg:.1e}  {hs:>5.1f} {gs:>5.1f}  {verdict}")
     if only:
         return
     measured = {e for e, *_ in PART2}

@@ -90,35 +90,12 @@ def logical_xor(cx):
     return cx.emit(CompareOp, lhs=_mask(cx, 0), rhs=_mask(cx, 1), fn=_fn("ne"))
 
 
-def _tensor(cx, i: int):
-    v = cx.value(cx.op.operands[i])
-    if isinstance(v, ir.Value):
-        return v
-    if isinstance(v, (int, float)):
-        return cx.scalar(float(v))
-    raise cx.error(f"operand #{i} ({v!r}) must be a tensor or a number")
-
-
-def where(cx):
-    return cx.emit(WhereOp, cond=cx.operand(0), x=_tensor(cx, 1), y=_tensor(cx, 2))
-
-
 def maximum(cx):
     return cx.emit(MaximumOp, lhs=cx.operand(0), rhs=cx.operand(1))
 
 
 def minimum(cx):
     return cx.emit(MinimumOp, lhs=cx.operand(0), rhs=cx.operand(1))
-
-
-def clamp(cx):
-    x = cx.operand(0)
-    lo, hi = (cx.value(cx.op.operands[i]) if i < cx.num_operands else None for i in (1, 2))
-    for bound, fn, op_cls in ((lo, "max", MaximumOp), (hi, "min", MinimumOp)):
-        if bound is None:
-            continue
-        x = cx.emit(op_cls, lhs=x, rhs=bound) if isinstance(bound, ir.Value) else scalar_op(cx, fn, x, bound)
-    return x
 
 
 def pow_tensor_scalar(cx):
