@@ -98,17 +98,21 @@ def topk_by_rounds(x, k, dim=-1, largest=True, sorted=True):
 
 def gather_by_one_hot(x, dim, index, sparse_grad=False):
     """`aten.gather` along a small static axis that is not a row lookup (an MoE router's scores at its top-k
-    experts): out[..., j] = sum over e of x[..., e] where index[..., j] == e. A lookup (every other dim 1),
-    or a gather whose other dims differ between input and index, stays as it is (NotImplemented)."""
+    experts): out[..., j] = sum over e of x[..., e] where index[..., j] == e, the input cut to the index's
+    sizes on the other dims. A lookup (every other dim 1), or an index not provably within the input, stays
+    as it is (NotImplemented)."""
     from torch.fx.experimental.symbolic_shapes import statically_known_true as known
 
     dim %= x.dim()
     n = x.shape[dim]
     others = [d for d in range(x.dim()) if d != dim]
     lookup = all(known(x.shape[d] == 1) and known(index.shape[d] == 1) for d in others)
-    same = x.dim() == index.dim() and all(known(x.shape[d] == index.shape[d]) for d in others)
-    if lookup or not same or not isinstance(n, int) or n > _ONE_HOT_MAX:
+    fits = x.dim() == index.dim() and all(known(index.shape[d] <= x.shape[d]) for d in others)
+    if lookup or not fits or not isinstance(n, int) or n > _ONE_HOT_MAX:
         return NotImplemented
+    for d in others:  # gather reads the input only where the index has positions
+        if not known(index.shape[d] == x.shape[d]):
+            x = x.narrow(d, 0, index.shape[d])
     hot = index.movedim(dim, -1).unsqueeze(-1) == torch.arange(n, device=x.device)
     out = torch.where(hot, x.movedim(dim, -1).unsqueeze(-2), torch.zeros((), dtype=x.dtype)).sum(-1)
     return out.to(x.dtype).movedim(-1, dim)

@@ -244,3 +244,17 @@ def test_top_k_over_a_dim_that_is_not_the_last():
         return v + i.to(v.dtype)
 
     check(fn)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_a_gather_whose_index_is_smaller_than_its_input(dtype):
+    """torch-mlir's GatherModule / GatherBoolModule: the index covers part of the input's other dims."""
+    from torch.export import Dim
+
+    idx = torch.tensor([[[1, 2, 3], [1, 2, 3]]])
+    module = Lambda(lambda t, i: torch.gather(t, 2, i))
+    make = lambda n: torch.rand(n, 3, 4).gt(0.5).to(dtype)  # noqa: E731
+    npu = compile_torch(module, make(2), idx, dynamic_shapes=(({0: Dim("T", min=1, max=9)}, None),), cache=False)
+    for n in (1, 2, 5, 9):
+        t = make(n)
+        assert torch.equal(npu(t, idx), module(t, idx)), f"T={n}"
