@@ -57,7 +57,8 @@ _UNARY = Prefer(k_elementwise.Unary(), _POINTWISE, _static_cols)
 _SLICE = Prefer(k_data.Slice(), k_index.ColumnSlice(), lambda op, tv: k_data.Slice()._geometry(op, tv))
 _LIT = "test/lit/"
 # torch ops the generic path runs in as few cycles as the pointwise kernel or fewer, and matches eager
-# (bench/generic.py part 2): no hand lowering. where.*, clamp and clamp.Tensor are gone from their entries too.
+# (bench/generic.py part 2): no hand lowering. where.* are gone from their entry too (clamp stays: torch-mlir
+# cannot lower an int clamp with float bounds).
 _GENERIC = frozenset({"exp", "sigmoid", "tanh", "sin", "abs", "neg"})
 _LINEAR = k_linear.Linear()  # one instance for both ops: their tile searches share its memo (`kernels.memoized`)
 
@@ -209,6 +210,8 @@ OPS: dict[type, OpDef] = {
             "torch.aten.logical_or": pointwise.logical_or,
             "torch.aten.bitwise_or.Tensor": pointwise.logical_or,
             "torch.aten.__or__.Tensor": pointwise.logical_or,
+            "torch.aten.clamp": pointwise.clamp,
+            "torch.aten.clamp.Tensor": pointwise.clamp,
         },
     ),
     nv.MinimumOp: OpDef(

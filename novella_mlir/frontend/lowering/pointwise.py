@@ -98,6 +98,16 @@ def minimum(cx):
     return cx.emit(MinimumOp, lhs=cx.operand(0), rhs=cx.operand(1))
 
 
+def clamp(cx):
+    x = cx.operand(0)
+    lo, hi = (cx.value(cx.op.operands[i]) if i < cx.num_operands else None for i in (1, 2))
+    for bound, fn, op_cls in ((lo, "max", MaximumOp), (hi, "min", MinimumOp)):
+        if bound is None:
+            continue
+        x = cx.emit(op_cls, lhs=x, rhs=bound) if isinstance(bound, ir.Value) else scalar_op(cx, fn, x, bound)
+    return x
+
+
 def pow_tensor_scalar(cx):
     """x ** e: products for small integer e, sqrt/rsqrt/reciprocal, else exp(e * log(x))."""
     x, e = cx.operand(0), cx.const(1)
