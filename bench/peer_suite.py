@@ -313,7 +313,9 @@ def report(registry, done, failed) -> str:
         f"{len(done)} run.",
         "",
         f"**Pass count: {passed} of the {len(counted)} that torch.export takes with a dynamic dim** "
-        f"({sum(r['stage'] == 'pass' for r in f32)} of the {len(f32)} without float64/float16 inputs).",
+        f"({sum(r['stage'] == 'pass' for r in f32)} of the {len(f32)} without float64/float16 inputs). "
+        f"The {len(counted)} are every test but those with no dynamic dim, a non-tensor input, a failing "
+        f"export or not one forward call; {stages['timeout']} of them ran out of time, at export or later.",
         "",
         "| stage | tests |",
         "|---|---|",
