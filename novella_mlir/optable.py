@@ -57,9 +57,9 @@ _UNARY = Prefer(k_elementwise.Unary(), _POINTWISE, _static_cols)
 _SLICE = Prefer(k_data.Slice(), k_index.ColumnSlice(), lambda op, tv: k_data.Slice()._geometry(op, tv))
 _LIT = "test/lit/"
 # torch ops the generic path runs in as few cycles as the pointwise kernel or fewer, and matches eager
-# (bench/generic.py part 2): no hand lowering. where.* are gone from their entry too (clamp stays: torch-mlir
-# cannot lower an int clamp with float bounds).
-_GENERIC = frozenset({"exp", "sigmoid", "tanh", "sin", "abs", "neg"})
+# (bench/generic.py part 2): no hand lowering. where.* are gone from their entry too. abs, neg and clamp
+# stay: the generic path cannot take them on int tensors (math.absi, an int clamp with float bounds).
+_GENERIC = frozenset({"exp", "sigmoid", "tanh", "sin"})
 _LINEAR = k_linear.Linear()  # one instance for both ops: their tile searches share its memo (`kernels.memoized`)
 
 OPS: dict[type, OpDef] = {
