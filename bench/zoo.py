@@ -299,11 +299,15 @@ def _commit() -> str:
 
 def _machine(results: dict) -> str:
     commits = sorted({r.get("commit", "?") for r in results.values()})
-    commit = commits[0] if len(commits) == 1 else "rows from " + ", ".join(commits) + ", see each row"
+    commit = (
+        f"commit {commits[0]}"
+        if len(commits) == 1
+        else f"rows from commits {', '.join(commits)} (each row's last cell)"
+    )
     import torch
     import transformers
 
-    return (f"commit {commit}, {platform.node()} ({platform.machine()}, {os.cpu_count()} cores), "
+    return (f"{commit}, {platform.node()} ({platform.machine()}, {os.cpu_count()} cores), "
             f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}")  # fmt: skip
 
 

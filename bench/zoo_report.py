@@ -68,6 +68,11 @@ def render(rows: list[dict], results: dict, machine: str) -> str:
     untried = len(rows) - len(skipped) - len(tried)
     text = HEAD.format(machine=machine, passed=sum(map(passed, tried)), tried=len(tried), skipped=len(skipped),
                        untried=untried)  # fmt: skip
+    kinds = Counter(r.get("kind", "?") for r in tried)
+    by_kind = ", ".join(
+        f"{k} {sum(passed(r) for r in tried if r.get('kind', '?') == k)} of {n}" for k, n in kinds.items()
+    )
+    text = text.replace("\n\n| family |", f"\n\nPassing by input: {by_kind}.\n\n| family |", 1)
     text += "\n".join(line(r) for r in tried) + "\n"
     heads = Counter(_op_of(_first_refusal(r)) for r in tried if not passed(r))
     text += "\n## Most common first refusals\n\n| count | refusal |\n|---|---|\n"
