@@ -306,7 +306,17 @@ def _dynamic_export(module, args, dynamic_dim, lo, hi):
 
 
 def _ranges(prog) -> list[tuple[int, int]]:
-    return [(int(r.lower), int(r.upper)) for r in prog.range_constraints.values()]
+    """The finite ranges of the program's size symbols (an unbacked size of a data-dependent op has none:
+    `export` refuses those with its own message)."""
+    return [b for b in map(_bounds, prog.range_constraints.values()) if b is not None]
+
+
+def _bounds(r) -> tuple[int, int] | None:
+    """(lo, hi) of a torch ValueRanges, None when a bound is infinite (sympy's oo or torch's int_oo)."""
+    try:
+        return int(r.lower), int(r.upper)
+    except (TypeError, AttributeError, OverflowError):
+        return None
 
 
 def assert_conditions(prog):
@@ -357,7 +367,7 @@ def fold_size_min_max(prog) -> dict:
     by the argument that is the min (max) at every length of the range, proved symbolically or, for one
     length, checked at each length of the range; returns {Min/Max expr: chosen expr} for the shapes that
     carry it. Neither side winning everywhere is a refusal naming the source line."""
-    box = {s: (int(r.lower), int(r.upper)) for s, r in prog.range_constraints.items()}
+    box = {s: b for s, r in prog.range_constraints.items() if (b := _bounds(r)) is not None}
     chosen = {}
     for n in [n for n in prog.graph.nodes if n.op == "call_function" and n.target in _SIZE_MIN_MAX]:
         name, rel = _SIZE_MIN_MAX[n.target]
