@@ -222,7 +222,7 @@ def run_family(row: dict, timeout: int) -> dict:
     got = json.loads(lines[-1][7:]) if lines else {"nomask": lost}
     if row.get("mask") and "masked" not in got:
         got["masked"] = lost
-    return row | got | {"wall_s": round(time.perf_counter() - t0)}
+    return row | got | {"wall_s": round(time.perf_counter() - t0), "commit": _commit()}
 
 
 def main(argv=None) -> None:
@@ -273,7 +273,7 @@ def main(argv=None) -> None:
         print(f"budget of {args.budget} min spent: the families left are not in the table")
     import zoo_report
 
-    Path(args.out).write_text(zoo_report.render(rows, results, _machine()))
+    Path(args.out).write_text(zoo_report.render(rows, results, _machine(results)))
     print(f"wrote {args.out}")
 
 
@@ -291,13 +291,23 @@ def interleaved(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _machine() -> str:
+def _commit() -> str:
+    """The commit the families run from: ZOO_COMMIT (a run from an exported copy of the tree), else HEAD."""
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    commit = os.environ.get("ZOO_COMMIT") or rev.stdout.strip()
+    return os.environ.get("ZOO_COMMIT") or rev.stdout.strip()
+
+
+def _machine(results: dict) -> str:
+    commits = sorted({r.get("commit", "?") for r in results.values()})
+    commit = (
+        f"commit {commits[0]}"
+        if len(commits) == 1
+        else f"rows from commits {', '.join(commits)} (each row's last cell)"
+    )
     import torch
     import transformers
 
-    return (f"commit {commit}, {platform.node()} ({platform.machine()}, {os.cpu_count()} cores), "
+    return (f"{commit}, {platform.node()} ({platform.machine()}, {os.cpu_count()} cores), "
             f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}")  # fmt: skip
 
 

@@ -18,8 +18,8 @@ also with an attention mask (the last quarter padded). `use_cache=False` everywh
 the model takes one); {untried} more families build but were not run in this table's time budget;
 {skipped} model types skipped (listed at the end).
 
-| family | input | lengths | compile s | max err | no mask | mask | first refusal |
-|---|---|---|---|---|---|---|---|
+| family | input | lengths | compile s | max err | no mask | mask | first refusal | commit |
+|---|---|---|---|---|---|---|---|---|
 """
 
 
@@ -59,7 +59,7 @@ def line(r: dict) -> str:
     err = f"{max(errs):.1e}" if errs else "-"
     cs = nm.get("compile_s")
     return (f"| {r['family']} | {r.get('kind', '?')} | [{r.get('lo')}, {r.get('hi')}] | "
-            f"{cs if cs is not None else '-'} | {err} | {_cell(nm)} | {_cell(m)} | {_first_refusal(r)[:240]} |")  # fmt: skip
+            f"{cs if cs is not None else '-'} | {err} | {_cell(nm)} | {_cell(m)} | {_first_refusal(r)[:240]} | {r.get('commit', '?')} |")  # fmt: skip
 
 
 def render(rows: list[dict], results: dict, machine: str) -> str:
@@ -68,6 +68,11 @@ def render(rows: list[dict], results: dict, machine: str) -> str:
     untried = len(rows) - len(skipped) - len(tried)
     text = HEAD.format(machine=machine, passed=sum(map(passed, tried)), tried=len(tried), skipped=len(skipped),
                        untried=untried)  # fmt: skip
+    kinds = Counter(r.get("kind", "?") for r in tried)
+    by_kind = ", ".join(
+        f"{k} {sum(passed(r) for r in tried if r.get('kind', '?') == k)} of {n}" for k, n in kinds.items()
+    )
+    text = text.replace("\n\n| family |", f"\n\nPassing by input: {by_kind}.\n\n| family |", 1)
     text += "\n".join(line(r) for r in tried) + "\n"
     heads = Counter(_op_of(_first_refusal(r)) for r in tried if not passed(r))
     text += "\n## Most common first refusals\n\n| count | refusal |\n|---|---|\n"

@@ -306,7 +306,17 @@ def _dynamic_export(module, args, dynamic_dim, lo, hi):
 
 
 def _ranges(prog) -> list[tuple[int, int]]:
-    return [(int(r.lower), int(r.upper)) for r in prog.range_constraints.values()]
+    """The finite ranges of the program's size symbols (an unbacked size of a data-dependent op has none:
+    `export` refuses those with its own message)."""
+    return [b for b in map(_bounds, prog.range_constraints.values()) if b is not None]
+
+
+def _bounds(r) -> tuple[int, int] | None:
+    """(lo, hi) of a torch ValueRanges, None when a bound is infinite (sympy's oo or torch's int_oo)."""
+    try:
+        return int(r.lower), int(r.upper)
+    except (TypeError, AttributeError, OverflowError):
+        return None
 
 
 def assert_conditions(prog):
@@ -347,6 +357,60 @@ def strip_asserts(prog, recompile: bool = True) -> None:
                 g.erase_node(n)
     if recompile:
         prog.graph_module.recompile()
+
+
+_SIZE_MIN_MAX = {torch.sym_min: ("torch.sym_min", sympy.Le), torch.sym_max: ("torch.sym_max", sympy.Ge)}
+
+
+def fold_size_min_max(prog) -> dict:
+    """Replaces each `torch.sym_min` / `torch.sym_max` of sizes (torch-mlir's FX importer has no op for them)
+    by the argument that is the min (max) at every length of the range, proved symbolically or, for one
+    length, checked at each length of the range; returns {Min/Max expr: chosen expr} for the shapes that
+    carry it. Neither side winning everywhere is a refusal naming the source line."""
+    box = {s: b for s, r in prog.range_constraints.items() if (b := _bounds(r)) is not None}
+    chosen = {}
+    for n in [n for n in prog.graph.nodes if n.op == "call_function" and n.target in _SIZE_MIN_MAX]:
+        name, rel = _SIZE_MIN_MAX[n.target]
+        exprs = [_size_expr(a) for a in n.args]
+        pick = next((i for i in (0, 1) if _always(rel(exprs[i], exprs[1 - i]), box)), None)
+        if pick is None:
+            raise NovellaError(
+                f"{_source(n)}: {name}({exprs[0]}, {exprs[1]}) of sizes: neither side is the "
+                f"{name[-3:]} at every length of the range, and torch-mlir's FX importer has no op for a size "
+                "min/max. Compile the lengths where one side wins as their own range (min_len/max_len)"
+            )
+        out = n.meta.get("val")
+        if hasattr(out, "node"):
+            chosen[out.node.expr] = exprs[pick]
+        _replace_uses(n, n.args[pick])
+        prog.graph.erase_node(n)
+    return chosen
+
+
+def _size_expr(a):
+    return a.meta["val"].node.expr if isinstance(a, torch.fx.Node) else sympy.Integer(int(a))
+
+
+def _always(cond, box: dict) -> bool:
+    """`cond` at every point of `box`: a symbolic proof, else (one size symbol) the check at each length."""
+    from ..symbolic import provably_holds
+
+    if provably_holds(cond, box):
+        return True
+    free = sorted(cond.free_symbols, key=str)
+    if len(free) != 1 or free[0] not in box:
+        return False
+    lo, hi = box[free[0]]
+    return hi - lo <= 1 << 20 and not failing_lengths(cond, lo, hi)
+
+
+def _replace_uses(node, value) -> None:
+    if isinstance(value, torch.fx.Node):
+        node.replace_all_uses_with(value)
+        return
+    for user in list(node.users):
+        user.args = torch.fx.node.map_arg(user.args, lambda v: value if v is node else v)
+        user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda v: value if v is node else v)
 
 
 def describe(cond) -> str:

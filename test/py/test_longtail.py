@@ -179,3 +179,102 @@ def test_composites_that_call_composites():
     y = torch.randn(1, 1, 8)
     check(lambda x: torch.hstack([y.expand_as(x) + torch.movedim(x, 1, 2).transpose(1, 2),
                                   torch.nn.functional.cosine_similarity(x, x + 1, dim=-1).unsqueeze(-1) * x]))  # fmt: skip
+
+
+def _round_up_min(x):
+    t = x.shape[1]
+    return x[:, : min(t, 4 * ((t + 3) // 4))] * 2
+
+
+def test_a_size_min_that_one_side_wins_everywhere_is_folded():
+    """bamba / sew: `min(size, size)` becomes `torch.sym_min`, which torch-mlir's FX importer cannot import;
+    the side that is the min at every length replaces it (here T, as T <= 4 * ceil(T / 4))."""
+    from novella_mlir.frontend import importer
+
+    prog = importer.export(Lambda(_round_up_min), (torch.randn(1, 6, 8),), 1, 2, 70)
+    assert any(n.target is torch.sym_min for n in prog.graph.nodes)
+    check(_round_up_min)
+    check(lambda x: x[:, : max(x.shape[1] // 2, (x.shape[1] - 1) // 2) + 1] + 1)
+
+
+def test_a_size_min_that_changes_sides_is_refused_naming_the_line():
+    with pytest.raises(NovellaError, match=r"lambda_module.py:\d+: torch.sym_min\(s\d+, 40\) of sizes: neither side"):
+        check(lambda x: x[:, : min(x.shape[1], 40)] * 2)
+
+
+class _Router(torch.nn.Module):
+    """An MoE router (afmoe, aria, cohere2_moe): top-k over a small expert axis, the scores gathered at
+    the picked experts, then a dense MoE: every expert computed, weighted by its top-k score or 0."""
+
+    def __init__(self, experts=5, k=2, largest=True):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.gate = torch.nn.Linear(8, experts)
+        self.experts = torch.nn.Parameter(torch.randn(experts, 8, 8, generator=g) / 3)
+        self.k, self.largest = k, largest
+
+    def forward(self, x):
+        scores = torch.sigmoid(self.gate(x))
+        top, picked = torch.topk(scores, self.k, dim=-1, largest=self.largest)
+        at = scores.gather(-1, picked)
+        keep = scores >= top[..., -1:] if self.largest else scores <= top[..., -1:]
+        weights = torch.where(keep, scores, 0.0) / at.sum(-1, keepdim=True)
+        every = torch.stack([x @ w for w in self.experts], -1)
+        return (every * weights.unsqueeze(-2)).sum(-1) + picked.to(x.dtype).sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+def test_a_top_k_router_and_a_dense_moe(largest):
+    router = _Router(largest=largest)
+    check(lambda x: router(x))
+
+
+def test_data_dependent_token_dispatch_is_refused_naming_the_line():
+    """An MoE that gathers each expert's tokens (`nonzero` of the routing mask) has sizes set by the data."""
+    with pytest.raises(NovellaError, match=r"torch.nonzero at .*lambda_module.py:\d+.*depends on the input's values"):
+        check(lambda x: x[0][(x[0].sum(-1) > 0).nonzero()[:, 0]].sum(0, keepdim=True))
+
+
+def test_top_k_over_a_dim_that_is_not_the_last():
+    """torch-mlir's AtenTopKSmallestModule: k of 8 along dim 1, values and indices (a taken value is masked
+    by the lowest finite float, not -inf: that was nan through the amax over a non-last dim)."""
+
+    def fn(x):
+        v, i = torch.topk(x.transpose(1, 2), 5, dim=1, largest=False)
+        return v + i.to(v.dtype)
+
+    check(fn)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_a_gather_whose_index_is_smaller_than_its_input(dtype):
+    """torch-mlir's GatherModule / GatherBoolModule: the index covers part of the input's other dims."""
+    from torch.export import Dim
+
+    idx = torch.tensor([[[1, 2, 3], [1, 2, 3]]])
+    module = Lambda(lambda t, i: torch.gather(t, 2, i))
+    make = lambda n: torch.rand(n, 3, 4).gt(0.5).to(dtype)  # noqa: E731
+    npu = compile_torch(module, make(2), idx, dynamic_shapes=(({0: Dim("T", min=1, max=9)}, None),), cache=False)
+    for n in (1, 2, 5, 9):
+        t = make(n)
+        assert torch.equal(npu(t, idx), module(t, idx)), f"T={n}"
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.clamp(x, min=-2.5, max=2.5),
+        lambda x: x.abs() - x.neg() * 2,
+        lambda x: torch.where(x > 0, x, 0) + torch.where(x < 2, 1, x) + x.exp().tanh(),
+    ],
+    ids=["clamp to float bounds (the table's)", "abs, neg (the table's)", "where, exp, tanh (the generic path's)"],
+)
+def test_int_operands_of_clamp_abs_neg_and_where(fn):
+    """torch-mlir's ElementwiseClampIntToFloatModule: the generic path cannot take an int clamp with float
+    bounds, nor an int abs or neg (math.absi), so those keep their table lowering."""
+    module = Lambda(fn)
+    npu = compile_torch(module, torch.randint(-5, 5, (3, 4)), dynamic_dim=0, min_len=1, max_len=9, cache=False)
+    for n in (1, 4, 9):
+        x = torch.randint(-5, 5, (n, 4), generator=torch.Generator().manual_seed(n))
+        got, want = npu(x), module(x)
+        assert got.dtype == want.dtype and torch.allclose(got.double(), want.double(), atol=1e-5), f"T={n}"

@@ -90,19 +90,6 @@ def logical_xor(cx):
     return cx.emit(CompareOp, lhs=_mask(cx, 0), rhs=_mask(cx, 1), fn=_fn("ne"))
 
 
-def _tensor(cx, i: int):
-    v = cx.value(cx.op.operands[i])
-    if isinstance(v, ir.Value):
-        return v
-    if isinstance(v, (int, float)):
-        return cx.scalar(float(v))
-    raise cx.error(f"operand #{i} ({v!r}) must be a tensor or a number")
-
-
-def where(cx):
-    return cx.emit(WhereOp, cond=cx.operand(0), x=_tensor(cx, 1), y=_tensor(cx, 2))
-
-
 def maximum(cx):
     return cx.emit(MaximumOp, lhs=cx.operand(0), rhs=cx.operand(1))
 
