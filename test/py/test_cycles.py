@@ -104,7 +104,7 @@ def _macs_by_tile(words, program) -> str:
 def _ones_macs(ir_text: str, words, program) -> int:
     """MACs a flash-attention tile adds by design when its tiles have `ones`: V carries a column of ones, so
     each P @ V (the MATMUL without transpose) computes one more column, the row sums (m * k MACs)."""
-    macros = [ln for ln in ir_text.splitlines() if 'kernel = "novella.' in ln and "novella.tiles" in ln]
+    macros = [ln for ln in ir_text.splitlines() if 'kernel = "novella.' in ln and "tiles = {" in ln]
     kernel = [re.search(r'kernel = "novella\.(\w+)"', ln).group(1) for ln in macros]
     with_ones = {f"{k}_{i}" for i, (k, ln) in enumerate(zip(kernel, macros)) if re.search(r"\bones = 1 ", ln)}
     extra = 0
