@@ -355,9 +355,8 @@ def to_sympy(e: ir.AffineExpr):
 
 
 def _floor_div(a, b):
-    """floor(a / b), a nested floordiv by constants as one: floor((floor(c / d) + r) / b) = floor((c + r d) / (b d))
-    for integers c, r and d, b > 0 (a chain of strided convs gives `((s0 floordiv 5 - 1) floordiv 2`, torch
-    `s0 floordiv 10`)."""
+    """floor(a / b), nested floordivs by constants as one (floor((floor(c/d) + r)/b) = floor((c + r d)/(b d)) for
+    integers c, r, d, b > 0): strided convs give `(s0 floordiv 5 - 1) floordiv 2` where torch has one floordiv."""
     import sympy
 
     terms = sympy.Add.make_args(a)
