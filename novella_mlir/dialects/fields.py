@@ -92,9 +92,9 @@ def buffer_entries(buffers: ir.DictAttr) -> dict[str, tuple]:
         if len(v) not in (3, 4, 5) or v[0] not in MEMS or not all(isinstance(x, int) for x in v[1:]):
             raise FieldError(f'buffer \'{entry.name}\' must be {_SHAPE}, got {entry.attr}')
         mem, offset, size, *slots = v
-        if offset < 0 or size < 1 or slots not in ([], [2], [2, 0], [2, 1]):
+        if offset < 0 or size < 1 or slots not in ([], [2], [2, 1]):
             raise FieldError(
-                f"buffer '{entry.name}' needs offset >= 0, size >= 1, slots 2 and alternate 0|1 if given, got {v}"
+                f"buffer '{entry.name}' needs offset >= 0, size >= 1, slots 2 and alternate 1 if given, got {v}"
             )
         out[entry.name] = (mem, offset, size, slots[0] if slots else 1)
     return out

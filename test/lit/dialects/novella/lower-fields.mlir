@@ -41,7 +41,7 @@ func.func @macro_bad_schedule() -> tensor<16xf32> {
 // -----
 
 func.func @macro_bad_buffer() -> tensor<16xf32> {
-  // expected-error @+1 {{buffer 'a' needs offset >= 0, size >= 1, slots 2 and alternate 0|1 if given, got ['spad', 0, 16, 3]}}
+  // expected-error @+1 {{buffer 'a' needs offset >= 0, size >= 1, slots 2 and alternate 1 if given, got ['spad', 0, 16, 3]}}
   %0 = "novella.macro"() ({
   }) {kernel = "novella.relu", grid = affine_map<() -> (1)>, buffers = {a = ["spad", 0, 16, 3]}, dram = affine_map<() -> (0)>, schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {}} : () -> tensor<16xf32>
   return %0 : tensor<16xf32>
