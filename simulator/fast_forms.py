@@ -12,7 +12,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .functional import _ERF_P, _ERF_Q, BINARY_OPS, F32, REDUCE_OPS, UNARY_OPS
 from .hazards import Span
-from .isa import BINARY_FNS, REDUCE_FNS, VecFn, VecMode
+from .isa import BINARY_FNS, REDUCE_FNS, VecFn, VecMode, vec_dst_shape
 
 _BROADCAST_FNS = (VecFn.ADD, VecFn.SUB, VecFn.MUL, VecFn.DIV)  # `_fast_numba.broadcast_into`'s op codes
 _REDUCE_UFUNC = {VecFn.ROWSUM: np.add, VecFn.ROWMAX: np.maximum}
@@ -193,11 +193,11 @@ class Forms:
         if fn != VecFn.FILL and fn not in BINARY_OPS and fn not in REDUCE_OPS and fn not in UNARY_OPS:
             return  # no fast form (e.g. SEL reads its destination): the readable exec_vec runs it
         v = self.views.get
-        out_cols = 1 if fn in REDUCE_FNS else cols
-        d_span = self._span(dst[0], True, dst[1], dst[2], rows, out_cols)
+        out_rows, out_cols = vec_dst_shape(fn, rows, cols)
+        d_span = self._span(dst[0], True, dst[1], dst[2], out_rows, out_cols)
         if d_span is None:
             return
-        d_view = v(dst[0], dst[1], dst[2], rows, out_cols)
+        d_view = v(dst[0], dst[1], dst[2], out_rows, out_cols)
         if fn == VecFn.FILL:
             self._prepare(i, [d_span], _fill, (np.float32(imm), d_view))
             return
@@ -232,6 +232,8 @@ class Forms:
             from ._fast_numba import erf_into  # numba compiles on first use
 
             self._prepare(i, [*spans, d_span], erf_into, (a_view, d_view, _ERF_P, _ERF_Q))
+        elif fn == VecFn.TRANSPOSE and a_view is not None:
+            self._prepare(i, [*spans, d_span], setitem, (d_view, ..., a_view.T))  # NumPy buffers an overlap
         elif fn == VecFn.COPY and a_view is not None:
             self._prepare(i, [*spans, d_span], setitem, (d_view, ..., a_view))  # NumPy buffers an overlap
         elif a_view is not None and _contiguous_ufunc(UNARY_OPS[fn], a_view, d_view):

@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import SimulatorError
 from .hazards import MEMS, Span
-from .isa import BINARY_FNS, COMPARE_FNS, REDUCE_FNS, Instruction, VecFn, VecMode
+from .isa import BINARY_FNS, COMPARE_FNS, REDUCE_FNS, Instruction, VecFn, VecMode, vec_dst_shape
 from .units import Accumulator, Dram, MemoryUnit, Scratchpad
 
 F32 = np.float32
@@ -83,6 +83,7 @@ UNARY_OPS = {
     VecFn.ABS: np.abs,
     VecFn.EXPM1: np.expm1,
     VecFn.LOG1P: np.log1p,
+    VecFn.TRANSPOSE: lambda a: a.T.copy(),
 }
 BINARY_OPS = {
     VecFn.ADD: np.add,
@@ -231,9 +232,9 @@ class FunctionalModel:
         fn = VecFn(f["fn"])
         with np.errstate(all="ignore"):
             out = self._vec_result(fn, f).astype(F32, copy=False)
-        cols = 1 if fn in REDUCE_FNS else f["cols"]
+        rows, cols = vec_dst_shape(fn, f["rows"], f["cols"])
         unit = self._sram(f["dst_mem"])
-        didx = self._tile(unit, f["dst_addr"], f["dst_stride"], f["rows"], cols, True)
+        didx = self._tile(unit, f["dst_addr"], f["dst_stride"], rows, cols, True)
         unit.data[didx] = out
 
     def exec_nop(self, f: dict) -> None:

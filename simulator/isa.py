@@ -59,6 +59,7 @@ class VecFn(IntEnum):
     EXPM1 = 26
     LOG1P = 27
     EXPSUB = 28
+    TRANSPOSE = 29
 
 
 class VecMode(IntEnum):
@@ -79,9 +80,17 @@ BINARY_FNS = frozenset(
 )
 UNARY_FNS = frozenset(
     {VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY, VecFn.SIN, VecFn.COS, VecFn.LOG, VecFn.ABS}
-    | {VecFn.EXPM1, VecFn.LOG1P}
+    | {VecFn.EXPM1, VecFn.LOG1P, VecFn.TRANSPOSE}
 )
 REDUCE_FNS = frozenset({VecFn.ROWSUM, VecFn.ROWMAX})
+
+
+def vec_dst_shape(fn: int, rows: int, cols: int) -> tuple[int, int]:
+    """(rows, cols) of a VEC's destination tile: a column for ROWSUM/ROWMAX, `[cols x rows]` for TRANSPOSE."""
+    if fn in REDUCE_FNS:
+        return rows, 1
+    return (cols, rows) if fn == VecFn.TRANSPOSE else (rows, cols)
+
 
 # The queues, as a chain: a header's prev/next token flags name a queue's neighbours in it, so the
 # token channels and their routes follow from it (`units.TOKEN_ROUTES`).

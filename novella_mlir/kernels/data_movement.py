@@ -17,7 +17,7 @@ from .. import symbolic as sy
 from ..dialects import shapes
 from ..dialects.novella import TransposeOp
 from ..machine.target import MAX_COLS
-from . import BufferPlan, Tiling, first, module_symbols, tile_rows
+from . import BufferPlan, Tiling, module_symbols, tile_rows
 from .indexing import slice_start
 
 MAX_UNROLL = 64
@@ -173,15 +173,18 @@ def _swap_dims(tv):
 
 
 def _swap_tiling(op, tv, target):
+    if "transpose" not in target.vector_functions:
+        raise ValueError(
+            "a transpose of the last two dims needs the VEC fn TRANSPOSE: add 'transpose' to the config's vector.functions"
+        )
     batch, r, c = _swap_dims(tv)
     top = 8 * target.array_rows
     tr = min(sy.as_int(r) or top, top)
     tcs = target.pow2(top, target.array_rows)
     for tc in tcs:
         plan = BufferPlan(target)
-        plan.add("eye", "spad", tc * tc)
         plan.add("x", "spad", tr * tc)
-        plan.add("acc", "acc", tc * tr)
+        plan.add("xt", "spad", tc * tr)
         if plan.fits() or tc == tcs[-1]:
             grid = [batch, sy.ceildiv(c, tc), sy.ceildiv(r, tr)]
             return Tiling({"tr": tr, "tc": tc}, grid, plan.check())
@@ -189,14 +192,11 @@ def _swap_tiling(op, tv, target):
 
 
 def _swap_macro(tv, t, b):
-    """out[b, j, i] = in[b, i, j] for a [tr, tc] block: acc = I @ x^T on the MAC array."""
+    """out[b, j, i] = in[b, i, j] for a [tr, tc] block: one VEC TRANSPOSE, exact for inf, NaN and -0.0."""
     _, r, c = _swap_dims(tv)
     tr, tc = t.tiles["tr"], t.tiles["tc"]
     rows = tile_rows(2, tr, r)
     cols = tile_rows(1, tc, c)
-    once = first(0) + first(1) + first(2)
-    b.vop("FILL", "eye", rows=tc, cols=tc, dst_stride=tc, imm=0.0, when=once)
-    b.vop("FILL", "eye", rows=tc, cols=1, dst_stride=tc + 1, imm=1.0, when=once)
     base = b.d(0) * (r * c)
     b.load(
         "x",
@@ -210,11 +210,9 @@ def _swap_macro(tv, t, b):
         cols=cols,
         sram_stride=tc,
     )
-    b.mma(
-        "acc", "eye", "x", a_stride=tc, b_stride=tc, acc_stride=tr, m=cols, k=cols, n=rows, accumulate=0, transpose_b=1
-    )
+    b.vop("TRANSPOSE", "xt", "x", rows=rows, cols=cols, dst_stride=tr, a_stride=tc)
     b.store(
-        "acc",
+        "xt",
         -1,
         dram_offset=base + b.d(2) * tr,
         dram_stride=r,

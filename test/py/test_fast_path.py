@@ -122,6 +122,8 @@ VEC_WORDS = [
     _vec(VecFn.COPY, a_stride=7, dst_addr=5, dst_stride=7),  # overlapping tiles (NumPy buffers the copy)
     _vec(VecFn.FILL, imm=-2.25, dst_mem=1),
     _vec(VecFn.COPY, dst_addr=2, dst_stride=3),  # overlapping rows: the readable path
+    _vec(VecFn.TRANSPOSE, dst_stride=5),  # into a [cols x rows] tile
+    _vec(VecFn.TRANSPOSE, a_mem=1, dst_mem=1, dst_addr=3, dst_stride=9),  # overlapping its source
     _vec(VecFn.ADD, mode=VecMode.COL, b_stride=0),  # a broadcast column
     _vec(VecFn.MUL, mode=VecMode.COL, dst_addr=0, dst_stride=9),  # in place (the compiled broadcast loop)
     _vec(VecFn.DIV, mode=VecMode.SCALAR, imm=0.0),  # division by zero, bit for bit

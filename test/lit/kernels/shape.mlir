@@ -65,16 +65,16 @@ module attributes {novella.symbols = {s0 = ["T", 2, 3000]}} {
 
 // -----
 
-// Swapping the last two dims (a dynamic and a static one) runs on the MAC array: an
-// identity built once with FILLs, times the loaded tile transposed, stored from the accumulator.
+// Swapping the last two dims (a dynamic and a static one): a [128, 128] block loaded, transposed
+// by the vector unit's TRANSPOSE (exact for inf and NaN) and stored transposed.
 // CHECK-DAG: #[[KT:.*]] = affine_map<()[s0] -> (1, 6, 64, s0)>
 // CHECK-LABEL: func.func @keys_t
 // CHECK: "novella.transpose"({{.*}}) {perm = array<i64: 0, 1, 3, 2>} : ({{.*}}) -> tensor<1x6x64x?xf32, #[[KT]]>
-// MACRO-DAG: #[[ONCE:.*]] = affine_set<(d0, d1, d2)[s0] : (d0 == 0, d1 == 0, d2 == 0)>
 // MACRO-LABEL: func.func @keys_t
-// MACRO: "novella.vop"() {cols = 1 : i64, dst = "eye", dst_stride = 129 : i64, fn = "FILL", imm = 1.000000e+00 : f32, rows = 128 : i64, when = #[[ONCE]]}
-// MACRO: "novella.mma"() {{{.*}}lhs = "eye", {{.*}}rhs = "x", transpose_b = 1 : i64}
-// MACRO: "novella.dma_store"() {buffer = "acc"
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "x", cols = #[[C:[^,]*]], {{.*}}rows = #[[R:[^,]*]], sram_stride = 128 : i64
+// MACRO-NEXT: "novella.vop"() {a = "x", a_stride = 128 : i64, cols = #[[C]], dst = "xt", dst_stride = 128 : i64, fn = "TRANSPOSE", rows = #[[R]]}
+// MACRO-NEXT: "novella.dma_store"() {buffer = "xt", cols = #[[R]], {{.*}}rows = #[[C]], sram_stride = 128 : i64}
+// MACRO-NOT: "novella.mma"
 // MACRO: kernel = "novella.transpose"
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @keys_t(%k: tensor<1x6x?x64xf32, affine_map<()[s0] -> (1, 6, s0, 64)>>) -> tensor<1x6x64x?xf32> {
