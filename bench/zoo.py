@@ -234,6 +234,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=str(ROOT / "docs" / "zoo.md"))
     p.add_argument("--budget", type=float, default=1e9, help="minutes: start no family after this")
     p.add_argument("--render", action="store_true", help="only write the table from the results so far")
+    p.add_argument("--merge", action="store_true", help="replace only the run families' rows of --out")
     p.add_argument("--jobs", type=int, default=1, help="families run at once (each in its own subprocess)")
     p.add_argument("--survey", help=argparse.SUPPRESS)
     p.add_argument("--one", help=argparse.SUPPRESS)
@@ -273,7 +274,12 @@ def main(argv=None) -> None:
         print(f"budget of {args.budget} min spent: the families left are not in the table")
     import zoo_report
 
-    Path(args.out).write_text(zoo_report.render(rows, results, _machine(results)))
+    if args.merge:
+        ran = {f: r for f, r in results.items() if not names or f in names}
+        text = zoo_report.merge(Path(args.out).read_text(), ran, _machine)
+    else:
+        text = zoo_report.render(rows, results, _machine(sorted({r.get("commit", "?") for r in results.values()})))
+    Path(args.out).write_text(text)
     print(f"wrote {args.out}")
 
 
@@ -297,8 +303,7 @@ def _commit() -> str:
     return os.environ.get("ZOO_COMMIT") or rev.stdout.strip()
 
 
-def _machine(results: dict) -> str:
-    commits = sorted({r.get("commit", "?") for r in results.values()})
+def _machine(commits: list[str]) -> str:
     commit = (
         f"commit {commits[0]}"
         if len(commits) == 1

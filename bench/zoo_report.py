@@ -84,6 +84,37 @@ def render(rows: list[dict], results: dict, machine: str) -> str:
     return text
 
 
+def merge(old: str, results: dict, machine) -> str:
+    """`old` (a rendered docs/zoo.md) with the rows of `results` replaced or added, and its counts, by-input
+    line and refusal table recomputed from the merged rows; `machine(commits)` names the run."""
+    head, rest = old.split("|---|---|---|---|---|---|---|---|---|\n", 1)
+    table, tail = rest.split("\n## Most common first refusals", 1)
+    skipped_part = tail.split("\n## Skipped model types", 1)[1]
+    rows = {ln.split(" | ")[0][2:]: ln for ln in table.splitlines() if ln.startswith("| ")}
+    added = sum(f not in rows for f in results)
+    rows |= {f: line(r) for f, r in sorted(results.items())}
+    cells = [[c.strip() for c in ln.strip("|").split(" | ")] for ln in rows.values()]
+    ok = [c[5] == "ok" and c[6] in ("ok", "-") for c in cells]
+    untried = int(re.search(r"(\d+) more families build", head).group(1)) - added
+    skipped = int(re.search(r"(\d+) model types skipped", head).group(1))
+    text = HEAD.format(machine=machine(sorted({c[8] for c in cells})), passed=sum(ok), tried=len(cells),
+                       skipped=skipped, untried=max(untried, 0))  # fmt: skip
+    kinds = Counter(c[1] for c in cells)
+    by_kind = ", ".join(f"{k} {sum(o for c, o in zip(cells, ok) if c[1] == k)} of {n}" for k, n in kinds.items())
+    text = text.replace("\n\n| family |", f"\n\nPassing by input: {by_kind}.\n\n| family |", 1)
+    text += "\n".join(rows[f] for f in sorted(rows)) + "\n"
+    heads = Counter(_op_of(c[7].replace("\\|", "|")) for c, o in zip(cells, ok) if not o)
+    text += "\n## Most common first refusals\n\n| count | refusal |\n|---|---|\n"
+    text += "\n".join(f"| {n} | {k} |" for k, n in heads.most_common(25)) + "\n"
+    was = re.search(r"transformers ([\w.]+)\)", head)
+    now = re.search(r"transformers ([\w.]+)\)", text)
+    if was and now and was.group(1) != now.group(1) and results:
+        run = sorted({r.get("commit", "?") for r in results.values()})
+        text = text.replace(now.group(0), f"transformers {now.group(1)} for the rows of {', '.join(run)}, "
+                            f"{was.group(1)} for the others)", 1)  # fmt: skip
+    return text + "\n## Skipped model types" + skipped_part
+
+
 def _op_of(refusal: str) -> str:
     m = re.search(r"(aten\.[\w.]+|torch\.[\w.]+|prim\.[\w.]+|novella\.[\w.]+)", refusal)
     return m.group(1) if m else refusal.split(":")[0][:80]

@@ -84,6 +84,7 @@ UNARY_OPS = {
     VecFn.EXPM1: np.expm1,
     VecFn.LOG1P: np.log1p,
     VecFn.TRANSPOSE: lambda a: a.T.copy(),
+    VecFn.FLOOR: np.floor,
 }
 BINARY_OPS = {
     VecFn.ADD: np.add,

@@ -60,6 +60,7 @@ class VecFn(IntEnum):
     LOG1P = 27
     EXPSUB = 28
     TRANSPOSE = 29
+    FLOOR = 30
 
 
 class VecMode(IntEnum):
@@ -80,7 +81,7 @@ BINARY_FNS = frozenset(
 )
 UNARY_FNS = frozenset(
     {VecFn.EXP, VecFn.RSQRT, VecFn.TANH, VecFn.ERF, VecFn.RELU, VecFn.COPY, VecFn.SIN, VecFn.COS, VecFn.LOG, VecFn.ABS}
-    | {VecFn.EXPM1, VecFn.LOG1P, VecFn.TRANSPOSE}
+    | {VecFn.EXPM1, VecFn.LOG1P, VecFn.TRANSPOSE, VecFn.FLOOR}
 )
 REDUCE_FNS = frozenset({VecFn.ROWSUM, VecFn.ROWMAX})
 

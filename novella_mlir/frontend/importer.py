@@ -21,6 +21,7 @@ from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
 from . import dtypes, explain, exporting
+from .own_decompositions import own_decompositions
 from .traceable import symbolic_kernels
 
 # The only decompositions the frontend runs (torch's own, from torch._decomp): composite ops
@@ -77,53 +78,6 @@ class _WeightHooks(FxImporterHooks):
         return self._weight(name, literal, ir_type)
 
 
-def topk_by_rounds(x, k, dim=-1, largest=True, sorted=True):
-    """`aten.topk` as k rounds of max / argmax, each masking the index it took: for the small static k of
-    an MoE router over its expert axis (torch-mlir lowers topk only to TMTensor, not to linalg). The values
-    come sorted (as `sorted=True` has them) and ties go to the lower index, as argmax takes them. A value taken
-    is masked by the dtype's lowest finite value."""
-    if not isinstance(k, int):
-        raise NovellaError(f"topk with a symbolic k ({k}): the NPU takes a top-k with a fixed k only")
-    y = x if largest else -x
-    iota = torch.arange(x.shape[dim], device=x.device).view([-1] + [1] * (x.dim() - 1 - dim % x.dim()))
-    values, indices = [], []
-    for _ in range(k):
-        i = y.argmax(dim, keepdim=True)
-        values.append(y.amax(dim, keepdim=True))
-        indices.append(i)
-        y = torch.where(iota == i, torch.finfo(y.dtype).min, y)  # not -inf: an amax over a non-last dim makes it nan
-    out = torch.cat(values, dim)
-    return (out if largest else -out), torch.cat(indices, dim)
-
-
-def gather_by_one_hot(x, dim, index, sparse_grad=False):
-    """`aten.gather` along a small static axis that is not a row lookup (an MoE router's scores at its top-k
-    experts): out[..., j] = sum over e of x[..., e] where index[..., j] == e, the input cut to the index's
-    sizes on the other dims. A lookup (every other dim 1), or an index not provably within the input, stays
-    as it is (NotImplemented)."""
-    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
-
-    dim %= x.dim()
-    n = x.shape[dim]
-    others = [d for d in range(x.dim()) if d != dim]
-    lookup = all(known(x.shape[d] == 1) and known(index.shape[d] == 1) for d in others)
-    fits = x.dim() == index.dim() and all(known(index.shape[d] <= x.shape[d]) for d in others)
-    if lookup or not fits or not isinstance(n, int) or n > _ONE_HOT_MAX:
-        return NotImplemented
-    for d in others:  # gather reads the input only where the index has positions
-        if not known(index.shape[d] == x.shape[d]):
-            x = x.narrow(d, 0, index.shape[d])
-    hot = index.movedim(dim, -1).unsqueeze(-1) == torch.arange(n, device=x.device)
-    out = torch.where(hot, x.movedim(dim, -1).unsqueeze(-2), torch.zeros((), dtype=x.dtype)).sum(-1)
-    return out.to(x.dtype).movedim(-1, dim)
-
-
-_ONE_HOT_MAX = 256  # the widest axis gathered by a one-hot sum: an MoE's experts, not a vocabulary
-
-# decompositions of our own, for ops neither our table nor torch-mlir's linalg lowering takes
-OWN_DECOMPOSITIONS = {torch.ops.aten.topk.default: topk_by_rounds, torch.ops.aten.gather.default: gather_by_one_hot}
-
-
 def decomposition_table(graph_targets, generic: bool = True) -> dict:
     """torch's decompositions of the NEEDED_DECOMPOSITIONS ops, when one occurs in the graph (all of them
     then: a decomposition may emit another, e.g. mish -> softplus) and the COMPOSITE_DECOMPOSITIONS;
@@ -134,8 +88,10 @@ def decomposition_table(graph_targets, generic: bool = True) -> dict:
     aten = torch.ops.aten
     wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
     composite = {_overload(n) for n in COMPOSITE_DECOMPOSITIONS} | unlowered_composites(graph_targets)
-    own = set(OWN_DECOMPOSITIONS)
-    if any(getattr(t, "overloadpacket", None) in wanted and t in table or t in composite | own for t in graph_targets):
+    own = own_decompositions(graph_targets)
+    if any(
+        getattr(t, "overloadpacket", None) in wanted and t in table or t in composite | set(own) for t in graph_targets
+    ):
         unknown = _generic_decompositions() if generic else {}
     elif generic and _unlowered_overloads(graph_targets):  # torch-mlir's table (~0.09 s) has only unlowered ops
         unknown = _generic_decompositions()
@@ -145,7 +101,7 @@ def decomposition_table(graph_targets, generic: bool = True) -> dict:
         return {}
     picked = {t: fn for t, fn in table.items() if getattr(t, "overloadpacket", None) in wanted}
     cia = {op: _get_decomp_for_cia(op) for op in composite if op not in unknown}
-    return picked | cia | unknown | OWN_DECOMPOSITIONS
+    return picked | cia | unknown | own
 
 
 @functools.cache

@@ -229,20 +229,24 @@ def _swap_macro(tv, t, b):
 
 
 class Slice:
-    """`novella.slice` along an outer dim whose leading dims are all 1: a row-range copy."""
+    """`novella.slice` along an outer dim whose leading dims are all 1: a row-range copy. Rows wider than
+    a LOAD takes (or than two of them fit on chip) are copied as `split` narrower rows each."""
 
-    def _geometry(self, op, tv):
+    def _geometry(self, op, tv, split: int = 1):
+        """(dim, start, rows of the input, rows of the result, row width), in rows of 1/split of a row."""
         dim = op.attributes["dim"].value
         shape = tv.shape(0)
         if dim == len(shape) - 1 or any(sy.as_int(e) != 1 for e in shape[:dim]):
             raise ValueError(f"slice along dim {dim} of {[str(e) for e in shape]}: only row ranges are supported")
-        return dim, slice_start(op, shape[dim]), _static_numel(shape[dim + 1 :])
+        inner = _static_numel(shape[dim + 1 :])
+        start = slice_start(op, shape[dim])
+        return dim, start * split, shape[dim] * split, tv.shape(-1)[dim] * split, inner // split
 
     def tile(self, op, tv, target, options):
-        dim, start, inner = self._geometry(op, tv)
-        size, have = tv.shape(-1)[dim], tv.shape(0)[dim]
-        symbols = module_symbols(op)
-        box = sy.symbol_box(symbols)
+        inner = self._geometry(op, tv)[-1]
+        split = next(k for k in range(1, inner + 1) if inner % k == 0 and _fits_row(target, inner // k))
+        dim, start, have, size, inner = self._geometry(op, tv, split)
+        box = sy.symbol_box(module_symbols(op))
         if not (sy.provably_ge(have, size + start, box) and sy.provably_ge(start, sy.const(0), box)):
             raise ValueError(f"slice [{start}, {start} + {size}) exceeds dim {dim} of size {have} for some lengths")
         for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(32):
@@ -250,12 +254,13 @@ class Slice:
             plan.add("t", "spad", tm * inner)
             plan.add("o", "spad", tm * inner)
             if plan.fits() or options.get("tile-m"):
-                return Tiling({"tm": tm}, [sy.ceildiv(size, tm)], plan.check())
+                tiles = {"tm": tm} if split == 1 else {"tm": tm, "split": split}
+                return Tiling(tiles, [sy.ceildiv(size, tm)], plan.check())
         raise ValueError("unreachable")
 
     def macro(self, op, tv, t, b):
-        dim, start, inner = self._geometry(op, tv)
-        tm, total = t.tiles["tm"], tv.shape(-1)[dim]
+        _, start, _, total, inner = self._geometry(op, tv, t.tiles.get("split", 1))
+        tm = t.tiles["tm"]
         rows = tile_rows(0, tm, total)
         geo = dict(
             dram_stride=inner,
@@ -269,6 +274,13 @@ class Slice:
         b.load("t", 0, dram_offset=start * inner, **geo)
         b.vop("COPY", "o", "t", rows=rows, cols=inner, dst_stride=inner, a_stride=inner)
         b.store("o", -1, dram_offset=0, **geo)
+
+
+def _fits_row(target, width: int) -> bool:
+    plan = BufferPlan(target)
+    plan.add("t", "spad", width)
+    plan.add("o", "spad", width)
+    return width <= MAX_COLS and plan.fits()
 
 
 def _static_numel(exprs) -> int:

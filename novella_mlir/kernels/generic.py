@@ -27,6 +27,7 @@ BINARY = {
 UNARY = {
     "math.exp": "EXP", "math.log": "LOG", "math.tanh": "TANH", "math.rsqrt": "RSQRT", "math.sin": "SIN",
     "math.cos": "COS", "math.erf": "ERF", "math.absf": "ABS", "math.expm1": "EXPM1", "math.log1p": "LOG1P",
+    "math.floor": "FLOOR",
 }  # fmt: skip
 # arith.cmpf predicates: oeq ogt oge olt ole une (the VEC compares are ordered, NE is true on NaN); an
 # unordered one is the complement of an ordered one (ugt = not ole), uno is x != x (NaN), ord its complement
@@ -38,7 +39,7 @@ _SWAPPED = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "N
 _NUMPY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide, "MAX": np.maximum,
           "MIN": np.minimum, "LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal,
           "EQ": np.equal, "NE": np.not_equal, "EXP": np.exp, "LOG": np.log, "TANH": np.tanh, "SIN": np.sin,
-          "COS": np.cos, "ABS": np.abs, "EXPM1": np.expm1, "LOG1P": np.log1p}  # fmt: skip
+          "COS": np.cos, "ABS": np.abs, "EXPM1": np.expm1, "LOG1P": np.log1p, "FLOOR": np.floor}  # fmt: skip
 # base-2/10 logs and exp2 as the natural ones and a scale: (fn, scale of the input, scale of the result)
 SCALED = {"math.log2": ("LOG", 1.0, 1 / math.log(2)), "math.log10": ("LOG", 1.0, 1 / math.log(10)),
           "math.exp2": ("EXP", math.log(2), 1.0)}  # fmt: skip

@@ -33,6 +33,7 @@ _CMPI_TO_CMPF = {0: 1, 1: 13, 2: 4, 3: 5, 4: 2, 5: 3, 6: 4, 7: 5, 8: 2, 9: 3}  #
 _ALIASES = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.extsi", "arith.extui",
             "arith.trunci", "arith.index_cast", "arith.bitcast")  # fmt: skip
 _BOOL_OPS = ("arith.andi", "arith.ori", "arith.xori")
+_TRUNCATIONS = ("arith.fptosi", "arith.fptoui")
 
 
 class BodyError(ValueError):
@@ -89,6 +90,8 @@ class Builder:
             res = ir.Operation.create(
                 name, results=[self.i1], operands=[self.value(v, "b") for v in old.operands]
             ).result
+        elif name in _TRUNCATIONS:
+            res = self._truncated(old.operands[0])
         elif name.startswith(("arith.", "math.")) and len(old.results) == 1:
             new = _INT_AS_FLOAT.get(name, name)
             if new.endswith("i") and new.startswith("arith.") or name.startswith("arith.fpto"):
@@ -102,6 +105,19 @@ class Builder:
         if why:
             raise BodyError(why)
         self.env[old.results[0]] = res
+
+    def _truncated(self, v):
+        """float -> int (toward zero) on values held as f32: the value itself when the body floored it,
+        else floor(x) for x >= 0 and -floor(-x) below."""
+        x = self.value(v, "f")
+        if isinstance(v.owner, ir.OpView) and v.owner.operation.name == "math.floor":
+            return x
+        zero = arith.ConstantOp(self.f32, ir.FloatAttr.get(self.f32, 0.0)).result
+        down = ir.Operation.create("math.floor", results=[self.f32], operands=[x]).result
+        up = arith.NegFOp(
+            ir.Operation.create("math.floor", results=[self.f32], operands=[arith.NegFOp(x).result]).result
+        )
+        return arith.SelectOp(arith.CmpFOp(arith.CmpFPredicate.OLT, x, zero).result, up.result, down).result
 
     def block(self, old_block, yield_value=None, skip=()) -> None:
         """Rebuilds `old_block`'s ops (but `skip`) and yields `yield_value` (default: what it yields), as f32."""

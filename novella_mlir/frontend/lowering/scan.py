@@ -32,7 +32,8 @@ def _i64(v: int) -> ir.IntegerAttr:
 
 def value_bound(cx, v: ir.Value, kind: str) -> tuple[float, ir.Value | None]:
     """(an upper bound of |x| over the elements of the novella value `v` of torch element kind `kind`, the
-    function input `v` views, or None)."""
+    function input `v` views, or None): through views, products, sums and selects of masks (a histogram's
+    counts are at most the number of elements counted)."""
     if kind == "bool":
         return 1.0, None
     while True:
@@ -45,9 +46,23 @@ def value_bound(cx, v: ir.Value, kind: str) -> tuple[float, ir.Value | None]:
         if name == "novella.weight":
             data = cx.weight_data(v)
             return (float(np.abs(data).max()) if data is not None and data.size else float(EXACT_INT)), None
+        if name in _COMBINE:
+            parts = [value_bound(cx, x, "float")[0] for x in owner.operands[_COMBINE[name][0] :]]
+            return min(float(EXACT_INT), _COMBINE[name][1](parts)), None
+        if name == "novella.reduce" and ir.StringAttr(owner.attributes["fn"]).value == "sum":
+            n = sy.value_range(cx.shape(owner.operands[0])[-1], cx.symbols)[1]
+            return min(float(EXACT_INT), value_bound(cx, owner.operands[0], "float")[0] * n), None
         if name not in _TRANSPARENT:
             return float(EXACT_INT), None
         v = owner.operands[0]
+
+
+_COMBINE = {  # op: (first operand bounded, bound of the result from the operands' bounds)
+    "novella.mul": (0, lambda b: b[0] * b[1]),
+    "novella.add": (0, sum),
+    "novella.sub": (0, sum),
+    "novella.where": (1, max),
+}
 
 
 def _largest_exact(fn: str, hi: int) -> int:
@@ -97,11 +112,11 @@ def _scan(fn: str):
             return x
         dim = cx.const(1) % len(shape)
         if cx.result_kind() in ("int", "bool"):
+            _check_exact(cx, x, fn, dim, shape[dim])  # |x.long()| <= |x|: bounded before the truncation
             if cx.kind(0) == "float":  # cumsum(x, dtype=torch.int64) scans x.long()
                 from .pointwise import _truncate
 
                 x = _truncate(cx, x)
-            _check_exact(cx, x, fn, dim, shape[dim])
         if sy.as_int(shape[dim]) == 1:
             return x
         return cx.emit(ScanOp, input=x, dim=_i64(dim), fn=ir.StringAttr.get(fn))
