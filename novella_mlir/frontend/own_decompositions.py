@@ -83,6 +83,11 @@ def sort_by_rank(x, dim=-1, descending=False):
     return torch.where(hot, a, low).amax(-1), _last_index_where(hot)
 
 
+def stable_sort_by_rank(x, *, stable=None, dim=-1, descending=False):
+    """`aten.sort.stable`: `sort_by_rank` is stable whatever `stable` says."""
+    return sort_by_rank(x, dim, descending)
+
+
 def histc_by_compare(x, bins=100, min=0, max=0):
     """`aten.histc` with a given range: bin = floor((x - min) * bins / (max - min)) as ATen computes it
     (the element at max in the last bin), counted by comparing against the integers 1..bins-1; elements
@@ -138,6 +143,7 @@ _ATEN = {
     torch.ops.aten.topk.default: topk_by_rounds,
     torch.ops.aten.gather.default: gather_by_one_hot,
     torch.ops.aten.sort.default: sort_by_rank,
+    torch.ops.aten.sort.stable: stable_sort_by_rank,
     torch.ops.aten.histc.default: histc_by_compare,
     torch.ops.aten.index_put.default: index_put_by_compare,
 }

@@ -217,9 +217,11 @@ def check_input(x, i: int, cast: bool = False, want: str = "float32") -> np.ndar
 def check_limit(x: np.ndarray, i: int, limit: list) -> None:
     """Refuses input #i (as the NPU holds it) above the program's `limit` ([max |value|, why], written by
     the frontend for an integer scan of the input)."""
-    if limit and x.size and float(np.abs(x).max()) > limit[0]:
+    top = float(np.abs(x).max()) if x.size else 0.0
+    if limit and top > limit[0]:
+        held = f"the integer {int(top)}" if top.is_integer() else f"the value {top:.9g}"
         raise InputError(
-            f"input #{i} holds the integer {int(np.abs(x).max())}, above {limit[0]}: {limit[1]}, so its "
+            f"input #{i} holds {held}, above {limit[0]}: {limit[1]}, so its "
             f"values must stay within +-{limit[0]}"
         )
 

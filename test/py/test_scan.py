@@ -137,15 +137,30 @@ def test_large_int_constant_times_length_is_refused():
         compile_torch(Big(), torch.randn(3, 8), dynamic_dim=1, min_len=1, max_len=16, cache=False)
 
 
-def test_cumsum_into_an_integer_dtype_truncates_first_and_is_refused_unbounded():
+def test_cumsum_of_a_float_input_into_an_integer_dtype_limits_the_input():
     class Cast(torch.nn.Module):
         def forward(self, x):
             return torch.cumsum(x, 1, dtype=torch.int64)
 
-    with pytest.raises(NovellaError, match="cumsum of an integer tensor along dim 1.*bounded only by 2"):
-        compile_torch(Cast(), torch.randn(2, 8), dynamic_dim=1, min_len=1, max_len=64, cache=False)
+    # |x.long()| <= |x|: the float input is bounded like an integer one, checked on every call
+    npu = compile_torch(Cast(), torch.randn(2, 8), dynamic_dim=1, min_len=1, max_len=64, cache=False)
+    assert [m.limit[0] for m in npu.artifact.programs[0].inputs] == [2**24 // 64]
+    for n in (1, 9, 64):
+        x = 1000 * torch.randn(2, n, generator=torch.Generator().manual_seed(n))
+        assert torch.equal(npu(x), Cast()(x)), f"T={n}"
+    with pytest.raises(NovellaError, match=r"input #0 holds the value 300000\.5, above 262144: .*cumsum"):
+        npu(torch.full((2, 5), 300000.5))
     check(lambda x: (torch.cumsum(x.long(), 1, dtype=torch.float32), torch.cumsum(x > 0, 0, dtype=torch.float32)),
           (2, 8), 1, 64, (1, 9, 64))  # fmt: skip
+
+
+def test_cumsum_into_an_integer_dtype_of_values_computed_on_the_npu_is_refused_unbounded():
+    class Cast(torch.nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x.exp(), 1, dtype=torch.int64)
+
+    with pytest.raises(NovellaError, match="cumsum of an integer tensor along dim 1.*bounded only by 2"):
+        compile_torch(Cast(), torch.randn(2, 8), dynamic_dim=1, min_len=1, max_len=64, cache=False)
 
 
 def test_float_to_int_truncates_toward_zero():

@@ -34,6 +34,10 @@ _ALIASES = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith
             "arith.trunci", "arith.index_cast", "arith.bitcast")  # fmt: skip
 _BOOL_OPS = ("arith.andi", "arith.ori", "arith.xori")
 _TRUNCATIONS = ("arith.fptosi", "arith.fptoui")
+# integer division on values held as f32: a / b rounded (toward zero, down, up), exact for |a| < 2**24 (a
+# non-integer quotient is at least 1/|b| from the nearest integer, more than half an ulp of a / b)
+_INT_DIVISIONS = {"arith.divsi": "trunc", "arith.divui": "trunc", "arith.remsi": "rem", "arith.remui": "rem",
+                  "arith.floordivsi": "floor", "arith.ceildivsi": "ceil"}  # fmt: skip
 
 
 class BodyError(ValueError):
@@ -91,7 +95,9 @@ class Builder:
                 name, results=[self.i1], operands=[self.value(v, "b") for v in old.operands]
             ).result
         elif name in _TRUNCATIONS:
-            res = self._truncated(old.operands[0])
+            res = self._truncated(self.value(old.operands[0], "f"), old.operands[0])
+        elif name in _INT_DIVISIONS:
+            res = self._divided(_INT_DIVISIONS[name], *(self.value(v, "f") for v in old.operands))
         elif name.startswith(("arith.", "math.")) and len(old.results) == 1:
             new = _INT_AS_FLOAT.get(name, name)
             if new.endswith("i") and new.startswith("arith.") or name.startswith("arith.fpto"):
@@ -106,18 +112,28 @@ class Builder:
             raise BodyError(why)
         self.env[old.results[0]] = res
 
-    def _truncated(self, v):
-        """float -> int (toward zero) on values held as f32: the value itself when the body floored it,
-        else floor(x) for x >= 0 and -floor(-x) below."""
-        x = self.value(v, "f")
-        if isinstance(v.owner, ir.OpView) and v.owner.operation.name == "math.floor":
+    def _truncated(self, x, v=None):
+        """float -> int (toward zero) on values held as f32: the value itself when the body floored it (`v`
+        is the old value of `x`), else floor(x) for x >= 0 and -floor(-x) below."""
+        if v is not None and isinstance(v.owner, ir.OpView) and v.owner.operation.name == "math.floor":
             return x
         zero = arith.ConstantOp(self.f32, ir.FloatAttr.get(self.f32, 0.0)).result
-        down = ir.Operation.create("math.floor", results=[self.f32], operands=[x]).result
-        up = arith.NegFOp(
-            ir.Operation.create("math.floor", results=[self.f32], operands=[arith.NegFOp(x).result]).result
-        )
+        down = self._floor(x)
+        up = arith.NegFOp(self._floor(arith.NegFOp(x).result))
         return arith.SelectOp(arith.CmpFOp(arith.CmpFPredicate.OLT, x, zero).result, up.result, down).result
+
+    def _floor(self, x):
+        return ir.Operation.create("math.floor", results=[self.f32], operands=[x]).result
+
+    def _divided(self, rounding: str, a, b):
+        """a / b of integers held as f32, rounded as `rounding` says, or the remainder a - trunc(a / b) * b."""
+        q = arith.DivFOp(a, b).result
+        if rounding == "floor":
+            return self._floor(q)
+        if rounding == "ceil":
+            return arith.NegFOp(self._floor(arith.NegFOp(q).result)).result
+        t = self._truncated(q)
+        return t if rounding == "trunc" else arith.SubFOp(a, arith.MulFOp(t, b).result).result
 
     def block(self, old_block, yield_value=None, skip=()) -> None:
         """Rebuilds `old_block`'s ops (but `skip`) and yields `yield_value` (default: what it yields), as f32."""
