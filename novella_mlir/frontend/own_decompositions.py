@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import NovellaError
+from .own_resize import resize_decompositions
 
 _ONE_HOT_MAX = 256  # the widest axis gathered by a one-hot sum: an MoE's experts, not a vocabulary
 
@@ -146,6 +147,7 @@ _ATEN = {
     torch.ops.aten.sort.stable: stable_sort_by_rank,
     torch.ops.aten.histc.default: histc_by_compare,
     torch.ops.aten.index_put.default: index_put_by_compare,
+    **resize_decompositions(),
 }
 _CUSTOM = {"transformers::grouped_mm_fallback": grouped_mm_by_experts}  # ops registered by a library
 
