@@ -27,7 +27,8 @@ def _eager(x, size, mode, aa, ac):
     """F.interpolate; an antialiased resize to width 1 computed on the transposed input: eager's CPU kernel
     then skips the height axis (a [1, 1, 2, 1] input resized to (3, 1) repeats row 0)."""
     if aa and size[1] == 1 and size[0] != x.shape[2]:
-        return F.interpolate(x.transpose(2, 3), size=size[::-1], mode=mode, align_corners=ac, antialias=aa).transpose(2, 3)
+        xt = x.transpose(2, 3)
+        return F.interpolate(xt, size=size[::-1], mode=mode, align_corners=ac, antialias=aa).transpose(2, 3)
     return F.interpolate(x, size=size, mode=mode, align_corners=ac, antialias=aa)
 
 
