@@ -81,7 +81,7 @@ def _upper(cx, e) -> int:
     return sy.value_range(affine(e), cx.symbols)[1]
 
 
-def _table(cx, hint: str, values: np.ndarray, sizes: list):
+def sized_table(cx, hint: str, values: np.ndarray, sizes: list):
     """`values` (built at each dim's maximum) sliced to `sizes` (ints or symbolic sizes)."""
     out = cx.add_weight(hint, values)
     for d, s in enumerate(sizes):
@@ -107,7 +107,7 @@ def arange(cx):
     if step != 1 or not isinstance(start, int):
         raise cx.error("arange with a symbolic end needs an integer start and step 1")
     hi = _upper(cx, end)
-    return _table(cx, "arange", np.arange(start, hi, dtype=np.float64), [sy.canon(affine(end) - sy.const(start))])
+    return sized_table(cx, "arange", np.arange(start, hi, dtype=np.float64), [sy.canon(affine(end) - sy.const(start))])
 
 
 def _sizes(cx, sizes) -> tuple[list, list[int]]:
@@ -118,7 +118,7 @@ def _sizes(cx, sizes) -> tuple[list, list[int]]:
 
 def _full(cx, sizes, value):
     sizes, upper = _sizes(cx, sizes)
-    return _table(cx, "full", np.full(upper, float(value)), sizes)
+    return sized_table(cx, "full", np.full(upper, float(value)), sizes)
 
 
 def full(cx):

@@ -15,8 +15,8 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ...dialects.novella import ConcatOp, KvAppendOp
-from .indexing import is_function_input
+from ...dialects.novella import ConcatOp, KvAppendOp, SliceOp
+from .indexing import is_function_input, sized_table
 from .shape_ops import Positions, WriteTarget, affine, reshape
 
 
@@ -38,24 +38,48 @@ def pad(cx):
     x, amounts = cx.operand(0), cx.const(1)
     mode = cx.const(2) if cx.op.name == "torch.aten.pad" and cx.num_operands > 2 else "constant"
     value = cx.const(cx.num_operands - 1) if cx.num_operands > 2 else 0.0
-    if mode != "constant" or not all(isinstance(a, int) and a >= 0 for a in amounts):
-        raise cx.error(f"only a constant pad by static non-negative amounts is supported, got {mode} {amounts}")
+    static = all(isinstance(a, int) and a >= 0 for a in amounts[1::2])
+    if mode != "constant" or not static and not all(isinstance(a, int) and a >= 0 for a in amounts[::2]):
+        raise cx.error(
+            f"only a constant pad by static non-negative amounts (or a size of the length after the end) is "
+            f"supported, got {mode} {[str(a) for a in amounts]}"
+        )
     out = x
     for i in range(0, len(amounts), 2):
         dim = len(cx.shape(x)) - 1 - i // 2
         before, after = amounts[i], amounts[i + 1]
-        for n, first in ((before, True), (after, False)):
-            if n:
-                out = _concat(cx, out, _block(cx, out, dim, n, value), dim, first)
+        if before:
+            out = _concat(cx, out, _block(cx, out, dim, before, value), dim, True)
+        if isinstance(after, int):
+            out = _concat(cx, out, _block(cx, out, dim, after, value), dim, False) if after else out
+        else:
+            out = _pad_after(cx, out, dim, after, value)
     return out
 
 
+def _pad_after(cx, x, dim: int, n, value) -> ir.Value:
+    """`n` (a size of the length, >= 0) positions of `value` after the end of `dim`: the most it is, cut to `n`
+    (a window partition's padding to a multiple of the window, 0 at some lengths)."""
+    lo, hi = sy.value_range(n, cx.symbols)
+    if lo < 0:
+        raise cx.error(f"a pad by {n}, negative at some length, is a crop")
+    if hi == 0:
+        return x
+    full = _concat(cx, x, _block(cx, x, dim, hi, value), dim, False)
+    shape = list(cx.shape(x))
+    shape[dim] = sy.canon(shape[dim] + n)
+    return cx.emit(SliceOp, result_shape=shape, check=False, input=full, dim=_i64(dim), start=_i64(0))
+
+
 def _block(cx, x, dim: int, n: int, value) -> ir.Value:
+    """`n` positions of `value` along `dim`, x's sizes elsewhere (a table at their maxima, sliced to them)."""
     shape = [sy.as_int(e) for e in cx.shape(x)]
     shape[dim] = n
-    if any(s is None for s in shape):
-        raise cx.error(f"pad along dim {dim} needs static sizes in the other dims, got {cx.shape(x)}")
-    return cx.add_weight("pad", np.full(shape, float(value or 0.0)))
+    if all(s is not None for s in shape):
+        return cx.add_weight("pad", np.full(shape, float(value or 0.0)))
+    sizes = [s if s is not None else e for s, e in zip(shape, cx.shape(x))]
+    upper = [s if s is not None else sy.value_range(e, cx.symbols)[1] for s, e in zip(shape, cx.shape(x))]
+    return sized_table(cx, "pad", np.full(upper, float(value or 0.0)), sizes)
 
 
 def _concat(cx, x, block, dim: int, first: bool) -> ir.Value:

@@ -15,7 +15,7 @@ from torch_mlir import ir
 from ... import symbolic as sy
 from ...dialects.novella import CompareOp, FlipOp, MaximumOp, MulOp, ReduceOp, WhereOp
 from .elementwise import size_value
-from .indexing import _table
+from .indexing import sized_table
 from .shape_ops import from_last, reshape, to_last
 
 _NO_INDEX = float(2**24)  # larger than every index the NPU holds exactly
@@ -31,7 +31,7 @@ def _positions(cx, n: ir.AffineExpr) -> ir.Value:
     if static is not None:
         return cx.add_weight("positions", np.arange(static, dtype=np.float64))
     hi = sy.value_range(n, cx.symbols)[1]
-    return _table(cx, "positions", np.arange(hi, dtype=np.float64), [n])
+    return sized_table(cx, "positions", np.arange(hi, dtype=np.float64), [n])
 
 
 def _arg_last(cx, x, fn: str):

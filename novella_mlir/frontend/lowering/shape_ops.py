@@ -62,6 +62,23 @@ def floordiv(cx):
     return a // b if isinstance(a, int) else simplify(sy.floordiv(a, b))
 
 
+def int_neg(cx):
+    a = _int_operand(cx, 0)
+    return -a if isinstance(a, int) else simplify(sy.const(-1) * a)
+
+
+def int_mod(cx):
+    """`a % b` of a size by a positive constant (a window partition's padding): the affine `a mod b`.
+    torch-mlir names Python's `%` of sizes `fmod.int`; the two agree where `a >= 0`, refused elsewhere."""
+    a, b = _int_operand(cx, 0), _int_operand(cx, 1)
+    if not isinstance(b, int) or b <= 0:
+        raise cx.error(f"a remainder by {b} (symbolic or not positive) is not an affine size")
+    low = a if isinstance(a, int) else sy.value_range(a, cx.symbols)[0]
+    if low < 0:
+        raise cx.error(f"a remainder of {a}, negative at some length: fmod and Python's % differ there")
+    return a % b if isinstance(a, int) else simplify(sy.mod(a, b))
+
+
 def identity(cx):
     return cx.operand(0)
 
@@ -271,6 +288,8 @@ def slice_(cx):
         from .strided import strided_slice
 
         return strided_slice(cx, x, dim, start, end, step)
+    if not isinstance(start, int) and end is None and sy.value_range(shape[dim] + affine(start), cx.symbols)[1] <= 0:
+        return x  # `mask[:, -T:]` of a mask of length T: the start is at or before position 0 at every length
     if not isinstance(start, int):
         return write_target(cx, x, dim, start, end)  # `buf[:, :, P:P + 1] = k`: a KV-cache write
     full = sy.as_int(shape[dim])
