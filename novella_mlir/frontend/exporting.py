@@ -290,6 +290,18 @@ def unproved(cond, box: dict, where: str = "") -> str:
     return f"not provable over {', '.join(f'{s} in [{box[s][0]}, {box[s][1]}]' for s in free if s in box)} ({where})"
 
 
+def small_size_hint(prog) -> bool:
+    """Whether a size computed from the length is 0 or 1 at the example (a patch grid `W // 32` of one
+    column): torch records guards such as `Eq(W // 32, 1)` on it, which a later retrace (decompositions)
+    takes as facts and specializes the size to 1. An example at the top of the range has no such size."""
+    for n in prog.graph.nodes:
+        v = n.meta.get("val")
+        for d in v.shape if isinstance(v, torch.Tensor) else ():
+            if isinstance(d, torch.SymInt) and d.node.hint is not None and d.node.hint <= 1:
+                return True
+    return False
+
+
 def _dynamic_export(module, args, dynamic_dim, lo, hi):
     try:
         with fx_config.patch(backed_size_oblivious=True):

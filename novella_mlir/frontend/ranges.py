@@ -80,6 +80,9 @@ def compile_range(c: Compilers, module, example_args, dynamic_dim, min_len, max_
         example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
     try:
         prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi)
+        if exporting.small_size_hint(prog) and lo < hi:  # re-trace where no size is 0 or 1
+            example_args = tuple(_resized(a, dynamic_dim, hi) for a in example_args)
+            prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi)
     except NarrowedError as e:
         if min_len == max_len or e.kept is None:
             raise

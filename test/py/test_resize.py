@@ -124,3 +124,10 @@ def test_resize_to_the_patch_grid_compiles(case):
 def test_resize_of_a_position_table_to_the_sequence():
     torch.manual_seed(0)
     _check(SequenceTable(), lambda n: (1, n, 16), [1, 2, 11, 17, 40], 16, 1)
+
+
+def test_an_example_whose_patch_grid_is_one_column():
+    """At width 5 the grid `W // 4` is 1: torch records `Eq(W // 4, 1)`, which the decompositions' retrace
+    took as a fact (a program for one column only, refused by a view's shape check); the export is redone
+    at the top of the range."""
+    _check(PatchGrid("bicubic", False, (2, 2), 2), lambda n: (1, 8, n), [4, 8, 23, 37, 43], 5, 2)
