@@ -69,3 +69,20 @@ def test_periodic_equality_proof():
         assert not sy.equal(sy.floordiv(s, 4), sy.floordiv(s + 1, 4))
     t = sympy.Symbol("s0", integer=True)
     assert not sy._periodic_zero(t * t - t)  # not quasi-linear: no proof
+
+
+def _patch_centers(x):
+    """dinov3's patch centers: arange from a fractional start to a size of the length, over that size."""
+    n = x.shape[1] // 2
+    centers = torch.arange(0.5, n, dtype=torch.float32) / n
+    below = torch.arange(-1.5, n, dtype=torch.float32)
+    return x[:, :n] * centers, x[:, :n] + below[2:]
+
+
+def test_arange_from_a_fractional_start():
+    module = Lambda(_patch_centers)
+    npu = compile_torch(module, torch.randn(1, 20), dynamic_dim=1, min_len=2, max_len=40, cache=False)
+    for n in (2, 3, 23, 37, 40):
+        x = torch.randn(1, n, generator=torch.Generator().manual_seed(n))
+        for got, want in zip(npu(x), module(x)):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6, msg=f"T={n}")

@@ -7,6 +7,8 @@ element i does not depend on the length, so the prefix is exact."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from torch_mlir import ir
 
@@ -104,10 +106,11 @@ def arange(cx):
         raise cx.error("arange with a symbolic start or step is not supported")
     if isinstance(end, (int, float)):
         return cx.add_weight("arange", np.arange(start, end, step, dtype=np.float64))
-    if step != 1 or not isinstance(start, int):
-        raise cx.error("arange with a symbolic end needs an integer start and step 1")
+    if step != 1:
+        raise cx.error("arange with a symbolic end needs step 1")
+    first = math.floor(start)  # arange(0.5, n) (patch centers): ceil(n - start) = n - floor(start) positions
     hi = _upper(cx, end)
-    return sized_table(cx, "arange", np.arange(start, hi, dtype=np.float64), [sy.canon(affine(end) - sy.const(start))])
+    return sized_table(cx, "arange", np.arange(start, hi, dtype=np.float64), [sy.canon(affine(end) - sy.const(first))])
 
 
 def _sizes(cx, sizes) -> tuple[list, list[int]]:
