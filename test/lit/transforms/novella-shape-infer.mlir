@@ -97,3 +97,30 @@ module attributes {novella.symbols = {s0 = ["P", 1, 1023], s1 = ["T", 1, 1024]}}
     return %0 : tensor<1x?x?xf32, affine_map<()[s0, s1] -> (1, s1, s0)>>
   }
 }
+
+// -----
+
+// A pad to a multiple of 4 windows then a view into windows: the element counts are equal at every
+// length (T + (-T) mod 4 is a multiple of 4), which `symbolic.equal` proves by checking one period.
+// CHECK-DAG: #[[$PAD:.*]] = affine_map<()[s0] -> (1, s0 + (-s0) mod 4, 8)>
+// CHECK-DAG: #[[$WIN:.*]] = affine_map<()[s0] -> (1, (s0 + (-s0) mod 4) floordiv 4, 4, 8)>
+// CHECK-LABEL: func.func @windows
+// CHECK: %[[R:.*]] = "novella.reshape"(%{{.*}}) : (tensor<1x?x8xf32, #[[$PAD]]>) -> tensor<1x?x4x8xf32, #[[$WIN]]>
+// CHECK: return %[[R]]
+module attributes {novella.symbols = {s0 = ["T", 1, 40]}} {
+  func.func @windows(%x: tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0 + (-s0) mod 4, 8)>>) -> tensor<1x?x4x8xf32, affine_map<()[s0] -> (1, (s0 + (-s0) mod 4) floordiv 4, 4, 8)>> {
+    %0 = "novella.reshape"(%x) : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0 + (-s0) mod 4, 8)>>) -> tensor<1x?x4x8xf32, affine_map<()[s0] -> (1, (s0 + (-s0) mod 4) floordiv 4, 4, 8)>>
+    return %0 : tensor<1x?x4x8xf32, affine_map<()[s0] -> (1, (s0 + (-s0) mod 4) floordiv 4, 4, 8)>>
+  }
+}
+
+// -----
+
+// The same view of a length that need not be a multiple of 4 changes the element count.
+module attributes {novella.symbols = {s0 = ["T", 1, 40]}} {
+  func.func @not_windows(%x: tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x4x8xf32, affine_map<()[s0] -> (1, s0 floordiv 4, 4, 8)>> {
+    // expected-error @+1 {{reshape changes the element count}}
+    %0 = "novella.reshape"(%x) : (tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>) -> tensor<1x?x4x8xf32, affine_map<()[s0] -> (1, s0 floordiv 4, 4, 8)>>
+    return %0 : tensor<1x?x4x8xf32, affine_map<()[s0] -> (1, s0 floordiv 4, 4, 8)>>
+  }
+}
