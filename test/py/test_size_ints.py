@@ -5,6 +5,7 @@ equality proof that makes `T + (-T) mod b` a multiple of b; each module checked 
 
 from __future__ import annotations
 
+import pytest
 import sympy
 import torch
 import torch.nn.functional as F
@@ -13,6 +14,7 @@ from lambda_module import Lambda
 from novella_mlir import compile_torch
 from novella_mlir import symbolic as sy
 from novella_mlir.dialects.context import make_context
+from novella_mlir.errors import NovellaError
 
 LENGTHS = (1, 2, 23, 37, 40)
 
@@ -86,3 +88,9 @@ def test_arange_from_a_fractional_start():
         x = torch.randn(1, n, generator=torch.Generator().manual_seed(n))
         for got, want in zip(npu(x), module(x)):
             torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6, msg=f"T={n}")
+
+
+def test_random_noise_is_refused_by_name():
+    module = Lambda(lambda x: x + torch.rand(x.shape[0], x.shape[1]))
+    with pytest.raises(NovellaError, match=r"'torch.aten.rand': draws random values"):
+        compile_torch(module, torch.randn(1, 8), dynamic_dim=1, min_len=1, max_len=40, cache=False)
