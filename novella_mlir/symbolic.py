@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from .artifact.limits import MAX_STEPS as GRID_LIMIT  # every grid index, and a difference of two, is below it
+from .artifact.limits import MAX_STEPS as GRID_LIMIT
+from .symbolic_periodic import periodic_zero  # every grid index, and a difference of two, is below it
 
 DYN = ir.ShapedType.get_dynamic_size() if hasattr(ir, "ShapedType") else -(2**63)
 
@@ -505,14 +506,12 @@ def _equal_sympy(sa, sb) -> bool:
     import sympy
 
     diff = sympy.expand(sa - sb)
-    if diff == 0:
-        return True
     if diff.is_Number:
-        return False
+        return diff == 0
     if diff.has(sympy.floor, sympy.ceiling, sympy.Mod):
         if _differs_somewhere(diff):
             return False
-        if sympy.simplify(diff) == 0 or _periodic_zero(diff):
+        if sympy.simplify(diff) == 0 or periodic_zero(diff):
             return True
     box = {s: (1, None) for s in (sa - sb).free_symbols}
     return provably_ge(sa, sb, box) and provably_ge(sb, sa, box)
@@ -527,60 +526,6 @@ def _differs_somewhere(diff) -> bool:
         if diff.subs(at) != 0:
             return True
     return False
-
-
-_PERIOD_MAX = 4096
-
-
-def _periodic_zero(diff) -> bool:
-    """diff == 0 for every integer value of its one symbol, when diff is linear in it and in floors / ceilings /
-    mods by constants of such terms (a pad to a multiple, `L + (-L) mod b` = `ceildiv(L, b) * b`): with P the
-    product of every divisor, d(L + P) = d(L) + c * P, so d = 0 at 0, 1, ..., P proves c = 0 and d = 0 on a
-    period, hence everywhere."""
-    import sympy
-
-    syms = diff.free_symbols
-    period = _period(diff) if len(syms) == 1 else None
-    if period is None or period > _PERIOD_MAX:
-        return False
-    fn = sympy.lambdify(list(syms), diff, modules=[{"floor": _int_floor, "ceiling": _int_ceil, "Mod": _int_mod}])
-    return all(fn(sympy.Integer(v)) == 0 for v in range(period + 1))
-
-
-def _period(e) -> int | None:
-    """The product of the divisors of the floors, ceilings and mods in the quasi-linear `e`, else None."""
-    import sympy
-
-    if e.is_Symbol or e.is_Integer:
-        return 1
-    if e.is_Rational:
-        return int(e.q)
-    if isinstance(e, sympy.Add) or isinstance(e, sympy.Mul) and sum(not a.is_Number for a in e.args) <= 1:
-        out = 1
-        for a in e.args:
-            p = _period(a)
-            if p is None:
-                return None
-            out *= p
-        return out
-    if isinstance(e, (sympy.floor, sympy.ceiling)):
-        return _period(e.args[0])
-    if isinstance(e, sympy.Mod) and e.args[1].is_Integer and e.args[1] > 0:
-        inner = _period(e.args[0])
-        return None if inner is None else inner * int(e.args[1])
-    return None
-
-
-def _int_floor(x):
-    return x.__floor__() if hasattr(x, "__floor__") else x
-
-
-def _int_ceil(x):
-    return x.__ceil__() if hasattr(x, "__ceil__") else x
-
-
-def _int_mod(a, b):
-    return a % b
 
 
 def equal_shapes(a, b) -> bool:
