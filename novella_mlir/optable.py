@@ -441,10 +441,6 @@ FRONTEND_ONLY.update(
         "torch.aten.empty.memory_format": indexing.zeros,
     }
 )
-FRONTEND_ONLY.update(
-    {f"torch.aten.{name}": indexing.random for name in ("rand", "randn", "rand_like", "randn_like", "randint",
-     "randint.low", "randperm", "bernoulli", "bernoulli.p", "uniform", "normal_functional", "multinomial")}
-)  # fmt: skip
 
 # ------------------------------------------------------------------ conv and group norm: group_norm
 # as sums over each group (a `?` dim: divided by the length's size) and elementwise ops (frontend/lowering/nn.py)

@@ -12,12 +12,24 @@ from __future__ import annotations
 
 import re
 
+from torch_mlir import ir
+
 from .convert import Converter
 from .outline import to_linalg
+
+_RANDOM = {"rand", "randn", "rand_like", "randn_like", "randint", "randperm", "bernoulli", "uniform", "normal",
+           "normal_functional", "multinomial"}  # fmt: skip
 
 
 def lower(cx):
     """The novella values of the torch op `cx.op`'s results, through torch-mlir's linalg lowering."""
+    name = cx.op.operation.name
+    name = ir.StringAttr(cx.op.attributes["name"]).value if name == "torch.operator" else name
+    if name.split(".")[2] in _RANDOM:  # ViTMAE's masking noise `torch.rand`
+        raise cx.error(
+            "draws random values: the NPU has no random source, and no compiled value could equal eager's draws; "
+            "pass the random tensor as an input (ViTMAE: `noise=`), or remove the op (eval mode, mask_ratio=0)"
+        )
     types = [str(v.type) for v in (*cx.op.operands, *cx.op.results)]
     if any(re.search(r"vtensor<\[([^\]]*,)?0(,[^\]]*)?\]", t) for t in types):
         raise cx.empty_error("an operand or the result has a 0 dim")  # torch-mlir's lowering may trap on one

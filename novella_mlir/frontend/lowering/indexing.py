@@ -160,14 +160,6 @@ def new_ones(cx):
     return _full(cx, cx.const(1), 1.0)
 
 
-def random(cx):
-    """A random op (ViTMAE's masking noise `torch.rand`, dropout's mask in training): refused, named."""
-    raise cx.error(
-        "draws random values: the NPU has no random source, and no compiled value could equal eager's draws; "
-        "pass the random tensor as an input (ViTMAE: `noise=`), or remove the op (eval mode, mask_ratio=0)"
-    )
-
-
 def scalar_tensor(cx):
     return cx.scalar(float(cx.const(0)))
 
