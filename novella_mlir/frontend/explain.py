@@ -25,6 +25,7 @@ import traceback
 import warnings
 from pathlib import Path
 
+import sympy
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -257,3 +258,29 @@ def _defined_at(module: torch.nn.Module, name: str) -> str:
     attr = re.escape(name.rpartition(".")[2])
     found = _find_line(module, name, "__init__", rf"register_(buffer|parameter)\(\s*['\"]{attr}['\"]|self\.{attr}\s*=")
     return f" ({_where(found[0], found[1], None)})" if found else ""
+
+
+def assumed(prog, lo: int, hi: int) -> str:
+    """The conditions torch.export assumed at the example that fail elsewhere in [lo, hi] (one symbol), with
+    their lines: an `int()` of a size (transformers' `torch_int`) fixes the size to the example's value while
+    the range stays, so the traced program computes a different model at the other lengths."""
+    from .exporting import failing_lengths
+
+    env = next((d.node.shape_env for n in prog.graph.nodes for d in getattr(n.meta.get("val"), "shape", ())
+                if isinstance(d, torch.SymInt)), None)  # fmt: skip
+    out = []
+    for g in env.guards if env is not None else ():
+        try:
+            bad = failing_lengths(g.expr, lo, hi) if len(g.expr.free_symbols) == 1 else []
+        except Exception:  # noqa: BLE001 - a guard numpy cannot evaluate is left out of the hint
+            bad = []
+        if bad and isinstance(g.expr, sympy.Eq):
+            out.append(f"{g.expr} ({str(g.sloc).strip('()')}; false at {len(bad)} lengths, e.g. {bad[0]})")
+    if not out:
+        return ""
+    return (
+        "\ntorch.export fixed a size of the length at the example's value, for the whole range: "
+        + "; ".join(out[:3])
+        + ". An int() of a size (transformers' torch_int) does this; keep the size a SymInt, or compile the "
+        "lengths where it holds (min_len, max_len)"
+    )

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from novella_mlir import compile_torch
+from novella_mlir.errors import NovellaError
 from novella_mlir.frontend.own_resize import resize_decompositions
 
 MODES = [("bicubic", False), ("bilinear", False), ("bicubic", True), ("bilinear", True)]
@@ -131,3 +132,22 @@ def test_an_example_whose_patch_grid_is_one_column():
     took as a fact (a program for one column only, refused by a view's shape check); the export is redone
     at the top of the range."""
     _check(PatchGrid("bicubic", False, (2, 2), 2), lambda n: (1, 8, n), [4, 8, 23, 37, 43], 5, 2)
+
+
+class IntSizedGrid(PatchGrid):
+    """dinov2-with-registers' `size=(torch_int(h), torch_int(w))`: int() of a size fixes it at export."""
+
+    def forward(self, x):
+        n = int(x.shape[-1] // 4)
+        pos = F.interpolate(self.table, size=(self.rows, n), mode=self.mode, antialias=self.aa)
+        return pos.flatten(2) + x[:, :, : x.shape[-1] // 4].repeat(1, 1, self.rows)
+
+
+def test_a_size_fixed_by_int_is_refused_naming_it():
+    torch.manual_seed(0)
+    module = IntSizedGrid("bicubic", True, (2, 2), 2).eval()
+    with pytest.raises(
+        NovellaError,
+        match=r"(?s)torch.export fixed a size of the length.*Eq\(\(s\d+//4\), 6\) \(test/py/test_resize.py:\d+ in forward",
+    ):
+        compile_torch(module, torch.randn(1, 8, 24), dynamic_dim=2, min_len=4, max_len=43, cache=False)
