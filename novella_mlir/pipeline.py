@@ -23,7 +23,7 @@ from .artifact import cache as compile_cache
 from .artifact.extract import extract as extract_program
 from .compiled import CompiledModel, load  # noqa: F401 (importable from here, as before)
 from .errors import CompileError, NovellaError
-from .frontend import explain, ranges
+from .frontend import explain, exporting, ranges
 from .transforms.common import forget_ir_memos
 from .transforms.registry import BACKEND_PIPELINE, run_passes
 
@@ -190,7 +190,7 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
         return _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_options, names)
     except NovellaError as e:  # name what torch.export assumed at the example (a size fixed by an int())
         try:
-            hint = explain.assumed(prog, *bounds) if bounds is not None else ""
+            hint = explain.assumed(prog, *bounds, exporting.failing_lengths) if bounds is not None else ""
         except Exception:  # noqa: BLE001 - a hint that cannot be computed must not hide the refusal
             hint = ""
         if not hint:

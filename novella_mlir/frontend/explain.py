@@ -260,12 +260,11 @@ def _defined_at(module: torch.nn.Module, name: str) -> str:
     return f" ({_where(found[0], found[1], None)})" if found else ""
 
 
-def assumed(prog, lo: int, hi: int) -> str:
+def assumed(prog, lo: int, hi: int, failing_lengths) -> str:
     """The conditions torch.export assumed at the example that fail elsewhere in [lo, hi] (one symbol), with
     their lines: an `int()` of a size (transformers' `torch_int`) fixes the size to the example's value while
-    the range stays, so the traced program computes a different model at the other lengths."""
-    from .exporting import failing_lengths
-
+    the range stays, so the traced program computes a different model at the other lengths. `failing_lengths`
+    is `exporting.failing_lengths` (which imports this module)."""
     env = next((d.node.shape_env for n in prog.graph.nodes for d in getattr(n.meta.get("val"), "shape", ())
                 if isinstance(d, torch.SymInt)), None)  # fmt: skip
     out = []
