@@ -65,7 +65,7 @@ def build(model_type: str, max_positions: int):
         model = AutoModel.from_config(cfg, attn_implementation="sdpa")
     except (ValueError, ImportError):
         model = AutoModel.from_config(cfg)
-    model = model.eval()
+    model = untie_routers(model.eval(), getattr(cfg, "initializer_range", 0.02))
     if getattr(cfg, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
         model = model.get_encoder()
     params = inspect.signature(model.forward).parameters
@@ -73,6 +73,18 @@ def build(model_type: str, max_positions: int):
     if name is None:
         raise LookupError(f"no input among {INPUTS} (forward takes {list(params)[:4]})")
     return Wrapped(model, name, params), name, cfg
+
+
+def untie_routers(model, std: float):
+    """Random weights for a router's linear that the family's init leaves all zero (afmoe's
+    `AfmoeTokenChoiceRouter.gate`): every token's experts would then tie, and torch's topk picks among
+    ties by its sort's order, which the compiler refuses to guess (frontend/ties.py)."""
+    for name, mod in model.named_modules():
+        routed = any("router" in part for part in name.lower().split(".")[-2:])
+        if routed and isinstance(mod, torch.nn.Linear) and not mod.weight.any():
+            with torch.no_grad():
+                mod.weight.normal_(0.0, std)
+    return model
 
 
 class Wrapped(torch.nn.Module):
