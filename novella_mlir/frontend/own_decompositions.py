@@ -55,6 +55,22 @@ def gather_by_one_hot(x, dim, index, sparse_grad=False):
     return out.to(x.dtype).movedim(-1, dim)
 
 
+def scatter_value_by_compare(x, dim, index, value):
+    """`aten.scatter.value` along a small static axis (`mask.scatter_(1, top_groups, 1)` of an MoE router's
+    group limit): out[..., e] = value where some index[..., j] == e, else x[..., e]; the index must cover
+    x on the other dims (else NotImplemented), and duplicates write the same value."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
+
+    dim %= x.dim()
+    n = x.shape[dim]
+    others = [d for d in range(x.dim()) if d != dim]
+    covers = x.dim() == index.dim() and all(known(index.shape[d] == x.shape[d]) for d in others)
+    if not covers or not isinstance(n, int) or n > _ONE_HOT_MAX:
+        return NotImplemented
+    hot = (index.movedim(dim, -1).unsqueeze(-1) == torch.arange(n, device=x.device)).sum(-2).movedim(-1, dim) > 0
+    return torch.where(hot, torch.full((), value, dtype=x.dtype, device=x.device), x)
+
+
 def _last_index_where(hot):
     """Per row of the [m, n] mask, the last column that is set (-1 when none)."""
     iota = torch.arange(hot.shape[-1], device=hot.device)
@@ -146,6 +162,7 @@ _ATEN = {
     torch.ops.aten.sort.stable: stable_sort_by_rank,
     torch.ops.aten.histc.default: histc_by_compare,
     torch.ops.aten.index_put.default: index_put_by_compare,
+    torch.ops.aten.scatter.value: scatter_value_by_compare,
 }
 _CUSTOM = {"transformers::grouped_mm_fallback": grouped_mm_by_experts}  # ops registered by a library
 
