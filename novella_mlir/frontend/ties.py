@@ -6,7 +6,7 @@ to other experts than eager does. Such a top-k is refused at compile time when t
 
 The proof is a small forward analysis of the exported graph: a value is *tied* when it is equal along its
 last dim whatever the inputs are (a constant equal along it; a linear whose weight rows and bias are equal;
-pointwise ops, casts, softmax and views that keep the last dim, of tied or broadcast operands). Anything
+pointwise ops, casts, softmax, and views that keep or cut the last dim, of tied or broadcast operands). Anything
 else is not proven tied, so ties that depend on the input's values are not caught."""
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ def check_topk_ties(prog) -> None:
         x, k, *rest = list(node.args) + [None] * 4
         dim = node.kwargs.get("dim", rest[0] if rest[0] is not None else -1)
         largest = node.kwargs.get("largest", rest[1] if rest[1] is not None else True)
+        in_order = node.kwargs.get("sorted", rest[2] if rest[2] is not None else True)
         val = x.meta.get("val")
         n = val.shape[-1]
         if dim % val.dim() != val.dim() - 1 or not isinstance(n, int) or not _tied(x, consts, memo):
             continue
-        torch_pick = torch.topk(torch.zeros(n), k, largest=largest).indices.tolist()
+        torch_pick = torch.topk(torch.zeros(n), k, largest=largest, sorted=in_order).indices.tolist()
         if torch_pick != list(range(k)):
             raise NovellaError(
                 f"{_innermost(node)}torch.topk(k={k}) over the last dim of values equal along it for "
@@ -109,7 +110,8 @@ def _keeps_last(src, node) -> bool:
     a, b = src.meta.get("val"), node.meta.get("val")
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() == 0 or b.dim() == 0:
         return False
-    return isinstance(a.shape[-1], int) and a.shape[-1] == b.shape[-1]
+    old, new = a.shape[-1], b.shape[-1]
+    return isinstance(old, int) and isinstance(new, int) and new > 0 and old % new == 0  # rows cut, not merged
 
 
 def _innermost(node) -> str:

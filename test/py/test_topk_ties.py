@@ -50,6 +50,15 @@ def test_a_zero_router_over_four_experts_is_refused():
         _compile(Router(4, 2, zero=True))
 
 
+def test_a_zero_router_cut_into_groups_is_refused():
+    torch.manual_seed(0)
+    gate = torch.nn.Linear(8, 8, bias=False)
+    torch.nn.init.zeros_(gate.weight)
+    model = Lambda(lambda x: torch.topk(gate(x).sigmoid().view(-1, 2, 4), k=2, dim=-1, sorted=False)[1].float())
+    with pytest.raises(NovellaError, match=r"among 4 tied values"):
+        _compile(model)
+
+
 @pytest.mark.parametrize("experts, zero", [(3, True), (4, False)])
 def test_routers_that_agree_with_eager_compile(experts, zero):
     torch.manual_seed(0)
