@@ -49,6 +49,8 @@ def small_config(model_type: str, max_positions: int):
     for k in ("max_position_embeddings", "n_positions", "max_source_positions", "max_target_positions"):
         want[k] = max_positions
     kw = {k: v for k, v in want.items() if k in known}
+    if "kv_lora_rank" in kw and "num_key_value_heads" in kw:  # latent attention expands K and V to every head
+        kw["num_key_value_heads"] = kw.get("num_attention_heads", HEADS)
     if "conv_dim" in kw:
         kw["conv_dim"] = (32,) * len(default.conv_dim)
     if "tdnn_dim" in kw:

@@ -29,11 +29,14 @@ _TOPK = aten.topk.default
 def check_topk_ties(prog) -> None:
     """Refuses a `topk` along the last dim of a value tied for every input, where torch's choice among the
     ties is not the lowest indices."""
-    consts = _constants(prog)
-    memo: dict = {}
-    for node in prog.graph.nodes:
-        if node.op != "call_function" or node.target is not _TOPK:
-            continue
+    topks = [n for n in prog.graph.nodes if n.op == "call_function" and n.target is _TOPK]
+    if not topks:
+        return
+    consts, memo, needed = _constants(prog), {}, _ancestors(topks)
+    for node in prog.graph.nodes:  # in graph order, so that no proof recurses deeper than one operand
+        if node in needed:
+            _tied(node, consts, memo)
+    for node in topks:
         x, k, *rest = list(node.args) + [None] * 4
         dim = node.kwargs.get("dim", rest[0] if rest[0] is not None else -1)
         largest = node.kwargs.get("largest", rest[1] if rest[1] is not None else True)
@@ -51,6 +54,16 @@ def check_topk_ties(prog) -> None:
                 f"NPU's topk the lowest {list(range(k))}, so the model would route differently from eager; "
                 "give the router distinct weights (load trained ones or initialize it randomly)"
             )
+
+
+def _ancestors(nodes) -> set:
+    seen, stack = set(), list(nodes)
+    while stack:
+        for arg in stack.pop().all_input_nodes:
+            if arg not in seen:
+                seen.add(arg)
+                stack.append(arg)
+    return seen
 
 
 def _constants(prog) -> dict:
