@@ -21,6 +21,7 @@ from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
 from . import dtypes, explain, exporting, ties
+from .complex_pairs import complex_as_pairs
 from .own_decompositions import own_decompositions
 from .traceable import symbolic_kernels
 
@@ -205,6 +206,7 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
     t0 = time.perf_counter()
     exporting.strip_asserts(prog, recompile=False)  # the importer reads the graph, not its code
     ties.check_topk_ties(prog)
+    complex_as_pairs(prog)
     try:
         return _import(ctx, prog, decomposition_table, names, t0, generic=True)
     except NotImplementedError as e:

@@ -71,6 +71,22 @@ def scatter_value_by_compare(x, dim, index, value):
     return torch.where(hot, torch.full((), value, dtype=x.dtype, device=x.device), x)
 
 
+def slice_scatter_by_cat(x, src, dim=0, start=None, end=None, step=1):
+    """`aten.slice_scatter` of a static range of a static dim (DeepSeek-V2's keys written into
+    `new_empty(...)[..., :d].copy_(k_nope)`): x before the range, src, x after it, concatenated. A symbolic
+    range (a KV-cache append, which the op table lowers as such) is NotImplemented."""
+    dim %= x.dim()
+    n = x.shape[dim]
+    start = 0 if start is None else start
+    end = n if end is None else end
+    if step != 1 or not all(isinstance(v, int) for v in (n, start, end)):
+        return NotImplemented
+    start, end = (min(max(v + n if v < 0 else v, 0), n) for v in (start, end))
+    end = max(end, start)
+    parts = [x.narrow(dim, 0, start), src, x.narrow(dim, end, n - end)]
+    return torch.cat([p for p in parts if p.shape[dim] != 0], dim)
+
+
 def _last_index_where(hot):
     """Per row of the [m, n] mask, the last column that is set (-1 when none)."""
     iota = torch.arange(hot.shape[-1], device=hot.device)
@@ -163,6 +179,7 @@ _ATEN = {
     torch.ops.aten.histc.default: histc_by_compare,
     torch.ops.aten.index_put.default: index_put_by_compare,
     torch.ops.aten.scatter.value: scatter_value_by_compare,
+    torch.ops.aten.slice_scatter.default: slice_scatter_by_cat,
 }
 _CUSTOM = {"transformers::grouped_mm_fallback": grouped_mm_by_experts}  # ops registered by a library
 
