@@ -79,7 +79,7 @@ class _Emit:
             r, a = args
             return self.pair(self(aten.mul.Tensor, r, self(aten.cos.default, a)),
                              self(aten.mul.Tensor, r, self(aten.sin.default, a)))  # fmt: skip
-        if t in _SAME and len(args) == 1 and _is_complex(node) and node.meta["val"].dtype == torch.complex64:
+        if t in _SAME and len(args) == 1 and node.args[0] in pairs and node.meta["val"].dtype == torch.complex64:
             return args[0]
         if t is aten.unsqueeze.default:
             d = args[1]

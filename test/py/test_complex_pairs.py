@@ -66,3 +66,9 @@ def test_a_stock_deepseek_v2_matches_eager():
         with torch.no_grad():
             want = model(ids(n))
         assert torch.allclose(npu(ids(n)), want, atol=1e-4, rtol=1e-4), f"T={n}"
+
+
+def test_a_real_tensor_cast_to_complex_is_refused():
+    model = Lambda(lambda x: torch.view_as_real(x.to(torch.complex64) * 2.0).flatten(2))
+    with pytest.raises(UnsupportedDtypeError, match=r"'aten.*' on complex values has no rewrite"):
+        compile_torch(model, _x(16), dynamic_dim=1, min_len=1, max_len=70, cache=False)
