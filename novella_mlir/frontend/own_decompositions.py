@@ -87,6 +87,17 @@ def slice_scatter_by_cat(x, src, dim=0, start=None, end=None, step=1):
     return torch.cat([p for p in parts if p.shape[dim] != 0], dim)
 
 
+def max_dim_by_parts(x, dim, keepdim=False):
+    """`aten.max.dim` (values and indices: phimoe's sparsemixer router) as amax and argmax, which the op
+    table lowers: the first index of the maximum, NaN taken as it (as ATen's max.dim takes them)."""
+    return x.amax(dim, keepdim), x.argmax(dim, keepdim)
+
+
+def min_dim_by_parts(x, dim, keepdim=False):
+    """`aten.min.dim` as amin and argmin (the first index of the minimum, NaN taken as it)."""
+    return x.amin(dim, keepdim), x.argmin(dim, keepdim)
+
+
 def _last_index_where(hot):
     """Per row of the [m, n] mask, the last column that is set (-1 when none)."""
     iota = torch.arange(hot.shape[-1], device=hot.device)
@@ -180,6 +191,8 @@ _ATEN = {
     torch.ops.aten.index_put.default: index_put_by_compare,
     torch.ops.aten.scatter.value: scatter_value_by_compare,
     torch.ops.aten.slice_scatter.default: slice_scatter_by_cat,
+    torch.ops.aten.max.dim: max_dim_by_parts,
+    torch.ops.aten.min.dim: min_dim_by_parts,
 }
 _CUSTOM = {"transformers::grouped_mm_fallback": grouped_mm_by_experts}  # ops registered by a library
 
