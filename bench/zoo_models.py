@@ -18,8 +18,8 @@ _FFN = ("intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "ffn_
         "encoder_ffn_embed_dim")  # fmt: skip
 _SMALL = {"num_key_value_heads": 2, "head_dim": HIDDEN // HEADS, "d_kv": HIDDEN // HEADS, "vocab_size": VOCAB,
           "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
-          "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "embedding_size": HIDDEN,
-          "word_embed_proj_dim": HIDDEN, "projection_dim": HIDDEN, "conv_dim": (32,) * 7,
+          "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
+          "embedding_size": HIDDEN, "word_embed_proj_dim": HIDDEN, "projection_dim": HIDDEN, "conv_dim": (32,) * 7,
           "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 4, "output_hidden_size": HIDDEN,
           "classifier_proj_size": HIDDEN, "tdnn_dim": (32,) * 5, "xvector_output_dim": 32,
           "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2, "decoder_start_token_id": 0,
@@ -49,6 +49,8 @@ def small_config(model_type: str, max_positions: int):
     for k in ("max_position_embeddings", "n_positions", "max_source_positions", "max_target_positions"):
         want[k] = max_positions
     kw = {k: v for k, v in want.items() if k in known}
+    if "kv_lora_rank" in kw and "num_key_value_heads" in kw:  # latent attention expands K and V to every head
+        kw["num_key_value_heads"] = kw.get("num_attention_heads", HEADS)
     if "conv_dim" in kw:
         kw["conv_dim"] = (32,) * len(default.conv_dim)
     if "tdnn_dim" in kw:
@@ -65,7 +67,7 @@ def build(model_type: str, max_positions: int):
         model = AutoModel.from_config(cfg, attn_implementation="sdpa")
     except (ValueError, ImportError):
         model = AutoModel.from_config(cfg)
-    model = model.eval()
+    model = untie_routers(model.eval(), getattr(cfg, "initializer_range", 0.02))
     if getattr(cfg, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
         model = model.get_encoder()
     params = inspect.signature(model.forward).parameters
@@ -73,6 +75,18 @@ def build(model_type: str, max_positions: int):
     if name is None:
         raise LookupError(f"no input among {INPUTS} (forward takes {list(params)[:4]})")
     return Wrapped(model, name, params), name, cfg
+
+
+def untie_routers(model, std: float):
+    """Random weights for a router's linear that the family's init leaves all zero (afmoe's
+    `AfmoeTokenChoiceRouter.gate`): every token's experts would then tie, and torch's topk picks among
+    ties by its sort's order, which the compiler refuses to guess (frontend/ties.py)."""
+    for name, mod in model.named_modules():
+        routed = any("router" in part for part in name.lower().split(".")[-2:])
+        if routed and isinstance(mod, torch.nn.Linear) and not mod.weight.any():
+            with torch.no_grad():
+                mod.weight.normal_(0.0, std)
+    return model
 
 
 class Wrapped(torch.nn.Module):

@@ -38,6 +38,7 @@ from .kernels import kv_cache as k_kv
 from .kernels import linear as k_linear
 from .kernels import normalization as k_norm
 from .kernels.pointwise import Pointwise, Prefer
+from .machine.target import MAX_COLS
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,8 @@ class OpDef:
 
 
 def _static_cols(op, tv) -> bool:
-    tv.cols(-1)
-    return True
+    """A static last dim that a row kernel's LOAD takes whole (else the column-tiled pointwise kernel)."""
+    return tv.cols(-1) <= MAX_COLS
 
 
 _ROWS_BINARY = k_elementwise.Binary()

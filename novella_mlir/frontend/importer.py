@@ -20,7 +20,8 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
-from . import dtypes, explain, exporting
+from . import dtypes, explain, exporting, ties
+from .complex_pairs import complex_as_pairs
 from .own_decompositions import own_decompositions
 from .traceable import symbolic_kernels
 
@@ -204,6 +205,8 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
     `sym_float`), the import is tried once more without those (the op then takes the generic path)."""
     t0 = time.perf_counter()
     exporting.strip_asserts(prog, recompile=False)  # the importer reads the graph, not its code
+    ties.check_topk_ties(prog)
+    complex_as_pairs(prog)
     try:
         return _import(ctx, prog, decomposition_table, names, t0, generic=True)
     except NotImplementedError as e:

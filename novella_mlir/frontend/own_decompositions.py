@@ -56,6 +56,49 @@ def gather_by_one_hot(x, dim, index, sparse_grad=False):
     return out.to(x.dtype).movedim(-1, dim)
 
 
+def scatter_value_by_compare(x, dim, index, value):
+    """`aten.scatter.value` along a small static axis (`mask.scatter_(1, top_groups, 1)` of an MoE router's
+    group limit): out[..., e] = value where some index[..., j] == e, else x[..., e]; the index must cover
+    x on the other dims (else NotImplemented), and duplicates write the same value."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
+
+    dim %= x.dim()
+    n = x.shape[dim]
+    others = [d for d in range(x.dim()) if d != dim]
+    covers = x.dim() == index.dim() and all(known(index.shape[d] == x.shape[d]) for d in others)
+    if not covers or not isinstance(n, int) or n > _ONE_HOT_MAX:
+        return NotImplemented
+    hot = (index.movedim(dim, -1).unsqueeze(-1) == torch.arange(n, device=x.device)).sum(-2).movedim(-1, dim) > 0
+    return torch.where(hot, torch.full((), value, dtype=x.dtype, device=x.device), x)
+
+
+def slice_scatter_by_cat(x, src, dim=0, start=None, end=None, step=1):
+    """`aten.slice_scatter` of a static range of a static dim (DeepSeek-V2's keys written into
+    `new_empty(...)[..., :d].copy_(k_nope)`): x before the range, src, x after it, concatenated. A symbolic
+    range (a KV-cache append, which the op table lowers as such) is NotImplemented."""
+    dim %= x.dim()
+    n = x.shape[dim]
+    start = 0 if start is None else start
+    end = n if end is None else end
+    if step != 1 or not all(isinstance(v, int) for v in (n, start, end)):
+        return NotImplemented
+    start, end = (min(max(v + n if v < 0 else v, 0), n) for v in (start, end))
+    end = max(end, start)
+    parts = [x.narrow(dim, 0, start), src, x.narrow(dim, end, n - end)]
+    return torch.cat([p for p in parts if p.shape[dim] != 0], dim)
+
+
+def max_dim_by_parts(x, dim, keepdim=False):
+    """`aten.max.dim` (values and indices: phimoe's sparsemixer router) as amax and argmax, which the op
+    table lowers: the first index of the maximum, NaN taken as it (as ATen's max.dim takes them)."""
+    return x.amax(dim, keepdim), x.argmax(dim, keepdim)
+
+
+def min_dim_by_parts(x, dim, keepdim=False):
+    """`aten.min.dim` as amin and argmin (the first index of the minimum, NaN taken as it)."""
+    return x.amin(dim, keepdim), x.argmin(dim, keepdim)
+
+
 def _last_index_where(hot):
     """Per row of the [m, n] mask, the last column that is set (-1 when none)."""
     iota = torch.arange(hot.shape[-1], device=hot.device)
@@ -147,6 +190,10 @@ _ATEN = {
     torch.ops.aten.sort.stable: stable_sort_by_rank,
     torch.ops.aten.histc.default: histc_by_compare,
     torch.ops.aten.index_put.default: index_put_by_compare,
+    torch.ops.aten.scatter.value: scatter_value_by_compare,
+    torch.ops.aten.slice_scatter.default: slice_scatter_by_cat,
+    torch.ops.aten.max.dim: max_dim_by_parts,
+    torch.ops.aten.min.dim: min_dim_by_parts,
     **resize_decompositions(),
 }
 _CUSTOM = {"transformers::grouped_mm_fallback": grouped_mm_by_experts}  # ops registered by a library

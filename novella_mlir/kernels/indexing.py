@@ -52,35 +52,37 @@ def view2d(shape, dim: int):
 
 
 class GatherRows:
-    """`novella.gather_rows`: per row tile, LOAD the indices, GATHER the table rows they pick."""
+    """`novella.gather_rows`: per row tile, LOAD the indices, GATHER the table rows they pick. Rows wider
+    than a GATHER takes (its cols field) are gathered a column tile at a time (a second grid dim)."""
 
     def _dims(self, tv):
-        n = sy.numel(tv.shape(1))
-        c = tv.cols(0)
-        if c > MAX_COLS:
-            raise ValueError(f"gather_rows of {c}-wide rows: at most {MAX_COLS} columns per row (GATHER cols field)")
-        return n, tv.shape(0)[0], c
+        return sy.numel(tv.shape(1)), tv.shape(0)[0], tv.cols(0)
 
     def tile(self, op, tv, target, options):
         n, _, c = self._dims(tv)
+        tc = c if c <= MAX_COLS else target.col_tile(c)
         for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(4):
             plan = BufferPlan(target)
             plan.add("idx", "spad", tm)
-            plan.add("rows", "spad", tm * c)
-            plan.add("out", "spad", tm * c)
+            plan.add("rows", "spad", tm * tc)
+            plan.add("out", "spad", tm * tc)
             if plan.fits() or tm == 1:
-                return Tiling({"tm": tm}, [ceildiv(n, tm)], plan.check())
+                if tc == c:
+                    return Tiling({"tm": tm}, [ceildiv(n, tm)], plan.check())
+                return Tiling({"tm": tm, "tc": tc}, [ceildiv(n, tm), sy.const(-(-c // tc))], plan.check())
         raise AssertionError("unreachable")
 
     def macro(self, op, tv, t, b):
         n, rows_in_table, c = self._dims(tv)
-        tm = t.tiles["tm"]
+        tm, tc = t.tiles["tm"], t.tiles.get("tc", c)
         rows = _extent(0, tm, n)
+        cols, col0 = (c, 0) if tc == c else (_extent(1, tc, sy.const(c)), b.d(1) * tc)
         b.load_rows("idx", 1, row_start=b.d(0) * tm, rows=rows, row_bound=n, cols=1, dram_stride=1, sram_stride=1)
-        b.gather("rows", 0, idx="idx", dram_offset=0, dram_stride=c, row_bound=rows_in_table, rows=rows, cols=c,
-                 sram_stride=c)  # fmt: skip
-        b.vop("COPY", "out", "rows", rows=rows, cols=c, dst_stride=c, a_stride=c)
-        b.store_rows("out", row_start=b.d(0) * tm, rows=rows, row_bound=n, cols=c)
+        b.gather("rows", 0, idx="idx", dram_offset=col0, dram_stride=c, row_bound=rows_in_table, rows=rows,
+                 cols=cols, sram_stride=tc)  # fmt: skip
+        b.vop("COPY", "out", "rows", rows=rows, cols=cols, dst_stride=tc, a_stride=tc)
+        b.store_rows("out", row_start=b.d(0) * tm, rows=rows, row_bound=n, cols=cols, dram_offset=col0,
+                     dram_stride=c, sram_stride=tc)  # fmt: skip
 
 
 # ------------------------------------------------------------------ slice / concat as column ranges

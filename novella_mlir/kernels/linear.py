@@ -9,6 +9,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
 from ..machine import costmodel as cm
+from ..machine.target import MAX_COLS
 from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
 from . import linear_cost as lc
 from .elementwise import emit_act
@@ -169,6 +170,8 @@ class Linear:
 
     def tile(self, op, tv, target, options):
         k, n = tv.cols(0), tv.static(1, 0)
+        if _bias_rows(n, target.max_cols) > target.max_rows:
+            raise ValueError(f"a linear of {n} outputs: its bias row is loaded as no block a LOAD takes")
         m = sy.evaluate(tv.rows(0), plan_lengths(op))
         best = self.choose(target, m, k, n, Epilogue.of(op), options)
         if best[0] is None:
@@ -198,7 +201,8 @@ class Linear:
             b.load_rows("a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(g.md) * tm,
                         row_bound=g.m_total, rows=g.rows, cols=tk)  # fmt: skip
         at_first = first(0) + first(1) + first(2)
-        b.load_block("bias", 2, dram_offset=0, rows=1, cols=n, when=at_first)
+        rows = _bias_rows(n, MAX_COLS)
+        b.load_block("bias", 2, dram_offset=0, rows=rows, cols=n // rows, when=at_first)
         if g.epi.norm:
             for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
                 b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=at_first)
@@ -215,6 +219,12 @@ class Linear:
             _epilogue(g, current, ("res2", "out2"), last(1, g.grid[1]) + g.last_k)
         else:
             _epilogue(g, current, ("res", "out"), g.last_k)
+
+
+def _bias_rows(n: int, max_cols: int) -> int:
+    """Rows the bias is loaded as (one contiguous [rows, n / rows] block): 1, or the fewest that make a row
+    fit a LOAD's cols field."""
+    return next(r for r in range(1, n + 1) if n % r == 0 and n // r <= max_cols)
 
 
 class _Geometry:
@@ -298,7 +308,7 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
     tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
     tks = target.divisors(k, target.array_rows)
     cands = []
-    for ws in (1, 0, 2):
+    for ws in (1, 0, 2) if k <= target.max_cols else (0,):  # 1 and 2 LOAD whole rows of k (the cols field)
         for acc in (2, 1) if target.buffer_slots > 1 else (1,):
             for tm in tms:
                 first = len(tks)

@@ -126,7 +126,7 @@ def _check_constants(macro, fields) -> None:
         if name not in _UNCHECKED and isinstance(attr, ir.IntegerAttr):
             why = lower_fields.field_range(opcode, name, attr.value)
             if why:
-                raise PassError(macro, why)
+                raise PassError(macro, f"{why} (kernel {macro.attributes['kernel']})")
 
 
 def inst_fields(inst) -> dict:

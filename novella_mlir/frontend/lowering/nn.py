@@ -6,6 +6,7 @@ import numpy as np
 from torch_mlir import ir
 
 from ...dialects.novella import Conv1dOp, LayerNormOp
+from ...machine.target import MAX_COLS
 
 
 def _tensor_or_none(cx, i: int):
@@ -23,9 +24,30 @@ def _layer_norm(cx, eps: float):
         raise cx.error(f"layer_norm over {normalized} is not supported; only over the last dim ({c})")
     w = _tensor_or_none(cx, 2)
     b = _tensor_or_none(cx, 3)
+    if c > MAX_COLS:
+        return _wide_layer_norm(cx, x, w, b, eps)
     w = w if w is not None else cx.add_weight("ln_ones", np.ones(c))
     b = b if b is not None else cx.add_weight("ln_zeros", np.zeros(c))
     return cx.emit(LayerNormOp, input=x, weight=w, bias=b, eps=ir.FloatAttr.get_f32(float(eps)))
+
+
+def _wide_layer_norm(cx, x, w, b, eps: float):
+    """A layer_norm over rows wider than the kernel's LOAD takes whole: mean, deviation, variance and
+    rsqrt as ops whose kernels tile columns (the row reductions, the pointwise kernel)."""
+    from ...dialects.novella import AddOp, MulOp, ReduceOp, SubOp
+    from .pointwise import math_op, scalar_op
+
+    def mean(v):
+        return cx.emit(ReduceOp, check=False, input=v, fn=ir.StringAttr.get("mean"))
+
+    dev = cx.emit(SubOp, check=False, lhs=x, rhs=mean(x))
+    var = mean(cx.emit(MulOp, check=False, lhs=dev, rhs=dev))
+    rstd = math_op(cx, "rsqrt", scalar_op(cx, "add", var, eps, check=False), check=False)
+    affine = [(op, v) for op, v in ((MulOp, w), (AddOp, b)) if v is not None]
+    y = cx.emit(MulOp, check=not affine, lhs=dev, rhs=rstd)
+    for i, (op, v) in enumerate(affine):
+        y = cx.emit(op, check=i == len(affine) - 1, lhs=y, rhs=v)
+    return y
 
 
 def layer_norm(cx):

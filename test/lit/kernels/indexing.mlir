@@ -125,3 +125,26 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<1x?x1xf32>
   }
 }
+
+// -----
+
+// Rows wider than a GATHER's cols field (5000 > 4095) are gathered 512 columns at a time: a second
+// grid dim d1 of 10 column tiles, each GATHER and STORE starting at column d1 * 512 of rows 5000
+// apart, the last tile 5000 - 9 * 512 = 392 wide.
+// CHECK-LABEL: func.func @embed_wide
+// CHECK: "novella.gather_rows"(%{{.*}}, %{{.*}}) : (tensor<10x5000xf32>, {{.*}}) -> tensor<1x?x5000xf32, #{{.*}}>
+// INST-DAG: #[[C:.*]] = affine_map<(d0, d1)[s0] -> (512, d1 * -512 + 5000)>
+// INST-DAG: #[[B:.*]] = affine_map<(d0, d1)[s0] -> (d1 * 512)>
+// INST-DAG: #[[G:.*]] = affine_map<()[s0] -> (s0 ceildiv 32, 10)>
+// INST-LABEL: func.func @embed_wide
+// INST: "novella.inst"(%{{.*}}) {cols = #[[C]], dram_base = #[[B]], dram_stride = 5000 : i64, {{.*}}opcode = "GATHER", row_bound = 10 : i64
+// INST: "novella.inst"() {{{.*}}cols = #[[C]], {{.*}}fn = "COPY"
+// INST: "novella.inst"() {cols = #[[C]], dram_base = #[[B]], dram_stride = 5000 : i64, {{.*}}opcode = "STORE"
+// INST: grid = #[[G]], kernel = "novella.gather_rows"{{.*}}tiles = {tc = 512 : i64, tm = 32 : i64}
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @embed_wide(%ids: tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>) -> tensor<1x?x5000xf32> {
+    %w = "novella.weight"() {name = "wte"} : () -> tensor<10x5000xf32>
+    %0 = "novella.gather_rows"(%w, %ids) : (tensor<10x5000xf32>, tensor<1x?xf32, affine_map<()[s0] -> (1, s0)>>) -> tensor<1x?x5000xf32>
+    return %0 : tensor<1x?x5000xf32>
+  }
+}

@@ -148,3 +148,30 @@ func.func @norm_too_wide(%h: tensor<4x64xf32>) -> tensor<4x4096xf32> {
   %1 = "novella.layer_norm"(%0, %nw, %nb) {eps = 9.99999974E-6 : f32} : (tensor<4x4096xf32>, tensor<4096xf32>, tensor<4096xf32>) -> tensor<4x4096xf32>
   return %1 : tensor<4x4096xf32>
 }
+
+// -----
+
+// A bias row wider than a LOAD's cols field (4096 > 4095) is loaded as one contiguous 2 x 2048 block.
+// CHECK-LABEL: func.func @wide_linear
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", cols = 2048 : i64, {{.*}}rows = 2 : i64
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @wide_linear(%h: tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>, %w: tensor<4096x16xf32>, %b: tensor<4096xf32>) -> tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>> {
+    %0 = "novella.linear"(%h, %w, %b) {act = "none"} : (tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>, tensor<4096x16xf32>, tensor<4096xf32>) -> tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>
+    return %0 : tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>
+  }
+}
+
+// -----
+
+// K = 4096 is wider than a LOAD: only the order that streams K tiles (ws = 0) is a candidate, so no LOAD
+// takes a whole row of K.
+// CHECK-LABEL: func.func @deep_linear
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "w", cols = [[TK:[0-9]+]] : i64
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "a", cols = [[TK]] : i64
+// CHECK: tiles = {tk = [[TK]] : i64, {{.*}}ws = 0 : i64}
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @deep_linear(%h: tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>, %w: tensor<8x4096xf32>, %b: tensor<8xf32>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>> {
+    %0 = "novella.linear"(%h, %w, %b) {act = "none"} : (tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>, tensor<8x4096xf32>, tensor<8xf32>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+    return %0 : tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
+  }
+}

@@ -125,3 +125,22 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<?x64xf32>
   }
 }
+
+// -----
+
+// A binary op over rows wider than a LOAD (4096 > 4095) takes the column-tiled pointwise kernel, not the
+// row kernel: 8 column tiles of 512, the broadcast weight row read at the same column offset.
+// CHECK-LABEL: func.func @mul_wide_row
+// MACRO-DAG: #[[COL:.*]] = affine_map<(d0, d1)[s0] -> (d1 * 512)>
+// MACRO-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (s0 ceildiv 16, 8)>
+// MACRO-LABEL: func.func @mul_wide_row
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p0", cols = 512 : i64, dram_offset = #[[COL]], dram_stride = 4096 : i64
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p1", cols = 512 : i64, dram_offset = #[[COL]], dram_stride = 4096 : i64, {{.*}}row_step = 0 : i64
+// MACRO: fn = "MUL"
+// MACRO: grid = #[[GRID]], kernel = "novella.mul"
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @mul_wide_row(%x: tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>, %w: tensor<4096xf32>) -> tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>> {
+    %0 = "novella.mul"(%x, %w) : (tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>, tensor<4096xf32>) -> tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>
+    return %0 : tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>
+  }
+}
