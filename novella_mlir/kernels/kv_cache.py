@@ -3,7 +3,8 @@
 A paged cache tensor (`novella.paged`, set by `--novella-kv-cache`) is `[1, heads, positions,
 head_dim]` in a *virtual* paged layout: logical page `j` (positions `j*ps .. j*ps + ps - 1`)
 occupies `page_elems = heads * ps * head_dim` elements at `j * page_elems`, head-major inside the
-page. Kernels address it in that layout, never crossing a page in one DMA; the runtime maps each
+page. Kernels address it in that layout, never crossing a page in one DMA (a tile of several pages
+is a chain of LOADs, one per page: `load_page_chain`); the runtime maps each
 DMA descriptor's virtual page to a physical page through the sequence's block table
 (`runtime/kv.py`), so the page order of a sequence is free.
 """
@@ -93,6 +94,27 @@ def load_paged_rows(b, buffer: str, tensor: int, info: dict, *, head, row0, n_ro
         sram_stride=sram_stride,
         when=when,
     )
+
+
+def load_page_chain(b, buffer: str, tensor: int, info: dict, *, head, row0, n_rows, pages: int, cols: int,
+                    sram_stride: int, when=None):  # fmt: skip
+    """LOAD `pages` whole pages of `head` from position `row0` (page-aligned) into one tile, one LOAD per
+    page, the second and later chained (docs/isa.md, LOAD `chain`: one exposed DMA latency per tile):
+    page p fills tile rows p * page_size on. Positions >= `n_rows` read as 0 and move nothing. A page past
+    the sequence's last (x = n_rows - its first position <= 0) addresses the last page instead, so every
+    address the runtime maps through the block table is a page the sequence has, and reads none of it:
+    its rows start at `k` = the tile's rows and end before, at x + k (row_start k [x <= 0], row_bound
+    x + k [x <= 0], both affine through `sy.step`; a negative row_bound does not encode)."""
+    ps = info["page_size"]
+    k = pages * ps
+    last = page_offset(info, head, sy.floordiv(n_rows - 1, ps) * ps)
+    for p in range(pages):
+        pos = row0 + p * ps
+        here, x = page_offset(info, head, pos), n_rows - pos
+        past = k - sy.step(x) * k if p else sy.const(0)  # k where the page is past the end, else 0
+        b.load(buffer, tensor, dram_offset=[here, last] if p else here, dram_stride=info["head_dim"],
+               row_start=past, row_step=1, row_bound=x + past, rows=ps, cols=cols, sram_stride=sram_stride,
+               buf_offset=p * ps * sram_stride, chain=int(p > 0), when=when)  # fmt: skip
 
 
 def check_tile(info: dict, t: int, what: str) -> None:

@@ -3,7 +3,7 @@
 The artifact says what a program's words depend on, so nothing is found by comparing programs:
   * the *structure* (which words exist) depends on the grid extents and the guards that refer to a
     symbol. The extents, and the outcome of each guard that is not "the last point of a grid dim"
-    (proved at compile time and stored: `TileMeta.last`), are the bucket key: decode buckets are the page counts;
+    (proved at compile time and stored: `TileMeta.last`), are the bucket key: decode buckets are the key/value tile counts;
   * an *injected* field is a template field whose expression refers to a symbol, or a tile-relative
     `dram_base` whose tile base does: the attended length and what is laid out by it (row lengths,
     bounds, strides, offsets of the score rows), and the append's write position;
