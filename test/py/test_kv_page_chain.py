@@ -90,3 +90,20 @@ def test_batch_across_a_tile_boundary(model):
         ref, _ = _reference(hf, p[None, :], NEW)
         assert torch.equal(out, ref[0]), f"{name} batch T={len(p)}"
     assert lm.session().pool.in_use == 0
+
+
+def test_cost_model_prices_one_latency_per_tile():
+    """`flash_cost`: a tile of n pages costs one DMA latency, n issues and its pages' data, so at a long past
+    wider tiles are cheaper (the kernel picks tk by this, from the Target); a short last page pays its rows."""
+    from novella_mlir.kernels import flash_cost as fc
+    from novella_mlir.machine.target import Target
+    from simulator import load_config
+
+    t = Target.from_config(load_config())
+    page_data = PS * 32 * 4 / t.dram_bytes_per_cycle
+    q, d = fc._page_chain(t, 3 * PS + 5, 32, PS)
+    assert d == 3 * page_data + 5 * 32 * 4 / t.dram_bytes_per_cycle
+    assert q == 4 * t.issue_cycles + t.dma_latency + d
+    dims = fc.Dims(2, 2, 1000, 32, 32, False, False, (True,) * 4, page=PS)
+    cost = {tk: fc.cost(t, dims, 16, tk, False) for tk in (PS, 4 * PS, 16 * PS)}
+    assert cost[16 * PS] < cost[4 * PS] < cost[PS]
