@@ -3,7 +3,7 @@
   * per-token cycles of a decode step as the past grows, against the decode roofline
     max(MACs / MACs per cycle, (weights + K/V bytes read + K/V bytes written) / DRAM bandwidth);
   * host JIT time per step against the NPU step time (1 GHz): a step patches the injected fields of
-    its bucket's program (`runtime/step.py`); a new page count instantiates a bucket once;
+    its bucket's program (`runtime/step.py`); a new key/value tile count instantiates a bucket once;
   * a decode step against the no-cache baseline (prefill re-run on the whole sequence);
   * KV memory in use, paged vs an allocation of max_len per sequence;
   * with --sizes: MacroMeta + TileMeta bytes of both programs at max_len 1024 and 8192.
@@ -127,7 +127,7 @@ def main() -> None:
         f"compulsory weights {wb:,} B (artifact holds {lm.decode.artifact.weight_nbytes:,} B), K/V {kv_row} B per position; DRAM {bw} B/cycle, {mpc} MACs/cycle, 1 GHz\n"
     )
     print("per-token decode cycles vs past length and the decode roofline")
-    print("(JIT new: a page count's first step instantiates its bucket; JIT step: the patch of every later step)")
+    print("(JIT new: a key/value tile count's first step instantiates its bucket; JIT step: the patch of every later step)")
     print(f"{'past':>6} {'cycles':>9} {'DMA B':>10} {'roof':>9} {'cyc/roof':>8} {'JIT new us':>10} {'JIT step us':>11} "
           f"{'NPU us':>8} {'step/NPU':>8} {'new/NPU':>7} {'prefill(P+1)':>12} {'no-cache x':>10}")  # fmt: skip
     pasts = [int(p) for p in args.pasts.split(",") if int(p) < args.max_len]

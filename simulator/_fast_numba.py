@@ -13,7 +13,8 @@ Tables (built by `fast_plan.Plan`): per instruction its queue, up to two
 popped and two pushed channels (-1: none), fixed duration (a compute
 instruction's work on its unit; -1: a DMA: `latency` + its DRAM data phase
 `data`), its execution unit (0 matrix, 1 vector, -1 none) and its accesses
-`acc_ids` (up to 4 span ids, -1: none). A span row: mem, write, lo, hi,
+`acc_ids` (up to 4 span ids, -1: none), and `chain` (1: a chained LOAD, which starts when its
+queue has issued, not when its engine is free). A span row: mem, write, lo, hi,
 addr, stride (>= 0), rows, cols, dense. The compute queue issues in order
 into the two units (`timing.ComputeUnits`: FIFOs of `depth`, the
 address-range scoreboard, in-order retirement).
@@ -135,7 +136,7 @@ def _begin(i, s, unit, ic, ufree, ulist, ulen, end, spans, acc_ids):
 
 
 @nb.njit(cache=True)
-def schedule(queue, pops, pushes, fixed, data, latency, unit, ic, depth, acc_ids, spans, win_off, check):
+def schedule(queue, pops, pushes, fixed, data, chain, latency, unit, ic, depth, acc_ids, spans, win_off, check):
     """(status, order, start, begin, end, waits (4 channels x [count, cycles])); status OK, DEADLOCK or
     HAZARD. `start`: a compute instruction's issue; `begin`: its execution start."""
     n = queue.size
@@ -150,6 +151,7 @@ def schedule(queue, pops, pushes, fixed, data, latency, unit, ic, depth, acc_ids
     f_tail = np.zeros(4, np.int64)
     heads = np.zeros(3, np.int64)
     qfree = np.zeros(3, np.int64)
+    ifree = np.zeros(3, np.int64)  # a DMA queue's issue free: where a chained LOAD may start
     clocks = np.full((3, 3), -1, np.int64)
     clock = np.zeros(3, np.int64)
     win_seq = np.empty(win_off[-1], np.int64)
@@ -172,7 +174,7 @@ def schedule(queue, pops, pushes, fixed, data, latency, unit, ic, depth, acc_ids
             if h >= qlen[q]:
                 continue
             i = qlist[q, h]
-            s = qfree[q]
+            s = ifree[q] if chain[i] else qfree[q]
             u = unit[i]
             if u >= 0 and ulen[u] >= depth and begin[ulist[u, ulen[u] - depth]] > s:
                 s = begin[ulist[u, ulen[u] - depth]]  # the unit's FIFO is full until then
@@ -240,8 +242,11 @@ def schedule(queue, pops, pushes, fixed, data, latency, unit, ic, depth, acc_ids
             r = retired
         else:
             e = max(s + latency, dram_free) + data[i]
+            if chain[i] and qfree[q] > b:
+                b = qfree[q]  # its engine begins it when the chain's previous descriptor is done
             dram_free = e
             qfree[q] = e
+            ifree[q] = s + ic
             r = e
         begin[i], end[i] = b, e
         for k in range(2):

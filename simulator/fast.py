@@ -102,7 +102,7 @@ def _schedule(sim, plan: Plan):
     data = sim.timing.dma_cycles(plan.charged)
     c = sim.config
     status, order, start, begin, end, waits = nb.schedule(
-        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, c.issue_cycles + c.dma_latency,
+        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, plan.chain, c.issue_cycles + c.dma_latency,
         plan.unit, c.issue_cycles, c.unit_queue_depth, plan.acc_ids, plan.span_rows, plan.win_off, check,
     )  # fmt: skip
     if status != nb.OK:
@@ -134,10 +134,10 @@ class _Loop:
         p, sim = self.p, self.sim
         tm = sim.timing
         qlists, lens = self.qlists, [len(x) for x in self.qlists]
-        heads, qfree = [0, 0, 0], [0, 0, 0]
+        heads, qfree, ifree = [0, 0, 0], [0, 0, 0], [0, 0, 0]  # ifree: a DMA queue's issue free (`chain`)
         chan = [deque() for _ in CHANNELS]
         pops, pushes, handler, args, kind = p.pops, p.pushes, p.handler, p.args, p.kind.tolist()
-        fixed, dma, unit = p.fixed.tolist(), p.r_dma.tolist(), p.unit.tolist()
+        fixed, dma, unit, chain = p.fixed.tolist(), p.r_dma.tolist(), p.unit.tolist(), p.chain.tolist()
         data = tm.dma_cycles(p.charged).tolist()  # DMA data-phase cycles (whole bursts)
         ic, units = sim.config.issue_cycles, tm.compute
         latency, dram_free = ic + sim.config.dma_latency, tm.dram_free
@@ -154,7 +154,10 @@ class _Loop:
                     if h >= lens[q]:
                         continue
                     i = qlists[q][h]
-                    start = qfree[q] if q != 1 else max(qfree[q], units.room(unit[i]))
+                    if q == 1:
+                        start = max(qfree[q], units.room(unit[i]))
+                    else:
+                        start = ifree[q] if chain[i] else qfree[q]
                     for c in pops[i]:
                         ch = chan[c]
                         if not ch:
@@ -200,12 +203,15 @@ class _Loop:
                     ranges = [(e[0].mem, e[0].write, e[1], e[2]) for e in sp if e[0].mem < 2]
                     begin, end, ready = units.execute(unit[i], start, work, ranges)
                 elif h is None:  # the readable path's timing too
+                    dq = tm.dma[QUEUES[q]]
                     tm.queue_free[QUEUES[q]], tm.dram_free = qfree[q], dram_free
+                    dq.engines[0], dq.issue_free = qfree[q], ifree[q]
                     begin, end, ready = tm.finish(inst, start, nbytes)
-                    dram_free, qfree[q] = tm.dram_free, end
+                    dram_free, qfree[q], ifree[q] = tm.dram_free, end, start + ic
                 else:  # TimingModel._dma_end, inline
                     end = (start + latency if start + latency > dram_free else dram_free) + data[i]
-                    begin, ready, dram_free, qfree[q] = start, end, end, end
+                    begin = start if not chain[i] or qfree[q] < start else qfree[q]
+                    ready, dram_free, qfree[q], ifree[q] = end, end, end, start + ic
                 for c in pushes[i]:
                     chan[c].append((ready, clock))
                 starts[i], begins[i], ends[i] = start, begin, end

@@ -38,7 +38,7 @@ _MATMUL = ("acc_addr", "acc_stride", "m", "accumulate", "transpose_b", "a_addr",
 _VEC = ("fn", "mode", "dst_mem", "dst_addr", "dst_stride", "rows", "a_mem", "a_addr", "a_stride", "b_mem", "b_addr")
 FAST_FIELDS = {
     Opcode.NOP: frozenset(_HEADER),
-    Opcode.LOAD: frozenset(_HEADER + _DMA + ("cols",)),
+    Opcode.LOAD: frozenset(_HEADER + _DMA + ("cols", "chain")),  # chain: timing only (`chain` per word)
     Opcode.STORE: frozenset(_HEADER + _DMA + ("cols",)),
     Opcode.MATMUL: frozenset(_HEADER + _MATMUL + ("k", "n")),
     Opcode.VEC: frozenset(_HEADER + _VEC + ("b_stride", "cols", "imm")),
@@ -167,6 +167,8 @@ class Plan(Forms):
         self.fast = np.fromiter((h is not None for h in self.handler), bool, nr)
         self.compiled = bool(self.fast.all())
         self.fixed, self.unit, self.charged = self.r_fixed[kind], self.r_unit[kind], self.r_charged[kind]
+        chained = (rc == Opcode.LOAD) & (cols["chain"] != 0) if "chain" in cols else np.zeros(nr, bool)
+        self.chain = chained.astype(np.int64)[kind]  # per word: a chained LOAD (`TimingModel.start_time`)
         if self.compiled:
             self._access_tables()
         self.schedules: dict = {}  # check_hazards -> the compiled issue loop's result (`fast._schedule`)

@@ -219,9 +219,12 @@ _GATHER = _fields(
     ("cols", 2, 48, 12),
 )
 
+# LOAD only: the descriptor continues the previous DMA of the load queue (a scatter-gather chain).
+_CHAIN = _fields(("chain", 0, 59, 1))
+
 LAYOUT: dict[Opcode, tuple[Field, ...]] = {
     Opcode.NOP: HEADER,
-    Opcode.LOAD: HEADER + _DMA,
+    Opcode.LOAD: HEADER + _DMA + _CHAIN,
     Opcode.STORE: HEADER + _DMA,
     Opcode.MATMUL: HEADER + _MATMUL,
     Opcode.VEC: HEADER + _VEC,
@@ -373,8 +376,10 @@ def _dis_dma(inst: Instruction) -> str:
     sram = f"{_mem(f['mem'])}[{f['sram_addr']} +{f['sram_stride']}]"
     dram = f"dram[{f['dram_base']} +{f['dram_stride']}]"
     arrow = f"{sram} <- {dram}" if inst.opcode == Opcode.LOAD else f"{sram} -> {dram}"
+    chain = " chain" if f.get("chain") else ""
     return (
         f"{arrow} rows={f['rows']}/step{f['row_step']} start={f['row_start']} bound={f['row_bound']} cols={f['cols']}"
+        + chain
     )
 
 

@@ -4,7 +4,9 @@ A DMA queue (load, store) issues in order onto its `dma_engines` (config
 `queues.*_dma_engines`; 1 by default: one instruction at a time): an
 instruction starts at max(queue issue free, an engine free, ready time of
 every token it pops), holds the queue for `issue_cycles`, then its engine
-for the latency and the data phase. DMA data phases share one DRAM channel
+for the latency and the data phase. A chained LOAD (`chain` = 1: the next
+descriptor of a scatter-gather list) does not wait for the engine: it starts
+when the queue has issued, so its latency runs under the chain's data. DMA data phases share one DRAM channel
 and move whole bursts. A token is ready when its pusher ends, and a DMA's
 when every earlier DMA of its queue has ended too (in-order retirement).
 
@@ -101,17 +103,23 @@ class DmaQueue:
         self.engines = [0] * engines
         self.issue_free = 0
         self.retired = 0
+        self.last = 0  # the engine of the latest DMA (a chained LOAD joins its chain)
 
-    def free(self) -> int:
-        """Cycle from which the next instruction can start: the queue has issued and an engine is free."""
-        return max(self.issue_free, min(self.engines))
+    def free(self, chained: bool = False) -> int:
+        """Cycle from which the next instruction can start: the queue has issued and an engine is free
+        (a chained LOAD: the queue has issued; the engine of its chain is still busy with it)."""
+        return self.issue_free if chained else max(self.issue_free, min(self.engines))
 
-    def run(self, start: int, issue_cycles: int, end: int) -> int:
-        """Books a DMA from `start` to `end` on the first free engine; its token's ready cycle."""
-        self.engines[self.engines.index(min(self.engines))] = end
+    def run(self, start: int, issue_cycles: int, end: int, chained: bool = False) -> tuple[int, int]:
+        """Books a DMA from `start` to `end` on the first free engine (chained: its chain's engine);
+        (the cycle its engine begins it, its token's ready cycle)."""
+        if not chained:
+            self.last = self.engines.index(min(self.engines))
+        begin = max(start, self.engines[self.last])
+        self.engines[self.last] = end
         self.issue_free = start + issue_cycles
         self.retired = max(self.retired, end)
-        return self.retired
+        return begin, self.retired
 
 
 class TimingModel:
@@ -127,6 +135,8 @@ class TimingModel:
 
     def start_time(self, inst: Instruction, token_ready: list[int]) -> int:
         """When `inst` starts (a compute instruction: issues), given its popped tokens' ready cycles."""
+        if inst.fields.get("chain"):
+            return max([self.dma[inst.queue].free(True), *token_ready])
         t = max([self.queue_free[inst.queue], *token_ready])
         return max(t, self.compute.room(UNIT_OF.get(inst.opcode, -1))) if inst.queue == "compute" else t
 
@@ -180,8 +190,8 @@ class TimingModel:
         if inst.queue != "compute":
             end = self._dma_end(start, int(self.burst_bytes(op, inst.fields, dma_bytes)))
             q = self.dma[inst.queue]
-            ready = q.run(start, self.config.issue_cycles, end)
+            begin, ready = q.run(start, self.config.issue_cycles, end, bool(inst.fields.get("chain")))
             self.queue_free[inst.queue] = q.free()
-            return start, end, ready
+            return begin, end, ready
         self.queue_free["compute"] = start + self.config.issue_cycles
         return self.compute.execute(UNIT_OF.get(op, -1), start, int(self.work(op, inst.fields)), ranges)

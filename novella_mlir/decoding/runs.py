@@ -21,7 +21,7 @@ class Step:
     pages_in_use: int
     kv_bytes_in_use: int
     instructions: int
-    new_bucket: bool = False  # the step's structure (page count) was instantiated now
+    new_bucket: bool = False  # the step's structure (key/value tile count) was instantiated now
     words: np.ndarray = field(repr=False, default=None)  # a copy of the words run (generate(keep_words=True))
 
 

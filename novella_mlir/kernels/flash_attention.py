@@ -35,8 +35,9 @@ the only one for a paged key/value cache without a causal skip (a step past the 
 page the sequence does not have).
 
 A key or value read from the paged KV cache (`novella.paged_key` / `novella.paged_value`, set by
-`--novella-kv-cache`) is loaded a tile at a time from its page (`kernels/kv_cache.py`: `tk`
-divides the page size, a tile never crosses a page; the runtime maps the page per step), for
+`--novella-kv-cache`) is loaded a tile at a time from its pages (`kernels/kv_cache.py`: `tk`
+divides the page size, or is whole pages, one chained LOAD each, so one DMA latency per tile; the
+runtime maps every page per step; the cost model picks tk), for
 query head `bi` the cache head `bi floordiv novella.kv_group`. A one-row query over a GQA cache
 (decode) is packed: grid dim 0 walks the cache heads, and the `kv_group` query heads sharing one
 are the rows of its query block, so each key/value page is loaded once per cache head. With a
@@ -176,7 +177,8 @@ def dims_of(g: Geometry, syms, lengths=None) -> fc.Dims:
     at = (lambda e: upper(e, syms)) if lengths is None else (lambda e: sy.evaluate(e, lengths))  # noqa: E731
     contiguous = tuple(not m for m in g.minor)
     masked = g.mask is not None
-    return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked)
+    page = min((info["page_size"] for info in g.paged.values()), default=0)
+    return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked, page)
 
 
 class FlashAttention:
@@ -194,8 +196,9 @@ class FlashAttention:
         sizes = target.array_tiles(16)
         tqs = [options["tile-m"]] if options.get("tile-m") else _candidates(g.lq, syms, sizes)
         tks = _candidates(g.lk, syms, sizes)
-        for info in g.paged.values():  # a key/value tile stays inside one page
-            tks = [t for t in tks if info["page_size"] % t == 0] or [info["page_size"]]
+        for info in g.paged.values():  # part of one page, or whole pages (chained LOADs; not under a window)
+            ps = info["page_size"]
+            tks = [t for t in tks if ps % t == 0 or (t % ps == 0 and g.window is None)] or [ps]
         pairs = [(t, t) for t in tqs if t in tks] if g.causal else list(itertools.product(tqs, tks))
         schedules = (False,) if g.paged and not g.causal else (True, False)
         pairs = pairs or [(min(tqs), min(tqs))]
@@ -345,8 +348,8 @@ class _Schedule:
         guarded = g.causal or not self.pipelined
         k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
         skip = g.causal or g.window is not None  # tiles skipped: their loads too
-        _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, when=self.qk_on if skip else None)
-        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, when=self.on if skip else None)
+        _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None)
+        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None)
         if g.mask is not None:
             _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if g.window is not None else None)
 
@@ -437,8 +440,9 @@ def _staircase(b, t: int, when) -> None:
         n *= 2
 
 
-def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, stride: int, when) -> None:
-    """LOAD `rows` key/value rows from row `row0` (rows out of [0, lk) are zero-filled)."""
+def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, stride: int, tk: int, when) -> None:
+    """LOAD `rows` key/value rows from row `row0` (rows out of [0, lk) are zero-filled); a paged tile of
+    several pages is a chain of LOADs, one per page."""
     bi = b.d(0)
     info = g.paged.get(tensor)
     if info is None:
@@ -446,6 +450,10 @@ def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, str
                     row_bound=g.lk, rows=rows, cols=width, sram_stride=stride, when=when)  # fmt: skip
         return
     head = sy.floordiv(bi, g.group) if g.group > 1 and not g.packed else bi
+    if tk > info["page_size"]:
+        kv.load_page_chain(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, pages=tk // info["page_size"],
+                           cols=width, sram_stride=stride, when=when)  # fmt: skip
+        return
     kv.load_paged_rows(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, rows=rows, col0=0, cols=width,
                        sram_stride=stride, when=when)  # fmt: skip
 

@@ -37,6 +37,7 @@ class Dims:
     masked: bool
     contiguous: tuple  # q, k, v, out: rows contiguous in DRAM
     safe: bool = False  # masked and safe: the row sums are floored before the divide (one more VEC MAX)
+    page: int = 0  # K/V in a paged cache: rows per page (a tile of several pages is a chain of LOADs); 0: not
 
 
 def widths(total: int, t: int) -> list[int]:
@@ -74,7 +75,9 @@ class _Step:
         return cm.matmul(self.t, self.r, w, self.dims.dv + self.ones)
 
     def kv(self, rows: int) -> tuple[tuple[float, float], tuple[float, float]]:
-        c = self.dims.contiguous
+        c, page = self.dims.contiguous, self.dims.page
+        if page and rows > page:
+            return _page_chain(self.t, rows, self.dims.d, page), _page_chain(self.t, rows, self.dims.dv, page)
         return _dma(self.t, rows, self.dims.d, c[1]), _dma(self.t, rows, self.dims.dv, c[2])
 
     def mask(self, rows: int, w: int):
@@ -84,6 +87,14 @@ class _Step:
 def _dma(t, rows: int, cols: int, contiguous: bool = False) -> tuple[float, float]:
     """A LOAD/STORE whose rows are all out of bounds still pays its issue and latency."""
     return cm.dma(t, rows, cols, contiguous) if rows > 0 else (t.issue_cycles + t.dma_latency, 0.0)
+
+
+def _page_chain(t, rows: int, cols: int, page: int) -> tuple[float, float]:
+    """A tile of `rows` rows from pages of `page` rows, one LOAD per page, all but the first chained: one
+    latency, then the pages' data back to back (each page contiguous), one issue per later page."""
+    full, rem = divmod(rows, page)
+    data = full * cm.dma(t, page, cols, True)[1] + (cm.dma(t, rem, cols, True)[1] if rem else 0.0)
+    return t.issue_cycles * (full + (rem > 0)) + t.dma_latency + data, data
 
 
 def _group(t, loads, vector: float, matrix: float, chain: float, floor: float, store=None, resident=False):

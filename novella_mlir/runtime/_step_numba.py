@@ -5,8 +5,11 @@ min its item range, the items (expression ids), the tokens (op, arg)]: `expr.Tab
 those of `expr.py` (`CONST`, `SYM`, `DIM`, `OPCODES`).
 A field row: word, lane, offset, mask, lo, hi, min id (-1: none), base min id (-1: none), constant,
 paged (1: a virtual cache address, mapped through the block table), dims row, and a range of
-`forms` rows [a, b_0, ...]: when not empty, the value is min over the range of a + b . s (fields
-affine in the symbols need no interpreter; the constant is in a). A page row: word,
+`forms` rows [q, a, b_0, ..., c_0, ...]: when not empty, the value is computed from them, without the
+interpreter: each row with q > 0 makes an atom, (a + b . s + c . atoms) floordiv q, and the value is
+the min over the other rows of a + b . s + c . atoms (the constant is in a). Fields affine in the
+symbols have no atom; a chained page's row count and address (`kv_cache.load_page_chain`) one
+each (its step [x >= 1], the sequence's last page). A page row: word,
 lane, offset, mask, logical page, offset in the block.
 `kv`: pool base, block elements, vbase, vspan, then per cache slot (page elements, offset in the
 block). Returns 0, -1 if the block table lacks a page, -2 if the symbols are not in the bucket, or
@@ -23,9 +26,12 @@ import numpy as np
 from simulator import numba_cache
 from simulator.first_build import announce
 
-from ._expr_numba import depth, evaluate, minimum
+from ._expr_numba import binary, depth, minimum
+from .expr import ADD, CEILDIV, CONST, DIM, MOD, MUL, SYM
 
 numba_cache.ensure(__file__)
+
+MAX_ATOMS = 4  # floordivs per field in its forms (`prepare`)
 
 
 @nb.njit(cache=True)
@@ -36,26 +42,59 @@ def _scratch(syms, n_dims, stack):
     return sc
 
 
-@nb.njit(cache=True)
-def _form(forms, lo, hi, syms, ns):
-    """min over forms lo..hi of a + b . s."""
-    v = 0
+@nb.njit(cache=True, inline="always")
+def _form(forms, lo, hi, syms, ns, atoms):
+    """Rows lo..hi of `forms` (`prepare`): atoms[k] = (a + b . s + c . atoms) floordiv q for the rows
+    with q > 0, in order, then the min over the others (q = 0) of a + b . s + c . atoms."""
+    v, na = 0, 0
+    first = True
     for r in range(lo, hi):
-        w = forms[r, 0]
+        w = forms[r, 1]
         for k in range(ns):
-            w += forms[r, 1 + k] * syms[k]
-        if r == lo or w < v:
-            v = w
+            w += forms[r, 2 + k] * syms[k]
+        for k in range(na):
+            w += forms[r, 2 + ns + k] * atoms[k]
+        if forms[r, 0] > 0:
+            atoms[na] = w // forms[r, 0]
+            na += 1
+        elif first or w < v:
+            v, first = w, False
+    return v
+
+
+@nb.njit(cache=True, inline="always")
+def _value(i, syms, ex, fields, dims, forms, sc, atoms):
+    """Field row i's value before the page mapping: its forms, else the interpreter."""
+    ns, st = syms.size, syms.size + dims.shape[1]
+    if fields[i, 12] > fields[i, 11]:
+        return _form(forms, fields[i, 11], fields[i, 12], syms, ns, atoms)
+    sc[ns:st] = dims[fields[i, 10]]
+    v = fields[i, 8]
+    if fields[i, 6] >= 0:
+        v += minimum(ex, 0, fields[i, 6], sc, ns, st)
+    if fields[i, 7] >= 0:
+        v += minimum(ex, 0, fields[i, 7], sc, ns, st)
     return v
 
 
 @nb.njit(cache=True)
+def field_values(syms, ex, fields, dims, forms):
+    """Every field row's value at `syms` before the page mapping (what `patch` writes)."""
+    sc = _scratch(syms, dims.shape[1], depth(ex, 0))
+    atoms = np.zeros(MAX_ATOMS, np.int64)
+    out = np.zeros(fields.shape[0], np.int64)
+    for i in range(fields.shape[0]):
+        out[i] = _value(i, syms, ex, fields, dims, forms, sc, atoms)
+    return out
+
+
+@nb.njit(cache=True, inline="always")
 def _put(words, w, lane, off, mask, v):
     m = np.uint64(mask) << np.uint64(off)
     words[w, lane] = (words[w, lane] & ~m) | ((np.uint64(v & mask)) << np.uint64(off))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _physical(v, kv, blocks):
     r = v - kv[2]
     slot = r // kv[3]
@@ -77,16 +116,9 @@ def patch(syms, key_ex, key, ex, fields, dims, forms, pages, words, kv, blocks):
     for m in range(key_ex[1]):
         if minimum(key_ex, 0, m, sc, ns, st) != key[m]:
             return -2
+    atoms = np.zeros(MAX_ATOMS, np.int64)
     for i in range(fields.shape[0]):
-        if fields[i, 12] > fields[i, 11]:
-            v = _form(forms, fields[i, 11], fields[i, 12], syms, ns)
-        else:
-            sc[ns:st] = dims[fields[i, 10]]
-            v = fields[i, 8]
-            if fields[i, 6] >= 0:
-                v += minimum(ex, 0, fields[i, 6], sc, ns, st)
-            if fields[i, 7] >= 0:
-                v += minimum(ex, 0, fields[i, 7], sc, ns, st)
+        v = _value(i, syms, ex, fields, dims, forms, sc, atoms)
         if fields[i, 9]:
             v = _physical(v, kv, blocks)
             if v < 0:
@@ -113,48 +145,131 @@ def values(syms, ex):
 
 
 @nb.njit(cache=True)
+def _symbolic(ex, e, dims, ns, stk, atoms, na):
+    """Expression e with the dims fixed, as a vector [a, b_0.., c_0..] of a + b . s + c . atoms into
+    stk[0], its floordivs of non-constants becoming atoms (rows [q, vector] of `atoms`, q > 0, shared
+    when equal) from na on. Returns the new atom count, -1 if e is not of that form (a product of two
+    non-constants, a division by a non-constant or zero, more than MAX_ATOMS atoms)."""
+    tok = 3 + 2 * ex[0] + 2 * ex[1] + ex[2]
+    sp = 0
+    for t in range(ex[3 + 2 * e], ex[4 + 2 * e]):
+        o, arg = ex[tok + 2 * t], ex[tok + 2 * t + 1]
+        if o <= DIM:
+            stk[sp, :] = 0
+            if o == SYM:
+                stk[sp, 1 + arg] = 1
+            else:
+                stk[sp, 0] = arg if o == CONST else dims[arg]
+            sp += 1
+            continue
+        sp -= 1
+        x, y = stk[sp - 1], stk[sp]
+        xc, yc = not np.any(x[1:]), not np.any(y[1:])
+        if o == ADD:
+            x += y
+        elif o == MUL:
+            if xc:
+                x[:] = y * x[0]
+            elif yc:
+                x *= y[0]
+            else:
+                return -1
+        elif not yc or y[0] == 0:
+            return -1
+        elif xc:
+            x[0] = binary(o, x[0], y[0])
+        else:
+            q = y[0]
+            inner = -x if o == CEILDIV else x.copy()
+            if q < 0:
+                inner, q = -inner, -q
+            k = 0
+            while k < na and not (atoms[k, 0] == q and np.array_equal(atoms[k, 1:], inner)):
+                k += 1
+            if k == na:
+                if na == MAX_ATOMS:
+                    return -1
+                atoms[na, 0], atoms[na, 1:] = q, inner
+                na += 1
+            if o == MOD:
+                x[1 + ns + k] -= y[0]
+            else:
+                x[:] = 0
+                x[1 + ns + k] = -1 if o == CEILDIV else 1
+    return na
+
+
+@nb.njit(cache=True)
+def _forms_of(ex, fields, i, dims, ns, stk, atoms, out):
+    """The rows of field row i (`_form`) into `out`: its atoms, then one row per result of its min
+    (the other term, a single result, and the constant added to each). Returns their count, -1 if the
+    field has no such form."""
+    at = 3 + 2 * ex[0]
+    items = at + 2 * ex[1]
+    m, other = fields[i, 6], fields[i, 7]
+    if other >= 0 and ex[at + 2 * other + 1] - ex[at + 2 * other] > 1:
+        m, other = other, m
+    if m < 0 or (other >= 0 and ex[at + 2 * other + 1] - ex[at + 2 * other] > 1):
+        return -1
+    na = 0
+    add = np.zeros(stk.shape[1], np.int64)
+    if other >= 0:
+        na = _symbolic(ex, ex[items + ex[at + 2 * other]], dims, ns, stk, atoms, na)
+        if na < 0:
+            return -1
+        add[:] = stk[0]
+    add[0] += fields[i, 8]
+    lo, hi = ex[at + 2 * m], ex[at + 2 * m + 1]
+    res = np.zeros((hi - lo, stk.shape[1]), np.int64)
+    for j in range(lo, hi):
+        na = _symbolic(ex, ex[items + j], dims, ns, stk, atoms, na)
+        if na < 0:
+            return -1
+        res[j - lo] = stk[0] + add
+    out[:na, 0] = atoms[:na, 0]
+    out[:na, 1:] = atoms[:na, 1:]
+    out[na : na + hi - lo, 0] = 0
+    out[na : na + hi - lo, 1:] = res
+    return na + hi - lo
+
+
+@nb.njit(cache=True)
 def prepare(syms, ex, fields, dims):
     """Completes a new bucket's field rows in place: column 8 holds the field's value in the words;
-    it becomes the constant (the value minus the terms at `syms`). Rows marked affine (column 11 = 1)
-    get their forms: per result r of the min in column 6 (plus the term in column 7),
-    [a, b_0, ...] with the value a + b . s (exact, the terms being affine in the symbols)."""
+    it becomes the constant (the value minus the terms at `syms`). Then each field row marked in
+    column 11 (1: affine in the symbols, 2: maybe quasi-affine) gets its `_form` rows, from its min in
+    column 6 plus the term in column 7: exact, the expressions being sums of constants, symbols and
+    floordivs by constants (`_symbolic`), the dims fixed; rows without one keep the interpreter
+    (columns 11, 12 equal). Returns the forms and -1, or the first affine row that got an atom or no form."""
     ns, nd = syms.size, dims.shape[1]
     sc = _scratch(syms, nd, depth(ex, 0))
     st = ns + nd
     at = 3 + 2 * ex[0]
-    items = at + 2 * ex[1]
-    n_forms = 0
+    width = 1 + ns + MAX_ATOMS
+    stk = np.zeros((depth(ex, 0), width), np.int64)
+    atoms = np.zeros((MAX_ATOMS, 1 + width), np.int64)
+    bound = 0
     for i in range(fields.shape[0]):
-        if fields[i, 11] == 1:
-            m = fields[i, 6]
-            n_forms += ex[at + 2 * m + 1] - ex[at + 2 * m]
-    forms = np.zeros((n_forms, 1 + ns), np.int64)
-    k = 0
+        if fields[i, 11]:
+            bound += MAX_ATOMS
+            for c in range(6, 8):
+                if fields[i, c] >= 0:
+                    bound += ex[at + 2 * fields[i, c] + 1] - ex[at + 2 * fields[i, c]]
+    forms = np.zeros((bound, 1 + width), np.int64)
+    k, bad = 0, -1
     for i in range(fields.shape[0]):
-        sc[:ns] = syms
         sc[ns:st] = dims[fields[i, 10]]
         for c in range(6, 8):
             if fields[i, c] >= 0:
                 fields[i, 8] -= minimum(ex, 0, fields[i, c], sc, ns, st)
-        if fields[i, 11] != 1:
-            fields[i, 11] = fields[i, 12] = 0
-            continue
-        m, other = fields[i, 6], fields[i, 7]
+        kind = fields[i, 11]
+        n = _forms_of(ex, fields, i, dims[fields[i, 10]], ns, stk, atoms, forms[k:]) if kind else -1
+        if kind == 1 and bad < 0 and (n < 0 or forms[k, 0] > 0):
+            bad = i
         fields[i, 11] = k
-        for j in range(ex[at + 2 * m], ex[at + 2 * m + 1]):
-            for q in range(ns + 1):
-                for x in range(ns):
-                    sc[x] = 1 if x == q - 1 else 0
-                v = evaluate(ex, 0, ex[items + j], sc, ns, st)
-                if other >= 0:
-                    v += minimum(ex, 0, other, sc, ns, st)
-                forms[k, q] = v
-            for q in range(1, ns + 1):
-                forms[k, q] -= forms[k, 0]
-            forms[k, 0] += fields[i, 8]
-            k += 1
+        k += max(n, 0)
         fields[i, 12] = k
-    return forms
+    return forms[:k], bad
 
 
 @nb.njit(cache=True)
@@ -163,7 +278,7 @@ def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
 
     `tiles`: per tile, its template range (lo, hi), number of dims, first `tt` row, whether it has
     work, then its grid's min ids; `tt`: per (tile, template), guard range, spec range, paged;
-    `guards`: kind (0 eq, 1 ge), min id; `specs`: lane, offset, mask, lo, hi, min ids (2), affine,
+    `guards`: kind (0 eq, 1 ge), min id; `specs`: lane, offset, mask, lo, hi, min ids (2), forms kind,
     paged, bits, signed; `spans`: each tile's words (start, end; -1: none). The points and
     templates are walked in the JIT's order, so each word's index is the running count. Status 1:
     a tile's words disagree with its templates."""

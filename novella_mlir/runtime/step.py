@@ -3,7 +3,7 @@
 The artifact says what a program's words depend on, so nothing is found by comparing programs:
   * the *structure* (which words exist) depends on the grid extents and the guards that refer to a
     symbol. The extents, and the outcome of each guard that is not "the last point of a grid dim"
-    (proved at compile time and stored: `TileMeta.last`), are the bucket key: decode buckets are the page counts;
+    (proved at compile time and stored: `TileMeta.last`), are the bucket key: decode buckets are the key/value tile counts;
   * an *injected* field is a template field whose expression refers to a symbol, or a tile-relative
     `dram_base` whose tile base does: the attended length and what is laid out by it (row lengths,
     bounds, strides, offsets of the score rows), and the append's write position;
@@ -89,7 +89,8 @@ class Plan:
 
     def _spec(self, ti: int, j: int, name: str) -> list:
         """The spec row of one injected field of template j of tile ti (its `what` in `whats`):
-        lane, offset, mask, lo, hi, min ids of its symbol terms (2), affine, paged, bits, signed."""
+        lane, offset, mask, lo, hi, min ids of its symbol terms (2), forms (`_step_numba.prepare`: 1 affine,
+        2 maybe quasi-affine, 0 none), paged, bits, signed."""
         tile = self.art.tiles[ti]
         t = self.art.macros[tile.macro].insts[j]
         f = isa.field(t.opcode, name)
@@ -98,10 +99,11 @@ class Plan:
             terms.append(([tile.bases[str(t.tensor)]], str(t.tensor) in tile.affine))
         terms = sorted([(p, a) for p, a in terms if _has_sym(p)], key=lambda pa: len(pa[0]), reverse=True)
         ids = [self.ex.min(p) for p, _ in terms] + [-1] * (2 - len(terms))
-        linear = bool(terms) and sum(len(p) > 1 for p, _ in terms) <= 1 and all(a for _, a in terms)
+        single = bool(terms) and sum(len(p) > 1 for p, _ in terms) <= 1
+        forms = (1 if all(a for _, a in terms) else 2) if single else 0
         paged = name == "dram_base" and self.paged.get((ti, j), False)
         self.whats.append((ti, j, name, self.kind(ti, j, name)))
-        return [f.lane, f.offset, f.mask, f.lo, f.hi, *ids, int(linear), int(paged), f.bits, int(f.signed)]
+        return [f.lane, f.offset, f.mask, f.lo, f.hi, *ids, forms, int(paged), f.bits, int(f.signed)]
 
     def key_table(self) -> np.ndarray:
         """The symbol-dependent grid extents as an expression table (the numeric part of the key)."""
@@ -151,7 +153,7 @@ class Bucket:
     ex: np.ndarray
     fields: np.ndarray  # (n_fields, 14) int64 (the last column: the spec)
     dims: np.ndarray  # (n_points, n_dims) int64
-    forms: np.ndarray  # (n_forms, 1 + n_symbols) int64: a, b of the affine fields' a + b . s
+    forms: np.ndarray  # (n_forms, 2 + n_symbols + MAX_ATOMS) int64: q, a, b, c (`_step_numba._form`)
     pages: np.ndarray  # (n_pages, 6) int64
     whats: list  # per spec: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
@@ -240,7 +242,12 @@ class Stepper:
                                           p.n_dims)  # fmt: skip
         if status or not np.array_equal(np.sort(tr.rows), np.sort(paged)):
             raise RuntimeError("the program's words disagree with its templates (the JIT and the plan differ)")
-        forms = prepare(s, p.table, rows, dims)
+        forms, bad = prepare(s, p.table, rows, dims)
+        if bad >= 0:
+            ti, j, name, _ = p.whats[int(rows[bad, 13])]
+            raise RuntimeError(
+                f"{self.art.tiles[ti].name}: field {name} of template {j} is affine but got no affine form"
+            )
         pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
         kv = np.asarray(key[: len(p.grid_progs)], np.int64)
         return Bucket(key, tr.words, p.table, rows, dims, forms, pages, p.whats, pages[:, 0].copy(), kv)

@@ -1,9 +1,10 @@
 """A decode step is instantiated once per shape bucket and then patched in place (`runtime/step.py`).
 
 The patched words must equal a fresh full instantiation (a new JIT, every descriptor relocated and
-mapped through the block table) bit for bit, at past lengths 1, a page boundary, page + 1, odd and
-near the maximum, revisiting buckets; and what changes from step to step must be exactly what
-the templates declare as injected."""
+mapped through the block table) bit for bit, at past lengths 1, a page boundary, page + 1, a key/value
+tile boundary, odd and near the maximum, revisiting buckets; and what changes from step to step must
+be exactly what the templates declare as injected. The fused attention's key/value tiles span pages
+(chained LOADs, one per page: `kernels/kv_cache.load_page_chain`), so a bucket is a tile count."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ tf = pytest.importorskip("transformers")
 from novella_mlir.causal_lm import compile_causal_lm  # noqa: E402
 from novella_mlir.runtime.kv import BlockTable, changed_fields  # noqa: E402
 
-MAX_LEN = 96
+MAX_LEN = 600
 PS = 16
 
 
@@ -29,6 +30,13 @@ def lm():
     cfg = tf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=MAX_LEN,
                         bos_token_id=0, eos_token_id=1)  # fmt: skip
     return compile_causal_lm(tf.GPT2LMHeadModel(cfg).eval(), max_len=MAX_LEN, page_size=PS, cache=False)
+
+
+def _kv_tile(sess) -> int:
+    """Key/value rows per tile of the decode attention: its page chains (page 0 and chained pages, K and V)."""
+    m = next(m for m in sess.models["decode"].artifact.macros if m.kernel == "novella.flash_attention")
+    chained = sum(t.opcode == "LOAD" and t.const.get("chain") == 1 for t in m.insts)
+    return PS * (1 + chained // 2)
 
 
 def _table(sess, positions: int, seed: int) -> BlockTable:
@@ -43,12 +51,14 @@ def test_patched_step_equals_a_fresh_instantiation(lm):
     st = sess.steppers["decode"]
     table = _table(sess, MAX_LEN, seed=1)
     blocks = np.asarray(table.blocks, np.int64)
-    pasts = [1, PS - 1, PS, PS + 1, 2 * PS + 7, PS + 2, 1, MAX_LEN - 2, MAX_LEN - 1, 3]
+    tk = _kv_tile(sess)
+    assert tk > PS  # tiles span pages
+    pasts = [1, PS - 1, PS, PS + 1, 2 * PS + 7, tk - 1, tk, tk + 1, PS + 2, 1, MAX_LEN - 2, MAX_LEN - 1, 3]
     try:
         for past in pasts:
             words, _ = st.words((past,), blocks)
             np.testing.assert_array_equal(words, sess.reference("decode", (past,), table), err_msg=f"past={past}")
-        assert len(st.buckets) == len({-(-(p + 1) // PS) for p in pasts})  # one bucket per page count
+        assert len(st.buckets) == len({-(-(p + 1) // tk) for p in pasts})  # one bucket per tile count
     finally:
         sess.pool.release(table)
 
@@ -64,17 +74,25 @@ def test_prefill_is_patched_too(lm):
         sess.pool.release(table)
 
 
+def _around_pages(lo: int, hi: int) -> list[int]:
+    """Past lengths in [lo, hi): the first three and the two sides of every page boundary."""
+    out = set(range(lo, lo + 3)) | {b + d for b in range(PS, hi + 1, PS) for d in (-2, -1, 0)}
+    return sorted(p for p in out if lo <= p < hi)
+
+
 def test_changing_fields_are_exactly_the_declared_ones(lm):
-    """Within a bucket (past 1..15: one page; 16..31: two) consecutive steps differ only in declared
-    fields, and every declared (tile, template, field) changes in one of them (a field of the fused
-    attention's first key/value tile, min(16, past + 1) columns, is constant once there are two
-    pages); a new block table changes the page addresses."""
+    """Within a bucket (one key/value tile count: past 1 .. tk - 1, then tk .. 2 tk - 1) steps differ
+    only in declared fields, and every declared (tile, template, field) changes between two of them
+    (a field of the fused attention's first key/value tile, min(tk, past + 1) columns, is constant once
+    there are two tiles; a chained page's bounds change as the page fills); a new block table changes
+    the page addresses."""
     sess = lm.session()
     st = sess.steppers["decode"]
-    table = _table(sess, 2 * PS, seed=3)
+    tk = _kv_tile(sess)
+    table = _table(sess, 2 * tk, seed=3)
     try:
         changed_classes, length = set(), set()
-        for pasts in (range(1, PS), range(PS, 2 * PS)):
+        for pasts in (_around_pages(1, tk), _around_pages(tk, 2 * tk)):
             assert len({st.plan.key([p]) for p in pasts}) == 1
             bucket, _ = st.bucket((pasts[0],))
             declared = st.declared(bucket)
@@ -84,29 +102,33 @@ def test_changing_fields_are_exactly_the_declared_ones(lm):
                 ch = {(i, f) for i, _, f, _, _ in changed_fields(a, b)}
                 assert ch <= declared, sorted(ch - declared)[:5]
                 changed_classes |= {(*by_word[i], f) for i, f in ch}
-            length |= {(ti, j, n) for ti, j, n, kind in bucket.injected if kind != "page address"}
+            length |= {(ti, j, n) for ti, j, n, _ in bucket.injected}  # a chained page's address moves with past
         assert changed_classes == length
         kinds = collections.Counter(kind for *_, kind in bucket.injected)
         assert kinds["write address"] == 4  # the append of K and V, per layer
         sess.pool.release(table)
-        other = _table(sess, 2 * PS, seed=4)
+        other = _table(sess, 2 * tk, seed=4)
         assert other.blocks != table.blocks
-        ch = {(i, f) for i, _, f, _, _ in changed_fields(refs[0], sess.reference("decode", (PS,), other))}
+        ch = {(i, f) for i, _, f, _, _ in changed_fields(refs[0], sess.reference("decode", (pasts[0],), other))}
         pages = {(int(r), "dram_base") for r in bucket.page_rows}
-        writes = {(int(r[0]), n) for r, (_, _, n, k) in zip(bucket.fields, bucket.injected) if k == "write address"}
-        assert pages <= ch <= pages | writes
+        mapped = {(int(r[0]), n) for r, (_, _, n, k) in zip(bucket.fields, bucket.injected) if k != "length"}
+        assert pages <= ch <= pages | mapped
         sess.pool.release(other)
     finally:
         sess.pool.release(table)
 
 
-def test_generation_instantiates_once_per_page_count(lm):
+def test_generation_instantiates_once_per_tile_count(lm):
+    """A new bucket where the attended length starts a key/value tile (a page count inside a tile is the
+    same structure: its chained pages' bounds are injected)."""
     sess = lm.session()
     st = sess.steppers["decode"]
     st.clear()
-    ids = torch.randint(3, 200, (1, 7), generator=torch.Generator().manual_seed(5))
-    lm.generate(ids, max_new_tokens=40)
+    tk = _kv_tile(sess)
+    ids = torch.randint(3, 200, (1, tk - 9), generator=torch.Generator().manual_seed(5))
+    lm.generate(ids, max_new_tokens=24)
     dec = [s for s in lm.last_run.steps if s.kind == "decode"]
     new = [s.position for s in dec if s.new_bucket]
-    assert new == [dec[0].position] + [p for p in range(dec[0].position + 1, dec[-1].position + 1) if (p + 1) % PS == 1]
+    first, last = dec[0].position, dec[-1].position
+    assert new == [first] + [p for p in range(first + 1, last + 1) if (p + 1) % tk == 1] and len(new) == 2
     assert all(s.jit_seconds > 0 for s in dec)

@@ -334,7 +334,7 @@ def _issue_both(words, setup, check=True):
     data = sim.timing.dma_cycles(plan.charged)
     c = sim.config
     got = _fast_numba.schedule(
-        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, c.issue_cycles + c.dma_latency,
+        plan.queue, plan.pop_ch, plan.push_ch, plan.fixed, data, plan.chain, c.issue_cycles + c.dma_latency,
         plan.unit, c.issue_cycles, c.unit_queue_depth, plan.acc_ids, plan.span_rows, plan.win_off, check,
     )  # fmt: skip
     loop = fast._Loop(sim, plan)

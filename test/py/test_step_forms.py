@@ -1,0 +1,118 @@
+"""The step patcher's compiled forms of injected fields (`runtime/_step_numba.prepare`): sums of
+constants, symbols and floordivs by constants (atoms) with the dims fixed, evaluated without the
+expression interpreter. They must equal the readable evaluator (`expr.evaluate_min`) field for field:
+on hand-written expressions (ceildiv, mod, negative divisors, nested divisions, a min with a step, a
+product of symbols that has no form and keeps the interpreter) and on every injected field of a decode
+step whose key/value tiles span pages (a chained page's row count and address), over pasts around
+every page and tile boundary up to the maximum."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from novella_mlir.runtime import expr
+from novella_mlir.runtime._step_numba import field_values, prepare
+
+tf = pytest.importorskip("transformers")
+
+from novella_mlir.causal_lm import compile_causal_lm  # noqa: E402
+from novella_mlir.runtime.kv import BlockTable  # noqa: E402
+
+MAX_LEN = 600
+PS = 16
+G = 16777216  # sy.GRID_LIMIT
+
+HAND = [
+    [["s0", 16, "floordiv", 1024, "*", "d0", 512, "*", "+"]],
+    [["s0", 7, "ceildiv", 3, "*", "s1", "+"], ["s1", "s0", 5, "mod", "+"]],
+    [["s0", -1, "*", 3, "+", -4, "floordiv"], ["s0", -3, "ceildiv"]],
+    [["s0", "s1", 2, "*", "+", 3, "floordiv", 5, "floordiv", "s0", 3, "mod", "+"]],
+    [["d0", 256, "*", 176, "+", -1, "*", "s0", 1, "+", "+", G, "ceildiv", 16, "*"],
+     ["d0", 256, "*", 176, "+", -1, "*", "s0", 1, "+", "+", "d0", 256, "*", 176, "+", -1, "*", "s0", 1, "+", "+",
+      G, "ceildiv", -256, "*", "+", 256, "+"]],
+    [["s0", "s1", "*", 2, "+"]],
+]  # fmt: skip
+
+
+def _hand_fields(table: expr.Table, syms, dims) -> np.ndarray:
+    rows = np.zeros((len(HAND), 14), np.int64)
+    for i, progs in enumerate(HAND):
+        rows[i, 6], rows[i, 7], rows[i, 11] = table.min(progs), -1, 2
+        rows[i, 8] = 5 + expr.evaluate_min(progs, syms, dims[0])  # the value in the words: constant 5
+    return rows
+
+
+def test_forms_equal_the_readable_evaluator_on_hand_expressions():
+    table, dims, at = expr.Table(), np.asarray([[2]], np.int64), np.asarray([40, 9], np.int64)
+    fields = _hand_fields(table, at, dims)
+    ex = table.array()
+    forms, bad = prepare(at, ex, fields, dims)
+    assert bad == -1
+    has_form = fields[:, 12] > fields[:, 11]
+    assert has_form.tolist() == [True] * (len(HAND) - 1) + [False]  # a product of symbols: the interpreter
+    assert (forms[:, 0] > 0).sum() >= len(HAND) - 1  # floordiv atoms
+    for s0 in range(-40, 700, 3):
+        for s1 in (-7, 0, 1, 9, 100):
+            s = np.asarray([s0, s1], np.int64)
+            want = [5 + expr.evaluate_min(p, [s0, s1], dims[0]) for p in HAND]
+            assert field_values(s, ex, fields, dims, forms).tolist() == want, (s0, s1)
+
+
+def test_an_affine_field_without_an_affine_form_is_refused():
+    table, dims, at = expr.Table(), np.zeros((1, 1), np.int64), np.asarray([40, 9], np.int64)
+    fields = _hand_fields(table, at, dims)
+    fields[0, 11] = 1  # declared affine, but has a floordiv of the symbol
+    assert prepare(at, table.array(), fields, dims)[1] == 0
+
+
+@pytest.fixture(scope="module")
+def lm():
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=128, vocab_size=256, max_position_embeddings=MAX_LEN,
+                         bos_token_id=0, eos_token_id=1)  # fmt: skip
+    return compile_causal_lm(tf.LlamaForCausalLM(cfg).eval(), max_len=MAX_LEN, page_size=PS, cache=False)
+
+
+def _readable(st, b, past: int) -> list[int]:
+    """Each field row's value by `expr.evaluate_min` on the artifact's programs (before the page mapping)."""
+    out = []
+    for r, (ti, j, name, _) in zip(b.fields, b.injected):
+        tile = st.art.tiles[ti]
+        t = st.art.macros[tile.macro].insts[j]
+        terms = [t.var.get(name, [[t.const.get(name, 0)]])]
+        if name == "dram_base" and t.tensor is not None:
+            terms.append([tile.bases[str(t.tensor)]])
+        d = b.dims[r[10]].tolist()
+        out.append(int(r[8]) + sum(int(expr.evaluate_min(p, [past], d)) for p in terms if expr.has_symbol(p)))
+    return out
+
+
+def test_decode_fields_by_forms_equal_the_readable_evaluator(lm):
+    sess = lm.session()
+    st = sess.steppers["decode"]
+    table = BlockTable()
+    random.Random(5).shuffle(sess.pool.free)
+    sess.pool.reserve(table, MAX_LEN)
+    blocks = np.asarray(table.blocks, np.int64)
+    try:
+        pasts = sorted({p for b in range(0, MAX_LEN + 1, PS) for p in (b - 1, b, b + 1) if 1 <= p < MAX_LEN} | {7, 137})
+        chained = 0
+        for past in pasts:
+            st.words((past,), blocks)
+            b, _ = st.bucket((past,))
+            assert (b.fields[:, 12] > b.fields[:, 11]).all()  # no field left to the interpreter
+            chained += int((b.forms[:, 0] > 0).any())
+            s = np.asarray([past], np.int64)
+            fast = field_values(s, b.ex, b.fields, b.dims, b.forms)
+            interp = b.fields.copy()
+            interp[:, 12] = interp[:, 11]
+            assert fast.tolist() == field_values(s, b.ex, interp, b.dims, b.forms).tolist(), past
+            assert fast.tolist() == _readable(st, b, past), past
+        assert chained == len(pasts)  # chained pages: floordiv atoms in every bucket
+    finally:
+        sess.pool.release(table)
