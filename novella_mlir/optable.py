@@ -318,6 +318,8 @@ FRONTEND_ONLY: dict[str, Callable] = {
     "torch.aten.sub.int": shape_ops.int_sub,
     "torch.aten.mul.int": shape_ops.int_mul,
     "torch.aten.floordiv.int": shape_ops.floordiv,
+    "torch.aten.fmod.int": shape_ops.int_mod,
+    "torch.aten.remainder.int": shape_ops.int_mod,
     "torch.aten.clone": shape_ops.identity,
     "torch.aten.contiguous": shape_ops.identity,
     "torch.aten.alias": shape_ops.identity,

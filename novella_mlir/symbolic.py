@@ -354,6 +354,16 @@ def to_sympy(e: ir.AffineExpr):
     raise TypeError(f"unsupported affine expression {e}")
 
 
+def fold(e: ir.AffineExpr) -> ir.AffineExpr:
+    """`e` as a constant when its terms cancel (`s0 + (-s0 + 256)`, which MLIR keeps), else `e`."""
+    import sympy
+
+    if as_int(e) is not None:
+        return canon(e)
+    v = sympy.expand(to_sympy(e))
+    return const(int(v)) if v.is_Integer else canon(e)
+
+
 def _floor_div(a, b):
     """floor(a / b), nested floordivs by constants as one (floor((floor(c/d) + r)/b) = floor((c + r d)/(b d)) for
     integers c, r, d, b > 0): strided convs give `(s0 floordiv 5 - 1) floordiv 2` where torch has one floordiv."""

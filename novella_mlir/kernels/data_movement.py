@@ -311,7 +311,8 @@ def compose_transposes(op, rewriter):
         return False
     p = perm_of(inner)
     composed = [p[q] for q in perm]
-    if not _direct(composed):
+    unit_rows = sy.as_int(sy.shape_of(ir.RankedTensorType(inner.operands[0].type))[-1]) == 1
+    if not _direct(composed) or (unit_rows and composed != sorted(composed)):  # rows of one element: keep two
         return True
     with rewriter.ip, op.location:
         new = make_transpose(inner.operands[0], composed, len(module_symbols(op)))

@@ -15,7 +15,7 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ...dialects.novella import ConcatOp, KvAppendOp
+from ...dialects.novella import BroadcastOp, ConcatOp, KvAppendOp, SliceOp
 from .indexing import is_function_input
 from .shape_ops import Positions, WriteTarget, affine, reshape
 
@@ -34,28 +34,69 @@ def _i64(v: int) -> ir.IntegerAttr:
 
 
 def pad(cx):
-    """Constant `pad` / `constant_pad_nd` by static amounts: a concat with constant blocks (static shape)."""
+    """Constant `pad` / `constant_pad_nd`: a concat with constant blocks. A block of a symbolic size (Mamba2's
+    pad to a whole chunk) is a broadcast of the value; one that may be empty (0 at some lengths) is the
+    largest block it can be, appended, and the result sliced to the padded size."""
     x, amounts = cx.operand(0), cx.const(1)
     mode = cx.const(2) if cx.op.name == "torch.aten.pad" and cx.num_operands > 2 else "constant"
-    value = cx.const(cx.num_operands - 1) if cx.num_operands > 2 else 0.0
-    if mode != "constant" or not all(isinstance(a, int) and a >= 0 for a in amounts):
-        raise cx.error(f"only a constant pad by static non-negative amounts is supported, got {mode} {amounts}")
+    value = float(cx.const(cx.num_operands - 1) or 0.0) if cx.num_operands > 2 else 0.0
+    box = sy.symbol_box(cx.symbols)
+    if mode != "constant" or not all(sy.provably_ge(affine(a), 0, box) for a in amounts):
+        raise cx.error(f"only a constant pad by non-negative amounts is supported, got {mode} {amounts}")
     out = x
     for i in range(0, len(amounts), 2):
         dim = len(cx.shape(x)) - 1 - i // 2
-        before, after = amounts[i], amounts[i + 1]
-        for n, first in ((before, True), (after, False)):
-            if n:
-                out = _concat(cx, out, _block(cx, out, dim, n, value), dim, first)
+        for n, first in ((amounts[i], True), (amounts[i + 1], False)):
+            if isinstance(n, int) or sy.provably_ge(affine(n), 1, box):
+                out = _concat(cx, out, _block(cx, out, dim, affine(n), value), dim, first) if n else out
+            elif not first:
+                out = _pad_maybe_empty(cx, out, dim, affine(n), value)
+            else:
+                raise cx.error(f"pad by {n} before dim {dim} may be 0 at some length; only a pad after may")
     return out
 
 
-def _block(cx, x, dim: int, n: int, value) -> ir.Value:
-    shape = [sy.as_int(e) for e in cx.shape(x)]
+def _pad_maybe_empty(cx, x, dim: int, n, value: float) -> ir.Value:
+    most = _largest(cx, n)
+    if most < 1:
+        return x
+    grown = _concat(cx, x, _block(cx, x, dim, sy.const(most), value), dim, False)
+    shape = list(cx.shape(x))
+    shape[dim] = _rounded_up(cx, shape[dim], n)
+    attrs = dict(dim=_i64(dim), start=_i64(0))
+    return cx.emit(SliceOp, result_shape=shape, check=False, input=grown, **attrs)
+
+
+def _rounded_up(cx, size, n):
+    """size + n, as ceildiv(size, c) * c when n is the pad of size to a multiple of c at every length (so a
+    view into blocks of c divides it; sympy cannot prove `s0 + (-(s0 mod c)) mod c` a multiple of c)."""
+    e, grown = sy.canon(n), sy.canon(size + n)
+    c = sy.as_int(e.rhs) if isinstance(e, ir.AffineModExpr) else None
+    if not c or len(cx.symbols) != 1 or cx.symbols[0].hi - cx.symbols[0].lo > 1 << 16:
+        return grown
+    whole = sy.canon(sy.ceildiv(size, c) * c)
+    lengths = range(cx.symbols[0].lo, cx.symbols[0].hi + 1)
+    return whole if all(sy.evaluate(whole, [v]) == sy.evaluate(grown, [v]) for v in lengths) else grown
+
+
+def _largest(cx, n) -> int:
+    """The largest value of the pad `n` (a remainder, not monotone in the length): at every length of a
+    one-symbol range, else the divisor - 1 of a pad that is a remainder."""
+    (s,) = cx.symbols if len(cx.symbols) == 1 else (None,)
+    if s is not None and s.hi - s.lo <= 1 << 16:
+        return max(sy.evaluate(n, [v]) for v in range(s.lo, s.hi + 1))
+    e = sy.canon(n)
+    if isinstance(e, ir.AffineModExpr) and sy.as_int(e.rhs) is not None:
+        return sy.as_int(e.rhs) - 1
+    raise cx.error(f"pad by {n}, which may be 0 at some length and has no known largest value")
+
+
+def _block(cx, x, dim: int, n, value: float) -> ir.Value:
+    shape = list(cx.shape(x))
     shape[dim] = n
-    if any(s is None for s in shape):
-        raise cx.error(f"pad along dim {dim} needs static sizes in the other dims, got {cx.shape(x)}")
-    return cx.add_weight("pad", np.full(shape, float(value or 0.0)))
+    if all(sy.as_int(e) is not None for e in shape):
+        return cx.add_weight("pad", np.full([sy.as_int(e) for e in shape], value))
+    return cx.emit(BroadcastOp, result_shape=shape, check=False, input=cx.scalar(value))
 
 
 def _concat(cx, x, block, dim: int, first: bool) -> ir.Value:

@@ -23,7 +23,7 @@ def affine(v) -> ir.AffineExpr:
 
 def simplify(e: ir.AffineExpr):
     """A constant expression as a Python int, anything else unchanged."""
-    e = sy.canon(e)
+    e = sy.fold(e)
     v = sy.as_int(e)
     return e if v is None else v
 
@@ -56,10 +56,26 @@ int_mul = _int_binary(lambda a, b: a * b)
 
 
 def floordiv(cx):
-    a, b = _int_operand(cx, 0), _int_operand(cx, 1)
+    a, b = (simplify(affine(_int_operand(cx, i))) for i in (0, 1))
     if not isinstance(b, int):
         raise cx.error("floordiv by a symbolic value is not an affine size")
     return a // b if isinstance(a, int) else simplify(sy.floordiv(a, b))
+
+
+def int_mod(cx):
+    """`a % b` of sizes by a positive constant `b` (torch.aten.fmod.int truncates, remainder.int floors: the
+    same for a >= 0, which fmod must prove over the symbols' bounds); `a` itself where the bounds keep it
+    in [0, b) (Mamba2's `seq_len % chunk_size` with every length below one chunk)."""
+    a, b = _int_operand(cx, 0), _int_operand(cx, 1)
+    if not isinstance(b, int) or b <= 0:
+        raise cx.error(f"a remainder by {b} is not an affine size (the divisor must be a positive constant)")
+    if isinstance(a, int):
+        return a % b if "remainder" in cx.op.operation.name or a >= 0 else -(-a % b)
+    box = sy.symbol_box(cx.symbols)
+    nonneg = sy.provably_ge(a, 0, box)
+    if "fmod" in cx.op.operation.name and not nonneg:
+        raise cx.error(f"fmod of {a}, which may be negative, is not an affine size")
+    return simplify(a if nonneg and sy.provably_ge(b - 1, a, box) else sy.mod(a, b))
 
 
 def identity(cx):
@@ -186,6 +202,8 @@ def transpose(cx, x, perm: list[int], check: bool = True):
     moved = [p for p in perm if sy.as_int(shape[p]) != 1]
     if moved == sorted(moved):  # only size-1 dims move: the same row-major data
         return reshape(cx, x, [shape[p] for p in perm], check=check)
+    if unit_last(shape, perm):
+        return without_unit_last(cx, x, perm, check)
     return cx.emit(TransposeOp, check=check, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
 
 
@@ -233,6 +251,31 @@ def any_transpose(cx, x, perm: list[int], check: bool = True):
         x = transpose(cx, x, p, check=False)
         order = [order[i] for i in p]
     return transpose(cx, x, [order.index(s) for s in perm], check=check)
+
+
+def unit_last(shape, perm: list[int]) -> bool:
+    """A transpose that keeps a last dim of size 1 and moves others."""
+    return len(perm) > 1 and perm[-1] == len(perm) - 1 and sy.as_int(shape[-1]) == 1 and perm != sorted(perm)
+
+
+def without_unit_last(cx, x, perm: list[int], check: bool):
+    """A transpose keeping a last dim of size 1 (Mamba2's head_dim 1) would move one element per block: the
+    same data as the transpose of the size > 1 dims with adjacent ones merged (a last-two swap, often)."""
+    shape = cx.shape(x)
+    keep = [d for d in range(len(perm)) if sy.as_int(shape[d]) != 1]
+    order = [p for p in perm if p in keep]
+    groups: list[list[int]] = []
+    for p in order:
+        if groups and keep.index(p) == keep.index(groups[-1][-1]) + 1:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    by_input = sorted(groups, key=lambda g: g[0])
+    inner = [sy.canon(sy.numel([shape[d] for d in g])) for g in by_input]
+    y = reshape(cx, x, inner, check=False)
+    if len(groups) > 1:
+        y = any_transpose(cx, y, [by_input.index(g) for g in groups], check=False)
+    return reshape(cx, y, [shape[p] for p in perm], check=check)
 
 
 def flatten(cx):
