@@ -84,3 +84,17 @@ def test_transpose_keeping_a_unit_last_dim():
     model = Lambda(lambda x: x.reshape(1, x.shape[1], 96, 1).permute(0, 2, 1, 3) * 2.0).eval()
     npu = check(model, (1, 8, 96))
     assert "x1xf32>) -> tensor<1x96x?x1xf32" not in npu.ir("novella")
+
+
+def test_row_move_with_more_blocks_than_a_macro_unrolls():
+    """Transposes keeping a last dim of 2 with 128 blocks per row, around a dynamic and a static outer dim:
+    some outer dims become grid dims (bamba's [16, 8, 16, 2] swap of dims 0 and 2 had 128)."""
+    weight = torch.linspace(-1.0, 1.0, 8).reshape(1, 1, 8)
+
+    def fn(x):
+        t = x.shape[1]
+        moved = x.reshape(t, 8, 16, 2).permute(0, 2, 1, 3).reshape(1, t, 256)
+        wide = (x.mean(dim=1).reshape(1, 256, 1) * weight).reshape(8, 8, 8, 2, 2).permute(2, 1, 0, 3, 4)
+        return moved * 2.0 + wide.reshape(1, 8, 256)[:, :1]
+
+    check(Lambda(fn).eval(), (1, 8, 256))
