@@ -316,6 +316,7 @@ FRONTEND_ONLY: dict[str, Callable] = {
     "torch.aten.sym_size.int": shape_ops.size,
     "torch.aten.add.int": shape_ops.int_add,
     "torch.aten.sub.int": shape_ops.int_sub,
+    "torch.aten.neg.int": shape_ops.int_neg,
     "torch.aten.mul.int": shape_ops.int_mul,
     "torch.aten.floordiv.int": shape_ops.floordiv,
     "torch.aten.fmod.int": shape_ops.int_mod,

@@ -364,6 +364,15 @@ def fold(e: ir.AffineExpr) -> ir.AffineExpr:
     return const(int(v)) if v.is_Integer else canon(e)
 
 
+def exact_quotient(a: ir.AffineExpr, b: ir.AffineExpr) -> int | None:
+    """a / b when it is the same integer at every value of the symbols (`(T ceildiv 16) * 16` by
+    `T ceildiv 16`), else None."""
+    import sympy
+
+    q = sympy.cancel(to_sympy(a) / to_sympy(b))
+    return int(q) if q.is_Integer else None
+
+
 def _floor_div(a, b):
     """floor(a / b), nested floordivs by constants as one (floor((floor(c/d) + r)/b) = floor((c + r d)/(b d)) for
     integers c, r, d, b > 0): strided convs give `(s0 floordiv 5 - 1) floordiv 2` where torch has one floordiv."""

@@ -98,3 +98,19 @@ def test_row_move_with_more_blocks_than_a_macro_unrolls():
         return moved * 2.0 + wide.reshape(1, 8, 256)[:, :1]
 
     check(Lambda(fn).eval(), (1, 8, 256))
+
+
+def test_mask_sliced_by_the_negated_length():
+    """`mask[:, -T:]` of a length-T mask (Mamba2's recurrent mask): `neg.int` of a size, a slice from 0."""
+
+    class Masked(torch.nn.Module):
+        def forward(self, x, m):
+            return x * m[:, -x.shape[1] :, None]
+
+    model = Masked().eval()
+    length = torch.export.Dim("T", min=1, max=70)
+    spec = ({1: length}, {1: length})
+    npu = compile_torch(model, torch.randn(1, 8, 16), torch.ones(1, 8), dynamic_shapes=spec, cache=False)
+    for n in LENGTHS:
+        x, m = torch.randn(1, n, 16), (torch.rand(1, n) > 0.5).float()
+        torch.testing.assert_close(npu(x, m), model(x, m))

@@ -17,7 +17,7 @@ from torch_mlir import ir
 from ... import symbolic as sy
 from ...dialects.novella import BroadcastOp, ConcatOp, KvAppendOp, SliceOp
 from .indexing import is_function_input
-from .shape_ops import Positions, WriteTarget, affine, reshape
+from .shape_ops import Positions, WriteTarget, affine, reshape, rounded_up
 
 
 def copy(cx):
@@ -62,21 +62,9 @@ def _pad_maybe_empty(cx, x, dim: int, n, value: float) -> ir.Value:
         return x
     grown = _concat(cx, x, _block(cx, x, dim, sy.const(most), value), dim, False)
     shape = list(cx.shape(x))
-    shape[dim] = _rounded_up(cx, shape[dim], n)
+    shape[dim] = rounded_up(cx, shape[dim], n)
     attrs = dict(dim=_i64(dim), start=_i64(0))
     return cx.emit(SliceOp, result_shape=shape, check=False, input=grown, **attrs)
-
-
-def _rounded_up(cx, size, n):
-    """size + n, as ceildiv(size, c) * c when n is the pad of size to a multiple of c at every length (so a
-    view into blocks of c divides it; sympy cannot prove `s0 + (-(s0 mod c)) mod c` a multiple of c)."""
-    e, grown = sy.canon(n), sy.canon(size + n)
-    c = sy.as_int(e.rhs) if isinstance(e, ir.AffineModExpr) else None
-    if not c or len(cx.symbols) != 1 or cx.symbols[0].hi - cx.symbols[0].lo > 1 << 16:
-        return grown
-    whole = sy.canon(sy.ceildiv(size, c) * c)
-    lengths = range(cx.symbols[0].lo, cx.symbols[0].hi + 1)
-    return whole if all(sy.evaluate(whole, [v]) == sy.evaluate(grown, [v]) for v in lengths) else grown
 
 
 def _largest(cx, n) -> int:

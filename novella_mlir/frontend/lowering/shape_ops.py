@@ -40,6 +40,18 @@ def size(cx):
     return simplify(shape[cx.const(1) % len(shape)])
 
 
+def rounded_up(cx, size, n):
+    """size + n, as ceildiv(size, c) * c when n is the pad of size to a multiple of c at every length (so a
+    view into blocks of c divides it; sympy cannot prove `s0 + (-(s0 mod c)) mod c` a multiple of c)."""
+    e, grown = sy.canon(n), sy.canon(size + n)
+    c = sy.as_int(e.rhs) if isinstance(e, ir.AffineModExpr) else None
+    if not c or len(cx.symbols) != 1 or cx.symbols[0].hi - cx.symbols[0].lo > 1 << 16:
+        return grown
+    whole = sy.canon(sy.ceildiv(size, c) * c)
+    lengths = range(cx.symbols[0].lo, cx.symbols[0].hi + 1)
+    return whole if all(sy.evaluate(whole, [v]) == sy.evaluate(grown, [v]) for v in lengths) else grown
+
+
 def _int_binary(fn):
     def lower(cx):
         a, b = _int_operand(cx, 0), _int_operand(cx, 1)
@@ -50,15 +62,34 @@ def _int_binary(fn):
     return lower
 
 
-int_add = _int_binary(lambda a, b: a + b)
+def int_add(cx):
+    """a + b; the length plus its pad to a whole chunk (Mamba2's `seq_len + pad_size`) as ceildiv(T, c) * c."""
+    a, b = _int_operand(cx, 0), _int_operand(cx, 1)
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    for x, n in ((a, b), (b, a)):
+        if isinstance(n, ir.AffineExpr) and isinstance(sy.canon(n), ir.AffineModExpr):
+            return simplify(rounded_up(cx, affine(x), n))
+    return simplify(affine(a) + affine(b))
+
+
+
 int_sub = _int_binary(lambda a, b: a - b)
+
+
+def int_neg(cx):
+    a = _int_operand(cx, 0)
+    return -a if isinstance(a, int) else simplify(affine(a) * -1)
 int_mul = _int_binary(lambda a, b: a * b)
 
 
 def floordiv(cx):
     a, b = (simplify(affine(_int_operand(cx, i))) for i in (0, 1))
+    q = sy.exact_quotient(affine(a), b) if not isinstance(b, int) else None
+    if q is not None:
+        return q
     if not isinstance(b, int):
-        raise cx.error("floordiv by a symbolic value is not an affine size")
+        raise cx.error(f"{a} floordiv {b}: a division by a size that depends on the length is not an affine size")
     return a // b if isinstance(a, int) else simplify(sy.floordiv(a, b))
 
 
@@ -314,6 +345,9 @@ def slice_(cx):
         from .strided import strided_slice
 
         return strided_slice(cx, x, dim, start, end, step)
+    if not isinstance(start, int) and sy.provably_ge(sy.const(0), start, sy.symbol_box(cx.symbols)):
+        from_start = simplify(shape[dim] + start)  # `mask[:, -T:]` of a length-T mask: from 0
+        start = from_start if isinstance(from_start, int) else start
     if not isinstance(start, int):
         return write_target(cx, x, dim, start, end)  # `buf[:, :, P:P + 1] = k`: a KV-cache write
     full = sy.as_int(shape[dim])
@@ -392,5 +426,10 @@ class WriteTarget:
 
 def write_target(cx, x, dim: int, start, end) -> WriteTarget:
     shape = list(cx.shape(x))
+    if end is None:
+        raise cx.error(
+            f"a slice of dim {dim} (size {shape[dim]}) from the symbolic start {start} to its end is not supported "
+            "(a symbolic start is a KV-cache write `buf[:, :, P:P + 1]`, which names its end)"
+        )
     shape[dim] = sy.canon(affine(end) - affine(start))
     return WriteTarget(tuple(shape))
