@@ -1,10 +1,9 @@
 """Symbolic sizes as MLIR affine expressions.
 
-A dynamic size is an `AffineExpr` over symbols `s0, s1, ...` (the model's
-dynamic input dims); tile-level addresses add dims `d0, d1, ...` (the tile
-grid indices). The compiler keeps them as MLIR attributes so they print,
-parse and simplify like any MLIR IR; the artifact stores them as small
-postfix programs (see `to_postfix` and `novella_mlir.runtime.expr`).
+A dynamic size is an `AffineExpr` over symbols `s0, s1, ...` (the model's dynamic input dims); tile-level
+addresses add dims `d0, d1, ...` (the tile grid indices). The compiler keeps them as MLIR attributes so they
+print, parse and simplify like any MLIR IR; the artifact stores them as small postfix programs (see
+`to_postfix` and `novella_mlir.runtime.expr`).
 """
 
 from __future__ import annotations
@@ -177,14 +176,9 @@ def evaluate(e: ir.AffineExpr, syms, dims=()) -> int:
 
 
 def value_range(e: ir.AffineExpr, symbols: list[Symbol]) -> tuple[int, int]:
-    """(min, max) of a size expression over the symbols' bounds.
-
-    Size expressions are monotone in each symbol, so the extremes are at the
-    corners of the bounds box."""
-    if not symbols:
-        v = evaluate(e, [])
-        return v, v
-    vals = [evaluate(e, c) for c in itertools.product(*[(s.lo, s.hi) for s in symbols])]
+    """(min, max) of a size expression over the symbols' bounds, at the corners of the box: exact for an
+    expression monotone in each symbol (a `mod` is not)."""
+    vals = [evaluate(e, c) for c in itertools.product(*[(s.lo, s.hi) for s in symbols or []])]
     return min(vals), max(vals)
 
 
@@ -259,9 +253,8 @@ def _symbol_degree(e) -> int:
 def from_sympy(expr, positions: dict) -> ir.AffineExpr:
     """Converts a torch.export sympy size expression to an affine expression.
 
-    `positions` maps sympy symbols to affine symbol positions. Handles the
-    forms torch emits for conv/pool output sizes: Add, Mul, Integer,
-    FloorDiv and CeilDiv."""
+    `positions` maps sympy symbols to affine symbol positions. Handles the forms torch emits for conv/pool
+    output sizes: Add, Mul, Integer, FloorDiv and CeilDiv."""
     import sympy
 
     if isinstance(expr, int) or getattr(expr, "is_Integer", False):
@@ -356,21 +349,8 @@ def to_sympy(e: ir.AffineExpr):
 
 def fold(e: ir.AffineExpr) -> ir.AffineExpr:
     """`e` as a constant when its terms cancel (`s0 + (-s0 + 256)`, which MLIR keeps), else `e`."""
-    import sympy
-
-    if as_int(e) is not None:
-        return canon(e)
-    v = sympy.expand(to_sympy(e))
-    return const(int(v)) if v.is_Integer else canon(e)
-
-
-def exact_quotient(a: ir.AffineExpr, b: ir.AffineExpr) -> int | None:
-    """a / b when it is the same integer at every value of the symbols (`(T ceildiv 16) * 16` by
-    `T ceildiv 16`), else None."""
-    import sympy
-
-    q = sympy.cancel(to_sympy(a) / to_sympy(b))
-    return int(q) if q.is_Integer else None
+    v = _as_sympy(e).expand() if as_int(e) is None else None
+    return const(int(v)) if v is not None and v.is_Integer else canon(e)
 
 
 def _floor_div(a, b):

@@ -73,22 +73,24 @@ def int_add(cx):
     return simplify(affine(a) + affine(b))
 
 
-
 int_sub = _int_binary(lambda a, b: a - b)
 
 
 def int_neg(cx):
     a = _int_operand(cx, 0)
     return -a if isinstance(a, int) else simplify(affine(a) * -1)
+
+
 int_mul = _int_binary(lambda a, b: a * b)
 
 
 def floordiv(cx):
     a, b = (simplify(affine(_int_operand(cx, i))) for i in (0, 1))
-    q = sy.exact_quotient(affine(a), b) if not isinstance(b, int) else None
-    if q is not None:
-        return q
-    if not isinstance(b, int):
+    if not isinstance(b, int):  # `(T ceildiv 16) * 16 // (T ceildiv 16)`: the quotient where it is exact
+        at = [s.lo for s in cx.symbols]
+        q = sy.evaluate(affine(a), at) // max(sy.evaluate(b, at), 1)
+        if sy.equal(affine(a), b * q):
+            return q
         raise cx.error(f"{a} floordiv {b}: a division by a size that depends on the length is not an affine size")
     return a // b if isinstance(a, int) else simplify(sy.floordiv(a, b))
 
