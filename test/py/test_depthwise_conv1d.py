@@ -114,3 +114,9 @@ def test_mask_sliced_by_the_negated_length():
     for n in LENGTHS:
         x, m = torch.randn(1, n, 16), (torch.rand(1, n) > 0.5).float()
         torch.testing.assert_close(npu(x, m), model(x, m))
+
+
+def test_pad_to_one_chunk_the_maximum_fills():
+    """chunk = max length (nemotron_h's 128): the pad is 0 at the maximum only, and every length pads to one
+    chunk, a static size torch's trace agrees with."""
+    check(chunked(70, 2, 8), (1, 8, 16))

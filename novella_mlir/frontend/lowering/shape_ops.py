@@ -42,14 +42,17 @@ def size(cx):
 
 def rounded_up(cx, size, n):
     """size + n, as ceildiv(size, c) * c when n is the pad of size to a multiple of c at every length (so a
-    view into blocks of c divides it; sympy cannot prove `s0 + (-(s0 mod c)) mod c` a multiple of c)."""
+    view into blocks of c divides it; sympy cannot prove `s0 + (-(s0 mod c)) mod c` a multiple of c), or the
+    constant it is when every length pads to the same size."""
     e, grown = sy.canon(n), sy.canon(size + n)
     c = sy.as_int(e.rhs) if isinstance(e, ir.AffineModExpr) else None
     if not c or len(cx.symbols) != 1 or cx.symbols[0].hi - cx.symbols[0].lo > 1 << 16:
         return grown
     whole = sy.canon(sy.ceildiv(size, c) * c)
-    lengths = range(cx.symbols[0].lo, cx.symbols[0].hi + 1)
-    return whole if all(sy.evaluate(whole, [v]) == sy.evaluate(grown, [v]) for v in lengths) else grown
+    values = {(sy.evaluate(whole, [v]), sy.evaluate(grown, [v])) for v in range(cx.symbols[0].lo, cx.symbols[0].hi + 1)}
+    if any(w != g for w, g in values):
+        return grown
+    return sy.const(values.pop()[0]) if len(values) == 1 else whole  # one chunk at every length: static
 
 
 def _int_binary(fn):
