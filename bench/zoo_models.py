@@ -24,7 +24,9 @@ _SMALL = {"num_key_value_heads": 2, "head_dim": HIDDEN // HEADS, "d_kv": HIDDEN 
           "classifier_proj_size": HIDDEN, "tdnn_dim": (32,) * 5, "xvector_output_dim": 32,
           "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2, "decoder_start_token_id": 0,
           "rotary_dim": 8, "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8,
-          "v_head_dim": 16, "first_k_dense_replace": 1, "num_mel_bins": 80, "image_size": 32}  # fmt: skip
+          "v_head_dim": 16, "first_k_dense_replace": 1, "num_mel_bins": 80, "image_size": 32,
+          "mamba_n_heads": 8, "mamba_d_state": 16, "mamba_d_ssm": 128, "mamba_num_heads": 8, "mamba_head_dim": 16,
+          "ssm_state_size": 16, "n_groups": 2}  # fmt: skip
 INPUTS = ("input_ids", "input_values", "input_features", "pixel_values")
 
 

@@ -1,10 +1,9 @@
 """Symbolic sizes as MLIR affine expressions.
 
-A dynamic size is an `AffineExpr` over symbols `s0, s1, ...` (the model's
-dynamic input dims); tile-level addresses add dims `d0, d1, ...` (the tile
-grid indices). The compiler keeps them as MLIR attributes so they print,
-parse and simplify like any MLIR IR; the artifact stores them as small
-postfix programs (see `to_postfix` and `novella_mlir.runtime.expr`).
+A dynamic size is an `AffineExpr` over symbols `s0, s1, ...` (the model's dynamic input dims); tile-level
+addresses add dims `d0, d1, ...` (the tile grid indices). The compiler keeps them as MLIR attributes so they
+print, parse and simplify like any MLIR IR; the artifact stores them as small postfix programs (see
+`to_postfix` and `novella_mlir.runtime.expr`).
 """
 
 from __future__ import annotations
@@ -178,14 +177,9 @@ def evaluate(e: ir.AffineExpr, syms, dims=()) -> int:
 
 
 def value_range(e: ir.AffineExpr, symbols: list[Symbol]) -> tuple[int, int]:
-    """(min, max) of a size expression over the symbols' bounds.
-
-    Size expressions are monotone in each symbol, so the extremes are at the
-    corners of the bounds box."""
-    if not symbols:
-        v = evaluate(e, [])
-        return v, v
-    vals = [evaluate(e, c) for c in itertools.product(*[(s.lo, s.hi) for s in symbols])]
+    """(min, max) of a size expression over the symbols' bounds, at the corners of the box: exact for an
+    expression monotone in each symbol (a `mod` is not)."""
+    vals = [evaluate(e, c) for c in itertools.product(*[(s.lo, s.hi) for s in symbols or []])]
     return min(vals), max(vals)
 
 
@@ -260,9 +254,8 @@ def _symbol_degree(e) -> int:
 def from_sympy(expr, positions: dict) -> ir.AffineExpr:
     """Converts a torch.export sympy size expression to an affine expression.
 
-    `positions` maps sympy symbols to affine symbol positions. Handles the
-    forms torch emits for conv/pool output sizes: Add, Mul, Integer,
-    FloorDiv and CeilDiv."""
+    `positions` maps sympy symbols to affine symbol positions. Handles the forms torch emits for conv/pool
+    output sizes: Add, Mul, Integer, FloorDiv and CeilDiv."""
     import sympy
 
     if isinstance(expr, int) or getattr(expr, "is_Integer", False):
@@ -353,6 +346,12 @@ def to_sympy(e: ir.AffineExpr):
     if isinstance(e, ir.AffineModExpr):
         return sympy.Mod(a, b)
     raise TypeError(f"unsupported affine expression {e}")
+
+
+def fold(e: ir.AffineExpr) -> ir.AffineExpr:
+    """`e` as a constant when its terms cancel (`s0 + (-s0 + 256)`, which MLIR keeps), else `e`."""
+    v = _as_sympy(e).expand() if as_int(e) is None else None
+    return const(int(v)) if v is not None and v.is_Integer else canon(e)
 
 
 def _floor_div(a, b):

@@ -187,7 +187,7 @@ def concat(shapes, attrs, rt):
     for s in shapes[1:]:
         total = total + s[d]
     out = list(first)
-    out[d] = sy.canon(total)
+    out[d] = sy.fold(total)
     return out
 
 

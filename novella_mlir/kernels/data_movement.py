@@ -96,6 +96,8 @@ class _RowMove:
         sizes = [sy.as_int(e) or 0 for e in self.ishape]
         self.g = dyn[0] if dyn else max(range(len(sizes)), key=lambda i: sizes[i])
         self.units = [i for i in range(len(self.ishape)) if i != self.g and sy.as_int(self.ishape[i]) != 1]
+        self.split = self._split() if not self.dynamic_cols else []
+        self.units = [i for i in self.units if i not in self.split]
         self.count = prod(sy.as_int(self.ishape[i]) for i in self.units)
         self.tc = min(MAX_COLS // max(self.count, 1), 256) if self.dynamic_cols else sy.as_int(self.c)
         if self.count > MAX_UNROLL or self.count * self.tc > MAX_COLS or self.tc < 1:
@@ -113,9 +115,18 @@ class _RowMove:
         }
         self.order = next((o for o in self.packed.values() if o is not None), self.units)
 
+    def _split(self) -> list[int]:
+        """Unit dims (largest first) moved to grid dims until the unrolled blocks fit one macro."""
+        units, split = sorted(self.units, key=lambda i: -sy.as_int(self.ishape[i])), []
+        c = sy.as_int(self.c)
+        while units and (prod(sy.as_int(self.ishape[i]) for i in units) > MAX_UNROLL or
+                         prod(sy.as_int(self.ishape[i]) for i in units) * c > MAX_COLS):  # fmt: skip
+            split.append(units.pop(0))
+        return split
+
     def _packed(self, dims) -> list[int] | None:
         """The unit order if every unit follows `g` in this dim order, else None."""
-        dims = [d for d in dims if d == self.g or d in self.units]
+        dims = [d for d in dims if d == self.g or d in self.units or d in self.split]
         after = dims[dims.index(self.g) + 1 :]
         return after if sorted(after) == sorted(self.units) else None
 
@@ -128,6 +139,7 @@ class _RowMove:
             plan.add("o", "spad", tm * width)
             if plan.fits() or options.get("tile-m"):
                 tiles = {"tm": tm, "tc": self.tc} if self.dynamic_cols else {"tm": tm}
+                grid += [self.ishape[d] for d in self.split]
                 return Tiling(tiles, [sy.ceildiv(self.ishape[self.g], tm), *grid], plan.check())
         raise ValueError("unreachable")
 
@@ -149,10 +161,11 @@ class _RowMove:
             sram_stride=width,
         )
         move, tensor, buf = (b.load, 0, "t") if side == "in" else (b.store, -1, "o")
+        base = sum((self.strides[side][d] * b.d(1 + k) for k, d in enumerate(self.split)), sy.const(0))
         if self.packed[side] is not None and self.packed[side] == self.order:
-            move(buf, tensor, dram_offset=0, cols=width, **geo)
+            move(buf, tensor, dram_offset=base, cols=width, **geo)
             return
-        chunk = b.d(1) * self.tc if self.dynamic_cols else sy.const(0)
+        chunk = b.d(1) * self.tc if self.dynamic_cols else base
         cols = tile_rows(1, self.tc, self.c) if self.dynamic_cols else self.tc
         for col, idx in self._blocks():
             offset = sum((self.strides[side][d] * i for d, i in idx.items()), chunk)
@@ -311,7 +324,8 @@ def compose_transposes(op, rewriter):
         return False
     p = perm_of(inner)
     composed = [p[q] for q in perm]
-    if not _direct(composed):
+    unit_rows = sy.as_int(sy.shape_of(ir.RankedTensorType(inner.operands[0].type))[-1]) == 1
+    if not _direct(composed) or (unit_rows and composed != sorted(composed)):  # rows of one element: keep two
         return True
     with rewriter.ip, op.location:
         new = make_transpose(inner.operands[0], composed, len(module_symbols(op)))

@@ -7,7 +7,7 @@ from torch_mlir import ir
 from ... import symbolic as sy
 from ...dialects.novella import BroadcastOp, ConcatOp, MatmulOp, ReshapeOp, TransposeOp
 from ...errors import UnsupportedOpError
-from ..lowering.shape_ops import affine, simplify
+from ..lowering.shape_ops import affine, simplify, unit_last, without_unit_last
 from . import body as bd
 from .body import REDUCE as _REDUCE
 from .body import Fill
@@ -79,6 +79,8 @@ class Converter:
     def transpose(self, v: ir.Value, perm: list) -> ir.Value:
         """`v` permuted by `perm` as transposes the kernel runs in one op each (one that keeps the last dim,
         or swaps only the last two): any other as keep, swap, keep."""
+        if unit_last(self.cx.shape(v), list(perm)):
+            return without_unit_last(self.cx, v, list(perm), check=False)
         for p in _direct_steps(list(perm)):
             v = self.emit(TransposeOp, perm=ir.DenseI64ArrayAttr.get(p), input=v)
         return v

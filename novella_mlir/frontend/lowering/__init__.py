@@ -134,7 +134,16 @@ class LoweringContext:
         want = self.torch_result_dims()
         got = [sy.as_int(e) for e in exprs]
         if len(want) != len(got) or any(w is not None and w != g for w, g in zip(want, got)):
-            raise self.error(f"shape mismatch: torch says {want}, the shape rule gives {[str(e) for e in exprs]}")
+            msg = f"shape mismatch: torch says {want}, the shape rule gives {[str(e) for e in exprs]}"
+            fixed = [(i, w, e) for i, (w, g, e) in enumerate(zip(want, got, exprs)) if w is not None and g is None]
+            if len(want) == len(got) and fixed:
+                i, w, e = fixed[0]
+                msg += (
+                    f"; torch's trace fixes dim {i} at {w} where the length makes it {e} (e.g. a count of chunks "
+                    f"traced at the example length without a guard), so the trace holds only where {e} = {w}: "
+                    "compile such a length range on its own"
+                )
+            raise self.error(msg)
 
     def empty_error(self, what: str) -> NovellaError:
         return self.error(

@@ -15,9 +15,9 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ...dialects.novella import ConcatOp, KvAppendOp, SliceOp
-from .indexing import is_function_input, sized_table
-from .shape_ops import Positions, WriteTarget, affine, reshape
+from ...dialects.novella import BroadcastOp, ConcatOp, KvAppendOp, SliceOp
+from .indexing import is_function_input
+from .shape_ops import Positions, WriteTarget, affine, reshape, rounded_up
 
 
 def copy(cx):
@@ -34,52 +34,57 @@ def _i64(v: int) -> ir.IntegerAttr:
 
 
 def pad(cx):
-    """Constant `pad` / `constant_pad_nd` by static amounts: a concat with constant blocks (static shape)."""
+    """Constant `pad` / `constant_pad_nd`: a concat with constant blocks. A block of a symbolic size (Mamba2's
+    pad to a whole chunk) is a broadcast of the value; one that may be empty (0 at some lengths) is the
+    largest block it can be, appended, and the result sliced to the padded size."""
     x, amounts = cx.operand(0), cx.const(1)
     mode = cx.const(2) if cx.op.name == "torch.aten.pad" and cx.num_operands > 2 else "constant"
-    value = cx.const(cx.num_operands - 1) if cx.num_operands > 2 else 0.0
-    static = all(isinstance(a, int) and a >= 0 for a in amounts[1::2])
-    if mode != "constant" or not static and not all(isinstance(a, int) and a >= 0 for a in amounts[::2]):
-        raise cx.error(
-            f"only a constant pad by static non-negative amounts (or a size of the length after the end) is "
-            f"supported, got {mode} {[str(a) for a in amounts]}"
-        )
+    value = float(cx.const(cx.num_operands - 1) or 0.0) if cx.num_operands > 2 else 0.0
+    box = sy.symbol_box(cx.symbols)
+    if mode != "constant" or not all(sy.provably_ge(affine(a), 0, box) for a in amounts):
+        raise cx.error(f"only a constant pad by non-negative amounts is supported, got {mode} {amounts}")
     out = x
     for i in range(0, len(amounts), 2):
         dim = len(cx.shape(x)) - 1 - i // 2
-        before, after = amounts[i], amounts[i + 1]
-        if before:
-            out = _concat(cx, out, _block(cx, out, dim, before, value), dim, True)
-        if isinstance(after, int):
-            out = _concat(cx, out, _block(cx, out, dim, after, value), dim, False) if after else out
-        else:
-            out = _pad_after(cx, out, dim, after, value)
+        for n, first in ((amounts[i], True), (amounts[i + 1], False)):
+            if isinstance(n, int) or sy.provably_ge(affine(n), 1, box):
+                out = _concat(cx, out, _block(cx, out, dim, affine(n), value), dim, first) if n else out
+            elif not first:
+                out = _pad_maybe_empty(cx, out, dim, affine(n), value)
+            else:
+                raise cx.error(f"pad by {n} before dim {dim} may be 0 at some length; only a pad after may")
     return out
 
 
-def _pad_after(cx, x, dim: int, n, value) -> ir.Value:
-    """`n` (a size of the length, >= 0) positions of `value` after the end of `dim`: the most it is, cut to `n`
-    (a window partition's padding to a multiple of the window, 0 at some lengths)."""
-    lo, hi = sy.value_range(n, cx.symbols)
-    if lo < 0:
-        raise cx.error(f"a pad by {n}, negative at some length, is a crop")
-    if hi == 0:
+def _pad_maybe_empty(cx, x, dim: int, n, value: float) -> ir.Value:
+    most = _largest(cx, n)
+    if most < 1:
         return x
-    full = _concat(cx, x, _block(cx, x, dim, hi, value), dim, False)
+    grown = _concat(cx, x, _block(cx, x, dim, sy.const(most), value), dim, False)
     shape = list(cx.shape(x))
-    shape[dim] = sy.canon(shape[dim] + n)
-    return cx.emit(SliceOp, result_shape=shape, check=False, input=full, dim=_i64(dim), start=_i64(0))
+    shape[dim] = rounded_up(cx, shape[dim], n)
+    attrs = dict(dim=_i64(dim), start=_i64(0))
+    return cx.emit(SliceOp, result_shape=shape, check=False, input=grown, **attrs)
 
 
-def _block(cx, x, dim: int, n: int, value) -> ir.Value:
-    """`n` positions of `value` along `dim`, x's sizes elsewhere (a table at their maxima, sliced to them)."""
-    shape = [sy.as_int(e) for e in cx.shape(x)]
+def _largest(cx, n) -> int:
+    """The largest value of the pad `n` (a remainder, not monotone in the length): at every length of a
+    one-symbol range, else the divisor - 1 of a pad that is a remainder."""
+    (s,) = cx.symbols if len(cx.symbols) == 1 else (None,)
+    if s is not None and s.hi - s.lo <= 1 << 16:
+        return max(sy.evaluate(n, [v]) for v in range(s.lo, s.hi + 1))
+    e = sy.canon(n)
+    if isinstance(e, ir.AffineModExpr) and sy.as_int(e.rhs) is not None:
+        return sy.as_int(e.rhs) - 1
+    raise cx.error(f"pad by {n}, which may be 0 at some length and has no known largest value")
+
+
+def _block(cx, x, dim: int, n, value: float) -> ir.Value:
+    shape = list(cx.shape(x))
     shape[dim] = n
-    if all(s is not None for s in shape):
-        return cx.add_weight("pad", np.full(shape, float(value or 0.0)))
-    sizes = [s if s is not None else e for s, e in zip(shape, cx.shape(x))]
-    upper = [s if s is not None else sy.value_range(e, cx.symbols)[1] for s, e in zip(shape, cx.shape(x))]
-    return sized_table(cx, "pad", np.full(upper, float(value or 0.0)), sizes)
+    if all(sy.as_int(e) is not None for e in shape):
+        return cx.add_weight("pad", np.full([sy.as_int(e) for e in shape], value))
+    return cx.emit(BroadcastOp, result_shape=shape, check=False, input=cx.scalar(value))
 
 
 def _concat(cx, x, block, dim: int, first: bool) -> ir.Value:

@@ -8,6 +8,8 @@ from torch_mlir import ir
 from ...dialects.novella import Conv1dOp, LayerNormOp
 from ...machine.target import MAX_COLS
 
+MAX_GROUPS = 64  # a grouped conv1d is one conv1d op per group
+
 
 def _tensor_or_none(cx, i: int):
     if i >= cx.num_operands:
@@ -151,8 +153,15 @@ def _grouped(cx, x, w, b, stride: int, padding: int, groups: int):
     from ...dialects.novella import ConcatOp, SliceOp
 
     cin, cout = sy.as_int(cx.shape(x)[1]), sy.as_int(cx.shape(w)[0])
-    if cin is None or cout is None or cin % groups or cout % groups or groups > 64:
+    if cin == cout == groups:
+        raise cx.error(
+            f"a depthwise conv1d ({groups} channels) is per-tap multiply-adds on the generic path "
+            "(linalg.depthwise_conv_2d_nchw_chw), which refused it"
+        )
+    if cin is None or cout is None or cin % groups or cout % groups:
         raise cx.error(f"conv1d with groups {groups} needs static channels divisible by it ({cin} in, {cout} out)")
+    if groups > MAX_GROUPS:
+        raise cx.error(f"conv1d with groups {groups}: one conv per group takes at most {MAX_GROUPS} groups")
     i64 = ir.IntegerType.get_signless(64)
 
     def part(v, dim: int, i: int, n: int):

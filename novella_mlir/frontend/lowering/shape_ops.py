@@ -23,7 +23,7 @@ def affine(v) -> ir.AffineExpr:
 
 def simplify(e: ir.AffineExpr):
     """A constant expression as a Python int, anything else unchanged."""
-    e = sy.canon(e)
+    e = sy.fold(e)
     v = sy.as_int(e)
     return e if v is None else v
 
@@ -40,6 +40,21 @@ def size(cx):
     return simplify(shape[cx.const(1) % len(shape)])
 
 
+def rounded_up(cx, size, n):
+    """size + n, as ceildiv(size, c) * c when n is the pad of size to a multiple of c at every length (so a
+    view into blocks of c divides it; sympy cannot prove `s0 + (-(s0 mod c)) mod c` a multiple of c), or the
+    constant it is when every length pads to the same size."""
+    e, grown = sy.canon(n), sy.canon(size + n)
+    c = sy.as_int(e.rhs) if isinstance(e, ir.AffineModExpr) else None
+    if not c or len(cx.symbols) != 1 or cx.symbols[0].hi - cx.symbols[0].lo > 1 << 16:
+        return grown
+    whole = sy.canon(sy.ceildiv(size, c) * c)
+    values = {(sy.evaluate(whole, [v]), sy.evaluate(grown, [v])) for v in range(cx.symbols[0].lo, cx.symbols[0].hi + 1)}
+    if any(w != g for w, g in values):
+        return grown
+    return sy.const(values.pop()[0]) if len(values) == 1 else whole  # one chunk at every length: static
+
+
 def _int_binary(fn):
     def lower(cx):
         a, b = _int_operand(cx, 0), _int_operand(cx, 1)
@@ -50,33 +65,53 @@ def _int_binary(fn):
     return lower
 
 
-int_add = _int_binary(lambda a, b: a + b)
-int_sub = _int_binary(lambda a, b: a - b)
-int_mul = _int_binary(lambda a, b: a * b)
-
-
-def floordiv(cx):
+def int_add(cx):
+    """a + b; the length plus its pad to a whole chunk (Mamba2's `seq_len + pad_size`) as ceildiv(T, c) * c."""
     a, b = _int_operand(cx, 0), _int_operand(cx, 1)
-    if not isinstance(b, int):
-        raise cx.error("floordiv by a symbolic value is not an affine size")
-    return a // b if isinstance(a, int) else simplify(sy.floordiv(a, b))
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    for x, n in ((a, b), (b, a)):
+        if isinstance(n, ir.AffineExpr) and isinstance(sy.canon(n), ir.AffineModExpr):
+            return simplify(rounded_up(cx, affine(x), n))
+    return simplify(affine(a) + affine(b))
+
+
+int_sub = _int_binary(lambda a, b: a - b)
 
 
 def int_neg(cx):
     a = _int_operand(cx, 0)
-    return -a if isinstance(a, int) else simplify(sy.const(-1) * a)
+    return -a if isinstance(a, int) else simplify(affine(a) * -1)
+
+
+int_mul = _int_binary(lambda a, b: a * b)
+
+
+def floordiv(cx):
+    a, b = (simplify(affine(_int_operand(cx, i))) for i in (0, 1))
+    if not isinstance(b, int):  # `(T ceildiv 16) * 16 // (T ceildiv 16)`: the quotient where it is exact
+        at = [s.lo for s in cx.symbols]
+        q = sy.evaluate(affine(a), at) // max(sy.evaluate(b, at), 1)
+        if sy.equal(affine(a), b * q):
+            return q
+        raise cx.error(f"{a} floordiv {b}: a division by a size that depends on the length is not an affine size")
+    return a // b if isinstance(a, int) else simplify(sy.floordiv(a, b))
 
 
 def int_mod(cx):
-    """`a % b` of a size by a positive constant (a window partition's padding): the affine `a mod b`.
-    torch-mlir names Python's `%` of sizes `fmod.int`; the two agree where `a >= 0`, refused elsewhere."""
+    """`a % b` of sizes by a positive constant `b` (torch.aten.fmod.int truncates, remainder.int floors: the
+    same for a >= 0, which fmod must prove over the symbols' bounds); `a` itself where the bounds keep it
+    in [0, b) (Mamba2's `seq_len % chunk_size` with every length below one chunk)."""
     a, b = _int_operand(cx, 0), _int_operand(cx, 1)
     if not isinstance(b, int) or b <= 0:
-        raise cx.error(f"a remainder by {b} (symbolic or not positive) is not an affine size")
-    low = a if isinstance(a, int) else sy.value_range(a, cx.symbols)[0]
-    if low < 0:
-        raise cx.error(f"a remainder of {a}, negative at some length: fmod and Python's % differ there")
-    return a % b if isinstance(a, int) else simplify(sy.mod(a, b))
+        raise cx.error(f"a remainder by {b} is not an affine size (the divisor must be a positive constant)")
+    if isinstance(a, int):
+        return a % b if "remainder" in cx.op.operation.name or a >= 0 else -(-a % b)
+    box = sy.symbol_box(cx.symbols)
+    nonneg = sy.provably_ge(a, 0, box)
+    if "fmod" in cx.op.operation.name and not nonneg:
+        raise cx.error(f"fmod of {a}, which may be negative, is not an affine size")
+    return simplify(a if nonneg and sy.provably_ge(b - 1, a, box) else sy.mod(a, b))
 
 
 def identity(cx):
@@ -203,6 +238,8 @@ def transpose(cx, x, perm: list[int], check: bool = True):
     moved = [p for p in perm if sy.as_int(shape[p]) != 1]
     if moved == sorted(moved):  # only size-1 dims move: the same row-major data
         return reshape(cx, x, [shape[p] for p in perm], check=check)
+    if unit_last(shape, perm):
+        return without_unit_last(cx, x, perm, check)
     return cx.emit(TransposeOp, check=check, input=x, perm=ir.DenseI64ArrayAttr.get(perm))
 
 
@@ -252,6 +289,31 @@ def any_transpose(cx, x, perm: list[int], check: bool = True):
     return transpose(cx, x, [order.index(s) for s in perm], check=check)
 
 
+def unit_last(shape, perm: list[int]) -> bool:
+    """A transpose that keeps a last dim of size 1 and moves others."""
+    return len(perm) > 1 and perm[-1] == len(perm) - 1 and sy.as_int(shape[-1]) == 1 and perm != sorted(perm)
+
+
+def without_unit_last(cx, x, perm: list[int], check: bool):
+    """A transpose keeping a last dim of size 1 (Mamba2's head_dim 1) would move one element per block: the
+    same data as the transpose of the size > 1 dims with adjacent ones merged (a last-two swap, often)."""
+    shape = cx.shape(x)
+    keep = [d for d in range(len(perm)) if sy.as_int(shape[d]) != 1]
+    order = [p for p in perm if p in keep]
+    groups: list[list[int]] = []
+    for p in order:
+        if groups and keep.index(p) == keep.index(groups[-1][-1]) + 1:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    by_input = sorted(groups, key=lambda g: g[0])
+    inner = [sy.canon(sy.numel([shape[d] for d in g])) for g in by_input]
+    y = reshape(cx, x, inner, check=False)
+    if len(groups) > 1:
+        y = any_transpose(cx, y, [by_input.index(g) for g in groups], check=False)
+    return reshape(cx, y, [shape[p] for p in perm], check=check)
+
+
 def flatten(cx):
     x, start, end = cx.operand(0), cx.const(1), cx.const(2)
     shape = list(cx.shape(x))
@@ -290,6 +352,9 @@ def slice_(cx):
         return strided_slice(cx, x, dim, start, end, step)
     if not isinstance(start, int) and end is None and sy.value_range(shape[dim] + affine(start), cx.symbols)[1] <= 0:
         return x  # `mask[:, -T:]` of a mask of length T: the start is at or before position 0 at every length
+    if not isinstance(start, int) and sy.provably_ge(sy.const(0), start, sy.symbol_box(cx.symbols)):
+        from_start = simplify(shape[dim] + start)  # `mask[:, -T:]` of a length-T mask: from 0
+        start = from_start if isinstance(from_start, int) else start
     if not isinstance(start, int):
         return write_target(cx, x, dim, start, end)  # `buf[:, :, P:P + 1] = k`: a KV-cache write
     full = sy.as_int(shape[dim])
@@ -368,5 +433,10 @@ class WriteTarget:
 
 def write_target(cx, x, dim: int, start, end) -> WriteTarget:
     shape = list(cx.shape(x))
+    if end is None:
+        raise cx.error(
+            f"a slice of dim {dim} (size {shape[dim]}) from the symbolic start {start} to its end is not supported "
+            "(a symbolic start is a KV-cache write `buf[:, :, P:P + 1]`, which names its end)"
+        )
     shape[dim] = sy.canon(affine(end) - affine(start))
     return WriteTarget(tuple(shape))

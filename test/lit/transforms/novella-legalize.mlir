@@ -54,3 +54,35 @@ module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
     return %2 : tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
   }
 }
+
+// -----
+
+// Two transposes that keep a last dim of size 1 stay two: composed, they would be one row move of
+// one-element blocks (12 per row here; Mamba2's head_dim 1 made 32768, which no macro unrolls).
+// CHECK-LABEL: func.func @unit_last_transposes_stay
+// CHECK-SAME: (%[[X:.*]]: tensor<4x?x3x1xf32
+// CHECK: %[[A:.*]] = "novella.transpose"(%[[X]]) {perm = array<i64: 1, 0, 2, 3>}
+// CHECK: %[[B:.*]] = "novella.transpose"(%[[A]]) {perm = array<i64: 0, 2, 1, 3>}
+// CHECK: return %[[B]]
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @unit_last_transposes_stay(%x: tensor<4x?x3x1xf32, affine_map<()[s0] -> (4, s0, 3, 1)>>) -> tensor<?x3x4x1xf32, affine_map<()[s0] -> (s0, 3, 4, 1)>> {
+    %0 = "novella.transpose"(%x) {perm = array<i64: 1, 0, 2, 3>} : (tensor<4x?x3x1xf32, affine_map<()[s0] -> (4, s0, 3, 1)>>) -> tensor<?x4x3x1xf32, affine_map<()[s0] -> (s0, 4, 3, 1)>>
+    %1 = "novella.transpose"(%0) {perm = array<i64: 0, 2, 1, 3>} : (tensor<?x4x3x1xf32, affine_map<()[s0] -> (s0, 4, 3, 1)>>) -> tensor<?x3x4x1xf32, affine_map<()[s0] -> (s0, 3, 4, 1)>>
+    return %1 : tensor<?x3x4x1xf32, affine_map<()[s0] -> (s0, 3, 4, 1)>>
+  }
+}
+
+// -----
+
+// With a last dim of 8 the same two compose into one row move.
+// CHECK-LABEL: func.func @row_transposes_compose
+// CHECK-SAME: (%[[X:.*]]: tensor<4x?x3x8xf32
+// CHECK: %[[A:.*]] = "novella.transpose"(%[[X]]) {perm = array<i64: 1, 2, 0, 3>}
+// CHECK-NEXT: return %[[A]]
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @row_transposes_compose(%x: tensor<4x?x3x8xf32, affine_map<()[s0] -> (4, s0, 3, 8)>>) -> tensor<?x3x4x8xf32, affine_map<()[s0] -> (s0, 3, 4, 8)>> {
+    %0 = "novella.transpose"(%x) {perm = array<i64: 1, 0, 2, 3>} : (tensor<4x?x3x8xf32, affine_map<()[s0] -> (4, s0, 3, 8)>>) -> tensor<?x4x3x8xf32, affine_map<()[s0] -> (s0, 4, 3, 8)>>
+    %1 = "novella.transpose"(%0) {perm = array<i64: 0, 2, 1, 3>} : (tensor<?x4x3x8xf32, affine_map<()[s0] -> (s0, 4, 3, 8)>>) -> tensor<?x3x4x8xf32, affine_map<()[s0] -> (s0, 3, 4, 8)>>
+    return %1 : tensor<?x3x4x8xf32, affine_map<()[s0] -> (s0, 3, 4, 8)>>
+  }
+}
