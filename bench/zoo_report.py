@@ -12,7 +12,12 @@ is built from a small config (random weights, 2 layers, hidden 64, 4 heads, FFN 
 an encoder-decoder), wrapped to return its first tensor output, compiled once (`compile_torch`,
 `buckets=False`, no cache) from the smallest length eager accepts, and compared with eager at five
 lengths (min, 2, an odd middle, a partial last tile, max) with `atol = rtol = 1e-4`; text models
-also with an attention mask (the last quarter padded). `use_cache=False` everywhere.
+also with an attention mask (the last quarter padded). `use_cache=False` everywhere. Three config
+choices make the small models like released ones: a router that transformers initializes to all zeros
+(afmoe: every expert score tied, where torch's top-k picks among ties in an order of its own, which
+the compiler refuses) gets random weights (`zoo_models.untie_routers`); latent-attention configs
+(`kv_lora_rank`) keep as many KV heads as query heads; Mamba2 mixers have 8 heads of 16, state 16,
+2 groups.
 
 **{passed} of {tried} families compile once and match at every length** (with the mask too, where
 the model takes one); {untried} more families build but were not run in this table's time budget;
