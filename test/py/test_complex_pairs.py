@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lambda_module import Lambda
+from lambda_module import Lambda, stock_model_matches
 
 from novella_mlir import compile_torch
 from novella_mlir.errors import UnsupportedDtypeError
@@ -59,13 +59,7 @@ def test_a_stock_deepseek_v2_matches_eager():
                               v_head_dim=16)  # fmt: skip
     torch.manual_seed(0)
     hf = tf.DeepseekV2Model(cfg).eval()
-    model = Lambda(lambda ids: hf(input_ids=ids, use_cache=False).last_hidden_state)
-    ids = lambda n: torch.randint(0, 100, (1, n), generator=torch.Generator().manual_seed(n))  # noqa: E731
-    npu = compile_torch(model, ids(16), dynamic_dim=1, min_len=1, max_len=70, cache=False)
-    for n in LENGTHS:
-        with torch.no_grad():
-            want = model(ids(n))
-        assert torch.allclose(npu(ids(n)), want, atol=1e-4, rtol=1e-4), f"T={n}"
+    stock_model_matches(hf, 100, LENGTHS)
 
 
 def test_a_real_tensor_cast_to_complex_is_refused():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from lambda_module import Lambda
+from lambda_module import Lambda, stock_model_matches
 
 from novella_mlir import compile_torch
 from novella_mlir.frontend import own_decompositions as own
@@ -82,13 +82,7 @@ def test_a_stock_moe_decoder_with_grouped_mm_experts():
     torch.manual_seed(0)
     hf = tf.MixtralModel(cfg).eval()
     assert hf.config._experts_implementation == "grouped_mm"
-    model = Lambda(lambda ids: hf(input_ids=ids, use_cache=False).last_hidden_state)
-    npu = compile_torch(model, _ids(16, 0, 100), dynamic_dim=1, min_len=1, max_len=70, cache=False)
-    for n in LENGTHS:
-        x = _ids(n, n, 100)
-        with torch.no_grad():
-            want = model(x)
-        assert torch.allclose(npu(x), want, atol=1e-4, rtol=1e-4), f"T={n}"
+    stock_model_matches(hf, 100, LENGTHS)
 
 
 @pytest.mark.parametrize("fast", [False, True])
