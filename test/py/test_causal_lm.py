@@ -14,6 +14,8 @@ import torch
 
 tf = pytest.importorskip("transformers")
 
+from hf_reference import greedy_reference as _reference  # noqa: E402
+from hf_reference import prompt as _prompt  # noqa: E402
 from lm_models import build  # noqa: E402
 
 from novella_mlir.causal_lm import CausalLM, compile_causal_lm, load_causal_lm  # noqa: E402
@@ -35,15 +37,6 @@ def model(request):
         compile_causal_lm(hf, max_len=MAX_LEN, page_size=16, cache=False),
     )  # module scope: no user cache
 
-
-def _reference(hf, ids: torch.Tensor, n: int):
-    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                      do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)  # fmt: skip
-    return out.sequences, torch.cat(out.logits).numpy()
-
-
-def _prompt(length: int, seed: int) -> torch.Tensor:
-    return torch.randint(3, 500, (1, length), generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("length", [1, 7, 33])

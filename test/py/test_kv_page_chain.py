@@ -18,6 +18,8 @@ import torch
 
 tf = pytest.importorskip("transformers")
 
+from hf_reference import greedy_reference as _reference  # noqa: E402
+from hf_reference import prompt as _prompt  # noqa: E402
 from lm_models import build  # noqa: E402
 
 from novella_mlir.causal_lm import compile_causal_lm  # noqa: E402
@@ -39,15 +41,6 @@ def _kv_tile(lm) -> int:
     flash = next(m for m in lm.decode.artifact.macros if m.kernel == "novella.flash_attention")
     return PS * (1 + sum(t.opcode == "LOAD" and t.const.get("chain") == 1 for t in flash.insts) // 2)
 
-
-def _reference(hf, ids: torch.Tensor, n: int):
-    out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                      do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)  # fmt: skip
-    return out.sequences, torch.cat(out.logits).numpy()
-
-
-def _prompt(length: int, seed: int) -> torch.Tensor:
-    return torch.randint(3, 500, (1, length), generator=torch.Generator().manual_seed(seed))
 
 
 def _shuffle(lm, seed: int) -> None:
