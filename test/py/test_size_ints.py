@@ -62,6 +62,12 @@ def test_negated_length_slices_the_whole_mask():
     assert "torch.aten.neg.int" in npu.stages.texts["torch"]
 
 
+def test_a_start_before_the_front_is_clamped_to_it():
+    # x[:, -(T + 1):] and x[:, -(T + 2):T] start before the front at every length: Python's slice starts at 0
+    _check(Lambda(lambda x: x[:, -(x.shape[1] + 1) :] * 2), lambda n: (1, n, 8))
+    _check(Lambda(lambda x: x[:, -(x.shape[1] + 2) : x.shape[1]] * 2), lambda n: (1, n, 8))
+
+
 def test_periodic_equality_proof():
     with make_context():
         s = sy.sym(0)

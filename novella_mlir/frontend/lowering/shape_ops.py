@@ -350,11 +350,8 @@ def slice_(cx):
         from .strided import strided_slice
 
         return strided_slice(cx, x, dim, start, end, step)
-    if not isinstance(start, int) and end is None and sy.value_range(shape[dim] + affine(start), cx.symbols)[1] <= 0:
-        return x  # `mask[:, -T:]` of a mask of length T: the start is at or before position 0 at every length
     if not isinstance(start, int) and sy.provably_ge(sy.const(0), start, sy.symbol_box(cx.symbols)):
-        from_start = simplify(shape[dim] + start)  # `mask[:, -T:]` of a length-T mask: from 0
-        start = from_start if isinstance(from_start, int) else start
+        start = _from_front(cx, shape[dim], start)  # `mask[:, -T:]` of a length-T mask: from 0
     if not isinstance(start, int):
         return write_target(cx, x, dim, start, end)  # `buf[:, :, P:P + 1] = k`: a KV-cache write
     full = sy.as_int(shape[dim])
@@ -369,6 +366,15 @@ def slice_(cx):
         return x
     shape[dim] = length
     return cx.emit(SliceOp, result_shape=shape, input=x, dim=_i64(dim), start=_i64(start))
+
+
+def _from_front(cx, n, start):
+    """A start counted back from the end of a dim of size `n` (never after it), from the front where that is
+    a constant: 0 where it is at or before the front at every length (Python clamps it), else unchanged."""
+    if sy.value_range(n + affine(start), cx.symbols)[1] <= 0:
+        return 0
+    from_front = simplify(n + affine(start))
+    return from_front if isinstance(from_front, int) else start
 
 
 def _slice_end(cx, x, dim: int, start: int, end):
