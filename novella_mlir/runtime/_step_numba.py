@@ -4,10 +4,12 @@
 min its item range, the items (expression ids), the tokens (op, arg)]: `expr.Table`, its ops
 those of `expr.py` (`CONST`, `SYM`, `DIM`, `OPCODES`).
 A field row: word, lane, offset, mask, lo, hi, min id (-1: none), base min id (-1: none), constant,
-paged (1: a virtual cache address, mapped through the block table), dims row, and a range of
-`forms` rows [q, a, b_0, ..., c_0, ...]: when not empty, the value is computed from them, without the
-interpreter: each row with q > 0 makes an atom, (a + b . s + c . atoms) floordiv q, and the value is
-the min over the other rows of a + b . s + c . atoms (the constant is in a). Fields affine in the
+paged (1: a virtual cache address, mapped through the block table), dims row, a range of
+`forms` rows [q, a, b_0, ..., c_0, ...], its spec, and the constant added to its forms' value: when
+the range is not empty, the value is computed from them, without the interpreter: each row with q > 0 makes an atom, (a + b . s + c . atoms) floordiv q, and the value is
+the min over the other rows of a + b . s + c . atoms, plus the field's constant (column 14; `share`
+makes the fields that differ only by it, the copies of one page's row count or address across the
+layers, heads, K and V, point at one range, evaluated once per step). Fields affine in the
 symbols have no atom; a chained page's row count and address (`kv_cache.load_page_chain`) one
 each (its step [x >= 1], the sequence's last page). A page row: word,
 lane, offset, mask, logical page, offset in the block.
@@ -67,7 +69,7 @@ def _value(i, syms, ex, fields, dims, forms, sc, atoms):
     """Field row i's value before the page mapping: its forms, else the interpreter."""
     ns, st = syms.size, syms.size + dims.shape[1]
     if fields[i, 12] > fields[i, 11]:
-        return _form(forms, fields[i, 11], fields[i, 12], syms, ns, atoms)
+        return _form(forms, fields[i, 11], fields[i, 12], syms, ns, atoms) + fields[i, 14]
     sc[ns:st] = dims[fields[i, 10]]
     v = fields[i, 8]
     if fields[i, 6] >= 0:
@@ -95,42 +97,84 @@ def _put(words, w, lane, off, mask, v):
 
 
 @nb.njit(cache=True, inline="always")
-def _physical(v, kv, blocks):
+def _page(v, kv):
+    """(block table index, offset in the block) of virtual cache address v."""
     r = v - kv[2]
     slot = r // kv[3]
     rem = r % kv[3]
     pe = kv[4 + 2 * slot]
-    page = rem // pe
-    if page >= blocks.size or blocks[page] < 0:
-        return -1
-    return kv[0] + blocks[page] * kv[1] + kv[5 + 2 * slot] + rem % pe
+    return rem // pe, kv[5 + 2 * slot] + rem % pe
+
+
+@nb.njit(cache=True, inline="always")
+def _write(i, v, fields, words, kv, blocks, at_page, memo):
+    """Field row i set to v (a paged one mapped through `blocks`): 0, -1 or 1 + i (`patch`)."""
+    if fields[i, 9]:
+        page, off = _page(v, kv)
+        if page >= blocks.size or blocks[page] < 0:
+            return -1
+        at_page[i] = page
+        memo[-1] = max(memo[-1], page + 1)
+        v = kv[0] + blocks[page] * kv[1] + off
+    if v < fields[i, 4] or v > fields[i, 5]:
+        return 1 + i
+    _put(words, fields[i, 0], fields[i, 1], fields[i, 2], fields[i, 3], v)
+    return 0
 
 
 @nb.njit(cache=True)
-def patch(syms, key_ex, key, ex, fields, dims, forms, pages, words, kv, blocks):
+def patch(syms, key_ex, key, ex, fields, dims, forms, groups, pages, words, kv, blocks, memo, prev, at_page):
     """Rewrites the injected fields and page addresses of a bucket's words for `syms` and `blocks`;
-    first checks that `syms` are in the bucket (the grid extents `key_ex` evaluate to `key`), else -2."""
+    first checks that `syms` are in the bucket (the grid extents `key_ex` evaluate to `key`), else -2.
+
+    Each group (`groups`: a range of `forms`, the range of the field rows that share it) is evaluated
+    once. When `memo[ng]` is 1, the words hold the last patch: `memo[g]` each group's value then,
+    `at_page` each paged field's block table index, `memo[-1]` one past the highest of them, `prev`
+    the block table up to it; a group whose value did not move rewrites only its paged fields whose
+    block changed, none when the table did not change. The fields before the first group
+    have no form and are evaluated every step."""
     ns, nd = syms.size, dims.shape[1]
     sc = _scratch(syms, nd, max(depth(ex, 0), depth(key_ex, 0)))
     st = ns + nd
     for m in range(key_ex[1]):
         if minimum(key_ex, 0, m, sc, ns, st) != key[m]:
             return -2
+    ng = groups.shape[0]
+    warm = memo[ng] == 1
+    memo[ng] = 0
+    if not warm:
+        memo[-1] = 0
     atoms = np.zeros(MAX_ATOMS, np.int64)
-    for i in range(fields.shape[0]):
-        v = _value(i, syms, ex, fields, dims, forms, sc, atoms)
-        if fields[i, 9]:
-            v = _physical(v, kv, blocks)
-            if v < 0:
-                return -1
-        if v < fields[i, 4] or v > fields[i, 5]:
-            return 1 + i
-        _put(words, fields[i, 0], fields[i, 1], fields[i, 2], fields[i, 3], v)
+    for i in range(groups[0, 2] if ng else fields.shape[0]):
+        rc = _write(i, _value(i, syms, ex, fields, dims, forms, sc, atoms), fields, words, kv, blocks, at_page, memo)
+        if rc:
+            return rc
+    remapped = not warm or blocks.size < memo[-1]
+    for p in range(memo[-1] if not remapped else 0):
+        if blocks[p] != prev[p]:
+            remapped = True
+            break
+    for g in range(ng):
+        val = _form(forms, groups[g, 0], groups[g, 1], syms, ns, atoms)
+        moved = not warm or val != memo[g]
+        memo[g] = val
+        if not moved and not remapped:
+            continue
+        for i in range(groups[g, 2], groups[g, 3]):
+            if moved or (fields[i, 9] and (at_page[i] >= blocks.size or blocks[at_page[i]] != prev[at_page[i]])):
+                rc = _write(i, val + fields[i, 14], fields, words, kv, blocks, at_page, memo)
+                if rc:
+                    return rc
     for j in range(pages.shape[0]):
-        if pages[j, 4] >= blocks.size or blocks[pages[j, 4]] < 0:
+        p = pages[j, 4]
+        if p >= blocks.size or blocks[p] < 0:
             return -1
-        v = kv[0] + blocks[pages[j, 4]] * kv[1] + pages[j, 5]
-        _put(words, pages[j, 0], pages[j, 1], pages[j, 2], pages[j, 3], v)
+        if remapped and (not warm or blocks[p] != prev[p]):
+            _put(words, pages[j, 0], pages[j, 1], pages[j, 2], pages[j, 3], kv[0] + blocks[p] * kv[1] + pages[j, 5])
+        memo[-1] = max(memo[-1], p + 1)
+    top = min(memo[-1], blocks.size)
+    prev[:top] = blocks[:top]
+    memo[ng] = 1
     return 0
 
 
@@ -301,7 +345,7 @@ def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
             k = tiles[ti, 3] + j
             n_rows += n * (tt[k, 3] - tt[k, 2])
             n_paged += n * tt[k, 4]
-    rows = np.zeros((n_rows, 14), np.int64)
+    rows = np.zeros((n_rows, 15), np.int64)
     rdims = np.zeros((n_rows, n_dims), np.int64)
     paged = np.zeros(n_paged, np.int64)
     r, pg = 0, 0

@@ -46,18 +46,23 @@ class BatchStep:
         stats, JIT seconds, simulator seconds, words, whether a bucket was instantiated)."""
         if len(lanes) > self.batch:
             raise InputError(f"{len(lanes)} sequences do not fit the batch of {self.batch} of {self.name}")
-        ps = self.sess.page_size
         ids = np.zeros((self.batch, 1), np.float32)
         pos = np.zeros((self.batch, 1), np.float32)
+        for b, ln in enumerate(lanes):
+            ids[b, 0], pos[b, 0] = ln.token, ln.past
+        outs, *res = self.sess.run(self.name, {0: ids, 1: pos}, (clock,), self.fill(lanes, clock))
+        return (outs[0][: len(lanes), -1], *res)
+
+    def fill(self, lanes: list, clock: int) -> np.ndarray:
+        """The step's block table of all lanes (`table`, rewritten in place)."""
+        ps = self.sess.page_size
         self.table[:] = self.null
         for b, ln in enumerate(lanes):
             if ln.past + ln.offset + ln.shift * ps != clock or ln.shift + len(ln.blocks) > self.seq_pages:
                 raise RuntimeError(f"lane {b} (past {ln.past}, shift {ln.shift} pages) is not at storage {clock}")
-            ids[b, 0], pos[b, 0] = ln.token, ln.past
             at = b * self.seq_pages + ln.shift
             self.table[at : at + len(ln.blocks)] = ln.blocks
-        outs, *res = self.sess.run(self.name, {0: ids, 1: pos}, (clock,), self.table)
-        return (outs[0][: len(lanes), -1], *res)
+        return self.table
 
 
 def relayout(sess, slots: list, src: list, dst: list, n: int, offset: int) -> int:

@@ -151,13 +151,17 @@ class Bucket:
     key: tuple
     words: np.ndarray  # (n, 4) uint64, patched in place every step
     ex: np.ndarray
-    fields: np.ndarray  # (n_fields, 14) int64 (the last column: the spec)
+    fields: np.ndarray  # (n_fields, 15) int64 (column 13: the spec, 14: the constant added to its forms)
     dims: np.ndarray  # (n_points, n_dims) int64
     forms: np.ndarray  # (n_forms, 2 + n_symbols + MAX_ATOMS) int64: q, a, b, c (`_step_numba._form`)
+    groups: np.ndarray  # (n_groups, 4) int64: each distinct range of `forms` and its fields' rows (`share`)
     pages: np.ndarray  # (n_pages, 6) int64
     whats: list  # per spec: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
     key_values: np.ndarray  # the grid extents of the key (what `patch` checks)
+    memo: np.ndarray  # each group's value at the last patch, 1 if the words hold it, the pages it used (`patch`)
+    prev: np.ndarray  # the block table of the last patch
+    at_page: np.ndarray  # per field row: the block table index of its last page mapping
 
     @property
     def injected(self) -> list:
@@ -213,8 +217,11 @@ class Stepper:
     def _patch(self, b: Bucket, s: np.ndarray, blocks: np.ndarray) -> int:
         from ._step_numba import patch
 
-        return patch(s, self.plan.key_table(), b.key_values, b.ex, b.fields, b.dims, b.forms, b.pages, b.words,
-                     self.kv, blocks)  # fmt: skip
+        if b.prev.size < blocks.size:
+            b.prev = np.concatenate([b.prev, np.zeros(blocks.size - b.prev.size, np.int64)])
+        status = patch(s, self.plan.key_table(), b.key_values, b.ex, b.fields, b.dims, b.forms, b.groups, b.pages,
+                       b.words, self.kv, blocks, b.memo, b.prev, b.at_page)  # fmt: skip
+        return status
 
     def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
         if status == -2:
@@ -248,9 +255,11 @@ class Stepper:
             raise RuntimeError(
                 f"{self.art.tiles[ti].name}: field {name} of template {j} is affine but got no affine form"
             )
+        rows, forms, groups = share(rows, forms)
         pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
         kv = np.asarray(key[: len(p.grid_progs)], np.int64)
-        return Bucket(key, tr.words, p.table, rows, dims, forms, pages, p.whats, pages[:, 0].copy(), kv)
+        return Bucket(key, tr.words, p.table, rows, dims, forms, groups, pages, p.whats, pages[:, 0].copy(), kv,
+                      np.zeros(len(groups) + 2, np.int64), np.zeros(0, np.int64), np.full(len(rows), -1, np.int64))  # fmt: skip
 
     def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
         """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
@@ -269,3 +278,36 @@ class Stepper:
         """(word, field) of every injected field and page address of bucket `b`."""
         out = {(int(r[0]), name) for r, (_, _, name, _) in zip(b.fields, b.injected)}
         return out | {(int(r), "dram_base") for r in b.page_rows}
+
+
+def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forms rows of equal fields made one: two fields whose forms differ only by a constant added to
+    every result of their min (the same page's row count or address read by each layer, head, K and V)
+    point at one range of the returned forms, the constant in their column 14. Returns the field rows
+    (those without a form first, then grouped by range), the forms, and per group its forms range and
+    its field rows' range (`_step_numba.patch` evaluates each group once)."""
+    lo, n = fields[:, 11], fields[:, 12] - fields[:, 11]
+    has = np.flatnonzero(n > 0)
+    if not has.size:
+        return fields, forms[:0], np.zeros((0, 4), np.int64)
+    r = int(n.max())
+    at = lo[has, None] + np.arange(r)
+    valid = np.arange(r) < n[has, None]
+    block = np.where(valid[..., None], forms[np.minimum(at, len(forms) - 1)], 0)
+    is_min = valid & (block[..., 0] == 0)
+    const = block[np.arange(has.size), is_min.argmax(1), 1]
+    block[..., 1] -= np.where(is_min, const[:, None], 0)
+    key = np.concatenate([n[has, None], block.reshape(has.size, -1)], 1)
+    uniq, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    sizes = uniq[:, 0]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    out = block[first][np.arange(r) < sizes[:, None]]
+    fields[has, 11], fields[has, 12] = starts[inv], starts[inv] + sizes[inv]
+    fields[has, 14] += const
+    order = np.argsort(inv, kind="stable")
+    free = np.flatnonzero(n <= 0)
+    counts = np.bincount(inv, minlength=len(uniq))
+    ends = free.size + np.cumsum(counts)
+    groups = np.stack([starts, starts + sizes, ends - counts, ends], 1).astype(np.int64)
+    return np.concatenate([fields[free], fields[has[order]]]), out, groups

@@ -63,6 +63,35 @@ def test_patched_step_equals_a_fresh_instantiation(lm):
         sess.pool.release(table)
 
 
+def test_a_warm_patch_follows_the_block_table(lm):
+    """Consecutive steps of one bucket rewrite only the fields whose value or page moved
+    (`_step_numba.patch`): a page of the table replaced between two steps (as copy-on-write replaces
+    a shared one), the table grown a page at a time as positions are appended (passed as long as it
+    is, or padded to the maximum), and a bucket left and revisited are each still a fresh
+    instantiation, bit for bit."""
+    sess = lm.session()
+    st = sess.steppers["decode"]
+    full = _table(sess, MAX_LEN, seed=6)
+    spare = _table(sess, 4 * PS, seed=7)
+    rng = random.Random(8)
+    table = BlockTable(full.blocks[: 2 * PS // PS])
+    tk = _kv_tile(sess)
+    try:
+        for past in [*range(tk - 2 * PS - 3, tk + PS + 3), 5, tk + PS + 3, tk + PS + 4]:
+            table.blocks = full.blocks[: past // PS + 1] if past > 5 else table.blocks
+            if past % 5 == 0 and past > 5:
+                k, j = (past // 5) % len(table.blocks), rng.randrange(len(spare.blocks))
+                table.blocks[k], spare.blocks[j] = spare.blocks[j], table.blocks[k]
+                full.blocks[k] = table.blocks[k]
+            padded = np.full(MAX_LEN // PS + 1, -1, np.int64)
+            padded[: len(table.blocks)] = table.blocks
+            words, _ = st.words((past,), padded if past % 3 else np.asarray(table.blocks, np.int64))
+            np.testing.assert_array_equal(words, sess.reference("decode", (past,), table), err_msg=f"past={past}")
+    finally:
+        sess.pool.release(full)
+        sess.pool.release(spare)
+
+
 def test_prefill_is_patched_too(lm):
     sess = lm.session()
     table = _table(sess, MAX_LEN, seed=2)

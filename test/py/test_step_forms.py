@@ -39,7 +39,7 @@ HAND = [
 
 
 def _hand_fields(table: expr.Table, syms, dims) -> np.ndarray:
-    rows = np.zeros((len(HAND), 14), np.int64)
+    rows = np.zeros((len(HAND), 15), np.int64)
     for i, progs in enumerate(HAND):
         rows[i, 6], rows[i, 7], rows[i, 11] = table.min(progs), -1, 2
         rows[i, 8] = 5 + expr.evaluate_min(progs, syms, dims[0])  # the value in the words: constant 5
