@@ -20,12 +20,13 @@ class LayerNorm:
     normalization is a COL-broadcast multiply, the affine part ROW-broadcast
     ops against `w` and `b`, which stay resident from the first step. The
     result goes to `sq`, which no LOAD writes, so the next step's load of `x`
-    cannot race this step's store."""
+    cannot race this step's store. `x` and `sq` have two slots: the next row
+    tile loads under this one's VECs and this one's STORE runs under the next."""
 
     def _plan(self, target, tm, c):
         plan = BufferPlan(target)
-        plan.add("x", "spad", tm * c)
-        plan.add("sq", "spad", tm * c)
+        plan.add("x", "spad", tm * c, stream=True)
+        plan.add("sq", "spad", tm * c, stream=True)
         plan.add("w", "spad", c)
         plan.add("b", "spad", c)
         plan.add("mean", "spad", tm)
@@ -49,15 +50,17 @@ class LayerNorm:
 
     @memoized
     def cost(self, target, dims, tm) -> float:
-        """Predicted cycles (cost model) of row tile `tm` over dims = (rows, C): single-slot buffers, so
-        a step's loads wait for the previous compute and its compute for the previous store."""
+        """Predicted cycles (cost model) of row tile `tm` over dims = (rows, C): with two slots a step's loads
+        run under the previous step's VECs and its STORE under the next step's (the first step, which also
+        loads the resident `w` and `b`, waits for the previous compute)."""
         rows, c = dims
 
         def group(r, n, first_step=False):
             lq, ld = cm.dmas(target, [(r, c, True)] + [(1, c, True)] * 2 * first_step)
             sq, sd = cm.dma(target, r, c, contiguous=True)
             ops = [(fn, r, c if whole else 1) for fn, whole in NORM_OPS]
-            return cm.Group(lq, cm.vecs(target, ops), sq, ld + sd, n, 1, 1)
+            slots = target.buffer_slots
+            return cm.Group(lq, cm.vecs(target, ops), sq, ld + sd, n, 1 if first_step else slots, slots)
 
         return cm.pipeline(target, cm.with_first(group(min(tm, rows), 1, True), cm.row_groups(rows, tm, group)))
 
