@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from .. import symbolic as sy
 from ..machine import costmodel as cm
-from . import BufferPlan, Tiling, first, memoized, tile_rows
-from .elementwise import nominal_rows
+from . import BufferPlan, Tiling, first, memoized, plan_lengths, tile_rows
 
 # The VEC ops of one [r, C] tile (`emit_norm`): (fn, whole rows (else one column)).
 NORM_OPS = (("rowsum", 1), ("div", 0), ("sub", 1), ("mul", 1), ("rowsum", 1), ("div", 0), ("add", 0), ("rsqrt", 0),
@@ -34,8 +33,25 @@ class LayerNorm:
         return plan
 
     def tile(self, op, tv, target, options):
-        _, tm, plan = self.best(target, nominal_rows(op, tv), tv.cols(0), options.get("tile-m"))
+        rows, forced = sy.evaluate(tv.rows(-1), plan_lengths(op)), options.get("tile-m")
+        tm, plan = (
+            self.robust(target, rows, tv.cols(0)) if not forced else self.best(target, rows, tv.cols(0), forced)[1:]
+        )
         return Tiling({"tm": tm}, [sy.ceildiv(tv.rows(0), tm)], plan.check())
+
+    def robust(self, target, rows: int, c: int, spread: int = 4, points: int = 2):
+        """(tm, plan) of the fitting row tile whose predicted cycles stay closest to the best tile's over
+        `rows`, rows / spread, ... (`points` lengths): the least sum of the relative excesses over the best,
+        ties to the larger tile. A program runs at every length up to the one it is planned for, and the
+        tile that is best there may leave a shorter length one step with nothing to overlap."""
+        lengths = sorted({max(rows // spread**i, 1) for i in range(points)})
+        fitting = [tm for tm in target.row_tiles(8) if self._plan(target, tm, c).fits()] or [1]
+        least = {r: min(self.cost(target, (r, c), tm) for tm in fitting) for r in lengths}
+        score = {
+            tm: sum((self.cost(target, (r, c), tm) - least[r]) / max(least[r], 1) for r in lengths) for tm in fitting
+        }
+        tm = min(fitting, key=lambda t: (score[t], -t))
+        return tm, self._plan(target, tm, c)
 
     def best(self, target, rows: int, c: int, forced: int | None = None):
         """(predicted cycles, tm, plan) of the cheapest fitting row tile over [rows, c] (or of `forced`)."""
