@@ -147,7 +147,11 @@ def record(item):
     # --novella-legalize also scores a linear without the epilogue it may fuse (to decide the fusion):
     # keep the candidates of the fused op, the one compiled
     most = max(map(_fused_epilogue, seen))
-    kept = {k: c for d in seen if _fused_epilogue(d) == most for k, c in seen[d].items()}
+    dims = [d for d in seen if _fused_epilogue(d) == most]
+    # a kernel that also weighs shorter lengths (the layer norm's robust tile) scores (rows, ...) at several:
+    # keep the planned length's
+    dims = [d for d in dims if isinstance(d, tuple) and d[0] == length] or dims
+    kept = {k: c for d in dims for k, c in seen[d].items()}
     return sorted((c, k) for k, c in kept.items())
 
 

@@ -45,7 +45,7 @@ class Linear:
     exhaustive = False  # score every fitting candidate, no bound (bench/costmodel.py, which replaces `cost`)
 
     def _plan(self, target, cand, k, n, epi: Epilogue, plan_type=BufferPlan):
-        tm, tn, tk, ws, acc = cand
+        tm, tn, tk, ws, acc, ra = cand
         deferred = acc > 1
         plan = plan_type(target)
         plan.add("w", "spad", tn * k if ws == 1 else tn * tk, stream=ws != 1)
@@ -56,7 +56,7 @@ class Linear:
             plan.add("out2", "spad", tm * tn, stream=True)
         if epi.scratch:
             plan.add("tmp", "spad", tm * tn)
-        if epi.residual:
+        if epi.residual and not ra:
             plan.add("res", "spad", tm * tn, stream=True)
             if deferred:
                 plan.add("res2", "spad", tm * tn)
@@ -69,7 +69,7 @@ class Linear:
     @memoized
     def cost(self, target, dims, cand) -> float:
         """Predicted cycles of the whole op (cost model): dims = (M, K, N, Epilogue), cand = (tm, tn, tk, ws,
-        acc_slots). Weight-stationary, the first step of each column block also loads the weight slab (single
+        acc_slots, res_acc). Weight-stationary, the first step of each column block also loads the weight slab (single
         slot: it waits for the previous compute); input-stationary, the first step of each row tile its row
         slab; the bias row (and a layer norm's weight and bias) loads once, on the op's first step. The
         epilogue's VECs run on the vector unit beside the MATMULs, which use other SRAM (`Group.vector`,
@@ -80,9 +80,9 @@ class Linear:
         * two halves: deferred to the next block along grid dim 1, on its first k step, beside its MATMUL
           (the step's chain is the longer of the two), with that step's residual load and the STORE;
           dim 1's last block runs its own after its MATMUL, as with one half."""
-        (m, k, n, epi), (tm, tn, tk, ws, acc) = dims, cand
+        (m, k, n, epi), (tm, tn, tk, ws, acc, ra) = dims, cand
         n_blocks, k_steps = n // tn, k // tk
-        steps, known, tiles = [], lc.steps_of(target, k, n, epi), (tn, tk, ws, acc)
+        steps, known, tiles = [], lc.steps_of(target, k, n, epi), (tn, tk, ws, acc, ra)
 
         def add(r, count, j, head, deferred):
             if count:  # `cm.pipeline` drops empty groups
@@ -123,7 +123,7 @@ class Linear:
         return cm.pipelined(steps)
 
     def choose(self, target, m, k, n, epi: Epilogue, options):
-        """(key, (tm, tn, tk, ws, acc_slots), plan) of the cheapest fitting candidate for M = m rows, or
+        """(key, (tm, tn, tk, ws, acc_slots, res_acc), plan) of the cheapest fitting candidate for M = m rows, or
         (None, None, plan) (memoized: `--novella-buckets` and `--novella-tile` ask for the same candidates)."""
         return _choose(self, target, m, k, n, epi, options.get("tile-m") or 0)
 
@@ -139,7 +139,7 @@ class Linear:
             tms = [tile_m] if tile_m else target.array_tiles(16)
             tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
             tks = target.divisors(k, target.array_rows)
-            return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1), k, n, epi)
+            return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1, 0), k, n, epi)
         dims = (m, k, n, epi)
         if self.exhaustive:
             best = min((self.cost(target, dims, c), -c[0], -c[1], i) for i, c in enumerate(cands))
@@ -176,7 +176,7 @@ class Linear:
         best = self.choose(target, m, k, n, Epilogue.of(op), options)
         if best[0] is None:
             best[2].check()
-        (tm, tn, tk, ws, acc), plan = best[1], best[2]
+        (tm, tn, tk, ws, acc, ra), plan = best[1], best[2]
         m_grid = sy.ceildiv(tv.rows(0), tm)
         grid = (
             [sy.const(n // tn), m_grid, sy.const(k // tk)]
@@ -184,6 +184,8 @@ class Linear:
             else [m_grid, sy.const(n // tn), sy.const(k // tk)]
         )
         tiles = {"tm": tm, "tn": tn, "tk": tk, "ws": ws} | ({"acc_slots": acc} if acc > 1 else {})
+        if ra:
+            tiles["res_acc"] = 1
         return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
@@ -209,10 +211,13 @@ class Linear:
         if g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
             _epilogue(g, g.previous(), ("res", "out"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
         acc = _acc_half(t, b)
+        if g.res_acc:  # the residual block is the accumulator's initial value
+            b.load_rows("acc", 3, dram_offset=b.d(g.nd) * tn, dram_stride=n, row_start=b.d(g.md) * tm,
+                        row_bound=g.m_total, rows=g.rows, cols=tn, buf_offset=0 if acc is None else acc, when=first(2))  # fmt: skip
         slab = {"lhs_offset": b.d(2) * tk} if g.ws == 2 else {}  # the k step's columns of the row slab
         b.mma("acc", "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
               a_stride=k if g.ws == 2 else tk, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=tn,
-              accumulate=[b.d(2), sy.const(1)],
+              accumulate=sy.const(1) if g.res_acc else [b.d(2), sy.const(1)],
               transpose_b=1)  # fmt: skip
         current = (b.d(g.nd), g.rows, b.d(g.md) * tm, acc)
         if g.deferred:  # the epilogue of dim 1's last block, after its own MATMUL
@@ -235,6 +240,7 @@ class _Geometry:
         self.tm, self.tn, self.tk = t.tiles["tm"], t.tiles["tn"], t.tiles["tk"]
         self.ws = t.tiles.get("ws", 1)
         self.deferred = t.tiles.get("acc_slots", 1) > 1
+        self.res_acc = bool(t.tiles.get("res_acc", 0))
         self.nd, self.md = (0, 1) if self.ws == 1 else (1, 0)
         self.k, self.n, self.m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
         self.eps = op.attributes["norm_eps"].value if self.epi.norm else 0.0
@@ -257,7 +263,7 @@ def _epilogue(g: _Geometry, block, bufs, when) -> None:
     column block, rows, first row and accumulator offset), loading its residual into `bufs` and storing it
     from the last of them."""
     b, (res, out), (col, rows, row0, acc) = g.b, bufs, block
-    tn, n, epi = g.tn, g.n, g.epi
+    tn, n, epi = g.tn, g.n, dataclasses.replace(g.epi, residual=False) if g.res_acc else g.epi
     out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total)
     if epi.residual:
         b.load_rows(res, 3, **out_tile, rows=rows, cols=tn, when=when)
@@ -302,24 +308,27 @@ def _choose(kernel, target, m, k, n, epi, tile_m):
 
 @memoized
 def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
-    """The candidates (tm, tn, tk, ws, acc_slots) whose buffers fit, in search order; they do not depend
-    on M (memoized: the search runs for every planned M)."""
+    """The candidates (tm, tn, tk, ws, acc_slots, res_acc) whose buffers fit, in search order; they do not
+    depend on M (memoized: the search runs for every planned M). `res_acc` (the residual loaded into the
+    accumulator, `Epilogue.res_in_acc`) is a choice where the epilogue allows it and the k loop has two steps."""
     tms = [tile_m] if tile_m else target.array_tiles(16)
     tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
     tks = target.divisors(k, target.array_rows)
     cands = []
     for ws in (1, 0, 2) if k <= target.max_cols else (0,):  # 1 and 2 LOAD whole rows of k (the cols field)
         for acc in (2, 1) if target.buffer_slots > 1 else (1,):
-            for tm in tms:
-                first = len(tks)
-                # ws = 0: halves alternate over n; ws = 2: a slab read by one column block is ws = 0
-                for tn in [t for t in tns if (acc == 1 or ws == 1 or n // t > 1) and (ws != 2 or n // t > 1)]:
-                    # largest first: a smaller tn fits from the same tk on, or sooner
-                    fits = lambda i, c=(tm, tn, ws, acc): kernel._plan(  # noqa: E731
-                        target, (c[0], c[1], tks[i], c[2], c[3]), k, n, epi, _Usage
-                    ).fits()
-                    first = _first_true(first, fits)
-                    cands += [(tm, tn, tk, ws, acc) for tk in tks[first:]]
+            for ra in (0, 1) if epi.res_in_acc(2) else (0,):
+                ra_tks = [t for t in tks if not ra or epi.res_in_acc(k // t)]
+                for tm in tms:
+                    first = len(ra_tks)
+                    # ws = 0: halves alternate over n; ws = 2: a slab read by one column block is ws = 0
+                    for tn in [t for t in tns if (acc == 1 or ws == 1 or n // t > 1) and (ws != 2 or n // t > 1)]:
+                        # largest first: a smaller tn fits from the same tk on, or sooner
+                        fits = lambda i, c=(tm, tn, ws, acc, ra), ks=ra_tks: kernel._plan(  # noqa: E731
+                            target, (c[0], c[1], ks[i], c[2], c[3], c[4]), k, n, epi, _Usage
+                        ).fits()
+                        first = _first_true(first, fits)
+                        cands += [(tm, tn, tk, ws, acc, ra) for tk in ra_tks[first:]]
     return tuple(cands)
 
 

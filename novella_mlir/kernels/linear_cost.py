@@ -3,7 +3,7 @@ groups of an op remembered across its plan lengths, the candidates' classes, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,6 +37,13 @@ class Epilogue:
     def scratch(self) -> bool:
         return self.act == "gelu" or self.norm
 
+    def res_in_acc(self, k_steps: int) -> bool:
+        """The residual tile is loaded into the accumulator on the block's first k step and the MATMULs add
+        onto it (x @ W^T + b + r = (r + x @ W^T) + b when no activation comes between): no residual buffer
+        in the scratchpad and one VEC less. That LOAD waits for the previous step's compute (the
+        accumulator has one slot): the cost model takes it where the k loop has more than one step."""
+        return self.residual and self.act == "none" and k_steps > 1
+
 
 @memoized
 def steps_of(target, k, n, epi) -> dict:
@@ -47,14 +54,15 @@ def steps_of(target, k, n, epi) -> dict:
 def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
     first step, loading what stays resident; `deferred`: two accumulator halves, the epilogue in the next
-    block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc; the same at every M and
+    block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc, res_acc; the same at every M and
     every tm >= r: remembered across the searches in `steps_of`)."""
-    tn, tk, ws, acc = tiles
+    tn, tk, ws, acc, in_acc = tiles
     k_steps = k // tk
     at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
     moves = [(r, tk, tk == k)] * (ws != 2) + [(r, k, True)] * (ws == 2 and head)  # ws = 2: the row slab
     moves += [(tn, tk, tk == k)] * (ws != 1) + [(tn, k, True)] * (ws == 1 and head)  # the weight tile / slab
-    moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (epi.residual and at)
+    residual_at = j == 0 if in_acc else at  # into the accumulator on the first k step, else with the epilogue
+    moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (epi.residual and residual_at)
     lq, ld = cm.dmas(target, moves)
     st, sd = cm.dma(target, r, tn, contiguous=tn == n)
     if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
@@ -62,7 +70,7 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
         sd = 0.0
     vecs, head_vec, n_ops = 0, 0.0, 0
     if at:  # the bias add reads the accumulator the next MATMUL writes
-        vecs, head_vec, n_ops = epilogue_cycles(target, epi, r, tn)
+        vecs, head_vec, n_ops = epilogue_cycles(target, replace(epi, residual=False) if in_acc else epi, r, tn)
         head_vec *= not deferred
     mm = cm.matmul(target, r, tk, tn)
     if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
@@ -70,7 +78,8 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     else:
         c, vector = mm + vecs, vecs
     floor = cm.retire_floor(c, lq, mm) if at and k_steps > 1 else 0.0
-    group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if head else 2, 2, n_dma=len(moves), vector=vector,
+    single = head or (in_acc and j == 0)  # a LOAD into a one-slot buffer: after the previous step's compute
+    group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if single else 2, 2, n_dma=len(moves), vector=vector,
                      overlap=True, vector_wait=head_vec, issues=1 + n_ops, floor=floor)  # fmt: skip
     return group.terms(target)
 
@@ -115,7 +124,7 @@ def lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
     one step of each output tile with the epilogue its STORE, and weight-stationary, on the first step of
     each column block (one slot), its MATMUL after the weight slab's load; input-stationary (ws = 2), the
     row slab loads on no step's floor. The fill is not negative."""
-    tm, tn, tk, ws, acc = np.asarray(cands, dtype=np.int64).reshape(-1, 5).T
+    tm, tn, tk, ws, acc, _ = np.asarray(cands, dtype=np.int64).reshape(-1, 6).T
     blocks, k_steps = n // tn, k // tk
     full, rem = m // tm, m % tm
     w_reads = np.where(ws == 1, 1, full + (rem > 0))

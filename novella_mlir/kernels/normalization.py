@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from .. import symbolic as sy
 from ..machine import costmodel as cm
-from . import BufferPlan, Tiling, first, memoized, tile_rows
-from .elementwise import nominal_rows
+from . import BufferPlan, Tiling, first, memoized, plan_lengths, tile_rows
 
 # The VEC ops of one [r, C] tile (`emit_norm`): (fn, whole rows (else one column)).
 NORM_OPS = (("rowsum", 1), ("div", 0), ("sub", 1), ("mul", 1), ("rowsum", 1), ("div", 0), ("add", 0), ("rsqrt", 0),
@@ -20,12 +19,13 @@ class LayerNorm:
     normalization is a COL-broadcast multiply, the affine part ROW-broadcast
     ops against `w` and `b`, which stay resident from the first step. The
     result goes to `sq`, which no LOAD writes, so the next step's load of `x`
-    cannot race this step's store."""
+    cannot race this step's store. `x` and `sq` have two slots: the next row
+    tile loads under this one's VECs and this one's STORE runs under the next."""
 
     def _plan(self, target, tm, c):
         plan = BufferPlan(target)
-        plan.add("x", "spad", tm * c)
-        plan.add("sq", "spad", tm * c)
+        plan.add("x", "spad", tm * c, stream=True)
+        plan.add("sq", "spad", tm * c, stream=True)
         plan.add("w", "spad", c)
         plan.add("b", "spad", c)
         plan.add("mean", "spad", tm)
@@ -33,8 +33,25 @@ class LayerNorm:
         return plan
 
     def tile(self, op, tv, target, options):
-        _, tm, plan = self.best(target, nominal_rows(op, tv), tv.cols(0), options.get("tile-m"))
+        rows, forced = sy.evaluate(tv.rows(-1), plan_lengths(op)), options.get("tile-m")
+        tm, plan = (
+            self.robust(target, rows, tv.cols(0)) if not forced else self.best(target, rows, tv.cols(0), forced)[1:]
+        )
         return Tiling({"tm": tm}, [sy.ceildiv(tv.rows(0), tm)], plan.check())
+
+    def robust(self, target, rows: int, c: int, spread: int = 4, points: int = 2):
+        """(tm, plan) of the fitting row tile whose predicted cycles stay closest to the best tile's over
+        `rows`, rows / spread, ... (`points` lengths): the least sum of the relative excesses over the best,
+        ties to the larger tile. A program runs at every length up to the one it is planned for, and the
+        tile that is best there may leave a shorter length one step with nothing to overlap."""
+        lengths = sorted({max(rows // spread**i, 1) for i in range(points)})
+        fitting = [tm for tm in target.row_tiles(8) if self._plan(target, tm, c).fits()] or [1]
+        least = {r: min(self.cost(target, (r, c), tm) for tm in fitting) for r in lengths}
+        score = {
+            tm: sum((self.cost(target, (r, c), tm) - least[r]) / max(least[r], 1) for r in lengths) for tm in fitting
+        }
+        tm = min(fitting, key=lambda t: (score[t], -t))
+        return tm, self._plan(target, tm, c)
 
     def best(self, target, rows: int, c: int, forced: int | None = None):
         """(predicted cycles, tm, plan) of the cheapest fitting row tile over [rows, c] (or of `forced`)."""
@@ -49,15 +66,17 @@ class LayerNorm:
 
     @memoized
     def cost(self, target, dims, tm) -> float:
-        """Predicted cycles (cost model) of row tile `tm` over dims = (rows, C): single-slot buffers, so
-        a step's loads wait for the previous compute and its compute for the previous store."""
+        """Predicted cycles (cost model) of row tile `tm` over dims = (rows, C): with two slots a step's loads
+        run under the previous step's VECs and its STORE under the next step's (the first step, which also
+        loads the resident `w` and `b`, waits for the previous compute)."""
         rows, c = dims
 
         def group(r, n, first_step=False):
             lq, ld = cm.dmas(target, [(r, c, True)] + [(1, c, True)] * 2 * first_step)
             sq, sd = cm.dma(target, r, c, contiguous=True)
             ops = [(fn, r, c if whole else 1) for fn, whole in NORM_OPS]
-            return cm.Group(lq, cm.vecs(target, ops), sq, ld + sd, n, 1, 1)
+            slots = target.buffer_slots
+            return cm.Group(lq, cm.vecs(target, ops), sq, ld + sd, n, 1 if first_step else slots, slots)
 
         return cm.pipeline(target, cm.with_first(group(min(tm, rows), 1, True), cm.row_groups(rows, tm, group)))
 

@@ -97,3 +97,49 @@ def test_transformer_encoder_post_norm():
         with torch.no_grad():
             ref = model(x)
         torch.testing.assert_close(npu(x), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("ws,acc", [(0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (2, 2)])
+def test_residual_in_the_accumulator_matches_eager(monkeypatch, ws, acc):
+    """Each loop order and accumulator slot count forced with the residual loaded into the accumulator
+    (`res_acc`: the MATMULs add onto it, no residual buffer, no residual VEC), hazard checker on: 1, odd,
+    a partial last row tile and the maximum; with a layer norm after it too where the order allows whole
+    rows (tn = N: one column block, which ws = 2 and ws = 0's two halves need more of)."""
+    from novella_mlir.kernels.linear import Linear
+
+    want = (ws, acc, 1)
+    monkeypatch.setattr(Linear, "cost", lambda self, t, dims, cand: float(cand[3:] != want))
+    monkeypatch.setattr(Linear, "exhaustive", True)  # this cost is not above the search's bound
+    whole_rows = ws == 1 or (ws, acc) == (0, 1)
+    for model in (Block(h=256, act=torch.nn.ReLU()), Block(h=256, norm=True))[: 1 + whole_rows]:
+        npu = _compile(model, {"fuse-norm": int(model.norm is not None)})
+        ir = npu.ir("novella-tile")
+        fused = [line for line in ir.splitlines() if '"novella.fused_linear"' in line]
+        assert len(fused) == 1 and "res_acc = 1" in fused[0] and f"ws = {ws}" in fused[0]
+        assert "res = " not in fused[0] and "res2 = " not in fused[0]  # no residual buffer in the scratchpad
+        for length in LENGTHS:
+            x = torch.randn(1, length, 64, generator=torch.Generator().manual_seed(length))
+            with torch.no_grad():
+                ref = model(x)
+            torch.testing.assert_close(npu(x), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_cost_model_takes_the_residual_into_the_accumulator_where_it_pays():
+    """Whisper's fc2 + residual (1536 -> 384) on the default config: the residual's scratchpad slots would
+    leave the k tiles small; in the accumulator the k loop takes larger tiles and the model predicts fewer
+    cycles than for the best tiling with the residual in the scratchpad. With one k step (tk = K) the
+    accumulator's LOAD would stall every step: no candidate has it."""
+    from novella_mlir.kernels.linear import LINEAR, _fitting
+    from novella_mlir.kernels.linear_cost import Epilogue
+    from novella_mlir.machine.target import Target
+    from simulator import load_config
+
+    target, epi = Target.from_config(load_config(None)), Epilogue("none", residual=True)
+    _, pick, plan = LINEAR._search(target, 256, 1536, 384, epi, 0)
+    assert pick[5] == 1 and not any(b.name.startswith("res") for b in plan.buffers)
+    cands = _fitting(LINEAR, target, 1536, 384, epi, 0)
+    spad = min(LINEAR.cost(target, (256, 1536, 384, epi), c) for c in cands if not c[5])
+    assert LINEAR.cost(target, (256, 1536, 384, epi), pick) < 0.9 * spad
+    assert all(1536 // c[2] > 1 for c in cands if c[5])
+    gelu = Epilogue("gelu", residual=True)  # act(x W + b) + r: the residual cannot start the sum
+    assert not any(c[5] for c in _fitting(LINEAR, target, 1536, 384, gelu, 0))

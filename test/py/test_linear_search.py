@@ -49,7 +49,7 @@ def test_lower_bound_is_at_most_the_cost(config):
         epi = act if isinstance(act, linear.Epilogue) else linear.Epilogue(act)
         rows = target.array_rows
         tiles = itertools.product((rows, 4 * rows), target.divisors(n), target.divisors(k, rows), (0, 1), (1, 2))
-        cands = list(tiles)
+        cands = _with_res_acc(tiles, k, epi)
         for cand, bound in zip(cands, linear_cost.lower_bounds(target, m, k, n, cands, epi)):
             assert bound <= lin.cost(target, (m, k, n, epi), cand) + 1e-6, (cand, epi)
 
@@ -58,6 +58,12 @@ def test_fitting_test_adds_up_as_the_plan():
     lin, target = linear.Linear(), BASE.with_budget({"spad": 4096, "acc": BASE.budget_acc})
     for (k, n), act in itertools.product(SHAPES, EPILOGUES):
         epi = act if isinstance(act, linear.Epilogue) else linear.Epilogue(act)
-        for cand in itertools.product((16, 64), target.divisors(n), target.divisors(k, 16), (0, 1), (1, 2)):
+        tiles = itertools.product((16, 64), target.divisors(n), target.divisors(k, 16), (0, 1), (1, 2))
+        for cand in _with_res_acc(tiles, k, epi):
             full, usage = lin._plan(target, cand, k, n, epi), lin._plan(target, cand, k, n, epi, linear._Usage)
             assert usage.used == full.used and usage.fits() == full.fits(), (cand, epi)
+
+
+def _with_res_acc(tiles, k, epi) -> list:
+    """Each (tm, tn, tk, ws, acc) with the residual in the scratchpad, and in the accumulator where allowed."""
+    return [(*c, ra) for c in tiles for ra in (0, 1) if not ra or epi.res_in_acc(k // c[2])]
