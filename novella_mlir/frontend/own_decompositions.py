@@ -147,6 +147,14 @@ def histc_by_compare(x, bins=100, min=0, max=0):
     return hot.sum(0).to(x.dtype)
 
 
+def bucketize_without_boundaries(x, boundaries, *, out_int32=False, right=False):
+    """`aten.bucketize.Tensor` on no boundaries (`arange(1 / n, 1.0, 1 / n)` of a one-patch side, idefics3's
+    position buckets): every element is in bucket 0. Other boundaries keep the op (NotImplemented)."""
+    if boundaries.numel() != 0:
+        return NotImplemented
+    return torch.zeros_like(x, dtype=torch.int32 if out_int32 else torch.int64)
+
+
 def index_put_by_compare(x, indices, values, accumulate=False):
     """`aten.index_put` with one index tensor on dim 0 (`x[idx] = values`): row j of the result is the
     value of the last position i with idx_i == j (torch leaves duplicates unordered), else x's row j;
@@ -189,6 +197,7 @@ _ATEN = {
     torch.ops.aten.sort.default: sort_by_rank,
     torch.ops.aten.sort.stable: stable_sort_by_rank,
     torch.ops.aten.histc.default: histc_by_compare,
+    torch.ops.aten.bucketize.Tensor: bucketize_without_boundaries,
     torch.ops.aten.index_put.default: index_put_by_compare,
     torch.ops.aten.scatter.value: scatter_value_by_compare,
     torch.ops.aten.slice_scatter.default: slice_scatter_by_cat,
