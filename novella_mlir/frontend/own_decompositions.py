@@ -108,7 +108,11 @@ def _last_index_where(hot):
 def sort_by_rank(x, dim=-1, descending=False):
     """`aten.sort` of a 1-D tensor, stable: position i goes to rank(i) = #{j: x_j before x_i} +
     #{j < i: x_j ties x_i}, NaN last as torch puts it (first when descending); the permutation is the
-    inverse of the ranks, each value the one maximum of its rank's row (NaN, -0.0 kept)."""
+    inverse of the ranks, each value the one maximum of its rank's row (NaN, -0.0 kept). A [1, n] row
+    sorted along its last dim (ViTMAE's argsort of its [batch 1, patches] noise) is the 1-D sort."""
+    if x.dim() == 2 and x.shape[0] == 1 and dim in (1, -1):
+        values, order = sort_by_rank(x[0], 0, descending)
+        return values.unsqueeze(0), order.unsqueeze(0)
     if x.dim() != 1:
         return NotImplemented
     a, b = x.unsqueeze(0), x.unsqueeze(1)  # a[., j] = x_j, b[i, .] = x_i
