@@ -127,3 +127,17 @@ class ShuffleRanks(torch.nn.Module):
 
 def test_argsort_of_a_batch_one_row():
     _check(ShuffleRanks(), (1, 0, 4), 1, 1, 40, 9, (1, 2, 17, 40))
+
+
+class KeepShuffled(torch.nn.Module):
+    """ViTMAE's kept patches: `gather(x, 1, ids.unsqueeze(-1).repeat(1, 1, hidden))`, an index copied
+    across the hidden dim, is a selection of whole rows along the (dynamic) patch dim."""
+
+    def forward(self, x):
+        noise = torch.sin(torch.arange(x.shape[1], dtype=torch.float32) * 12.9898 + 0.5).unsqueeze(0)
+        keep = torch.argsort(noise, dim=1)[:, : x.shape[1] // 2 + 1]
+        return torch.gather(x, 1, keep.unsqueeze(-1).repeat(1, 1, x.shape[2])) * 2.0
+
+
+def test_gather_with_an_index_copied_across_the_other_dims():
+    _check(KeepShuffled(), (1, 0, 8), 1, 1, 40, 9, (1, 2, 17, 40))
