@@ -50,7 +50,10 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
         raise NovellaError(messages.unbacked(prog))
     whole = kept == (lo, hi)
     if kept is not None:  # the guards of the branches it took and the sizes it fixed at the example
-        kept = guards.kept_interval(guards.recorded(prog), max(kept[0], need[0]), min(kept[1], need[1]), at)
+        conds = guards.recorded(prog)
+        kept = guards.kept_interval(conds, max(kept[0], need[0]), min(kept[1], need[1]), at)
+        if whole and kept is not None and kept != need:
+            kept = _same_around(module, args, dynamic_dim, prog, guards.runs(conds, *need), kept)
     if not whole or kept != need:
         spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
         prog = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
@@ -64,6 +67,47 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
     if kept:
         msg += f" The part it can trace is [{kept[0]}, {kept[1]}]."
     raise NarrowedError(msg + " Compile the lengths outside it separately (min_len == max_len).", kept, first)
+
+
+MAX_COMPARED = 6
+
+
+def _same_around(module, args, dynamic_dim: int, prog, runs, kept) -> tuple[int, int]:
+    """`kept` widened over the runs of lengths next to it (where the guards the trace recorded take other
+    values) where the model traced from the run's top gives the same graph: the branch it skipped computes the
+    same graph there (ViT's `num_patches == num_positions` test before it interpolates anyway). At most
+    MAX_COMPARED runs are traced."""
+    bounds = (runs[0][0], runs[-1][1])
+    below = [r for r in runs if r[1] < kept[0]][::-1]
+    above = [r for r in runs if r[0] > kept[1]]
+    lo, hi, budget = kept[0], kept[1], MAX_COMPARED
+    for side in (below, above):
+        for r in side:
+            if budget == 0 or not _same_at(module, args, dynamic_dim, prog, bounds, r):
+                break
+            budget -= 1
+            lo, hi = min(lo, r[0]), max(hi, r[1])
+    return lo, hi
+
+
+def _same_at(module, args, dynamic_dim: int, prog, bounds, run) -> bool:
+    """Whether the model traced from an example at the top of `run` is `prog`'s graph (both at that
+    length), and the guards of that trace hold over the whole run."""
+    n = run[1]
+    sized = [_resized_zeros(a, dynamic_dim, n) for a in args]
+    other, _ = _dynamic_export(module, sized, dynamic_dim, *bounds)
+    if other is None or guards.kept_interval(guards.recorded(other), *run, n) != tuple(run):
+        return False
+    at_n = [{s: n for s in guards.shape_env(p).var_to_val} for p in (prog, other)]
+    return _canonical(prog.graph, at_n[0]) == _canonical(other.graph, at_n[1])
+
+
+def _resized_zeros(a, dim: int, n: int):
+    if not isinstance(a, torch.Tensor):
+        return a
+    shape = list(a.shape)
+    shape[dim] = n
+    return torch.zeros(shape, dtype=a.dtype)
 
 
 ONE_GUARD = (

@@ -34,7 +34,14 @@ _NUMPY_SIZE_FNS = {
     "floor": np.floor,
     "Max": np.maximum,
     "Min": np.minimum,
+    "TruncToInt": np.trunc,
+    "FloorToInt": np.floor,
+    "CeilToInt": np.ceil,
+    "ToFloat": np.float64,
+    "IntTrueDiv": np.true_divide,
+    "FloatTrueDiv": np.true_divide,
 }
+MAX_POINTWISE = 1 << 16  # lengths a condition numpy cannot evaluate is checked at, one by one
 
 
 def failing_lengths(cond, lo: int, hi: int, where: str = "") -> list[int]:
@@ -47,8 +54,13 @@ def failing_lengths(cond, lo: int, hi: int, where: str = "") -> list[int]:
     if len(free) > 1:
         raise NovellaError(f"a traced assert {cond} ({where}) involves several sizes; cannot check it")
     t = np.arange(lo, hi + 1, dtype=np.int64)
-    fn = sympy.lambdify(free, cond, modules=[_NUMPY_SIZE_FNS, "numpy"])
-    ok = np.broadcast_to(np.asarray(fn(t), dtype=bool), t.shape)
+    try:
+        fn = sympy.lambdify(free, cond, modules=[_NUMPY_SIZE_FNS, "numpy"])
+        ok = np.broadcast_to(np.asarray(fn(t), dtype=bool), t.shape)
+    except Exception:  # noqa: BLE001 - a function numpy has no kernel for: sympy evaluates it at each length
+        if hi - lo > MAX_POINTWISE:
+            raise NovellaError(f"cannot evaluate the size condition {cond} ({where}) over [{lo}, {hi}]") from None
+        ok = np.array([bool(cond.xreplace({free[0]: sympy.Integer(int(v))})) for v in t], dtype=bool)
     return [int(v) for v in t[~ok]]
 
 
@@ -77,7 +89,7 @@ def explain(message: str, lo: int, hi: int) -> Narrowing:
         try:
             cond = _parse_guard(expr)
             bad = failing_lengths(cond, lo, hi)
-        except (sympy.SympifyError, TypeError, SyntaxError, NovellaError):
+        except Exception:  # noqa: BLE001 - torch prints some guards in Python sympy cannot parse (math.trunc)
             failing.append(f"the model branches on `{expr}`")
             continue
         conds.append(cond)
@@ -165,16 +177,16 @@ def recorded(prog) -> list:
 
 
 def kept_interval(conds, lo: int, hi: int, at: int) -> tuple[int, int] | None:
-    """The longest [a, b] within [lo, hi] holding `at` where every condition holds (a condition numpy
-    cannot evaluate is taken to hold); None when `at` is outside [lo, hi] or a condition is false there."""
+    """The longest [a, b] within [lo, hi] holding `at` where every condition holds (a condition that
+    cannot be evaluated holds at `at` only); None when `at` is outside [lo, hi] or a condition is false there."""
     if not lo <= at <= hi:
         return None
     ok = np.ones(hi - lo + 1, dtype=bool)
     for cond in conds:
         try:
             bad = failing_lengths(cond, lo, hi)
-        except Exception:  # noqa: BLE001 - sympy functions numpy has no kernel for
-            continue
+        except Exception:  # noqa: BLE001 - a condition that cannot be evaluated holds only where traced
+            bad = [v for v in range(lo, hi + 1) if v != at]
         ok[np.asarray(bad, dtype=np.int64) - lo] = False
     if not ok[at - lo]:
         return None
@@ -184,3 +196,22 @@ def kept_interval(conds, lo: int, hi: int, at: int) -> tuple[int, int] | None:
     while b < hi and ok[b + 1 - lo]:
         b += 1
     return a, b
+
+
+def runs(conds, lo: int, hi: int) -> list[tuple[int, int]]:
+    """[lo, hi] cut into maximal runs of lengths at which every condition has the same truth value (a
+    condition that cannot be evaluated makes every length a run of its own)."""
+    rows = []
+    for cond in conds:
+        try:
+            bad = set(failing_lengths(cond, lo, hi))
+        except Exception:  # noqa: BLE001 - see kept_interval
+            bad = set(range(lo, hi + 1, 2))
+        rows.append([v in bad for v in range(lo, hi + 1)])
+    keys = list(zip(*rows)) if rows else [()] * (hi - lo + 1)
+    out, start = [], lo
+    for v in range(lo + 1, hi + 2):
+        if v > hi or keys[v - lo] != keys[v - 1 - lo]:
+            out.append((start, v - 1))
+            start = v
+    return out

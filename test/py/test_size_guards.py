@@ -45,6 +45,21 @@ def test_equality_branch_is_a_program_per_side():
     assert [8, 11] in ranges and sorted(r for rng in ranges for r in range(rng[0], rng[1] + 1)) == list(range(4, 41))
 
 
+class SameBothWays(torch.nn.Module):
+    """A branch whose sides compute the same graph (ViT's shortcut when the grid is the pretrained one
+    and the interpolation it skips): the trace from either side is the same, so one program."""
+
+    def forward(self, x):
+        if x.shape[1] // 4 == 2:
+            return x.softmax(-1) * 2.0
+        return x.softmax(-1) * 2.0
+
+
+def test_a_branch_that_computes_the_same_graph_keeps_one_program():
+    npu = _check(SameBothWays(), (1, 0, 8), 1, 4, 40, 9, (4, 7, 9, 12, 40))
+    assert [p.ranges for p in npu.artifact.programs] == [[[4, 40]]]
+
+
 class PatchGrid(torch.nn.Module):
     """A patch embedding whose position table is resized to `int(W // 4)` columns (the `torch_int` of
     transformers' interpolate_pos_encoding): the int fixes the grid at the example's, so each grid width
