@@ -54,7 +54,9 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
         kept = guards.kept_interval(conds, max(kept[0], need[0]), min(kept[1], need[1]), at)
         if whole and kept is not None and kept != need:
             kept = _same_around(module, args, dynamic_dim, prog, guards.runs(conds, *need), kept)
-    if not whole or kept != need:
+    if whole and kept != need:  # the named-Dim trace records the same guards, or loses them (an int() of a float)
+        prog = guards.narrowing(_excluded_by(conds, need, kept), conds)
+    elif not whole:
         spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
         prog = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
     if not isinstance(prog, str):
@@ -70,6 +72,22 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
 
 
 MAX_COMPARED = 6
+
+
+def _excluded_by(conds, need, kept) -> str:
+    """The guards false somewhere in `need`, in words (at most guards.SHOWN)."""
+    parts = []
+    for cond in conds:
+        try:
+            bad = failing_lengths(cond, *need)
+        except Exception:  # noqa: BLE001 - see guards.kept_interval
+            bad = None
+        if bad is None or bad:
+            where = f"false for {lengths_in_words(bad)}" if bad else "not evaluable"
+            parts.append(f"the trace assumes {describe(cond)}, which is {where}")
+    if not kept:
+        parts.append("a guard is false at the example")
+    return "; ".join(parts[: guards.SHOWN]) + " (a size-dependent branch, or an int() of a size)."
 
 
 def _same_around(module, args, dynamic_dim: int, prog, runs, kept) -> tuple[int, int]:
