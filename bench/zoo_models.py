@@ -100,12 +100,26 @@ class Wrapped(torch.nn.Module):
         self.extra = {"use_cache": False} if "use_cache" in params else {}
         self.extra |= {"return_dict": True} if "return_dict" in params else {}
         self.extra |= {"interpolate_pos_encoding": True} if "interpolate_pos_encoding" in params else {}
+        patch = getattr(getattr(model, "config", None), "patch_size", None)
+        self.noise_patch = patch if name == "pixel_values" and "noise" in params and isinstance(patch, int) else 0
 
     def forward(self, x, mask=None):
         kw = {self.name: x, **self.extra}
         if mask is not None:
             kw["attention_mask"] = mask
+        if self.noise_patch:
+            kw["noise"] = patch_noise(x, self.noise_patch)
         return first_tensor(self.m(**kw))
+
+
+def patch_noise(pixels: torch.Tensor, patch: int) -> torch.Tensor:
+    """A fixed stand-in for the random masking noise of a vision model whose forward takes `noise=`
+    (ViTMAE draws `torch.rand(batch, patches)` otherwise, which no compiled program can equal): one
+    value per patch of the image, all distinct, a function of the patch index only, so eager and the
+    compiled model shuffle the patches alike at every width."""
+    count = (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch)
+    index = torch.arange(count, dtype=torch.float32, device=pixels.device)
+    return torch.sin(index * 12.9898 + 0.5).unsqueeze(0).expand(pixels.shape[0], -1)
 
 
 def first_tensor(out):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -181,6 +182,28 @@ def value_range(e: ir.AffineExpr, symbols: list[Symbol]) -> tuple[int, int]:
     expression monotone in each symbol (a `mod` is not)."""
     vals = [evaluate(e, c) for c in itertools.product(*[(s.lo, s.hi) for s in symbols or []])]
     return min(vals), max(vals)
+
+
+def constant_over(e: ir.AffineExpr, symbols: list[Symbol], limit: int = 1 << 14) -> int | None:
+    """The value of a size expression that is the same at every point of the symbols' bounds (a patch
+    count `W floordiv 16` over W in [32, 47]), else None; checked at every point of a box of at most
+    `limit` points (the corners first), None for a larger box."""
+    if as_int(e) is not None:
+        return as_int(e)
+    axes = [range(s.lo, s.hi + 1) for s in symbols or []]
+    if not axes or math.prod(len(a) for a in axes) > limit:
+        return None
+    first = evaluate(e, [a[0] for a in axes])
+    corners = itertools.product(*[(a[0], a[-1]) for a in axes])
+    if any(evaluate(e, c) != first for c in corners):
+        return None
+    return first if all(evaluate(e, p) == first for p in itertools.product(*axes)) else None
+
+
+def fold_constant_over(exprs, symbols: list[Symbol]) -> list:
+    """Each size of `exprs` that the symbols' bounds fix (`constant_over`) as its constant."""
+    values = [constant_over(e, symbols) for e in exprs]
+    return [e if v is None else const(v) for e, v in zip(exprs, values)]
 
 
 _TOKENS = {

@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 import re
 
-import numpy as np
 import sympy
 import torch
 from torch.export import Dim
@@ -23,23 +22,11 @@ from torch.fx.experimental import _config as fx_config
 
 from ..errors import NovellaError
 from . import explain as messages
+from . import guards
 from .dynspec import aligned_specs, at_size, dim_items, spec_dims
-
-_GUARD = re.compile(r"satisfy the generated guard (.*?)\.?\s*$", flags=re.M)
+from .guards import GUARD, describe, explain, failing_lengths, lengths_in_words  # noqa: F401 - failing_lengths: API
 
 BOOKKEEPING = ("aten._assert_scalar", "aten._assert_tensor_metadata", "aten.sym_constrain_range")
-
-
-# torch's sympy size functions (torch.utils._sympy.functions) on integer arrays.
-_NUMPY_SIZE_FNS = {
-    "FloorDiv": np.floor_divide,
-    "CleanDiv": np.floor_divide,
-    "PythonMod": np.mod,
-    "Mod": np.mod,
-    "floor": np.floor,
-    "Max": np.maximum,
-    "Min": np.minimum,
-}
 
 
 class NarrowedError(NovellaError):
@@ -51,23 +38,94 @@ class NarrowedError(NovellaError):
         self.guard = guard  # the guard in words (`explain`), for the reason of a sub-range's program
 
 
-def export(module, args, dynamic_dim: int, lo: int, hi: int):
-    """The ExportedProgram over [lo, hi] with dim `dynamic_dim` of every tensor a `Dim("T")`, or a NarrowedError."""
+def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None = None, need_hi: int | None = None):
+    """The ExportedProgram over [lo, hi] with dim `dynamic_dim` of every tensor a `Dim("T")`, valid at every
+    length of [need_lo, need_hi] (default [lo, hi]; the caller may export over a wider range than it runs),
+    or a NarrowedError whose `kept` is the longest run of lengths around the example's the trace is valid for."""
     module = module.eval()
+    need = (lo if need_lo is None else need_lo, hi if need_hi is None else need_hi)
+    at = next(a.shape[dynamic_dim] for a in args if isinstance(a, torch.Tensor))
     prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
     if prog is not None and messages.unbacked(prog):
         raise NovellaError(messages.unbacked(prog))
-    if kept != (lo, hi):
+    whole = kept == (lo, hi)
+    if kept is not None:  # the guards of the branches it took and the sizes it fixed at the example
+        conds = guards.recorded(prog)
+        kept = guards.kept_interval(conds, max(kept[0], need[0]), min(kept[1], need[1]), at)
+        if whole and kept is not None and kept != need:
+            kept = _same_around(module, args, dynamic_dim, prog, guards.runs(conds, *need), kept)
+    if whole and kept != need:  # the named-Dim trace records the same guards, or loses them (an int() of a float)
+        prog = guards.narrowing(_excluded_by(conds, need, kept), conds)
+    elif not whole:
         spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
         prog = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
     if not isinstance(prog, str):
         _check_length_one(module, args, dynamic_dim, prog, (lo, hi))
         return prog
     first = prog
+    if kept is None:
+        kept = guards.kept_interval(getattr(prog, "conds", ()), *need, at)
     msg = f"torch.export cannot keep dim {dynamic_dim} symbolic over [{lo}, {hi}]: {first}"
     if kept:
         msg += f" The part it can trace is [{kept[0]}, {kept[1]}]."
     raise NarrowedError(msg + " Compile the lengths outside it separately (min_len == max_len).", kept, first)
+
+
+MAX_COMPARED = 6
+
+
+def _excluded_by(conds, need, kept) -> str:
+    """The guards false somewhere in `need`, in words (at most guards.SHOWN)."""
+    parts = []
+    for cond in conds:
+        try:
+            bad = failing_lengths(cond, *need)
+        except Exception:  # noqa: BLE001 - see guards.kept_interval
+            bad = None
+        if bad is None or bad:
+            where = f"false for {lengths_in_words(bad)}" if bad else "not evaluable"
+            parts.append(f"the trace assumes {describe(cond)}, which is {where}")
+    if not kept:
+        parts.append("a guard is false at the example")
+    return "; ".join(parts[: guards.SHOWN]) + " (a size-dependent branch, or an int() of a size)."
+
+
+def _same_around(module, args, dynamic_dim: int, prog, runs, kept) -> tuple[int, int]:
+    """`kept` widened over the runs of lengths next to it (where the guards the trace recorded take other
+    values) where the model traced from the run's top gives the same graph: the branch it skipped computes the
+    same graph there (ViT's `num_patches == num_positions` test before it interpolates anyway). At most
+    MAX_COMPARED runs are traced."""
+    bounds = (runs[0][0], runs[-1][1])
+    below = [r for r in runs if r[1] < kept[0]][::-1]
+    above = [r for r in runs if r[0] > kept[1]]
+    lo, hi, budget = kept[0], kept[1], MAX_COMPARED
+    for side in (below, above):
+        for r in side:
+            if budget == 0 or not _same_at(module, args, dynamic_dim, prog, bounds, r):
+                break
+            budget -= 1
+            lo, hi = min(lo, r[0]), max(hi, r[1])
+    return lo, hi
+
+
+def _same_at(module, args, dynamic_dim: int, prog, bounds, run) -> bool:
+    """Whether the model traced from an example at the top of `run` is `prog`'s graph (both at that
+    length), and the guards of that trace hold over the whole run."""
+    n = run[1]
+    sized = [_resized_zeros(a, dynamic_dim, n) for a in args]
+    other, _ = _dynamic_export(module, sized, dynamic_dim, *bounds)
+    if other is None or guards.kept_interval(guards.recorded(other), *run, n) != tuple(run):
+        return False
+    at_n = [{s: n for s in guards.shape_env(p).var_to_val} for p in (prog, other)]
+    return _canonical(prog.graph, at_n[0]) == _canonical(other.graph, at_n[1])
+
+
+def _resized_zeros(a, dim: int, n: int):
+    if not isinstance(a, torch.Tensor):
+        return a
+    shape = list(a.shape)
+    shape[dim] = n
+    return torch.zeros(shape, dtype=a.dtype)
 
 
 ONE_GUARD = (
@@ -244,7 +302,7 @@ def _named_dim_export(module, args, spec, dims: dict, oblivious: bool):
                 prefer_deferred_runtime_asserts_over_guards=oblivious,
             )
     except Exception as e:  # torch raises many kinds; keep the guard, drop the trace
-        return explain(str(e), *_single(dims)) if _GUARD.search(str(e)) else e
+        return explain(str(e), *_single(dims)) if GUARD.search(str(e)) else e
     data_dependent = messages.unbacked(prog)
     if data_dependent:  # its size symbols have no finite range
         raise NovellaError(data_dependent)
@@ -256,13 +314,15 @@ def _named_dim_export(module, args, spec, dims: dict, oblivious: bool):
         have = (int(r.lower), int(r.upper))
         box[s] = have
         if want is not None and have != want:
-            return f"torch narrowed {name} to [{have[0]}, {have[1]}]."
+            conds = (sympy.Ge(guards.T, have[0]), sympy.Le(guards.T, have[1]))
+            return guards.narrowing(f"torch narrowed {name} to [{have[0]}, {have[1]}].", conds)
     if not box:
         return "the model is static in that dim (the traced graph does not depend on it)."
     for cond, where in assert_conditions(prog):
         bad = unproved(cond, box, where)
         if bad:
-            return f"the trace assumes {describe(cond)}, which is {bad}."
+            on_t = cond.xreplace({v: guards.T for v in cond.free_symbols}) if len(dims) == 1 else sympy.true
+            return guards.narrowing(f"the trace assumes {describe(cond)}, which is {bad}.", [on_t])
     return prog
 
 
@@ -286,7 +346,7 @@ def unproved(cond, box: dict, where: str = "") -> str:
     if len(free) == 1:
         lo, hi = box.get(free[0], (1, 1))
         bad = failing_lengths(cond, lo, hi, where)
-        return f"false for {_lengths(bad)}" if bad else ""
+        return f"false for {lengths_in_words(bad)}" if bad else ""
     return f"not provable over {', '.join(f'{s} in [{box[s][0]}, {box[s][1]}]' for s in free if s in box)} ({where})"
 
 
@@ -338,21 +398,6 @@ def assert_conditions(prog):
             val = n.args[0].meta.get("val") if isinstance(n.args[0], torch.fx.Node) else n.args[0]
             expr = val.node.expr if hasattr(val, "node") else sympy.sympify(bool(val))
             yield expr, _source(n)
-
-
-def failing_lengths(cond, lo: int, hi: int, where: str = "") -> list[int]:
-    """Every length in [lo, hi] at which `cond` (in one symbol) is false: counterexamples for a message,
-    after the symbolic proof (`unproved`) failed."""
-    cond = sympy.sympify(cond)
-    free = sorted(cond.free_symbols, key=str)
-    if not free:
-        return [] if bool(cond) else list(range(lo, hi + 1))
-    if len(free) > 1:
-        raise NovellaError(f"a traced assert {cond} ({where}) involves several sizes; cannot check it")
-    t = np.arange(lo, hi + 1, dtype=np.int64)
-    fn = sympy.lambdify(free, cond, modules=[_NUMPY_SIZE_FNS, "numpy"])
-    ok = np.broadcast_to(np.asarray(fn(t), dtype=bool), t.shape)
-    return [int(v) for v in t[~ok]]
 
 
 def strip_asserts(prog, recompile: bool = True) -> None:
@@ -423,73 +468,6 @@ def _replace_uses(node, value) -> None:
     for user in list(node.users):
         user.args = torch.fx.node.map_arg(user.args, lambda v: value if v is node else v)
         user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda v: value if v is node else v)
-
-
-def describe(cond) -> str:
-    """A condition on the length in words, e.g. `(T - 1) // 2 != 0`."""
-    text = str(cond)
-    m = re.fullmatch(r"(Ne|Eq|Le|Lt|Ge|Gt)\((.*), (.*)\)", text)
-    if m:
-        ops = {"Ne": "!=", "Eq": "==", "Le": "<=", "Lt": "<", "Ge": ">=", "Gt": ">"}
-        text = f"{m.group(2)} {ops[m.group(1)]} {m.group(3)}"
-    return "`" + re.sub(r"\bs\d+\b", "T", text) + "`"
-
-
-def explain(message: str, lo: int, hi: int) -> str:
-    """torch's constraint-violation message as a sentence: the guard and the lengths it excludes."""
-    guards = _GUARD.findall(message)
-    if not guards:
-        first = message.strip().splitlines()[0] if message.strip() else "unknown error"
-        return f"torch.export failed: {first}"
-    parts = []
-    for g in guards:
-        expr = re.sub(r"L\['[^']+'\]\.size\(\)\[\d+\]", "T", g)
-        try:
-            cond = _parse_guard(expr)
-            bad = failing_lengths(cond, lo, hi)
-            fails = f"false for {_lengths(bad)}" if bad else "true over the range, but torch cannot prove it"
-            parts.append(f"the model branches on {describe(cond)}, which is {fails}")
-        except (sympy.SympifyError, TypeError, NovellaError):
-            parts.append(f"the model branches on `{expr}`")
-    return "; ".join(parts) + " (a size-dependent check or branch in the model)."
-
-
-_RELATIONS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
-
-
-def _parse_guard(text: str):
-    """A guard of torch's message (`lhs op rhs` in T, or such terms joined by `and`) as a sympy relation."""
-    terms = _split_and(text)
-    if len(terms) > 1:
-        return sympy.And(*[_parse_guard(t) for t in terms])
-    depth = 0
-    for i, ch in enumerate(text):
-        depth += ch == "("
-        depth -= ch == ")"
-        for op in ("==", "!=", "<=", ">=", "<", ">"):
-            if depth == 0 and text.startswith(op, i):
-                t = {"T": sympy.Symbol("T", integer=True)}
-                lhs, rhs = sympy.sympify(text[:i], locals=t), sympy.sympify(text[i + len(op) :], locals=t)
-                return _RELATIONS[op](lhs, rhs, evaluate=False)
-    return sympy.sympify(text)
-
-
-def _split_and(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += (ch == "(") - (ch == ")")
-        if depth == 0 and text.startswith(" and ", i):
-            parts.append(text[start:i])
-            start = i + 5
-    return parts + [text[start:]]
-
-
-def _lengths(values: list[int]) -> str:
-    if len(values) == 1:
-        return f"T = {values[0]}"
-    if values == list(range(values[0], values[-1] + 1)):
-        return f"T in [{values[0]}, {values[-1]}]"
-    return "T in {" + ", ".join(map(str, values[:8])) + (", ..." if len(values) > 8 else "") + "}"
 
 
 def _source(node) -> str:

@@ -163,7 +163,7 @@ def _overload(name: str):
     return getattr(getattr(torch.ops.aten, packet), overload)
 
 
-def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int):
+def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_len: int, need_lo=None, need_hi=None):
     """torch.export with dim `dynamic_dim` of every tensor argument a named `Dim("T", min, max)`.
 
     Sizes are traced size-obliviously (a strided conv's `(T - 1) // 2 + 1`
@@ -173,7 +173,7 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
     names the guard in words."""
     explain.check_dtypes(module)
     with explain.quiet(), symbolic_kernels():
-        prog = exporting.export(module, args, dynamic_dim, min_len, max_len)
+        prog = exporting.export(module, args, dynamic_dim, min_len, max_len, need_lo, need_hi)
     data_dependent = explain.unbacked(prog)
     if data_dependent:
         raise NovellaError(data_dependent)

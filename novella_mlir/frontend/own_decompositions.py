@@ -108,7 +108,11 @@ def _last_index_where(hot):
 def sort_by_rank(x, dim=-1, descending=False):
     """`aten.sort` of a 1-D tensor, stable: position i goes to rank(i) = #{j: x_j before x_i} +
     #{j < i: x_j ties x_i}, NaN last as torch puts it (first when descending); the permutation is the
-    inverse of the ranks, each value the one maximum of its rank's row (NaN, -0.0 kept)."""
+    inverse of the ranks, each value the one maximum of its rank's row (NaN, -0.0 kept). A [1, n] row
+    sorted along its last dim (ViTMAE's argsort of its [batch 1, patches] noise) is the 1-D sort."""
+    if x.dim() == 2 and x.shape[0] == 1 and dim in (1, -1):
+        values, order = sort_by_rank(x[0], 0, descending)
+        return values.unsqueeze(0), order.unsqueeze(0)
     if x.dim() != 1:
         return NotImplemented
     a, b = x.unsqueeze(0), x.unsqueeze(1)  # a[., j] = x_j, b[i, .] = x_i
@@ -145,6 +149,14 @@ def histc_by_compare(x, bins=100, min=0, max=0):
     inside = (flat >= min) & (flat <= max)
     hot = (index.unsqueeze(-1) == torch.arange(bins, device=x.device)) & inside.unsqueeze(-1)
     return hot.sum(0).to(x.dtype)
+
+
+def bucketize_without_boundaries(x, boundaries, *, out_int32=False, right=False):
+    """`aten.bucketize.Tensor` on no boundaries (`arange(1 / n, 1.0, 1 / n)` of a one-patch side, idefics3's
+    position buckets): every element is in bucket 0. Other boundaries keep the op (NotImplemented)."""
+    if boundaries.numel() != 0:
+        return NotImplemented
+    return torch.zeros_like(x, dtype=torch.int32 if out_int32 else torch.int64)
 
 
 def index_put_by_compare(x, indices, values, accumulate=False):
@@ -189,6 +201,7 @@ _ATEN = {
     torch.ops.aten.sort.default: sort_by_rank,
     torch.ops.aten.sort.stable: stable_sort_by_rank,
     torch.ops.aten.histc.default: histc_by_compare,
+    torch.ops.aten.bucketize.Tensor: bucketize_without_boundaries,
     torch.ops.aten.index_put.default: index_put_by_compare,
     torch.ops.aten.scatter.value: scatter_value_by_compare,
     torch.ops.aten.slice_scatter.default: slice_scatter_by_cat,

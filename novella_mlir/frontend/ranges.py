@@ -43,8 +43,8 @@ def check_range(dynamic_dim, min_len, max_len) -> None:
         raise InputError(f"the bounds must satisfy 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
 
 
-def _export(module, args, dynamic_dim, lo, hi):
-    return importer.export(module, args, dynamic_dim, lo, hi)
+def _export(module, args, dynamic_dim, lo, hi, need_lo=None, need_hi=None):
+    return importer.export(module, args, dynamic_dim, lo, hi, need_lo, need_hi)
 
 
 def _export_spec(module, args, spec):
@@ -79,10 +79,10 @@ def compile_range(c: Compilers, module, example_args, dynamic_dim, min_len, max_
         lo, hi = min_len - 1, min_len
         example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
     try:
-        prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi)
+        prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len)
         if exporting.small_size_hint(prog) and lo < hi:  # re-trace where no size is 0 or 1
             example_args = tuple(_resized(a, dynamic_dim, hi) for a in example_args)
-            prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi)
+            prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len)
     except NarrowedError as e:
         if min_len == max_len or e.kept is None:
             raise
@@ -163,16 +163,19 @@ def _at_size(c: Compilers, module, example_args, spec, name, size, kw):
 
 
 def _excluded(c: Compilers, module, example_args, dynamic_dim, rng, narrowed, guard, kw, n: int) -> list:
-    """The programs (artifacts) of a sub-range torch.export excluded (`n` symbols, all that length)."""
-
+    """The programs (artifacts) of a sub-range torch.export excluded (`n` symbols, all that length): the
+    sub-range traced from an example at its top, else (the top is a length of its own, such as the one
+    where a patch grid equals the pretrained one) from one in its middle, else one static program per length."""
     r0, r1 = rng
     if r1 - r0 >= 2:
-        args = tuple(_resized(x, dynamic_dim, r1) for x in example_args)
-        try:
-            sub = c.compile_torch(module, *args, dynamic_dim=dynamic_dim, min_len=r0, max_len=r1, **kw)
-        except NovellaError as e:
-            sub, why = None, e
-        if sub is not None:
+        why = None
+        for at in (r1, (r0 + r1) // 2):
+            args = tuple(_resized(x, dynamic_dim, at) for x in example_args)
+            try:
+                sub = c.compile_torch(module, *args, dynamic_dim=dynamic_dim, min_len=r0, max_len=r1, **kw)
+            except NovellaError as e:
+                why = why or e
+                continue
             for p in sub.artifact.programs:
                 p.reason = guard if p.reason == "generic" else p.reason
             return [sub.artifact]

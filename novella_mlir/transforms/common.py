@@ -35,6 +35,21 @@ def body_ops(fn) -> list:
     return list(fn.regions[0].blocks[0].operations)
 
 
+def fold_fixed_sizes(module_op, symbols) -> None:
+    """Types each result dim that the symbols' bounds fix (`symbolic.constant_over`: a pattern's op built
+    from a `?` input whose size over the range is one value, `W floordiv 16` over W in [32, 47]) as that
+    constant, as the frontend and --novella-shape-infer type them."""
+    for fn in functions(module_op):
+        for op in body_ops(fn):
+            for r in op.results:
+                shape = sy.shape_of(r.type) if isinstance(r.type, ir.RankedTensorType) else None
+                if shape is None or all(sy.as_int(e) is not None for e in shape):
+                    continue
+                folded = sy.fold_constant_over(shape, symbols)
+                if [sy.as_int(e) for e in folded] != [sy.as_int(e) for e in shape]:
+                    r.set_type(sy.tensor_type(folded, ir.RankedTensorType(r.type).element_type, len(symbols)))
+
+
 def n_symbols(module_op) -> int:
     return len(sy.read_symbols(module_op))
 

@@ -17,7 +17,7 @@ from torch_mlir import ir, rewrite
 from ..dialects.novella import GeluOp, LinearOp, ReluOp
 from ..machine.target import Target
 from ..optable import EPILOGUE_PATTERNS, get_kernel, legalize_patterns
-from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage
+from .common import PassError, body_ops, check_symbols, fold_fixed_sizes, functions, is_tensor_op, require_stage
 
 OPTIONS = {
     "fuse-attention": (int, 1, "fuse matmul -> softmax -> matmul into novella.flash_attention", (0, 1)),
@@ -46,7 +46,7 @@ def _fuse_activation(act: str):
 
 
 def run(module_op, options, config) -> None:
-    check_symbols(module_op)
+    symbols = check_symbols(module_op)
     require_stage(module_op, "novella-legalize", None, "novella-shape-infer")
     patterns = rewrite.RewritePatternSet()
     patterns.add(ReluOp, _fuse_activation("relu"))
@@ -58,6 +58,7 @@ def run(module_op, options, config) -> None:
         if options.get(name, 1):
             patterns.add(root, factory(target))
     rewrite.apply_patterns_and_fold_greedily(module_op, patterns.freeze())
+    fold_fixed_sizes(module_op, symbols)
     for fn in functions(module_op):
         for op in body_ops(fn):
             name = op.operation.name

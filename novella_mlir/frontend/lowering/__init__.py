@@ -110,6 +110,10 @@ class LoweringContext:
         dims = re.match(r"!torch.vtensor<\[([^\]]*)\]", t).group(1)
         return [None if d == "?" else int(d) for d in dims.split(",")] if dims else []
 
+    def fold_fixed(self, exprs) -> list:
+        """Each size the length's range fixes (`W floordiv 16` over W in [32, 47]) as its constant."""
+        return sy.fold_constant_over(exprs, self.symbols)
+
     def emit(self, op_cls, result_shape=None, check: bool = True, **fields) -> ir.Value:
         """Builds `op_cls` with the result type from the shape rule (or `result_shape`);
         `check` compares it with the torch op's static result dims (off for intermediate values)."""
@@ -123,6 +127,7 @@ class LoweringContext:
                 result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
             except shapes.ShapeError as e:
                 raise self.error(str(e)) from None
+        result_shape = self.fold_fixed(result_shape)
         if any(sy.as_int(e) == 0 for e in result_shape):
             raise self.empty_error(f"a dim of the result {[str(e) for e in result_shape]} is 0")
         if check:
@@ -235,9 +240,10 @@ def _convert_block(block, values, symbols, weights, table, generic):
                 values[r] = v
             continue
         _check_f32(op, name)
-        result = _lower(table.get(name), LoweringContext(op, values, symbols, weights), generic)
+        cx = LoweringContext(op, values, symbols, weights)
+        result = _lower(table.get(name), cx, generic)
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
-            values[r] = v
+            values[r] = cx.fold_fixed([v])[0] if isinstance(v, ir.AffineExpr) else v
     raise NovellaError("torch function has no return")
 
 

@@ -45,26 +45,54 @@ def embedding(cx):
 
 
 def index_select(cx):
-    x, dim, idx = cx.operand(0), cx.const(1), cx.operand(2)
+    return _select(cx, cx.operand(0), cx.const(1), cx.operand(2))
+
+
+def _select(cx, x, dim, idx):
     shape = cx.shape(x)
     dim %= len(shape)
     perm = [dim] + [i for i in range(len(shape)) if i != dim]
     moved = transpose(cx, x, perm, check=False) if dim else x
     rest = [shape[i] for i in perm[1:]]
     inner = sy.numel(rest) if rest else sy.const(1)
-    if sy.as_int(inner) is None or sy.as_int(shape[dim]) is None:
-        raise cx.error("index_select needs static sizes outside the indexed dim, and a static indexed dim")
+    if sy.as_int(inner) is None:
+        raise cx.error("index_select needs static sizes outside the indexed dim")
     table = reshape(cx, moved, [shape[dim], inner], check=False)
     rows = cx.emit(GatherRowsOp, check=False, table=table, indices=idx)
     out = reshape(cx, rows, [cx.shape(idx)[0]] + rest, check=not dim)
     return transpose(cx, out, [perm.index(i) for i in range(len(shape))]) if dim else out
 
 
+_COPIES = ("torch.aten.repeat", "torch.aten.expand")
+
+
+def _index_rows(cx, dim: int):
+    """The index of `gather` as one index per position along `dim`, when the graph builds it by copying
+    an index with 1 on every other dim across input-sized dims (ViTMAE's
+    `ids.unsqueeze(-1).repeat(1, 1, hidden)`): then the gather takes whole slices along `dim`."""
+    owner = cx.op.operands[2].owner
+    name = owner.name if isinstance(owner, (ir.Operation, ir.OpView)) else ""
+    if name not in _COPIES:
+        return None
+    src = cx.value(owner.operands[0])
+    if not isinstance(src, ir.Value):
+        return None
+    ss, xs, ids = cx.shape(src), cx.shape(cx.operand(0)), cx.shape(cx.operand(2))
+    same = len(ss) == len(xs) == len(ids) and all(
+        sy.as_int(ss[d]) == 1 and sy.equal(ids[d], xs[d]) for d in range(len(xs)) if d != dim
+    )
+    return reshape(cx, src, [ss[dim]], check=False) if same else None
+
+
 def gather(cx):
-    """torch.gather along `dim` where every other dim of input and index is 1 (a row lookup)."""
+    """torch.gather along `dim` where every other dim of input and index is 1 (a row lookup), or whose
+    index is one copied across the other dims (`_index_rows`: an index_select)."""
     x, dim, idx = cx.operand(0), cx.const(1), cx.operand(2)
     xs, ids = cx.shape(x), cx.shape(idx)
     dim %= len(xs)
+    rows = _index_rows(cx, dim)
+    if rows is not None:
+        return _select(cx, x, dim, rows)
     if any(sy.as_int(e) != 1 for i, e in enumerate(xs) if i != dim) or any(
         sy.as_int(e) != 1 for i, e in enumerate(ids) if i != dim
     ):

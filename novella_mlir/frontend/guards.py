@@ -1,0 +1,217 @@
+"""The guards torch.export records while it traces, as conditions on the length, and the part of a range
+one trace is valid for.
+
+torch.export with `Dim.DYNAMIC` keeps the length's range even when the model branches on an equality
+of a size (`if W // 16 == 2`, `num_patches == num_positions`) or reads a size as a Python int
+(transformers' `torch_int`): it records a guard (`Eq(W//16, 2)`, `Ne(W, 32)`) and traces the branch the
+example takes, so the program is another model at the lengths where a guard is false. `recorded(prog)`
+gives those guards, `kept_interval` the longest run of lengths around the example where they all hold
+(what the export-range strategy compiles as one program, the rest as programs of their own), and
+`explain` turns torch's constraint-violation message into a sentence that carries its guards (`Narrowing`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import sympy
+import torch
+
+from ..errors import NovellaError
+
+T = sympy.Symbol("T", integer=True)
+
+GUARD = re.compile(r"satisfy the generated guard (.*?)\.?\s*(?:Specializations unexpectedly required.*)?$", flags=re.M)
+_SIZE_REF = re.compile(r"L\['[^']+'\](\[\d+\])*\.size\(\)\[\d+\]")
+
+# torch's sympy size functions (torch.utils._sympy.functions) on integer arrays.
+_NUMPY_SIZE_FNS = {
+    "FloorDiv": np.floor_divide,
+    "CleanDiv": np.floor_divide,
+    "PythonMod": np.mod,
+    "Mod": np.mod,
+    "floor": np.floor,
+    "Max": np.maximum,
+    "Min": np.minimum,
+    "TruncToInt": np.trunc,
+    "FloorToInt": np.floor,
+    "CeilToInt": np.ceil,
+    "ToFloat": np.float64,
+    "IntTrueDiv": np.true_divide,
+    "FloatTrueDiv": np.true_divide,
+}
+MAX_POINTWISE = 1 << 16  # lengths a condition numpy cannot evaluate is checked at, one by one
+
+
+def failing_lengths(cond, lo: int, hi: int, where: str = "") -> list[int]:
+    """Every length in [lo, hi] at which `cond` (in one symbol) is false: counterexamples for a message,
+    after the symbolic proof (`unproved`) failed."""
+    cond = sympy.sympify(cond)
+    free = sorted(cond.free_symbols, key=str)
+    if not free:
+        return [] if bool(cond) else list(range(lo, hi + 1))
+    if len(free) > 1:
+        raise NovellaError(f"a traced assert {cond} ({where}) involves several sizes; cannot check it")
+    t = np.arange(lo, hi + 1, dtype=np.int64)
+    try:
+        fn = sympy.lambdify(free, cond, modules=[_NUMPY_SIZE_FNS, "numpy"])
+        ok = np.broadcast_to(np.asarray(fn(t), dtype=bool), t.shape)
+    except Exception:  # noqa: BLE001 - a function numpy has no kernel for: sympy evaluates it at each length
+        if hi - lo > MAX_POINTWISE:
+            raise NovellaError(f"cannot evaluate the size condition {cond} ({where}) over [{lo}, {hi}]") from None
+        ok = np.array([bool(cond.xreplace({free[0]: sympy.Integer(int(v))})) for v in t], dtype=bool)
+    return [int(v) for v in t[~ok]]
+
+
+def describe(cond) -> str:
+    """A condition on the length in words, e.g. `(T - 1) // 2 != 0`."""
+    text = str(cond)
+    m = re.fullmatch(r"(Ne|Eq|Le|Lt|Ge|Gt)\((.*), (.*)\)", text)
+    if m:
+        ops = {"Ne": "!=", "Eq": "==", "Le": "<=", "Lt": "<", "Ge": ">=", "Gt": ">"}
+        text = f"{m.group(2)} {ops[m.group(1)]} {m.group(3)}"
+    return "`" + re.sub(r"\bs\d+\b", "T", text) + "`"
+
+
+SHOWN = 4  # guards named in a message (the ones that exclude lengths first)
+
+
+def explain(message: str, lo: int, hi: int) -> Narrowing:
+    """torch's constraint-violation message as a sentence: the guard and the lengths it excludes."""
+    guards = GUARD.findall(message)
+    if not guards:
+        first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+        return narrowing(f"torch.export failed: {first}")
+    failing, proved, conds = [], [], []
+    for g in guards:
+        expr = _SIZE_REF.sub("T", g)
+        try:
+            cond = _parse_guard(expr)
+            bad = failing_lengths(cond, lo, hi)
+        except Exception:  # noqa: BLE001 - torch prints some guards in Python sympy cannot parse (math.trunc)
+            failing.append(f"the model branches on `{expr}`")
+            continue
+        conds.append(cond)
+        if bad:
+            failing.append(f"the model branches on {describe(cond)}, which is false for {lengths_in_words(bad)}")
+        else:
+            proved.append(
+                f"the model branches on {describe(cond)}, which is true over the range, but torch cannot prove it"
+            )
+    parts = failing + proved
+    more = f" and {len(parts) - SHOWN} more guards" if len(parts) > SHOWN else ""
+    text = "; ".join(parts[:SHOWN]) + more + " (a size-dependent check or branch in the model)."
+    return narrowing(text, conds)
+
+
+_RELATIONS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
+
+
+def _parse_guard(text: str):
+    """A guard of torch's message (`lhs op rhs` in T, or such terms joined by `and`) as a sympy relation."""
+    terms = _split_and(text)
+    if len(terms) > 1:
+        return sympy.And(*[_parse_guard(t) for t in terms])
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        for op in ("==", "!=", "<=", ">=", "<", ">"):
+            if depth == 0 and text.startswith(op, i):
+                t = {"T": sympy.Symbol("T", integer=True)}
+                lhs, rhs = sympy.sympify(text[:i], locals=t), sympy.sympify(text[i + len(op) :], locals=t)
+                return _RELATIONS[op](lhs, rhs, evaluate=False)
+    return sympy.sympify(text)
+
+
+def _split_and(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith(" and ", i):
+            parts.append(text[start:i])
+            start = i + 5
+    return parts + [text[start:]]
+
+
+def lengths_in_words(values: list[int]) -> str:
+    if len(values) == 1:
+        return f"T = {values[0]}"
+    if values == list(range(values[0], values[-1] + 1)):
+        return f"T in [{values[0]}, {values[-1]}]"
+    return "T in {" + ", ".join(map(str, values[:8])) + (", ..." if len(values) > 8 else "") + "}"
+
+
+class Narrowing(str):
+    """A sentence saying which guard excludes which lengths; `conds` are those guards as conditions on `T`."""
+
+    conds: tuple = ()
+
+
+def narrowing(text: str, conds=()) -> Narrowing:
+    out = Narrowing(text)
+    out.conds = tuple(conds)
+    return out
+
+
+def shape_env(prog):
+    """The ShapeEnv the program's symbolic sizes were traced in, or None (a static program)."""
+    for n in prog.graph.nodes:
+        for d in getattr(n.meta.get("val"), "shape", ()):
+            if isinstance(d, torch.SymInt):
+                return d.node.shape_env
+    return None
+
+
+def recorded(prog) -> list:
+    """Every guard torch recorded while tracing `prog`, as a condition on `T` (every size symbol of a
+    one-length export stands for that length), without the ones that hold trivially."""
+    env = shape_env(prog)
+    out = []
+    for g in env.guards if env is not None else ():
+        cond = g.expr.xreplace({s: T for s in g.expr.free_symbols})
+        if cond.free_symbols and cond not in out:
+            out.append(cond)
+    return out
+
+
+def kept_interval(conds, lo: int, hi: int, at: int) -> tuple[int, int] | None:
+    """The longest [a, b] within [lo, hi] holding `at` where every condition holds (a condition that
+    cannot be evaluated holds at `at` only); None when `at` is outside [lo, hi] or a condition is false there."""
+    if not lo <= at <= hi:
+        return None
+    ok = np.ones(hi - lo + 1, dtype=bool)
+    for cond in conds:
+        try:
+            bad = failing_lengths(cond, lo, hi)
+        except Exception:  # noqa: BLE001 - a condition that cannot be evaluated holds only where traced
+            bad = [v for v in range(lo, hi + 1) if v != at]
+        ok[np.asarray(bad, dtype=np.int64) - lo] = False
+    if not ok[at - lo]:
+        return None
+    a, b = at, at
+    while a > lo and ok[a - 1 - lo]:
+        a -= 1
+    while b < hi and ok[b + 1 - lo]:
+        b += 1
+    return a, b
+
+
+def runs(conds, lo: int, hi: int) -> list[tuple[int, int]]:
+    """[lo, hi] cut into maximal runs of lengths at which every condition has the same truth value (a
+    condition that cannot be evaluated makes every length a run of its own)."""
+    rows = []
+    for cond in conds:
+        try:
+            bad = set(failing_lengths(cond, lo, hi))
+        except Exception:  # noqa: BLE001 - see kept_interval
+            bad = set(range(lo, hi + 1, 2))
+        rows.append([v in bad for v in range(lo, hi + 1)])
+    keys = list(zip(*rows)) if rows else [()] * (hi - lo + 1)
+    out, start = [], lo
+    for v in range(lo + 1, hi + 2):
+        if v > hi or keys[v - lo] != keys[v - 1 - lo]:
+            out.append((start, v - 1))
+            start = v
+    return out
