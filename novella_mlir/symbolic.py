@@ -12,6 +12,7 @@ import functools
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
 from torch_mlir import ir
 
 from .artifact.limits import MAX_STEPS as GRID_LIMIT
@@ -159,9 +160,9 @@ def evaluate(e: ir.AffineExpr, syms, dims=()) -> int:
     if isinstance(e, ir.AffineConstantExpr):
         return e.value
     if isinstance(e, ir.AffineSymbolExpr):
-        return int(syms[e.position])
+        return _value(syms[e.position])
     if isinstance(e, ir.AffineDimExpr):
-        return int(dims[e.position])
+        return _value(dims[e.position])
     a, b = evaluate(e.lhs, syms, dims), evaluate(e.rhs, syms, dims)
     if isinstance(e, ir.AffineAddExpr):
         return a + b
@@ -174,6 +175,49 @@ def evaluate(e: ir.AffineExpr, syms, dims=()) -> int:
     if isinstance(e, ir.AffineModExpr):
         return a % b
     raise TypeError(f"unsupported affine expression {e}")
+
+
+def _value(v):
+    """An int, or an integer array evaluated elementwise (`fixed_value`)."""
+    return v if isinstance(v, np.ndarray) else int(v)
+
+
+BOX_POINTS = 1 << 20  # the most points of a symbol box `fixed_value` evaluates an expression at
+
+
+def fixed_value(e: ir.AffineExpr, symbols: list[Symbol]) -> int | None:
+    """The value of `e` when it is one value at every point of the symbols' box, else None: a size the
+    length makes 1 over the whole range (the frames of a strided conv stack under its first window) is
+    that constant. Checked at every point of the box (at most BOX_POINTS of them), never sampled."""
+    if as_int(e) is not None:
+        return as_int(e)
+    used = sorted(_symbols_in(e))
+    box = {s.position: s for s in symbols}
+    if not used or any(p not in box for p in used):
+        return None
+    corners = {evaluate(e, [box[p].lo if p in used else 0 for p in range(max(used) + 1)]),
+               evaluate(e, [box[p].hi if p in used else 0 for p in range(max(used) + 1)])}  # fmt: skip
+    if len(corners) > 1 or int(np.prod([box[p].hi - box[p].lo + 1 for p in used])) > BOX_POINTS:
+        return None
+    grid = np.meshgrid(*[np.arange(box[p].lo, box[p].hi + 1, dtype=np.int64) for p in used], indexing="ij")
+    at = {p: g.ravel() for p, g in zip(used, grid)}
+    values = np.asarray(evaluate(e, [at.get(p, np.zeros(1, np.int64)) for p in range(max(used) + 1)]))
+    return int(values.flat[0]) if np.all(values == values.flat[0]) else None
+
+
+def fixed(e: ir.AffineExpr, symbols: list[Symbol]) -> ir.AffineExpr:
+    """`e`, or the constant it is over the whole box (`fixed_value`)."""
+    v = fixed_value(e, symbols)
+    return e if v is None else const(v)
+
+
+def _symbols_in(e: ir.AffineExpr) -> set[int]:
+    e = canon(e)
+    if isinstance(e, ir.AffineSymbolExpr):
+        return {e.position}
+    if isinstance(e, (ir.AffineConstantExpr, ir.AffineDimExpr)):
+        return set()
+    return _symbols_in(e.lhs) | _symbols_in(e.rhs)
 
 
 def value_range(e: ir.AffineExpr, symbols: list[Symbol]) -> tuple[int, int]:

@@ -40,7 +40,7 @@ def run(module_op, options, config) -> None:
             if isinstance(arg.type, ir.RankedTensorType) and sy.shape_of(arg.type) is None:
                 raise PassError(fn, f"argument #{i} ({arg.type}) has a '?' dim whose encoding is not an affine map")
         for op in body_ops(fn):
-            _infer_op(op, n)
+            _infer_op(op, n, symbols)
         _update_signature(fn)
 
 
@@ -138,7 +138,7 @@ def _equal_dims(op, ins) -> list:
     return []
 
 
-def _infer_op(op, n_syms: int) -> None:
+def _infer_op(op, n_syms: int, symbols=()) -> None:
     name = op.operation.name
     if not shapes.has_rule(name) or len(op.results) != 1:
         return
@@ -154,6 +154,7 @@ def _infer_op(op, n_syms: int) -> None:
         exprs = shapes.infer(name, in_shapes, op.attributes, rt)
     except shapes.ShapeError as e:
         raise PassError(op, str(e)) from None
+    exprs = [sy.fixed(e, symbols) for e in exprs]
     _check_static(op, rt, exprs)
     result.set_type(sy.tensor_type(exprs, rt.element_type, n_syms))
 

@@ -123,6 +123,7 @@ class LoweringContext:
                 result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
             except shapes.ShapeError as e:
                 raise self.error(str(e)) from None
+        result_shape = [sy.fixed(e, self.symbols) for e in result_shape]
         if any(sy.as_int(e) == 0 for e in result_shape):
             raise self.empty_error(f"a dim of the result {[str(e) for e in result_shape]} is 0")
         if check:
@@ -156,6 +157,14 @@ class LoweringContext:
         if name == "torch.operator":
             name = ir.StringAttr(self.op.attributes["name"]).value
         return NovellaError(f"{source_location(self.op.location)}: '{name}': {message}")
+
+
+def _fixed_int(v, symbols):
+    """A symbolic int (a size computed by the model) as the Python int it is over the whole range, if it is one."""
+    if not isinstance(v, ir.AffineExpr):
+        return v
+    c = sy.fixed_value(v, symbols)
+    return v if c is None else c
 
 
 def convert(torch_module: ir.Module, imported, table: dict[str, Callable], generic: Callable) -> ir.Module:
@@ -222,7 +231,8 @@ def _convert_block(block, values, symbols, weights, table, generic):
         if name == "torch.operator":  # an op torch-mlir has no definition of, by its aten name
             name = ir.StringAttr(op.attributes["name"]).value.removesuffix(".default")
         if name == "func.return":
-            return [values[v] for v in op.operands]
+            cx = LoweringContext(op, values, symbols, weights)
+            return [cx.operand(i) for i in range(cx.num_operands)]
         if name == "novella.weight":
             t = _vtensor_to_builtin(op.results[0].type, f"{source_location(op.location)}: weight: ")
             values[op.results[0]] = WeightOp(op.attributes["name"], t, loc=op.location).result
