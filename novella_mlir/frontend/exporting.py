@@ -55,8 +55,8 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int):
     """The ExportedProgram over [lo, hi] with dim `dynamic_dim` of every tensor a `Dim("T")`, or a NarrowedError."""
     module = module.eval()
     prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
-    if prog is not None and messages.unbacked(prog):
-        raise NovellaError(messages.unbacked(prog))
+    if prog is not None and messages.unbacked(prog):  # size-oblivious tracing lost a size (a slice from T):
+        prog, kept = None, None  # the named Dim's trace keeps it, or says why not
     if kept != (lo, hi):
         spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
         prog = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)

@@ -38,7 +38,10 @@ def _row_tiling(n_buffers: int, tc: int, target, options, extra: int = 0):
 
 
 def slice_start(op, size) -> ir.AffineExpr:
-    """The first position a `novella.slice` reads along its dim of `size`: a negative start counts from the end."""
+    """The first position a `novella.slice` reads along its dim of `size`: a negative start counts from the end,
+    an affine map is an expression of the symbols."""
+    if isinstance(op.attributes["start"], ir.AffineMapAttr):
+        return sy.canon(sy.map_results(op.attributes["start"])[0])
     start = op.attributes["start"].value
     return sy.canon(size + sy.const(start)) if start < 0 else sy.const(start)
 

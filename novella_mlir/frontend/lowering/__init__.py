@@ -87,6 +87,8 @@ class LoweringContext:
 
     def operand(self, i: int) -> ir.Value:
         v = self._values[self.op.operands[i]]
+        if hasattr(v, "tensor"):  # a view kept symbolic for a write (shape_ops.WriteTarget), read here
+            v = v.tensor(self)
         if not isinstance(v, ir.Value):
             raise self.error(f"operand #{i} must be a tensor, got {v!r}")
         return v
@@ -247,7 +249,7 @@ def _convert_block(block, values, symbols, weights, table, generic):
         _check_f32(op, name)
         result = _lower(table.get(name), LoweringContext(op, values, symbols, weights), generic)
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
-            values[r] = v
+            values[r] = _fixed_int(v, symbols)
     raise NovellaError("torch function has no return")
 
 
