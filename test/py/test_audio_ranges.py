@@ -177,3 +177,24 @@ def test_stock_wav2vec2_conformer_relative_positions():
     cfg = _audio_config(tf.Wav2Vec2ConformerConfig, convs=1, position_embeddings_type="relative",
                         conv_depthwise_kernel_size=5, max_source_positions=64)  # fmt: skip
     matches(_stock(tf.Wav2Vec2ConformerModel(cfg)), wave, 15, 160, [15, 16, 49, 87, 160], example=80)
+
+
+# ------------------------------------------------------------------ an average pool of whole windows
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_avg_pool1d_of_whole_windows(k):
+    """SEW's squeeze, `AvgPool1d(k, k)` over the frames: a trailing partial window is dropped, as torch does."""
+    pool = torch.nn.AvgPool1d(k, k)
+    matches(Lambda(pool), lambda n, s=0: torch.randn(1, 8, n), k, 50, [k, k + 1, k + 2, 37, 50], example=20, dim=2)
+
+
+def test_avg_pool2d_of_whole_windows_on_a_map():
+    pool = torch.nn.AvgPool2d(2)
+    matches(Lambda(pool), lambda n, s=0: torch.randn(1, 4, 6, n), 2, 40, [2, 3, 5, 37, 40], example=20, dim=3)
+
+
+def test_avg_pool1d_with_overlapping_windows_is_refused():
+    pool = torch.nn.AvgPool1d(3, 2)
+    with pytest.raises(NovellaError, match="avg_pool2d"):
+        compile_torch(Lambda(pool), torch.randn(1, 8, 20), dynamic_dim=2, min_len=3, max_len=50, cache=False)
