@@ -120,9 +120,8 @@ def test_slice_with_a_symbolic_start_outside_the_dim_is_refused():
     torch.manual_seed(0)
     table = torch.randn(1, 40, 8)
     model = Lambda(lambda x: (table[:, x.size(1) - 2 : x.size(1) + 5] * 2).sum(1) + x.sum())
-    with pytest.raises(NovellaError) as e:
+    with pytest.raises(NovellaError, match=r"slice \[s0 - 2, s0 - 2 \+ 7\) of dim 1 \(size 40\).*not provably inside"):
         compile_torch(model, torch.randn(1, 17, 8), dynamic_dim=1, min_len=3, max_len=40, cache=False)
-    assert "T" in str(e.value)
 
 
 # ------------------------------------------------------------------ a concat whose widest input varies

@@ -448,7 +448,7 @@ class WriteTarget:
 
 def write_target(cx, x, dim: int, start, end) -> WriteTarget:
     shape = list(cx.shape(x))
-    shape[dim] = sy.canon(affine(end) - affine(start))
+    shape[dim] = sy.fold(affine(end) - affine(start))
     return WriteTarget(tuple(shape), x, dim, start)
 
 
@@ -459,9 +459,9 @@ def symbolic_slice(cx, x, dim: int, start, length) -> ir.Value:
     box = sy.symbol_box(cx.symbols)
     if not (sy.provably_ge(affine(start), 0, box) and sy.provably_ge(shape[dim], affine(start) + length, box)):
         raise cx.error(
-            f"the slice [{start}, {start} + {length}) of dim {dim} (size {shape[dim]}) is not provably inside "
-            f"the dim at every length of the range ({_bounds(cx)}); Python would clamp it. Narrow the range "
-            "(min_len/max_len) to the lengths where it lies inside, or slice from a constant start"
+            f"the slice [{start}, {start} + {length}) of dim {dim} (size {shape[dim]}), from a symbolic start, is "
+            f"not provably inside the dim at every length of the range ({_bounds(cx)}); Python would clamp it. "
+            "Narrow the range (min_len/max_len) to the lengths where it lies inside, or slice from a constant start"
         )
     shape[dim] = sy.canon(length)
     at = sy.make_map([sy.canon(affine(start))], cx.n_syms)
