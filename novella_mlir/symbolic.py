@@ -188,12 +188,13 @@ BOX_POINTS = 1 << 20  # the most points of a symbol box `fixed_value` evaluates 
 def fixed_value(e: ir.AffineExpr, symbols: list[Symbol]) -> int | None:
     """The value of `e` when it is one value at every point of the symbols' box, else None: a size the
     length makes 1 over the whole range (the frames of a strided conv stack under its first window) is
-    that constant. Checked at every point of the box (at most BOX_POINTS of them), never sampled."""
+    that constant. Checked at every point of the box (at most BOX_POINTS of them), never sampled. A box of
+    one point (a static compile, bounds [T, T]) folds nothing: its instructions must be the JIT's at T."""
     if as_int(e) is not None:
         return as_int(e)
     used = sorted(_symbols_in(e))
     box = {s.position: s for s in symbols}
-    if not used or any(p not in box for p in used):
+    if not used or any(p not in box for p in used) or all(box[p].lo == box[p].hi for p in used):
         return None
     corners = {evaluate(e, [box[p].lo if p in used else 0 for p in range(max(used) + 1)]),
                evaluate(e, [box[p].hi if p in used else 0 for p in range(max(used) + 1)])}  # fmt: skip

@@ -59,6 +59,7 @@ def test_fixed_value_over_the_box():
         two = sy.floordiv(s, 100) + sy.floordiv(sy.sym(1), 100)
         assert sy.fixed_value(two, [sy.Symbol(0, "T", 1, 99), sy.Symbol(1, "P", 100, 199)]) == 1
         assert sy.fixed(s, at) == s
+        assert sy.fixed_value(frames, [sy.Symbol(0, "T", 25, 25)]) is None  # a static compile folds nothing
 
 
 class Frames(torch.nn.Module):
