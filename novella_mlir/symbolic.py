@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from dataclasses import dataclass
 
+import numpy as np
 from torch_mlir import ir
 
 from .artifact.limits import MAX_STEPS as GRID_LIMIT
@@ -160,9 +160,9 @@ def evaluate(e: ir.AffineExpr, syms, dims=()) -> int:
     if isinstance(e, ir.AffineConstantExpr):
         return e.value
     if isinstance(e, ir.AffineSymbolExpr):
-        return int(syms[e.position])
+        return _value(syms[e.position])
     if isinstance(e, ir.AffineDimExpr):
-        return int(dims[e.position])
+        return _value(dims[e.position])
     a, b = evaluate(e.lhs, syms, dims), evaluate(e.rhs, syms, dims)
     if isinstance(e, ir.AffineAddExpr):
         return a + b
@@ -177,33 +177,55 @@ def evaluate(e: ir.AffineExpr, syms, dims=()) -> int:
     raise TypeError(f"unsupported affine expression {e}")
 
 
+def _value(v):
+    """An int, or an integer array evaluated elementwise (`fixed_value`)."""
+    return v if isinstance(v, np.ndarray) else int(v)
+
+
+BOX_POINTS = 1 << 20  # the most points of a symbol box `fixed_value` evaluates an expression at
+
+
+def fixed_value(e: ir.AffineExpr, symbols: list[Symbol]) -> int | None:
+    """The value of `e` when it is one value at every point of the symbols' box, else None: a size the
+    length makes 1 over the whole range (the frames of a strided conv stack under its first window) is
+    that constant. Checked at every point of the box (at most BOX_POINTS of them), never sampled. A box of
+    one point (a static compile, bounds [T, T]) folds nothing: its instructions must be the JIT's at T."""
+    if as_int(e) is not None:
+        return as_int(e)
+    used = sorted(_symbols_in(e))
+    box = {s.position: s for s in symbols}
+    if not used or any(p not in box for p in used) or all(box[p].lo == box[p].hi for p in used):
+        return None
+    corners = {evaluate(e, [box[p].lo if p in used else 0 for p in range(max(used) + 1)]),
+               evaluate(e, [box[p].hi if p in used else 0 for p in range(max(used) + 1)])}  # fmt: skip
+    if len(corners) > 1 or int(np.prod([box[p].hi - box[p].lo + 1 for p in used])) > BOX_POINTS:
+        return None
+    grid = np.meshgrid(*[np.arange(box[p].lo, box[p].hi + 1, dtype=np.int64) for p in used], indexing="ij")
+    at = {p: g.ravel() for p, g in zip(used, grid)}
+    values = np.asarray(evaluate(e, [at.get(p, np.zeros(1, np.int64)) for p in range(max(used) + 1)]))
+    return int(values.flat[0]) if np.all(values == values.flat[0]) else None
+
+
+def fixed(e: ir.AffineExpr, symbols: list[Symbol]) -> ir.AffineExpr:
+    """`e`, or the constant it is over the whole box (`fixed_value`)."""
+    v = fixed_value(e, symbols)
+    return e if v is None else const(v)
+
+
+def _symbols_in(e: ir.AffineExpr) -> set[int]:
+    e = canon(e)
+    if isinstance(e, ir.AffineSymbolExpr):
+        return {e.position}
+    if isinstance(e, (ir.AffineConstantExpr, ir.AffineDimExpr)):
+        return set()
+    return _symbols_in(e.lhs) | _symbols_in(e.rhs)
+
+
 def value_range(e: ir.AffineExpr, symbols: list[Symbol]) -> tuple[int, int]:
     """(min, max) of a size expression over the symbols' bounds, at the corners of the box: exact for an
     expression monotone in each symbol (a `mod` is not)."""
     vals = [evaluate(e, c) for c in itertools.product(*[(s.lo, s.hi) for s in symbols or []])]
     return min(vals), max(vals)
-
-
-def constant_over(e: ir.AffineExpr, symbols: list[Symbol], limit: int = 1 << 14) -> int | None:
-    """The value of a size expression that is the same at every point of the symbols' bounds (a patch
-    count `W floordiv 16` over W in [32, 47]), else None; checked at every point of a box of at most
-    `limit` points (the corners first), None for a larger box."""
-    if as_int(e) is not None:
-        return as_int(e)
-    axes = [range(s.lo, s.hi + 1) for s in symbols or []]
-    if not axes or math.prod(len(a) for a in axes) > limit:
-        return None
-    first = evaluate(e, [a[0] for a in axes])
-    corners = itertools.product(*[(a[0], a[-1]) for a in axes])
-    if any(evaluate(e, c) != first for c in corners):
-        return None
-    return first if all(evaluate(e, p) == first for p in itertools.product(*axes)) else None
-
-
-def fold_constant_over(exprs, symbols: list[Symbol]) -> list:
-    """Each size of `exprs` that the symbols' bounds fix (`constant_over`) as its constant."""
-    values = [constant_over(e, symbols) for e in exprs]
-    return [e if v is None else const(v) for e, v in zip(exprs, values)]
 
 
 _TOKENS = {

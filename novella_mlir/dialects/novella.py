@@ -239,11 +239,14 @@ class ReshapeOp(Novella.Operation, name="reshape"):
 class SliceOp(Novella.Operation, name="slice"):
     """`input[start : start + size]` along `dim`; the size is the result's (possibly symbolic) dim. A
     negative start counts from the end of the dim, as in Python: `start = -1` is position `n - 1` of a
-    `?` dim of size n (`x.select(d, -1)`, `x[:, -3:]`), a start the JIT evaluates at run time."""
+    `?` dim of size n (`x.select(d, -1)`, `x[:, -3:]`), a start the JIT evaluates at run time. A start
+    that is an affine map `()[s0, ...] -> (e)` is the expression e of the symbols (a relative-position
+    table read from its middle, `pe[:, M - T + 1 : M + T]`), also evaluated by the JIT; the slice must
+    lie inside the dim at every length the bounds allow (the kernel proves it)."""
 
     input: ext.Operand[Tensor]
     dim: ir.IntegerAttr
-    start: ir.IntegerAttr
+    start: ir.IntegerAttr | ir.AffineMapAttr
     result: ext.Result[Tensor]
     verify_invariants = ov.slice_
 

@@ -83,7 +83,11 @@ def matmul(op) -> bool:
 def slice_(op) -> bool:
     x, y = op.operands[0].type, op.results[0].type
     d = attr(op, "dim", ir.IntegerAttr)
-    start = attr(op, "start", ir.IntegerAttr)
+    start = attr(op, "start", (ir.IntegerAttr, ir.AffineMapAttr))
+    if isinstance(start, ir.AffineMap):
+        if start.n_dims or len(start.results) != 1:
+            return fail(op, f"a symbolic start must be one expression of the symbols, got {start}")
+        start = 0
     if y.rank != x.rank or not 0 <= d < x.rank:
         return fail(op, f"dim {d} / start {start} do not slice {x} to {y}")
     dx, dy = static_dims(x), static_dims(y)

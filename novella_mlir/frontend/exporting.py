@@ -46,8 +46,8 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
     need = (lo if need_lo is None else need_lo, hi if need_hi is None else need_hi)
     at = next(a.shape[dynamic_dim] for a in args if isinstance(a, torch.Tensor))
     prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
-    if prog is not None and messages.unbacked(prog):
-        raise NovellaError(messages.unbacked(prog))
+    if prog is not None and messages.unbacked(prog):  # size-oblivious tracing lost a size (a slice from T):
+        prog, kept = None, None  # the named Dim's trace keeps it, or says why not
     whole = kept == (lo, hi)
     if kept is not None:  # the guards of the branches it took and the sizes it fixed at the example
         conds = guards.recorded(prog)

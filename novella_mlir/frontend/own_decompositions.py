@@ -195,7 +195,30 @@ def grouped_mm_by_experts(x, weight, offs):
     return out
 
 
+def avg_pool2d_by_windows(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                          divisor_override=None):  # fmt: skip
+    """`aten.avg_pool2d` with windows that tile the input (stride = kernel, no padding: SEW's squeeze,
+    `AvgPool1d(k, k)`, which torch.export traces as a 2-D pool of one row): the whole windows viewed as
+    [N, C, Ho, kh, Wo, kw], moved to [N, C, Ho, Wo, kh * kw] and averaged. Other pools: NotImplemented."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride) if stride else (kh, kw)
+    if (sh, sw) != (kh, kw) or _pair(padding) != (0, 0) or ceil_mode or divisor_override or x.dim() != 4:
+        return NotImplemented
+    n, c, h, w = x.shape
+    ho, wo = h // kh, w // kw
+    x = x[:, :, : ho * kh, : wo * kw].reshape(n, c, ho, kh, wo, kw)
+    if kh != 1:
+        x = x.permute(0, 1, 2, 4, 3, 5)
+    return x.reshape(n, c, ho, wo, kh * kw).mean(-1)
+
+
+def _pair(v) -> tuple[int, int]:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return (v[0], v[-1])
+
+
 _ATEN = {
+    torch.ops.aten.avg_pool2d.default: avg_pool2d_by_windows,
     torch.ops.aten.topk.default: topk_by_rounds,
     torch.ops.aten.gather.default: gather_by_one_hot,
     torch.ops.aten.sort.default: sort_by_rank,

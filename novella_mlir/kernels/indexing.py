@@ -38,7 +38,10 @@ def _row_tiling(n_buffers: int, tc: int, target, options, extra: int = 0):
 
 
 def slice_start(op, size) -> ir.AffineExpr:
-    """The first position a `novella.slice` reads along its dim of `size`: a negative start counts from the end."""
+    """The first position a `novella.slice` reads along its dim of `size`: a negative start counts from the end,
+    an affine map is an expression of the symbols."""
+    if isinstance(op.attributes["start"], ir.AffineMapAttr):
+        return sy.canon(sy.map_results(op.attributes["start"])[0])
     start = op.attributes["start"].value
     return sy.canon(size + sy.const(start)) if start < 0 else sy.const(start)
 
@@ -121,8 +124,10 @@ class ColumnSlice:
 class Concat:
     """`novella.concat`: input i fills columns [off_i, off_i + width_i) of each output row.
 
-    The column grid covers the widest input; an input's copy is guarded (`when`) to
-    the column tiles inside its width."""
+    The column grid covers the widest input; an input's copy is guarded (`when`) to the column tiles
+    inside its width. When no input is the widest at every length (a pad of 15 beside a length that is
+    2 at one end of the range and 65 at the other), the column grid walks the inputs one after the
+    other: input i's tiles are the steps [n_0 + ... + n_(i-1), ... + n_i), n_i = ceil(width_i / tc)."""
 
     def _dims(self, op, tv):
         d = op.attributes["dim"].value
@@ -135,31 +140,58 @@ class Concat:
             acc = acc + w
         return outer, width, widths, offsets
 
-    def _widest(self, widths, op):
-        from . import module_symbols
+    def _widest(self, widths, op) -> int | None:
+        """The input at least as wide as every other at every length, else None."""
         from .support import upper
 
         syms = module_symbols(op)
-        return max(range(len(widths)), key=lambda i: upper(widths[i], syms))
+        box = sy.symbol_box(syms)
+        i = max(range(len(widths)), key=lambda i: upper(widths[i], syms))
+        return i if all(sy.provably_ge(widths[i], w, box) for w in widths) else None
+
+    def _tc(self, op, widths, target) -> int:
+        from .support import upper
+
+        return target.col_tile(max(upper(w, module_symbols(op)) for w in widths))
 
     def tile(self, op, tv, target, options):
         outer, _, widths, _ = self._dims(op, tv)
-        tc = target.col_tile(sy.as_int(widths[self._widest(widths, op)]))
+        tc = self._tc(op, widths, target)
         tm, bufs = _row_tiling(2 * len(widths), tc, target, options)
-        return Tiling({"tm": tm, "tc": tc}, [ceildiv(outer, tm), ceildiv(widths[self._widest(widths, op)], tc)], bufs)
+        widest = self._widest(widths, op)
+        steps = ceildiv(widths[widest], tc) if widest is not None else _sum(ceildiv(w, tc) for w in widths)
+        return Tiling({"tm": tm, "tc": tc}, [ceildiv(outer, tm), steps], bufs)
 
     def macro(self, op, tv, t, b):
         outer, width, widths, offsets = self._dims(op, tv)
         tm, tc = t.tiles["tm"], t.tiles["tc"]
         rows = _extent(0, tm, outer)
-        widest = self._widest(widths, op)
+        widest, first_step = self._widest(widths, op), sy.const(0)
         for i, (w, off) in enumerate(zip(widths, offsets)):
-            cols = _extent(1, tc, w)
-            when = None if i == widest else [("ge", w - b.d(1) * tc - sy.const(1))]
+            if widest is None:  # this input's tiles are the steps [first_step, first_step + n)
+                n, col = ceildiv(w, tc), b.d(1) - first_step
+                when, cols = [("ge", col), ("ge", n - sy.const(1) - col)], _cols(tc, w, col)
+                first_step = first_step + n
+            else:
+                col, cols = b.d(1), _extent(1, tc, w)
+                when = None if i == widest else [("ge", w - b.d(1) * tc - sy.const(1))]
             row = dict(row_start=b.d(0) * tm, rows=rows, row_bound=outer, cols=cols, sram_stride=tc, when=when)
-            b.load_rows(f"b{2 * i}", i, dram_offset=b.d(1) * tc, dram_stride=w, **row)
+            b.load_rows(f"b{2 * i}", i, dram_offset=col * tc, dram_stride=w, **row)
             b.vop("COPY", f"b{2 * i + 1}", f"b{2 * i}", rows=rows, cols=cols, dst_stride=tc, a_stride=tc, when=when)
-            b.store_rows(f"b{2 * i + 1}", dram_offset=off + b.d(1) * tc, dram_stride=width, **row)
+            b.store_rows(f"b{2 * i + 1}", dram_offset=off + col * tc, dram_stride=width, **row)
+
+
+def _sum(exprs):
+    out = sy.const(0)
+    for e in exprs:
+        out = out + e
+    return out
+
+
+def _cols(tc: int, width, col):
+    """Columns of the tile `col` (an index expression) of `width`: min(tc, width - col * tc)."""
+    v = sy.as_int(width)
+    return min(v, tc) if v is not None and (v % tc == 0 or v <= tc) else [sy.const(tc), width - col * tc]
 
 
 # ------------------------------------------------------------------ reductions

@@ -36,7 +36,7 @@ def body_ops(fn) -> list:
 
 
 def fold_fixed_sizes(module_op, symbols) -> None:
-    """Types each result dim that the symbols' bounds fix (`symbolic.constant_over`: a pattern's op built
+    """Types each result dim that the symbols' bounds fix (`symbolic.fixed`: a pattern's op built
     from a `?` input whose size over the range is one value, `W floordiv 16` over W in [32, 47]) as that
     constant, as the frontend and --novella-shape-infer type them."""
     for fn in functions(module_op):
@@ -45,7 +45,7 @@ def fold_fixed_sizes(module_op, symbols) -> None:
                 shape = sy.shape_of(r.type) if isinstance(r.type, ir.RankedTensorType) else None
                 if shape is None or all(sy.as_int(e) is not None for e in shape):
                     continue
-                folded = sy.fold_constant_over(shape, symbols)
+                folded = [sy.fixed(e, symbols) for e in shape]
                 if [sy.as_int(e) for e in folded] != [sy.as_int(e) for e in shape]:
                     r.set_type(sy.tensor_type(folded, ir.RankedTensorType(r.type).element_type, len(symbols)))
 

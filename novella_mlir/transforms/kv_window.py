@@ -90,6 +90,8 @@ def _op(v, memo):
 
 def _slice(op, args):
     (x,) = args
+    if not isinstance(op.attributes["start"], ir.IntegerAttr):
+        return None
     dim, start = (ir.IntegerAttr(op.attributes[k]).value for k in ("dim", "start"))
     rank = len(_shape(op.operands[0]))
     if dim % rank != rank - 1 or isinstance(x, float) or x.a == 0:

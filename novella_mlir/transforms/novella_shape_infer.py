@@ -138,8 +138,8 @@ def _equal_dims(op, ins) -> list:
     return []
 
 
-def _infer_op(op, n_syms: int, symbols=None) -> None:
-    """The op's result typed by its shape rule; with `symbols`, each size their bounds fix is a constant."""
+def _infer_op(op, n_syms: int, symbols=()) -> None:
+    """The op's result typed by its shape rule; each size the symbols' bounds fix is a constant (`sy.fixed`)."""
     name = op.operation.name
     if not shapes.has_rule(name) or len(op.results) != 1:
         return
@@ -155,7 +155,7 @@ def _infer_op(op, n_syms: int, symbols=None) -> None:
         exprs = shapes.infer(name, in_shapes, op.attributes, rt)
     except shapes.ShapeError as e:
         raise PassError(op, str(e)) from None
-    exprs = sy.fold_constant_over(exprs, symbols) if symbols else exprs
+    exprs = [sy.fixed(e, symbols) for e in exprs]
     _check_static(op, rt, exprs)
     result.set_type(sy.tensor_type(exprs, rt.element_type, n_syms))
 

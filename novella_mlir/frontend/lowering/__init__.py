@@ -87,6 +87,8 @@ class LoweringContext:
 
     def operand(self, i: int) -> ir.Value:
         v = self._values[self.op.operands[i]]
+        if hasattr(v, "tensor"):  # a view kept symbolic for a write (shape_ops.WriteTarget), read here
+            v = v.tensor(self)
         if not isinstance(v, ir.Value):
             raise self.error(f"operand #{i} must be a tensor, got {v!r}")
         return v
@@ -110,10 +112,6 @@ class LoweringContext:
         dims = re.match(r"!torch.vtensor<\[([^\]]*)\]", t).group(1)
         return [None if d == "?" else int(d) for d in dims.split(",")] if dims else []
 
-    def fold_fixed(self, exprs) -> list:
-        """Each size the length's range fixes (`W floordiv 16` over W in [32, 47]) as its constant."""
-        return sy.fold_constant_over(exprs, self.symbols)
-
     def emit(self, op_cls, result_shape=None, check: bool = True, **fields) -> ir.Value:
         """Builds `op_cls` with the result type from the shape rule (or `result_shape`);
         `check` compares it with the torch op's static result dims (off for intermediate values)."""
@@ -127,7 +125,7 @@ class LoweringContext:
                 result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
             except shapes.ShapeError as e:
                 raise self.error(str(e)) from None
-        result_shape = self.fold_fixed(result_shape)
+        result_shape = [sy.fixed(e, self.symbols) for e in result_shape]
         if any(sy.as_int(e) == 0 for e in result_shape):
             raise self.empty_error(f"a dim of the result {[str(e) for e in result_shape]} is 0")
         if check:
@@ -161,6 +159,14 @@ class LoweringContext:
         if name == "torch.operator":
             name = ir.StringAttr(self.op.attributes["name"]).value
         return NovellaError(f"{source_location(self.op.location)}: '{name}': {message}")
+
+
+def _fixed_int(v, symbols):
+    """A symbolic int (a size computed by the model) as the Python int it is over the whole range, if it is one."""
+    if not isinstance(v, ir.AffineExpr):
+        return v
+    c = sy.fixed_value(v, symbols)
+    return v if c is None else c
 
 
 def convert(torch_module: ir.Module, imported, table: dict[str, Callable], generic: Callable) -> ir.Module:
@@ -227,7 +233,8 @@ def _convert_block(block, values, symbols, weights, table, generic):
         if name == "torch.operator":  # an op torch-mlir has no definition of, by its aten name
             name = ir.StringAttr(op.attributes["name"]).value.removesuffix(".default")
         if name == "func.return":
-            return [values[v] for v in op.operands]
+            cx = LoweringContext(op, values, symbols, weights)
+            return [cx.operand(i) for i in range(cx.num_operands)]
         if name == "novella.weight":
             t = _vtensor_to_builtin(op.results[0].type, f"{source_location(op.location)}: weight: ")
             values[op.results[0]] = WeightOp(op.attributes["name"], t, loc=op.location).result
@@ -243,7 +250,7 @@ def _convert_block(block, values, symbols, weights, table, generic):
         cx = LoweringContext(op, values, symbols, weights)
         result = _lower(table.get(name), cx, generic)
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
-            values[r] = cx.fold_fixed([v])[0] if isinstance(v, ir.AffineExpr) else v
+            values[r] = _fixed_int(v, symbols)
     raise NovellaError("torch function has no return")
 
 

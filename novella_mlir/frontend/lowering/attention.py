@@ -206,7 +206,8 @@ def _positions_along(cx, v, n, axis: int) -> bool:
         return False
     while isinstance(v.owner, ir.OpView) and v.owner.operation.name in ("novella.reshape", "novella.slice"):
         op = v.owner
-        if op.operation.name == "novella.slice" and ir.IntegerAttr(op.attributes["start"]).value != 0:
+        start = op.attributes["start"] if op.operation.name == "novella.slice" else None
+        if start is not None and (not isinstance(start, ir.IntegerAttr) or start.value != 0):
             return False
         v = op.operands[0]
     data = cx.weight_data(v)

@@ -352,8 +352,10 @@ def slice_(cx):
         return strided_slice(cx, x, dim, start, end, step)
     if not isinstance(start, int) and sy.provably_ge(sy.const(0), start, sy.symbol_box(cx.symbols)):
         start = _from_front(cx, shape[dim], start)  # `mask[:, -T:]` of a length-T mask: from 0
+    if not isinstance(start, int) and end is None:
+        return symbolic_slice(cx, x, dim, start, shape[dim] - affine(start))
     if not isinstance(start, int):
-        return write_target(cx, x, dim, start, end)  # `buf[:, :, P:P + 1] = k`: a KV-cache write
+        return write_target(cx, x, dim, start, end)  # `buf[:, :, P:P + 1] = k` (a KV-cache write), or read
     full = sy.as_int(shape[dim])
     if start < 0 and full is None:
         return _slice_end(cx, x, dim, start, end)
@@ -429,20 +431,42 @@ class Positions:
 
 @dataclass(frozen=True)
 class WriteTarget:
-    """`x[..., start:end, ...]` with a symbolic start: usable only as the target of a copy (a write)."""
+    """`x[..., start:end, ...]` with a symbolic start: the target of a copy (a KV-cache write), or, where
+    an op reads it, the slice itself (`tensor`)."""
 
     shape: tuple
+    source: ir.Value
+    dim: int
+    start: object
 
     def __repr__(self) -> str:
-        return "a slice with a symbolic start (supported only as the target of a KV-cache write)"
+        return "a slice with a symbolic start"
+
+    def tensor(self, cx) -> ir.Value:
+        return symbolic_slice(cx, self.source, self.dim, self.start, self.shape[self.dim])
 
 
 def write_target(cx, x, dim: int, start, end) -> WriteTarget:
     shape = list(cx.shape(x))
-    if end is None:
+    shape[dim] = sy.fold(affine(end) - affine(start))
+    return WriteTarget(tuple(shape), x, dim, start)
+
+
+def symbolic_slice(cx, x, dim: int, start, length) -> ir.Value:
+    """Positions [start, start + length) of dim `dim`, `start` an expression of the symbols: a copy whose
+    DRAM offset the JIT evaluates at each length. The slice must lie inside the dim at every length."""
+    shape = list(cx.shape(x))
+    box = sy.symbol_box(cx.symbols)
+    if not (sy.provably_ge(affine(start), 0, box) and sy.provably_ge(shape[dim], affine(start) + length, box)):
         raise cx.error(
-            f"a slice of dim {dim} (size {shape[dim]}) from the symbolic start {start} to its end is not supported "
-            "(a symbolic start is a KV-cache write `buf[:, :, P:P + 1]`, which names its end)"
+            f"the slice [{start}, {start} + {length}) of dim {dim} (size {shape[dim]}), from a symbolic start, is "
+            f"not provably inside the dim at every length of the range ({_bounds(cx)}); Python would clamp it. "
+            "Narrow the range (min_len/max_len) to the lengths where it lies inside, or slice from a constant start"
         )
-    shape[dim] = sy.canon(affine(end) - affine(start))
-    return WriteTarget(tuple(shape))
+    shape[dim] = sy.canon(length)
+    at = sy.make_map([sy.canon(affine(start))], cx.n_syms)
+    return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=at)
+
+
+def _bounds(cx) -> str:
+    return ", ".join(f"{s.name} in [{s.lo}, {s.hi}]" for s in cx.symbols)

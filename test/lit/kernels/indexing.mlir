@@ -148,3 +148,22 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<1x?x5000xf32>
   }
 }
+
+// -----
+
+// A pad of 15 before a length in [2, 65]: neither input is the wider at every length, so the column
+// grid walks them in turn: step 0 copies the 15 columns, steps 1.. the length's tiles (column
+// (d1 - 1) * 512 of the input, stored 15 columns further on), each under its own guard.
+// INST-DAG: #[[B:.*]] = affine_map<(d0, d1)[s0] -> ((d1 - 1) * 512 + 15)>
+// INST-DAG: #[[G:.*]] = affine_map<()[s0] -> (1, s0 ceildiv 512 + 1)>
+// INST-LABEL: func.func @pad_before
+// INST: cols = 15 : i64, {{.*}}opcode = "LOAD"{{.*}}when =
+// INST: opcode = "LOAD"{{.*}}tensor = 1 : i64, when =
+// INST: dram_base = #[[B]], {{.*}}opcode = "STORE"{{.*}}when =
+// INST: grid = #[[G]], kernel = "novella.concat"
+module attributes {novella.symbols = {s0 = ["T", 2, 65]}} {
+  func.func @pad_before(%a: tensor<1x8x15xf32>, %b: tensor<1x8x?xf32, affine_map<()[s0] -> (1, 8, s0)>>) -> tensor<1x8x?xf32> {
+    %0 = "novella.concat"(%a, %b) {dim = 2 : i64} : (tensor<1x8x15xf32>, tensor<1x8x?xf32, affine_map<()[s0] -> (1, 8, s0)>>) -> tensor<1x8x?xf32>
+    return %0 : tensor<1x8x?xf32>
+  }
+}

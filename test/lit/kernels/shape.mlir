@@ -65,6 +65,27 @@ module attributes {novella.symbols = {s0 = ["T", 2, 3000]}} {
 
 // -----
 
+// Relative positions (Transformer-XL, wav2vec2-conformer): the 2T - 1 rows around the middle of a
+// table, from the symbolic start 40 - T (an affine map of the symbols, which the JIT evaluates):
+// the copy's load starts (40 - T) * 16 elements into the table.
+// CHECK-DAG: #[[ST:.*]] = affine_map<()[s0] -> (-s0 + 40)>
+// CHECK-LABEL: func.func @relative
+// CHECK: "novella.slice"(%{{.*}}) {dim = 0 : i64, start = #[[ST]]} : (tensor<79x16xf32>) -> tensor<?x16xf32, #{{.*}}>
+// MACRO-DAG: #[[OFF:.*]] = affine_map<(d0)[s0] -> ((-s0 + 40) * 16)>
+// MACRO-LABEL: func.func @relative
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "t", cols = 16 : i64, dram_offset = #[[OFF]]
+// MACRO: kernel = "novella.slice"
+module attributes {novella.symbols = {s0 = ["T", 1, 40]}} {
+  func.func @relative(%x: tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>) -> tensor<?x16xf32> {
+    %w = "novella.weight"() {name = "pe"} : () -> tensor<79x16xf32>
+    %0 = "novella.slice"(%w) {dim = 0 : i64, start = affine_map<()[s0] -> (-s0 + 40)>} : (tensor<79x16xf32>) -> tensor<?x16xf32, affine_map<()[s0] -> (s0 * 2 - 1, 16)>>
+    %1 = "novella.add"(%0, %0) : (tensor<?x16xf32, affine_map<()[s0] -> (s0 * 2 - 1, 16)>>, tensor<?x16xf32, affine_map<()[s0] -> (s0 * 2 - 1, 16)>>) -> tensor<?x16xf32>
+    return %1 : tensor<?x16xf32>
+  }
+}
+
+// -----
+
 // Swapping the last two dims (a dynamic and a static one): a [128, 128] block loaded, transposed
 // by the vector unit's TRANSPOSE (exact for inf and NaN) and stored transposed.
 // CHECK-DAG: #[[KT:.*]] = affine_map<()[s0] -> (1, 6, 64, s0)>
