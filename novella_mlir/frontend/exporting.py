@@ -51,7 +51,7 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
     whole = kept == (lo, hi)
     if kept is not None:  # the guards of the branches it took and the sizes it fixed at the example
         conds = guards.recorded(prog)
-        kept = guards.kept_interval(conds, max(kept[0], need[0]), min(kept[1], need[1]), at)
+        kept = _kept(conds, (max(kept[0], need[0]), min(kept[1], need[1])), at)
         if whole and kept is not None and kept != need:
             kept = _same_around(module, args, dynamic_dim, prog, guards.runs(conds, *need), kept)
     if whole and kept != need:  # the named-Dim trace records the same guards, or loses them (an int() of a float)
@@ -72,6 +72,20 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
 
 
 MAX_COMPARED = 6
+
+
+def _kept(conds, need, at: int) -> tuple[int, int] | None:
+    """The run of `need` around the example length `at` where every recorded condition holds; for an
+    example outside `need` (a static compile traced at another length), all of `need` or None."""
+    if need[0] <= at <= need[1]:
+        return guards.kept_interval(conds, *need, at)
+    for cond in conds:
+        try:
+            if failing_lengths(cond, *need):
+                return None
+        except Exception:  # noqa: BLE001 - a condition that cannot be evaluated holds only where traced
+            return None
+    return need
 
 
 def _excluded_by(conds, need, kept) -> str:
