@@ -16,7 +16,7 @@ import torch
 from .. import artifact as art_mod
 from ..artifact.cache_key import traced
 from ..errors import InputError, NovellaError
-from . import dynspec, exporting, importer
+from . import dynspec, exporting, guards, importer
 from .exporting import ONE_GUARD, NarrowedError
 
 
@@ -80,7 +80,7 @@ def compile_range(c: Compilers, module, example_args, dynamic_dim, min_len, max_
         example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
     try:
         prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi)
-        if exporting.small_size_hint(prog) and lo < hi:  # re-trace where no size is 0 or 1
+        if guards.small_size_hint(prog) and lo < hi:  # re-trace where no size is 0 or 1
             example_args = tuple(_resized(a, dynamic_dim, hi) for a in example_args)
             prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi)
     except NarrowedError as e:
