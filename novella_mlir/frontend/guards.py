@@ -55,8 +55,9 @@ def failing(prog, lo: int, hi: int, failing_lengths) -> list[tuple]:
         except Exception:  # noqa: BLE001 - a guard numpy cannot evaluate is left to the compile's own checks
             continue
         if bad:
-            out.append((g.expr, str(g.sloc).strip("()"), bad))
-    return out
+            user = getattr(g.sloc, "maybe_user_loc", None)
+            out.append((g.expr, user or str(g.sloc).strip("()"), bad, user is None))
+    return [r[:3] for r in sorted(out, key=lambda r: r[3])]  # those torch traced to a model line first
 
 
 def empty(prog, lo: int, hi: int, failing_lengths) -> list[tuple]:
@@ -108,3 +109,19 @@ def kept(prog, lo: int, hi: int, at: int, failing_lengths) -> tuple[tuple[int, i
 
 def _words(expr) -> str:
     return "`" + re.sub(r"\bs\d+\b", "T", str(sympy.sympify(expr))) + "`"
+
+
+def check_retrace(prog, lo: int, hi: int, failing_lengths, narrowed_error) -> None:
+    """After the decompositions' retrace of a one-length program over [lo, hi]: the retrace is not size
+    oblivious, so at an example that makes a size special (a pad to whole chunks that is 0 at T = 128) it
+    guards that size (`Eq(8192 * chunks, 128 * T)`) and specializes the graph. Such a guard raises
+    `narrowed_error` (exporting.NarrowedError) with the part around the example that keeps it, which the
+    range strategy compiles from this trace, tracing the rest again."""
+    env = shape_env(prog)
+    values = getattr(env, "var_to_val", {}) if env is not None else {}
+    if len(values) != 1 or lo >= hi:
+        return
+    at = int(next(iter(values.values())))
+    found = kept(prog, lo, hi, at, failing_lengths)
+    if found:
+        raise narrowed_error(f"the decompositions' retrace of the model assumed {found[1]}.", *found)
