@@ -44,6 +44,7 @@ _DATA_DEPENDENT_OPS = ("nonzero", "unique", "masked_select", "item", "_local_sca
                        "bincount")  # fmt: skip
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _OURS = str(Path(__file__).resolve().parents[1])
+_STDLIB = str(Path(os.__file__).parent)
 
 
 @contextlib.contextmanager
@@ -131,16 +132,37 @@ def _torch_name(func) -> str:
     return f"{module.replace('torch._C._nn', 'torch.nn.functional')}.{name}"
 
 
-def fixing_call(run) -> str | None:
-    """The torch call (and the user's line) that fixed a symbolic size while `run` (an export that fails so)
-    ran once more, watched; None when the size was fixed outside a torch call (e.g. `int(x.shape[1])`)."""
-    watch = _SizeWatch()
+def fixing_call(run) -> tuple[str | None, str | None]:
+    """(the torch call and user line that fixed a symbolic size, the model's line where a size first became
+    a constant) while `run` (an export that fails so) ran once more, watched. The call is None when the size
+    was fixed outside a torch call (`int(x.shape[1])`, `for i in range(seq_len)`); the line then names it."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    watch, replace, lines = _SizeWatch(), ShapeEnv._set_replacement, []
+
+    def noted(env, a, tgt, msg):
+        if isinstance(tgt, sympy.Integer) and not lines:
+            lines.append(_model_line(traceback.extract_stack()))
+        return replace(env, a, tgt, msg)
+
+    ShapeEnv._set_replacement = noted
     try:
         with watch:
             run()
     except Exception:  # noqa: BLE001 - the failure is known; only the watch's note is wanted
         pass
-    return watch.culprit
+    finally:
+        ShapeEnv._set_replacement = replace
+    return watch.culprit, (lines[0] if lines else None)
+
+
+def _model_line(stack) -> str | None:
+    """The innermost frame of the model's code (a library's too, such as transformers; not torch's, the
+    standard library's or ours)."""
+    for f in reversed(stack):
+        if not f.filename.startswith((_TORCH_DIR, _OURS, _STDLIB, "<")):
+            return _where(f.filename, f.lineno, f.line)
+    return None
 
 
 def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int, hi: int, culprit=None) -> str:
@@ -163,7 +185,8 @@ def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int,
                 f"of dim {dim} instead of keeping it symbolic in [{lo}, {hi}]; recurrent layers are not "
                 "supported, compile for one length (min_len == max_len) or replace the layer"
             )
-        call = culprit() if culprit else None
+        call, line = culprit() if culprit else (None, None)
+        at = f" at {line}" if line else at
         if call:
             return (
                 f"{call} fixes the size of dim {dim} instead of keeping it symbolic in [{lo}, {hi}]: torch's "

@@ -152,3 +152,16 @@ def test_an_op_in_a_plain_function_names_its_own_line():
         compile_torch(
             Lambda(helper_that_draws), torch.randn(1, 6, 8), dynamic_dim=1, min_len=1, max_len=70, cache=False
         )
+
+
+def per_position(x):
+    outs = []
+    for i in range(x.shape[1]):
+        outs.append(x[:, i] * 2)
+    return torch.stack(outs, 1)
+
+
+def test_a_loop_over_the_length_is_refused_naming_its_line():
+    line = per_position.__code__.co_firstlineno + 2
+    with pytest.raises(NovellaError, match=rf"fixes the size of dim 1 at .*test_text_constructs.py:{line} "):
+        compile_torch(Lambda(per_position), torch.randn(1, 6, 8), dynamic_dim=1, min_len=1, max_len=70, cache=False)
