@@ -40,8 +40,6 @@ _NOISY_LOGGERS = (
     "torch._dynamo",
 )
 _RECURRENT = (torch.nn.RNNBase,)
-_DATA_DEPENDENT_OPS = ("nonzero", "unique", "masked_select", "item", "_local_scalar_dense", "repeat_interleave",
-                       "bincount")  # fmt: skip
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _OURS = str(Path(__file__).resolve().parents[1])
 _STDLIB = str(Path(os.__file__).parent)
@@ -242,13 +240,13 @@ def _find_line(module: torch.nn.Module, name: str, method: str, pattern: str):
 
 
 def unbacked(prog) -> str | None:
-    """The message for an exported graph whose sizes depend on tensor values (nonzero, unique...), else None."""
+    """The message for an exported graph whose sizes depend on tensor values (nonzero, unique, item...), naming
+    the first op that makes such a size and its line, else None."""
     if not any(str(s).startswith("u") for s in prog.range_constraints):
         return None
     for node in prog.graph.nodes:
-        target = str(getattr(node.target, "__name__", node.target))
-        if node.op == "call_function" and any(op in target for op in _DATA_DEPENDENT_OPS):
-            op = target.split(".")[0]
+        if node.op == "call_function" and _unbacked_in(node.meta.get("val")):
+            op = str(getattr(node.target, "__name__", node.target)).split(".")[0]
             where = _stack_line(node.meta.get("stack_trace") or "")
             return (
                 f"torch.{op}{f' at {where}' if where else ''} returns a tensor whose size depends on the input's "
@@ -258,10 +256,25 @@ def unbacked(prog) -> str | None:
     return "the exported graph has sizes that depend on tensor values (data-dependent ops are not supported)"
 
 
+def _unbacked_in(val) -> bool:
+    if isinstance(val, (list, tuple)):
+        return any(_unbacked_in(v) for v in val)
+    sizes = val.shape if isinstance(val, torch.Tensor) else [val] if isinstance(val, torch.SymInt) else []
+    return any(
+        isinstance(d, torch.SymInt) and any(str(s).startswith("u") for s in d.node.expr.free_symbols) for d in sizes
+    )
+
+
 def _stack_line(stack: str) -> str | None:
+    """The innermost user frame (`file:line (`code`)`), and the innermost frame of a library's model code
+    below it when there is one: `user.py:9 (`...`) (in modeling_x.py:120 (`...`))`."""
     m = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s+(.*)', stack)
     user = [x for x in m if _is_user(x[0])] or m
-    return _where(user[-1][0], int(user[-1][1]), user[-1][2]) if user else None
+    if not user:
+        return None
+    where = _where(user[-1][0], int(user[-1][1]), user[-1][2])
+    lib = [x for x in m[m.index(user[-1]) + 1 :] if not x[0].startswith((_TORCH_DIR, _OURS, _STDLIB))]
+    return f"{where} (in {_where(lib[-1][0], int(lib[-1][1]), lib[-1][2])})" if lib else where
 
 
 def check_dtypes(module: torch.nn.Module) -> None:

@@ -118,7 +118,7 @@ def check_retrace(prog, lo: int, hi: int, failing_lengths, narrowed_error) -> No
     `narrowed_error` (exporting.NarrowedError) with the part around the example that keeps it, which the
     range strategy compiles from this trace, tracing the rest again."""
     env = shape_env(prog)
-    values = getattr(env, "var_to_val", {}) if env is not None else {}
+    values = (getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", {})) if env is not None else {}
     if len(values) != 1 or lo >= hi:
         return
     at = int(next(iter(values.values())))
