@@ -188,8 +188,6 @@ def _compile_program(prog, bounds, config, dump_dir, decomposition_table, pass_o
     forget_ir_memos()
     try:
         return _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_options, names)
-    except exporting.NarrowedError:  # the decompositions' retrace guarded a size: the range strategy splits
-        raise
     except NovellaError as e:  # name what torch.export assumed at the example (a size fixed by an int())
         try:
             hint = explain.assumed(prog, *bounds, exporting.failing_lengths) if bounds is not None else ""
@@ -211,7 +209,7 @@ def _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_op
 
     ctx = make_context()
     stages = Stages(dump_dir)
-    imported = importer.import_program(ctx, prog, decomposition_table, names=names, bounds=bounds)
+    imported = importer.import_program(ctx, prog, decomposition_table, names=names)
     if bounds is not None:
         imported.symbols = [dataclasses.replace(s, lo=bounds[0], hi=bounds[1]) for s in imported.symbols]
     with ctx, ir.Location.unknown():

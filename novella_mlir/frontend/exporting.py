@@ -64,8 +64,8 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int):
     if not isinstance(prog, str):
         _check_length_one(module, args, dynamic_dim, prog, (lo, hi))
         at = next(a.shape[dynamic_dim] for a in args if isinstance(a, torch.Tensor))
-        narrowed = None if guards.small_size_hint(prog) else guards.kept(prog, lo, hi, at, failing_lengths)
-        if narrowed:  # (with a size 0 or 1 at the example, compile_range first traces again at the top)
+        narrowed = guards.kept(prog, lo, hi, at, failing_lengths)
+        if narrowed:
             raise NarrowedError(f"torch.export traced the model for some lengths only: it assumed {narrowed[1]}.",
                                 *narrowed)  # fmt: skip
         return prog

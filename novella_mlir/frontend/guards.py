@@ -109,19 +109,3 @@ def kept(prog, lo: int, hi: int, at: int, failing_lengths) -> tuple[tuple[int, i
 
 def _words(expr) -> str:
     return "`" + re.sub(r"\bs\d+\b", "T", str(sympy.sympify(expr))) + "`"
-
-
-def check_retrace(prog, lo: int, hi: int, failing_lengths, narrowed_error) -> None:
-    """After the decompositions' retrace of a one-length program over [lo, hi]: the retrace is not size
-    oblivious, so at an example that makes a size special (a pad to whole chunks that is 0 at T = 128) it
-    guards that size (`Eq(8192 * chunks, 128 * T)`) and specializes the graph. Such a guard raises
-    `narrowed_error` (exporting.NarrowedError) with the part around the example that keeps it, which the
-    range strategy compiles from this trace, tracing the rest again."""
-    env = shape_env(prog)
-    values = (getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", {})) if env is not None else {}
-    if len(values) != 1 or lo >= hi:
-        return
-    at = int(next(iter(values.values())))
-    found = kept(prog, lo, hi, at, failing_lengths)
-    if found:
-        raise narrowed_error(f"the decompositions' retrace of the model assumed {found[1]}.", *found)

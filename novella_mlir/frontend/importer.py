@@ -20,7 +20,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
-from . import dtypes, explain, exporting, guards, ties
+from . import dtypes, explain, exporting, ties
 from .complex_pairs import complex_as_pairs
 from .hops import inline_wrappers
 from .own_decompositions import own_decompositions
@@ -200,24 +200,22 @@ def export_static(module: torch.nn.Module, args):
         raise exporting.NovellaError(f"torch.export failed: {str(e).splitlines()[0]}") from None
 
 
-def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict | None = None, bounds=None) -> Imported:
+def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict | None = None) -> Imported:
     """Runs only the decompositions the graph needs (none: no retrace), then the FX importer, into `ctx`.
     When the importer cannot take what one of torch-mlir's generic-path decompositions made (e.g. a
-    `sym_float`), the import is tried once more without those (the op then takes the generic path).
-    `bounds` (lo, hi) of the one length: a guard the retrace adds that fails inside them is a NarrowedError
-    (`guards.check_retrace`), as the export's own guards are."""
+    `sym_float`), the import is tried once more without those (the op then takes the generic path)."""
     t0 = time.perf_counter()
     inline_wrappers(prog.graph_module)
     exporting.strip_asserts(prog, recompile=False)  # the importer reads the graph, not its code
     ties.check_topk_ties(prog)
     complex_as_pairs(prog)
     try:
-        return _import(ctx, prog, decomposition_table, names, t0, generic=True, bounds=bounds)
+        return _import(ctx, prog, decomposition_table, names, t0, generic=True)
     except NotImplementedError as e:
         if decomposition_table is not None:
             raise _importer_error(e) from None
     try:
-        return _import(ctx, prog, None, names, t0, generic=False, bounds=bounds)
+        return _import(ctx, prog, None, names, t0, generic=False)
     except NotImplementedError as e:
         raise _importer_error(e) from None
 
@@ -235,10 +233,8 @@ def _importer_error(e: NotImplementedError) -> NovellaError:
     )
 
 
-def _import(ctx, prog, decomposition_table, names, t0, generic: bool, bounds=None) -> Imported:
+def _import(ctx, prog, decomposition_table, names, t0, generic: bool) -> Imported:
     prog, table = _decompose(prog, decomposition_table, generic)
-    if table and bounds is not None:
-        guards.check_retrace(prog, *bounds, exporting.failing_lengths, exporting.NarrowedError)
     drop_empty_cat_operands(prog.graph)
     fill_empty_pads(prog.graph)
     spell_out_conv_lists(prog.graph)

@@ -84,7 +84,7 @@ def compile_range(c: Compilers, module, example_args, dynamic_dim, min_len, max_
             example_args = tuple(_resized(a, dynamic_dim, hi) for a in example_args)
             prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi)
         return c.compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
-    except NarrowedError as e:  # from the export, or from the decompositions' retrace (`guards.check_retrace`)
+    except NarrowedError as e:
         if min_len == max_len or e.kept is None:
             raise
         kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
