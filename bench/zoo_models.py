@@ -18,7 +18,7 @@ _FFN = ("intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "ffn_
         "encoder_ffn_embed_dim")  # fmt: skip
 _SMALL = {"num_key_value_heads": 2, "head_dim": HIDDEN // HEADS, "d_kv": HIDDEN // HEADS, "vocab_size": VOCAB,
           "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
-          "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
+          "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "moe_shared_expert_intermediate_size": 64,
           "embedding_size": HIDDEN, "word_embed_proj_dim": HIDDEN, "projection_dim": HIDDEN, "conv_dim": (32,) * 7,
           "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 4, "output_hidden_size": HIDDEN,
           "classifier_proj_size": HIDDEN, "tdnn_dim": (32,) * 5, "xvector_output_dim": 32,

@@ -304,6 +304,8 @@ FRONTEND_ONLY: dict[str, Callable] = {
     "torch.aten.arange.start": indexing.arange,
     "torch.aten.arange.start_step": indexing.arange,
     "torch.aten.full": indexing.full,
+    "torch.aten.eye": indexing.eye,
+    "torch.aten.eye.m": indexing.eye,
     "torch.aten.zeros": indexing.zeros,
     "torch.aten.ones": indexing.ones,
     "torch.aten.full_like": indexing.full_like,

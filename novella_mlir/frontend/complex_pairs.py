@@ -19,6 +19,26 @@ _SAME = {aten.to.dtype_layout, aten.to.dtype, aten._to_copy.default, aten.clone.
 _ASSERTS = {aten._assert_tensor_metadata.default}
 
 
+def _dim(d: int, rank: int) -> int:
+    return d % rank if rank else d
+
+
+# ops that move the elements of a complex tensor: the same op on its pairs, with each dim argument counted
+# from the front (the pair dim is the last) and the pair dim appended to each shape: (rank out, rank in, rest)
+_LAYOUT = {
+    aten.slice.Tensor: lambda o, i, rest: (_dim(rest[0], i), *rest[1:]) if rest else (),
+    aten.select.int: lambda o, i, rest: (_dim(rest[0], i), *rest[1:]),
+    aten.squeeze.dim: lambda o, i, rest: (_dim(rest[0], i),),
+    aten.squeeze.dims: lambda o, i, rest: ([_dim(d, i) for d in rest[0]],),
+    aten.transpose.int: lambda o, i, rest: (_dim(rest[0], i), _dim(rest[1], i)),
+    aten.permute.default: lambda o, i, rest: ([_dim(d, i) for d in rest[0]] + [i],),
+    aten.view.default: lambda o, i, rest: (list(rest[0]) + [2],),
+    aten.reshape.default: lambda o, i, rest: (list(rest[0]) + [2],),
+    aten._unsafe_view.default: lambda o, i, rest: (list(rest[0]) + [2],),
+    aten.expand.default: lambda o, i, rest: (list(rest[0]) + [2], *rest[1:]),
+}
+
+
 def complex_as_pairs(prog) -> None:
     """Rewrites the complex values computed inside `prog`'s graph as real pairs (in place)."""
     graph = prog.graph
@@ -84,12 +104,14 @@ class _Emit:
         if t is aten.unsqueeze.default:
             d = args[1]
             return self(aten.unsqueeze.default, args[0], d if d >= 0 else d - 1)
+        if t in _LAYOUT and node.args[0] in pairs:
+            return self(t, args[0], *_LAYOUT[t](node.meta["val"].dim(), node.args[0].meta["val"].dim(), args[1:]))
         if t in (aten.add.Tensor, aten.sub.Tensor) and len(args) == 2 and all(a in pairs for a in node.args):
             return self(t, *args)
         if t is aten.mul.Tensor and len(args) == 2:
             return self._mul(node.args, args, pairs)
         raise _refuse(node, "has no rewrite as real pairs (polar, view_as_complex/real, mul, add, sub, "
-                      "unsqueeze and complex64 casts have)")  # fmt: skip
+                      "slices, views and complex64 casts have)")  # fmt: skip
 
     def _mul(self, raw, args, pairs):
         a, b = args

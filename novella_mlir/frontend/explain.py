@@ -40,10 +40,9 @@ _NOISY_LOGGERS = (
     "torch._dynamo",
 )
 _RECURRENT = (torch.nn.RNNBase,)
-_DATA_DEPENDENT_OPS = ("nonzero", "unique", "masked_select", "item", "_local_scalar_dense", "repeat_interleave",
-                       "bincount")  # fmt: skip
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _OURS = str(Path(__file__).resolve().parents[1])
+_STDLIB = str(Path(os.__file__).parent)
 
 
 @contextlib.contextmanager
@@ -131,16 +130,37 @@ def _torch_name(func) -> str:
     return f"{module.replace('torch._C._nn', 'torch.nn.functional')}.{name}"
 
 
-def fixing_call(run) -> str | None:
-    """The torch call (and the user's line) that fixed a symbolic size while `run` (an export that fails so)
-    ran once more, watched; None when the size was fixed outside a torch call (e.g. `int(x.shape[1])`)."""
-    watch = _SizeWatch()
+def fixing_call(run) -> tuple[str | None, str | None]:
+    """(the torch call and user line that fixed a symbolic size, the model's line where a size first became
+    a constant) while `run` (an export that fails so) ran once more, watched. The call is None when the size
+    was fixed outside a torch call (`int(x.shape[1])`, `for i in range(seq_len)`); the line then names it."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    watch, replace, lines = _SizeWatch(), ShapeEnv._set_replacement, []
+
+    def noted(env, a, tgt, msg):
+        if isinstance(tgt, sympy.Integer) and not lines:
+            lines.append(_model_line(traceback.extract_stack()))
+        return replace(env, a, tgt, msg)
+
+    ShapeEnv._set_replacement = noted
     try:
         with watch:
             run()
     except Exception:  # noqa: BLE001 - the failure is known; only the watch's note is wanted
         pass
-    return watch.culprit
+    finally:
+        ShapeEnv._set_replacement = replace
+    return watch.culprit, (lines[0] if lines else None)
+
+
+def _model_line(stack) -> str | None:
+    """The innermost frame of the model's code (a library's too, such as transformers; not torch's, the
+    standard library's or ours)."""
+    for f in reversed(stack):
+        if not f.filename.startswith((_TORCH_DIR, _OURS, _STDLIB, "<")):
+            return _where(f.filename, f.lineno, f.line)
+    return None
 
 
 def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int, hi: int, culprit=None) -> str:
@@ -163,7 +183,8 @@ def export_error(exc: BaseException, module: torch.nn.Module, dim: int, lo: int,
                 f"of dim {dim} instead of keeping it symbolic in [{lo}, {hi}]; recurrent layers are not "
                 "supported, compile for one length (min_len == max_len) or replace the layer"
             )
-        call = culprit() if culprit else None
+        call, line = culprit() if culprit else (None, None)
+        at = f" at {line}" if line else at
         if call:
             return (
                 f"{call} fixes the size of dim {dim} instead of keeping it symbolic in [{lo}, {hi}]: torch's "
@@ -219,13 +240,13 @@ def _find_line(module: torch.nn.Module, name: str, method: str, pattern: str):
 
 
 def unbacked(prog) -> str | None:
-    """The message for an exported graph whose sizes depend on tensor values (nonzero, unique...), else None."""
+    """The message for an exported graph whose sizes depend on tensor values (nonzero, unique, item...), naming
+    the first op that makes such a size and its line, else None."""
     if not any(str(s).startswith("u") for s in prog.range_constraints):
         return None
     for node in prog.graph.nodes:
-        target = str(getattr(node.target, "__name__", node.target))
-        if node.op == "call_function" and any(op in target for op in _DATA_DEPENDENT_OPS):
-            op = target.split(".")[0]
+        if node.op == "call_function" and _unbacked_in(node.meta.get("val")):
+            op = str(getattr(node.target, "__name__", node.target)).split(".")[0]
             where = _stack_line(node.meta.get("stack_trace") or "")
             return (
                 f"torch.{op}{f' at {where}' if where else ''} returns a tensor whose size depends on the input's "
@@ -235,10 +256,25 @@ def unbacked(prog) -> str | None:
     return "the exported graph has sizes that depend on tensor values (data-dependent ops are not supported)"
 
 
+def _unbacked_in(val) -> bool:
+    if isinstance(val, (list, tuple)):
+        return any(_unbacked_in(v) for v in val)
+    sizes = val.shape if isinstance(val, torch.Tensor) else [val] if isinstance(val, torch.SymInt) else []
+    return any(
+        isinstance(d, torch.SymInt) and any(str(s).startswith("u") for s in d.node.expr.free_symbols) for d in sizes
+    )
+
+
 def _stack_line(stack: str) -> str | None:
+    """The innermost user frame (`file:line (`code`)`), and the innermost frame of a library's model code
+    below it when there is one: `user.py:9 (`...`) (in modeling_x.py:120 (`...`))`."""
     m = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s+(.*)', stack)
     user = [x for x in m if _is_user(x[0])] or m
-    return _where(user[-1][0], int(user[-1][1]), user[-1][2]) if user else None
+    if not user:
+        return None
+    where = _where(user[-1][0], int(user[-1][1]), user[-1][2])
+    lib = [x for x in m[m.index(user[-1]) + 1 :] if not x[0].startswith((_TORCH_DIR, _OURS, _STDLIB))]
+    return f"{where} (in {_where(lib[-1][0], int(lib[-1][1]), lib[-1][2])})" if lib else where
 
 
 def check_dtypes(module: torch.nn.Module) -> None:

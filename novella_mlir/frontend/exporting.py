@@ -61,6 +61,10 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
         prog = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
     if not isinstance(prog, str):
         _check_length_one(module, args, dynamic_dim, prog, (lo, hi))
+        narrowed = guards.kept(prog, *need, at, failing_lengths)
+        if narrowed:
+            raise NarrowedError(f"torch.export traced the model for some lengths only: it assumed {narrowed[1]}.",
+                                *narrowed)  # fmt: skip
         return prog
     first = prog
     if kept is None:
@@ -362,18 +366,6 @@ def unproved(cond, box: dict, where: str = "") -> str:
         bad = failing_lengths(cond, lo, hi, where)
         return f"false for {lengths_in_words(bad)}" if bad else ""
     return f"not provable over {', '.join(f'{s} in [{box[s][0]}, {box[s][1]}]' for s in free if s in box)} ({where})"
-
-
-def small_size_hint(prog) -> bool:
-    """Whether a size computed from the length is 0 or 1 at the example (a patch grid `W // 32` of one
-    column): torch records guards such as `Eq(W // 32, 1)` on it, which a later retrace (decompositions)
-    takes as facts and specializes the size to 1. An example at the top of the range has no such size."""
-    for n in prog.graph.nodes:
-        v = n.meta.get("val")
-        for d in v.shape if isinstance(v, torch.Tensor) else ():
-            if isinstance(d, torch.SymInt) and d.node.hint is not None and d.node.hint <= 1:
-                return True
-    return False
 
 
 def _dynamic_export(module, args, dynamic_dim, lo, hi):

@@ -22,8 +22,9 @@ from ..dialects.novella import WeightOp
 from ..errors import NovellaError
 from . import dtypes, explain, exporting, ties
 from .complex_pairs import complex_as_pairs
+from .hops import inline_wrappers
 from .own_decompositions import own_decompositions
-from .traceable import symbolic_kernels
+from .traceable import every_frame, symbolic_kernels
 
 # The only decompositions the frontend runs (torch's own, from torch._decomp): composite ops
 # whose parts the NPU lowers. Everything else in the exported graph is lowered as it is.
@@ -172,7 +173,7 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
     range before they are dropped. If torch narrows the range, the error
     names the guard in words."""
     explain.check_dtypes(module)
-    with explain.quiet(), symbolic_kernels():
+    with explain.quiet(), symbolic_kernels(), every_frame():
         prog = exporting.export(module, args, dynamic_dim, min_len, max_len, need_lo, need_hi)
     data_dependent = explain.unbacked(prog)
     if data_dependent:
@@ -182,7 +183,7 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
 
 def export_spec(module: torch.nn.Module, args, dynamic_shapes):
     """torch.export with torch's `dynamic_shapes` spec of named Dims (see `exporting.export_spec`)."""
-    with symbolic_kernels():
+    with symbolic_kernels(), every_frame():
         return exporting.export_spec(module, args, dynamic_shapes)
 
 
@@ -193,7 +194,7 @@ def symbol_names(prog, args, dynamic_shapes, module) -> dict:
 def export_static(module: torch.nn.Module, args):
     """torch.export at the example's shapes (one length: a static program)."""
     try:
-        with explain.quiet(), symbolic_kernels():
+        with explain.quiet(), symbolic_kernels(), every_frame():
             return torch.export.export(module.eval(), tuple(args), strict=False)
     except Exception as e:  # torch raises many kinds; keep the message, drop the trace
         raise exporting.NovellaError(f"torch.export failed: {str(e).splitlines()[0]}") from None
@@ -204,6 +205,7 @@ def import_program(ctx: ir.Context, prog, decomposition_table=None, names: dict 
     When the importer cannot take what one of torch-mlir's generic-path decompositions made (e.g. a
     `sym_float`), the import is tried once more without those (the op then takes the generic path)."""
     t0 = time.perf_counter()
+    inline_wrappers(prog.graph_module)
     exporting.strip_asserts(prog, recompile=False)  # the importer reads the graph, not its code
     ties.check_topk_ties(prog)
     complex_as_pairs(prog)
@@ -234,6 +236,7 @@ def _importer_error(e: NotImplementedError) -> NovellaError:
 def _import(ctx, prog, decomposition_table, names, t0, generic: bool) -> Imported:
     prog, table = _decompose(prog, decomposition_table, generic)
     drop_empty_cat_operands(prog.graph)
+    fill_empty_pads(prog.graph)
     spell_out_conv_lists(prog.graph)
     chosen = exporting.fold_size_min_max(prog)
     t1 = time.perf_counter()
@@ -327,6 +330,30 @@ def drop_empty_cat_operands(graph) -> None:
             graph.erase_node(node)
         else:
             node.args = (keep, *node.args[1:])
+    if changed:
+        graph.eliminate_dead_code()
+
+
+def fill_empty_pads(graph) -> None:
+    """A constant pad of an empty tensor (`F.pad(x[:, 1:], (0, 0, 0, 1))` at length 1, as MobileBERT's
+    trigram embedding does) is all pad value: a `full` of its static shape, so the empty slice goes dead."""
+    pads = {torch.ops.aten.constant_pad_nd.default: 2, torch.ops.aten.pad.default: 3}
+    changed = False
+    for node in [n for n in graph.nodes if n.op == "call_function" and n.target in pads]:
+        src, out = node.args[0].meta.get("val"), node.meta.get("val")
+        empty = isinstance(src, torch.Tensor) and any(isinstance(d, int) and d == 0 for d in src.shape)
+        mode = node.args[2] if node.target is torch.ops.aten.pad.default and len(node.args) > 2 else "constant"
+        if not empty or mode != "constant" or not all(isinstance(d, int) for d in out.shape):
+            continue
+        at = pads[node.target]
+        value = (node.args[at] if len(node.args) > at else node.kwargs.get("value")) or 0
+        with graph.inserting_before(node):
+            full = graph.call_function(torch.ops.aten.full.default, (list(out.shape), value),
+                                       {"dtype": out.dtype, "device": out.device})  # fmt: skip
+        full.meta = dict(node.meta)
+        node.replace_all_uses_with(full)
+        graph.erase_node(node)
+        changed = True
     if changed:
         graph.eliminate_dead_code()
 

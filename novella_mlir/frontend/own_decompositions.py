@@ -72,6 +72,30 @@ def scatter_value_by_compare(x, dim, index, value):
     return torch.where(hot, torch.full((), value, dtype=x.dtype, device=x.device), x)
 
 
+def scatter_src_by_compare(x, dim, index, src):
+    """`aten.scatter.src` along a small static axis (Llama 4's router: `full_like(logits, -inf).scatter_(1,
+    top_indices, top_values)`): the index's columns j in order, each writing src[..., j] where index[..., j]
+    == e (a later column wins a duplicate, as ATen's loop leaves it). The index must cover x on the other
+    dims (else NotImplemented); src is read only where the index has positions."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
+
+    dim %= x.dim()
+    n, k = x.shape[dim], index.shape[dim]
+    others = [d for d in range(x.dim()) if d != dim]
+    covers = x.dim() == index.dim() == src.dim() and all(known(index.shape[d] == x.shape[d]) for d in others)
+    if not covers or not isinstance(n, int) or n > _ONE_HOT_MAX or not isinstance(k, int) or k > _ONE_HOT_MAX:
+        return NotImplemented
+    for d in range(src.dim()):
+        if not known(src.shape[d] == index.shape[d]):
+            src = src.narrow(d, 0, index.shape[d])
+    iota = torch.arange(n, device=x.device)
+    out = x.movedim(dim, -1)
+    idx, val = index.movedim(dim, -1), src.movedim(dim, -1).to(x.dtype)
+    for j in range(k):
+        out = torch.where(idx[..., j : j + 1] == iota, val[..., j : j + 1], out)
+    return out.movedim(-1, dim)
+
+
 def slice_scatter_by_cat(x, src, dim=0, start=None, end=None, step=1):
     """`aten.slice_scatter` of a static range of a static dim (DeepSeek-V2's keys written into
     `new_empty(...)[..., :d].copy_(k_nope)`): x before the range, src, x after it, concatenated. A symbolic
@@ -227,6 +251,7 @@ _ATEN = {
     torch.ops.aten.bucketize.Tensor: bucketize_without_boundaries,
     torch.ops.aten.index_put.default: index_put_by_compare,
     torch.ops.aten.scatter.value: scatter_value_by_compare,
+    torch.ops.aten.scatter.src: scatter_src_by_compare,
     torch.ops.aten.slice_scatter.default: slice_scatter_by_cat,
     torch.ops.aten.max.dim: max_dim_by_parts,
     torch.ops.aten.min.dim: min_dim_by_parts,

@@ -16,7 +16,7 @@ import torch
 from .. import artifact as art_mod
 from ..artifact.cache_key import traced
 from ..errors import InputError, NovellaError
-from . import dynspec, exporting, importer
+from . import dynspec, exporting, guards, importer
 from .exporting import ONE_GUARD, NarrowedError
 
 
@@ -80,15 +80,15 @@ def compile_range(c: Compilers, module, example_args, dynamic_dim, min_len, max_
         example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
     try:
         prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len)
-        if exporting.small_size_hint(prog) and lo < hi:  # re-trace where no size is 0 or 1
+        if guards.small_size_hint(prog) and lo < hi:  # re-trace where no size is 0 or 1
             example_args = tuple(_resized(a, dynamic_dim, hi) for a in example_args)
             prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len)
+        return c.compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
     except NarrowedError as e:
         if min_len == max_len or e.kept is None:
             raise
         kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
         return _specialize(c, module, example_args, dynamic_dim, (min_len, max_len), e, **kw)
-    return c.compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
 
 
 def _resized(arg, dim: int, length: int):
@@ -169,7 +169,7 @@ def _excluded(c: Compilers, module, example_args, dynamic_dim, rng, narrowed, gu
     r0, r1 = rng
     if r1 - r0 >= 2:
         why = None
-        for at in (r1, (r0 + r1) // 2):
+        for at in (r1 - 1, (r0 + r1) // 2):  # a top may be special (a pad of 0)
             args = tuple(_resized(x, dynamic_dim, at) for x in example_args)
             try:
                 sub = c.compile_torch(module, *args, dynamic_dim=dynamic_dim, min_len=r0, max_len=r1, **kw)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import traceback
 
 import torch
 
@@ -56,3 +58,31 @@ def symbolic_kernels():
         for op in ops:
             op.py_kernels.pop(_CIA, None)
             op._dispatch_cache.clear()
+
+
+_NOT_MODEL = (os.path.dirname(torch.__file__), os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(__file__)))
+
+
+@contextlib.contextmanager
+def every_frame():
+    """torch.export's stack traces with every frame of the model's code from its first `forward` on, not
+    only its `forward` frames (torch's, the standard library's and ours left out but their `forward`s, as
+    torch keeps them: a torch.nn module's line): an op inside a plain
+    function (a hub kernel's fallback such as `chunk_kimi_delta_attention`, called through the `kernels`
+    package's dispatch module) then names its own line, not the dispatcher's."""
+    from torch.fx.proxy import TracerBase
+
+    keep = TracerBase._filter_traceback_frames
+
+    def frames(self, summary):
+        start = next((i for i, f in enumerate(summary) if f.name == "forward"), None)
+        if not getattr(self, "_record_forward_stack_traces_only", False) or start is None:
+            return keep(self, summary)
+        kept = [f for f in summary[start:] if f.name == "forward" or not f.filename.startswith(_NOT_MODEL)]
+        return traceback.StackSummary.from_list(kept)
+
+    TracerBase._filter_traceback_frames = frames
+    try:
+        yield
+    finally:
+        TracerBase._filter_traceback_frames = keep

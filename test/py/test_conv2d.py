@@ -64,7 +64,7 @@ def test_a_conv_the_generic_path_cannot_take_is_refused_naming_it():
     """A transposed conv: torch-mlir's linalg form reads loop indices; the refusal names the op and the line."""
     c = torch.nn.ConvTranspose2d(2, 4, 3).eval()
     with pytest.raises(
-        UnsupportedOpError, match=r"lambda_module.py:\d+ \(in .*conv.py:\d+\): .*'torch.aten.convolution'"
+        UnsupportedOpError, match=r"test_conv2d.py:\d+ \(in .*conv.py:\d+\): .*'torch.aten.convolution'"
     ):
         compile_torch(Lambda(lambda x: c(x)), torch.randn(1, 2, 6, 10), dynamic_dim=3, min_len=4, max_len=20,
                       cache=False)  # fmt: skip

@@ -23,5 +23,7 @@ def test_a_repeat_by_a_size_of_the_length():
 
 def test_a_dynamic_dim_repeated_a_dynamic_count_is_refused():
     model = Lambda(lambda x: x.repeat(1, x.shape[1], 1))
-    with pytest.raises(NovellaError, match=r"lambda_module.py:\d+: 'torch.aten.repeat': repeat of \['1', 's0', '8'\]"):
+    with pytest.raises(
+        NovellaError, match=r"test_conv_pos_repeat.py:\d+: 'torch.aten.repeat': repeat of \['1', 's0', '8'\]"
+    ):
         compile_torch(model, torch.randn(1, 5, 8), min_len=1, max_len=40, cache=False)

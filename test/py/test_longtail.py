@@ -198,7 +198,7 @@ def test_a_size_min_that_one_side_wins_everywhere_is_folded():
 
 
 def test_a_size_min_that_changes_sides_is_refused_naming_the_line():
-    with pytest.raises(NovellaError, match=r"lambda_module.py:\d+: torch.sym_min\(s\d+, 40\) of sizes: neither side"):
+    with pytest.raises(NovellaError, match=r"test_longtail.py:\d+: torch.sym_min\(s\d+, 40\) of sizes: neither side"):
         check(lambda x: x[:, : min(x.shape[1], 40)] * 2)
 
 

@@ -113,6 +113,8 @@ class Converter:
             self.env[out] = self._scalar_float(op, name)
         elif name == "arith.constant":
             self.env[out] = self._constant(op)
+        elif name in ("arith.minsi", "arith.maxsi"):
+            self.env[out] = self._min_max(op, name)
         elif name in _INDEX_OPS or name in ("arith.floordivsi", "arith.divsi", "arith.ceildivsi", "arith.index_cast"):
             self.env[out] = self._index(op, name)
         elif name == "tensor.dim":
@@ -168,6 +170,19 @@ class Converter:
             raise self.refuse(f"a size divided by the size {b}, which is not affine")
         return simplify(sy.ceildiv(affine(a), b) if name == "arith.ceildivsi" else sy.floordiv(affine(a), b))
 
+    def _min_max(self, op, name: str):
+        """The min (max) of two sizes: folded when both are known, else the side that is the min (max) at
+        every length of the range, proved symbolically."""
+        a, b = (self.env[v] for v in op.operands)
+        pick = min if name == "arith.minsi" else max
+        if isinstance(a, int) and isinstance(b, int):
+            return pick(a, b)
+        box = sy.symbol_box(self.cx.symbols)
+        lo, hi = (a, b) if sy.provably_ge(affine(b), affine(a), box) else (b, a)
+        if not sy.provably_ge(affine(hi), affine(lo), box):
+            raise self.refuse(f"its linalg form takes '{name}' of the sizes {a} and {b}; neither is always the smaller")
+        return simplify(affine(lo if pick is min else hi))
+
     def _linalg_transpose(self, op):
         perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
         return self.transpose(self.tensor(op.operands[0]), perm)
@@ -209,6 +224,11 @@ class Converter:
         from .movement import extract_slice
 
         return extract_slice(self, op)
+
+    def _tensor_insert_slice(self, op):
+        from .movement import insert_slice
+
+        return insert_slice(self, op)
 
     def _tensor_pad(self, op):
         from .movement import pad

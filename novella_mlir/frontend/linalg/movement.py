@@ -1,4 +1,6 @@
-"""`tensor.extract_slice` -> one `novella.slice` per sliced dim (then a reshape when rank-reducing)."""
+"""`tensor.extract_slice` -> one `novella.slice` per sliced dim (then a reshape when rank-reducing);
+`tensor.insert_slice` -> the destination's parts around the inserted block, concatenated per dim;
+`tensor.pad` by a constant -> blocks of the value concatenated."""
 
 from __future__ import annotations
 
@@ -94,3 +96,45 @@ def pad(cv, op):
             lhs, rhs = (fill, x) if first else (x, fill)
             x = cv.emit(ConcatOp, lhs=lhs, rhs=rhs, dim=ir.IntegerAttr.get(i64, d))
     return x
+
+
+def _operands(cv, op, first: int, names=("static_offsets", "static_sizes", "static_strides")) -> list:
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    rest, out, at = list(op.operands[first:]), [], 0
+    for name, n in zip(names, seg[first:]):
+        out.append(_mixed(cv, op, name, rest[at : at + n]))
+        at += n
+    return out
+
+
+def insert_slice(cv, op):
+    """`dest` with the block [off, off + size) of each dim replaced by `src` (unit strides): per dim the
+    block does not cover, the part of `dest` before it, the block, and the part after it, concatenated."""
+    offsets, sizes, strides = _operands(cv, op, 2)
+    if any(sy.as_int(s) != 1 for s in strides):
+        raise cv.refuse("its tensor.insert_slice writes with a step (only unit strides are data movement here)")
+    src = cv.reshape(cv.tensor(op.operands[0]), sizes)
+    full = cv.shape(op.operands[1])
+    if all(sy.as_int(o) == 0 and sy.equal(s, f) for o, s, f in zip(offsets, sizes, full)):
+        return src  # the whole destination (perhaps an uninitialized tensor.empty) is overwritten
+    return _insert(cv, cv.tensor(op.operands[1]), src, offsets, sizes, 0)
+
+
+def _insert(cv, dest, src, offsets, sizes, d: int):
+    shape = cv.cx.shape(dest)
+    while d < len(shape) and sy.as_int(offsets[d]) == 0 and sy.equal(sizes[d], shape[d]):
+        d += 1
+    if d == len(shape):
+        return src
+    off, size, full = offsets[d], sizes[d], shape[d]
+    mid = _insert(cv, _slice(cv, dest, d, off, size), src, offsets, sizes, d + 1)
+    parts = [_slice(cv, dest, d, sy.const(0), off)] if sy.as_int(off) != 0 else []
+    parts.append(mid)
+    after = sy.canon(full - off - size)
+    if sy.as_int(after) != 0:
+        parts.append(_slice(cv, dest, d, sy.canon(off + size), after))
+    i64 = ir.IntegerType.get_signless(64)
+    out = parts[0]
+    for p in parts[1:]:
+        out = cv.emit(ConcatOp, lhs=out, rhs=p, dim=ir.IntegerAttr.get(i64, d))
+    return out

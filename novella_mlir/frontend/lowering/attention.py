@@ -24,7 +24,7 @@ from ...dialects.novella import (
     WhereOp,
 )
 from ...kernels.flash_attention import CAUSAL_ATTR
-from .shape_ops import from_last, to_last
+from .shape_ops import from_last, reshape, to_last
 
 
 def _rank(v: ir.Value) -> int:
@@ -32,15 +32,27 @@ def _rank(v: ir.Value) -> int:
 
 
 def matmul(cx):
-    """`a @ b` for operands of equal rank 2 to 4 (batch dims equal or 1); `x @ W` and `x @ W.T` with a
-    static 2-D weight and x of rank 3 or more are a linear (the linear kernel)."""
+    """`a @ b` for operands of rank 2 or more (batch dims equal or 1; a lower rank is broadcast with leading
+    1s, more than 2 batch dims, equal, are merged into one); `x @ W` and `x @ W.T` with a static 2-D weight
+    and x of rank 3 or more are a linear (the linear kernel)."""
     a, b = cx.operand(0), cx.operand(1)
     ra, rb = _rank(a), _rank(b)
     if rb == 2 and ra > 2:
         return _matmul_by_matrix(cx, a, b)
-    if ra != rb or not 2 <= ra <= 4:
-        raise cx.error(f"matmul of rank {ra} by rank {rb} is not supported; use equal ranks 2 to 4")
-    return cx.emit(MatmulOp, lhs=a, rhs=b, transpose_rhs=ir.BoolAttr.get(False))
+    if min(ra, rb) < 2:
+        raise cx.error(f"matmul of rank {ra} by rank {rb} is not supported; use ranks 2 or more")
+    a = reshape(cx, a, [sy.const(1)] * (rb - ra) + list(cx.shape(a)), check=False)
+    b = reshape(cx, b, [sy.const(1)] * (ra - rb) + list(cx.shape(b)), check=False)
+    if max(ra, rb) <= 4:
+        return cx.emit(MatmulOp, lhs=a, rhs=b, transpose_rhs=ir.BoolAttr.get(False))
+    (sa, sb), false = (cx.shape(a), cx.shape(b)), ir.BoolAttr.get(False)
+    if not sy.equal_shapes(sa[:-2], sb[:-2]):
+        raise cx.error(f"matmul with batch dims {[str(e) for e in sa[:-2]]} and {[str(e) for e in sb[:-2]]}: "
+                       "more than 2 batch dims must be equal")  # fmt: skip
+    n = sy.numel(sa[:-2])
+    y = cx.emit(MatmulOp, check=False, lhs=reshape(cx, a, [n, *sa[-2:]], check=False),
+                rhs=reshape(cx, b, [n, *sb[-2:]], check=False), transpose_rhs=false)  # fmt: skip
+    return reshape(cx, y, [*sa[:-2], *cx.shape(y)[-2:]])
 
 
 def _matmul_by_matrix(cx, a, b):

@@ -152,6 +152,15 @@ def _full(cx, sizes, value):
     return sized_table(cx, "full", np.full(upper, float(value)), sizes)
 
 
+def eye(cx):
+    """`torch.eye(n)` / `torch.eye(n, m)` of static sizes (a chunked scan's `attn + eye(chunk)`): a constant."""
+    n = cx.const(0)
+    m = cx.const(1) if cx.op.operation.name.endswith(".m") else n
+    if not isinstance(n, int) or not isinstance(m, int):
+        raise cx.error(f"eye of the size {n} x {m}, which is not static: make the identity's size a constant")
+    return cx.add_weight("eye", np.eye(n, m, dtype=np.float32))
+
+
 def full(cx):
     return _full(cx, cx.const(0), cx.const(1))
 
