@@ -48,20 +48,21 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
     prog, kept = _dynamic_export(module, args, dynamic_dim, lo, hi)
     if prog is not None and messages.unbacked(prog):  # size-oblivious tracing lost a size (a slice from T):
         prog, kept = None, None  # the named Dim's trace keeps it, or says why not
-    whole = kept == (lo, hi)
+    whole, checked = kept == (lo, hi), kept is not None
     if kept is not None:  # the guards of the branches it took and the sizes it fixed at the example
         conds = guards.recorded(prog)
         kept = _kept(conds, (max(kept[0], need[0]), min(kept[1], need[1])), at)
         if whole and kept is not None and kept != need:
             kept = _same_around(module, args, dynamic_dim, prog, guards.runs(conds, *need), kept)
     if whole and kept != need:  # the named-Dim trace records the same guards, or loses them (an int() of a float)
-        prog = guards.narrowing(_excluded_by(conds, need, kept), conds)
+        where = "; ".join(w for _, w, _ in guards.failing(prog, *need, failing_lengths)[: guards.SHOWN])
+        prog = guards.narrowing(_excluded_by(conds, need, kept) + (f" Recorded at {where}." if where else ""), conds)
     elif not whole:
         spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
         prog = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
     if not isinstance(prog, str):
         _check_length_one(module, args, dynamic_dim, prog, (lo, hi))
-        narrowed = guards.kept(prog, *need, at, failing_lengths)
+        narrowed = guards.kept(prog, *need, at, failing_lengths, sizes_only=checked)
         if narrowed:
             raise NarrowedError(f"torch.export traced the model for some lengths only: it assumed {narrowed[1]}.",
                                 *narrowed)  # fmt: skip

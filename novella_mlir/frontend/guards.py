@@ -283,11 +283,13 @@ def _line(node) -> str:
     return f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown>"
 
 
-def kept(prog, lo: int, hi: int, at: int, failing_lengths) -> tuple[tuple[int, int], str] | None:
+def kept(prog, lo: int, hi: int, at: int, failing_lengths, sizes_only: bool = False) -> tuple[tuple[int, int], str] | None:
     """((a, b), the first reason in words) when a guard is false at some length of [max(lo, 2), hi] or a
     traced size is 0 at some length of [lo, hi]: [a, b] is the widest interval around `at` where neither
-    happens (from `lo` if the guards hold down to 2 and no size is 0)."""
-    reasons = empty(prog, lo, hi, failing_lengths) + failing(prog, max(lo, 2), hi, failing_lengths)
+    happens (from `lo` if the guards hold down to 2 and no size is 0). `sizes_only`: the guards were
+    read already (`recorded`, `kept_interval`), only the empty sizes are checked."""
+    reasons = empty(prog, lo, hi, failing_lengths)
+    reasons += [] if sizes_only else failing(prog, max(lo, 2), hi, failing_lengths)
     if not reasons:
         return None
     bad = np.zeros(hi - lo + 1, dtype=bool)

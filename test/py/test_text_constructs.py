@@ -77,7 +77,7 @@ def test_a_loop_split_names_the_guard_torch_assumed():
     from novella_mlir.frontend import importer
     from novella_mlir.frontend.exporting import NarrowedError
 
-    with pytest.raises(NarrowedError, match=r"assumed .*//16.*, 2\)` \(.*test_text_constructs.py:\d+") as e:
+    with pytest.raises(NarrowedError, match=r"assumes .*//16.* == 2.*Recorded at .*test_text_constructs.py:\d+") as e:
         importer.export(ChunkedScan().eval(), (torch.randn(1, 20, 8),), 1, 2, 70)
     assert e.value.kept == (17, 32)
 
