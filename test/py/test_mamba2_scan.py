@@ -1,7 +1,7 @@
 """A stock Mamba2 mixer (transformers' Bamba, its `torch_forward` path: the depthwise causal conv1d, the
 chunked selective scan with the pad to a whole chunk, segment sums, `exp` of cumulative sums, einsums)
-against eager at lengths 1, 2, an odd middle, a partial last tile and the maximum, every length in one
-chunk."""
+against eager at lengths 1, 2, an odd middle, a partial last tile and the maximum, in one chunk and over
+several."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from novella_mlir import compile_torch
-from novella_mlir.errors import NovellaError
 
 transformers = pytest.importorskip("transformers")
 
@@ -44,14 +43,15 @@ def test_bamba_mixer_in_one_chunk():
         torch.testing.assert_close(npu(ids, check_hazards=n == 37), want, rtol=1e-4, atol=1e-4)
 
 
-def test_more_than_one_chunk_is_refused_naming_the_chunk_count():
-    """torch.export traces the chunk count at the example length (one chunk of 16) without a guard; the
-    shape rule's count is ceildiv(T, 16), so the compile refuses instead of scanning the first chunk only.
-    Re-traced at the top of the range (the example's chunk count is 1), the count is symbolic and the
-    compile stops later, at the scan's transpose of two dims of that count."""
-    refusal = (
-        r"'torch.aten.cumsum'.*fixes dim 2 at 1 where the length makes it s0 ceildiv 16"
-        r"|transpose of \['1', 's0 ceildiv 16 \+ 1', 's0 ceildiv 16 \+ 1', '4'\]: more than one dynamic dim"
-    )
-    with pytest.raises(NovellaError, match=refusal):
-        compile_torch(bamba(chunk=16), torch.randint(0, 100, (1, 8)), min_len=1, max_len=70, cache=False)
+def test_more_than_one_chunk_is_a_program_per_chunk_count():
+    """torch.export traces the chunk count at the example length, guarding the count but not the length:
+    the range splits where the count changes (`frontend/guards.py`), each part traced at its own count,
+    one compile_torch call; checked against eager in the first chunk, at a chunk boundary and past it."""
+    model = bamba(chunk=16)
+    npu = compile_torch(model, torch.randint(0, 100, (1, 8)), min_len=1, max_len=34, cache=False)
+    assert len(npu.artifact.programs) >= 3
+    for n in (1, 16, 17, 33, 34):
+        ids = torch.randint(3, 100, (1, n), generator=torch.Generator().manual_seed(n))
+        with torch.no_grad():
+            want = model(ids)
+        torch.testing.assert_close(npu(ids, check_hazards=n == 17), want, rtol=1e-4, atol=1e-4)
