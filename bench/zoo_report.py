@@ -17,7 +17,10 @@ choices make the small models like released ones: a router that transformers ini
 (afmoe: every expert score tied, where torch's top-k picks among ties in an order of its own, which
 the compiler refuses) gets random weights (`zoo_models.untie_routers`); latent-attention configs
 (`kv_lora_rank`) keep as many KV heads as query heads; Mamba2 mixers have 8 heads of 16, state 16,
-2 groups.
+2 groups. Shared MoE experts are 64 wide (`moe_shared_expert_intermediate_size`; nemotron_h's default
+7688 hits a linear tiling refusal, noted in issue 19). A vision model whose forward takes `noise=`
+(vit_mae's random patch masking, which no compiled program can equal) gets a fixed noise input, one
+distinct value per patch (`zoo_models.patch_noise`).
 
 **{passed} of {tried} families compile once and match at every length** (with the mask too, where
 the model takes one); {untried} more families build but were not run in this table's time budget;
