@@ -55,14 +55,14 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
         if whole and kept is not None and kept != need:
             kept = _same_around(module, args, dynamic_dim, prog, guards.runs(conds, *need), kept)
     if whole and kept != need:  # the named-Dim trace records the same guards, or loses them (an int() of a float)
-        where = "; ".join(w for _, w, _ in guards.failing(prog, *need, failing_lengths)[: guards.SHOWN])
+        where = "; ".join(w for _, w, _ in guards.failing(prog, *need)[: guards.SHOWN])
         prog = guards.narrowing(_excluded_by(conds, need, kept) + (f" Recorded at {where}." if where else ""), conds)
     elif not whole:
         spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
         prog = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
     if not isinstance(prog, str):
         _check_length_one(module, args, dynamic_dim, prog, (lo, hi))
-        narrowed = guards.kept(prog, *need, at, failing_lengths, sizes_only=checked)
+        narrowed = guards.kept(prog, *need, at, sizes_only=checked)
         if narrowed:
             raise NarrowedError(f"torch.export traced the model for some lengths only: it assumed {narrowed[1]}.",
                                 *narrowed)  # fmt: skip

@@ -239,9 +239,9 @@ def small_size_hint(prog) -> bool:
     return False
 
 
-def failing(prog, lo: int, hi: int, failing_lengths) -> list[tuple]:
+def failing(prog, lo: int, hi: int) -> list[tuple]:
     """(guard, where torch recorded it, the lengths in [lo, hi] where it is false) of each guard in one size
-    symbol that is false somewhere in the range. `failing_lengths` is `exporting.failing_lengths`."""
+    symbol that is false somewhere in the range."""
     env = shape_env(prog)
     out = []
     for g in env.guards if env is not None and lo <= hi else ():
@@ -257,7 +257,7 @@ def failing(prog, lo: int, hi: int, failing_lengths) -> list[tuple]:
     return [r[:3] for r in sorted(out, key=lambda r: r[3])]  # those torch traced to a model line first
 
 
-def empty(prog, lo: int, hi: int, failing_lengths) -> list[tuple]:
+def empty(prog, lo: int, hi: int) -> list[tuple]:
     """(size, where, the lengths in [lo, hi] where it is below 1) of each size of a traced tensor that is
     empty at some length (`x[:, 1:]` at T = 1): torch traces sizes as at least 2, and a program holds no
     empty tensor, so those lengths are traced on their own (where the empty value folds away)."""
@@ -283,13 +283,13 @@ def _line(node) -> str:
     return f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown>"
 
 
-def kept(prog, lo: int, hi: int, at: int, failing_lengths, sizes_only: bool = False) -> tuple[tuple[int, int], str] | None:
+def kept(prog, lo: int, hi: int, at: int, sizes_only: bool = False) -> tuple[tuple[int, int], str] | None:
     """((a, b), the first reason in words) when a guard is false at some length of [max(lo, 2), hi] or a
     traced size is 0 at some length of [lo, hi]: [a, b] is the widest interval around `at` where neither
     happens (from `lo` if the guards hold down to 2 and no size is 0). `sizes_only`: the guards were
     read already (`recorded`, `kept_interval`), only the empty sizes are checked."""
-    reasons = empty(prog, lo, hi, failing_lengths)
-    reasons += [] if sizes_only else failing(prog, max(lo, 2), hi, failing_lengths)
+    reasons = empty(prog, lo, hi)
+    reasons += [] if sizes_only else failing(prog, max(lo, 2), hi)
     if not reasons:
         return None
     bad = np.zeros(hi - lo + 1, dtype=bool)
