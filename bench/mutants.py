@@ -282,9 +282,9 @@ MUTANTS = [
     ),
     M(
         "lowering",
-        "novella_mlir/artifact/format.py",
-        "when = [[kind, sy.to_postfix(e)] for kind, e in when]",
-        'when = [["ge", sy.to_postfix(e)] for kind, e in when]',
+        "novella_mlir/artifact/extract.py",
+        "memo[a] = [(kind, to_postfix(e)) for kind, e in sy.integer_set_constraints(a)]",
+        'memo[a] = [("ge", to_postfix(e)) for kind, e in sy.integer_set_constraints(a)]',
         "artifact turns equality guards into inequalities",
     ),
     M(

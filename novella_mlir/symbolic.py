@@ -3,7 +3,7 @@
 A dynamic size is an `AffineExpr` over symbols `s0, s1, ...` (the model's dynamic input dims); tile-level
 addresses add dims `d0, d1, ...` (the tile grid indices). The compiler keeps them as MLIR attributes so they
 print, parse and simplify like any MLIR IR; the artifact stores them as small postfix programs (see
-`to_postfix` and `novella_mlir.runtime.expr`).
+`novella_mlir.symbolic_postfix` and `novella_mlir.runtime.expr`).
 """
 
 from __future__ import annotations
@@ -226,50 +226,6 @@ def value_range(e: ir.AffineExpr, symbols: list[Symbol]) -> tuple[int, int]:
     expression monotone in each symbol (a `mod` is not)."""
     vals = [evaluate(e, c) for c in itertools.product(*[(s.lo, s.hi) for s in symbols or []])]
     return min(vals), max(vals)
-
-
-_TOKENS = {
-    ir.AffineAddExpr: "+",
-    ir.AffineMulExpr: "*",
-    ir.AffineFloorDivExpr: "floordiv",
-    ir.AffineCeilDivExpr: "ceildiv",
-    ir.AffineModExpr: "mod",
-}
-
-
-def to_postfix(e: ir.AffineExpr) -> list:
-    """Serializes `e` as a postfix program: ints are constants, "s<i>"/"d<i>" operands, then ops."""
-    e = canon(e)
-    if isinstance(e, ir.AffineConstantExpr):
-        return [e.value]
-    if isinstance(e, ir.AffineSymbolExpr):
-        return [f"s{e.position}"]
-    if isinstance(e, ir.AffineDimExpr):
-        return [f"d{e.position}"]
-    return to_postfix(e.lhs) + to_postfix(e.rhs) + [_TOKENS[type(e)]]
-
-
-_FROM_TOKENS = {
-    "+": lambda a, b: a + b,
-    "*": lambda a, b: a * b,
-    "floordiv": ir.AffineExpr.get_floor_div,
-    "ceildiv": ir.AffineExpr.get_ceil_div,
-    "mod": ir.AffineExpr.get_mod,
-}
-
-
-def from_postfix(program: list) -> ir.AffineExpr:
-    """The affine expression of a postfix program (the inverse of `to_postfix`; needs a Context)."""
-    stack = []
-    for tok in program:
-        if isinstance(tok, int):
-            stack.append(const(tok))
-        elif tok in _FROM_TOKENS:
-            b = stack.pop()
-            stack.append(_FROM_TOKENS[tok](stack.pop(), b))
-        else:
-            stack.append((sym if tok[0] == "s" else dim)(int(tok[1:])))
-    return stack[0]
 
 
 def affine_in_symbols(e: ir.AffineExpr) -> bool:

@@ -19,6 +19,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..runtime import expr
+from ..symbolic_postfix import from_postfix
 from .format import Program
 
 
@@ -37,13 +38,13 @@ def annotate(program: Program) -> Program:
 
 
 def _affine(progs) -> bool:
-    return all(sy.affine_in_symbols(sy.from_postfix(p)) for p in progs)
+    return all(sy.affine_in_symbols(from_postfix(p)) for p in progs)
 
 
 def _last_point(prog, grid) -> bool:
-    g = sy.from_postfix(prog)
+    g = from_postfix(prog)
     for k, ext in enumerate(grid):
-        last = sy.dim(k) - sy.from_postfix(ext) + sy.const(1)
+        last = sy.dim(k) - from_postfix(ext) + sy.const(1)
         if expr.has_symbol([ext]) and (sy.equal(g, last) or sy.equal(g, last * -1)):
             return True
     return False

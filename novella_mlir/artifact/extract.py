@@ -12,6 +12,7 @@ from simulator import isa
 
 from .. import symbolic as sy
 from ..dialects.fields import result_dram
+from ..symbolic_postfix import to_postfix
 from ..transforms.common import body_ops, current, from_attr, functions, ir_memo, remember
 from .decide import annotate
 from .format import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta
@@ -45,7 +46,7 @@ def extract(module: ir.Module, weights: dict, config, reason: str = "generic") -
         reason=reason,
         inputs=[_tensor_meta(a, dram, _limit(fn, i)) for i, a in enumerate(block.arguments)],
         outputs=[_tensor_meta(v, dram) for v in ret.operands],
-        dram_size=sy.to_postfix(sy.map_results(fn.attributes["novella.dram_size"])[0]),
+        dram_size=to_postfix(sy.map_results(fn.attributes["novella.dram_size"])[0]),
         weight_layout=layout,
         macros=macros,
         tiles=tiles,
@@ -98,7 +99,7 @@ def _dram_of(fn):
 
 def _tensor_meta(v, dram, limit: list | None = None) -> TensorMeta:
     shape = sy.shape_of(ir.RankedTensorType(v.type))
-    return TensorMeta([sy.to_postfix(e) for e in shape], sy.to_postfix(dram[v]), limit=limit or [])
+    return TensorMeta([to_postfix(e) for e in shape], to_postfix(dram[v]), limit=limit or [])
 
 
 def _limit(fn, i: int) -> list:
@@ -130,10 +131,10 @@ def _macro(macro, dram, memo: dict) -> tuple[MacroMeta, dict, tuple]:
 
 
 def _postfix(expr, memo: dict) -> list:
-    """`sy.to_postfix(expr)`, remembered in `memo` by the expression (uniqued in the context)."""
+    """`to_postfix(expr)`, remembered in `memo` by the expression (uniqued in the context)."""
     key = ("expr", expr)
     if key not in memo:
-        memo[key] = sy.to_postfix(expr)
+        memo[key] = to_postfix(expr)
     return list(memo[key])
 
 
@@ -161,14 +162,14 @@ def _new_template(items: tuple, memo: dict) -> InstTemplate:
     if "when" in attrs:
         a = attrs.pop("when")
         if a not in memo:
-            memo[a] = [(kind, sy.to_postfix(e)) for kind, e in sy.integer_set_constraints(a)]
+            memo[a] = [(kind, to_postfix(e)) for kind, e in sy.integer_set_constraints(a)]
         when = [[kind, list(p)] for kind, p in memo[a]]
     slot = from_attr(attrs.pop("slot")) if "slot" in attrs else {}
     const, var = {}, {}
     for k, a in attrs.items():
         if isinstance(a, ir.AffineMapAttr):
             if a not in memo:
-                memo[a] = [sy.to_postfix(e) for e in a.value.results]
+                memo[a] = [to_postfix(e) for e in a.value.results]
             var[k] = [list(p) for p in memo[a]]
         else:
             v = from_attr(a)
