@@ -14,6 +14,25 @@ class Lambda(torch.nn.Module):
         return self.fn(*xs)
 
 
+def at_length(shape, dim: int, n: int) -> torch.Tensor:
+    """A random input of `shape` with dim `dim` set to `n`, seeded by `n`."""
+    size = list(shape)
+    size[dim] = n
+    return torch.randn(size, generator=torch.Generator().manual_seed(n))
+
+
+def matches_eager(npu, model, shape, dim: int, lengths, *, hazards_at=None, atol: float = 1e-4) -> None:
+    """`npu` equals eager `model` (shape and values, within `atol`/1e-4) at every length of `lengths`,
+    with the hazard checker on at `hazards_at`."""
+    for n in lengths:
+        x = at_length(shape, dim, n)
+        with torch.no_grad():
+            want = model(x)
+        got = npu(x, check_hazards=n == hazards_at)
+        assert got.shape == want.shape, f"T={n}: {list(got.shape)} vs eager {list(want.shape)}"
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=atol, msg=lambda m, n=n: f"T={n}: {m}")
+
+
 def stock_model_matches(hf, vocab: int, lengths, max_len: int = 70) -> None:
     """A transformers base model `hf` (ids -> last_hidden_state, no cache) compiled once from length 16
     matches eager within 1e-4 at every length of `lengths`."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from lambda_module import Lambda
+from lambda_module import Lambda, matches_eager
 
 from novella_mlir import compile_torch
 from novella_mlir.machine.target import Target
@@ -21,15 +21,7 @@ LENGTHS = (1, 2, 37, 67, 70)
 def check(model, shape, lengths=LENGTHS, dim=1):
     npu = compile_torch(model, torch.randn(*shape), dynamic_dim=dim, min_len=lengths[0], max_len=lengths[-1],
                         cache=False)  # fmt: skip
-    for n in lengths:
-        size = list(shape)
-        size[dim] = n
-        x = torch.randn(size, generator=torch.Generator().manual_seed(n))
-        with torch.no_grad():
-            want = model(x)
-        got = npu(x, check_hazards=n == lengths[2])
-        assert got.shape == want.shape
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    matches_eager(npu, model, shape, dim, lengths, hazards_at=lengths[2])
     return npu
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lambda_module import Lambda
+from lambda_module import Lambda, matches_eager
 
 from novella_mlir import compile_torch
 
@@ -17,15 +17,7 @@ def check(fn, shape, dim: int, lengths, hi: int):
     npu = compile_torch(model, torch.randn(*shape), dynamic_dim=dim, min_len=lengths[0], max_len=hi, cache=False)
     text = npu.ir("novella")
     assert "novella.reduce" in text and "novella.generic" not in text  # the table's lowering, not the generic path
-    for n in lengths:
-        size = list(shape)
-        size[dim] = n
-        x = torch.randn(size, generator=torch.Generator().manual_seed(n))
-        with torch.no_grad():
-            want = model(x)
-        got = npu(x, check_hazards=n == lengths[2])
-        assert got.shape == want.shape
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m, n=n: f"T={n}: {m}")
+    matches_eager(npu, model, shape, dim, lengths, hazards_at=lengths[2])
 
 
 def norm(groups: int, channels: int, affine: bool = True):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lambda_module import Lambda
+from lambda_module import Lambda, matches_eager
 
 from novella_mlir import compile_torch
 from novella_mlir.errors import NovellaError
@@ -21,13 +21,7 @@ W = torch.randn(16, 8, generator=torch.Generator().manual_seed(1))
 def check(fn, shape=(1, 6, 8), dim=1, lengths=LENGTHS, hi=70, atol=1e-4):
     module = Lambda(fn)
     npu = compile_torch(module, torch.randn(*shape), dynamic_dim=dim, min_len=1, max_len=hi, cache=False)
-    for n in lengths:
-        size = list(shape)
-        size[dim] = n
-        x = torch.randn(size, generator=torch.Generator().manual_seed(n))
-        want, got = module(x), npu(x)
-        assert got.shape == want.shape, f"T={n}: {list(got.shape)} vs eager {list(want.shape)}"
-        assert torch.allclose(got, want, atol=atol, rtol=1e-4), f"T={n}: max err {(got - want).abs().max():.2e}"
+    matches_eager(npu, module, shape, dim, lengths, atol=atol)
     return npu
 
 
