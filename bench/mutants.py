@@ -275,9 +275,9 @@ MUTANTS = [
     ),
     M(
         "lowering",
-        "novella_mlir/transforms/novella_inst_gen.py",
-        'return _i64(isa.Mem.SPAD if buf.mem == "spad" else isa.Mem.ACC)',
-        'return _i64(isa.Mem.SPAD if buf.mem != "acc" else isa.Mem.SPAD)',
+        "novella_mlir/dialects/fields.py",
+        'MEMS = {"spad": isa.Mem.SPAD, "acc": isa.Mem.ACC}',
+        'MEMS = {"spad": isa.Mem.SPAD, "acc": isa.Mem.SPAD}',
         "every buffer placed in the scratchpad",
     ),
     M(

@@ -37,13 +37,13 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from ..dialects.fields import ROLES
+from ..dialects.fields import MEMS, ROLES
 from .common import body_ops, functions, ir_memo, remember, set_attr, to_attr
 from .novella_macro_gen import tiling_of
 
 # opcode -> {address field: the field naming its memory, or the memory the opcode fixes}
 _ADDRESS = {op: {addr: mem for _, addr, mem in roles.values()} for op, roles in ROLES.items()}
-_MEMS = {0: "spad", 1: "acc"}
+_MEMS = {int(code): name for name, code in MEMS.items()}
 
 
 def run(module_op, options, config) -> None:
@@ -70,7 +70,7 @@ def _map_base(attr) -> int:
 
 
 def _mem(attrs, key: str) -> str:
-    return key if key in ("spad", "acc") else _MEMS[ir.IntegerAttr(attrs[key]).value]
+    return key if key in MEMS else _MEMS[ir.IntegerAttr(attrs[key]).value]
 
 
 def _addresses(attrs) -> list[tuple[str, str, int]]:
