@@ -36,6 +36,34 @@ def _ceil_div(a, b):
     return -(-a // b)
 
 
+def _max(a, b):
+    """Elementwise max of ints or NumPy arrays (a plain `max` for ints, which the cost model calls often)."""
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+
+
+def matmul_cycles(m, k, n, rows: int, cols: int, latency: int):
+    """A MATMUL's cycles on a `rows` x `cols` weight-stationary array: each (k, n) pass shifts its
+    weights in (one array row per cycle), double buffered in the array, so a pass takes max(m, rows)
+    and the first load is exposed."""
+    passes = _ceil_div(k, rows) * _ceil_div(n, cols)
+    return rows + passes * _max(m, rows) + latency
+
+
+def vec_cycles(rows, cols, lanes: int, per_beat, latency: int):
+    """A VEC's cycles: `rows` x beats of `lanes` columns, each beat `per_beat` cycles (its function's)."""
+    return rows * _ceil_div(cols, lanes) * per_beat + latency
+
+
+def charged_bytes(row_bytes, nbytes, burst: int, contiguous):
+    """Bytes a DMA of `nbytes` in rows of `row_bytes` holds the DRAM channel for: whole bursts over the
+    transfer when its rows are contiguous, else whole bursts per row."""
+    per_row = (nbytes // _max(row_bytes, 1)) * (_ceil_div(row_bytes, burst) * burst)
+    whole = _ceil_div(nbytes, burst) * burst
+    if isinstance(contiguous, np.ndarray):
+        return np.where(contiguous, whole, per_row)
+    return whole if contiguous else per_row
+
+
 def conflict(mine, theirs) -> bool:
     """Whether two instructions' SRAM ranges (mem, write, lo, hi) meet: same memory, overlapping
     [lo, hi), at least one a write (the scoreboard's range comparators: bounds, not elements)."""
@@ -141,15 +169,13 @@ class TimingModel:
         return max(t, self.compute.room(UNIT_OF.get(inst.opcode, -1))) if inst.queue == "compute" else t
 
     def matmul_work(self, f: dict):
-        """Weight-stationary: each (k, n) pass shifts its weights in (one array row per cycle), double
-        buffered in the array, so a pass takes max(m, rows) and the first load is exposed."""
         c = self.config
-        passes = _ceil_div(f["k"], c.matrix_rows) * _ceil_div(f["n"], c.matrix_cols)
-        return c.matrix_rows + passes * np.maximum(f["m"], c.matrix_rows) + c.matmul_latency
+        return matmul_cycles(f["m"], f["k"], f["n"], c.matrix_rows, c.matrix_cols, c.matmul_latency)
 
     def vec_work(self, f: dict):
-        beats = _ceil_div(f["cols"], self.config.vector_lanes)
-        return f["rows"] * beats * self.fn_cycles[f["fn"]] + self.config.vector_latency
+        return vec_cycles(
+            f["rows"], f["cols"], self.config.vector_lanes, self.fn_cycles[f["fn"]], self.config.vector_latency
+        )
 
     def work(self, opcode, f: dict):
         """Execution cycles of a compute instruction on its unit (a NOP: 0)."""
@@ -159,13 +185,11 @@ class TimingModel:
 
     def burst_bytes(self, opcode, f: dict, dma_bytes):
         """Bytes the DRAM channel carries: each contiguous run rounded up to whole bursts."""
-        burst = self.config.dram_burst_bytes
         row_bytes = f["cols"] * 4
-        per_row = (dma_bytes // np.maximum(row_bytes, 1)) * (_ceil_div(row_bytes, burst) * burst)
         if opcode == Opcode.GATHER:
-            return per_row
-        whole = _ceil_div(dma_bytes, burst) * burst
-        return np.where(f["row_step"] * f["dram_stride"] == f["cols"], whole, per_row)
+            return charged_bytes(row_bytes, dma_bytes, self.config.dram_burst_bytes, False)
+        contiguous = f["row_step"] * f["dram_stride"] == f["cols"]
+        return charged_bytes(row_bytes, dma_bytes, self.config.dram_burst_bytes, contiguous)
 
     def dma_cycles(self, charged):
         """Cycles of a DMA data phase of `charged` (burst) bytes (works elementwise on arrays)."""

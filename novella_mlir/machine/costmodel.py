@@ -3,7 +3,9 @@
 Scores a candidate tiling from the Target's numbers with the timing model of
 docs/isa.md: per grid step, the cycles of its DMA transfers (issue +
 latency + whole bursts over the DRAM bandwidth) and of its compute
-(MATMUL passes, VEC beats times the function's cost). With two buffer
+(MATMUL passes, VEC beats times the function's cost), each instruction
+priced by the simulator's own formulas (`simulator.timing.matmul_cycles`,
+`vec_cycles`, `charged_bytes`). With two buffer
 slots a step's loads run under the previous step's compute and its stores
 under the next one's, so a steady step costs max(load, compute, store);
 with one slot they add up. A step's compute runs on the matrix and the
@@ -20,6 +22,8 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+
+from simulator import timing
 
 from .target import Target
 
@@ -42,20 +46,17 @@ def dma(t: Target, rows: int, cols: int, contiguous: bool = False) -> tuple[floa
     """(queue cycles, DRAM data cycles) of one LOAD/STORE of [rows, cols] fp32."""
     if rows <= 0 or cols <= 0:
         return t.issue_cycles, 0.0
-    burst = t.dram_burst_bytes
-    nbytes = _cdiv(rows * cols * 4, burst) * burst if contiguous else rows * _cdiv(cols * 4, burst) * burst
-    data = nbytes / t.dram_bytes_per_cycle
+    data = int(timing.charged_bytes(cols * 4, rows * cols * 4, t.dram_burst_bytes, contiguous)) / t.dram_bytes_per_cycle
     return t.issue_cycles + t.dma_latency + data, data
 
 
 def matmul(t: Target, m: int, k: int, n: int) -> float:
-    passes = _cdiv(k, t.array_rows) * _cdiv(n, t.array_cols)
-    return t.issue_cycles + t.array_rows + passes * max(m, t.array_rows) + t.matmul_latency
+    return t.issue_cycles + timing.matmul_cycles(m, k, n, t.array_rows, t.array_cols, t.matmul_latency)
 
 
 def vec(t: Target, rows: int, cols: int, fn: str = "add") -> float:
     per_beat = t.fn_cycles.get(fn.lower(), 1)
-    return t.issue_cycles + rows * _cdiv(cols, t.vector_lanes) * per_beat + t.vector_latency
+    return t.issue_cycles + timing.vec_cycles(rows, cols, t.vector_lanes, per_beat, t.vector_latency)
 
 
 def total(steps: list[tuple[StepCost, int]], slots: int) -> float:
