@@ -125,7 +125,7 @@ def lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
     each column block (one slot), its MATMUL after the weight slab's load; input-stationary (ws = 2), the
     row slab loads on no step's floor. The fill is not negative."""
     tm, tn, tk, ws, acc, _ = np.asarray(cands, dtype=np.int64).reshape(-1, 6).T
-    blocks, k_steps = n // tn, k // tk
+    blocks, k_steps = -(-n // tn), k // tk
     full, rem = m // tm, m % tm
     w_reads = np.where(ws == 1, 1, full + (rem > 0))
     elems = np.where(ws == 2, 1, blocks) * m * k + w_reads * n * k + m * n * (1 + epi.residual)
