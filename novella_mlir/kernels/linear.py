@@ -63,6 +63,9 @@ class Linear:
         if epi.norm:
             for name, size in (("nw", n), ("nb", n), ("mean", tm), ("var", tm)):
                 plan.add(name, "spad", size)
+        if epi.pre_norm:  # the input rows' norm: squares tk columns at a time (tk = K but input-stationary)
+            for name, size in (("pw", k), ("pb", k), ("pmean", tm), ("pvar", tm), ("psum", tm), ("psq", tm * tk)):
+                plan.add(name, "spad", size)
         plan.add("acc", "acc", tm * tn * acc)
         return plan
 
@@ -210,6 +213,8 @@ class Linear:
         if g.epi.norm:
             for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
                 b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=at_first)
+        if g.epi.pre_norm:
+            _prologue(g, at_first, first(1) + first(2) if g.ws == 2 else [])
         if g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
             _epilogue(g, g.previous(), ("res", "out"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
         acc = _acc_half(t, b)
@@ -246,7 +251,8 @@ class _Geometry:
         self.res_acc = bool(t.tiles.get("res_acc", 0))
         self.nd, self.md = (0, 1) if self.ws == 1 else (1, 0)
         self.k, self.n, self.m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
-        self.eps = op.attributes["norm_eps"].value if self.epi.norm else 0.0
+        self.eps = op.attributes["norm_eps"].value if self.epi.norm or self.epi.pre_norm else 0.0
+        self.has_residual = linear_epilogue(op)[0]
         self.rows = tile_rows(self.md, self.tm, self.m_total)
         m_grid = sy.ceildiv(self.m_total, self.tm)
         n_grid = sy.const(-(-self.n // self.tn))
@@ -283,6 +289,33 @@ def _epilogue(g: _Geometry, block, bufs, when) -> None:
     if epi.norm:
         emit_norm(b, out, "tmp", "mean", "var", "nw", "nb", out, rows, n, g.eps, when=when)
     b.store_rows(out, **out_tile, rows=rows, cols=cols, when=when)
+
+
+def _prologue(g: _Geometry, at_first, when) -> None:
+    """The layer norm of the input rows in `a` ([rows, K], in place) before the MATMULs read them: on each
+    row slab's first step input-stationary, else on every step (tk = K); the squares are summed tk
+    columns at a time in `psq` (its size in the plan)."""
+    b, k, rows, c = g.b, g.k, g.rows, g.tk
+    for buf, operand in (("pw", 3 + g.has_residual), ("pb", 4 + g.has_residual)):
+        b.load_block(buf, operand, dram_offset=0, rows=1, cols=k, when=at_first)
+    guard = {"when": when} if when else {}
+    tile = dict(rows=rows, cols=k, dst_stride=k, a_stride=k, b_stride=k, **guard)
+    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, **guard)
+    b.vop("ROWSUM", "pmean", "a", rows=rows, cols=k, dst_stride=1, a_stride=k, **guard)
+    b.vop("DIV", "pmean", "pmean", mode="SCALAR", imm=float(k), **col)
+    b.vop("SUB", "a", "a", "pmean", mode="COL", **{**tile, "b_stride": 1})
+    for j in range(k // c):
+        sq = dict(rows=rows, cols=c, dst_stride=c, a_stride=k, b_stride=k, a_offset=j * c, b_offset=j * c, **guard)
+        b.vop("MUL", "psq", "a", "a", **sq)
+        b.vop("ROWSUM", "psum" if j else "pvar", "psq", rows=rows, cols=c, dst_stride=1, a_stride=c, **guard)
+        if j:
+            b.vop("ADD", "pvar", "pvar", "psum", **col)
+    b.vop("DIV", "pvar", "pvar", mode="SCALAR", imm=float(k), **col)
+    b.vop("ADD", "pvar", "pvar", mode="SCALAR", imm=float(g.eps), **col)
+    b.vop("RSQRT", "pvar", "pvar", **col)
+    b.vop("MUL", "a", "a", "pvar", mode="COL", **{**tile, "b_stride": 1})
+    b.vop("MUL", "a", "a", "pw", mode="ROW", **tile)
+    b.vop("ADD", "a", "a", "pb", mode="ROW", **tile)
 
 
 def _acc_half(t, b):
@@ -326,7 +359,9 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
     for ws in (1, 0, 2) if k <= target.max_cols else (0,):  # 1 and 2 LOAD whole rows of k (the cols field)
         for acc in (2, 1) if target.buffer_slots > 1 else (1,):
             for ra in (0, 1) if epi.res_in_acc(2) else (0,):
-                ra_tks = [t for t in tks if not ra or epi.res_in_acc(k // t)]
+                ra_tks = [
+                    t for t in tks if (not ra or epi.res_in_acc(k // t)) and (ws == 2 or t == k or not epi.pre_norm)
+                ]
                 for tm in tms:
                     first = len(ra_tks)
                     # ws = 0: halves alternate over n; ws = 2: a slab read by one column block is ws = 0
