@@ -93,8 +93,8 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
         vecs, head_vec, n_ops = epilogue_cycles(target, replace(epi, residual=False) if in_acc else epi, r, tn)
         head_vec *= not deferred
     mm = cm.matmul(target, r, tk, tn)
-    if epi.pre_norm and (head or ws != 2):  # the rows' layer norm, before this step's MATMUL
-        pre = Epilogue.pre_ops(r, k, tk)
+    if epi.pre_norm and (head or ws != 2):  # the rows' layer norm before this step's MATMUL, in series with it
+        pre = Epilogue.pre_ops(r, k, tk)  # (conservative where x streams: it may run under the previous MATMUL)
         mm, n_ops = mm + cm.vecs(target, pre), n_ops + len(pre)
     if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
         c, vector = max(mm, vecs), 0.0
