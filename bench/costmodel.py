@@ -81,6 +81,7 @@ CASES = [
     Case("linear 192->768 gelu", linear.Linear, lambda: torch.nn.Sequential(torch.nn.Linear(192, 768), torch.nn.GELU()), ((1, "T", 192),)),
     Case("x + linear 1536->384", linear.Linear, lambda: Residual(1536, 384), ((1, "T", 1536), (1, "T", 384))),
     Case("LN(x + linear 256->128)", linear.Linear, lambda: Residual(256, 128, norm=True), ((1, "T", 256), (1, "T", 128))),
+    Case("linear(LN x) 64->256 relu", linear.Linear, lambda: torch.nn.Sequential(torch.nn.LayerNorm(64), torch.nn.Linear(64, 256), torch.nn.ReLU()), ((1, "T", 64),)),
     Case("gelu [T,1536]", elementwise.Unary, lambda: torch.nn.GELU(), ((1, "T", 1536),)),
     Case("add [T,384]+[T,384]", elementwise.Binary, lambda: Fn(torch.add), ((1, "T", 384), (1, "T", 384))),
     Case("mul [T,384]*row", elementwise.Binary, lambda: Fn(torch.mul, torch.randn(384)), ((1, "T", 384),)),
@@ -144,8 +145,8 @@ def record(item):
         return seen[dims][cand]
 
     _compile(case, config, length, recording)
-    # --novella-legalize also scores a linear without the epilogue it may fuse (to decide the fusion):
-    # keep the candidates of the fused op, the one compiled
+    # --novella-legalize (--novella-fuse) also scores a linear without the epilogue (prologue) it may fuse, to
+    # decide the fusion: keep the candidates of the fused op, the one compiled
     most = max(map(_fused_epilogue, seen))
     dims = [d for d in seen if _fused_epilogue(d) == most]
     # a kernel that also weighs shorter lengths (the layer norm's robust tile) scores (rows, ...) at several:
@@ -156,9 +157,10 @@ def record(item):
 
 
 def _fused_epilogue(dims) -> int:
-    """How many epilogue stages (residual, norm) a linear's dims fuse (0 for other kernels)."""
+    """How many epilogue and prologue stages (residual, norm, pre-norm) a linear's dims fuse (0 for other
+    kernels)."""
     epi = dims[-1] if isinstance(dims, tuple) else None  # a linear's (M, K, N, Epilogue); others' own Dims
-    return int(getattr(epi, "residual", False)) + int(getattr(epi, "norm", False))
+    return sum(int(getattr(epi, f, False)) for f in ("residual", "norm", "pre_norm"))
 
 
 def simulate(item):

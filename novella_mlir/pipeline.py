@@ -217,7 +217,7 @@ def _compile_stages(prog, bounds, config, dump_dir, decomposition_table, pass_op
         # frontend: registry-driven lowering to the novella dialect; the shape mutator types every `?`
         mod = convert(imported.module, imported, optable.torch_lowerings(), linalg.lower)
         stages.record("novella", mod)
-        # backend: shape-infer, legalize, allocate, buckets, tile, macro-gen, inst-gen, schedule (each
+        # backend: shape-infer, legalize, allocate, buckets, fuse, tile, macro-gen, inst-gen, schedule (each
         # verified); from --novella-buckets on, once per program (a shape bucket, or the generic one)
         programs, main = [(mod, "generic")], 0
         for flag in BACKEND_PIPELINE:

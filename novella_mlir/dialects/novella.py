@@ -84,7 +84,10 @@ class FusedLinearOp(Novella.Operation, name="fused_linear"):
     `norm_weight`, `norm_bias` and `norm_eps`. Each stage but the matmul is optional (residual, or
     the norm's two operands, present or absent together; `norm_eps` counts only with them). Written by `--novella-legalize`
     (`fuse-residual`, `fuse-norm`) from `add(linear, x)` and `layer_norm` of a linear; the sum and
-    the normalized rows are computed on the output tile before its one STORE."""
+    the normalized rows are computed on the output tile before its one STORE. With `norm_input` the
+    layer norm is a prologue instead: `act(LN(input) @ weight^T + bias) (+ residual)`, the norm's
+    operands [K] (`fuse-prenorm`, from a `layer_norm` whose every use is a linear's input: the
+    normalized rows never go to DRAM)."""
 
     input: ext.Operand[Tensor]
     weight: ext.Operand[Tensor]
@@ -95,6 +98,7 @@ class FusedLinearOp(Novella.Operation, name="fused_linear"):
     norm_weight: ext.Operand[Tensor] | None = None
     norm_bias: ext.Operand[Tensor] | None = None
     norm_eps: ir.FloatAttr = ext.attribute(default_factory=lambda: ir.FloatAttr.get_f32(1e-5))
+    norm_input: ir.IntegerAttr = ext.attribute(default_factory=lambda: ir.BoolAttr.get(False))
     verify_invariants = ov.fused_linear
 
 

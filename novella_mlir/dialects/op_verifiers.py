@@ -14,6 +14,7 @@ from .verify import (
     fail,
     heads_major,
     linear_epilogue,
+    norm_on_input,
     static_dims,
     structure,
     verified,
@@ -55,7 +56,7 @@ def fused_linear(op) -> bool:
         return fail(op, "supports only f32 tensors")
     if res and static_dims(extra[0]) != static_dims(y):
         return fail(op, f"residual must have the result's shape {y}, got {extra[0]}")
-    n = static_dims(y)[-1]
+    n = static_dims(op.operands[0].type if norm_on_input(op.attributes) else y)[-1]
     if norm and any(static_dims(t) != [n] for t in extra[res:]):
         return fail(op, f"norm_weight and norm_bias must be [{n}], got {extra[res:]}")
     return True

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from .verify import norm_on_input
 
 Shape = list[ir.AffineExpr]
 
@@ -94,9 +95,10 @@ def fused_linear(shapes, attrs, rt):
         r = shapes[3]
         if len(r) != len(out) or not all(_same(a, b) for a, b in zip(r, out)):
             raise ShapeError(f"fused_linear residual {r} differs from the result {out}")
+    width = shapes[0][-1] if norm_on_input(attrs) else out[-1]  # a prologue norm: over the input rows
     for norm in shapes[3 + (len(sizes) > 3 and sizes[3]) :]:
-        if len(norm) != 1 or not _same(norm[0], out[-1]):
-            raise ShapeError(f"fused_linear norm weight/bias {norm} must be [{out[-1]}]")
+        if len(norm) != 1 or not _same(norm[0], width):
+            raise ShapeError(f"fused_linear norm weight/bias {norm} must be [{width}]")
     return out
 
 

@@ -119,6 +119,12 @@ def linear_epilogue(op) -> tuple[bool, bool]:
     return bool(sizes[3]), bool(sizes[4])
 
 
+def norm_on_input(attrs) -> bool:
+    """A `novella.fused_linear`'s layer norm normalizes its input rows (a pre-norm prologue), not its output
+    (`attrs`: the op's attributes)."""
+    return "norm_input" in attrs and ir.BoolAttr(attrs["norm_input"]).value
+
+
 class LinearView:
     """The first three operands of a fused linear, as `LinearOp.verify_invariants` reads an op."""
 

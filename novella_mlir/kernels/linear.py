@@ -63,6 +63,9 @@ class Linear:
         if epi.norm:
             for name, size in (("nw", n), ("nb", n), ("mean", tm), ("var", tm)):
                 plan.add(name, "spad", size)
+        if epi.pre_norm:  # the input rows' norm: squares tk columns at a time (tk = K but input-stationary)
+            for name, size in (("pw", k), ("pb", k), ("pmean", tm), ("pvar", tm), ("psum", tm), ("psq", tm * tk)):
+                plan.add(name, "spad", size)
         plan.add("acc", "acc", tm * tn * acc)
         return plan
 
@@ -81,7 +84,7 @@ class Linear:
           (the step's chain is the longer of the two), with that step's residual load and the STORE;
           dim 1's last block runs its own after its MATMUL, as with one half."""
         (m, k, n, epi), (tm, tn, tk, ws, acc, ra) = dims, cand
-        n_blocks, k_steps = n // tn, k // tk
+        n_blocks, k_steps = -(-n // tn), k // tk
         steps, known, tiles = [], lc.steps_of(target, k, n, epi), (tn, tk, ws, acc, ra)
 
         def add(r, count, j, head, deferred):
@@ -137,7 +140,7 @@ class Linear:
         cands = _fitting(self, target, k, n, epi, tile_m)
         if not cands:
             tms = [tile_m] if tile_m else target.array_tiles(16)
-            tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
+            tns = ([n] if n <= target.max_cols else []) if epi.norm else target.col_tiles(n)
             tks = target.divisors(k, target.array_rows)
             return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1, 0), k, n, epi)
         dims = (m, k, n, epi)
@@ -179,9 +182,9 @@ class Linear:
         (tm, tn, tk, ws, acc, ra), plan = best[1], best[2]
         m_grid = sy.ceildiv(tv.rows(0), tm)
         grid = (
-            [sy.const(n // tn), m_grid, sy.const(k // tk)]
+            [sy.const(-(-n // tn)), m_grid, sy.const(k // tk)]
             if ws == 1
-            else [m_grid, sy.const(n // tn), sy.const(k // tk)]
+            else [m_grid, sy.const(-(-n // tn)), sy.const(k // tk)]
         )
         tiles = {"tm": tm, "tn": tn, "tk": tk, "ws": ws} | ({"acc_slots": acc} if acc > 1 else {})
         if ra:
@@ -191,11 +194,13 @@ class Linear:
     def macro(self, op, tv, t, b):
         g = _Geometry(op, tv, t, b)
         tm, tn, tk, k, n = g.tm, g.tn, g.tk, g.k, g.n
-        if g.ws == 1:
-            resident = first(1) + first(2)
-            b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k), rows=tn, cols=k, when=resident)
+        w_cols, when = (k, {"when": first(1) + first(2)}) if g.ws == 1 else (tk, {})
+        w_at = sy.const(0) if g.ws == 1 else b.d(2) * tk
+        if g.n % tn:  # the last column block is partial: its weight rows end at n
+            b.load_rows("w", 1, dram_offset=w_at, dram_stride=k, row_start=b.d(g.nd) * tn, row_bound=sy.const(n),
+                        rows=tn, cols=w_cols, **when)  # fmt: skip
         else:
-            b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k) + b.d(2) * tk, dram_stride=k, rows=tn, cols=tk)
+            b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k) + w_at, dram_stride=k, rows=tn, cols=w_cols, **when)
         if g.ws == 2:  # the row slab, resident over the n and k loops
             b.load_rows("a", 0, dram_stride=k, row_start=b.d(g.md) * tm, row_bound=g.m_total, rows=g.rows, cols=k,
                         when=first(1) + first(2))  # fmt: skip
@@ -208,15 +213,18 @@ class Linear:
         if g.epi.norm:
             for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
                 b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=at_first)
+        if g.epi.pre_norm:
+            _prologue(g, at_first, first(1) + first(2) if g.ws == 2 else [])
         if g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
             _epilogue(g, g.previous(), ("res", "out"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
         acc = _acc_half(t, b)
         if g.res_acc:  # the residual block is the accumulator's initial value
             b.load_rows("acc", 3, dram_offset=b.d(g.nd) * tn, dram_stride=n, row_start=b.d(g.md) * tm,
-                        row_bound=g.m_total, rows=g.rows, cols=tn, buf_offset=0 if acc is None else acc, when=first(2))  # fmt: skip
+                        row_bound=g.m_total, rows=g.rows, cols=g.cols(b.d(g.nd)), sram_stride=tn, buf_offset=0 if acc is None else acc,
+                        when=first(2))  # fmt: skip
         slab = {"lhs_offset": b.d(2) * tk} if g.ws == 2 else {}  # the k step's columns of the row slab
         b.mma("acc", "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
-              a_stride=k if g.ws == 2 else tk, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=tn,
+              a_stride=k if g.ws == 2 else tk, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=g.cols(b.d(g.nd)),
               accumulate=sy.const(1) if g.res_acc else [b.d(2), sy.const(1)],
               transpose_b=1)  # fmt: skip
         current = (b.d(g.nd), g.rows, b.d(g.md) * tm, acc)
@@ -243,12 +251,17 @@ class _Geometry:
         self.res_acc = bool(t.tiles.get("res_acc", 0))
         self.nd, self.md = (0, 1) if self.ws == 1 else (1, 0)
         self.k, self.n, self.m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
-        self.eps = op.attributes["norm_eps"].value if self.epi.norm else 0.0
+        self.eps = op.attributes["norm_eps"].value if self.epi.norm or self.epi.pre_norm else 0.0
+        self.has_residual = linear_epilogue(op)[0]
         self.rows = tile_rows(self.md, self.tm, self.m_total)
         m_grid = sy.ceildiv(self.m_total, self.tm)
-        n_grid = sy.const(self.n // self.tn)
+        n_grid = sy.const(-(-self.n // self.tn))
         self.grid = [n_grid, m_grid] if self.ws == 1 else [m_grid, n_grid]
         self.last_k = last(2, sy.const(self.k // self.tk))
+
+    def cols(self, col):
+        """Columns of output block `col` of tn: min(tn, n - col * tn) where the last block is partial."""
+        return self.tn if self.n % self.tn == 0 else [sy.const(self.tn), sy.const(self.n) - col * self.tn]
 
     def previous(self):
         """(column block, rows, first row, accumulator offset) of the previous output block along grid dim 1
@@ -264,17 +277,45 @@ def _epilogue(g: _Geometry, block, bufs, when) -> None:
     from the last of them."""
     b, (res, out), (col, rows, row0, acc) = g.b, bufs, block
     tn, n, epi = g.tn, g.n, dataclasses.replace(g.epi, residual=False) if g.res_acc else g.epi
-    out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total)
+    out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total, sram_stride=tn)
+    cols = g.cols(col)
     if epi.residual:
-        b.load_rows(res, 3, **out_tile, rows=rows, cols=tn, when=when)
-    geo = dict(rows=rows, cols=tn, dst_stride=tn, a_stride=tn, b_stride=tn, when=when)
+        b.load_rows(res, 3, **out_tile, rows=rows, cols=cols, when=when)
+    geo = dict(rows=rows, cols=cols, dst_stride=tn, a_stride=tn, b_stride=tn, when=when)
     b.vop("ADD", out, "acc", "bias", mode="ROW", a_offset=acc, b_offset=col * tn, **geo)
-    emit_act(b, epi.act, out, "tmp", rows, tn, tn, when=when)
+    emit_act(b, epi.act, out, "tmp", rows, cols, tn, when=when)
     if epi.residual:
         b.vop("ADD", out, out, res, **geo)
     if epi.norm:
         emit_norm(b, out, "tmp", "mean", "var", "nw", "nb", out, rows, n, g.eps, when=when)
-    b.store_rows(out, **out_tile, rows=rows, cols=tn, when=when)
+    b.store_rows(out, **out_tile, rows=rows, cols=cols, when=when)
+
+
+def _prologue(g: _Geometry, at_first, when) -> None:
+    """The layer norm of the input rows in `a` ([rows, K], in place) before the MATMULs read them: on each
+    row slab's first step input-stationary, else on every step (tk = K); the squares are summed tk
+    columns at a time in `psq` (its size in the plan)."""
+    b, k, rows, c = g.b, g.k, g.rows, g.tk
+    for buf, operand in (("pw", 3 + g.has_residual), ("pb", 4 + g.has_residual)):
+        b.load_block(buf, operand, dram_offset=0, rows=1, cols=k, when=at_first)
+    guard = {"when": when} if when else {}
+    tile = dict(rows=rows, cols=k, dst_stride=k, a_stride=k, b_stride=k, **guard)
+    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, **guard)
+    b.vop("ROWSUM", "pmean", "a", rows=rows, cols=k, dst_stride=1, a_stride=k, **guard)
+    b.vop("DIV", "pmean", "pmean", mode="SCALAR", imm=float(k), **col)
+    b.vop("SUB", "a", "a", "pmean", mode="COL", **{**tile, "b_stride": 1})
+    for j in range(k // c):
+        sq = dict(rows=rows, cols=c, dst_stride=c, a_stride=k, b_stride=k, a_offset=j * c, b_offset=j * c, **guard)
+        b.vop("MUL", "psq", "a", "a", **sq)
+        b.vop("ROWSUM", "psum" if j else "pvar", "psq", rows=rows, cols=c, dst_stride=1, a_stride=c, **guard)
+        if j:
+            b.vop("ADD", "pvar", "pvar", "psum", **col)
+    b.vop("DIV", "pvar", "pvar", mode="SCALAR", imm=float(k), **col)
+    b.vop("ADD", "pvar", "pvar", mode="SCALAR", imm=float(g.eps), **col)
+    b.vop("RSQRT", "pvar", "pvar", **col)
+    b.vop("MUL", "a", "a", "pvar", mode="COL", **{**tile, "b_stride": 1})
+    b.vop("MUL", "a", "a", "pw", mode="ROW", **tile)
+    b.vop("ADD", "a", "a", "pb", mode="ROW", **tile)
 
 
 def _acc_half(t, b):
@@ -312,17 +353,19 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
     depend on M (memoized: the search runs for every planned M). `res_acc` (the residual loaded into the
     accumulator, `Epilogue.res_in_acc`) is a choice where the epilogue allows it and the k loop has two steps."""
     tms = [tile_m] if tile_m else target.array_tiles(16)
-    tns = ([n] if n <= target.max_cols else []) if epi.norm else target.divisors(n, target.array_cols)
+    tns = ([n] if n <= target.max_cols else []) if epi.norm else target.col_tiles(n)
     tks = target.divisors(k, target.array_rows)
     cands = []
     for ws in (1, 0, 2) if k <= target.max_cols else (0,):  # 1 and 2 LOAD whole rows of k (the cols field)
         for acc in (2, 1) if target.buffer_slots > 1 else (1,):
             for ra in (0, 1) if epi.res_in_acc(2) else (0,):
-                ra_tks = [t for t in tks if not ra or epi.res_in_acc(k // t)]
+                ra_tks = [
+                    t for t in tks if (not ra or epi.res_in_acc(k // t)) and (ws == 2 or t == k or not epi.pre_norm)
+                ]
                 for tm in tms:
                     first = len(ra_tks)
                     # ws = 0: halves alternate over n; ws = 2: a slab read by one column block is ws = 0
-                    for tn in [t for t in tns if (acc == 1 or ws == 1 or n // t > 1) and (ws != 2 or n // t > 1)]:
+                    for tn in [t for t in tns if (acc == 1 or ws == 1 or n > t) and (ws != 2 or n > t)]:
                         # largest first: a smaller tn fits from the same tk on, or sooner
                         fits = lambda i, c=(tm, tn, ws, acc, ra), ks=ra_tks: kernel._plan(  # noqa: E731
                             target, (c[0], c[1], ks[i], c[2], c[3], c[4]), k, n, epi, _Usage

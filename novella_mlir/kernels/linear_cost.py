@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..dialects.novella import linear_epilogue
+from ..dialects.verify import norm_on_input
 from ..machine import costmodel as cm
 from . import memoized
 from .elementwise import ACT_FNS as _ACT_FNS
@@ -17,16 +18,34 @@ from .normalization import NORM_OPS
 @dataclass(frozen=True)
 class Epilogue:
     """What the output tile goes through before its STORE: + bias, `act`, + `residual` (a tile loaded
-    per output block), a layer norm over the (whole) row (`norm`: the output tile holds full rows)."""
+    per output block), a layer norm over the (whole) row (`norm`: the output tile holds full rows); and
+    `pre_norm`, a layer norm of the input rows before the MATMULs (`norm_input`: the A tile holds whole rows)."""
 
     act: str = "none"
     residual: bool = False
     norm: bool = False
+    pre_norm: bool = False
 
     @classmethod
     def of(cls, op) -> Epilogue:
         residual, norm = linear_epilogue(op)
-        return cls(op.attributes["act"].value, residual, norm)
+        pre = norm and norm_on_input(op.attributes)
+        return cls(op.attributes["act"].value, residual, norm and not pre, pre)
+
+    @staticmethod
+    def pre_ops(rows: int, k: int, chunk: int) -> list[tuple[str, int, int]]:
+        """The prologue's VEC ops on [rows, k] input rows, the squares summed `chunk` columns at a time."""
+        n = k // chunk
+        ops = [("rowsum", rows, k), ("div", rows, 1), ("sub", rows, k)] + [
+            ("mul", rows, chunk),
+            ("rowsum", rows, chunk),
+        ] * n
+        return (
+            ops
+            + [("add", rows, 1)] * (n - 1)
+            + [(f, rows, 1) for f in ("div", "add", "rsqrt")]
+            + [(f, rows, k) for f in ("mul", "mul", "add")]
+        )
 
     def vec_ops(self, rows: int, cols: int) -> list[tuple[str, int, int]]:
         """The epilogue's VEC ops of one [rows, cols] output tile, as (fn, rows, cols)."""
@@ -63,6 +82,7 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     moves += [(tn, tk, tk == k)] * (ws != 1) + [(tn, k, True)] * (ws == 1 and head)  # the weight tile / slab
     residual_at = j == 0 if in_acc else at  # into the accumulator on the first k step, else with the epilogue
     moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (epi.residual and residual_at)
+    moves += [(1, k, True)] * 2 * epi.pre_norm * head
     lq, ld = cm.dmas(target, moves)
     st, sd = cm.dma(target, r, tn, contiguous=tn == n)
     if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
@@ -73,6 +93,9 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
         vecs, head_vec, n_ops = epilogue_cycles(target, replace(epi, residual=False) if in_acc else epi, r, tn)
         head_vec *= not deferred
     mm = cm.matmul(target, r, tk, tn)
+    if epi.pre_norm and (head or ws != 2):  # the rows' layer norm before this step's MATMUL, in series with it
+        pre = Epilogue.pre_ops(r, k, tk)  # (conservative where x streams: it may run under the previous MATMUL)
+        mm, n_ops = mm + cm.vecs(target, pre), n_ops + len(pre)
     if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
         c, vector = max(mm, vecs), 0.0
     else:
@@ -125,7 +148,7 @@ def lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
     each column block (one slot), its MATMUL after the weight slab's load; input-stationary (ws = 2), the
     row slab loads on no step's floor. The fill is not negative."""
     tm, tn, tk, ws, acc, _ = np.asarray(cands, dtype=np.int64).reshape(-1, 6).T
-    blocks, k_steps = n // tn, k // tk
+    blocks, k_steps = -(-n // tn), k // tk
     full, rem = m // tm, m % tm
     w_reads = np.where(ws == 1, 1, full + (rem > 0))
     elems = np.where(ws == 2, 1, blocks) * m * k + w_reads * n * k + m * n * (1 + epi.residual)

@@ -111,6 +111,15 @@ class Target:
         out = [d for d in range(min(n, self.max_cols), 0, -1) if n % d == 0 and (d % align == 0 or d == n)]
         return out or [n]
 
+    def col_tiles(self, n: int) -> list[int]:
+        """Column-tile candidates of a static dim n, largest first: its divisors (`divisors`); when none is a
+        multiple of the array width, also the power-of-two multiples of it below n, the last tile partial."""
+        out = [d for d in self.divisors(n) if d <= self.max_cols]
+        if any(d % self.array_cols == 0 for d in out):
+            return out
+        top = _pow2_floor(min(n - 1, self.max_cols))
+        return sorted(set(out + [t for t in self.pow2(top, self.array_cols) if t % self.array_cols == 0]), reverse=True)
+
     def bucket_edges(self, nominal: int) -> list[int]:
         """Upper ends a shape bucket may have: powers of two from one array height to half the nominal
         length (so that the buckets, like the tiling, do not depend on max_len)."""

@@ -17,6 +17,7 @@ from ..dialects import discardable
 from . import (
     novella_allocate,
     novella_buckets,
+    novella_fuse,
     novella_inst_gen,
     novella_kv_cache,
     novella_legalize,
@@ -49,6 +50,7 @@ PASSES: dict[str, PassInfo] = {
         _info("novella-kv-cache", novella_kv_cache, novella_kv_cache.OPTIONS),
         _info("novella-allocate", novella_allocate, novella_allocate.OPTIONS),
         _info("novella-buckets", novella_buckets, novella_buckets.OPTIONS),
+        _info("novella-fuse", novella_fuse, novella_fuse.OPTIONS),
         _info("novella-tile", novella_tile, novella_tile.OPTIONS),
         _info("novella-macro-gen", novella_macro_gen),
         _info("novella-inst-gen", novella_inst_gen),
@@ -63,6 +65,7 @@ BACKEND_PIPELINE = (
     "novella-kv-cache",
     "novella-allocate",
     "novella-buckets",
+    "novella-fuse",
     "novella-tile",
     "novella-macro-gen",
     "novella-inst-gen",

@@ -96,7 +96,7 @@ func.func @broadcast_residual(%h: tensor<8x96xf32>) -> tensor<8x64xf32> {
 // LEGAL-SAME: (%[[X:.*]]: tensor<1x?x64xf32, {{.*}}>, %[[H:.*]]: tensor<1x?x96xf32
 // LEGAL: %[[NW:.*]] = "novella.weight"() {name = "nw"}
 // LEGAL: %[[NB:.*]] = "novella.weight"() {name = "nb"}
-// LEGAL: %[[Y:.*]] = "novella.fused_linear"(%[[H]], %{{.*}}, %{{.*}}, %[[X]], %[[NW]], %[[NB]]) {act = "none", norm_eps = 9.99999974E-6 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1>}
+// LEGAL: %[[Y:.*]] = "novella.fused_linear"(%[[H]], %{{.*}}, %{{.*}}, %[[X]], %[[NW]], %[[NB]]) {act = "none", norm_eps = 9.99999974E-6 : f32, norm_input = false, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 1>}
 // LEGAL-NOT: novella.layer_norm
 // LEGAL: return %[[Y]]
 // UNFUSED-LABEL: func.func @post_norm

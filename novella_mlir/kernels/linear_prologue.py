@@ -1,0 +1,73 @@
+"""Prologue fusion (--novella-fuse `fuse-prenorm`): a layer norm whose every use is a linear's input
+becomes each linear's prologue (`novella.fused_linear` with `norm_input`), so the normalized rows stay in
+the scratchpad as the MATMULs' A operand and never go to DRAM: the norm's STORE and the linears' LOADs of
+it are gone (the linears LOAD the norm's input instead). The cost model decides: the fusion is made when
+the linears with the prologue are predicted to cost less, together, than alone plus the layer-norm kernel,
+at the length the tiles are planned for."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from ..dialects.novella import FusedLinearOp, linear_epilogue
+from . import TensorView, plan_lengths
+from .linear import LINEAR_OPS, _plan_choice
+from .linear_cost import Epilogue
+from .normalization import LayerNorm
+
+
+def _consumers(op) -> list | None:
+    """The linears (without a norm of their own) that take `op`'s result as their input, if they are all
+    its uses, else None."""
+    users = []
+    for use in op.results[0].uses:
+        user = use.owner
+        if user.name not in LINEAR_OPS or use.operand_number != 0 or linear_epilogue(user)[1]:
+            return None
+        users.append(user)
+    return users or None
+
+
+def _gain(target, op, users) -> float:
+    """Predicted cycles saved: the layer norm's, less what the prologue adds to each linear (-inf when some
+    linear has no fitting tiling with it)."""
+    extra = 0.0
+    for user in users:
+        epi = Epilogue.of(user)
+        fused, alone = (
+            _plan_choice(target, user, dataclasses.replace(epi, pre_norm=True)),
+            _plan_choice(target, user, epi),
+        )
+        if fused[0] is None or alone[0] is None:
+            return float("-inf")
+        extra += fused[0][0] - alone[0][0]
+    tv = TensorView(users[0])
+    rows = sy.evaluate(tv.rows(0), plan_lengths(users[0]))
+    return LayerNorm().best(target, rows, tv.cols(0))[0] - extra
+
+
+def fuse_prenorm(target, op, safe) -> bool:
+    """`linear_i(layer_norm(x))` for every use of the norm -> `fused_linear_i(x)` with the norm in the
+    prologue, when `_gain` is positive and `safe(linears)` (the caller's DRAM check); each keeps its
+    linear's discardable annotations (DRAM offset, SRAM budget)."""
+    users = _consumers(op)
+    if users is None or _gain(target, op, users) <= 0 or not safe(users):
+        return False
+    x, nw, nb = op.operands
+    eps = ir.FloatAttr.get_f32(op.attributes["eps"].value)
+    for user in users:
+        _, w, bias, *rest = list(user.operands)
+        with ir.InsertionPoint(user), user.location:
+            new = FusedLinearOp(x, w, bias, user.results[0].type, act=user.attributes["act"],
+                                residual=rest[0] if rest else None, norm_weight=nw, norm_bias=nb, norm_eps=eps,
+                                norm_input=ir.BoolAttr.get(True), loc=user.location)  # fmt: skip
+        for name in [a.name if hasattr(a, "name") else a for a in user.attributes]:
+            if name.startswith("novella."):
+                new.operation.attributes[name] = user.attributes[name]
+        user.results[0].replace_all_uses_with(new.result)
+        user.operation.erase()
+    op.operation.erase()
+    return True

@@ -1,0 +1,55 @@
+"""--novella-fuse: prologue fusions, decided per program at its planned length (after --novella-buckets,
+so a shape bucket fuses where its short rows make it pay and the generic program keeps the separate ops).
+
+With `fuse-prenorm=1` (the default), a `novella.layer_norm` whose every use is a linear's input becomes
+each linear's prologue: a `novella.fused_linear` with `norm_input` (`kernels/linear_prologue.py`, where
+the cost model decides), which LOADs the norm's input rows and normalizes them in the scratchpad, so the
+normalized rows never go to DRAM (the norm's STORE and the linears' LOADs of its result are gone). The
+fused op keeps the replaced linear's `novella.dram` and `novella.sram_budget`. DRAM was placed before
+(--novella-allocate) with the norm as the input's last reader, so the fusion is made only when no op up
+to the last linear writes where the input lives (the arena's blocks overlap only at an equal offset)."""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from ..kernels.linear_prologue import fuse_prenorm
+from ..machine.target import Target
+from .common import body_ops, check_symbols, functions, require_stage
+
+OPTIONS = {"fuse-prenorm": (int, 1, "fuse a layer_norm feeding only linears into their prologue when it pays", (0, 1))}
+
+
+def run(module_op, options, config) -> None:
+    check_symbols(module_op)
+    require_stage(module_op, "novella-fuse", "novella.sram_budget", "novella-allocate")
+    if not options.get("fuse-prenorm", 1):
+        return
+    target = Target.from_config(config)
+    for fn in functions(module_op):
+        args = _arg_offsets(fn)
+        for op in [op for op in body_ops(fn) if op.operation.name == "novella.layer_norm"]:
+            fuse_prenorm(target, op, lambda users, op=op, fn=fn, args=args: _input_kept(body_ops(fn), op, users, args))
+
+
+def _arg_offsets(fn) -> dict:
+    block = fn.regions[0].blocks[0]
+    attrs = ir.ArrayAttr(fn.attributes["arg_attrs"])
+    return {a: str(ir.DictAttr(d)["novella.dram"]) for a, d in zip(block.arguments, attrs)}
+
+
+def _offset(value, args) -> str | None:
+    if isinstance(value.owner, ir.Block):
+        return args.get(value)
+    owner = value.owner
+    return str(owner.attributes["novella.dram"]) if "novella.dram" in owner.attributes else None
+
+
+def _input_kept(ops, norm, users, args) -> bool:
+    """No op after `norm`, up to and including the last of `users`, has its result where `norm`'s input is."""
+    x = _offset(norm.operands[0], args)
+    names = [op.operation for op in ops]
+    start, end = names.index(norm.operation), max(names.index(u.operation) for u in users)
+    return x is not None and all(
+        _offset(op.results[0], args) != x for op in ops[start + 1 : end + 1] if len(op.results) == 1
+    )
