@@ -136,9 +136,11 @@ def _sizes(g: Geometry, rows: int = 0) -> tuple:
 def _halves_rows(g: Geometry, syms, plan) -> int:
     """The query rows at the plan lengths, which a query block holding them all alternates between batches
     (two slots, `Buffer.alternate`), so that a batch's loads run under the previous batch's compute; 0 where
-    none may: causal (its K/V loads wait anyway), paged, or where the program's bounds exceed the plan (a
-    shape bucket's program never does: its lengths end at its plan)."""
-    if g.causal or g.paged or g.window is not None:
+    none may: causal (its K/V loads wait anyway), a sliding window, or where the program's bounds exceed the
+    plan (a shape bucket's program never does: its lengths end at its plan). A decode step over a paged
+    cache alternates: its query block is one row per head (or the kv group's rows), and the next head's
+    query, K, V and mask load under this head's compute."""
+    if g.causal or g.window is not None:
         return 0
     rows = sy.evaluate(g.lq, plan)
     return 0 if sy.evaluate(g.lq, [s.hi for s in syms] or plan) > rows else rows
