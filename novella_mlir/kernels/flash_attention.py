@@ -62,6 +62,7 @@ from .attention import NEG_FLOOR, SUM_FLOOR
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
+MAX_DMA_ROWS = 4095  # the LOAD's 12-bit row count
 
 
 def _batch(shape) -> ir.AffineExpr:
@@ -128,9 +129,20 @@ class Geometry:
         return self.places[i][1]
 
 
-def _sizes(g: Geometry, rows: int = 0) -> tuple:
-    """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`)."""
-    return g.d, g.dv, g.mask is not None, g.causal, rows
+def _sizes(g: Geometry, rows: int = 0, held: int = 0) -> tuple:
+    """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`, held: `_held_rows`)."""
+    return g.d, g.dv, g.mask is not None, g.causal, rows, held
+
+
+def _held_rows(g: Geometry) -> int:
+    """The query rows of every batch, which a decode step over a paged cache loads (and scales) once and
+    keeps, instead of one LOAD per head (a DMA latency each, where a head's K and V are a few pages); 0
+    where the query is not one contiguous [batch * lq, d] block of static size or a window guards loads."""
+    nb, lq = sy.as_int(g.batch), sy.as_int(g.lq)
+    if not g.paged or g.causal or g.window is not None or g.minor[0] or nb is None or lq is None:
+        return 0
+    contiguous = sy.as_int(g.base(0, sy.const(1))) == lq * g.d and g.row_stride(0) == g.d
+    return nb * lq if contiguous and nb * lq <= MAX_DMA_ROWS else 0
 
 
 def _halves_rows(g: Geometry, syms, plan) -> int:
@@ -155,10 +167,10 @@ def _fitting(target, sizes: tuple, cands: tuple) -> tuple:
 def _plan(
     target, sizes: tuple, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool
 ) -> BufferPlan:
-    d, dv, masked, causal, rows = sizes
+    d, dv, masked, causal, rows, held = sizes
     width = dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
-    plan.add("q", "spad", tq * d, alternate=0 < rows <= tq)
+    plan.add("q", "spad", held * d or tq * d, alternate=not held and 0 < rows <= tq)
     plan.add("k", "spad", tk * d, stream=True)
     plan.add("v", "spad", tk * width, stream=True)
     if masked:
@@ -211,26 +223,32 @@ class FlashAttention:
     def cost(self, target, dims: fc.Dims, cand) -> float:
         return fc.cost(target, dims, *cand)
 
-    def choose(self, g: Geometry, syms, target, options, plan, rows: int = 0) -> tuple:
-        """The cheapest fitting candidate at the plan lengths `plan` (`rows`: `_halves_rows`)."""
+    def choose(self, g: Geometry, syms, target, options, plan, rows: int = 0, held: int = 0) -> tuple:
+        """The cheapest fitting candidate at the plan lengths `plan` (`rows`: `_halves_rows`, `held`:
+        `_held_rows`, kept only where a candidate with one query block fits)."""
         cands = self.candidates(g, syms, target, options)
+        lq = sy.as_int(g.lq) or 0
+        fitting = held and tuple(c for c in _fitting(target, _sizes(g, rows, held), tuple(cands)) if c[0] >= lq)
+        if fitting:
+            return _cheapest(self, target, dims_of(g, syms, plan), fitting), held
         fitting = _fitting(target, _sizes(g, rows), tuple(cands))
         if not fitting:
             _plan(target, _sizes(g, rows), *cands[-1]).check()
-        return _cheapest(self, target, dims_of(g, syms, plan), fitting)
+        return _cheapest(self, target, dims_of(g, syms, plan), fitting), 0
 
     def tile(self, op, tv, target, options):
         g = Geometry(op, tv)
         syms = module_symbols(op)
         rows = _halves_rows(g, syms, plan_lengths(op))
-        tq, tk, pipelined, ones, s_slots, expsub = self.choose(g, syms, target, options, plan_lengths(op), rows)
-        plan = _plan(target, _sizes(g, rows), tq, tk, pipelined, ones, s_slots, expsub)
+        cand, held = self.choose(g, syms, target, options, plan_lengths(op), rows, _held_rows(g))
+        tq, tk, pipelined, ones, s_slots, expsub = cand
+        plan = _plan(target, _sizes(g, rows, held), tq, tk, pipelined, ones, s_slots, expsub)
         steps = ceildiv(g.lk, tk) + int(pipelined)
         if g.window is not None and not pipelined:  # the tiles from the one holding position lk - W
             steps = ceildiv(g.lk, tk) - sy.floordiv(g.lk - g.window, tk)
         grid = [g.batch, ceildiv(g.lq, tq), steps]
         tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones), "s_slots": s_slots,
-                 "expsub": int(expsub)}  # fmt: skip
+                 "expsub": int(expsub), **({"q_held": held} if held else {})}  # fmt: skip
         return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
@@ -251,12 +269,7 @@ class FlashAttention:
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
         bi, qi = b.d(0), b.d(1)
-        if next(buf for buf in t.buffers if buf.name == "q").alternate:  # batch bi's rows in slot bi mod 2
-            s.q_off = sy.mod(bi, 2) * (tq * g.d)
-        b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
-                    row_bound=g.lq, rows=rows, cols=g.d, buf_offset=s.q_off, when=first(2))  # fmt: skip
-        b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
-              dst_offset=s.q_off, a_offset=s.q_off, when=first(2))  # fmt: skip
+        s.q_off = _load_query(b, g, t, tq, rows)
         s.loads(rows)
         if not s.pipelined or two:
             s.qk(rows)
@@ -458,6 +471,26 @@ def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, str
         return
     kv.load_paged_rows(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, rows=rows, col0=0, cols=width,
                        sram_stride=stride, when=when)  # fmt: skip
+
+
+def _load_query(b, g: Geometry, t, tq: int, rows):
+    """LOADs and scales the query block of step (bi, qi) at its first key/value step; or, held
+    (`_held_rows`), every batch's rows once at the first grid point. Returns the block's offset in `q`."""
+    bi, qi, held = b.d(0), b.d(1), t.tiles.get("q_held", 0)
+    if held:
+        once = first(0) + first(1) + first(2)
+        b.load_rows("q", 0, row_start=sy.const(0), row_bound=sy.const(held), rows=held, cols=g.d, when=once)
+        b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=held, cols=g.d, dst_stride=g.d, a_stride=g.d,
+              when=once)  # fmt: skip
+        return bi * (sy.as_int(g.lq) * g.d)
+    off = None
+    if next(buf for buf in t.buffers if buf.name == "q").alternate:  # batch bi's rows in slot bi mod 2
+        off = sy.mod(bi, 2) * (tq * g.d)
+    b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
+                row_bound=g.lq, rows=rows, cols=g.d, buf_offset=off, when=first(2))  # fmt: skip
+    b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
+          dst_offset=off, a_offset=off, when=first(2))  # fmt: skip
+    return off
 
 
 def _window_guards(i, j) -> tuple[list, list, list]:
