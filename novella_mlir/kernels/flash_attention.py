@@ -274,7 +274,7 @@ class FlashAttention:
         if not s.pipelined or two:
             s.qk(rows)
         if g.mask is not None:
-            e.tile("ADD", "s", "s", "mask", when=s.on)
+            e.tile("ADD", "s", "s", "mask", mode="ROW" if _mask_row(g) else "TENSOR", when=s.on)
         if g.causal:
             e.tile("ADD", "s", "s", "tri", when=s.final)
         e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
@@ -502,12 +502,19 @@ def _window_guards(i, j) -> tuple[list, list, list]:
     return [on], [on, ("ge", opening)], [on, ("ge", opening * -1 - 1)]
 
 
+def _mask_row(g: Geometry) -> bool:
+    """A decode step's mask (one row per sequence, over the paged cache) is loaded as that one row and
+    added to every query row of the block in ROW mode, not repeated by the DMA (each row read again)."""
+    return bool(g.paged) and sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
+
+
 def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool, tile, when=None) -> None:
     """The mask tile of the softmax's key tile; pipelined, step 0 (no softmax) loads tile 0's columns with
     every row out of bounds (no DRAM read, no negative column offset)."""
     j = b.d(2)
     col = _prev(j) if pipelined else tile
     broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
+    rows = 1 if _mask_row(g) else rows
     if pipelined:
         rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [sy.gate(j)]  # none at step 0
     lead = sy.floordiv(b.d(0), g.mask_div) if g.mask_div > 1 else b.d(0)
