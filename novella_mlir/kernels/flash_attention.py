@@ -40,7 +40,8 @@ divides the page size, or is whole pages, one chained LOAD each, so one DMA late
 runtime maps every page per step; the cost model picks tk), for
 query head `bi` the cache head `bi floordiv novella.kv_group`. A one-row query over a GQA cache
 (decode) is packed: grid dim 0 walks the cache heads, and the `kv_group` query heads sharing one
-are the rows of its query block, so each key/value page is loaded once per cache head. With a
+are the rows of its query block, so each key/value page is loaded once per cache head; a decode
+step loads every head's query rows once and a per-sequence mask as one row (`flash_decode.py`). With a
 sliding window (`novella.kv_window = W`: the op's own mask keeps the last W positions) the key/value
 grid walks only the tiles from the one holding position lk - W (at most W / tk + 1 steps, whatever
 the past; `_window_guards`), so the pages before the window are never read (the runtime frees them)
@@ -59,10 +60,10 @@ from . import BufferPlan, Tiling, first, memoized, module_symbols, plan_lengths
 from . import flash_cost as fc
 from . import kv_cache as kv
 from .attention import NEG_FLOOR, SUM_FLOOR
+from .flash_decode import held_rows, load_query, mask_row
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
-MAX_DMA_ROWS = 4095  # the LOAD's 12-bit row count
 
 
 def _batch(shape) -> ir.AffineExpr:
@@ -130,19 +131,8 @@ class Geometry:
 
 
 def _sizes(g: Geometry, rows: int = 0, held: int = 0) -> tuple:
-    """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`, held: `_held_rows`)."""
+    """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`, held: `held_rows`)."""
     return g.d, g.dv, g.mask is not None, g.causal, rows, held
-
-
-def _held_rows(g: Geometry) -> int:
-    """The query rows of every batch, which a decode step over a paged cache loads (and scales) once and
-    keeps, instead of one LOAD per head (a DMA latency each, where a head's K and V are a few pages); 0
-    where the query is not one contiguous [batch * lq, d] block of static size or a window guards loads."""
-    nb, lq = sy.as_int(g.batch), sy.as_int(g.lq)
-    if not g.paged or g.causal or g.window is not None or g.minor[0] or nb is None or lq is None:
-        return 0
-    contiguous = sy.as_int(g.base(0, sy.const(1))) == lq * g.d and g.row_stride(0) == g.d
-    return nb * lq if contiguous and nb * lq <= MAX_DMA_ROWS else 0
 
 
 def _halves_rows(g: Geometry, syms, plan) -> int:
@@ -225,7 +215,7 @@ class FlashAttention:
 
     def choose(self, g: Geometry, syms, target, options, plan, rows: int = 0, held: int = 0) -> tuple:
         """The cheapest fitting candidate at the plan lengths `plan` (`rows`: `_halves_rows`, `held`:
-        `_held_rows`, kept only where a candidate with one query block fits)."""
+        `held_rows`, kept only where a candidate with one query block fits)."""
         cands = self.candidates(g, syms, target, options)
         lq = sy.as_int(g.lq) or 0
         fitting = held and tuple(c for c in _fitting(target, _sizes(g, rows, held), tuple(cands)) if c[0] >= lq)
@@ -240,7 +230,7 @@ class FlashAttention:
         g = Geometry(op, tv)
         syms = module_symbols(op)
         rows = _halves_rows(g, syms, plan_lengths(op))
-        cand, held = self.choose(g, syms, target, options, plan_lengths(op), rows, _held_rows(g))
+        cand, held = self.choose(g, syms, target, options, plan_lengths(op), rows, held_rows(g))
         tq, tk, pipelined, ones, s_slots, expsub = cand
         plan = _plan(target, _sizes(g, rows, held), tq, tk, pipelined, ones, s_slots, expsub)
         steps = ceildiv(g.lk, tk) + int(pipelined)
@@ -269,12 +259,12 @@ class FlashAttention:
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
         bi, qi = b.d(0), b.d(1)
-        s.q_off = _load_query(b, g, t, tq, rows)
+        s.q_off = load_query(b, g, t, tq, rows)
         s.loads(rows)
         if not s.pipelined or two:
             s.qk(rows)
         if g.mask is not None:
-            e.tile("ADD", "s", "s", "mask", mode="ROW" if _mask_row(g) else "TENSOR", when=s.on)
+            e.tile("ADD", "s", "s", "mask", mode="ROW" if mask_row(g) else "TENSOR", when=s.on)
         if g.causal:
             e.tile("ADD", "s", "s", "tri", when=s.final)
         e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
@@ -473,26 +463,6 @@ def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, str
                        sram_stride=stride, when=when)  # fmt: skip
 
 
-def _load_query(b, g: Geometry, t, tq: int, rows):
-    """LOADs and scales the query block of step (bi, qi) at its first key/value step; or, held
-    (`_held_rows`), every batch's rows once at the first grid point. Returns the block's offset in `q`."""
-    bi, qi, held = b.d(0), b.d(1), t.tiles.get("q_held", 0)
-    if held:
-        once = first(0) + first(1) + first(2)
-        b.load_rows("q", 0, row_start=sy.const(0), row_bound=sy.const(held), rows=held, cols=g.d, when=once)
-        b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=held, cols=g.d, dst_stride=g.d, a_stride=g.d,
-              when=once)  # fmt: skip
-        return bi * (sy.as_int(g.lq) * g.d)
-    off = None
-    if next(buf for buf in t.buffers if buf.name == "q").alternate:  # batch bi's rows in slot bi mod 2
-        off = sy.mod(bi, 2) * (tq * g.d)
-    b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
-                row_bound=g.lq, rows=rows, cols=g.d, buf_offset=off, when=first(2))  # fmt: skip
-    b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
-          dst_offset=off, a_offset=off, when=first(2))  # fmt: skip
-    return off
-
-
 def _window_guards(i, j) -> tuple[list, list, list]:
     """(on, opening, rest) of a sliding window whose step j works on tile i = j + first: a tile exists
     when i >= 0 (first < 0 while the sequence is shorter than the window); the opening tile is the
@@ -502,19 +472,13 @@ def _window_guards(i, j) -> tuple[list, list, list]:
     return [on], [on, ("ge", opening)], [on, ("ge", opening * -1 - 1)]
 
 
-def _mask_row(g: Geometry) -> bool:
-    """A decode step's mask (one row per sequence, over the paged cache) is loaded as that one row and
-    added to every query row of the block in ROW mode, not repeated by the DMA (each row read again)."""
-    return bool(g.paged) and sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
-
-
 def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool, tile, when=None) -> None:
     """The mask tile of the softmax's key tile; pipelined, step 0 (no softmax) loads tile 0's columns with
     every row out of bounds (no DRAM read, no negative column offset)."""
     j = b.d(2)
     col = _prev(j) if pipelined else tile
     broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
-    rows = 1 if _mask_row(g) else rows
+    rows = 1 if mask_row(g) else rows
     if pipelined:
         rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [sy.gate(j)]  # none at step 0
     lead = sy.floordiv(b.d(0), g.mask_div) if g.mask_div > 1 else b.d(0)
