@@ -40,7 +40,8 @@ divides the page size, or is whole pages, one chained LOAD each, so one DMA late
 runtime maps every page per step; the cost model picks tk), for
 query head `bi` the cache head `bi floordiv novella.kv_group`. A one-row query over a GQA cache
 (decode) is packed: grid dim 0 walks the cache heads, and the `kv_group` query heads sharing one
-are the rows of its query block, so each key/value page is loaded once per cache head. With a
+are the rows of its query block, so each key/value page is loaded once per cache head; a decode
+step loads every head's query rows once and a per-sequence mask as one row (`flash_decode.py`). With a
 sliding window (`novella.kv_window = W`: the op's own mask keeps the last W positions) the key/value
 grid walks only the tiles from the one holding position lk - W (at most W / tk + 1 steps, whatever
 the past; `_window_guards`), so the pages before the window are never read (the runtime frees them)
@@ -59,6 +60,7 @@ from . import BufferPlan, Tiling, first, memoized, module_symbols, plan_lengths
 from . import flash_cost as fc
 from . import kv_cache as kv
 from .attention import NEG_FLOOR, SUM_FLOOR
+from .flash_decode import held_rows, load_query, mask_row
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
@@ -128,17 +130,19 @@ class Geometry:
         return self.places[i][1]
 
 
-def _sizes(g: Geometry, rows: int = 0) -> tuple:
-    """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`)."""
-    return g.d, g.dv, g.mask is not None, g.causal, rows
+def _sizes(g: Geometry, rows: int = 0, held: int = 0) -> tuple:
+    """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`, held: `held_rows`)."""
+    return g.d, g.dv, g.mask is not None, g.causal, rows, held
 
 
 def _halves_rows(g: Geometry, syms, plan) -> int:
     """The query rows at the plan lengths, which a query block holding them all alternates between batches
     (two slots, `Buffer.alternate`), so that a batch's loads run under the previous batch's compute; 0 where
-    none may: causal (its K/V loads wait anyway), paged, or where the program's bounds exceed the plan (a
-    shape bucket's program never does: its lengths end at its plan)."""
-    if g.causal or g.paged or g.window is not None:
+    none may: causal (its K/V loads wait anyway), a sliding window, or where the program's bounds exceed the
+    plan (a shape bucket's program never does: its lengths end at its plan). A decode step over a paged
+    cache alternates: its query block is one row per head (or the kv group's rows), and the next head's
+    query, K, V and mask load under this head's compute."""
+    if g.causal or g.window is not None:
         return 0
     rows = sy.evaluate(g.lq, plan)
     return 0 if sy.evaluate(g.lq, [s.hi for s in syms] or plan) > rows else rows
@@ -153,10 +157,10 @@ def _fitting(target, sizes: tuple, cands: tuple) -> tuple:
 def _plan(
     target, sizes: tuple, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool
 ) -> BufferPlan:
-    d, dv, masked, causal, rows = sizes
+    d, dv, masked, causal, rows, held = sizes
     width = dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
-    plan.add("q", "spad", tq * d, alternate=0 < rows <= tq)
+    plan.add("q", "spad", held * d or tq * d, alternate=not held and 0 < rows <= tq)
     plan.add("k", "spad", tk * d, stream=True)
     plan.add("v", "spad", tk * width, stream=True)
     if masked:
@@ -209,26 +213,32 @@ class FlashAttention:
     def cost(self, target, dims: fc.Dims, cand) -> float:
         return fc.cost(target, dims, *cand)
 
-    def choose(self, g: Geometry, syms, target, options, plan, rows: int = 0) -> tuple:
-        """The cheapest fitting candidate at the plan lengths `plan` (`rows`: `_halves_rows`)."""
+    def choose(self, g: Geometry, syms, target, options, plan, rows: int = 0, held: int = 0) -> tuple:
+        """The cheapest fitting candidate at the plan lengths `plan` (`rows`: `_halves_rows`, `held`:
+        `held_rows`, kept only where a candidate with one query block fits)."""
         cands = self.candidates(g, syms, target, options)
+        lq = sy.as_int(g.lq) or 0
+        fitting = held and tuple(c for c in _fitting(target, _sizes(g, rows, held), tuple(cands)) if c[0] >= lq)
+        if fitting:
+            return _cheapest(self, target, dims_of(g, syms, plan), fitting), held
         fitting = _fitting(target, _sizes(g, rows), tuple(cands))
         if not fitting:
             _plan(target, _sizes(g, rows), *cands[-1]).check()
-        return _cheapest(self, target, dims_of(g, syms, plan), fitting)
+        return _cheapest(self, target, dims_of(g, syms, plan), fitting), 0
 
     def tile(self, op, tv, target, options):
         g = Geometry(op, tv)
         syms = module_symbols(op)
         rows = _halves_rows(g, syms, plan_lengths(op))
-        tq, tk, pipelined, ones, s_slots, expsub = self.choose(g, syms, target, options, plan_lengths(op), rows)
-        plan = _plan(target, _sizes(g, rows), tq, tk, pipelined, ones, s_slots, expsub)
+        cand, held = self.choose(g, syms, target, options, plan_lengths(op), rows, held_rows(g))
+        tq, tk, pipelined, ones, s_slots, expsub = cand
+        plan = _plan(target, _sizes(g, rows, held), tq, tk, pipelined, ones, s_slots, expsub)
         steps = ceildiv(g.lk, tk) + int(pipelined)
         if g.window is not None and not pipelined:  # the tiles from the one holding position lk - W
             steps = ceildiv(g.lk, tk) - sy.floordiv(g.lk - g.window, tk)
         grid = [g.batch, ceildiv(g.lq, tq), steps]
         tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones), "s_slots": s_slots,
-                 "expsub": int(expsub)}  # fmt: skip
+                 "expsub": int(expsub), **({"q_held": held} if held else {})}  # fmt: skip
         return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
@@ -249,17 +259,12 @@ class FlashAttention:
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
         bi, qi = b.d(0), b.d(1)
-        if next(buf for buf in t.buffers if buf.name == "q").alternate:  # batch bi's rows in slot bi mod 2
-            s.q_off = sy.mod(bi, 2) * (tq * g.d)
-        b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
-                    row_bound=g.lq, rows=rows, cols=g.d, buf_offset=s.q_off, when=first(2))  # fmt: skip
-        b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
-              dst_offset=s.q_off, a_offset=s.q_off, when=first(2))  # fmt: skip
+        s.q_off = load_query(b, g, t, tq, rows)
         s.loads(rows)
         if not s.pipelined or two:
             s.qk(rows)
         if g.mask is not None:
-            e.tile("ADD", "s", "s", "mask", when=s.on)
+            e.tile("ADD", "s", "s", "mask", mode="ROW" if mask_row(g) else "TENSOR", when=s.on)
         if g.causal:
             e.tile("ADD", "s", "s", "tri", when=s.final)
         e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
@@ -473,6 +478,7 @@ def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool, tile, wh
     j = b.d(2)
     col = _prev(j) if pipelined else tile
     broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
+    rows = 1 if mask_row(g) else rows
     if pipelined:
         rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [sy.gate(j)]  # none at step 0
     lead = sy.floordiv(b.d(0), g.mask_div) if g.mask_div > 1 else b.d(0)

@@ -291,6 +291,16 @@ class Planner:
             self.vec("COPY", "out", self.full(self.out))
 
 
+def _cost(target, g: Geometry, prog: Program, rows: int, tc: int, tm: int) -> float:
+    """Predicted cycles of row tile `tm` over `rows` rows (the row kernels' cost model): a decode step's few
+    rows (`Geometry.moved`) in one tile would run its loads, VECs and store in series."""
+    from .elementwise import row_kernel_cost
+
+    loads = [tc if o.col_full else 1 for o in g.ops]
+    return row_kernel_cost(target, rows, tc, tm, lambda r: [(r, c, True) for c in loads],
+                           lambda r: [(fn, r, tc) for fn, *_ in prog.steps])  # fmt: skip
+
+
 class Generic:
     """The kernel of `novella.generic`: see the module docstring. Buffers p0.. hold the inputs, then the
     body's temporaries, the last one the result."""
@@ -305,14 +315,20 @@ class Generic:
         n = len(g.ops)
         tc = target.col_tile(sy.as_int(g.c))
         r = sy.as_int(g.r)
+        fitting = []
         for tm in [options["tile-m"]] if options.get("tile-m") else target.row_tiles(4):
             tm = min(tm, r) if r is not None else tm
             plan = BufferPlan(target)
             for i in range(n + prog.temps + 1):  # the inputs and the result stream (two slots), temps do not
                 plan.add(f"p{i}", "spad", tm * tc, stream=i < n or i == n + prog.temps)
             if plan.fits() or tm == 1:
-                return Tiling({"tm": tm, "tc": tc}, g.grid(tm, tc), plan.check())
-        raise AssertionError("unreachable")
+                fitting.append((tm, plan))
+                if not (g.moved and r is not None and not options.get("tile-m")):
+                    break
+        if len(fitting) > 1:
+            fitting.sort(key=lambda c: (_cost(target, g, prog, r, tc, c[0]), -c[0]))
+        tm, plan = fitting[0]
+        return Tiling({"tm": tm, "tc": tc}, g.grid(tm, tc), plan.check())
 
     def macro(self, op, tv, t, b):
         g = Geometry(tv, list(range(len(op.operands))))

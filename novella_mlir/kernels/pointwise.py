@@ -27,32 +27,56 @@ class Operand:
     batch_strides: list
     row_full: bool
     col_full: bool
-    cols: object  # its own last dim (its DRAM row stride)
+    cols: object  # its DRAM row stride (its own last dim, unless `Geometry` moved the rows: `_axes`)
+
+
+@dataclass
+class _Axis:
+    """Dims of the result read as one: its size, the result's stride and each operand's (0: broadcast)."""
+
+    dim: int  # the outermost dim
+    size: object
+    out: object
+    strides: list
 
 
 class Geometry:
-    """The [*batch, R, C] view of an op's result and how each operand maps onto it."""
+    """The [*batch, R, C] view of an op's result and how each operand maps onto it.
+
+    R is dim -2, unless that is 1 while a dim before it is not (a decode step's one query row,
+    `[B, heads, 1, d]`): then the dims before the last are merged where every operand is full in both
+    or broadcast in both, and R is the largest of them (a symbolic one before a static one), each
+    operand read at its own row stride, so that a tile holds many rows instead of one."""
 
     def __init__(self, tv, slots):
         y = list(tv.shape(-1))
         if len(y) < 2:
             y = [sy.const(1)] * (2 - len(y)) + y
-        self.r, self.c = y[-2], y[-1]
-        self.batch = [i for i, e in enumerate(y[:-2]) if sy.as_int(e) != 1]
-        self.batch_sizes = [y[i] for i in self.batch]
-        self.out_strides = [_stride(y, i) for i in self.batch]
-        self.ops = [self._operand(tv, k, y) for k in slots]
-
-    def _operand(self, tv, k, y) -> Operand:
-        s = list(tv.shape(k))
-        s = [sy.const(1)] * (len(y) - len(s)) + s
-        for a, b in zip(s, y):
-            if sy.as_int(a) != 1 and not sy.equal(a, b):
-                raise ValueError(f"operand #{k} {[str(e) for e in s]} does not broadcast to {[str(e) for e in y]}")
-        strides = [sy.const(0) if sy.as_int(s[i]) == 1 else _stride(s, i) for i in self.batch]
-        row_full = sy.as_int(s[-2]) != 1 or sy.as_int(self.r) == 1
-        col_full = sy.as_int(s[-1]) != 1 or sy.as_int(self.c) == 1
-        return Operand(k, strides, row_full, col_full, s[-1])
+        self.c = y[-1]
+        shapes = [[sy.const(1)] * (len(y) - len(s)) + s for s in (list(tv.shape(k)) for k in slots)]
+        for k, s in zip(slots, shapes):
+            for a, b in zip(s, y):
+                if sy.as_int(a) != 1 and not sy.equal(a, b):
+                    raise ValueError(f"operand #{k} {[str(e) for e in s]} does not broadcast to {[str(e) for e in y]}")
+        axes = _axes(y, shapes) if sy.as_int(y[-2]) == 1 else []
+        self.moved = bool(axes)  # R is not dim -2
+        if axes:
+            row = _row_axis(axes)
+            batch = [a for i, a in enumerate(axes) if i != row]
+            self.r, self.out_row = axes[row].size, axes[row].out
+            rows = [(st, sy.as_int(st) != 0 or sy.as_int(self.r) == 1) for st in axes[row].strides]
+        else:
+            batch = [_Axis(i, y[i], _stride(y, i), [_bstride(s, i) for s in shapes]) for i, e in enumerate(y[:-2])
+                     if sy.as_int(e) != 1]  # fmt: skip
+            self.r, self.out_row = y[-2], y[-1]
+            rows = [(s[-1], sy.as_int(s[-2]) != 1 or sy.as_int(self.r) == 1) for s in shapes]
+        self.batch = [a.dim for a in batch]
+        self.batch_sizes = [a.size for a in batch]
+        self.out_strides = [a.out for a in batch]
+        self.ops = []
+        for j, (k, s, (stride, full)) in enumerate(zip(slots, shapes, rows)):
+            col_full = sy.as_int(s[-1]) != 1 or sy.as_int(self.c) == 1
+            self.ops.append(Operand(k, [a.strides[j] for a in batch], full, col_full, stride if full else s[-1]))
 
     def tiles(self, target, n_buffers: int, options) -> tuple[int, int, list]:
         tc = target.col_tile(sy.as_int(self.c))
@@ -72,6 +96,31 @@ class Geometry:
 
 def _stride(shape, i: int):
     return mul(*shape[i + 1 :]) if i + 1 < len(shape) else sy.const(1)
+
+
+def _bstride(shape, i: int):
+    return sy.const(0) if sy.as_int(shape[i]) == 1 else _stride(shape, i)
+
+
+def _axes(y, shapes) -> list[_Axis]:
+    """The dims of `y` before the last that are not 1, adjacent ones merged where every operand is
+    full in both or broadcast in both (the dims of 1 between them move nothing)."""
+    axes: list[_Axis] = []
+    for i in range(len(y) - 1):
+        if sy.as_int(y[i]) == 1:
+            continue
+        strides = [_bstride(s, i) for s in shapes]
+        last = axes[-1] if axes else None
+        if last and all((sy.as_int(a) == 0) == (sy.as_int(b) == 0) for a, b in zip(last.strides, strides)):
+            axes[-1] = _Axis(last.dim, mul(last.size, y[i]), _stride(y, i), strides)
+        else:
+            axes.append(_Axis(i, y[i], _stride(y, i), strides))
+    return axes
+
+
+def _row_axis(axes: list[_Axis]) -> int:
+    """The largest axis: a symbolic one before any static one, the innermost of equals."""
+    return max(range(len(axes)), key=lambda i: (sy.as_int(axes[i].size) is None, sy.as_int(axes[i].size) or 0, i))
 
 
 class Tile:
@@ -108,7 +157,7 @@ class Tile:
     def store(self, buf: str) -> None:
         offset = self._base(self.g.out_strides) + self.dc * self.tc
         self.b.store_rows(buf, row_start=self.dr * self.tm, rows=self.rows, row_bound=self.g.r, cols=self.cols,
-                          dram_offset=offset, dram_stride=self.g.c, sram_stride=self.tc)  # fmt: skip
+                          dram_offset=offset, dram_stride=self.g.out_row, sram_stride=self.tc)  # fmt: skip
 
     def geo(self, **over) -> dict:
         g = dict(rows=self.rows, cols=self.cols, dst_stride=self.tc, a_stride=self.tc, b_stride=self.tc)
@@ -137,6 +186,7 @@ def _extent(dim: int, t: int, total):
 
 
 # ------------------------------------------------------------------ function bodies
+
 
 def math_body(tl: Tile, fn: str, dst: str, a: str, tmp: str) -> None:
     """dst = fn(a) on one tile, the steps of `MATH[fn]`; `tmp` is scratch. a may equal dst only for

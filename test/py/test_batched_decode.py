@@ -29,9 +29,6 @@ def model(request):
     return request.param, hf, compile_batched(hf, lm, (B,), cache=False)
 
 
-
-
-
 def _run(eng, plan: dict) -> list:
     reqs = []
     while len(reqs) < len(plan) or not eng.done:
@@ -138,3 +135,14 @@ def test_batched_attention_is_fused_over_each_sequences_pages(model):
     assert text.count("novella.paged_key = {batch = 4") == hf.config.num_hidden_layers
     assert all(s["batch"] == B and s["seq_pages"] * s["page_elems"] * B <= m.artifact.kv["vspan"]
                for s in m.artifact.kv["slots"])  # fmt: skip
+
+
+def test_batched_step_holds_every_heads_query(model):
+    """The batched step's fused attention loads and scales every head's query rows once (`q_held`), not
+    one LOAD per (sequence, kv head) beside that head's K and V pages (the other tests here check its
+    tokens against transformers with hazard checking on)."""
+    _, hf, lm = model
+    tiled = lm.batched[B].ir("novella-tile").splitlines()
+    flash = [ln for ln in tiled if '"novella.flash_attention"' in ln]
+    assert len(flash) == hf.config.num_hidden_layers
+    assert all("q_held = " in ln for ln in flash)

@@ -7,7 +7,9 @@
 // the appended caches themselves (the head repeats are erased; novella.kv_group = 2) and records
 // their pages as novella.paged_key / novella.paged_value. One query row over a GQA cache is
 // packed: grid dim 0 walks the 2 cache heads, the 2 query heads sharing one are the 2 rows of its
-// query block (q and the result 32 elements apart per cache head). Its key/value tiles span pages
+// query block (q and the result 32 elements apart per cache head). The query rows of both cache heads
+// are loaded and scaled once (q_held = 4 rows), each head's score MATMUL reading its 2 rows 32 apart,
+// so a head's step loads only its keys, values (and mask). Its key/value tiles span pages
 // (tk = 256 = 16 pages, picked by the flash cost model): one LOAD per page into the tile's rows
 // (buf_offset 256 per page), the later ones chained (docs/isa.md, LOAD `chain`). Page 0 of tile d2
 // of cache head d0 is page 16 * d2 (512 elements apart), head d0 inside it (256 apart), min(16,
@@ -32,12 +34,13 @@
 // CHECK: kernel = "novella.kv_append"
 // CHECK: %[[V:.*]] = "novella.macro"() ({
 // CHECK: kernel = "novella.kv_append"
-// CHECK: "novella.dma_load"(%arg0) {buffer = "q", cols = 16 : i64, dram_offset = #[[QROW]], dram_stride = 16 : i64, row_bound = 2 : i64, {{.*}}rows = 2 : i64
+// CHECK: "novella.dma_load"(%arg0) {buffer = "q", cols = 16 : i64, dram_offset = 0 : i64, dram_stride = 16 : i64, row_bound = 4 : i64, {{.*}}rows = 4 : i64
 // CHECK: "novella.dma_load"(%[[K]]) {buf_offset = 0 : i64, buffer = "k", chain = 0 : i64, cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 1 : i64}
 // CHECK-NEXT: "novella.dma_load"(%[[K]]) {buf_offset = 256 : i64, buffer = "k", chain = 1 : i64, cols = 16 : i64, dram_offset = #[[PAGE1]], dram_stride = 16 : i64, row_bound = 16 : i64, row_start = 0 : i64, row_step = 1 : i64, rows = #[[ROWS1]], {{.*}}tensor = 1 : i64}
 // CHECK: "novella.dma_load"(%[[V]]) {buf_offset = 0 : i64, buffer = "v", chain = 0 : i64, cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 2 : i64}
 // CHECK-NEXT: "novella.dma_load"(%[[V]]) {buf_offset = 256 : i64, buffer = "v", chain = 1 : i64, cols = 16 : i64, dram_offset = #[[PAGE1]], dram_stride = 16 : i64, {{.*}}rows = #[[ROWS1]], {{.*}}tensor = 2 : i64}
-// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}tiles = {{{.*}}pipelined = 0 : i64, s_slots = 1 : i64, tk = 256 : i64, tq = 2 : i64}
+// CHECK: "novella.mma"() {{{.*}}lhs = "q", lhs_offset = #[[QROW]], m = 2 : i64
+// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}tiles = {{{.*}}pipelined = 0 : i64, q_held = 4 : i64, s_slots = 1 : i64, tk = 256 : i64, tq = 2 : i64}
 module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
   func.func @decode(%q: tensor<1x4x1x16xf32>, %pk: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %pv: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %nk: tensor<1x2x1x16xf32>, %nv: tensor<1x2x1x16xf32>) -> (tensor<1x4x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) {
     %k = "novella.kv_append"(%pk, %nk) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>

@@ -1,0 +1,52 @@
+"""What a decode step over a paged KV cache changes in `novella.flash_attention` (`flash_attention.py`).
+
+A decode step's attention has one query row per head (or a GQA group's rows, packed) and walks the
+cache heads of every sequence of the batch, each over a few pages: its cycles are DMA latencies per
+head. So the query rows of every head are loaded and scaled once and kept (`held_rows`), and a
+per-sequence mask row is loaded as one row and added in ROW mode (`mask_row`), not repeated by the DMA
+for each query row of the block.
+"""
+
+from __future__ import annotations
+
+from .. import symbolic as sy
+from . import first
+
+MAX_DMA_ROWS = 4095  # the LOAD's 12-bit row count
+
+
+def held_rows(g) -> int:
+    """The query rows of every batch, which a decode step over a paged cache loads (and scales) once and
+    keeps, instead of one LOAD per head (a DMA latency each, where a head's K and V are a few pages); 0
+    where the query is not one contiguous [batch * lq, d] block of static size or a window guards loads."""
+    nb, lq = sy.as_int(g.batch), sy.as_int(g.lq)
+    if not g.paged or g.causal or g.window is not None or g.minor[0] or nb is None or lq is None:
+        return 0
+    contiguous = sy.as_int(g.base(0, sy.const(1))) == lq * g.d and g.row_stride(0) == g.d
+    return nb * lq if contiguous and nb * lq <= MAX_DMA_ROWS else 0
+
+
+def load_query(b, g, t, tq: int, rows):
+    """LOADs and scales the query block of step (bi, qi) at its first key/value step; or, held
+    (`held_rows`), every batch's rows once at the first grid point. Returns the block's offset in `q`."""
+    bi, qi, held = b.d(0), b.d(1), t.tiles.get("q_held", 0)
+    if held:
+        once = first(0) + first(1) + first(2)
+        b.load_rows("q", 0, row_start=sy.const(0), row_bound=sy.const(held), rows=held, cols=g.d, when=once)
+        b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=held, cols=g.d, dst_stride=g.d, a_stride=g.d,
+              when=once)  # fmt: skip
+        return bi * (sy.as_int(g.lq) * g.d)
+    off = None
+    if next(buf for buf in t.buffers if buf.name == "q").alternate:  # batch bi's rows in slot bi mod 2
+        off = sy.mod(bi, 2) * (tq * g.d)
+    b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
+                row_bound=g.lq, rows=rows, cols=g.d, buf_offset=off, when=first(2))  # fmt: skip
+    b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
+          dst_offset=off, a_offset=off, when=first(2))  # fmt: skip
+    return off
+
+
+def mask_row(g) -> bool:
+    """A decode step's mask (one row per sequence, over the paged cache) is loaded as that one row and
+    added to every query row of the block in ROW mode, not repeated by the DMA (each row read again)."""
+    return bool(g.paged) and sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
