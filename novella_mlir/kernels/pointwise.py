@@ -138,6 +138,7 @@ def _extent(dim: int, t: int, total):
 
 # ------------------------------------------------------------------ function bodies
 
+
 def math_body(tl: Tile, fn: str, dst: str, a: str, tmp: str) -> None:
     """dst = fn(a) on one tile, the steps of `MATH[fn]`; `tmp` is scratch. a may equal dst only for
     functions that read a before they write dst."""
