@@ -227,6 +227,8 @@ def value_range(e: ir.AffineExpr, symbols: list[Symbol]) -> tuple[int, int]:
         return as_int(e), as_int(e)
     box = {s.position: (s.lo, s.hi) for s in symbols or []}
     used = sorted(_symbols_in(e))
+    if affine_in_symbols(e):  # linear: the corners are the extremes
+        return _interval(canon(e), box)
     if int(np.prod([box[p][1] - box[p][0] + 1 for p in used])) > BOX_POINTS:
         return _interval(canon(e), box)
     grid = np.meshgrid(*[np.arange(box[p][0], box[p][1] + 1, dtype=np.int64) for p in used], indexing="ij")
