@@ -107,7 +107,9 @@ def check_convention(model) -> tuple[int, list]:
             "returning .logits and the cache"
         )
     with torch.no_grad():
-        out = model(input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=True, **{_cache_param(model): _full_cache()})
+        out = model(
+            input_ids=torch.zeros(1, 2, dtype=torch.long), use_cache=True, **{_cache_param(model): _full_cache()}
+        )
     logits, cache = getattr(out, "logits", None), _out_cache(out)
     if logits is None or cache is None or not hasattr(cache, "layers"):
         raise InputError(f"{name} returned no .logits or no layered cache (a transformers Cache)")
@@ -290,7 +292,9 @@ class CausalLM:
         """A list of prompts runs on the continuous-batching engine (`decoding/engine.py`)."""
         from .decoding.engine import generate
 
-        return generate(self, seqs, max_new_tokens, eos_token_id, check_hazards, choose=choose, keep_words=keep_words, bar=bar)
+        return generate(
+            self, seqs, max_new_tokens, eos_token_id, check_hazards, choose=choose, keep_words=keep_words, bar=bar
+        )
 
     def _decode_all(self, sess, seqs, tables, n_new, rule, run) -> None:
         stop, choose, bar = rule

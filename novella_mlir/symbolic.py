@@ -9,7 +9,6 @@ print, parse and simplify like any MLIR IR; the artifact stores them as small po
 from __future__ import annotations
 
 import functools
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -222,10 +221,43 @@ def _symbols_in(e: ir.AffineExpr) -> set[int]:
 
 
 def value_range(e: ir.AffineExpr, symbols: list[Symbol]) -> tuple[int, int]:
-    """(min, max) of a size expression over the symbols' bounds, at the corners of the box: exact for an
-    expression monotone in each symbol (a `mod` is not)."""
-    vals = [evaluate(e, c) for c in itertools.product(*[(s.lo, s.hi) for s in symbols or []])]
-    return min(vals), max(vals)
+    """(min, max) of a size expression over the symbols' box: exact (every point evaluated at once) for a
+    box of at most BOX_POINTS points, else interval bounds that hold it (a `mod` need not peak at a corner)."""
+    if as_int(e) is not None:
+        return as_int(e), as_int(e)
+    box = {s.position: (s.lo, s.hi) for s in symbols or []}
+    used = sorted(_symbols_in(e))
+    if affine_in_symbols(e):  # linear: the corners are the extremes
+        return _interval(canon(e), box)
+    if int(np.prod([box[p][1] - box[p][0] + 1 for p in used])) > BOX_POINTS:
+        return _interval(canon(e), box)
+    grid = np.meshgrid(*[np.arange(box[p][0], box[p][1] + 1, dtype=np.int64) for p in used], indexing="ij")
+    at = {p: g.ravel() for p, g in zip(used, grid)}
+    values = np.asarray(evaluate(e, [at.get(p, np.zeros(1, np.int64)) for p in range(max(used, default=0) + 1)]))
+    return int(values.min()), int(values.max())
+
+
+def _interval(e: ir.AffineExpr, box: dict) -> tuple[int, int]:
+    """Bounds of `e` over `box` (position -> (lo, hi)) by interval arithmetic, each term on its own."""
+    if isinstance(e, ir.AffineConstantExpr):
+        return e.value, e.value
+    if isinstance(e, ir.AffineSymbolExpr):
+        return box[e.position]
+    (a, b), (c, d) = _interval(e.lhs, box), _interval(e.rhs, box)
+    if isinstance(e, ir.AffineAddExpr):
+        return a + c, b + d
+    if isinstance(e, ir.AffineMulExpr):
+        products = (a * c, a * d, b * c, b * d)
+        return min(products), max(products)
+    if c != d or c <= 0:
+        raise TypeError(f"a division or mod by a non-constant in {e}")
+    if isinstance(e, ir.AffineFloorDivExpr):
+        return a // c, b // c
+    if isinstance(e, ir.AffineCeilDivExpr):
+        return -(-a // c), -(-b // c)
+    if isinstance(e, ir.AffineModExpr):
+        return (a % c, b % c) if a // c == b // c else (0, c - 1)
+    raise TypeError(f"unsupported affine expression {e}")
 
 
 def affine_in_symbols(e: ir.AffineExpr) -> bool:

@@ -136,8 +136,10 @@ class Engine:
 
     def _ids(self, p) -> list:
         if isinstance(p, torch.Tensor):
-            if p.dtype not in (torch.long, torch.int32, torch.int64) or p.dim() not in (1, 2) or (
-                p.dim() == 2 and p.shape[0] != 1
+            if (
+                p.dtype not in (torch.long, torch.int32, torch.int64)
+                or p.dim() not in (1, 2)
+                or (p.dim() == 2 and p.shape[0] != 1)
             ):
                 raise InputError(f"a prompt must be integer token ids, 1-D or [1, T], got {p.dtype} {list(p.shape)}")
             p = p.reshape(-1).tolist()
@@ -239,7 +241,9 @@ class Engine:
             for m in self.members:
                 m.shift -= low
         n = next(b for b in self.buckets if b >= len(self.members))
-        lanes = [Lane(m.tokens[m.table.length], m.table.length, m.shift, m.table.blocks, m.offset) for m in self.members]
+        lanes = [
+            Lane(m.tokens[m.table.length], m.table.length, m.shift, m.table.blocks, m.offset) for m in self.members
+        ]
         logits, *res = self.batch_steps[n].run(lanes, self.clock)
         self._record("batch", -len(lanes), self.clock, *res)
         for m, row in zip(list(self.members), logits):

@@ -70,7 +70,9 @@ class TokenChooser:
         except (ValueError, TypeError) as e:
             raise InputError(f"generate: invalid generation options {sorted(options)}: {e}") from None
         if unused:
-            raise InputError(f"generate: unknown generation options {sorted(unused)}; see transformers.GenerationConfig")
+            raise InputError(
+                f"generate: unknown generation options {sorted(unused)}; see transformers.GenerationConfig"
+            )
         host._prepare_special_tokens(gen, kwargs_has_attention_mask=True, device="cpu")
         self.config = gen
         self.host = host

@@ -90,7 +90,7 @@ def buffer_entries(buffers: ir.DictAttr) -> dict[str, tuple]:
         entry = buffers[i]
         v = [a.value for a in ir.ArrayAttr(entry.attr)]
         if len(v) not in (3, 4, 5) or v[0] not in MEMS or not all(isinstance(x, int) for x in v[1:]):
-            raise FieldError(f'buffer \'{entry.name}\' must be {_SHAPE}, got {entry.attr}')
+            raise FieldError(f"buffer '{entry.name}' must be {_SHAPE}, got {entry.attr}")
         mem, offset, size, *slots = v
         if offset < 0 or size < 1 or slots not in ([], [2], [2, 1]):
             raise FieldError(

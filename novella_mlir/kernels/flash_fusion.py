@@ -100,7 +100,9 @@ def fuse_attention(op, rewriter):
         return True
     q, k = qk.operands
     if not _operands_ok(q, k, v, y) or (
-        mask is not None and not causal and not (_mask_ok(mask, _batch(_shape(y)), lq, lk) or _per_lead(mask, y, lq, lk))
+        mask is not None
+        and not causal
+        and not (_mask_ok(mask, _batch(_shape(y)), lq, lk) or _per_lead(mask, y, lq, lk))
     ):
         return True
     scale = softmax_scale(sm)

@@ -37,7 +37,9 @@ class BatchStep:
         kv = sess.models[name].artifact.kv
         pages = {s.get("seq_pages", kv["vspan"] // s["page_elems"]) for s in slots}  # batch 1: the whole window
         if len(pages) != 1 or {s.get("batch", 1) for s in slots} != {batch}:
-            raise InputError(f"{name} is not a batched decode program of batch {batch} with one page range per sequence")
+            raise InputError(
+                f"{name} is not a batched decode program of batch {batch} with one page range per sequence"
+            )
         self.seq_pages = pages.pop()
         self.table = np.full(batch * self.seq_pages, null_block, np.int64)
 

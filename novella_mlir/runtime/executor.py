@@ -221,8 +221,7 @@ def check_limit(x: np.ndarray, i: int, limit: list) -> None:
     if limit and top > limit[0]:
         held = f"the integer {int(top)}" if top.is_integer() else f"the value {top:.9g}"
         raise InputError(
-            f"input #{i} holds {held}, above {limit[0]}: {limit[1]}, so its "
-            f"values must stay within +-{limit[0]}"
+            f"input #{i} holds {held}, above {limit[0]}: {limit[1]}, so its values must stay within +-{limit[0]}"
         )
 
 

@@ -23,7 +23,14 @@ PACKAGES = ("novella_mlir", "simulator")
 LAYERS = [
     ("simulator",),
     ("novella_mlir.errors", "novella_mlir.artifact.limits"),
-    ("novella_mlir.machine", "novella_mlir.symbolic", "novella_mlir.symbolic_periodic", "novella_mlir.symbolic_postfix", "novella_mlir.frontend.dtypes"),
+    (
+        "novella_mlir.machine",
+        "novella_mlir.symbolic",
+        "novella_mlir.symbolic_periodic",
+        "novella_mlir.symbolic_postfix",
+        "novella_mlir.symbolic_division",
+        "novella_mlir.frontend.dtypes",
+    ),
     ("novella_mlir.runtime", "novella_mlir.artifact.format", "novella_mlir.artifact.check", "novella_mlir.artifact"),
     ("novella_mlir.dialects",),
     ("novella_mlir.kernels",),

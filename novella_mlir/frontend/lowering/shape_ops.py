@@ -14,6 +14,7 @@ from torch_mlir import ir
 
 from ... import symbolic as sy
 from ...dialects.novella import ReshapeOp, SliceOp, TransposeOp
+from ...symbolic_division import quotient
 
 
 def affine(v) -> ir.AffineExpr:
@@ -138,7 +139,11 @@ def view_shape(cx, x, sizes) -> list[ir.AffineExpr]:
 
 
 def _divide(cx, num: list, den: list) -> ir.AffineExpr:
-    """prod(num) / prod(den), cancelling equal symbolic factors first."""
+    """prod(num) / prod(den): an exact polynomial division (`s0 * 16 * 128 / s0`), else cancelling equal
+    symbolic factors first."""
+    exact = quotient(num, den)
+    if exact is not None:
+        return exact
     num = list(num)
     static = 1
     for d in den:
