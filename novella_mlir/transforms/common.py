@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from .. import symbolic_box as sb
 from ..dialects.attrs import (  # noqa: F401 (the passes' helpers, kept importable from here)
     current,
     forget_ir_memos,
@@ -36,7 +37,7 @@ def body_ops(fn) -> list:
 
 
 def fold_fixed_sizes(module_op, symbols) -> None:
-    """Types each result dim that the symbols' bounds fix (`symbolic.fixed`: a pattern's op built
+    """Types each result dim that the symbols' bounds fix (`symbolic_box.fixed`: a pattern's op built
     from a `?` input whose size over the range is one value, `W floordiv 16` over W in [32, 47]) as that
     constant, as the frontend and --novella-shape-infer type them."""
     for fn in functions(module_op):
@@ -45,7 +46,7 @@ def fold_fixed_sizes(module_op, symbols) -> None:
                 shape = sy.shape_of(r.type) if isinstance(r.type, ir.RankedTensorType) else None
                 if shape is None or all(sy.as_int(e) is not None for e in shape):
                     continue
-                folded = [sy.fixed(e, symbols) for e in shape]
+                folded = [sb.fixed(e, symbols) for e in shape]
                 if [sy.as_int(e) for e in folded] != [sy.as_int(e) for e in shape]:
                     r.set_type(sy.tensor_type(folded, ir.RankedTensorType(r.type).element_type, len(symbols)))
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from .. import symbolic_box as sb
 from ..kernels.kv_cache import PAGED_VBASE, PAGED_VSPAN, paged_info
 from ..machine.target import DRAM_LIMIT, Target
 from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage, set_attr
@@ -42,7 +43,7 @@ class _Arena:
 
     def _block(self, size: ir.AffineExpr) -> ir.AffineExpr:
         size = sy.ceildiv(size, self.align) * self.align
-        return sy.const(sy.value_range(size, self.symbols)[1]) if self.fixed else size
+        return sy.const(sb.value_range(size, self.symbols)[1]) if self.fixed else size
 
     def alloc(self, size: ir.AffineExpr) -> ir.AffineExpr:
         size = self._block(size)
@@ -70,7 +71,7 @@ def run(module_op, options, config) -> None:
 
 
 def _check_addressable(fn, symbols) -> None:
-    size = sy.value_range(sy.map_results(fn.attributes["novella.dram_size"])[0], symbols)[1]
+    size = sb.value_range(sy.map_results(fn.attributes["novella.dram_size"])[0], symbols)[1]
     if size > DRAM_LIMIT:
         at = ", ".join(f"{s.name}={s.hi}" for s in symbols) or "its static shapes"
         raise PassError(

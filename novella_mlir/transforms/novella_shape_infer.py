@@ -15,6 +15,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from .. import symbolic_box as sb
 from ..dialects import shapes
 from .common import MAX_SYMBOL_VALUE, PassError, body_ops, check_symbols, functions, require_stage
 
@@ -139,7 +140,7 @@ def _equal_dims(op, ins) -> list:
 
 
 def _infer_op(op, n_syms: int, symbols=()) -> None:
-    """The op's result typed by its shape rule; each size the symbols' bounds fix is a constant (`sy.fixed`)."""
+    """The op's result typed by its shape rule; each size the symbols' bounds fix is a constant (`sb.fixed`)."""
     name = op.operation.name
     if not shapes.has_rule(name) or len(op.results) != 1:
         return
@@ -155,7 +156,7 @@ def _infer_op(op, n_syms: int, symbols=()) -> None:
         exprs = shapes.infer(name, in_shapes, op.attributes, rt)
     except shapes.ShapeError as e:
         raise PassError(op, str(e)) from None
-    exprs = [sy.fixed(e, symbols) for e in exprs]
+    exprs = [sb.fixed(e, symbols) for e in exprs]
     _check_static(op, rt, exprs)
     result.set_type(sy.tensor_type(exprs, rt.element_type, n_syms))
 

@@ -4,7 +4,7 @@ Each construct that kept them out, reproduced by a small module and checked agai
 minimum, min + 1, an odd length, the lengths around a program boundary and the maximum:
   * a strided conv stack whose frame count is 1 over the short lengths: torch.export specializes the
     frames there, the short sub-range is a program of its own, where the shape mutator must take the
-    conv's length expression as the constant 1 it is over that sub-range (`symbolic.fixed_value`);
+    conv's length expression as the constant 1 it is over that sub-range (`symbolic_box.fixed_value`);
   * a slice with a symbolic start (relative positions `pe[:, M - T + 1 : M + T]`) read by a linear:
     a copy whose DRAM offset the JIT evaluates at each length;
   * a concat whose widest input changes with the length (a pad of 15 beside 2..65 frames);
@@ -20,6 +20,7 @@ from lambda_module import Lambda
 
 from novella_mlir import compile_torch
 from novella_mlir import symbolic as sy
+from novella_mlir import symbolic_box as sb
 from novella_mlir.dialects.context import make_context
 from novella_mlir.errors import NovellaError
 
@@ -51,15 +52,15 @@ def test_fixed_value_over_the_box():
         frames = sy.floordiv(sy.floordiv(s, 5) - sy.const(4), 2) + sy.const(1)  # conv k 10 s 5, then k 3 s 2
         at = [sy.Symbol(0, "T", 20, 29)]
         assert {sy.evaluate(frames, [t]) for t in range(20, 30)} == {1}
-        assert sy.fixed_value(frames, at) == 1
-        assert sy.as_int(sy.fixed(frames, at)) == 1
-        assert sy.fixed_value(frames, [sy.Symbol(0, "T", 20, 30)]) is None  # 2 at T = 30
-        assert sy.fixed_value(sy.mod(s, 7), [sy.Symbol(0, "T", 7, 14)]) is None  # equal ends, not constant
-        assert sy.fixed_value(s, []) is None and sy.fixed_value(sy.const(4), []) == 4
+        assert sb.fixed_value(frames, at) == 1
+        assert sy.as_int(sb.fixed(frames, at)) == 1
+        assert sb.fixed_value(frames, [sy.Symbol(0, "T", 20, 30)]) is None  # 2 at T = 30
+        assert sb.fixed_value(sy.mod(s, 7), [sy.Symbol(0, "T", 7, 14)]) is None  # equal ends, not constant
+        assert sb.fixed_value(s, []) is None and sb.fixed_value(sy.const(4), []) == 4
         two = sy.floordiv(s, 100) + sy.floordiv(sy.sym(1), 100)
-        assert sy.fixed_value(two, [sy.Symbol(0, "T", 1, 99), sy.Symbol(1, "P", 100, 199)]) == 1
-        assert sy.fixed(s, at) == s
-        assert sy.fixed_value(frames, [sy.Symbol(0, "T", 25, 25)]) is None  # a static compile folds nothing
+        assert sb.fixed_value(two, [sy.Symbol(0, "T", 1, 99), sy.Symbol(1, "P", 100, 199)]) == 1
+        assert sb.fixed(s, at) == s
+        assert sb.fixed_value(frames, [sy.Symbol(0, "T", 25, 25)]) is None  # a static compile folds nothing
 
 
 class Frames(torch.nn.Module):

@@ -29,6 +29,7 @@ LAYERS = [
         "novella_mlir.symbolic_periodic",
         "novella_mlir.symbolic_postfix",
         "novella_mlir.symbolic_division",
+        "novella_mlir.symbolic_box",
         "novella_mlir.frontend.dtypes",
     ),
     ("novella_mlir.runtime", "novella_mlir.artifact.format", "novella_mlir.artifact.check", "novella_mlir.artifact"),

@@ -1,6 +1,6 @@
 """The -1 of a view as an exact division of symbolic sizes (`symbolic_division.quotient`): a chunked scan
 flattens heads into the length (`[T * 16, 128]`) and views it back as `[1, T, -1]`, which divides by T
-no factor equals. And `symbolic.value_range` over a box: exact where the box is small, bounds that hold
+no factor equals. And `symbolic_box.value_range` over a box: exact where the box is small, bounds that hold
 the values where it is not (a `mod` peaks inside the box, not at a corner)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from novella_mlir import compile_torch
 from novella_mlir import symbolic as sy
+from novella_mlir import symbolic_box as sb
 from novella_mlir.dialects.context import make_context
 from novella_mlir.symbolic_division import quotient
 
@@ -74,17 +75,17 @@ def test_quotient_is_exact_or_none(ctx):
 def test_value_range_is_exact_for_mod_and_floordiv(ctx):
     s0 = sy.sym(0)
     box = [sy.Symbol(0, "T", 1, 100)]
-    assert sy.value_range(sy.mod(s0, 64), box) == (0, 63)  # the corners give 1 and 36
-    assert sy.value_range(sy.mod(s0 * -1, 8), box) == (0, 7)
-    assert sy.value_range(s0 - sy.floordiv(s0, 2) * 2 + 3, box) == (3, 4)
-    assert sy.value_range(sy.ceildiv(s0, 64) * 64 - s0, box) == (0, 63)
-    assert sy.value_range(s0 * 2 + 1, box) == (3, 201)
+    assert sb.value_range(sy.mod(s0, 64), box) == (0, 63)  # the corners give 1 and 36
+    assert sb.value_range(sy.mod(s0 * -1, 8), box) == (0, 7)
+    assert sb.value_range(s0 - sy.floordiv(s0, 2) * 2 + 3, box) == (3, 4)
+    assert sb.value_range(sy.ceildiv(s0, 64) * 64 - s0, box) == (0, 63)
+    assert sb.value_range(s0 * 2 + 1, box) == (3, 201)
 
 
 def test_value_range_of_a_large_box_holds_every_value(ctx):
     s0, s1 = sy.sym(0), sy.sym(1)
     box = [sy.Symbol(0, "P", 1, 5000), sy.Symbol(1, "T", 1, 5000)]  # 25e6 points: bounds, not every point
-    lo, hi = sy.value_range(sy.mod(s0 + s1, 64) + s1, box)
+    lo, hi = sb.value_range(sy.mod(s0 + s1, 64) + s1, box)
     assert lo <= 1 and hi >= 5000 + 63
-    assert sy.value_range(s0 * s1, box) == (1, 25_000_000)
-    assert sy.value_range(sy.floordiv(s0, 3) - s1, box) == (-5000, 1666 - 1)
+    assert sb.value_range(s0 * s1, box) == (1, 25_000_000)
+    assert sb.value_range(sy.floordiv(s0, 3) - s1, box) == (-5000, 1666 - 1)

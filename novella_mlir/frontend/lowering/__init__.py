@@ -19,6 +19,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import func
 
 from ... import symbolic as sy
+from ... import symbolic_box as sb
 from ...dialects import shapes
 from ...dialects.novella import WeightOp
 from ...errors import NovellaError, UnsupportedDtypeError
@@ -125,7 +126,7 @@ class LoweringContext:
                 result_shape = shapes.infer(op_cls.OPERATION_NAME, [self.shape(v) for v in operands], attrs, hint)
             except shapes.ShapeError as e:
                 raise self.error(str(e)) from None
-        result_shape = [sy.fixed(e, self.symbols) for e in result_shape]
+        result_shape = [sb.fixed(e, self.symbols) for e in result_shape]
         if any(sy.as_int(e) == 0 for e in result_shape):
             raise self.empty_error(f"a dim of the result {[str(e) for e in result_shape]} is 0")
         if check:
@@ -165,7 +166,7 @@ def _fixed_int(v, symbols):
     """A symbolic int (a size computed by the model) as the Python int it is over the whole range, if it is one."""
     if not isinstance(v, ir.AffineExpr):
         return v
-    c = sy.fixed_value(v, symbols)
+    c = sb.fixed_value(v, symbols)
     return v if c is None else c
 
 

@@ -7,6 +7,7 @@ import math
 from torch_mlir import ir
 
 from ... import symbolic as sy
+from ... import symbolic_box as sb
 from ...dialects import shapes
 from ...dialects.novella import (
     AddOp,
@@ -230,7 +231,7 @@ def _positions(cx, n, shape_of):
     """arange(n) as a [n, 1] (`shape_of` "col") or [1, n] ("row") tensor: a table sliced to n."""
     import numpy as np
 
-    hi = sy.value_range(n, cx.symbols)[1]
+    hi = sb.value_range(n, cx.symbols)[1]
     table = cx.add_weight("positions", np.arange(hi, dtype=np.float64).reshape(-1, 1))
     pos = table
     if sy.as_int(n) != hi:

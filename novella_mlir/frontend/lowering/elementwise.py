@@ -9,6 +9,7 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
+from ... import symbolic_box as sb
 from ...dialects.novella import AddOp, DivOp, MulOp, ReduceOp, ReshapeOp, ScalarOp, SliceOp, SubOp
 
 _BINARY = {"add": AddOp, "sub": SubOp, "mul": MulOp, "div": DivOp}
@@ -21,7 +22,7 @@ def _scalar(cx, fn: str, x, value: float, check: bool = True):
 
 def size_value(cx, e: ir.AffineExpr) -> ir.Value:
     """The value of size expression `e` as a 0-d tensor: the sum of a row of ones sliced to length `e`."""
-    hi = sy.value_range(e, cx.symbols)[1]
+    hi = sb.value_range(e, cx.symbols)[1]
     ones = cx.add_weight("ones", np.ones((1, max(hi, 1))))
     i64 = ir.IntegerType.get_signless(64)
     part = cx.emit(SliceOp, result_shape=[sy.const(1), e], check=False, input=ones,

@@ -13,6 +13,7 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
+from ... import symbolic_box as sb
 from ...dialects.novella import (
     AddOp,
     BroadcastOp,
@@ -108,7 +109,7 @@ def gather(cx):
 
 
 def _upper(cx, e) -> int:
-    return sy.value_range(affine(e), cx.symbols)[1]
+    return sb.value_range(affine(e), cx.symbols)[1]
 
 
 def sized_table(cx, hint: str, values: np.ndarray, sizes: list):
@@ -398,7 +399,7 @@ def _var(cx, root: bool):
         from .pointwise import scalar_op
 
         count = scalar_op(cx, "sub", size_value(cx, n), float(corr), check=False)
-        if sy.value_range(n, cx.symbols)[0] <= corr:  # N - correction can reach 0 or less: clamp as torch does
+        if sb.value_range(n, cx.symbols)[0] <= corr:  # N - correction can reach 0 or less: clamp as torch does
             count = scalar_op(cx, "max", count, 0.0, check=False)
         out = cx.emit(DivOp, check=False, lhs=sq, rhs=count)
     if root:

@@ -13,6 +13,7 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
+from ... import symbolic_box as sb
 from ...dialects.novella import CompareOp, FlipOp, MaximumOp, MulOp, ReduceOp, WhereOp
 from .elementwise import size_value
 from .indexing import sized_table
@@ -30,7 +31,7 @@ def _positions(cx, n: ir.AffineExpr) -> ir.Value:
     static = sy.as_int(n)
     if static is not None:
         return cx.add_weight("positions", np.arange(static, dtype=np.float64))
-    hi = sy.value_range(n, cx.symbols)[1]
+    hi = sb.value_range(n, cx.symbols)[1]
     return sized_table(cx, "positions", np.arange(hi, dtype=np.float64), [n])
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
+from ... import symbolic_box as sb
 from ...dialects.attrs import from_attr, to_attr
 from ...dialects.novella import COMPARE_FNS, ScanOp
 from ..dtypes import EXACT_INT
@@ -50,7 +51,7 @@ def value_bound(cx, v: ir.Value, kind: str) -> tuple[float, ir.Value | None]:
             parts = [value_bound(cx, x, "float")[0] for x in owner.operands[_COMBINE[name][0] :]]
             return min(float(EXACT_INT), _COMBINE[name][1](parts)), None
         if name == "novella.reduce" and ir.StringAttr(owner.attributes["fn"]).value == "sum":
-            n = sy.value_range(cx.shape(owner.operands[0])[-1], cx.symbols)[1]
+            n = sb.value_range(cx.shape(owner.operands[0])[-1], cx.symbols)[1]
             return min(float(EXACT_INT), value_bound(cx, owner.operands[0], "float")[0] * n), None
         if name not in _TRANSPARENT:
             return float(EXACT_INT), None
@@ -73,7 +74,7 @@ def _largest_exact(fn: str, hi: int) -> int:
 def _check_exact(cx, x, fn: str, dim: int, n) -> None:
     """Refuses an integer scan that fp32 may not hold exactly at the longest length the bounds allow; on a
     function input, the limit goes into the IR instead (`novella.input_limits`), checked on every call."""
-    hi = sy.value_range(n, cx.symbols)[1]
+    hi = sb.value_range(n, cx.symbols)[1]
     bound, arg = value_bound(cx, x, cx.kind(0))
     limit = _largest_exact(fn, hi)
     if bound <= limit:

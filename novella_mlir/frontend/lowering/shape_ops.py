@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from ... import symbolic as sy
+from ... import symbolic_box as sb
 from ...dialects.novella import ReshapeOp, SliceOp, TransposeOp
 from ...symbolic_division import quotient
 
@@ -378,7 +379,7 @@ def slice_(cx):
 def _from_front(cx, n, start):
     """A start counted back from the end of a dim of size `n` (never after it), from the front where that is
     a constant: 0 where it is at or before the front at every length (Python clamps it), else unchanged."""
-    if sy.value_range(n + affine(start), cx.symbols)[1] <= 0:
+    if sb.value_range(n + affine(start), cx.symbols)[1] <= 0:
         return 0
     from_front = simplify(n + affine(start))
     return from_front if isinstance(from_front, int) else start
@@ -415,7 +416,7 @@ def slice_from_end(cx, x, dim: int, back: int, length, what: str):
     """Positions [n - back, n - back + length) of the `?` dim `dim` of size n: a slice whose start the JIT
     evaluates from the length (a negative start). n >= back must hold at every length the bounds allow."""
     n = cx.shape(x)[dim]
-    lo = sy.value_range(n, cx.symbols)[0]
+    lo = sb.value_range(n, cx.symbols)[0]
     if lo < back:
         raise cx.error(
             f"{what} reads position {back} from the end of dim {dim}, whose size {n} can be as small as {lo}; "
