@@ -141,6 +141,21 @@ def test_non_f32_value_names_the_op_and_line_that_produce_it():
     assert "'torch.aten.to.dtype'" in msg and "float64" in msg and "float32" in msg
 
 
+def test_non_f32_value_in_a_library_quotes_the_library_line(tmp_path, monkeypatch):
+    """A model library's op (installed under site-packages) is quoted at its own line, not at the user's
+    line that calls the library (ergo's RoPE in float64)."""
+    lib = tmp_path / "site-packages"
+    lib.mkdir()
+    (lib / "f64_rope_lib.py").write_text("def angles(x):\n    return x.double() * 3  # the library line\n")
+    monkeypatch.syspath_prepend(str(lib))
+    import f64_rope_lib
+
+    with pytest.raises(UnsupportedDtypeError) as e:
+        compile_torch(Lambda(lambda x: f64_rope_lib.angles(x).float()), torch.randn(2, 8), min_len=1, max_len=16)
+    msg = str(e.value)
+    assert "(in " in msg and "f64_rope_lib.py:2)" in msg and "`return x.double() * 3  # the library line`" in msg
+
+
 def test_an_empty_result_is_refused_naming_the_op():
     with pytest.raises(
         NovellaError, match=r"'torch.aten.repeat': repeat\(0, 2\) has a 0 count, so the result is an empty"

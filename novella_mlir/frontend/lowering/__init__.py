@@ -291,10 +291,11 @@ def _check_f32(op, name: str) -> None:
 
 
 def _code(where: str) -> str:
-    """` (`code`)` of the `file:line` that `where` starts with, if the file is readable."""
+    """` (`code`)` of the library's `file:line` in `where` (the line of the op), else of the user's line it
+    starts with, if the file is readable."""
     import linecache
 
-    m = re.match(r"(.+?):(\d+)", where)
+    m = re.search(r"\(in (.+?):(\d+)\)", where) or re.match(r"(.+?):(\d+)", where)
     text = linecache.getline(m.group(1), int(m.group(2))).strip() if m else ""
     return f" (`{text}`)" if text else ""
 

@@ -28,7 +28,8 @@ from ...dialects.novella import (
     SliceOp,
     SubOp,
 )
-from .shape_ops import Positions, affine, from_last, reshape, slice_from_end, to_last, transpose
+from .. import dtypes
+from .shape_ops import Positions, affine, any_transpose, from_last, reshape, slice_from_end, to_last
 
 
 def _i64(v: int) -> ir.IntegerAttr:
@@ -50,18 +51,23 @@ def index_select(cx):
 
 
 def _select(cx, x, dim, idx):
+    """index_select: the rows of `x` along `dim` as table rows (one GATHER per row), or single elements
+    (`_gather_elements`) when the other dims hold a symbolic size."""
     shape = cx.shape(x)
     dim %= len(shape)
-    perm = [dim] + [i for i in range(len(shape)) if i != dim]
-    moved = transpose(cx, x, perm, check=False) if dim else x
-    rest = [shape[i] for i in perm[1:]]
+    rest = [e for i, e in enumerate(shape) if i != dim]
     inner = sy.numel(rest) if rest else sy.const(1)
     if sy.as_int(inner) is None:
-        raise cx.error("index_select needs static sizes outside the indexed dim")
+        out = list(shape)
+        out[dim] = cx.shape(idx)[0]
+        at = [sy.const(1) if i != dim else e for i, e in enumerate(out)]
+        return _gather_elements(cx, x, dim, reshape(cx, idx, at, check=False), out)
+    perm = [dim] + [i for i in range(len(shape)) if i != dim]
+    moved = any_transpose(cx, x, perm, check=False) if dim else x
     table = reshape(cx, moved, [shape[dim], inner], check=False)
     rows = cx.emit(GatherRowsOp, check=False, table=table, indices=idx)
     out = reshape(cx, rows, [cx.shape(idx)[0]] + rest, check=not dim)
-    return transpose(cx, out, [perm.index(i) for i in range(len(shape))]) if dim else out
+    return any_transpose(cx, out, [perm.index(i) for i in range(len(shape))]) if dim else out
 
 
 _COPIES = ("torch.aten.repeat", "torch.aten.expand")
@@ -86,23 +92,51 @@ def _index_rows(cx, dim: int):
 
 
 def gather(cx):
-    """torch.gather along `dim` where every other dim of input and index is 1 (a row lookup), or whose
-    index is one copied across the other dims (`_index_rows`: an index_select)."""
+    """torch.gather along `dim`: a row lookup when every other dim of input and index is 1, an
+    index_select when the index is one copied across the other dims (`_index_rows`), else one GATHER
+    of single elements (`_gather_elements`)."""
     x, dim, idx = cx.operand(0), cx.const(1), cx.operand(2)
     xs, ids = cx.shape(x), cx.shape(idx)
     dim %= len(xs)
     rows = _index_rows(cx, dim)
     if rows is not None:
         return _select(cx, x, dim, rows)
-    if any(sy.as_int(e) != 1 for i, e in enumerate(xs) if i != dim) or any(
-        sy.as_int(e) != 1 for i, e in enumerate(ids) if i != dim
-    ):
-        raise cx.error("gather is supported only along the one non-1 dim of input and index (a lookup)")
-    if sy.as_int(xs[dim]) is None:
-        raise cx.error("gather needs a static input size along the gathered dim")
+    lookup = all(sy.as_int(e) == 1 for i, e in enumerate(xs) if i != dim) and all(
+        sy.as_int(e) == 1 for i, e in enumerate(ids) if i != dim
+    )
+    if not lookup or sy.as_int(xs[dim]) is None:
+        return _gather_elements(cx, x, dim, idx)
     table = reshape(cx, x, [xs[dim], sy.const(1)], check=False)
     rows = cx.emit(GatherRowsOp, check=False, table=table, indices=idx)
     return reshape(cx, rows, list(ids))
+
+
+def _gather_elements(cx, x, dim: int, idx, out_shape=None):
+    """out[p] = x[p with dim replaced by idx[p]] over `out_shape` (default: the index's; the index
+    broadcasts to it): x[i0, ..., idx, ..., ir] where every other index is the position along its dim (an
+    arange shaped to broadcast), so each output element is one table row of one element."""
+    from .advanced_index import _gather_leading
+
+    xs, ids = cx.shape(x), out_shape or cx.shape(idx)
+    if len(ids) != len(xs):
+        raise cx.error(f"gather needs an index of the input's rank {len(xs)}, got rank {len(ids)}")
+    most = _upper(cx, sy.numel(xs))
+    if most > dtypes.EXACT_INT:
+        raise cx.error(
+            f"gather picks single elements of an input of up to {most} elements, more than the 2**24 positions "
+            "an fp32 index holds exactly: gather from a smaller tensor (slice it first)"
+        )
+    indices = [idx if d == dim else _positions(cx, d, len(ids), ids[d]) for d in range(len(ids))]
+    return _gather_leading(cx, x, indices)
+
+
+def _positions(cx, d: int, rank: int, size):
+    """0, 1, ..., size - 1 along dim d of a rank-`rank` tensor whose other dims are 1."""
+    shape = [1] * rank
+    shape[d] = _upper(cx, size)
+    sizes = [1] * rank
+    sizes[d] = size if sy.as_int(size) is None else sy.as_int(size)
+    return sized_table(cx, "positions", np.arange(shape[d], dtype=np.float64).reshape(shape), sizes)
 
 
 # ------------------------------------------------------------------ constants with symbolic sizes

@@ -123,6 +123,10 @@ def slice_scatter(cx):
     base, new = cx.operand(0), cx.operand(1)
     dim, start, end = (cx.const(i) for i in (2, 3, 4))
     step = cx.const(5) if cx.num_operands > 5 else 1
+    if isinstance(step, int) and step > 1:
+        from .strided import strided_scatter
+
+        return strided_scatter(cx, base, new, dim, 0 if start is None else start, end, step)
     if step != 1 or start is None or end is None:
         raise cx.error("slice_scatter needs a start, an end and step 1 (a KV-cache append)")
     return _append(cx, base, new, dim, start, affine(end) - affine(start), "slice_scatter")

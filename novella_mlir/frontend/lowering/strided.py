@@ -54,3 +54,50 @@ def _columns(cx, x, dim: int, start: int, n: int, step: int):
     first = grid[: dim + 1] + [sy.const(1)] + grid[dim + 2 :]
     y = cx.emit(SliceOp, result_shape=first, check=False, input=y, dim=_i64(dim + 1), start=_i64(0))
     return cx.emit(ReshapeOp, result_shape=shape[:dim] + [sy.const(n)] + shape[dim + 1 :], check=False, input=y)
+
+
+def strided_scatter(cx, base, new, dim: int, start: int, end, step: int):
+    """`slice_scatter(base, new, dim, start, end, step)` with a step > 1 on a static dim (Qwen3-VL's
+    `freqs[..., 1:length:3] = ...`): base before the range, the range viewed as [n, step] with column 0
+    replaced by `new`, the last element on its own when the last step runs past the end, base after."""
+    shape = list(cx.shape(base))
+    dim %= len(shape)
+    full = sy.as_int(shape[dim])
+    if full is None or not isinstance(start, int) or not (end is None or isinstance(end, int)) or step < 1:
+        raise cx.error(
+            f"slice_scatter with step {step} along dim {dim} of size {shape[dim]}: a step is supported on a "
+            "static dim with constant bounds only"
+        )
+    start = min(max(start + full if start < 0 else start, 0), full)
+    end = full if end is None else min(max(end + full if end < 0 else end, 0), full)
+    n = max(0, -(-(end - start) // step))
+    if sy.as_int(cx.shape(new)[dim]) != n:
+        raise cx.error(f"slice_scatter writes {cx.shape(new)[dim]} positions into a strided range of {n}")
+    if n == 0:
+        return base
+    whole = n if start + n * step <= full else n - 1
+    parts = [_piece(cx, base, dim, 0, start)] if start else []
+    if whole:
+        block = _piece(cx, base, dim, start, whole * step)
+        parts.append(_with_column(cx, block, _piece(cx, new, dim, 0, whole), dim, whole, step))
+    after = start + whole * step
+    if whole < n:
+        parts.append(_piece(cx, new, dim, n - 1, 1))
+        after += 1
+    if after < full:
+        parts.append(_piece(cx, base, dim, after, full - after))
+    out = parts[0]
+    for p in parts[1:]:
+        out = cx.emit(ConcatOp, check=False, lhs=out, rhs=p, dim=_i64(dim))
+    return out
+
+
+def _with_column(cx, block, col, dim: int, n: int, step: int):
+    """`block` (n * step long along `dim`) viewed as [n, step], column 0 replaced by `col` (n long)."""
+    shape = list(cx.shape(block))
+    grid = shape[:dim] + [sy.const(n), sy.const(step)] + shape[dim + 1 :]
+    y = cx.emit(ReshapeOp, result_shape=grid, check=False, input=block)
+    col = cx.emit(ReshapeOp, result_shape=grid[: dim + 1] + [sy.const(1)] + grid[dim + 2 :], check=False, input=col)
+    rest = _piece(cx, y, dim + 1, 1, step - 1)
+    y = cx.emit(ConcatOp, check=False, lhs=col, rhs=rest, dim=_i64(dim + 1))
+    return cx.emit(ReshapeOp, result_shape=shape, check=False, input=y)
