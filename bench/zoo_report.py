@@ -53,7 +53,7 @@ def _first_refusal(r: dict) -> str:
         v = r.get(k) or {}
         if v.get("refusal"):
             text = re.sub(r"\S*/bench/zoo_models\.py:\d+ \(in \S*/site-packages/([^)]*)\)", r"\1", v["refusal"])
-            text = re.sub(r"\S*/site-packages/", "", text)
+            text = re.sub(r"[^\s(]*/site-packages/", "", text)
             return (f"({k}) " if k == "masked" else "") + text.replace("|", "\\|")
         if v.get("stage") == "wrong":
             bad = [n for n, _, ok in v["lengths"] if not ok]
