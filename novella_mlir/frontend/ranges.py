@@ -104,8 +104,8 @@ def _resized(arg, dim: int, length: int):
 
 
 MAX_SPECIALIZED = 4
-MAX_NESTED = 8  # sub-ranges inside sub-ranges, each traced again
-MAX_PIECES = 24  # sub-ranges traced again for one compile
+MAX_NESTED = 4  # sub-ranges inside sub-ranges, each traced again
+MAX_PIECES = 12  # sub-ranges traced again for one compile
 _SPLITS: ContextVar[tuple[int, dict] | None] = ContextVar("novella_range_splits", default=None)
 
 
