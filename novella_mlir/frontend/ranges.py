@@ -81,11 +81,9 @@ def compile_range(c: Compilers, module, example_args, dynamic_dim, min_len, max_
         example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
     try:
         prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len)
-        if guards.small_size_hint(prog) and lo < hi:  # re-trace where no size is 0 or 1, if there is such a length
-            top = tuple(_resized(a, dynamic_dim, hi) for a in example_args)
-            again = traced("export", _export, module, top, dynamic_dim, lo, hi, min_len, max_len)
-            if not guards.small_size_hint(again):  # a chunk count of 1 at every length: the top only adds a pad of 0
-                prog, example_args = again, top
+        if guards.small_size_hint(prog) and lo < hi:  # re-trace where no size is 0 or 1
+            example_args = tuple(_resized(a, dynamic_dim, hi) for a in example_args)
+            prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len)
         return c.compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
     except NarrowedError as e:
         if min_len == max_len or e.kept is None:
