@@ -208,23 +208,23 @@ def kept_interval(conds, lo: int, hi: int, at: int) -> tuple[int, int] | None:
     return a, b
 
 
-def keyed_runs(conds, lo: int, hi: int) -> list[tuple[tuple[int, int], tuple]]:
-    """[lo, hi] cut into maximal runs of lengths at which every condition has the same truth value, each
-    with those values (its key: runs with the same key are one class); a condition that cannot be evaluated
-    makes every length a run of its own."""
+def runs(conds, lo: int, hi: int) -> list[tuple[int, int]]:
+    """[lo, hi] cut into maximal runs of lengths at which every condition has the same truth value (a
+    condition that cannot be evaluated makes every length a run of its own)."""
     rows = []
     for cond in conds:
-        bad = np.zeros(hi - lo + 1, dtype=bool)
         try:
-            bad[np.asarray(failing_lengths(cond, lo, hi), dtype=np.int64) - lo] = True
+            bad = set(failing_lengths(cond, lo, hi))
         except Exception:  # noqa: BLE001 - see kept_interval
-            return [((v, v), (v,)) for v in range(lo, hi + 1)]
-        rows.append(bad)
-    keys = np.stack(rows, axis=1) if rows else np.zeros((hi - lo + 1, 0), dtype=bool)
-    cuts = np.flatnonzero((keys[1:] != keys[:-1]).any(axis=1)) + 1 if rows else np.zeros(0, dtype=np.int64)
-    starts = [0, *cuts.tolist()]
-    ends = [*(cuts - 1).tolist(), hi - lo]
-    return [((lo + a, lo + b), tuple(keys[a].tolist())) for a, b in zip(starts, ends)]
+            bad = set(range(lo, hi + 1, 2))
+        rows.append([v in bad for v in range(lo, hi + 1)])
+    keys = list(zip(*rows)) if rows else [()] * (hi - lo + 1)
+    out, start = [], lo
+    for v in range(lo + 1, hi + 2):
+        if v > hi or keys[v - lo] != keys[v - 1 - lo]:
+            out.append((start, v - 1))
+            start = v
+    return out
 
 
 def small_size_hint(prog) -> bool:

@@ -9,7 +9,6 @@ passes down what compiles a part (`Compilers`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -102,43 +101,12 @@ def _resized(arg, dim: int, length: int):
 
 
 MAX_SPECIALIZED = 4
-MAX_NESTED = 4  # sub-ranges inside sub-ranges, each traced again
-MAX_PIECES = 12  # sub-ranges traced again for one compile
-_SPLITS: ContextVar[tuple[int, dict] | None] = ContextVar("novella_range_splits", default=None)
-
-
-class TooManySplits(NovellaError):
-    """The guards of a trace split the range too many times (`_specialize`); not wrapped by the outer splits."""
 
 
 def _specialize(c: Compilers, module, example_args, dynamic_dim, bounds, narrowed, **kw):
     """torch.export keeps only `narrowed.kept` of `bounds`: one artifact whose programs are that part,
     compiled with the length symbolic, and each excluded sub-range, traced again on its own (symbolic
-    when torch keeps it, else one static program per length, at most MAX_SPECIALIZED of them). Splits
-    nest at most MAX_NESTED deep and make at most MAX_PIECES pieces, else a TooManySplits names the guard."""
-    depth, state = _SPLITS.get() or (0, {"pieces": 0, "top": bounds})
-    state["pieces"] += 1
-    if depth >= MAX_NESTED or state["pieces"] > MAX_PIECES:
-        raise TooManySplits(_too_many_splits(state["top"], bounds, narrowed, depth, state["pieces"]))
-    token = _SPLITS.set((depth + 1, state))
-    try:
-        return _split(c, module, example_args, dynamic_dim, bounds, narrowed, **kw)
-    finally:
-        _SPLITS.reset(token)
-
-
-def _too_many_splits(top, bounds, narrowed, depth: int, pieces: int) -> str:
-    what = f"{depth} levels deep" if depth >= MAX_NESTED else f"into {pieces} pieces"
-    return (
-        f"torch.export's guards split the length range [{top[0]}, {top[1]}] into sub-ranges, each traced again, "
-        f"{what} (at most {MAX_NESTED} levels and {MAX_PIECES} pieces). The split of [{bounds[0]}, {bounds[1]}]: "
-        f"{narrowed}\nThe model branches on a size of the length at the line named there, and its two sides "
-        "compute different graphs. Compile a narrower range (min_len/max_len), or pad the input to lengths "
-        "where that branch is always taken."
-    )
-
-
-def _split(c: Compilers, module, example_args, dynamic_dim, bounds, narrowed, **kw):
+    when torch keeps it, else one static program per length, at most MAX_SPECIALIZED of them)."""
     (lo, hi), (a, b) = bounds, narrowed.kept
     inner = dict(kw, cache=False)
     main = c.compile_torch(module, *example_args, dynamic_dim=dynamic_dim, min_len=a, max_len=b, **inner)
@@ -205,8 +173,6 @@ def _excluded(c: Compilers, module, example_args, dynamic_dim, rng, narrowed, gu
             args = tuple(_resized(x, dynamic_dim, at) for x in example_args)
             try:
                 sub = c.compile_torch(module, *args, dynamic_dim=dynamic_dim, min_len=r0, max_len=r1, **kw)
-            except TooManySplits:
-                raise
             except NovellaError as e:
                 why = why or e
                 continue
