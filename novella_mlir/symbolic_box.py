@@ -4,6 +4,8 @@ small enough, never sampled."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from torch_mlir import ir
 
@@ -54,8 +56,10 @@ def value_range(e: ir.AffineExpr, symbols: list[Symbol]) -> tuple[int, int]:
         return as_int(e), as_int(e)
     box = {s.position: (s.lo, s.hi) for s in symbols or []}
     used = sorted(symbols_in(e))
-    if affine_in_symbols(e):  # linear: the corners are the extremes
-        return _interval(canon(e), box)
+    if affine_in_symbols(e):  # linear: the extremes are at corners (interval terms would not cancel s0 - s0)
+        axes = [box[p] if p in used else (0,) for p in range(max(used, default=-1) + 1)]
+        vals = [evaluate(e, c) for c in itertools.product(*axes)]
+        return min(vals), max(vals)
     if int(np.prod([box[p][1] - box[p][0] + 1 for p in used])) > BOX_POINTS:
         return _interval(canon(e), box)
     values = _at_every_point(e, {p: box[p] for p in used})
