@@ -15,19 +15,10 @@ def _i64(v: int) -> ir.IntegerAttr:
 
 
 def strided_slice(cx, x, dim: int, start: int, end, step: int):
-    shape = list(cx.shape(x))
-    full = sy.as_int(shape[dim])
-    if full is None or not isinstance(start, int) or not (end is None or isinstance(end, int)) or step < 1:
-        raise cx.error(
-            f"slice with step {step} along dim {dim} of size {shape[dim]}: a step is supported on a static dim "
-            "with constant bounds only; slice the length first, or reshape it to [n, step] and select"
-        )
-    start = min(max(start + full if start < 0 else start, 0), full)
-    end = full if end is None else min(max(end + full if end < 0 else end, 0), full)
-    n = max(0, -(-(end - start) // step))
+    what = "slice; slice the length first, or reshape it to [n, step] and select"
+    start, end, n, whole = _static_range(cx, what, cx.shape(x)[dim], dim, start, end, step)
     if n == 0:
         raise cx.empty_error(f"the slice [{start}:{end}:{step}] along dim {dim} has length 0")
-    whole = n if start + n * step <= full else n - 1
     parts = [_columns(cx, x, dim, start, whole, step)] if whole else []
     if whole < n:
         parts.append(_piece(cx, x, dim, start + whole * step, 1))
@@ -35,6 +26,22 @@ def strided_slice(cx, x, dim: int, start: int, end, step: int):
     if len(parts) > 1:
         out = cx.emit(ConcatOp, check=False, lhs=parts[0], rhs=parts[1], dim=_i64(dim))
     return out
+
+
+def _static_range(cx, what: str, size, dim: int, start, end, step: int):
+    """(start, end, n, whole) of `[start:end:step]` over a static dim of `size`, bounds clamped as Python
+    does: n positions, the first `whole` of them with a full step inside the dim."""
+    full = sy.as_int(size)
+    if full is None or not isinstance(start, int) or not (end is None or isinstance(end, int)) or step < 1:
+        kind, _, hint = what.partition("; ")
+        raise cx.error(
+            f"{kind} with step {step} along dim {dim} of size {size}: a step is supported on a static dim "
+            f"with constant bounds only{'; ' + hint if hint else ''}"
+        )
+    start = min(max(start + full if start < 0 else start, 0), full)
+    end = full if end is None else min(max(end + full if end < 0 else end, 0), full)
+    n = max(0, -(-(end - start) // step))
+    return start, end, n, (n if start + n * step <= full else n - 1)
 
 
 def _piece(cx, x, dim: int, start: int, length: int):
@@ -62,20 +69,12 @@ def strided_scatter(cx, base, new, dim: int, start: int, end, step: int):
     replaced by `new`, the last element on its own when the last step runs past the end, base after."""
     shape = list(cx.shape(base))
     dim %= len(shape)
-    full = sy.as_int(shape[dim])
-    if full is None or not isinstance(start, int) or not (end is None or isinstance(end, int)) or step < 1:
-        raise cx.error(
-            f"slice_scatter with step {step} along dim {dim} of size {shape[dim]}: a step is supported on a "
-            "static dim with constant bounds only"
-        )
-    start = min(max(start + full if start < 0 else start, 0), full)
-    end = full if end is None else min(max(end + full if end < 0 else end, 0), full)
-    n = max(0, -(-(end - start) // step))
+    start, end, n, whole = _static_range(cx, "slice_scatter", shape[dim], dim, start, end, step)
     if sy.as_int(cx.shape(new)[dim]) != n:
         raise cx.error(f"slice_scatter writes {cx.shape(new)[dim]} positions into a strided range of {n}")
     if n == 0:
         return base
-    whole = n if start + n * step <= full else n - 1
+    full = sy.as_int(shape[dim])
     parts = [_piece(cx, base, dim, 0, start)] if start else []
     if whole:
         block = _piece(cx, base, dim, start, whole * step)
