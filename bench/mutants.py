@@ -232,16 +232,16 @@ MUTANTS = [
     M(
         "tiling",
         "novella_mlir/kernels/linear.py",
-        "accumulate=[b.d(2), sy.const(1)],",
-        "accumulate=[sy.const(0)],",
+        "accumulate=sy.const(1) if g.res_acc else [b.d(2), sy.const(1)],",
+        "accumulate=sy.const(1) if g.res_acc else [sy.const(0)],",
         "linear K loop overwrites instead of accumulating",
     ),
     M(
         "tiling",
         "novella_mlir/kernels/linear.py",
-        "key = (self.cost(target, (m, k, n, epi), cands[i]), -tm, -tn, i)",
-        "key = (-self.cost(target, (m, k, n, epi), cands[i]), -tm, -tn, i)",
-        "linear cost model picks its worst candidate (correct, slower programs)",
+        "return self.cost(target, dims, cands[first[c]]), -tm, -tn, rep[c]",
+        "return -self.cost(target, dims, cands[first[c]]), -tm, -tn, rep[c]",
+        "linear cost model scores negated: the first class by lower bound wins (correct, slower programs)",
     ),
     M(
         "tiling",
