@@ -139,15 +139,15 @@ MUTANTS = [
     M(
         "timing",
         "simulator/timing.py",
-        'passes = _ceil_div(f["k"], c.matrix_rows) * _ceil_div(f["n"], c.matrix_cols)',
-        'passes = _ceil_div(f["k"], c.matrix_rows)',
+        "passes = _ceil_div(k, rows) * _ceil_div(n, cols)",
+        "passes = _ceil_div(k, rows)",
         "MATMUL cost ignores n",
     ),
     M(
         "timing",
         "simulator/timing.py",
-        '* self.fn_cycles[f["fn"]] + self.config.vector_latency',
-        '* self.fn_cycles[f["fn"]]',
+        "return rows * _ceil_div(cols, lanes) * per_beat + latency",
+        "return rows * _ceil_div(cols, lanes) * per_beat",
         "VEC latency dropped",
     ),
     M(
