@@ -60,9 +60,8 @@ def _atomized(e, atoms: dict):
 
 
 def _atom(e: ir.AffineExpr, atoms: dict):
-    key = str(e)
     for s, v in atoms.items():
-        if str(v) == key:
+        if v == e:  # affine expressions are uniqued in their context: equal terms are one object
             return s
     if isinstance(e, ir.AffineSymbolExpr):
         s = sympy.Symbol(f"s{e.position}", integer=True, positive=True)
