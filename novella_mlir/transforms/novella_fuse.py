@@ -35,14 +35,15 @@ def run(module_op, options, config) -> None:
 def _arg_offsets(fn) -> dict:
     block = fn.regions[0].blocks[0]
     attrs = ir.ArrayAttr(fn.attributes["arg_attrs"])
-    return {a: str(ir.DictAttr(d)["novella.dram"]) for a, d in zip(block.arguments, attrs)}
+    return {a: ir.DictAttr(d)["novella.dram"] for a, d in zip(block.arguments, attrs)}
 
 
-def _offset(value, args) -> str | None:
+def _offset(value, args) -> ir.Attribute | None:
+    """The `novella.dram` offset of `value` (attributes are uniqued: equal offsets compare equal)."""
     if isinstance(value.owner, ir.Block):
         return args.get(value)
     owner = value.owner
-    return str(owner.attributes["novella.dram"]) if "novella.dram" in owner.attributes else None
+    return owner.attributes["novella.dram"] if "novella.dram" in owner.attributes else None
 
 
 def _input_kept(ops, norm, users, args) -> bool:
