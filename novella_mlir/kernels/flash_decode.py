@@ -10,9 +10,8 @@ for each query row of the block.
 from __future__ import annotations
 
 from .. import symbolic as sy
+from ..machine.target import MAX_ROWS
 from . import first
-
-MAX_DMA_ROWS = 4095  # the LOAD's 12-bit row count
 
 
 def held_rows(g) -> int:
@@ -23,7 +22,7 @@ def held_rows(g) -> int:
     if not g.paged or g.causal or g.window is not None or g.minor[0] or nb is None or lq is None:
         return 0
     contiguous = sy.as_int(g.base(0, sy.const(1))) == lq * g.d and g.row_stride(0) == g.d
-    return nb * lq if contiguous and nb * lq <= MAX_DMA_ROWS else 0
+    return nb * lq if contiguous and nb * lq <= MAX_ROWS else 0
 
 
 def load_query(b, g, t, tq: int, rows):
