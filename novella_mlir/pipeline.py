@@ -144,6 +144,7 @@ def compile_torch(
     `buckets=False` compiles one generic program per export range: no shape buckets (`--novella-buckets`,
     where the cost model may add a program tiled for short lengths)."""
     config = config or load_config()
+    example_args = _unaliased(example_args)
     if dynamic_shapes is None:
         ranges.check_range(dynamic_dim, min_len, max_len)
     if not buckets:
@@ -166,6 +167,20 @@ def compile_torch(
         return CompiledModel(hit.artifact, config, stages)
     rec.store(model)
     return model
+
+
+def _unaliased(example_args) -> tuple:
+    """The examples with every tensor that shares storage with an earlier one cloned: torch.export traces
+    an input passed twice (`compile_torch(m, x, x)`) as one placeholder, and the program would then read
+    the first input for both at run time."""
+    seen, out = set(), []
+    for a in example_args:
+        if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in seen:
+            a = a.clone()
+        if isinstance(a, torch.Tensor):
+            seen.add(a.untyped_storage().data_ptr())
+        out.append(a)
+    return tuple(out)
 
 
 def _compile_torch(*args) -> CompiledModel:

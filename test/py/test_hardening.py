@@ -501,3 +501,18 @@ def test_every_cached_numba_module_sets_up_its_cache():
         if first >= 0:
             ensure = text.find("numba_cache.ensure(__file__)")
             assert 0 <= ensure < first, f"{path.name} defines cached kernels before numba_cache.ensure"
+
+
+class _TwoInputs(torch.nn.Module):
+    def forward(self, q, kv):
+        return q * 2 + kv
+
+
+@pytest.mark.parametrize("alias", [lambda x: x, lambda x: x.view(x.shape)], ids=["same", "view"])
+def test_one_example_passed_for_two_inputs_compiles_two_inputs(alias):
+    """torch.export traces an example passed twice as one placeholder; each input must still be read."""
+    ex = torch.randn(1, 16, 8)
+    npu = compile_torch(_TwoInputs(), ex, alias(ex), dynamic_dim=1, min_len=1, max_len=40, cache=False)
+    for t in (1, 7, 17, 40):
+        q, kv = torch.randn(1, t, 8), torch.randn(1, t, 8)
+        torch.testing.assert_close(npu(q, kv), _TwoInputs()(q, kv), rtol=1e-5, atol=1e-5)
