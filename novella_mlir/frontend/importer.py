@@ -24,7 +24,7 @@ from . import dtypes, explain, exporting, ties
 from .complex_pairs import complex_as_pairs
 from .hops import inline_wrappers
 from .own_decompositions import own_decompositions
-from .traceable import every_frame, symbolic_kernels
+from .traceable import every_frame, symbolic_kernels, uncached_fake_dispatch
 
 # The only decompositions the frontend runs (torch's own, from torch._decomp): composite ops
 # whose parts the NPU lowers. Everything else in the exported graph is lowered as it is.
@@ -173,7 +173,7 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
     range before they are dropped. If torch narrows the range, the error
     names the guard in words."""
     explain.check_dtypes(module)
-    with explain.quiet(), symbolic_kernels(), every_frame():
+    with explain.quiet(), symbolic_kernels(), every_frame(), uncached_fake_dispatch():
         prog = exporting.export(module, args, dynamic_dim, min_len, max_len, need_lo, need_hi)
     data_dependent = explain.unbacked(prog)
     if data_dependent:
@@ -183,7 +183,7 @@ def export(module: torch.nn.Module, args, dynamic_dim: int, min_len: int, max_le
 
 def export_spec(module: torch.nn.Module, args, dynamic_shapes):
     """torch.export with torch's `dynamic_shapes` spec of named Dims (see `exporting.export_spec`)."""
-    with symbolic_kernels(), every_frame():
+    with symbolic_kernels(), every_frame(), uncached_fake_dispatch():
         return exporting.export_spec(module, args, dynamic_shapes)
 
 
@@ -194,7 +194,7 @@ def symbol_names(prog, args, dynamic_shapes, module) -> dict:
 def export_static(module: torch.nn.Module, args):
     """torch.export at the example's shapes (one length: a static program)."""
     try:
-        with explain.quiet(), symbolic_kernels(), every_frame():
+        with explain.quiet(), symbolic_kernels(), every_frame(), uncached_fake_dispatch():
             return torch.export.export(module.eval(), tuple(args), strict=False)
     except Exception as e:  # torch raises many kinds; keep the message, drop the trace
         raise exporting.NovellaError(f"torch.export failed: {str(e).splitlines()[0]}") from None
@@ -275,7 +275,7 @@ def _decompose(prog, fixed, generic: bool = True):
     rounds = 0
     while table or any(_mutates(t) for t in targets):
         prog.graph_module.recompile()  # run_decompositions retraces the code
-        with explain.quiet(), symbolic_kernels():
+        with explain.quiet(), symbolic_kernels(), uncached_fake_dispatch():
             prog = prog.run_decompositions(table)
         exporting.strip_asserts(prog, recompile=False)
         targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}

@@ -9,7 +9,10 @@ once and checked against eager at lengths 1, 2, odd, a partial last tile and the
 * a `torch.no_grad()` region (M2M100's position embedding), exported as a higher-order op, inlined;
 * complex rotary tables sliced and unsqueezed (Llama 4), as real pairs;
 * a router's `scatter_` of its top-k scores into a -inf row (Llama 4);
-* an op inside a plain function called from `forward` names that function's line when refused.
+* an op inside a plain function called from `forward` names that function's line when refused;
+* the gated delta rule's forward substitution over the rows of a chunk (qwen3_5, qwen3_next, kimi_linear):
+  each step slices `[:i]` of a chunked, padded length, traced with torch's fake-tensor cache off
+  (`traceable.uncached_fake_dispatch`: with it on, every such op pays a cache entry it never hits).
 """
 
 from __future__ import annotations
@@ -80,6 +83,38 @@ def test_a_loop_split_names_the_guard_torch_assumed():
     with pytest.raises(NarrowedError, match=r"assumes .*//16.* == 2.*Recorded at .*test_text_constructs.py:\d+") as e:
         importer.export(ChunkedScan().eval(), (torch.randn(1, 20, 8),), 1, 2, 70)
     assert e.value.kept == (17, 32)
+
+
+class ForwardSubstitution(torch.nn.Module):
+    """transformers' exportable inverse of the unit lower-triangular UT system of a gated delta rule: the
+    length padded to whole chunks, each row of a chunk's strict lower triangle updated from the rows above."""
+
+    def forward(self, x):
+        c = 8
+        t = x.shape[1]
+        y = F.pad(x.transpose(1, 2), (0, (c - t % c) % c)).transpose(1, 2).reshape(1, -1, c, x.shape[-1])
+        a = -(y @ y.transpose(-1, -2)).tril(-1) * 0.1
+        for i in range(1, c):
+            row = a[..., i, :i].clone()
+            sub = a[..., :i, :i].clone()
+            a[..., i, :i] = row + (row.unsqueeze(-1) * sub).sum(-2)
+        a = a + torch.eye(c)
+        return (a @ y).reshape(1, -1, x.shape[-1])[:, :t]
+
+
+def test_a_forward_substitution_over_a_chunk_is_traced_without_the_fake_cache(monkeypatch):
+    import torch._dynamo.config as dynamo_config
+
+    seen, export = [], torch.export.export
+
+    def recording(*args, **kw):
+        seen.append(dynamo_config.fake_tensor_cache_enabled)
+        return export(*args, **kw)
+
+    monkeypatch.setattr(torch.export, "export", recording)
+    check(ForwardSubstitution(), shape=(1, 6, 4))
+    assert seen and not any(seen), f"exports with the fake-tensor cache on: {seen.count(True)} of {len(seen)}"
+    assert dynamo_config.fake_tensor_cache_enabled
 
 
 def test_a_static_select_scatter_is_an_insert_slice():
