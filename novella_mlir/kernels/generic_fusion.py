@@ -96,10 +96,11 @@ def _emit(op, args: list):
 
 
 def _reads(op, made: list) -> list:
-    """[(value, map)] of `op`'s operands over its result's dims (d<i>, or 0 where it broadcasts); an operand
-    of lower rank is reshaped with leading 1s (a view: the same DRAM), the reshape appended to `made`."""
+    """[(value, map, scalar type)] of `op`'s operands over its result's dims (d<i>, or 0 where it broadcasts);
+    an operand of lower rank is reshaped with leading 1s (a view: the same DRAM), appended to `made`."""
     if _kind(op) == "generic":
-        return list(zip(op.operands, ir.ArrayAttr(op.attributes["indexing_maps"])))
+        args = op.regions[0].blocks[0].arguments
+        return [(v, m, a.type) for v, m, a in zip(op.operands, ir.ArrayAttr(op.attributes["indexing_maps"]), args)]
     out = sy.shape_of(ir.RankedTensorType(op.results[0].type))
     n, out_reads = len(out), []
     for v in op.operands:
@@ -112,7 +113,7 @@ def _reads(op, made: list) -> list:
             v = made[-1].result
         dims = [ir.AffineConstantExpr.get(0) if sy.as_int(s) == 1 and sy.as_int(o) != 1 else ir.AffineDimExpr.get(i)
                 for i, (s, o) in enumerate(zip(shape, out))]  # fmt: skip
-        out_reads.append((v, ir.AffineMapAttr.get(ir.AffineMap.get(n, 0, dims))))
+        out_reads.append((v, ir.AffineMapAttr.get(ir.AffineMap.get(n, 0, dims)), ir.F32Type.get()))
     return out_reads
 
 
@@ -132,38 +133,38 @@ def fuse(consumer, producer, pv, made: list):
     if ir.RankedTensorType(pv.type).rank != ir.RankedTensorType(consumer.results[0].type).rank:
         return None
     creads, preads = _reads(consumer, made), _reads(producer, made)
-    slots: list = []
-    for v, m in creads:
-        if v != pv:
-            slots.append((v, m))
-    for _, outer in {str(m): (v, m) for v, m in creads if v == pv}.values():
-        slots += [(w, _compose(m, outer)) for w, m in preads]
+    outers: list = []  # the distinct maps the consumer reads `pv` at (attributes are uniqued: == compares)
+    for v, m, _ in creads:
+        if v == pv and m not in outers:
+            outers.append(m)
+    slots = [(v, m, t) for v, m, t in creads if v != pv]
+    for outer in outers:
+        slots += [(w, _compose(m, outer), t) for w, m, t in preads]
     unique: list = []
-    for v, m in slots:
-        if not any(v == a and m == b for a, b in unique):
-            unique.append((v, m))
+    for v, m, t in slots:
+        same = [u for u in unique if u[0] == v and u[1] == m]
+        if same and same[0][2] != t:
+            return None
+        if not same:
+            unique.append((v, m, t))
     if len(unique) > GENERIC_INPUTS:
         return None
-    index = {i: next(j for j, (a, b) in enumerate(unique) if a == v and b == m) for i, (v, m) in enumerate(slots)}
+    index = [next(j for j, u in enumerate(unique) if u[0] == v and u[1] == m) for v, m, _ in slots]
     with ir.InsertionPoint(consumer), consumer.location:
-        extra = {f"x{i}": v for i, (v, _) in enumerate(unique[1:], 1)}
-        fused = GenericOp(unique[0][0], ir.ArrayAttr.get([m for _, m in unique]), result=consumer.results[0].type,
+        extra = {f"x{i}": u[0] for i, u in enumerate(unique[1:], 1)}
+        fused = GenericOp(unique[0][0], ir.ArrayAttr.get([u[1] for u in unique]), result=consumer.results[0].type,
                           **extra)  # fmt: skip
     made.append(fused)
-    block = fused.regions[0].blocks.append(*[ir.F32Type.get()] * len(unique))
-    args, k, inlined = [], 0, {}
+    for o in (consumer, producer):
+        if "demoted" in o.attributes:
+            fused.attributes["demoted"] = o.attributes["demoted"]
+    block = fused.regions[0].blocks.append(*[u[2] for u in unique])
+    own = iter(index)
     with ir.InsertionPoint(block), consumer.location:
-        for v, _ in creads:
-            if v != pv:
-                args.append(block.arguments[index[k]])
-                k += 1
-        for v, m in creads:
-            if v == pv and str(m) not in inlined:
-                inlined[str(m)] = _emit(producer, [block.arguments[index[k + j]] for j in range(len(preads))])
-                k += len(preads)
-        it = iter(args)
-        args = [inlined[str(m)] if v == pv else next(it) for v, m in creads]
-        YieldOp(_emit(consumer, args))
+        args = [block.arguments[next(own)] for v, _, _ in creads if v != pv]
+        inlined = [_emit(producer, [block.arguments[next(own)] for _ in preads]) for _ in outers]
+        rest = iter(args)
+        YieldOp(_emit(consumer, [inlined[outers.index(m)] if v == pv else next(rest) for v, m, _ in creads]))
     return fused
 
 
@@ -188,8 +189,8 @@ def as_generic(op, made: list):
         return op
     reads = _reads(op, made)
     with ir.InsertionPoint(op), op.location:
-        extra = {f"x{i}": v for i, (v, _) in enumerate(reads[1:], 1)}
-        g = GenericOp(reads[0][0], ir.ArrayAttr.get([m for _, m in reads]), result=op.results[0].type, **extra)
+        extra = {f"x{i}": r[0] for i, r in enumerate(reads[1:], 1)}
+        g = GenericOp(reads[0][0], ir.ArrayAttr.get([r[1] for r in reads]), result=op.results[0].type, **extra)
     made.append(g)
     block = g.regions[0].blocks.append(*[ir.F32Type.get()] * len(reads))
     with ir.InsertionPoint(block), op.location:
