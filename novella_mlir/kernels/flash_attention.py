@@ -353,8 +353,9 @@ class _Schedule:
         guarded = g.causal or not self.pipelined
         k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
         skip = g.causal or g.window is not None  # tiles skipped: their loads too
-        _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None)
         chained = chained_loads(g, tk)
+        _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None,
+                 chained=chained)  # fmt: skip
         _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None,
                  chained=chained)  # fmt: skip
         if g.mask is not None:
