@@ -73,8 +73,8 @@ def row_kernel_cost(target, rows: int, cols: int, tm: int, loads, fns, once=(), 
     return cm.pipeline(target, cm.with_first(group(min(tm, rows), 1, once), groups) if once else groups)
 
 
-def _load_rows(b, buf, tensor, tm, rows_total, cols, rows, **f):
-    b.load_rows(buf, tensor, row_start=b.d(0) * tm, row_bound=rows_total, rows=rows, cols=cols, **f)
+def _load_rows(b, buf, tensor, tm, rows_total, cols, rows):
+    b.load_rows(buf, tensor, row_start=b.d(0) * tm, row_bound=rows_total, rows=rows, cols=cols)
 
 
 def _store_rows(b, buf, tm, rows_total, cols, rows):
@@ -147,8 +147,7 @@ class Binary:
             spread = [("fill", r, cols), ("add", r, cols)] if ka != "full" and ka != "row" else []
             return [*spread, (fn, r, cols)]
 
-        loads = lambda r: [*a_moves(r), *b_moves(r)]  # noqa: E731
-        return row_kernel_cost(target, rows, cols, tm, loads, fns, once, chained=kb == "full")
+        return row_kernel_cost(target, rows, cols, tm, lambda r: [*a_moves(r), *b_moves(r)], fns, once)
 
     def macro(self, op, tv, t, b):
         ka, kb, (ia, ib) = self.kinds(op, tv)
@@ -157,8 +156,8 @@ class Binary:
         geo = dict(rows=rows, cols=cols, dst_stride=cols, a_stride=cols, b_stride=cols)
         _operand_a(b, ka, ia, tm, total, cols, rows, geo)
         fn = op.name.split(".")[1].upper()
-        if kb == "full":  # continues the DMA chain of a's LOAD (one exposed latency per step)
-            _load_rows(b, "t1", ib, tm, total, cols, rows, chain=1)
+        if kb == "full":
+            _load_rows(b, "t1", ib, tm, total, cols, rows)
             b.vop(fn, "t2", "t0", "t1", **geo)
         elif kb == "row":
             _load_one(b, "t1", ib, 1, cols, cols, when=first(0))
