@@ -100,3 +100,22 @@ def test_fusion_saves_cycles_and_kernels(fused):
         assert len(m.artifact.programs) == 2  # a shape bucket for short lengths, the generic program
     macros = [[len(m.artifact.programs[i].macros) for i in (0, 1)] for m in (npu, plain)]
     assert all(a < b for a, b in zip(*macros)), macros
+
+
+class ColumnChain(torch.nn.Module):
+    """A [1, T, 1] column against [1, T, C] on both sides of a chain of four ops: one generic."""
+
+    def forward(self, x, y):
+        return (y - x) * y + x / (y * y + 1.0)
+
+
+def test_column_broadcast_chain_is_one_generic_and_matches_eager():
+    model = ColumnChain().eval()
+    g = torch.Generator().manual_seed(3)
+    make = lambda t: (torch.randn(1, t, 1, generator=g), torch.randn(1, t, 16, generator=g))  # noqa: E731
+    npu = compile_torch(model, *make(16), min_len=1, max_len=MAX, dynamic_dim=1, cache=False)
+    text = npu.ir("novella-fuse-elementwise")
+    assert text.count('"novella.generic"') == 1 and "novella.mul" not in text and "novella.add" not in text
+    for length in LENGTHS:
+        xs = make(length)
+        assert torch.allclose(npu(*xs), model(*xs), rtol=1e-5, atol=1e-5)
