@@ -55,14 +55,17 @@ def nominal_rows(op, tv) -> int:
     return upper(tv.rows(-1), module_symbols(op))
 
 
-def row_kernel_cost(target, rows: int, cols: int, tm: int, loads, fns, once=()) -> float:
+def row_kernel_cost(target, rows: int, cols: int, tm: int, loads, fns, once=(), chained=False) -> float:
     """Cycles of a row-tiled kernel: per step the LOADs `loads(r)` ((rows, cols, contiguous) for r tile
     rows), the VEC fns `fns(r)` ((fn, rows, cols)), one contiguous STORE of [r, cols]; `once`: LOADs of
-    the first step only (a broadcast row or scalar, resident: that step's loads wait one step)."""
+    the first step only (a broadcast row or scalar, resident: that step's loads wait one step); `chained`:
+    a step's LOADs are one DMA chain (one exposed latency)."""
 
     def group(r, n, extra=()):
         moves = [*loads(r), *extra]
         lq, ld = cm.dmas(target, moves)
+        if chained and moves:
+            lq = min(lq, sum(cm.dma(target, *m)[0] for m in moves) - target.dma_latency * (len(moves) - 1))
         sq, sd = cm.dma(target, r, cols, contiguous=True)
         return cm.Group(lq, cm.vecs(target, fns(r)), sq, ld + sd, n, 1 if extra else 2, n_dma=len(moves))
 

@@ -60,7 +60,7 @@ from . import BufferPlan, Tiling, first, memoized, module_symbols, plan_lengths
 from . import flash_cost as fc
 from . import kv_cache as kv
 from .attention import NEG_FLOOR, SUM_FLOOR
-from .flash_decode import held_rows, load_query, mask_row
+from .flash_decode import chained_loads, held_rows, load_query, mask_row
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
@@ -353,10 +353,14 @@ class _Schedule:
         guarded = g.causal or not self.pipelined
         k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
         skip = g.causal or g.window is not None  # tiles skipped: their loads too
-        _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None)
-        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None)
+        chained = chained_loads(g, tk)
+        _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None,
+                 chained=chained)  # fmt: skip
+        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None,
+                 chained=chained)  # fmt: skip
         if g.mask is not None:
-            _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if g.window is not None else None)
+            _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if g.window is not None else None,
+                       chained=chained)  # fmt: skip
 
 
 class _Emit:
@@ -445,7 +449,8 @@ def _staircase(b, t: int, when) -> None:
         n *= 2
 
 
-def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, stride: int, tk: int, when) -> None:
+def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, stride: int, tk: int, when,
+             chained: bool = False) -> None:  # fmt: skip
     """LOAD `rows` key/value rows from row `row0` (rows out of [0, lk) are zero-filled); a paged tile of
     several pages is a chain of LOADs, one per page."""
     bi = b.d(0)
@@ -457,7 +462,7 @@ def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, str
     head = sy.floordiv(bi, g.group) if g.group > 1 and not g.packed else bi
     if tk > info["page_size"]:
         kv.load_page_chain(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, pages=tk // info["page_size"],
-                           cols=width, sram_stride=stride, when=when)  # fmt: skip
+                           cols=width, sram_stride=stride, when=when, chained=chained)  # fmt: skip
         return
     kv.load_paged_rows(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, rows=rows, col0=0, cols=width,
                        sram_stride=stride, when=when)  # fmt: skip
@@ -472,7 +477,7 @@ def _window_guards(i, j) -> tuple[list, list, list]:
     return [on], [on, ("ge", opening)], [on, ("ge", opening * -1 - 1)]
 
 
-def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool, tile, when=None) -> None:
+def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool, tile, when=None, chained=False) -> None:
     """The mask tile of the softmax's key tile; pipelined, step 0 (no softmax) loads tile 0's columns with
     every row out of bounds (no DRAM read, no negative column offset)."""
     j = b.d(2)
@@ -484,4 +489,5 @@ def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool, tile, wh
     lead = sy.floordiv(b.d(0), g.mask_div) if g.mask_div > 1 else b.d(0)
     b.load("mask", 3, dram_offset=lead * g.mask_stride + col * tk, dram_stride=g.lk,
            row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
-           row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk, when=when)  # fmt: skip
+           row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk, when=when,
+           chain=int(chained))  # fmt: skip

@@ -76,8 +76,9 @@ class _Step:
 
     def kv(self, rows: int) -> tuple[tuple[float, float], tuple[float, float]]:
         c, page = self.dims.contiguous, self.dims.page
-        if page and rows > page:
-            return _page_chain(self.t, rows, self.dims.d, page), _page_chain(self.t, rows, self.dims.dv, page)
+        if page and rows > page:  # V continues K's chain (`flash_decode.chained_loads`): no latency of its own
+            k, (vq, vd) = _page_chain(self.t, rows, self.dims.d, page), _page_chain(self.t, rows, self.dims.dv, page)
+            return k, (vq - self.t.dma_latency * (not self.dims.causal), vd)
         return _dma(self.t, rows, self.dims.d, c[1]), _dma(self.t, rows, self.dims.dv, c[2])
 
     def mask(self, rows: int, w: int):

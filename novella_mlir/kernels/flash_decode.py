@@ -4,7 +4,8 @@ A decode step's attention has one query row per head (or a GQA group's rows, pac
 cache heads of every sequence of the batch, each over a few pages: its cycles are DMA latencies per
 head. So the query rows of every head are loaded and scaled once and kept (`held_rows`), and a
 per-sequence mask row is loaded as one row and added in ROW mode (`mask_row`), not repeated by the DMA
-for each query row of the block.
+for each query row of the block. A step's K, V and mask LOADs continue the load queue's DMA chain
+(`chained_loads`): the latency of each is hidden under the data of the one before.
 """
 
 from __future__ import annotations
@@ -49,3 +50,13 @@ def mask_row(g) -> bool:
     """A decode step's mask (one row per sequence, over the paged cache) is loaded as that one row and
     added to every query row of the block in ROW mode, not repeated by the DMA (each row read again)."""
     return bool(g.paged) and sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
+
+
+def chained_loads(g, tk: int) -> bool:
+    """Whether a step's K tile, V tile and mask LOADs continue the load queue's DMA chain (docs/isa.md, LOAD
+    `chain`: a descriptor issued while the previous one moves its data, so its latency is hidden there; one
+    that waits for a token still starts at the token): over a paged cache whose key/value tile spans pages,
+    without guards that could leave a step's K loads out (causal, window). A decode step over short pasts
+    is a few pages per head: its cycles were these latencies, three per head."""
+    info = g.paged.get(1) if g.paged else None
+    return bool(info) and 2 in g.paged and tk > info["page_size"] and not g.causal and g.window is None

@@ -2,7 +2,8 @@
 
 The result is tiled as `pointwise.Geometry` does ([*batch, R, C], row and column tiles, partial at the
 end); each input is loaded at the strides its indexing map gives (a broadcast dim has stride 0, a
-broadcast row is repeated by the DMA, a broadcast column is read in COL mode). The body's ops run in
+broadcast row is repeated by the DMA, a broadcast column is read in COL mode), a step's LOADs one DMA
+chain (one exposed latency). The body's ops run in
 order on SRAM buffers: an operand that is a constant is the VEC immediate (SCALAR mode), a value is
 freed after its last use, the yielded value is computed into the output buffer.
 """
@@ -298,7 +299,7 @@ def _cost(target, g: Geometry, prog: Program, rows: int, tc: int, tm: int) -> fl
 
     loads = [tc if o.col_full else 1 for o in g.ops]
     return row_kernel_cost(target, rows, tc, tm, lambda r: [(r, c, True) for c in loads],
-                           lambda r: [(fn, r, tc) for fn, *_ in prog.steps])  # fmt: skip
+                           lambda r: [(fn, r, tc) for fn, *_ in prog.steps], chained=True)  # fmt: skip
 
 
 class Generic:
@@ -338,8 +339,8 @@ class Generic:
         names = {f"in{k}": f"p{k}" for k in range(n)}
         names.update({f"t{i}": f"p{n + i}" for i in range(prog.temps)})
         names["out"] = f"p{n + prog.temps}"
-        for k, o in enumerate(g.ops):
-            tl.load(f"p{k}", o)
+        for k, o in enumerate(g.ops):  # a step's inputs as one DMA chain: one exposed latency
+            tl.load(f"p{k}", o, chain=int(k > 0))
         for fn, dst, a, bb, imm in prog.steps:
             f = tl.geo()
             if isinstance(bb, tuple):

@@ -97,14 +97,15 @@ def load_paged_rows(b, buffer: str, tensor: int, info: dict, *, head, row0, n_ro
 
 
 def load_page_chain(b, buffer: str, tensor: int, info: dict, *, head, row0, n_rows, pages: int, cols: int,
-                    sram_stride: int, when=None):  # fmt: skip
+                    sram_stride: int, when=None, chained: bool = False):  # fmt: skip
     """LOAD `pages` whole pages of `head` from position `row0` (page-aligned) into one tile, one LOAD per
     page, the second and later chained (docs/isa.md, LOAD `chain`: one exposed DMA latency per tile):
     page p fills tile rows p * page_size on, min(page_size, x) rows of it, x = `n_rows` - its first position.
     A page past the sequence's last (x <= 0) moves no row and addresses the last page instead, so every
     address the runtime maps through the block table is a page the sequence has. Rows as an affine min
     (`sy.step`): [page_size * [x >= 1], x + k [x <= 0]] with k = the tile's rows (x > -k in a tile that
-    exists). Rows past the sequence are not written (the MATMULs read `n_rows` of the tile)."""
+    exists). Rows past the sequence are not written (the MATMULs read `n_rows` of the tile). `chained`: the
+    first page continues the load queue's previous DMA too (`flash_decode.chained_loads`)."""
     ps = info["page_size"]
     k = pages * ps
     last = page_offset(info, head, sy.floordiv(n_rows - 1, ps) * ps)
@@ -114,7 +115,7 @@ def load_page_chain(b, buffer: str, tensor: int, info: dict, *, head, row0, n_ro
         rows = [sy.const(ps) * sy.step(x), x + k - sy.step(x) * k] if p else [sy.const(ps), x]
         b.load(buffer, tensor, dram_offset=[here, last] if p else here, dram_stride=info["head_dim"],
                row_start=0, row_step=1, row_bound=ps, rows=rows, cols=cols, sram_stride=sram_stride,
-               buf_offset=p * ps * sram_stride, chain=int(p > 0), when=when)  # fmt: skip
+               buf_offset=p * ps * sram_stride, chain=int(p > 0 or chained), when=when)  # fmt: skip
 
 
 def check_tile(info: dict, t: int, what: str) -> None:

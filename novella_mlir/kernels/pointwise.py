@@ -142,17 +142,18 @@ class Tile:
                 out = out + d * s
         return out
 
-    def load(self, buf: str, op: Operand) -> None:
-        """LOAD operand `op` into `buf` ([rows, tc], or [rows, 1] for a broadcast column)."""
+    def load(self, buf: str, op: Operand, chain: int = 0) -> None:
+        """LOAD operand `op` into `buf` ([rows, tc], or [rows, 1] for a broadcast column); `chain`: the LOAD
+        continues the load queue's previous DMA (docs/isa.md, LOAD `chain`)."""
         offset = self._base(op.batch_strides) + (self.dc * self.tc if op.col_full else sy.const(0))
         cols = self.cols if op.col_full else 1
-        stride = self.tc if op.col_full else 1
+        f = dict(sram_stride=self.tc if op.col_full else 1, **({"chain": chain} if chain else {}))
         if op.row_full:
             self.b.load_rows(buf, op.slot, row_start=self.dr * self.tm, rows=self.rows, row_bound=self.g.r,
-                             cols=cols, dram_offset=offset, dram_stride=op.cols, sram_stride=stride)  # fmt: skip
+                             cols=cols, dram_offset=offset, dram_stride=op.cols, **f)  # fmt: skip
         else:
             self.b.load(buf, op.slot, dram_offset=offset, dram_stride=op.cols, row_start=0, row_step=0, row_bound=1,
-                        rows=self.rows, cols=cols, sram_stride=stride)  # fmt: skip
+                        rows=self.rows, cols=cols, **f)  # fmt: skip
 
     def store(self, buf: str) -> None:
         offset = self._base(self.g.out_strides) + self.dc * self.tc

@@ -33,10 +33,9 @@ def lm():
 
 
 def _kv_tile(sess) -> int:
-    """Key/value rows per tile of the decode attention: its page chains (page 0 and chained pages, K and V)."""
+    """Key/value rows per tile of the decode attention: a page per LOAD of the key tile (operand 1)."""
     m = next(m for m in sess.models["decode"].artifact.macros if m.kernel == "novella.flash_attention")
-    chained = sum(t.opcode == "LOAD" and t.const.get("chain") == 1 for t in m.insts)
-    return PS * (1 + chained // 2)
+    return PS * sum(t.opcode == "LOAD" and t.tensor == 1 for t in m.insts)
 
 
 def _table(sess, positions: int, seed: int) -> BlockTable:

@@ -11,7 +11,8 @@
 // are loaded and scaled once (q_held = 4 rows), each head's score MATMUL reading its 2 rows 32 apart,
 // so a head's step loads only its keys, values (and mask). Its key/value tiles span pages
 // (tk = 256 = 16 pages, picked by the flash cost model): one LOAD per page into the tile's rows
-// (buf_offset 256 per page), the later ones chained (docs/isa.md, LOAD `chain`). Page 0 of tile d2
+// (buf_offset 256 per page), chained (docs/isa.md, LOAD `chain`), the first page of K and of V too:
+// the step's loads are one chain after the previous step's (`flash_decode.chained_loads`). Page 0 of tile d2
 // of cache head d0 is page 16 * d2 (512 elements apart), head d0 inside it (256 apart), min(16,
 // s0 + 1 - 256 * d2) rows; page 1 is page 16 * d2 + 1, or where it is past the sequence the last page
 // ((s0 floordiv 16) * 512) with no rows: its row count is min(16 [x >= 1], x + 256 [x <= 0]), x its
@@ -35,9 +36,9 @@
 // CHECK: %[[V:.*]] = "novella.macro"() ({
 // CHECK: kernel = "novella.kv_append"
 // CHECK: "novella.dma_load"(%arg0) {buffer = "q", cols = 16 : i64, dram_offset = 0 : i64, dram_stride = 16 : i64, row_bound = 4 : i64, {{.*}}rows = 4 : i64
-// CHECK: "novella.dma_load"(%[[K]]) {buf_offset = 0 : i64, buffer = "k", chain = 0 : i64, cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 1 : i64}
+// CHECK: "novella.dma_load"(%[[K]]) {buf_offset = 0 : i64, buffer = "k", chain = 1 : i64, cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 1 : i64}
 // CHECK-NEXT: "novella.dma_load"(%[[K]]) {buf_offset = 256 : i64, buffer = "k", chain = 1 : i64, cols = 16 : i64, dram_offset = #[[PAGE1]], dram_stride = 16 : i64, row_bound = 16 : i64, row_start = 0 : i64, row_step = 1 : i64, rows = #[[ROWS1]], {{.*}}tensor = 1 : i64}
-// CHECK: "novella.dma_load"(%[[V]]) {buf_offset = 0 : i64, buffer = "v", chain = 0 : i64, cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 2 : i64}
+// CHECK: "novella.dma_load"(%[[V]]) {buf_offset = 0 : i64, buffer = "v", chain = 1 : i64, cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 2 : i64}
 // CHECK-NEXT: "novella.dma_load"(%[[V]]) {buf_offset = 256 : i64, buffer = "v", chain = 1 : i64, cols = 16 : i64, dram_offset = #[[PAGE1]], dram_stride = 16 : i64, {{.*}}rows = #[[ROWS1]], {{.*}}tensor = 2 : i64}
 // CHECK: "novella.mma"() {{{.*}}lhs = "q", lhs_offset = #[[QROW]], m = 2 : i64
 // CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}tiles = {{{.*}}pipelined = 0 : i64, q_held = 4 : i64, s_slots = 1 : i64, tk = 256 : i64, tq = 2 : i64}

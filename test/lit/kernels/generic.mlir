@@ -4,7 +4,8 @@
 // The generic path's elementwise op (torch-mlir's linalg.generic body, e.g. hardshrink's
 // where(|x| > l, x, 0) * s): the body's ops are one VEC each, the constants immediates;
 // the [?, 1] operand is read as a column (COL mode) and the [1, 64] one by a DMA that
-// repeats its row (row_step 0), as the indexing maps say.
+// repeats its row (row_step 0), as the indexing maps say; a step's LOADs are one DMA chain (chain = 1
+// after the first: one exposed latency).
 // CHECK-LABEL: func.func @shrink
 // CHECK: %[[G:.*]] = "novella.generic"(%{{.*}}, %{{.*}}, %{{.*}}) ({
 // CHECK: ^bb0(%[[X:.*]]: f32, %[[C:.*]]: f32, %[[R:.*]]: f32):
@@ -16,7 +17,7 @@
 // CHECK: -> tensor<?x64xf32, #{{.*}}>
 // MACRO-LABEL: func.func @shrink
 // MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p0"
-// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p1", cols = 1 : i64
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p1", chain = 1 : i64, cols = 1 : i64
 // MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p2", {{.*}}row_bound = 1 : i64, row_start = 0 : i64, row_step = 0 : i64
 // MACRO: "novella.vop"() {a = "p0", {{.*}}dst = "[[ABS:p[0-9]+]]", {{.*}}fn = "ABS"
 // MACRO: "novella.vop"() {a = "[[ABS]]", {{.*}}b = "p1", b_stride = 1 : i64, {{.*}}dst = "[[MASK:p[0-9]+]]", {{.*}}fn = "GT", mode = "COL"
@@ -53,7 +54,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-SAME: -> tensor<?x?xf32, #{{.*}}>
 // MACRO-DAG: #[[COLS:.*]] = affine_map<(d0, d1)[s0, s1] -> (512, d1 * -512 + s1)>
 // MACRO-LABEL: func.func @two_dynamic
-// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p1", cols = #[[COLS]], {{.*}}row_step = 0 : i64
+// MACRO: "novella.dma_load"(%{{.*}}) {buffer = "p1", chain = 1 : i64, cols = #[[COLS]], {{.*}}row_step = 0 : i64
 // MACRO: "novella.vop"() {a = "p0", {{.*}}b = "p1", {{.*}}cols = #[[COLS]], {{.*}}fn = "SUB"
 // MACRO: "novella.vop"() {{{.*}}fn = "EXP"
 // MACRO: kernel = "novella.generic"

@@ -1,0 +1,106 @@
+// RUN: novella-opt %s --novella-fuse-elementwise --split-input-file | FileCheck %s
+// RUN: novella-opt %s --novella-fuse-elementwise=fuse-elementwise=0 --split-input-file | FileCheck %s --check-prefix=OFF
+
+// SwiGLU, T symbolic: silu(gate) as a generic (torch-mlir's sigmoid body), times gate, times up. Each
+// producer's only use is the next op, over the same [1, T, 64] space: one generic reads gate and up
+// and computes the chain in its body; the sigmoid and the product never go to DRAM.
+// CHECK-LABEL: func.func @swiglu
+// CHECK-SAME: (%[[G:.*]]: tensor<1x?x64xf32, {{.*}}>, %[[U:.*]]: tensor<1x?x64xf32
+// CHECK: %[[F:.*]] = "novella.generic"(%[[U]], %[[G]]) ({
+// CHECK-NEXT: ^bb0(%[[A0:.*]]: f32, %[[A1:.*]]: f32):
+// CHECK-NEXT: %[[N:.*]] = arith.negf %[[A1]]
+// CHECK-NEXT: %[[E:.*]] = math.exp %[[N]]
+// CHECK-NEXT: %[[D:.*]] = arith.addf %[[E]], %[[ONE:.*]] : f32
+// CHECK-NEXT: %[[S:.*]] = arith.divf %[[ONE]], %[[D]]
+// CHECK-NEXT: %[[GS:.*]] = arith.mulf %[[A1]], %[[S]]
+// CHECK-NEXT: %[[Y:.*]] = arith.mulf %[[GS]], %[[A0]]
+// CHECK-NEXT: "novella.yield"(%[[Y]])
+// CHECK-NOT: novella.mul
+// CHECK: return %[[F]]
+// OFF-LABEL: func.func @swiglu
+// OFF: novella.generic
+// OFF-COUNT-2: novella.mul
+module attributes {novella.symbols = {s0 = ["T", 1, 300]}} {
+  func.func @swiglu(%g: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, %u: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {
+    %cst = arith.constant 1.000000e+00 : f32
+    %0 = "novella.generic"(%g) ({
+    ^bb0(%a: f32):
+      %n = arith.negf %a : f32
+      %e = math.exp %n : f32
+      %d = arith.addf %e, %cst : f32
+      %s = arith.divf %cst, %d : f32
+      "novella.yield"(%s) : (f32) -> ()
+    }) {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>], operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0>} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %1 = "novella.mul"(%g, %0) : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %2 = "novella.mul"(%1, %u) : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %2 : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
+
+// -----
+
+// RMSNorm's tail, T symbolic: rsqrt(ms + eps) of each row's mean square [1, T, 1], times x, times the
+// weight [64]. The row's value is broadcast over the columns; at the planned length the cost model
+// predicts a gain from recomputing it per element over a separate [T, 1] kernel, so the three ops merge
+// into one generic that reads the weight as a [1, 1, 64] view (map (d0, 0, d2)) and ms at (d0, d1, 0).
+// CHECK-LABEL: func.func @rms_tail
+// CHECK-SAME: (%[[X:.*]]: tensor<1x?x64xf32, {{.*}}>, %[[MS:.*]]: tensor<1x?x1xf32
+// CHECK: %[[W:.*]] = "novella.weight"
+// CHECK: %[[W3:.*]] = "novella.reshape"(%[[W]]) : (tensor<64xf32>) -> tensor<1x1x64xf32>
+// CHECK: "novella.generic"(%[[W3]], %[[X]], %[[MS]]) ({
+// CHECK: arith.addf
+// CHECK-NEXT: math.rsqrt
+// CHECK-NEXT: arith.mulf
+// CHECK-NEXT: arith.mulf
+// CHECK: indexing_maps = [#{{.*}}, #{{.*}}, #{{.*}}]
+// CHECK-NOT: novella.math
+// OFF-LABEL: func.func @rms_tail
+// OFF: novella.scalar
+// OFF: novella.math
+module attributes {novella.symbols = {s0 = ["T", 1, 300]}} {
+  func.func @rms_tail(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, %ms: tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {
+    %0 = "novella.scalar"(%ms) {fn = "add", value = 9.99999997E-7 : f32} : (tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>) -> tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>
+    %1 = "novella.math"(%0) {fn = "rsqrt"} : (tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>) -> tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>
+    %2 = "novella.mul"(%x, %1) : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %w = "novella.weight"() {name = "w"} : () -> tensor<64xf32>
+    %3 = "novella.mul"(%w, %2) : (tensor<64xf32>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %3 : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
+
+// -----
+
+// A producer with a use outside the consumer stays: h = x * x feeds the add and the return, so it must
+// be stored anyway (the add still merges nothing: its other operand is an argument).
+// CHECK-LABEL: func.func @shared
+// CHECK: %[[H:.*]] = "novella.mul"
+// CHECK: %[[A:.*]] = "novella.add"(%[[H]], %{{.*}})
+// CHECK: return %[[H]], %[[A]]
+module attributes {novella.symbols = {s0 = ["T", 1, 300]}} {
+  func.func @shared(%x: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, %y: tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) {
+    %0 = "novella.mul"(%x, %x) : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>
+    %1 = "novella.add"(%0, %y) : (tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>) -> tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>
+    return %0, %1 : tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>, tensor<?x64xf32, affine_map<()[s0] -> (s0, 64)>>
+  }
+}
+
+// -----
+
+// The same tail in a batched decode step (32 rows of 128, static): the two ops on the [32, 1, 1] column
+// merge, but recomputing rsqrt for each of the 128 columns costs the vector unit more than the column's
+// own kernel does (its DMA is 128 B), so the cost model keeps the column apart and the mul reads it.
+// CHECK-LABEL: func.func @rms_rows32
+// CHECK-SAME: (%[[X:.*]]: tensor<32x1x128xf32>, %[[MS:.*]]: tensor<32x1x1xf32>)
+// CHECK: %[[R:.*]] = "novella.generic"(%[[MS]]) ({
+// CHECK: math.rsqrt
+// CHECK: (tensor<32x1x1xf32>) -> tensor<32x1x1xf32>
+// CHECK-NEXT: %[[Y:.*]] = "novella.mul"(%[[X]], %[[R]])
+// CHECK-NEXT: return %[[Y]]
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @rms_rows32(%x: tensor<32x1x128xf32>, %ms: tensor<32x1x1xf32>) -> tensor<32x1x128xf32> {
+    %0 = "novella.scalar"(%ms) {fn = "add", value = 9.99999997E-7 : f32} : (tensor<32x1x1xf32>) -> tensor<32x1x1xf32>
+    %1 = "novella.math"(%0) {fn = "rsqrt"} : (tensor<32x1x1xf32>) -> tensor<32x1x1xf32>
+    %2 = "novella.mul"(%x, %1) : (tensor<32x1x128xf32>, tensor<32x1x1xf32>) -> tensor<32x1x128xf32>
+    return %2 : tensor<32x1x128xf32>
+  }
+}
