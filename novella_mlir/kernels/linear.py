@@ -66,13 +66,13 @@ class Linear:
         if epi.pre_norm:  # the input rows' norm: squares tk columns at a time (tk = K but input-stationary)
             for name, size in (("pw", k), ("pb", k), ("pmean", tm), ("pvar", tm), ("psum", tm), ("psq", tm * tk)):
                 plan.add(name, "spad", size)
-        plan.add("acc", "acc", tm * tn * acc)
+        plan.add("acc", "acc", tm * tn * min(acc, 2))
         return plan
 
     @memoized
     def cost(self, target, dims, cand) -> float:
         """Predicted cycles of the whole op (cost model): dims = (M, K, N, Epilogue), cand = (tm, tn, tk, ws,
-        acc_slots, res_acc). Weight-stationary, the first step of each column block also loads the weight slab (single
+        acc_slots (SPREAD: two, spread), res_acc). Weight-stationary, the first step of each column block also loads the weight slab (single
         slot: it waits for the previous compute); input-stationary, the first step of each row tile its row
         slab; the bias row (and a layer norm's weight and bias) loads once, on the op's first step. The
         epilogue's VECs run on the vector unit beside the MATMULs, which use other SRAM (`Group.vector`,
@@ -186,8 +186,8 @@ class Linear:
             if ws == 1
             else [m_grid, sy.const(-(-n // tn)), sy.const(k // tk)]
         )
-        tiles = {"tm": tm, "tn": tn, "tk": tk, "ws": ws} | ({"acc_slots": acc} if acc > 1 else {})
-        if acc > 1 and Epilogue.of(op).spreads(k // tk, acc, ra):
+        tiles = {"tm": tm, "tn": tn, "tk": tk, "ws": ws} | ({"acc_slots": min(acc, 2)} if acc > 1 else {})
+        if acc == lc.SPREAD:
             tiles["spread"] = 1
         if ra:
             tiles["res_acc"] = 1
@@ -315,10 +315,14 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
     tks = target.divisors(k, target.array_rows)
     cands = []
     for ws in (1, 0, 2) if k <= target.max_cols else (0,):  # 1 and 2 LOAD whole rows of k (the cols field)
-        for acc in (2, 1) if target.buffer_slots > 1 else (1,):
+        for acc in (lc.SPREAD, 2, 1) if target.buffer_slots > 1 else (1,):
             for ra in (0, 1) if epi.res_in_acc(2) else (0,):
                 ra_tks = [
-                    t for t in tks if (not ra or epi.res_in_acc(k // t)) and (ws == 2 or t == k or not epi.pre_norm)
+                    t
+                    for t in tks
+                    if (not ra or epi.res_in_acc(k // t))
+                    and (ws == 2 or t == k or not epi.pre_norm)
+                    and (acc != lc.SPREAD or epi.spreads(k // t, ra))
                 ]
                 for tm in tms:
                     first = len(ra_tks)

@@ -14,6 +14,8 @@ from . import memoized
 from .elementwise import ACT_FNS as _ACT_FNS
 from .normalization import NORM_OPS
 
+SPREAD = 3  # a candidate's acc_slots field: two accumulator halves, the deferred epilogue spread (`spread_steps`)
+
 
 @dataclass(frozen=True)
 class Epilogue:
@@ -56,12 +58,13 @@ class Epilogue:
     def scratch(self) -> bool:
         return self.act == "gelu" or self.norm
 
-    def spreads(self, k_steps: int, acc: int, in_acc: bool) -> bool:
-        """With two accumulator halves the deferred epilogue of a block runs over the next block's k steps
-        (`spread_steps`), not all on its first: the step's VECs beside one MATMUL each. Where the k loop has
-        two steps and the epilogue (its residual in the accumulator left out) two VECs, without a norm."""
+    def spreads(self, k_steps: int, in_acc: bool) -> bool:
+        """With two accumulator halves the deferred epilogue of a block may run over the next block's k steps
+        (`spread_steps`, the candidates' acc_slots = SPREAD), not all on its first: each step's VECs beside its
+        MATMUL. Where the k loop has two steps and the epilogue (its residual in the accumulator left out)
+        two VECs, without a norm."""
         ops = replace(self, residual=self.residual and not in_acc).vec_ops(1, 1)
-        return acc > 1 and k_steps > 1 and not self.norm and len(ops) > 1
+        return k_steps > 1 and not self.norm and len(ops) > 1
 
     def res_in_acc(self, k_steps: int) -> bool:
         """The residual tile is loaded into the accumulator on the block's first k step and the MATMULs add
@@ -90,7 +93,7 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     every tm >= r: remembered across the searches in `steps_of`)."""
     tn, tk, ws, acc, in_acc = tiles
     k_steps = k // tk
-    spread = deferred and epi.spreads(k_steps, acc, in_acc)
+    spread = deferred and acc == SPREAD
     at = j == (0 if deferred and not spread else k_steps - 1)  # the step with the STORE (and the epilogue)
     moves = [(r, tk, tk == k)] * (ws != 2) + [(r, k, True)] * (ws == 2 and head)  # ws = 2: the row slab
     moves += [(tn, tk, tk == k)] * (ws != 1) + [(tn, k, True)] * (ws == 1 and head)  # the weight tile / slab
@@ -119,6 +122,8 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     else:
         c, vector = mm + vecs, vecs
     floor = cm.retire_floor(c, lq, mm) if (at or vecs) and k_steps > 1 else 0.0
+    if spread and at:  # the compute two steps on waits for this STORE, whose data shares the DRAM with loads
+        floor = max(floor, cm.retire_floor(c, st + ld, mm))
     single = head or (in_acc and j == 0)  # a LOAD into a one-slot buffer: after the previous step's compute
     group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if single else 2, 2, n_dma=len(moves), vector=vector,
                      overlap=True, vector_wait=head_vec, issues=1 + n_ops, floor=floor)  # fmt: skip
