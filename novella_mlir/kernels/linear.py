@@ -96,6 +96,8 @@ class Linear:
                 steps.append((terms, count))
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
+        if acc == lc.SPREAD:  # each k step its own share of the spread epilogue
+            ks = [(j, 1) for j in range(k_steps)]
         pieces = _pieces(m, tm)
         if ws == 2:
             return self._cost_rows(ks, pieces, n_blocks, acc, add, steps)
