@@ -155,12 +155,12 @@ def _fitting(target, sizes: tuple, cands: tuple) -> tuple:
 
 
 def _plan(
-    target, sizes: tuple, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool
+    target, sizes: tuple, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool, blocks=False
 ) -> BufferPlan:
     d, dv, masked, causal, rows, held = sizes
     width = dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
-    plan.add("q", "spad", held * d or tq * d, alternate=not held and 0 < rows <= tq)
+    plan.add("q", "spad", held * d or tq * d, alternate=blocks or (not held and 0 < rows <= tq))
     plan.add("k", "spad", tk * d, stream=True)
     plan.add("v", "spad", tk * width, stream=True)
     if masked:
@@ -188,10 +188,12 @@ def dims_of(g: Geometry, syms, lengths=None) -> fc.Dims:
 class FlashAttention:
     """`novella.flash_attention`: grid (batch, query block, key/value step); see the module docstring.
 
-    Candidates are (tq, tk, pipelined, ones, s_slots, expsub): tile sizes from the Target's row tiles
-    (multiples of the array height; a causal op uses square tiles), the schedule, the row sums' unit
+    Candidates are (tq, tk, pipelined, ones, s_slots, expsub[, blocks]): tile sizes from the Target's row
+    tiles (multiples of the array height; a causal op uses square tiles), the schedule, the row sums' unit
     and the score buffer's slots; EXPSUB (when the config has it) wherever it does not lengthen the
-    last read of a single score buffer. The cost model (`kernels/flash_cost.py`) takes the cheapest
+    last read of a single score buffer; `blocks` (`q_blocks`), pipelined where the plan has several query
+    blocks (not causal, no window, not paged): the query buffer alternates between consecutive blocks, so a
+    block's query loads under the previous block's last steps. The cost model (`kernels/flash_cost.py`) takes the cheapest
     that fits the SRAM at the nominal length."""
 
     exhaustive = False  # bench/costmodel.py's protocol: every fitting candidate is scored
@@ -217,6 +219,8 @@ class FlashAttention:
         """The cheapest fitting candidate at the plan lengths `plan` (`rows`: `_halves_rows`, `held`:
         `held_rows`, kept only where a candidate with one query block fits)."""
         cands = self.candidates(g, syms, target, options)
+        if rows and not held:  # several query blocks: each may load under the previous one's compute
+            cands += [(*c, True) for c in cands if rows > c[0] and c[2] and not g.paged]
         lq = sy.as_int(g.lq) or 0
         fitting = held and tuple(c for c in _fitting(target, _sizes(g, rows, held), tuple(cands)) if c[0] >= lq)
         if fitting:
@@ -231,14 +235,15 @@ class FlashAttention:
         syms = module_symbols(op)
         rows = _halves_rows(g, syms, plan_lengths(op))
         cand, held = self.choose(g, syms, target, options, plan_lengths(op), rows, held_rows(g))
-        tq, tk, pipelined, ones, s_slots, expsub = cand
-        plan = _plan(target, _sizes(g, rows, held), tq, tk, pipelined, ones, s_slots, expsub)
+        tq, tk, pipelined, ones, s_slots, expsub, *blocks = cand
+        plan = _plan(target, _sizes(g, rows, held), *cand)
         steps = ceildiv(g.lk, tk) + int(pipelined)
         if g.window is not None and not pipelined:  # the tiles from the one holding position lk - W
             steps = ceildiv(g.lk, tk) - sy.floordiv(g.lk - g.window, tk)
         grid = [g.batch, ceildiv(g.lq, tq), steps]
         tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones), "s_slots": s_slots,
-                 "expsub": int(expsub), **({"q_held": held} if held else {})}  # fmt: skip
+                 "expsub": int(expsub), **({"q_held": held} if held else {}),
+                 **({"q_blocks": 1} if blocks else {})}  # fmt: skip
         return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):

@@ -11,7 +11,9 @@ single-slot buffer (the query at j = 0, every causal K/V load, which is guarded)
 previous step's compute, so its loads and its compute chain (part1, then QK beside part2, then
 PV) add up. (Where the query block alternates between batches, `Buffer.alternate`, those loads
 wait only for the step before last; the model does not credit that overlap: modelling the step as
-two-slot overrated it by up to 16% on `large`, bench/costmodel.py's decode case.) The next step's
+two-slot overrated it by up to 16% on `large`, bench/costmodel.py's decode case. Between the query
+blocks of a prefill, `Schedule.blocks`, it does: the next block's query and first K/V tiles load
+under the last steps of the previous one.) The next step's
 loads, queued behind the query's, are that step's own period: counting them in the query's step too
 overrated a DMA-bound block (a decode query) by one step's loads."""
 
@@ -121,6 +123,7 @@ class Schedule:
     ones: bool = False
     s_slots: int = 1
     expsub: bool = False
+    blocks: bool = False  # the query alternates between consecutive query blocks (`q_blocks`)
 
 
 def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule) -> list[tuple[cm.Group, int]]:
@@ -168,7 +171,7 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
         scale = cm.vec(t, r, dims.d, "mul")
         vec, chain = vec + scale, chain + scale
     out = _dma(t, r, dims.dv, dims.contiguous[3]) if last and i >= 0 else None
-    return [loads, vec, mat, chain, floor, out, j == 0 or dims.causal]
+    return [loads, vec, mat, chain, floor, out, (j == 0 and not sch.blocks) or dims.causal]
 
 
 def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:

@@ -37,7 +37,9 @@ def load_query(b, g, t, tq: int, rows):
               when=once)  # fmt: skip
         return bi * (sy.as_int(g.lq) * g.d)
     off = None
-    if next(buf for buf in t.buffers if buf.name == "q").alternate:  # batch bi's rows in slot bi mod 2
+    if t.tiles.get("q_blocks"):  # query block (bi, qi) in slot (bi * blocks + qi) mod 2
+        off = sy.mod(bi * sy.ceildiv(g.lq, tq) + qi, 2) * (tq * g.d)
+    elif next(buf for buf in t.buffers if buf.name == "q").alternate:  # batch bi's rows in slot bi mod 2
         off = sy.mod(bi, 2) * (tq * g.d)
     b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
                 row_bound=g.lq, rows=rows, cols=g.d, buf_offset=off, when=first(2))  # fmt: skip

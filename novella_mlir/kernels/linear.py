@@ -12,9 +12,9 @@ from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
 from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
 from . import linear_cost as lc
-from .elementwise import emit_act
 from .linear_cost import Epilogue
-from .normalization import LayerNorm, emit_norm
+from .linear_emit import emit_epilogue, emit_prologue, emit_spread_epilogue
+from .normalization import LayerNorm
 from .support import _pieces
 
 LINEAR_OPS = ("novella.linear", "novella.fused_linear")
@@ -66,13 +66,13 @@ class Linear:
         if epi.pre_norm:  # the input rows' norm: squares tk columns at a time (tk = K but input-stationary)
             for name, size in (("pw", k), ("pb", k), ("pmean", tm), ("pvar", tm), ("psum", tm), ("psq", tm * tk)):
                 plan.add(name, "spad", size)
-        plan.add("acc", "acc", tm * tn * acc)
+        plan.add("acc", "acc", tm * tn * min(acc, 2))
         return plan
 
     @memoized
     def cost(self, target, dims, cand) -> float:
         """Predicted cycles of the whole op (cost model): dims = (M, K, N, Epilogue), cand = (tm, tn, tk, ws,
-        acc_slots, res_acc). Weight-stationary, the first step of each column block also loads the weight slab (single
+        acc_slots (SPREAD: two, spread), res_acc). Weight-stationary, the first step of each column block also loads the weight slab (single
         slot: it waits for the previous compute); input-stationary, the first step of each row tile its row
         slab; the bias row (and a layer norm's weight and bias) loads once, on the op's first step. The
         epilogue's VECs run on the vector unit beside the MATMULs, which use other SRAM (`Group.vector`,
@@ -96,6 +96,8 @@ class Linear:
                 steps.append((terms, count))
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
+        if acc == lc.SPREAD:  # each k step its own share of the spread epilogue
+            ks = [(j, 1) for j in range(k_steps)]
         pieces = _pieces(m, tm)
         if ws == 2:
             return self._cost_rows(ks, pieces, n_blocks, acc, add, steps)
@@ -186,7 +188,9 @@ class Linear:
             if ws == 1
             else [m_grid, sy.const(-(-n // tn)), sy.const(k // tk)]
         )
-        tiles = {"tm": tm, "tn": tn, "tk": tk, "ws": ws} | ({"acc_slots": acc} if acc > 1 else {})
+        tiles = {"tm": tm, "tn": tn, "tk": tk, "ws": ws} | ({"acc_slots": min(acc, 2)} if acc > 1 else {})
+        if acc == lc.SPREAD:
+            tiles["spread"] = 1
         if ra:
             tiles["res_acc"] = 1
         return Tiling(tiles, grid, plan.buffers)
@@ -214,9 +218,11 @@ class Linear:
             for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
                 b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=at_first)
         if g.epi.pre_norm:
-            _prologue(g, at_first, first(1) + first(2) if g.ws == 2 else [])
-        if g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
-            _epilogue(g, g.previous(), ("res", "out"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
+            emit_prologue(g, at_first, first(1) + first(2) if g.ws == 2 else [])
+        if g.spread:  # the previous block's epilogue, on the vector unit under this block's MATMULs
+            emit_spread_epilogue(g, g.previous())
+        elif g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
+            emit_epilogue(g, g.previous(), ("res", "out"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
         acc = _acc_half(t, b)
         if g.res_acc:  # the residual block is the accumulator's initial value
             b.load_rows("acc", 3, dram_offset=b.d(g.nd) * tn, dram_stride=n, row_start=b.d(g.md) * tm,
@@ -229,9 +235,9 @@ class Linear:
               transpose_b=1)  # fmt: skip
         current = (b.d(g.nd), g.rows, b.d(g.md) * tm, acc)
         if g.deferred:  # the epilogue of dim 1's last block, after its own MATMUL
-            _epilogue(g, current, ("res2", "out2"), last(1, g.grid[1]) + g.last_k)
+            emit_epilogue(g, current, ("res2", "out2"), last(1, g.grid[1]) + g.last_k)
         else:
-            _epilogue(g, current, ("res", "out"), g.last_k)
+            emit_epilogue(g, current, ("res", "out"), g.last_k)
 
 
 def _bias_rows(n: int, max_cols: int) -> int:
@@ -258,6 +264,7 @@ class _Geometry:
         n_grid = sy.const(-(-self.n // self.tn))
         self.grid = [n_grid, m_grid] if self.ws == 1 else [m_grid, n_grid]
         self.last_k = last(2, sy.const(self.k // self.tk))
+        self.spread = bool(t.tiles.get("spread", 0))
 
     def cols(self, col):
         """Columns of output block `col` of tn: min(tn, n - col * tn) where the last block is partial."""
@@ -269,53 +276,6 @@ class _Geometry:
         b, prev = self.b, [self.b.d(0), self.b.d(1) - sy.const(1)]
         rows = [sy.const(self.tm), self.m_total - prev[self.md] * self.tm]
         return prev[self.nd], rows, prev[self.md] * self.tm, sy.mod(b.d(1) + sy.const(1), 2) * (self.tm * self.tn)
-
-
-def _epilogue(g: _Geometry, block, bufs, when) -> None:
-    """Bias (the block's columns of the resident bias row), act, residual and norm of one output block (its
-    column block, rows, first row and accumulator offset), loading its residual into `bufs` and storing it
-    from the last of them."""
-    b, (res, out), (col, rows, row0, acc) = g.b, bufs, block
-    tn, n, epi = g.tn, g.n, dataclasses.replace(g.epi, residual=False) if g.res_acc else g.epi
-    out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total, sram_stride=tn)
-    cols = g.cols(col)
-    if epi.residual:
-        b.load_rows(res, 3, **out_tile, rows=rows, cols=cols, when=when)
-    geo = dict(rows=rows, cols=cols, dst_stride=tn, a_stride=tn, b_stride=tn, when=when)
-    b.vop("ADD", out, "acc", "bias", mode="ROW", a_offset=acc, b_offset=col * tn, **geo)
-    emit_act(b, epi.act, out, "tmp", rows, cols, tn, when=when)
-    if epi.residual:
-        b.vop("ADD", out, out, res, **geo)
-    if epi.norm:
-        emit_norm(b, out, "tmp", "mean", "var", "nw", "nb", out, rows, n, g.eps, when=when)
-    b.store_rows(out, **out_tile, rows=rows, cols=cols, when=when)
-
-
-def _prologue(g: _Geometry, at_first, when) -> None:
-    """The layer norm of the input rows in `a` ([rows, K], in place) before the MATMULs read them: on each
-    row slab's first step input-stationary, else on every step (tk = K); the squares are summed tk
-    columns at a time in `psq` (its size in the plan)."""
-    b, k, rows, c = g.b, g.k, g.rows, g.tk
-    for buf, operand in (("pw", 3 + g.has_residual), ("pb", 4 + g.has_residual)):
-        b.load_block(buf, operand, dram_offset=0, rows=1, cols=k, when=at_first)
-    guard = {"when": when} if when else {}
-    tile = dict(rows=rows, cols=k, dst_stride=k, a_stride=k, b_stride=k, **guard)
-    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, **guard)
-    b.vop("ROWSUM", "pmean", "a", rows=rows, cols=k, dst_stride=1, a_stride=k, **guard)
-    b.vop("DIV", "pmean", "pmean", mode="SCALAR", imm=float(k), **col)
-    b.vop("SUB", "a", "a", "pmean", mode="COL", **{**tile, "b_stride": 1})
-    for j in range(k // c):
-        sq = dict(rows=rows, cols=c, dst_stride=c, a_stride=k, b_stride=k, a_offset=j * c, b_offset=j * c, **guard)
-        b.vop("MUL", "psq", "a", "a", **sq)
-        b.vop("ROWSUM", "psum" if j else "pvar", "psq", rows=rows, cols=c, dst_stride=1, a_stride=c, **guard)
-        if j:
-            b.vop("ADD", "pvar", "pvar", "psum", **col)
-    b.vop("DIV", "pvar", "pvar", mode="SCALAR", imm=float(k), **col)
-    b.vop("ADD", "pvar", "pvar", mode="SCALAR", imm=float(g.eps), **col)
-    b.vop("RSQRT", "pvar", "pvar", **col)
-    b.vop("MUL", "a", "a", "pvar", mode="COL", **{**tile, "b_stride": 1})
-    b.vop("MUL", "a", "a", "pw", mode="ROW", **tile)
-    b.vop("ADD", "a", "a", "pb", mode="ROW", **tile)
 
 
 def _acc_half(t, b):
@@ -357,10 +317,14 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
     tks = target.divisors(k, target.array_rows)
     cands = []
     for ws in (1, 0, 2) if k <= target.max_cols else (0,):  # 1 and 2 LOAD whole rows of k (the cols field)
-        for acc in (2, 1) if target.buffer_slots > 1 else (1,):
+        for acc in (lc.SPREAD, 2, 1) if target.buffer_slots > 1 else (1,):
             for ra in (0, 1) if epi.res_in_acc(2) else (0,):
                 ra_tks = [
-                    t for t in tks if (not ra or epi.res_in_acc(k // t)) and (ws == 2 or t == k or not epi.pre_norm)
+                    t
+                    for t in tks
+                    if (not ra or epi.res_in_acc(k // t))
+                    and (ws == 2 or t == k or not epi.pre_norm)
+                    and (acc != lc.SPREAD or epi.spreads(k // t, ra))
                 ]
                 for tm in tms:
                     first = len(ra_tks)

@@ -14,6 +14,8 @@ from . import memoized
 from .elementwise import ACT_FNS as _ACT_FNS
 from .normalization import NORM_OPS
 
+SPREAD = 3  # a candidate's acc_slots field: two accumulator halves, the deferred epilogue spread (`spread_steps`)
+
 
 @dataclass(frozen=True)
 class Epilogue:
@@ -56,12 +58,26 @@ class Epilogue:
     def scratch(self) -> bool:
         return self.act == "gelu" or self.norm
 
+    def spreads(self, k_steps: int, in_acc: bool) -> bool:
+        """With two accumulator halves the deferred epilogue of a block may run over the next block's k steps
+        (`spread_steps`, the candidates' acc_slots = SPREAD), not all on its first: each step's VECs beside its
+        MATMUL. Where the k loop has two steps and the epilogue (its residual in the accumulator left out)
+        two VECs, without a norm."""
+        ops = replace(self, residual=self.residual and not in_acc).vec_ops(1, 1)
+        return k_steps > 1 and not self.norm and len(ops) > 1
+
     def res_in_acc(self, k_steps: int) -> bool:
         """The residual tile is loaded into the accumulator on the block's first k step and the MATMULs add
         onto it (x @ W^T + b + r = (r + x @ W^T) + b when no activation comes between): no residual buffer
         in the scratchpad and one VEC less. That LOAD waits for the previous step's compute (the
         accumulator has one slot): the cost model takes it where the k loop has more than one step."""
         return self.residual and self.act == "none" and k_steps > 1
+
+
+def spread_steps(n_ops: int, k_steps: int) -> list[int]:
+    """The k step of each of a spread epilogue's `n_ops` VECs (in order, the last one on the last step,
+    with the residual load and the STORE): op i on step i * k_steps // n_ops."""
+    return [i * k_steps // n_ops for i in range(n_ops - 1)] + [k_steps - 1]
 
 
 @memoized
@@ -77,7 +93,8 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     every tm >= r: remembered across the searches in `steps_of`)."""
     tn, tk, ws, acc, in_acc = tiles
     k_steps = k // tk
-    at = j == (0 if deferred else k_steps - 1)  # the step with the epilogue
+    spread = deferred and acc == SPREAD
+    at = j == (0 if deferred and not spread else k_steps - 1)  # the step with the STORE (and the epilogue)
     moves = [(r, tk, tk == k)] * (ws != 2) + [(r, k, True)] * (ws == 2 and head)  # ws = 2: the row slab
     moves += [(tn, tk, tk == k)] * (ws != 1) + [(tn, k, True)] * (ws == 1 and head)  # the weight tile / slab
     residual_at = j == 0 if in_acc else at  # into the accumulator on the first k step, else with the epilogue
@@ -89,7 +106,11 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
         ld += sd * (j == 0)
         sd = 0.0
     vecs, head_vec, n_ops = 0, 0.0, 0
-    if at:  # the bias add reads the accumulator the next MATMUL writes
+    if spread:  # this step's share of the previous block's epilogue
+        ops = (replace(epi, residual=False) if in_acc else epi).vec_ops(r, tn)
+        mine = [op for op, at_j in zip(ops, spread_steps(len(ops), k_steps)) if at_j == j]
+        vecs, n_ops = cm.vecs(target, mine), len(mine)
+    elif at:  # the bias add reads the accumulator the next MATMUL writes
         vecs, head_vec, n_ops = epilogue_cycles(target, replace(epi, residual=False) if in_acc else epi, r, tn)
         head_vec *= not deferred
     mm = cm.matmul(target, r, tk, tn)
@@ -100,7 +121,9 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
         c, vector = max(mm, vecs), 0.0
     else:
         c, vector = mm + vecs, vecs
-    floor = cm.retire_floor(c, lq, mm) if at and k_steps > 1 else 0.0
+    floor = cm.retire_floor(c, lq, mm) if (at or vecs) and k_steps > 1 else 0.0
+    if spread and at:  # the compute two steps on waits for this STORE, whose data shares the DRAM with loads
+        floor = max(floor, cm.retire_floor(c, st + ld, mm))
     single = head or (in_acc and j == 0)  # a LOAD into a one-slot buffer: after the previous step's compute
     group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if single else 2, 2, n_dma=len(moves), vector=vector,
                      overlap=True, vector_wait=head_vec, issues=1 + n_ops, floor=floor)  # fmt: skip

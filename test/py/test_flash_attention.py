@@ -251,6 +251,7 @@ def test_a_bucket_whose_query_block_holds_every_row_alternates_it_between_heads(
         outs, run = bucketed.executor.run_with_result([x.numpy()], check_hazards=True)
         with torch.no_grad():
             torch.testing.assert_close(torch.from_numpy(outs[0]), model(x), **TOL)
-        if progs[bucketed.artifact.pick([length])] in alternating:  # K/V read once: one query block per head
+        one_block = "q_blocks" not in bucketed.ir("novella-tile", at=[length])  # else alternating between blocks
+        if progs[bucketed.artifact.pick([length])] in alternating and one_block:  # K/V read once: one query block
             weights = bucketed.artifact.weight_nbytes
             assert run.stats.dma_bytes_loaded == weights + x.numel() * 4 * 4, length

@@ -86,7 +86,8 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-NEXT: "novella.vop"() {a = "s", a_offset = #[[PREVSLOT]], {{.*}}b = "m", {{.*}}dst = "p", {{.*}}fn = "EXPSUB", mode = "COL"
 // CHECK-NOT: fn = "EXP", mode = "TENSOR"
 // CHECK-NOT: imm = 1.17549435E-38
-// CHECK: kernel = "novella.flash_attention", {{.*}}tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 2 : i64, tk = 32 : i64, tq = 128 : i64}
+// The query buffer alternates between consecutive query blocks (q_blocks, `[spad, 0, 8192, 2, 1]`).
+// CHECK: q = ["spad", 0, 8192, 2, 1]{{.*}}kernel = "novella.flash_attention", {{.*}}tiles = {expsub = 1 : i64, ones = 0 : i64, pipelined = 1 : i64, q_blocks = 1 : i64, s_slots = 2 : i64, tk = 32 : i64, tq = 128 : i64}
 // UNFUSED-LABEL: func.func @masked
 // UNFUSED: "novella.add"
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {

@@ -1,0 +1,95 @@
+"""The VECs (and the LOADs and STOREs beside them) of a linear's output blocks and input rows
+(`kernels/linear.py`): the epilogue of one output block, on one k step or spread over the next block's,
+and the prologue's layer norm of the input rows."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import linear_cost as lc
+from .elementwise import emit_act
+from .normalization import emit_norm
+
+
+def emit_epilogue(g, block, bufs, when) -> None:
+    """Bias (the block's columns of the resident bias row), act, residual and norm of one output block (its
+    column block, rows, first row and accumulator offset), loading its residual into `bufs` and storing it
+    from the last of them."""
+    b, (res, out), (col, rows, row0, acc) = g.b, bufs, block
+    tn, n, epi = g.tn, g.n, dataclasses.replace(g.epi, residual=False) if g.res_acc else g.epi
+    out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total, sram_stride=tn)
+    cols = g.cols(col)
+    if epi.residual:
+        b.load_rows(res, 3, **out_tile, rows=rows, cols=cols, when=when)
+    geo = dict(rows=rows, cols=cols, dst_stride=tn, a_stride=tn, b_stride=tn, when=when)
+    b.vop("ADD", out, "acc", "bias", mode="ROW", a_offset=acc, b_offset=col * tn, **geo)
+    emit_act(b, epi.act, out, "tmp", rows, cols, tn, when=when)
+    if epi.residual:
+        b.vop("ADD", out, out, res, **geo)
+    if epi.norm:
+        emit_norm(b, out, "tmp", "mean", "var", "nw", "nb", out, rows, n, g.eps, when=when)
+    b.store_rows(out, **out_tile, rows=rows, cols=cols, when=when)
+
+
+def emit_spread_epilogue(g, block) -> None:
+    """`_epilogue` of the previous block over this block's k steps (`linear_cost.spread_steps`): bias and
+    act in place in the block's accumulator half (which no MATMUL writes before the block after this one),
+    the last VEC (the act's, or the residual add) into `out` on the last k step, with the residual's LOAD
+    and the STORE (`out` and `res` alternate by step parity, the accumulator half by block)."""
+    b, (col, rows, row0, acc) = g.b, block
+    tn, n, k_steps = g.tn, g.n, g.k // g.tk
+    epi = dataclasses.replace(g.epi, residual=False) if g.res_acc else g.epi
+    out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total, sram_stride=tn)
+    geo = dict(rows=rows, cols=g.cols(col), dst_stride=tn, a_stride=tn, b_stride=tn)
+    ops = _InAcc(acc)
+    ops.vop("ADD", "acc", "acc", "bias", mode="ROW", b_offset=col * tn, **geo)
+    emit_act(ops, epi.act, "acc", "tmp", geo["rows"], geo["cols"], tn, out="acc" if epi.residual else "out")
+    if epi.residual:
+        ops.vop("ADD", "out", "acc", "res", **geo)
+    at = lambda j: [("eq", b.d(2) - j), ("ge", b.d(1) - 1)]  # noqa: E731
+    if epi.residual:
+        b.load_rows("res", 3, **out_tile, rows=rows, cols=geo["cols"], when=at(k_steps - 1))
+    for (args, kw), j in zip(ops.calls, lc.spread_steps(len(ops.calls), k_steps)):
+        b.vop(*args, **kw, when=at(j))
+    b.store_rows("out", **out_tile, rows=rows, cols=geo["cols"], when=at(k_steps - 1))
+
+
+class _InAcc:
+    """Records `vop` calls, each operand `acc` at the block's half (`offset`), to emit them on their k steps."""
+
+    def __init__(self, offset):
+        self.offset, self.calls = offset, []
+
+    def vop(self, fn, dst, a=None, b=None, **kw):
+        kw.pop("when", None)
+        for role, name in (("dst", dst), ("a", a), ("b", b)):
+            if name == "acc" and self.offset is not None:
+                kw[f"{role}_offset"] = self.offset
+        self.calls.append(((fn, dst, a, b), kw))
+
+
+def emit_prologue(g, at_first, when) -> None:
+    """The layer norm of the input rows in `a` ([rows, K], in place) before the MATMULs read them: on each
+    row slab's first step input-stationary, else on every step (tk = K); the squares are summed tk
+    columns at a time in `psq` (its size in the plan)."""
+    b, k, rows, c = g.b, g.k, g.rows, g.tk
+    for buf, operand in (("pw", 3 + g.has_residual), ("pb", 4 + g.has_residual)):
+        b.load_block(buf, operand, dram_offset=0, rows=1, cols=k, when=at_first)
+    guard = {"when": when} if when else {}
+    tile = dict(rows=rows, cols=k, dst_stride=k, a_stride=k, b_stride=k, **guard)
+    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, **guard)
+    b.vop("ROWSUM", "pmean", "a", rows=rows, cols=k, dst_stride=1, a_stride=k, **guard)
+    b.vop("DIV", "pmean", "pmean", mode="SCALAR", imm=float(k), **col)
+    b.vop("SUB", "a", "a", "pmean", mode="COL", **{**tile, "b_stride": 1})
+    for j in range(k // c):
+        sq = dict(rows=rows, cols=c, dst_stride=c, a_stride=k, b_stride=k, a_offset=j * c, b_offset=j * c, **guard)
+        b.vop("MUL", "psq", "a", "a", **sq)
+        b.vop("ROWSUM", "psum" if j else "pvar", "psq", rows=rows, cols=c, dst_stride=1, a_stride=c, **guard)
+        if j:
+            b.vop("ADD", "pvar", "pvar", "psum", **col)
+    b.vop("DIV", "pvar", "pvar", mode="SCALAR", imm=float(k), **col)
+    b.vop("ADD", "pvar", "pvar", mode="SCALAR", imm=float(g.eps), **col)
+    b.vop("RSQRT", "pvar", "pvar", **col)
+    b.vop("MUL", "a", "a", "pvar", mode="COL", **{**tile, "b_stride": 1})
+    b.vop("MUL", "a", "a", "pw", mode="ROW", **tile)
+    b.vop("ADD", "a", "a", "pb", mode="ROW", **tile)
