@@ -38,10 +38,8 @@ def _linear_tiles(npu) -> list[dict]:
     out = []
     for line in npu.ir("novella-tile").splitlines():
         if '"novella.linear"' in line:
-            m = re.search(
-                r"novella.tiles = \{(?:acc_slots = \d+ : i64, )?tk = (\d+) : i64, tm = (\d+) : i64, tn = (\d+)", line
-            )
-            out.append(dict(zip(("tk", "tm", "tn"), map(int, m.groups()))))
+            tiles = re.search(r"novella.tiles = \{([^}]*)\}", line).group(1)
+            out.append({k: int(re.search(rf"\b{k} = (\d+) : i64", tiles).group(1)) for k in ("tk", "tm", "tn")})
     return out
 
 
