@@ -114,8 +114,8 @@ def _same_around(module, args, dynamic_dim: int, prog, conds, bounds, need, kept
     anyway, SEW's pad of 0 frames); each class is traced over `bounds`, as `prog` was."""
 
     def retrace(n):
-        other, whole = _dynamic_export(module, [_resized_zeros(a, dynamic_dim, n) for a in args], dynamic_dim, *bounds)
-        return other if whole == tuple(bounds) and not messages.unbacked(other) else None
+        other, kept = _dynamic_export(module, [_resized_zeros(a, dynamic_dim, n) for a in args], dynamic_dim, *bounds)
+        return (other, kept) if kept is not None and not messages.unbacked(other) else None
 
     return guard_classes.widened(prog, conds, need, kept, retrace)
 

@@ -85,7 +85,8 @@ class Proof:
 def widened(prog, conds, need, kept, retrace: Callable):
     """(program, (lo, hi)): the program valid on the widest span of runs of `need` around `kept` (the run of
     the example, where `prog`'s guards `conds` hold), `prog` itself or another class's trace. `retrace(n)` is
-    the model traced from an example of length n over `need`, or None. At most MAX_CLASSES classes are traced."""
+    the model traced from an example of length n and the range torch keeps for it, or None. At most
+    MAX_CLASSES classes are traced."""
     keyed = guards.keyed_runs(conds, *need)
     own = next(key for run, key in keyed if run[0] <= kept[0] <= run[1])
     order = sorted(keyed, key=lambda rk: min(abs(rk[0][0] - kept[1]), abs(rk[0][1] - kept[0])))
@@ -117,13 +118,14 @@ def _joins(trace, own: bool, other, runs) -> bool:
 
 
 def _class_trace(retrace, run, runs):
-    """(the class's trace from the middle of `run`, the runs of the class on which its guards hold at every
-    length), or (None, [])."""
-    other = retrace((run[0] + run[1]) // 2)
-    if other is None:
+    """(the class's trace from the middle of `run`, the runs of the class within the range torch kept for it
+    on which its guards hold at every length), or (None, [])."""
+    traced = retrace((run[0] + run[1]) // 2)
+    if traced is None:
         return None, []
+    other, (lo, hi) = traced
     conds = guards.recorded(other)
-    valid = [r for r in runs if guards.kept_interval(conds, *r, r[0]) == tuple(r)]
+    valid = [r for r in runs if lo <= r[0] and r[1] <= hi and guards.kept_interval(conds, *r, r[0]) == tuple(r)]
     return (other, valid) if valid else (None, [])
 
 
