@@ -55,7 +55,7 @@ class Proof:
         """Whether program `x` computes program `y`'s graph at every length of the class (see the module)."""
         if not (_comparable(x) and _comparable(y)) or _inputs(x) != _inputs(y) or not _same_constants(x, y):
             return False
-        ops = [canonical(p.graph, _on_t(p), lambda n, p=p: self._identity(n, _on_t(p))) for p in (x, y)]
+        ops = [canonical(p.graph, _on_t(p), lambda n, p=p: self._identity(n, _on_t(p)), True) for p in (x, y)]
         sizes: list = []
         return _match(ops[0], ops[1], sizes) and all(self.equal(a, b) for a, b in dict.fromkeys(sizes))
 
@@ -75,8 +75,8 @@ class Proof:
         src, out = node.args[0].meta.get("val"), node.meta.get("val")
         if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor) or src.dim() != out.dim():
             return False
-        if target in _PADS:
-            return all(self.equal(value(p), 0) for p in _sizes(node.args[1]))
+        if target in _PADS and not all(self.equal(value(p), 0) for p in _sizes(node.args[1])):
+            return False
         if target == "aten.slice.Tensor" and len(node.args) > 4 and not self.equal(value(node.args[4]), 1):
             return False
         return all(self.equal(value(a), value(b)) for a, b in zip(src.shape, out.shape))
@@ -206,10 +206,12 @@ def _match(a, b, sizes: list) -> bool:
     return type(a) is type(b) and a == b
 
 
-def canonical(graph, value: Callable, identity: Callable | None = None) -> list:
+def canonical(graph, value: Callable, identity: Callable | None = None, shapes: bool = False) -> list:
     """The tensor ops of a graph in order, as (target, args, kwargs) with tensor operands by position and each
-    size or scalar as ("sym", value(it)); ops `identity(node)` says return their operand are left out (their
-    result is that operand), as are contiguous, alias, detach and clone when `identity` is None."""
+    size or scalar as ("sym", value(it)), and the shapes of its results if `shapes` (torch simplifies them
+    under the trace's guards, and the compiler reads them); ops `identity(node)` says return their operand
+    are left out (their result is that operand), as are contiguous, alias, detach and clone when `identity`
+    is None."""
     index, out = {}, []
     is_identity = identity or (lambda n: str(n.target) in _VALUE_IDENTITY)
     for n in graph.nodes:
@@ -222,10 +224,17 @@ def canonical(graph, value: Callable, identity: Callable | None = None) -> list:
         elif n.op == "placeholder" or (n.op == "call_function" and tensor):
             index[n] = len(set(index.values()))
             if n.op == "call_function":
-                out.append((str(n.target), _arg(n.args, index, value), _arg(dict(n.kwargs), index, value)))
+                op = (str(n.target), _arg(n.args, index, value), _arg(dict(n.kwargs), index, value))
+                out.append(op + ((_shapes(val, value),) if shapes else ()))
         elif n.op == "output":
             out.append(("output", _arg(n.args, index, value), ()))
     return out
+
+
+def _shapes(val, value: Callable):
+    if isinstance(val, torch.Tensor):
+        return tuple(("sym", value(d)) for d in val.shape)
+    return tuple(_shapes(v, value) for v in val) if isinstance(val, (tuple, list)) else ()
 
 
 def _arg(a, index: dict, value: Callable):
