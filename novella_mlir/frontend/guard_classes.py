@@ -84,22 +84,24 @@ class Proof:
 
 def widened(prog, conds, need, kept, retrace: Callable):
     """(program, (lo, hi)): the program valid on the widest span of runs of `need` around `kept` (the run of
-    the example, where `prog`'s guards `conds` hold), `prog` itself or another class's trace. `retrace(n)` is
-    the model traced from an example of length n and the range torch keeps for it, or None. At most
-    MAX_CLASSES classes are traced."""
+    the example, where `prog`'s guards `conds` hold), `prog` itself or another class's trace, within the
+    range torch keeps for that trace. `retrace(n)` is the model traced from an example of length n and the
+    range torch keeps for it, or None. At most MAX_CLASSES classes are traced."""
     keyed = guards.keyed_runs(conds, *need)
     own = next(key for run, key in keyed if run[0] <= kept[0] <= run[1])
     order = sorted(keyed, key=lambda rk: min(abs(rk[0][0] - kept[1]), abs(rk[0][1] - kept[0])))
-    traced = {own: (prog, [r for r, k in keyed if k == own])}
+    traced = {own: (prog, [r for r, k in keyed if k == own], tuple(need))}
     for run, key in order:
         if key not in traced and len(traced) <= MAX_CLASSES:
             traced[key] = _class_trace(retrace, run, [r for r, k in keyed if k == key])
     best = (prog, kept)
-    for key, (trace, _) in traced.items():
+    for key, (trace, _, (lo, hi)) in traced.items():
         if trace is None:
             continue
-        valid = {r for k, (other, runs) in traced.items() if other is not None and _joins(trace, k == key, other, runs)
-                 for r in runs}  # fmt: skip
+        valid = set()
+        for k, (other, runs, _) in traced.items():
+            if other is not None and (k == key or Proof(runs).same_graph(trace, other)):
+                valid |= {r for r in runs if lo <= r[0] and r[1] <= hi}
         span = _span([r for r, _ in keyed], valid, kept)
         if span is not None and span[1] - span[0] > best[1][1] - best[1][0]:
             best = (trace, span)
@@ -113,20 +115,16 @@ def joined(prog) -> bool:
     return getattr(prog, "novella_joined", None) is not None
 
 
-def _joins(trace, own: bool, other, runs) -> bool:
-    return own or Proof(runs).same_graph(trace, other)
-
-
 def _class_trace(retrace, run, runs):
-    """(the class's trace from the middle of `run`, the runs of the class within the range torch kept for it
-    on which its guards hold at every length), or (None, [])."""
+    """(the class's trace from the middle of `run`, the runs of the class within the range torch keeps for it
+    on which its guards hold at every length, that range), or None and no runs."""
     traced = retrace((run[0] + run[1]) // 2)
     if traced is None:
-        return None, []
+        return None, [], (0, -1)
     other, (lo, hi) = traced
     conds = guards.recorded(other)
     valid = [r for r in runs if lo <= r[0] and r[1] <= hi and guards.kept_interval(conds, *r, r[0]) == tuple(r)]
-    return (other, valid) if valid else (None, [])
+    return (other, valid, (lo, hi)) if valid else (None, [], (0, -1))
 
 
 def _span(runs, valid: set, kept):
