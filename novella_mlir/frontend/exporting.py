@@ -114,8 +114,11 @@ def _same_around(module, args, dynamic_dim: int, prog, conds, bounds, need, kept
     anyway, SEW's pad of 0 frames); each class is traced over `bounds`, as `prog` was."""
 
     def retrace(n):
-        other, kept = _dynamic_export(module, [_resized_zeros(a, dynamic_dim, n) for a in args], dynamic_dim, *bounds)
-        return (other, kept) if kept is not None and not messages.unbacked(other) else None
+        other, _ = _dynamic_export(module, [_resized_zeros(a, dynamic_dim, n) for a in args], dynamic_dim, *bounds)
+        if other is None or messages.unbacked(other) or not _ranges(other):
+            return None
+        ranges = _ranges(other)  # each tensor's symbol stands for the length: valid where all their ranges meet
+        return other, (max(r[0] for r in ranges), min(r[1] for r in ranges))
 
     return guard_classes.widened(prog, conds, need, kept, retrace)
 
