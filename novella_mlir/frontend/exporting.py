@@ -22,7 +22,7 @@ from torch.fx.experimental import _config as fx_config
 
 from ..errors import NovellaError
 from . import explain as messages
-from . import guards
+from . import guard_classes, guards
 from .dynspec import aligned_specs, at_size, dim_items, spec_dims
 from .guards import GUARD, describe, explain, failing_lengths, lengths_in_words  # noqa: F401 - failing_lengths: API
 
@@ -52,8 +52,9 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
     if kept is not None:  # the guards of the branches it took and the sizes it fixed at the example
         conds = guards.recorded(prog)
         kept = _kept(conds, (max(kept[0], need[0]), min(kept[1], need[1])), at)
-        if whole and kept is not None and kept != need:
-            kept = _same_around(module, args, dynamic_dim, prog, guards.runs(conds, *need), kept)
+        if whole and kept is not None and kept != need and guard_classes.JOIN.get():
+            prog, kept = _same_around(module, args, dynamic_dim, prog, conds, (lo, hi), need, kept)
+            conds = guards.recorded(prog)
     if whole and kept != need:  # the named-Dim trace records the same guards, or loses them (an int() of a float)
         where = "; ".join(w for _, w, _ in guards.failing(prog, *need)[: guards.SHOWN])
         prog = guards.narrowing(_excluded_by(conds, need, kept) + (f" Recorded at {where}." if where else ""), conds)
@@ -74,9 +75,6 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
     if kept:
         msg += f" The part it can trace is [{kept[0]}, {kept[1]}]."
     raise NarrowedError(msg + " Compile the lengths outside it separately (min_len == max_len).", kept, first)
-
-
-MAX_COMPARED = 6
 
 
 def _kept(conds, need, at: int) -> tuple[int, int] | None:
@@ -109,34 +107,20 @@ def _excluded_by(conds, need, kept) -> str:
     return "; ".join(parts[: guards.SHOWN]) + " (a size-dependent branch, or an int() of a size)."
 
 
-def _same_around(module, args, dynamic_dim: int, prog, runs, kept) -> tuple[int, int]:
-    """`kept` widened over the runs of lengths next to it (where the guards the trace recorded take other
-    values) where the model traced from the run's top gives the same graph: the branch it skipped computes the
-    same graph there (ViT's `num_patches == num_positions` test before it interpolates anyway). At most
-    MAX_COMPARED runs are traced."""
-    bounds = (runs[0][0], runs[-1][1])
-    below = [r for r in runs if r[1] < kept[0]][::-1]
-    above = [r for r in runs if r[0] > kept[1]]
-    lo, hi, budget = kept[0], kept[1], MAX_COMPARED
-    for side in (below, above):
-        for r in side:
-            if budget == 0 or not _same_at(module, args, dynamic_dim, prog, bounds, r):
-                break
-            budget -= 1
-            lo, hi = min(lo, r[0]), max(hi, r[1])
-    return lo, hi
+def _same_around(module, args, dynamic_dim: int, prog, conds, bounds, need, kept):
+    """(program, kept): `kept` widened over the runs of lengths next to it (where the guards the trace
+    recorded take other values) on which a trace is proved valid (`guard_classes.widened`): the branch it
+    skipped computes the same graph there (ViT's `num_patches == num_positions` test before it interpolates
+    anyway, SEW's pad of 0 frames); each class is traced over `bounds`, as `prog` was."""
 
+    def retrace(n):
+        other, _ = _dynamic_export(module, [_resized_zeros(a, dynamic_dim, n) for a in args], dynamic_dim, *bounds)
+        if other is None or messages.unbacked(other) or not _ranges(other):
+            return None
+        ranges = _ranges(other)  # each tensor's symbol stands for the length: valid where all their ranges meet
+        return other, (max(r[0] for r in ranges), min(r[1] for r in ranges))
 
-def _same_at(module, args, dynamic_dim: int, prog, bounds, run) -> bool:
-    """Whether the model traced from an example at the top of `run` is `prog`'s graph (both at that
-    length), and the guards of that trace hold over the whole run."""
-    n = run[1]
-    sized = [_resized_zeros(a, dynamic_dim, n) for a in args]
-    other, _ = _dynamic_export(module, sized, dynamic_dim, *bounds)
-    if other is None or guards.kept_interval(guards.recorded(other), *run, n) != tuple(run):
-        return False
-    at_n = [{s: n for s in guards.shape_env(p).var_to_val} for p in (prog, other)]
-    return _canonical(prog.graph, at_n[0]) == _canonical(other.graph, at_n[1])
+    return guard_classes.widened(prog, conds, need, kept, retrace)
 
 
 def _resized_zeros(a, dim: int, n: int):
@@ -172,54 +156,28 @@ def _check_length_one(module, args, dynamic_dim: int, prog, bounds) -> None:
             static = torch.export.export(module, tuple(one), strict=False)
     except Exception:  # noqa: BLE001 - no trace at T = 1 to compare with: keep the symbolic one
         return
-    if _canonical(prog.graph, at_one=True) != _canonical(static.graph, at_one=False):
+    if _canonical(prog.graph, True) != _canonical(static.graph, False):
         msg = f"{ONE_GUARD}; T = 1 is compiled as a program of its own."
         raise NarrowedError(msg, (2, hi), ONE_GUARD)
 
 
-def _canonical(graph, at_one) -> list:
-    """The tensor ops of a graph in order, as (target, args, kwargs) with tensor operands by position and
-    symbolic sizes evaluated at 1 (`at_one` True) or substituted (`at_one` a dict symbol -> value), for
-    comparing a symbolic trace with a static one."""
-    index, out = {}, []
-    for n in graph.nodes:
-        val = n.meta.get("val")
-        tensor = isinstance(val, torch.Tensor) or (
-            isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val)
-        )
-        if n.op == "call_function" and str(n.target) in _VALUE_IDENTITY and n.args[0] in index:
-            index[n] = index[n.args[0]]
-        elif n.op == "placeholder" or (n.op == "call_function" and tensor):
-            index[n] = len(set(index.values()))
-            if n.op == "call_function":
-                out.append((str(n.target), _arg(n.args, index, at_one), _arg(dict(n.kwargs), index, at_one)))
-        elif n.op == "output":
-            out.append(("output", _arg(n.args, index, at_one), ()))
-    return out
+def _at(subs):
+    """A size of a trace as a sympy value for `guard_classes.canonical`: every symbol at 1 (`subs` True),
+    substituted (`subs` a dict symbol -> value), or kept (`subs` False)."""
+
+    def value(a):
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            e = a.node.expr
+            if isinstance(subs, dict):
+                return e.xreplace(subs)
+            return e.subs({s: 1 for s in e.free_symbols}) if subs else e
+        return sympy.sympify(a)
+
+    return value
 
 
-_VALUE_IDENTITY = ("aten.contiguous.default", "aten.alias.default", "aten.detach.default", "aten.clone.default")
-
-
-def _arg(a, index: dict, at_one: bool):
-    if isinstance(a, torch.fx.Node):
-        if a in index:
-            return ("node", index[a])
-        return _arg(a.meta.get("val"), index, at_one)
-    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        expr = a.node.expr
-        if isinstance(at_one, dict):
-            value = expr.xreplace(at_one)
-        else:
-            value = expr.subs({s: 1 for s in expr.free_symbols}) if at_one else expr
-        return ("sym", str(value))
-    if isinstance(a, (list, tuple)):
-        return tuple(_arg(x, index, at_one) for x in a)
-    if isinstance(a, dict):
-        return tuple((k, _arg(v, index, at_one)) for k, v in sorted(a.items()))
-    if isinstance(a, (int, float, bool)) and not isinstance(a, torch.Tensor):
-        return ("sym", str(sympy.sympify(a))) if isinstance(a, int) and not isinstance(a, bool) else a
-    return str(a)
+def _canonical(graph, subs) -> list:
+    return guard_classes.canonical(graph, _at(subs))
 
 
 def export_spec(module, args, spec, raise_error: bool = True, dim: int | str | None = None):

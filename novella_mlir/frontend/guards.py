@@ -57,21 +57,30 @@ MAX_POINTWISE = 1 << 16  # lengths a condition numpy cannot evaluate is checked 
 def failing_lengths(cond, lo: int, hi: int, where: str = "") -> list[int]:
     """Every length in [lo, hi] at which `cond` (in one symbol) is false: counterexamples for a message,
     after the symbolic proof (`unproved`) failed."""
+    t = np.arange(lo, hi + 1, dtype=np.int64)
+    return [int(v) for v in false_at(cond, t, where)]
+
+
+def false_at(cond, lengths: np.ndarray, where: str = "") -> np.ndarray:
+    """The lengths of the integer array `lengths` at which `cond` (in one symbol) is false, each one
+    evaluated (numpy's integer kernels for torch's size functions, else sympy at each length)."""
     cond = sympy.sympify(cond)
     free = sorted(cond.free_symbols, key=str)
     if not free:
-        return [] if bool(cond) else list(range(lo, hi + 1))
+        return lengths[:0] if bool(cond) else lengths
     if len(free) > 1:
         raise NovellaError(f"a traced assert {cond} ({where}) involves several sizes; cannot check it")
-    t = np.arange(lo, hi + 1, dtype=np.int64)
     try:
         fn = sympy.lambdify(free, cond, modules=[_NUMPY_SIZE_FNS, "numpy"])
-        ok = np.broadcast_to(np.asarray(fn(t), dtype=bool), t.shape)
+        ok = np.broadcast_to(np.asarray(fn(lengths), dtype=bool), lengths.shape)
     except Exception:  # noqa: BLE001 - a function numpy has no kernel for: sympy evaluates it at each length
-        if hi - lo > MAX_POINTWISE:
-            raise NovellaError(f"cannot evaluate the size condition {cond} ({where}) over [{lo}, {hi}]") from None
-        ok = np.array([bool(cond.xreplace({free[0]: sympy.Integer(int(v))})) for v in t], dtype=bool)
-    return [int(v) for v in t[~ok]]
+        if lengths.size > MAX_POINTWISE:
+            where = f" ({where})" if where else ""
+            raise NovellaError(
+                f"cannot evaluate the size condition {cond}{where} over {lengths.size} lengths"
+            ) from None
+        ok = np.array([bool(cond.xreplace({free[0]: sympy.Integer(int(v))})) for v in lengths], dtype=bool)
+    return lengths[~ok]
 
 
 def describe(cond) -> str:
@@ -208,23 +217,23 @@ def kept_interval(conds, lo: int, hi: int, at: int) -> tuple[int, int] | None:
     return a, b
 
 
-def runs(conds, lo: int, hi: int) -> list[tuple[int, int]]:
-    """[lo, hi] cut into maximal runs of lengths at which every condition has the same truth value (a
-    condition that cannot be evaluated makes every length a run of its own)."""
+def keyed_runs(conds, lo: int, hi: int) -> list[tuple[tuple[int, int], tuple]]:
+    """[lo, hi] cut into maximal runs of lengths at which every condition has the same truth value, each
+    with those values (its key: the runs with one key are a guard class, `guard_classes`); a condition that
+    cannot be evaluated makes every length a run of its own."""
+    lengths = np.arange(lo, hi + 1, dtype=np.int64)
     rows = []
     for cond in conds:
+        bad = np.zeros(hi - lo + 1, dtype=bool)
         try:
-            bad = set(failing_lengths(cond, lo, hi))
+            bad[false_at(cond, lengths) - lo] = True
         except Exception:  # noqa: BLE001 - see kept_interval
-            bad = set(range(lo, hi + 1, 2))
-        rows.append([v in bad for v in range(lo, hi + 1)])
-    keys = list(zip(*rows)) if rows else [()] * (hi - lo + 1)
-    out, start = [], lo
-    for v in range(lo + 1, hi + 2):
-        if v > hi or keys[v - lo] != keys[v - 1 - lo]:
-            out.append((start, v - 1))
-            start = v
-    return out
+            return [((v, v), (v,)) for v in range(lo, hi + 1)]
+        rows.append(bad)
+    keys = np.stack(rows, axis=1) if rows else np.zeros((hi - lo + 1, 0), dtype=bool)
+    cuts = (np.flatnonzero((keys[1:] != keys[:-1]).any(axis=1)) + 1).tolist()
+    starts, ends = [0, *cuts], [c - 1 for c in cuts] + [hi - lo]
+    return [((lo + a, lo + b), tuple(keys[a].tolist())) for a, b in zip(starts, ends)]
 
 
 def small_size_hint(prog) -> bool:

@@ -16,7 +16,7 @@ import torch
 from .. import artifact as art_mod
 from ..artifact.cache_key import traced
 from ..errors import InputError, NovellaError
-from . import dynspec, exporting, guards, importer
+from . import dynspec, exporting, guard_classes, guards, importer
 from .exporting import ONE_GUARD, NarrowedError
 
 
@@ -43,8 +43,12 @@ def check_range(dynamic_dim, min_len, max_len) -> None:
         raise InputError(f"the bounds must satisfy 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
 
 
-def _export(module, args, dynamic_dim, lo, hi, need_lo=None, need_hi=None):
-    return importer.export(module, args, dynamic_dim, lo, hi, need_lo, need_hi)
+def _export(module, args, dynamic_dim, lo, hi, need_lo=None, need_hi=None, join=True):
+    token = guard_classes.JOIN.set(join)
+    try:
+        return importer.export(module, args, dynamic_dim, lo, hi, need_lo, need_hi)
+    finally:
+        guard_classes.JOIN.reset(token)
 
 
 def _export_spec(module, args, spec):
@@ -71,7 +75,8 @@ def compile_range(c: Compilers, module, example_args, dynamic_dim, min_len, max_
             return _split_at_one(c, module, example_args, dynamic_shapes, one, kw)
         names = importer.symbol_names(prog, example_args, dynamic_shapes, module)
         return c.compile_program(prog, None, config, dump_dir, decomposition_table, pass_options, names)
-    lo, hi = min_len, max_len
+    join, joined = guard_classes.JOIN.get(), False
+    lo, hi, first_args = min_len, max_len, example_args
     if max_len <= 2:  # torch-mlir imports a dim whose range ends at 2 as static: export over [min, 3]
         lo, hi = min_len, 3
         example_args = tuple(_resized(a, dynamic_dim, 2) for a in example_args)
@@ -79,16 +84,28 @@ def compile_range(c: Compilers, module, example_args, dynamic_dim, min_len, max_
         lo, hi = min_len - 1, min_len
         example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
     try:
-        prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len)
+        prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len, join)
         if guards.small_size_hint(prog) and lo < hi:  # re-trace where no size is 0 or 1
             example_args = tuple(_resized(a, dynamic_dim, hi) for a in example_args)
-            prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len)
+            prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len, join)
+        joined = guard_classes.joined(prog)
         return c.compile_program(prog, (min_len, max_len), config, dump_dir, decomposition_table, pass_options)
     except NarrowedError as e:
         if min_len == max_len or e.kept is None:
             raise
         kw = dict(config=config, decomposition_table=decomposition_table, pass_options=pass_options)
         return _specialize(c, module, example_args, dynamic_dim, (min_len, max_len), e, **kw)
+    except NovellaError:
+        if not joined:
+            raise
+    # the program of joined guard classes does not compile (a size fixed on each class varies over the join,
+    # a second dynamic dim): each class is traced and compiled on its own, as are the sub-ranges' classes
+    token = guard_classes.JOIN.set(False)
+    try:
+        return compile_range(c, module, first_args, dynamic_dim, min_len, max_len, None, config, dump_dir,
+                             decomposition_table, pass_options)  # fmt: skip
+    finally:
+        guard_classes.JOIN.reset(token)
 
 
 def _resized(arg, dim: int, length: int):
