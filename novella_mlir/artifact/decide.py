@@ -19,7 +19,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..runtime import expr
-from ..symbolic_postfix import from_postfix
+from ..symbolic.postfix import from_postfix
 from .format import Program
 
 

@@ -12,7 +12,7 @@ from simulator import isa
 
 from .. import symbolic as sy
 from ..dialects.fields import result_dram
-from ..symbolic_postfix import to_postfix
+from ..symbolic.postfix import to_postfix
 from ..transforms.common import body_ops, current, from_attr, functions, ir_memo, remember
 from .decide import annotate
 from .format import FORMAT_VERSION, Artifact, InstTemplate, MacroMeta, Program, TensorMeta, TileMeta

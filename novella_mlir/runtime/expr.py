@@ -1,6 +1,6 @@
 """The artifact's postfix integer expressions: their grammar, their evaluation and their compiled form,
 for every evaluator (host `evaluate`, the numba JIT `_jit_numba`, the numba step patcher
-`_step_numba`, the artifact check). No MLIR needed: `symbolic_postfix.to_postfix` writes them at compile time.
+`_step_numba`, the artifact check). No MLIR needed: `symbolic.postfix.to_postfix` writes them at compile time.
 
 An expression is a list of tokens: an int (constant), "s<i>" (symbol i),
 "d<i>" (grid dim i, usually a numpy array), or one of the binary operators

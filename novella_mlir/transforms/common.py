@@ -5,7 +5,6 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from .. import symbolic_box as sb
 from ..dialects.attrs import (  # noqa: F401 (the passes' helpers, kept importable from here)
     current,
     forget_ir_memos,
@@ -17,6 +16,7 @@ from ..dialects.attrs import (  # noqa: F401 (the passes' helpers, kept importab
     to_attr,
 )
 from ..machine.target import MAX_LENGTH
+from ..symbolic import box as sb
 
 
 class PassError(Exception):
@@ -37,7 +37,7 @@ def body_ops(fn) -> list:
 
 
 def fold_fixed_sizes(module_op, symbols) -> None:
-    """Types each result dim that the symbols' bounds fix (`symbolic_box.fixed`: a pattern's op built
+    """Types each result dim that the symbols' bounds fix (`symbolic.box.fixed`: a pattern's op built
     from a `?` input whose size over the range is one value, `W floordiv 16` over W in [32, 47]) as that
     constant, as the frontend and --novella-shape-infer type them."""
     for fn in functions(module_op):

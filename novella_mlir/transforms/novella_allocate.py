@@ -18,9 +18,9 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from .. import symbolic_box as sb
 from ..kernels.kv_cache import PAGED_VBASE, PAGED_VSPAN, paged_info
 from ..machine.target import DRAM_LIMIT, Target
+from ..symbolic import box as sb
 from .common import PassError, body_ops, check_symbols, functions, is_tensor_op, require_stage, set_attr
 
 OPTIONS = {"fixed-offsets": (int, 0, "1: buffers sized at the upper bounds, every DRAM offset a constant", (0, 1))}

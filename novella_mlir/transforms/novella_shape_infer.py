@@ -15,8 +15,8 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from .. import symbolic_box as sb
 from ..dialects import shapes
+from ..symbolic import box as sb
 from .common import MAX_SYMBOL_VALUE, PassError, body_ops, check_symbols, functions, require_stage
 
 OPTIONS = {

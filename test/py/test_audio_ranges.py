@@ -4,7 +4,7 @@ Each construct that kept them out, reproduced by a small module and checked agai
 minimum, min + 1, an odd length, the lengths around a program boundary and the maximum:
   * a strided conv stack whose frame count is 1 over the short lengths: torch.export specializes the
     frames there, the short sub-range is a program of its own, where the shape mutator must take the
-    conv's length expression as the constant 1 it is over that sub-range (`symbolic_box.fixed_value`);
+    conv's length expression as the constant 1 it is over that sub-range (`symbolic.box.fixed_value`);
   * a slice with a symbolic start (relative positions `pe[:, M - T + 1 : M + T]`) read by a linear:
     a copy whose DRAM offset the JIT evaluates at each length;
   * a concat whose widest input changes with the length (a pad of 15 beside 2..65 frames);
@@ -20,9 +20,9 @@ from lambda_module import Lambda
 
 from novella_mlir import compile_torch
 from novella_mlir import symbolic as sy
-from novella_mlir import symbolic_box as sb
 from novella_mlir.dialects.context import make_context
 from novella_mlir.errors import NovellaError
+from novella_mlir.symbolic import box as sb
 
 
 def matches(model, make, lo: int, hi: int, lengths, example: int | None = None, dim: int = 1):

@@ -15,7 +15,7 @@ from novella_mlir import compile_torch
 from novella_mlir import symbolic as sy
 from novella_mlir.dialects.context import make_context
 from novella_mlir.errors import NovellaError
-from novella_mlir.symbolic_periodic import periodic_zero
+from novella_mlir.symbolic.periodic import periodic_zero
 
 LENGTHS = (1, 2, 23, 37, 40)
 

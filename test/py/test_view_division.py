@@ -1,6 +1,6 @@
-"""The -1 of a view as an exact division of symbolic sizes (`symbolic_division.quotient`): a chunked scan
+"""The -1 of a view as an exact division of symbolic sizes (`symbolic.division.quotient`): a chunked scan
 flattens heads into the length (`[T * 16, 128]`) and views it back as `[1, T, -1]`, which divides by T
-no factor equals. And `symbolic_box.value_range` over a box: exact where the box is small, bounds that hold
+no factor equals. And `symbolic.box.value_range` over a box: exact where the box is small, bounds that hold
 the values where it is not (a `mod` peaks inside the box, not at a corner)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import torch.nn.functional as F
 
 from novella_mlir import compile_torch
 from novella_mlir import symbolic as sy
-from novella_mlir import symbolic_box as sb
 from novella_mlir.dialects.context import make_context
-from novella_mlir.symbolic_division import quotient
+from novella_mlir.symbolic import box as sb
+from novella_mlir.symbolic.division import quotient
 
 
 @pytest.fixture

@@ -19,10 +19,10 @@ from torch_mlir import ir
 from torch_mlir.dialects import func
 
 from ... import symbolic as sy
-from ... import symbolic_box as sb
 from ...dialects import shapes
 from ...dialects.novella import WeightOp
 from ...errors import NovellaError, UnsupportedDtypeError
+from ...symbolic import box as sb
 from .. import dtypes
 
 

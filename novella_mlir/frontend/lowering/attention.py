@@ -7,7 +7,6 @@ import math
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ... import symbolic_box as sb
 from ...dialects import shapes
 from ...dialects.novella import (
     AddOp,
@@ -25,6 +24,7 @@ from ...dialects.novella import (
     WhereOp,
 )
 from ...kernels.flash_attention import CAUSAL_ATTR
+from ...symbolic import box as sb
 from .shape_ops import from_last, reshape, to_last
 
 

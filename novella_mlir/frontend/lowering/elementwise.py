@@ -9,8 +9,8 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ... import symbolic_box as sb
 from ...dialects.novella import AddOp, DivOp, MulOp, ReduceOp, ReshapeOp, ScalarOp, SliceOp, SubOp
+from ...symbolic import box as sb
 
 _BINARY = {"add": AddOp, "sub": SubOp, "mul": MulOp, "div": DivOp}
 _NEUTRAL = {"add": 0, "sub": 0, "mul": 1, "div": 1}

@@ -13,7 +13,6 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ... import symbolic_box as sb
 from ...dialects.novella import (
     AddOp,
     BroadcastOp,
@@ -28,6 +27,7 @@ from ...dialects.novella import (
     SliceOp,
     SubOp,
 )
+from ...symbolic import box as sb
 from .. import dtypes
 from .shape_ops import Positions, affine, any_transpose, from_last, reshape, slice_from_end, to_last
 

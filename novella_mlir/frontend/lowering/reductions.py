@@ -13,8 +13,8 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ... import symbolic_box as sb
 from ...dialects.novella import CompareOp, FlipOp, MaximumOp, MulOp, ReduceOp, WhereOp
+from ...symbolic import box as sb
 from .elementwise import size_value
 from .indexing import sized_table
 from .shape_ops import from_last, reshape, to_last

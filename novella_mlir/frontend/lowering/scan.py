@@ -16,9 +16,9 @@ import numpy as np
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ... import symbolic_box as sb
 from ...dialects.attrs import from_attr, to_attr
 from ...dialects.novella import COMPARE_FNS, ScanOp
+from ...symbolic import box as sb
 from ..dtypes import EXACT_INT
 
 LIMITS = "novella.input_limits"

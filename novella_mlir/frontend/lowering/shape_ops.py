@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ... import symbolic_box as sb
 from ...dialects.novella import ReshapeOp, SliceOp, TransposeOp
-from ...symbolic_division import quotient
+from ...symbolic import box as sb
+from ...symbolic.division import quotient
 
 
 def affine(v) -> ir.AffineExpr:

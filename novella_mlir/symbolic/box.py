@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 from torch_mlir import ir
 
-from .symbolic import Symbol, affine_in_symbols, as_int, canon, const, evaluate
+from . import Symbol, affine_in_symbols, as_int, canon, const, evaluate
 
 BOX_POINTS = 1 << 20  # the most points of a symbol box `fixed_value` evaluates an expression at
 

@@ -3,7 +3,7 @@
 A dynamic size is an `AffineExpr` over symbols `s0, s1, ...` (the model's dynamic input dims); tile-level
 addresses add dims `d0, d1, ...` (the tile grid indices). The compiler keeps them as MLIR attributes so they
 print, parse and simplify like any MLIR IR; the artifact stores them as small postfix programs (see
-`novella_mlir.symbolic_postfix` and `novella_mlir.runtime.expr`).
+`novella_mlir.symbolic.postfix` and `novella_mlir.runtime.expr`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from torch_mlir import ir
 
-from .artifact.limits import MAX_STEPS as GRID_LIMIT
-from .symbolic_periodic import periodic_zero  # every grid index, and a difference of two, is below it
+from ..artifact.limits import MAX_STEPS as GRID_LIMIT
+from .periodic import periodic_zero  # every grid index, and a difference of two, is below it
 
 DYN = ir.ShapedType.get_dynamic_size() if hasattr(ir, "ShapedType") else -(2**63)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from .symbolic import canon, const, dim, sym
+from . import canon, const, dim, sym
 
 _TOKENS = {
     ir.AffineAddExpr: "+",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 from torch_mlir import ir
 
-from .symbolic import as_int, canon, const, sym
+from . import as_int, canon, const, sym
 
 _OPAQUE = (ir.AffineFloorDivExpr, ir.AffineCeilDivExpr, ir.AffineModExpr)
 
