@@ -175,9 +175,9 @@ def _unaliased(example_args) -> tuple:
     the first input for both at run time."""
     seen, out = set(), []
     for a in example_args:
-        if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in seen:
-            a = a.clone()
         if isinstance(a, torch.Tensor):
+            if a.untyped_storage().data_ptr() in seen:
+                a = a.clone()
             seen.add(a.untyped_storage().data_ptr())
         out.append(a)
     return tuple(out)

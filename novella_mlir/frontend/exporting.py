@@ -161,23 +161,16 @@ def _check_length_one(module, args, dynamic_dim: int, prog, bounds) -> None:
         raise NarrowedError(msg, (2, hi), ONE_GUARD)
 
 
-def _at(subs):
-    """A size of a trace as a sympy value for `guard_classes.canonical`: every symbol at 1 (`subs` True),
-    substituted (`subs` a dict symbol -> value), or kept (`subs` False)."""
-
-    def value(a):
-        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            e = a.node.expr
-            if isinstance(subs, dict):
-                return e.xreplace(subs)
-            return e.subs({s: 1 for s in e.free_symbols}) if subs else e
-        return sympy.sympify(a)
-
-    return value
-
-
 def _canonical(graph, subs) -> list:
-    return guard_classes.canonical(graph, _at(subs))
+    """`guard_classes.canonical` of a trace, each symbol at 1 (`subs` True), substituted (`subs` a dict
+    symbol -> value) or kept (`subs` False)."""
+
+    def rewrite(e):
+        if isinstance(subs, dict):
+            return e.xreplace(subs)
+        return e.subs({s: 1 for s in e.free_symbols}) if subs else e
+
+    return guard_classes.canonical(graph, guard_classes.sym_value(rewrite))
 
 
 def export_spec(module, args, spec, raise_error: bool = True, dim: int | str | None = None):

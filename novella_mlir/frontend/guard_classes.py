@@ -55,7 +55,8 @@ class Proof:
         """Whether program `x` computes program `y`'s graph at every length of the class (see the module)."""
         if not (_comparable(x) and _comparable(y)) or _inputs(x) != _inputs(y) or not _same_constants(x, y):
             return False
-        ops = [canonical(p.graph, _on_t(p), lambda n, p=p: self._identity(n, _on_t(p)), True) for p in (x, y)]
+        value = sym_value(_on_t)
+        ops = [canonical(p.graph, value, lambda n: self._identity(n, value), True) for p in (x, y)]
         sizes: list = []
         return _match(ops[0], ops[1], sizes) and all(self.equal(a, b) for a, b in dict.fromkeys(sizes))
 
@@ -172,18 +173,23 @@ def _equal(a, b) -> bool:
     return a is b
 
 
-def _on_t(prog) -> Callable:
-    """A size or scalar of `prog` as a sympy expression in the length `guards.T`."""
+def sym_value(rewrite: Callable) -> Callable:
+    """A size or scalar of a trace (or of an fx node's value) as a sympy value, a symbolic one's expression
+    passed through `rewrite` (symbols substituted, or kept)."""
 
     def value(a):
         if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            e = a.node.expr
-            return e.xreplace({s: guards.T for s in e.free_symbols})
+            return rewrite(a.node.expr)
         if isinstance(a, torch.fx.Node):
             return value(a.meta.get("val"))
         return sympy.sympify(a)
 
     return value
+
+
+def _on_t(e):
+    """`e` in the length `guards.T` (each tensor's size symbol stands for it)."""
+    return e.xreplace({s: guards.T for s in e.free_symbols})
 
 
 def _sizes(a) -> list:
