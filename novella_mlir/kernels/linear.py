@@ -196,6 +196,11 @@ class Linear:
         return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
+        start = len(b.ops)
+        self._macro(op, tv, t, b)
+        _chain_loads(b.ops[start:])
+
+    def _macro(self, op, tv, t, b):
         g = _Geometry(op, tv, t, b)
         tm, tn, tk, k, n = g.tm, g.tn, g.tk, g.k, g.n
         w_cols, when = (k, {"when": first(1) + first(2)}) if g.ws == 1 else (tk, {})
@@ -238,6 +243,16 @@ class Linear:
             emit_epilogue(g, current, ("res2", "out2"), last(1, g.grid[1]) + g.last_k)
         else:
             emit_epilogue(g, current, ("res", "out"), g.last_k)
+
+
+def _chain_loads(ops) -> None:
+    """Every LOAD of a step continues the load queue's DMA chain (docs/isa.md, LOAD `chain`): issued while
+    the previous descriptor moves its data, so its latency is hidden there (one that pops a token still
+    starts at the token). The weight tiles, the x tile and the bias of a step, and the next step's, move
+    back to back: at M = 1 a linear is its weights' DRAM time plus one DMA latency, not one per LOAD."""
+    for name, fields in ops:
+        if name == "novella.dma_load":
+            fields["chain"] = 1
 
 
 def _bias_rows(n: int, max_cols: int) -> int:

@@ -100,7 +100,8 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     residual_at = j == 0 if in_acc else at  # into the accumulator on the first k step, else with the epilogue
     moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (epi.residual and residual_at)
     moves += [(1, k, True)] * 2 * epi.pre_norm * head
-    lq, ld = cm.dmas(target, moves)
+    _, ld = cm.dmas(target, moves)
+    lq = ld + target.issue_cycles * len(moves)  # one DMA chain (`linear._chain_loads`): latency in the fill
     st, sd = cm.dma(target, r, tn, contiguous=tn == n)
     if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
         ld += sd * (j == 0)
@@ -125,9 +126,10 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     if spread and at:  # the compute two steps on waits for this STORE, whose data shares the DRAM with loads
         floor = max(floor, cm.retire_floor(c, st + ld, mm))
     single = head or (in_acc and j == 0)  # a LOAD into a one-slot buffer: after the previous step's compute
-    group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if single else 2, 2, n_dma=len(moves), vector=vector,
-                     overlap=True, vector_wait=head_vec, issues=1 + n_ops, floor=floor)  # fmt: skip
-    return group.terms(target)
+    group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if single else 2, 2, vector=vector, overlap=True,
+                     vector_wait=head_vec, issues=1 + n_ops, floor=floor)  # fmt: skip
+    period, fill = group.terms(target)
+    return period, fill + target.issue_cycles + target.dma_latency
 
 
 @memoized
@@ -177,7 +179,7 @@ def lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
     elems = np.where(ws == 2, 1, blocks) * m * k + w_reads * n * k + m * n * (1 + epi.residual)
     lat, bw = target.issue_cycles + target.dma_latency, target.dram_bytes_per_cycle / 4
     streamed = np.where(ws == 1, 0, tn * tk)
-    fixed = lat * ((ws != 2) + (ws != 1))
+    fixed = target.issue_cycles * ((ws != 2) + (ws != 1))  # the step's LOADs chained: no latency each
     x_tile = np.where(ws == 2, 0, tk)
     passes = -(-tk // target.array_rows) * -(-tn // target.array_cols)
 
@@ -185,7 +187,7 @@ def lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
         mm = target.issue_cycles + target.array_rows + passes * np.maximum(r, target.array_rows)
         mm = mm + target.matmul_latency
         step = np.maximum(mm, fixed + (r * x_tile + streamed) / bw)
-        return step, np.maximum(step, lat + r * tn / bw), mm + 2 * lat + (r * tk + tn * k) / bw
+        return step, np.maximum(step, lat + r * tn / bw), mm + lat + (r * tk + tn * k) / bw
 
     step, last, _ = tile(tm)
     steps = full * blocks * ((k_steps - 1) * step + last)

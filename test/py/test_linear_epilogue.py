@@ -127,7 +127,8 @@ def test_residual_in_the_accumulator_matches_eager(monkeypatch, ws, acc):
 def test_cost_model_takes_the_residual_into_the_accumulator_where_it_pays():
     """Whisper's fc2 + residual (1536 -> 384) on the default config: the residual's scratchpad slots would
     leave the k tiles small; in the accumulator the k loop takes larger tiles and the model predicts fewer
-    cycles than for the best tiling with the residual in the scratchpad. With one k step (tk = K) the
+    cycles than for the best tiling with the residual in the scratchpad (9% fewer: a step's LOADs are one
+    DMA chain, so the small tiles' extra LOADs cost no latency each). With one k step (tk = K) the
     accumulator's LOAD would stall every step: no candidate has it."""
     from novella_mlir.kernels.linear import LINEAR, _fitting
     from novella_mlir.kernels.linear_cost import Epilogue
@@ -139,7 +140,7 @@ def test_cost_model_takes_the_residual_into_the_accumulator_where_it_pays():
     assert pick[5] == 1 and not any(b.name.startswith("res") for b in plan.buffers)
     cands = _fitting(LINEAR, target, 1536, 384, epi, 0)
     spad = min(LINEAR.cost(target, (256, 1536, 384, epi), c) for c in cands if not c[5])
-    assert LINEAR.cost(target, (256, 1536, 384, epi), pick) < 0.9 * spad
+    assert LINEAR.cost(target, (256, 1536, 384, epi), pick) < 0.92 * spad
     assert all(1536 // c[2] > 1 for c in cands if c[5])
     gelu = Epilogue("gelu", residual=True)  # act(x W + b) + r: the residual cannot start the sum
     assert not any(c[5] for c in _fitting(LINEAR, target, 1536, 384, gelu, 0))

@@ -19,7 +19,7 @@
 // UNFUSED: return %[[S]]
 // CHECK-LABEL: func.func @residual
 // CHECK: "novella.macro"()
-// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", cols = 64 : i64, dram_offset = 0 : i64, {{.*}}tensor = 2 : i64, when =
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", chain = 1 : i64, cols = 64 : i64, dram_offset = 0 : i64, {{.*}}tensor = 2 : i64, when =
 // CHECK: "novella.dma_load"(%arg0) {{{.*}}buffer = "res"{{.*}}tensor = 3 : i64, when = #[[$LAST:.*]]}
 // CHECK: "novella.vop"() {a = "acc", {{.*}}b = "bias", {{.*}}fn = "ADD", mode = "ROW"{{.*}}when = #[[$LAST]]}
 // CHECK: "novella.vop"() {{{.*}}fn = "RELU"
@@ -52,7 +52,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-DAG: #[[$FINAL:.*]] = affine_set<(d0, d1, d2)[s0] : (-d1 + s0 ceildiv 16 - 1 == 0, -d2 == 0)>
 // CHECK-DAG: #[[$OPFIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d0 == 0, d1 == 0, d2 == 0)>
 // CHECK-LABEL: func.func @deferred
-// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", cols = 1536 : i64, {{.*}}when = #[[$OPFIRST]]}
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", chain = 1 : i64, cols = 1536 : i64, {{.*}}when = #[[$OPFIRST]]}
 // CHECK: "novella.vop"() {a = "acc", a_offset = #[[$PREVHALF]], {{.*}}fn = "ADD", mode = "ROW", {{.*}}when = #[[$DEFER]]}
 // CHECK: "novella.vop"() {{{.*}}fn = "ERF", {{.*}}when = #[[$DEFER]]}
 // CHECK: "novella.dma_store"() {buffer = "out", {{.*}}row_start = #[[$PREVROW]], {{.*}}when = #[[$DEFER]]}
@@ -153,7 +153,7 @@ func.func @norm_too_wide(%h: tensor<4x64xf32>) -> tensor<4x4096xf32> {
 
 // A bias row wider than a LOAD's cols field (4096 > 4095) is loaded as one contiguous 2 x 2048 block.
 // CHECK-LABEL: func.func @wide_linear
-// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", cols = 2048 : i64, {{.*}}rows = 2 : i64
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "bias", chain = 1 : i64, cols = 2048 : i64, {{.*}}rows = 2 : i64
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @wide_linear(%h: tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>, %w: tensor<4096x16xf32>, %b: tensor<4096xf32>) -> tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>> {
     %0 = "novella.linear"(%h, %w, %b) {act = "none"} : (tensor<1x?x16xf32, affine_map<()[s0] -> (1, s0, 16)>>, tensor<4096x16xf32>, tensor<4096xf32>) -> tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>
@@ -166,8 +166,8 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // K = 4096 is wider than a LOAD: only the order that streams K tiles (ws = 0) is a candidate, so no LOAD
 // takes a whole row of K.
 // CHECK-LABEL: func.func @deep_linear
-// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "w", cols = [[TK:[0-9]+]] : i64
-// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "a", cols = [[TK]] : i64
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "w", chain = 1 : i64, cols = [[TK:[0-9]+]] : i64
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "a", chain = 1 : i64, cols = [[TK]] : i64
 // CHECK: tiles = {tk = [[TK]] : i64, {{.*}}ws = 0 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @deep_linear(%h: tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>, %w: tensor<8x4096xf32>, %b: tensor<8xf32>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>> {

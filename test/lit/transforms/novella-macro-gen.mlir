@@ -5,7 +5,8 @@
 // once, on the op's first step, the row tile of x is loaded at row d1 * 64 with
 // min(64, T - 64 * d1) rows (the partial last tile), the matmul accumulates from
 // the second k step on, and the epilogue (bias, relu, store) runs on the last k
-// step, adding the n block's columns of the bias row.
+// step, adding the n block's columns of the bias row. Every LOAD continues the load
+// queue's DMA chain (chain = 1): one exposed latency, not one per LOAD.
 // CHECK-DAG: #[[$WOFF:.*]] = affine_map<(d0, d1, d2)[s0] -> (d0 * 2048)>
 // CHECK-DAG: #[[$KOFF:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 64)>
 // CHECK-DAG: #[[$BOUND:.*]] = affine_map<(d0, d1, d2)[s0] -> (s0)>
@@ -23,9 +24,9 @@
 // CHECK: %[[W:.*]] = "novella.weight"() {name = "w"
 // CHECK: %[[B:.*]] = "novella.weight"() {name = "b"
 // CHECK: %[[M:.*]] = "novella.macro"() ({
-// CHECK-NEXT: "novella.dma_load"(%[[W]]) {buffer = "w", cols = 64 : i64, dram_offset = #[[$WOFF]], {{.*}}rows = 32 : i64, {{.*}}tensor = 1 : i64, when = #[[$FIRST]]}
-// CHECK-NEXT: "novella.dma_load"(%[[X]]) {buffer = "a", cols = 64 : i64, dram_offset = #[[$KOFF]], dram_stride = 64 : i64, row_bound = #[[$BOUND]], row_start = #[[$ROW0]], row_step = 1 : i64, rows = #[[$ROWS]], sram_stride = 64 : i64, tensor = 0 : i64}
-// CHECK-NEXT: "novella.dma_load"(%[[B]]) {buffer = "bias", cols = 32 : i64, dram_offset = 0 : i64, {{.*}}rows = 1 : i64, {{.*}}tensor = 2 : i64, when = #[[$OPFIRST]]}
+// CHECK-NEXT: "novella.dma_load"(%[[W]]) {buffer = "w", chain = 1 : i64, cols = 64 : i64, dram_offset = #[[$WOFF]], {{.*}}rows = 32 : i64, {{.*}}tensor = 1 : i64, when = #[[$FIRST]]}
+// CHECK-NEXT: "novella.dma_load"(%[[X]]) {buffer = "a", chain = 1 : i64, cols = 64 : i64, dram_offset = #[[$KOFF]], dram_stride = 64 : i64, row_bound = #[[$BOUND]], row_start = #[[$ROW0]], row_step = 1 : i64, rows = #[[$ROWS]], sram_stride = 64 : i64, tensor = 0 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[B]]) {buffer = "bias", chain = 1 : i64, cols = 32 : i64, dram_offset = 0 : i64, {{.*}}rows = 1 : i64, {{.*}}tensor = 2 : i64, when = #[[$OPFIRST]]}
 // CHECK-NEXT: "novella.mma"() {{.*}}acc = "acc", {{.*}}accumulate = #[[$ACCUM]], {{.*}}k = 64 : i64, lhs = "a", m = #[[$ROWS]], n = 32 : i64, rhs = "w", rhs_offset = #[[$KOFF]], transpose_b = 1 : i64}
 // CHECK-NEXT: "novella.vop"() {a = "acc", {{.*}}b = "bias", b_offset = #[[$BCOL]], {{.*}}dst = "out", {{.*}}fn = "ADD", mode = "ROW", rows = #[[$ROWS]], when = #[[$LASTK]]}
 // CHECK-NEXT: "novella.vop"() {a = "out", {{.*}}fn = "RELU", rows = #[[$ROWS]], when = #[[$LASTK]]}
@@ -65,9 +66,9 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-SAME: (%[[X:.*]]: tensor<1x?x64xf32
 // CHECK: %[[W:.*]] = "novella.weight"() {name = "w"
 // CHECK: "novella.macro"() ({
-// CHECK-NEXT: "novella.dma_load"(%[[W]]) {buffer = "w", cols = 32 : i64, dram_offset = #[[$WOFF]], dram_stride = 64 : i64, {{.*}}rows = 16 : i64, {{.*}}tensor = 1 : i64}
-// CHECK-NEXT: "novella.dma_load"(%[[X]]) {buffer = "a", cols = 64 : i64, dram_offset = 0 : i64, dram_stride = 64 : i64, {{.*}}row_start = #[[$ROW0]], {{.*}}rows = #[[$ROWS]], sram_stride = 64 : i64, tensor = 0 : i64, when = #[[$SLAB]]}
-// CHECK-NEXT: "novella.dma_load"({{.*}}) {buffer = "bias", cols = 32 : i64, {{.*}}tensor = 2 : i64, when =
+// CHECK-NEXT: "novella.dma_load"(%[[W]]) {buffer = "w", chain = 1 : i64, cols = 32 : i64, dram_offset = #[[$WOFF]], dram_stride = 64 : i64, {{.*}}rows = 16 : i64, {{.*}}tensor = 1 : i64}
+// CHECK-NEXT: "novella.dma_load"(%[[X]]) {buffer = "a", chain = 1 : i64, cols = 64 : i64, dram_offset = 0 : i64, dram_stride = 64 : i64, {{.*}}row_start = #[[$ROW0]], {{.*}}rows = #[[$ROWS]], sram_stride = 64 : i64, tensor = 0 : i64, when = #[[$SLAB]]}
+// CHECK-NEXT: "novella.dma_load"({{.*}}) {buffer = "bias", chain = 1 : i64, cols = 32 : i64, {{.*}}tensor = 2 : i64, when =
 // CHECK-NEXT: "novella.mma"() {a_stride = 64 : i64, {{.*}}k = 32 : i64, lhs = "a", lhs_offset = #[[$KOFF]], m = #[[$ROWS]], n = 16 : i64, rhs = "w", rhs_offset = 0 : i64, transpose_b = 1 : i64}
 // CHECK: }) {{{.*}}grid = #[[$GRID]], kernel = "novella.linear", {{.*}}tiles = {tk = 32 : i64, tm = 64 : i64, tn = 16 : i64, ws = 2 : i64}}
 #map = affine_map<()[s0] -> (1, s0, 64)>
