@@ -2,7 +2,9 @@
 its timing rule (`timing.DmaQueue`): two loads in flight at once, their latencies overlapping, their
 data on the one DRAM channel, retiring in order. The same words compute the same values (eager
 PyTorch at lengths 1, odd, a partial last tile and the max, hazard checker on) and take fewer cycles
-where loads overlap; a model compiled for the config (its Target and cost model) matches eager too."""
+where loads overlap (two LOADs one after the other; an MLP's linears chain their LOADs, whose latencies
+overlap on one engine already: the same cycles); a model compiled for the config (its Target and cost
+model) matches eager too."""
 
 from __future__ import annotations
 
@@ -88,7 +90,7 @@ def mlp():
     return spec, module, compile_for(DEFAULT), compile_for(DUAL)
 
 
-def test_same_words_fewer_cycles_with_two_load_engines(mlp):
+def test_same_words_same_values_with_two_load_engines(mlp):
     spec, module, npu, _ = mlp
     dual = Executor(npu.artifact, config=DUAL)
     cycles = {}
@@ -102,8 +104,9 @@ def test_same_words_fewer_cycles_with_two_load_engines(mlp):
         np.testing.assert_array_equal(got_dual, got)
         cycles[t] = (npu.last_run.stats.cycles, dual.last_run.stats.cycles)
     print("T: (default cycles, dual_dma cycles)", cycles)
-    assert all(d <= s for s, d in cycles.values()), cycles
-    assert cycles[MAX_LEN][1] < cycles[MAX_LEN][0], cycles
+    # every LOAD of a linear continues the DMA chain (`linear._chain_loads`): its latency is hidden under the
+    # previous LOAD's data on one engine, so the second engine has none left to overlap
+    assert all(d == s for s, d in cycles.values()), cycles
 
 
 def test_compiled_for_dual_dma_matches_eager(mlp):
