@@ -278,10 +278,11 @@ def _stack_line(stack: str) -> str | None:
 
 
 def check_dtypes(module: torch.nn.Module) -> None:
-    """Refuses floating parameters and buffers that are not float32, naming them and where they are set."""
+    """Refuses floating parameters and buffers that are not float32 (float64 ones are demoted, like the ops
+    that compute in float64), naming them and where they are set."""
     tensors = list(module.named_parameters()) + list(module.named_buffers())
     for name, t in tensors:
-        if (t.is_floating_point() or t.is_complex()) and t.dtype != torch.float32:
+        if (t.is_floating_point() or t.is_complex()) and t.dtype not in (torch.float32, torch.float64):
             kind = "parameter" if isinstance(t, torch.nn.Parameter) else "buffer"
             raise NovellaError(
                 f"{kind} '{name}'{_defined_at(module, name)} is {t.dtype}; the NPU computes in float32: "
