@@ -189,3 +189,23 @@ def test_an_empty_result_is_refused_naming_the_op():
         NovellaError, match=r"'torch.aten.repeat': repeat\(0, 2\) has a 0 count, so the result is an empty"
     ):
         compile_torch(Lambda(lambda x: x.repeat(0, 2)), torch.randn(3, 2), dynamic_dim=0, min_len=1, max_len=16)
+
+
+class _Bf16Normalizer(torch.nn.Module):
+    """recurrent_gemma's `normalizer`: a bfloat16 buffer cast up before use (its values are exact in f32)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("normalizer", torch.tensor(384**0.5, dtype=torch.bfloat16), persistent=False)
+        self.register_buffer("table", torch.randn(8).to(torch.bfloat16))
+
+    def forward(self, x):
+        return x * self.normalizer.type(x.dtype) + self.table.float()
+
+
+def test_a_low_precision_buffer_cast_up_is_held_exactly():
+    m = _Bf16Normalizer()
+    cm = compile_torch(m, torch.randn(1, 9, 8), dynamic_dim=1, min_len=1, max_len=70)
+    for n in (1, 9, 33, 70):
+        x = torch.randn(1, n, 8)
+        torch.testing.assert_close(cm(x), m(x), atol=1e-5, rtol=1e-5)

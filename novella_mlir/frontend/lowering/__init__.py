@@ -339,9 +339,9 @@ def _constant(op, values):
 
 def _vtensor_to_builtin(t, where: str = "") -> ir.RankedTensorType:
     m = re.match(r"!torch.vtensor<\[([^\]]*)\],([^>]+)>", str(t))
-    if not m or dtypes.kind(t) == "" or m.group(2) in ("f16", "bf16"):
+    if not m or dtypes.kind(t) == "":
         raise NovellaError(
-            f"{where}only f32, integer and bool tensors are supported (integers and bools are held as f32), got {t}"
+            f"{where}only real float, integer and bool tensors are supported (each held as f32), got {t}"
         )
     dims = [int(d) for d in m.group(1).split(",")] if m.group(1) else []
     return ir.RankedTensorType.get(dims, ir.F32Type.get())
