@@ -29,6 +29,14 @@ class Annotation:
 _A = Annotation
 DECLARED = (
     _A("novella.symbols", "module", "dict", "frontend", "every pass", 'symbol -> ["name", min, max]'),
+    _A(
+        "novella.demoted_f64",
+        "func",
+        "array",
+        "frontend",
+        "the user (novella-opt, explain)",
+        "ops the model computes in float64 and the NPU in float32",
+    ),
     _A("novella.buckets", "module", "array", "novella-buckets", "pipeline", "the shape buckets chosen"),
     _A(
         "novella.plan_lengths",

@@ -5,7 +5,7 @@ data-dependent expression Eq(u0, 1)`, `Constraints violated
 (L['x'].size()[1])`, "narrowed dim"). The functions here turn them into
 what to look at and what to do:
 
-* `check_dtypes(module)`: parameters and buffers must be float32;
+* `check_dtypes(module)`: parameters must be float32 (or float64, demoted), buffers real;
 * `export_error(exc, module, dim, lo, hi)`: the message for an exception of `torch.export.export`;
 * `fixing_call(run)`: the torch call and user line after which a symbolic size became a constant;
 * `unbacked(prog)`: the message for an exported graph with data-dependent sizes (`nonzero`), else None;
@@ -278,14 +278,17 @@ def _stack_line(stack: str) -> str | None:
 
 
 def check_dtypes(module: torch.nn.Module) -> None:
-    """Refuses floating parameters and buffers that are not float32, naming them and where they are set."""
-    tensors = list(module.named_parameters()) + list(module.named_buffers())
-    for name, t in tensors:
-        if (t.is_floating_point() or t.is_complex()) and t.dtype != torch.float32:
-            kind = "parameter" if isinstance(t, torch.nn.Parameter) else "buffer"
+    """Refuses a float16/bfloat16 parameter (a low-precision model) and a complex parameter or buffer,
+    naming it and where it is set. float64 is demoted like the ops that compute in it; a float16/bfloat16
+    buffer is a constant whose values float32 holds exactly (recurrent_gemma's `normalizer`): an op that
+    computes in that dtype is refused where it is produced."""
+    low = (torch.float16, torch.bfloat16)
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        param = isinstance(t, torch.nn.Parameter)
+        if t.is_complex() or (param and t.dtype in low):
             raise NovellaError(
-                f"{kind} '{name}'{_defined_at(module, name)} is {t.dtype}; the NPU computes in float32: "
-                "create it as float32 (or call model.float() before compiling)"
+                f"{'parameter' if param else 'buffer'} '{name}'{_defined_at(module, name)} is {t.dtype}; the "
+                "NPU computes in float32: create it as float32 (or call model.float() before compiling)"
             )
 
 

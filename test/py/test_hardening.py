@@ -395,10 +395,10 @@ class _Lstm(torch.nn.Module):
         return self.rnn(x)[0]
 
 
-class _F64(torch.nn.Module):
+class _Bf16(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.register_buffer("scale", torch.ones(4, dtype=torch.float64))
+        self.scale = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
 
     def forward(self, x):
         return x * self.scale
@@ -410,7 +410,7 @@ class _F64(torch.nn.Module):
         (_Branch(), ["data-dependent control flow", "test_hardening.py:", "if x.sum() > 0:"]),
         (_Nonzero(), ["torch.nonzero", "test_hardening.py:", "torch.nonzero(x)"]),
         (_Lstm(), ["LSTM (self.rnn)", "test_hardening.py:", "self.rnn(x)"]),
-        (_F64(), ["buffer 'scale'", "test_hardening.py:", "torch.float64"]),
+        (_Bf16(), ["parameter 'scale'", "test_hardening.py:", "torch.bfloat16"]),
     ],
 )
 def test_frontend_messages_name_the_construct_and_line(module, words, capsys):

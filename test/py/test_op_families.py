@@ -127,33 +127,61 @@ def test_reduction_over_dim_0_of_a_rank_4_tensor():
           atol=1e-5)  # fmt: skip
 
 
-class _Doubles(torch.nn.Module):
+class _Halves(torch.nn.Module):
     def forward(self, x):
-        y = x.double()  # the producing line
+        y = x.half()  # the producing line
         return y * 2
 
 
 def test_non_f32_value_names_the_op_and_line_that_produce_it():
     with pytest.raises(UnsupportedDtypeError) as e:
-        compile_torch(_Doubles(), torch.randn(2, 8), min_len=1, max_len=16)
+        compile_torch(_Halves(), torch.randn(2, 8), min_len=1, max_len=16)
     msg = str(e.value)
-    assert "test_op_families.py:" in msg and "`y = x.double()  # the producing line`" in msg
-    assert "'torch.aten.to.dtype'" in msg and "float64" in msg and "float32" in msg
+    assert "test_op_families.py:" in msg and "`y = x.half()  # the producing line`" in msg
+    assert "'torch.aten.to.dtype'" in msg and "float16" in msg and "float32" in msg
 
 
 def test_non_f32_value_in_a_library_quotes_the_library_line(tmp_path, monkeypatch):
     """A model library's op (installed under site-packages) is quoted at its own line, not at the user's
-    line that calls the library (ergo's RoPE in float64)."""
+    line that calls the library."""
     lib = tmp_path / "site-packages"
     lib.mkdir()
-    (lib / "f64_rope_lib.py").write_text("def angles(x):\n    return x.double() * 3  # the library line\n")
+    (lib / "f16_lib.py").write_text(
+        "import torch\n\n\ndef angles(x):\n    return x.to(torch.bfloat16) * 3  # the lib\n"
+    )
     monkeypatch.syspath_prepend(str(lib))
-    import f64_rope_lib
+    import f16_lib
 
     with pytest.raises(UnsupportedDtypeError) as e:
-        compile_torch(Lambda(lambda x: f64_rope_lib.angles(x).float()), torch.randn(2, 8), min_len=1, max_len=16)
+        compile_torch(Lambda(lambda x: f16_lib.angles(x).float()), torch.randn(2, 8), min_len=1, max_len=16)
     msg = str(e.value)
-    assert "(in " in msg and "f64_rope_lib.py:2)" in msg and "`return x.double() * 3  # the library line`" in msg
+    assert "(in " in msg and "f16_lib.py:5)" in msg and "`return x.to(torch.bfloat16) * 3  # the lib`" in msg
+
+
+class _F64Rope(torch.nn.Module):
+    """ergo's RoPE: the angles in float64 for their phase at long positions, then cast back."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.tensor([1.0, 0.5, 0.25, 0.125], dtype=torch.float64))
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1])[None, :, None]
+        emb = torch.repeat_interleave(pos.double() * self.scale, 2, dim=-1)  # the float64 line
+        return x * emb.cos().to(x.dtype) + x.flip(-1) * emb.sin().float()
+
+
+def test_float64_is_demoted_to_float32_and_said_so():
+    """float64 parameters, buffers and ops compute in float32 (as IREE's default f64 demotion does): a
+    warning names the first op and line, and the function's `novella.demoted_f64` lists every op."""
+    m = _F64Rope()
+    with pytest.warns(UserWarning, match=r"float64 in the model and in float32.*test_op_families.py:\d+"):
+        cm = compile_torch(m, torch.randn(1, 9, 8), dynamic_dim=1, min_len=1, max_len=70)
+    demoted = cm.ir("novella").split("novella.demoted_f64 = [")[1].split("]")[0]
+    assert demoted.count("test_op_families.py:") >= 3, demoted
+    for n in (1, 9, 33, 70):
+        x = torch.randn(1, n, 8)
+        torch.testing.assert_close(cm(x), m(x), atol=1e-5, rtol=1e-5)
 
 
 def test_an_empty_result_is_refused_naming_the_op():
@@ -161,3 +189,23 @@ def test_an_empty_result_is_refused_naming_the_op():
         NovellaError, match=r"'torch.aten.repeat': repeat\(0, 2\) has a 0 count, so the result is an empty"
     ):
         compile_torch(Lambda(lambda x: x.repeat(0, 2)), torch.randn(3, 2), dynamic_dim=0, min_len=1, max_len=16)
+
+
+class _Bf16Normalizer(torch.nn.Module):
+    """recurrent_gemma's `normalizer`: a bfloat16 buffer cast up before use (its values are exact in f32)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("normalizer", torch.tensor(384**0.5, dtype=torch.bfloat16), persistent=False)
+        self.register_buffer("table", torch.randn(8).to(torch.bfloat16))
+
+    def forward(self, x):
+        return x * self.normalizer.type(x.dtype) + self.table.float()
+
+
+def test_a_low_precision_buffer_cast_up_is_held_exactly():
+    m = _Bf16Normalizer()
+    cm = compile_torch(m, torch.randn(1, 9, 8), dynamic_dim=1, min_len=1, max_len=70)
+    for n in (1, 9, 33, 70):
+        x = torch.randn(1, n, 8)
+        torch.testing.assert_close(cm(x), m(x), atol=1e-5, rtol=1e-5)

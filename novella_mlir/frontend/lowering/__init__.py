@@ -13,6 +13,7 @@ mutator's rule for that op, so every `?` carries its symbolic size.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable
 
 from torch_mlir import ir
@@ -185,14 +186,32 @@ def convert(torch_module: ir.Module, imported, table: dict[str, Callable], gener
             entry = fn.add_entry_block()
         for targ, narg in zip(src.regions[0].blocks[0].arguments, entry.arguments):
             values[targ] = narg
+        demoted: list[str] = []
         with ir.InsertionPoint(entry):
             results = _convert_block(
-                src.regions[0].blocks[0], values, imported.symbols, imported.weights, table, generic
+                src.regions[0].blocks[0], values, imported.symbols, imported.weights, table, generic, demoted
             )
             func.ReturnOp(results)
         fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(arg_types, [r.type for r in results]))
+        _note_demoted(fn, demoted)
         _drop_dead(entry, imported.weights)
     return module
+
+
+def _note_demoted(fn, demoted: list[str]) -> None:
+    """Says in the IR (`novella.demoted_f64` on the function) and once as a warning which ops compute in
+    float32 what the model computes in float64."""
+    if not demoted:
+        return
+    fn.attributes["novella.demoted_f64"] = ir.ArrayAttr.get([ir.StringAttr.get(d) for d in demoted])
+    m = re.search(r" at (.+?):(\d+)", demoted[0])
+    warnings.warn_explicit(
+        f"{len(demoted)} op(s) compute in float64 in the model and in float32 on the NPU (the first: "
+        f"{demoted[0]}); results differ from eager by float32 rounding there",
+        UserWarning,
+        m.group(1) if m else "<model>",
+        int(m.group(2)) if m else 0,
+    )
 
 
 def _tag_values(op, data) -> None:
@@ -228,7 +247,7 @@ def _arg_type(dims, positions, n_syms):
     return sy.tensor_type(exprs, ir.F32Type.get(), n_syms)
 
 
-def _convert_block(block, values, symbols, weights, table, generic):
+def _convert_block(block, values, symbols, weights, table, generic, demoted: list[str]):
     for op in block.operations:
         name = op.operation.name
         if name == "torch.operator":  # an op torch-mlir has no definition of, by its aten name
@@ -247,7 +266,8 @@ def _convert_block(block, values, symbols, weights, table, generic):
             for r, v in zip(op.results, values[op.operands[0]]):
                 values[r] = v
             continue
-        _check_f32(op, name)
+        if _check_f32(op, name):
+            demoted.append(f"{name} at {source_location(op.location)}")
         cx = LoweringContext(op, values, symbols, weights)
         result = _lower(table.get(name), cx, generic)
         for r, v in zip(op.results, result if isinstance(result, (list, tuple)) else [result]):
@@ -271,23 +291,28 @@ def _lower(fn, cx, generic):
             raise e from None
 
 
-_NOT_F32 = {"f64": "float64", "f16": "float16", "bf16": "bfloat16"}
+_NOT_F32 = {"f16": "float16", "bf16": "bfloat16"}
 
 
-def _check_f32(op, name: str) -> None:
-    """Refuses a float tensor result that is not f32 (a 0-d one is a scalar and promotes nothing), naming
-    the op that produces it, the user's line (with its code) and the library line it comes from."""
+def _check_f32(op, name: str) -> bool:
+    """Whether the op computes in float64, which the NPU computes in float32 instead (as IREE's
+    `--iree-input-demote-f64-to-f32` does); refuses any other float tensor result that is not f32 (a 0-d
+    one is a scalar and promotes nothing), naming the op that produces it, the user's line (with its code)
+    and the library line it comes from."""
+    demoted = False
     for r in op.results:
         e = dtypes.element_type(r.type)
+        demoted |= e == "f64" and not str(r.type).startswith("!torch.vtensor<[],")
         if (e in _NOT_F32 or e.startswith("complex")) and not str(r.type).startswith("!torch.vtensor<[],"):
             where = source_location(op.location)
             code = _code(where)
             raise UnsupportedDtypeError(
                 f"{where}: '{name}'{code} produces a {_NOT_F32.get(e, e)} tensor ({r.type}); the NPU computes "
-                "only in float32 (integers and bools are held as float32), so this value cannot be held. Keep "
-                "it float32: remove the conversion (e.g. `.double()`, `.half()`, `.to(torch.bfloat16)`) or "
-                "the dtype= argument that creates it."
+                "only in float32 (integers and bools are held as float32; float64 is demoted), so this value "
+                "cannot be held. Keep it float32: remove the conversion (e.g. `.half()`, "
+                "`.to(torch.bfloat16)`) or the dtype= argument that creates it."
             )
+    return demoted
 
 
 def _code(where: str) -> str:
@@ -314,9 +339,9 @@ def _constant(op, values):
 
 def _vtensor_to_builtin(t, where: str = "") -> ir.RankedTensorType:
     m = re.match(r"!torch.vtensor<\[([^\]]*)\],([^>]+)>", str(t))
-    if not m or dtypes.kind(t) == "" or m.group(2) in ("f64", "f16", "bf16"):
+    if not m or dtypes.kind(t) == "":
         raise NovellaError(
-            f"{where}only f32, integer and bool tensors are supported (integers and bools are held as f32), got {t}"
+            f"{where}only real float, integer and bool tensors are supported (each held as f32), got {t}"
         )
     dims = [int(d) for d in m.group(1).split(",")] if m.group(1) else []
     return ir.RankedTensorType.get(dims, ir.F32Type.get())
