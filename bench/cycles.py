@@ -4,6 +4,7 @@
     .venv/bin/python bench/cycles.py --model mlp --lengths 1,64,65,500,2048 [--config hw.toml]
     .venv/bin/python bench/cycles.py --curve [--models body --configs default]   # issue 22's curve
     .venv/bin/python bench/cycles.py --attention [--configs default]              # attention bytes / compulsory
+    .venv/bin/python bench/cycles.py --per-op --model body --lengths 64,129 [--config large]  # where the time goes
 
 `--curve` runs the whisper-tiny encoder body (compiled once over [1, 1500]) and the MLP 384-1536-384
 (once over [1, 2048]) at T = 1, 2, 16, ..., 1500 (and 2048 for the MLP) on the edge, default and large
@@ -22,6 +23,11 @@ module, so MACs a kernel adds (the ones column of fused attention) are not in it
 actually moves, their roofline max(MACs / MACs-per-cycle, moved bytes / bandwidth) and
 the ratio to that (which hides traffic the schedule adds, so it is never the headline).
 Every row is measured in this run; host seconds are JIT + simulation.
+
+`--per-op` splits one run by op (the program's tile spans, equal ops of one macro template summed, e.g.
+the four layers' q projections): each op's span (its first instruction's start to its last's end), the
+bytes it loads and stores, the DRAM data cycles of those bytes and the span beyond them, and its units'
+busy cycles; then what the spans leave uncovered (the barriers between ops).
 """
 
 from __future__ import annotations
@@ -157,6 +163,54 @@ def _flash_tiles(npu, t: int) -> str:
     return f"program [{lo}, {hi}]: q alternating {'yes' if halves else 'no'}"
 
 
+def per_op(workload: str, config_name: str, length: int, max_len: int) -> list[dict]:
+    """One traced run split by op (see the module docstring): a row per macro template, in program order."""
+    spec, npu, _ = compiled(workload, config_name, max_len)
+    _, run = npu.run(spec.example(length), trace=True, check_hazards=False)
+    prog, cfg = run.program, npu.config
+    tiles = npu.artifact.programs[npu.artifact.pick([spec.symbol(length)])].tiles
+    macro_of = {t.name: t.macro for t in tiles}
+    owner = np.full(len(prog.words), -1)
+    for i, (_, a, b) in enumerate(prog.spans):
+        owner[a:b] = i
+    per_cycle = cfg.clock_ghz * 1000.0
+    first, last = np.full(len(prog.spans), np.inf), np.zeros(len(prog.spans))
+    busy = np.zeros((len(prog.spans), 4))
+    for ev in run.trace.events:
+        i = owner[ev["args"]["index"]] if ev.get("ph") == "X" and "index" in ev.get("args", {}) else -1
+        if i >= 0:
+            start, end = ev["ts"] * per_cycle, (ev["ts"] + ev["dur"]) * per_cycle
+            first[i], last[i] = min(first[i], start), max(last[i], end)
+            busy[i, ev["tid"] - 1] += end - start
+    rows: dict = {}
+    for i, (name, a, b) in enumerate(prog.spans):
+        words = prog.words[a:b]
+        loads = _dma_bytes([w for w, inst in zip(words, isa.decode_program(words)) if inst.opcode == isa.Opcode.LOAD])
+        r = rows.setdefault(macro_of[name], dict(op=name, count=0, span=0.0, loaded=0, stored=0, busy=np.zeros(4)))
+        r["count"] += 1
+        r["span"] += last[i] - first[i] if last[i] > 0 else 0.0
+        r["loaded"] += loads
+        r["stored"] += _dma_bytes(words) - loads
+        r["busy"] += busy[i]
+    out = list(rows.values())
+    for r in out:
+        r["data"] = (r["loaded"] + r["stored"]) / cfg.dram_bytes_per_cycle
+    print(f"{workload} {config_name} T={length}: {run.stats.cycles} cycles")
+    head = (f"{'op':>22} {'count':>5} {'span cyc':>10} {'share':>6} {'loaded B':>11} {'stored B':>10} {'data cyc':>10} "
+            f"{'beyond':>9} {'load':>9} {'matrix':>9} {'vector':>9} {'store':>9}")  # fmt: skip
+    print(head)
+    print("-" * len(head))
+    for r in out:
+        print(
+            f"{r['op'][:22]:>22} {r['count']:>5} {int(r['span']):>10} {r['span'] / run.stats.cycles:>6.1%} {r['loaded']:>11} "
+            f"{r['stored']:>10} {int(r['data']):>10} {int(r['span'] - r['data']):>9} "
+            + " ".join(f"{int(v):>9}" for v in r["busy"])
+        )
+    covered = sum(r["span"] for r in out)
+    print(f"{'between ops':>22} {'':>5} {int(run.stats.cycles - covered):>10} {1 - covered / run.stats.cycles:>6.1%}")
+    return out
+
+
 def config_of(name: str):
     path = CONFIGS / f"{name}.toml"
     if name != "default" and not path.exists():
@@ -247,12 +301,17 @@ def main(argv=None) -> None:
     p.add_argument("--models", default="body,mlp384", help="--curve: the models, comma-separated")
     p.add_argument("--configs", default="edge,default,large", help="--curve: the configs, comma-separated")
     p.add_argument("--attention", action="store_true", help="the encoder body's attention bytes over compulsory")
+    p.add_argument("--per-op", action="store_true", help="--model at --lengths split by op (bytes, spans, busy units)")
     args = p.parse_args(argv)
     if args.attention:
         attention_traffic(args.configs.split(","))
         return
     if args.curve:
         curve(args.models.split(","), args.configs.split(","))
+        return
+    if args.per_op:
+        for t in (int(v) for v in args.lengths.split(",")):
+            per_op(args.model or "body", args.config, t, args.max_len)
         return
     if args.model is None:
         goals(args.only.split(",") if args.only else None)
