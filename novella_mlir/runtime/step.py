@@ -152,6 +152,7 @@ class Bucket:
     words: np.ndarray  # (n, 4) uint64, patched in place every step
     ex: np.ndarray
     fields: np.ndarray  # (n_fields, 15) int64 (column 13: the spec, 14: the constant added to its forms)
+    hot: np.ndarray  # (n_fields, 2) int64: what `patch` reads to write a row (`_step_numba.pack`)
     dims: np.ndarray  # (n_points, n_dims) int64
     forms: np.ndarray  # (n_forms, 2 + n_symbols + MAX_ATOMS) int64: q, a, b, c (`_step_numba._form`)
     groups: np.ndarray  # (n_groups, 4) int64: each distinct range of `forms` and its fields' rows (`share`)
@@ -159,8 +160,9 @@ class Bucket:
     whats: list  # per spec: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
     key_values: np.ndarray  # the grid extents of the key (what `patch` checks)
-    memo: np.ndarray  # each group's value at the last patch, 1 if the words hold it, the pages it used (`patch`)
-    prev: np.ndarray  # the block table of the last patch
+    memo: np.ndarray  # each group's value at the last patch, 1 if the words hold it, the entries used (`patch`)
+    prev: np.ndarray  # the block table of the last patch (at the entries it used)
+    refs: np.ndarray  # the block table entries the words use, then a mark per entry (`_step_numba.patch`)
     at_page: np.ndarray  # per field row: the block table index of its last page mapping
 
     @property
@@ -219,8 +221,11 @@ class Stepper:
 
         if b.prev.size < blocks.size:
             b.prev = np.concatenate([b.prev, np.zeros(blocks.size - b.prev.size, np.int64)])
-        status = patch(s, self.plan.key_table(), b.key_values, b.ex, b.fields, b.dims, b.forms, b.groups, b.pages,
-                       b.words, self.kv, blocks, b.memo, b.prev, b.at_page)  # fmt: skip
+            b.refs = np.zeros(2 * blocks.size, np.int64)
+            b.memo[-2:] = 0
+            b.memo[len(b.groups)] = 0  # cold: every field is written again, the entries listed afresh
+        status = patch(s, self.plan.key_table(), b.key_values, b.ex, b.fields, b.hot, b.dims, b.forms, b.groups, b.pages,
+                       b.words, self.kv, blocks, b.memo, b.prev, b.at_page, b.refs)  # fmt: skip
         return status
 
     def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
@@ -236,7 +241,7 @@ class Stepper:
         )
 
     def _build(self, key: tuple, syms: tuple) -> Bucket:
-        from ._step_numba import build, prepare
+        from ._step_numba import build, pack, prepare
 
         prog = self.jit.instantiate(list(syms))
         tr = self.translate(prog.words)
@@ -258,8 +263,9 @@ class Stepper:
         rows, forms, groups = share(rows, forms)
         pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
         kv = np.asarray(key[: len(p.grid_progs)], np.int64)
-        return Bucket(key, tr.words, p.table, rows, dims, forms, groups, pages, p.whats, pages[:, 0].copy(), kv,
-                      np.zeros(len(groups) + 2, np.int64), np.zeros(0, np.int64), np.full(len(rows), -1, np.int64))  # fmt: skip
+        return Bucket(key, tr.words, p.table, rows, pack(rows), dims, forms, groups, pages, p.whats, pages[:, 0].copy(), kv,
+                      np.zeros(len(groups) + 3, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                      np.full(len(rows), -1, np.int64))  # fmt: skip
 
     def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
         """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
@@ -298,8 +304,7 @@ def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray
     const = block[np.arange(has.size), is_min.argmax(1), 1]
     block[..., 1] -= np.where(is_min, const[:, None], 0)
     key = np.concatenate([n[has, None], block.reshape(has.size, -1)], 1)
-    uniq, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    inv = inv.ravel()
+    uniq, first, inv = _unique_rows(key)
     sizes = uniq[:, 0]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     out = block[first][np.arange(r) < sizes[:, None]]
@@ -311,3 +316,18 @@ def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray
     ends = free.size + np.cumsum(counts)
     groups = np.stack([starts, starts + sizes, ends - counts, ends], 1).astype(np.int64)
     return np.concatenate([fields[free], fields[has[order]]]), out, groups
+
+
+def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`np.unique(key, axis=0, return_index=True, return_inverse=True)` in the order of a 64-bit hash of
+    each row (a sort of one int64 column instead of a lexicographic one of every column: a batched step
+    has tens of thousands of field rows); rows whose hashes collide fall back to the lexicographic sort."""
+    mix = np.random.default_rng(0).integers(1, 2**62, key.shape[1], dtype=np.int64) | 1
+    with np.errstate(over="ignore"):
+        h = (key * mix).sum(1) ^ (key[:, ::-1] * mix).sum(1) * np.int64(0x9E3779B97F4A7C15 - 2**64)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    if not np.array_equal(key[first][inv], key):
+        uniq, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        return uniq, first, inv.ravel()
+    return key[first], first, inv

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from novella_mlir.runtime import expr
-from novella_mlir.runtime._step_numba import field_values, prepare
+from novella_mlir.runtime._step_numba import field_values, pack, prepare
 
 tf = pytest.importorskip("transformers")
 
@@ -116,3 +116,51 @@ def test_decode_fields_by_forms_equal_the_readable_evaluator(lm):
         assert chained == len(pasts)  # chained pages: floordiv atoms in every bucket
     finally:
         sess.pool.release(table)
+
+
+def test_packed_rows_hold_each_fields_place_and_range(lm):
+    """`_step_numba.pack`: the 16 bytes per field row the patch reads decode to the row's word, lane,
+    offset, mask, range, paged flag and constant."""
+    sess = lm.session()
+    st = sess.steppers["decode"]
+    table = BlockTable()
+    sess.pool.reserve(table, 300)
+    try:
+        st.words((299,), np.asarray(table.blocks, np.int64))
+        b, _ = st.bucket((299,))
+        code, const = b.hot[:, 0], b.hot[:, 1]
+        bits, signed = (code >> 12) & 127, (code >> 22) & 1
+        f = b.fields
+        assert (code >> 24).tolist() == f[:, 0].tolist() and (code & 3).tolist() == f[:, 1].tolist()
+        assert ((code >> 2) & 63).tolist() == f[:, 2].tolist() and ((1 << bits) - 1).tolist() == f[:, 3].tolist()
+        assert np.where(signed, -(1 << (bits - 1)), 0).tolist() == f[:, 4].tolist()
+        assert np.where(signed, (1 << (bits - 1)) - 1, (1 << bits) - 1).tolist() == f[:, 5].tolist()
+        assert ((code >> 23) & 1).tolist() == f[:, 9].tolist() and const.tolist() == f[:, 14].tolist()
+        assert f[:, 9].any()  # page addresses are among them
+    finally:
+        sess.pool.release(table)
+    row = np.zeros((1, 15), np.int64)  # a signed 24-bit field (row_start) of word 70000, lane 2, offset 24
+    row[0, :6] = 70000, 2, 24, (1 << 24) - 1, -(1 << 23), (1 << 23) - 1
+    code = pack(row)[0, 0]
+    assert (code >> 24, code & 3, (code >> 2) & 63, (code >> 12) & 127, (code >> 22) & 1) == (70000, 2, 24, 24, 1)
+
+
+def test_unique_rows_group_as_numpys_lexicographic_unique():
+    """`step._unique_rows` (a hash sort) partitions rows as `np.unique(axis=0)` does, first occurrences
+    included, and falls back to it when two distinct rows share a hash."""
+    from novella_mlir.runtime import step
+
+    rng = np.random.default_rng(1)
+    key = rng.integers(-3, 3, (4000, 5)).astype(np.int64)
+    uniq, first, inv = step._unique_rows(key)
+    ref_u, ref_first, ref_inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    assert sorted(map(tuple, uniq.tolist())) == sorted(map(tuple, ref_u.tolist()))
+    assert sorted(first.tolist()) == sorted(ref_first.tolist())
+    assert np.array_equal(uniq[inv], key) and np.array_equal(key[first], uniq)
+    # two rows whose weighted sums collide: the hash is the same, the fallback keeps them apart
+    mix = np.random.default_rng(0).integers(1, 2**62, 2, dtype=np.int64) | 1
+    a = np.array([[0, 0], [mix[1], -mix[0]]], np.int64)
+    with np.errstate(over="ignore"):
+        assert (a * mix).sum(1)[0] == (a * mix).sum(1)[1]
+    uniq, first, inv = step._unique_rows(a)
+    assert len(uniq) == 2 and np.array_equal(uniq[inv], a)
