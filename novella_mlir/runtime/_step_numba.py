@@ -219,6 +219,53 @@ def patch(syms, key_ex, key, ex, fields, hot, dims, forms, groups, pages, words,
 
 
 @nb.njit(cache=True)
+def form_keys(fields, forms, has, mix):
+    """Per field row has[j]: the constant of its forms (the first min term's a: `share` subtracts it from
+    every min term, so the copies of one page's forms across layers, heads, K and V become equal) and a
+    64-bit hash of its count and its forms so adjusted (`mix`: one odd multiplier per position)."""
+    h = np.zeros(has.size, np.int64)
+    const = np.zeros(has.size, np.int64)
+    w = forms.shape[1]
+    for j in range(has.size):
+        i = has[j]
+        lo, hi = fields[i, 11], fields[i, 12]
+        c = 0
+        for r in range(lo, hi):
+            if forms[r, 0] == 0:
+                c = forms[r, 1]
+                break
+        acc = (hi - lo) * mix[0]
+        k = 1
+        for r in range(lo, hi):
+            for col in range(w):
+                v = forms[r, col] - (c if col == 1 and forms[r, 0] == 0 else 0)
+                acc = (acc ^ (v * mix[k % mix.size])) * np.int64(-7046029254386353131)
+                k += 1
+        h[j], const[j] = acc, c
+    return h, const
+
+
+@nb.njit(cache=True)
+def same_forms(fields, forms, has, const, first, inv):
+    """Whether every field row has[j]'s adjusted forms equal those of its group's first row (no two
+    distinct ones share a hash)."""
+    for j in range(has.size):
+        a, b = has[j], has[first[inv[j]]]
+        n = fields[a, 12] - fields[a, 11]
+        if n != fields[b, 12] - fields[b, 11]:
+            return False
+        ca, cb = const[j], const[first[inv[j]]]
+        for r in range(n):
+            ra, rb = fields[a, 11] + r, fields[b, 11] + r
+            for col in range(forms.shape[1]):
+                va = forms[ra, col] - (ca if col == 1 and forms[ra, 0] == 0 else 0)
+                vb = forms[rb, col] - (cb if col == 1 and forms[rb, 0] == 0 else 0)
+                if va != vb:
+                    return False
+    return True
+
+
+@nb.njit(cache=True)
 def values(syms, ex):
     """Every min of `ex` at `syms` (expressions without dims: the bucket key's grid extents)."""
     sc = _scratch(syms, 0, depth(ex, 0))

@@ -291,43 +291,55 @@ def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray
     every result of their min (the same page's row count or address read by each layer, head, K and V)
     point at one range of the returned forms, the constant in their column 14. Returns the field rows
     (those without a form first, then grouped by range), the forms, and per group its forms range and
-    its field rows' range (`_step_numba.patch` evaluates each group once)."""
-    lo, n = fields[:, 11], fields[:, 12] - fields[:, 11]
+    its field rows' range (`_step_numba.patch` evaluates each group once). Rows are grouped by a hash
+    of their adjusted forms (`_step_numba.form_keys`), checked row by row against their group's first
+    (`same_forms`); on a collision, by the lexicographic unique of the whole rows (`_share_rows`)."""
+    from ._step_numba import form_keys, same_forms
+
+    n = fields[:, 12] - fields[:, 11]
     has = np.flatnonzero(n > 0)
     if not has.size:
         return fields, forms[:0], np.zeros((0, 4), np.int64)
+    mix = np.random.default_rng(0).integers(1, 2**62, 64, dtype=np.int64) | 1
+    h, const = form_keys(fields, forms, has, mix)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    if not same_forms(fields, forms, has, const, first, inv):
+        return _share_rows(fields, forms, has, n)
+    sizes = n[has[first]]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    out = np.concatenate([forms[fields[i, 11] : fields[i, 12]] for i in has[first]])
+    at = np.repeat(np.arange(len(first)), sizes)
+    out[:, 1] -= np.where(out[:, 0] == 0, const[first][at], 0)
+    return _grouped(fields, has, n, inv, starts, sizes, const), out, _groups(n, inv, starts, sizes)
+
+
+def _grouped(fields, has, n, inv, starts, sizes, const) -> np.ndarray:
+    fields[has, 11], fields[has, 12] = starts[inv], starts[inv] + sizes[inv]
+    fields[has, 14] += const
+    order = np.argsort(inv, kind="stable")
+    return np.concatenate([fields[np.flatnonzero(n <= 0)], fields[has[order]]])
+
+
+def _groups(n, inv, starts, sizes) -> np.ndarray:
+    counts = np.bincount(inv, minlength=len(sizes))
+    ends = int((n <= 0).sum()) + np.cumsum(counts)
+    return np.stack([starts, starts + sizes, ends - counts, ends], 1).astype(np.int64)
+
+
+def _share_rows(fields, forms, has, n) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`share` by the lexicographic unique of each field's whole adjusted forms block."""
     r = int(n.max())
-    at = lo[has, None] + np.arange(r)
+    at = fields[has, 11, None] + np.arange(r)
     valid = np.arange(r) < n[has, None]
     block = np.where(valid[..., None], forms[np.minimum(at, len(forms) - 1)], 0)
     is_min = valid & (block[..., 0] == 0)
     const = block[np.arange(has.size), is_min.argmax(1), 1]
     block[..., 1] -= np.where(is_min, const[:, None], 0)
     key = np.concatenate([n[has, None], block.reshape(has.size, -1)], 1)
-    uniq, first, inv = _unique_rows(key)
+    uniq, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    inv = inv.ravel()
     sizes = uniq[:, 0]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     out = block[first][np.arange(r) < sizes[:, None]]
-    fields[has, 11], fields[has, 12] = starts[inv], starts[inv] + sizes[inv]
-    fields[has, 14] += const
-    order = np.argsort(inv, kind="stable")
-    free = np.flatnonzero(n <= 0)
-    counts = np.bincount(inv, minlength=len(uniq))
-    ends = free.size + np.cumsum(counts)
-    groups = np.stack([starts, starts + sizes, ends - counts, ends], 1).astype(np.int64)
-    return np.concatenate([fields[free], fields[has[order]]]), out, groups
-
-
-def _unique_rows(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`np.unique(key, axis=0, return_index=True, return_inverse=True)` in the order of a 64-bit hash of
-    each row (a sort of one int64 column instead of a lexicographic one of every column: a batched step
-    has tens of thousands of field rows); rows whose hashes collide fall back to the lexicographic sort."""
-    mix = np.random.default_rng(0).integers(1, 2**62, key.shape[1], dtype=np.int64) | 1
-    with np.errstate(over="ignore"):
-        h = (key * mix).sum(1) ^ (key[:, ::-1] * mix).sum(1) * np.int64(0x9E3779B97F4A7C15 - 2**64)
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    inv = inv.ravel()
-    if not np.array_equal(key[first][inv], key):
-        uniq, first, inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
-        return uniq, first, inv.ravel()
-    return key[first], first, inv
+    return _grouped(fields, has, n, inv, starts, sizes, const), out, _groups(n, inv, starts, sizes)

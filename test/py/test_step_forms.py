@@ -145,22 +145,45 @@ def test_packed_rows_hold_each_fields_place_and_range(lm):
     assert (code >> 24, code & 3, (code >> 2) & 63, (code >> 12) & 127, (code >> 22) & 1) == (70000, 2, 24, 24, 1)
 
 
-def test_unique_rows_group_as_numpys_lexicographic_unique():
-    """`step._unique_rows` (a hash sort) partitions rows as `np.unique(axis=0)` does, first occurrences
-    included, and falls back to it when two distinct rows share a hash."""
-    from novella_mlir.runtime import step
+def test_share_by_hash_groups_as_the_lexicographic_unique(lm, monkeypatch):
+    """`step.share` groups the field rows by a hash of their adjusted forms: the same groups, forms and
+    constants as the lexicographic unique of whole rows (`_share_rows`, up to the groups' order), and that
+    unique when every hash collides."""
+    from novella_mlir.runtime import _step_numba, step
 
-    rng = np.random.default_rng(1)
-    key = rng.integers(-3, 3, (4000, 5)).astype(np.int64)
-    uniq, first, inv = step._unique_rows(key)
-    ref_u, ref_first, ref_inv = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    assert sorted(map(tuple, uniq.tolist())) == sorted(map(tuple, ref_u.tolist()))
-    assert sorted(first.tolist()) == sorted(ref_first.tolist())
-    assert np.array_equal(uniq[inv], key) and np.array_equal(key[first], uniq)
-    # two rows whose weighted sums collide: the hash is the same, the fallback keeps them apart
-    mix = np.random.default_rng(0).integers(1, 2**62, 2, dtype=np.int64) | 1
-    a = np.array([[0, 0], [mix[1], -mix[0]]], np.int64)
-    with np.errstate(over="ignore"):
-        assert (a * mix).sum(1)[0] == (a * mix).sum(1)[1]
-    uniq, first, inv = step._unique_rows(a)
-    assert len(uniq) == 2 and np.array_equal(uniq[inv], a)
+    sess = lm.session()
+    st = sess.steppers["decode"]
+    table = BlockTable()
+    sess.pool.reserve(table, 300)
+    try:
+        st.words((299,), np.asarray(table.blocks, np.int64))
+        b, _ = st.bucket((299,))
+    finally:
+        sess.pool.release(table)
+
+    def groups_of(fields, forms, groups):
+        """Per field row (by word and field): its evaluated forms rows and constant."""
+        out = {}
+        for lo, hi, f0, f1 in groups.tolist():
+            for r in fields[f0:f1]:
+                out[(int(r[0]), int(r[13]))] = (forms[lo:hi].tolist(), int(r[14]))
+        return out
+
+    raw = b.fields.copy()  # undo the grouping: each row its own forms range, its constant out of column 14
+    flat = []
+    for r in raw:
+        lo, hi = int(r[11]), int(r[12])
+        rows = b.forms[lo:hi].copy()
+        rows[rows[:, 0] == 0, 1] += r[14]
+        r[11] = sum(len(x) for x in flat)
+        r[12] = r[11] + len(rows)
+        r[14] = 0
+        flat.append(rows)
+    forms = np.concatenate(flat) if flat else b.forms[:0]
+    fast = step.share(raw.copy(), forms)
+    slow = step._share_rows(raw.copy(), forms, np.flatnonzero(raw[:, 12] > raw[:, 11]), raw[:, 12] - raw[:, 11])
+    assert len(fast[2]) == len(slow[2]) < len(raw) and groups_of(*fast) == groups_of(*slow)
+    monkeypatch.setattr(_step_numba, "form_keys", lambda f, fo, has, mix: (np.zeros(has.size, np.int64),
+                                                                           np.zeros(has.size, np.int64)))  # fmt: skip
+    collided = step.share(raw.copy(), forms)
+    assert groups_of(*collided) == groups_of(*slow)
