@@ -17,7 +17,9 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..dialects.novella import ReshapeOp, RmsNormOp
+from ..machine.target import MAX_COLS
 from . import generic_fusion as gf
+from .normalization import RmsNorm
 
 _BINARY = {"arith.addf": lambda a, b: a + b, "arith.subf": lambda a, b: a - b, "arith.mulf": lambda a, b: a * b,
            "arith.divf": lambda a, b: a / b, "arith.maximumf": max, "arith.minimumf": min,
@@ -145,9 +147,10 @@ def _eps(body, roles: list) -> float | None:
     return eps
 
 
-def form(reduce_op):
+def form(reduce_op, target):
     """Replaces the RMSNorm whose mean is `reduce_op` by one `novella.rms_norm`; the new op, or None (the
-    IR unchanged) when the pattern does not hold."""
+    IR unchanged) when the pattern does not hold or its kernel cannot take the rows (a row wider than a
+    LOAD or than the scratchpad holds: the pointwise kernels tile columns)."""
     if ir.StringAttr(reduce_op.attributes["fn"]).value != "mean":
         return None
     made: list = []
@@ -171,7 +174,8 @@ def form(reduce_op):
         found = _tail(user, x, mean, made)
     eps = _eps(found[0].regions[0].blocks[0], found[1]) if found else None
     c = sy.as_int(sy.shape_of(ir.RankedTensorType(x.type))[-1])
-    if eps is None or c is None or x.type != user.results[0].type:
+    wide = c is None or c > MAX_COLS or not RmsNorm()._plan(target, 1, c).fits()
+    if eps is None or wide or x.type != user.results[0].type:
         gf.erase(made)
         return None
     return _replace(user, [o for o in (inner, reduce_op, square) if o is not None], x, found[2], c, eps, made)

@@ -42,7 +42,7 @@ def run(module_op, options, config) -> None:
                     break
                 op = fused
         for op in [o for o in body_ops(fn) if o.operation.name == "novella.reduce"]:
-            norm_fusion.form(op)
+            norm_fusion.form(op, target)
 
 
 def _annotated(op) -> bool:

@@ -103,3 +103,12 @@ def test_other_norms(cls):
         g = torch.Generator().manual_seed(length)
         xs = [torch.randn(1, length, C, generator=g) for _ in range(n_in)]
         assert torch.allclose(npu(*xs), model(*xs), rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_wider_than_a_load_stays_pointwise():
+    """C = 4500 is wider than a LOAD's `cols`: the norm stays in the column-tiled pointwise kernels."""
+    model = LlamaRMSNorm(4500).eval()
+    x = torch.randn(3, 1, 4500, generator=torch.Generator().manual_seed(2))
+    npu = _compile(model, x)
+    assert '"novella.rms_norm"' not in npu.ir("novella-fuse-elementwise")
+    assert torch.allclose(npu(x), model(x), rtol=1e-5, atol=1e-5)
