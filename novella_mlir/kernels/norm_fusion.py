@@ -155,7 +155,10 @@ def form(reduce_op, target):
         return None
     made: list = []
     square, mean = reduce_op.operands[0].owner, reduce_op.results[0]
-    if not isinstance(square, ir.OpView) or _only_use(square.results[0]) != reduce_op.operation:
+    if not isinstance(square, ir.OpView):
+        return None
+    use = _only_use(square.results[0])
+    if use is None or use != reduce_op.operation:  # the square is read by more than the mean
         return None
     x = _squared(square, made)
     user = _only_use(mean)
