@@ -131,6 +131,8 @@ OPS: dict[type, OpDef] = {
         _LIT + "kernels/nn.mlir",
         {"torch.aten.layer_norm": nn.layer_norm, "torch.aten.native_layer_norm": nn.native_layer_norm},
     ),
+    # RMSNorm: formed by --novella-fuse-elementwise from the square, the mean and the pointwise tail, no torch op
+    nv.RmsNormOp: OpDef(shapes.unary, k_norm.RmsNorm(), _LIT + "transforms/novella-fuse-elementwise.mlir"),
     nv.TransposeOp: OpDef(
         shapes.transpose,
         k_data.Transpose(),

@@ -210,6 +210,29 @@ class LayerNormOp(Novella.Operation, name="layer_norm"):
         return True
 
 
+class RmsNormOp(Novella.Operation, name="rms_norm"):
+    """`y = x * rsqrt(mean(x * x) + eps) * w` per row over the last dim (RMSNorm), `weight` [C]. No torch
+    op lowers to it: `--novella-fuse-elementwise` forms it from the square, the mean and the pointwise tail."""
+
+    input: ext.Operand[Tensor]
+    weight: ext.Operand[Tensor]
+    eps: ir.FloatAttr
+    result: ext.Result[Tensor]
+
+    @staticmethod
+    @verified(2)
+    def verify_invariants(op) -> bool:
+        x, w = (v.type for v in op.operands)
+        attr(op, "eps", ir.FloatAttr)
+        c = static_dims(x)[-1]
+        if c is None or static_dims(w) != [c]:
+            return fail(op, f"needs a static last dim matching the weight, got {x}, {w}")
+        y = op.results[0].type
+        if not f32(x, y) or static_dims(x) != static_dims(y):
+            return fail(op, f"supports only f32 tensors and a result of the input's shape, got {x} -> {y}")
+        return True
+
+
 class TransposeOp(Novella.Operation, name="transpose"):
     """Permutes dims: result dim i is input dim `perm[i]`."""
 

@@ -15,7 +15,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..machine.target import DRAM_LIMIT
-from . import BufferPlan, Tiling, tile_rows
+from . import BufferPlan, Tiling, first, tile_rows
 
 PAGED_ATTR = "novella.paged"
 PAGED_VBASE = DRAM_LIMIT // 2  # virtual DRAM window of the paged caches: the upper half of what dram_base addresses
@@ -137,8 +137,17 @@ def _concat():
 
 
 class KvAppend:
-    """`novella.kv_append`: a concat unless paged; paged, one step: LOAD the new row of every head,
-    COPY, and STORE them in place at position `past` of each head (rows `ps * head_dim` apart)."""
+    """`novella.kv_append`: a concat unless paged; paged, one grid step per sequence: COPY the new row of
+    every head, and STORE them in place at position `past` of each head (rows `ps * head_dim` apart).
+    The new rows of every sequence are one contiguous [batch * heads, head_dim] block: one LOAD on the
+    first step when it fits (else one per step), and `out` has two slots, so a sequence's STORE runs
+    under the next one's COPY (a STORE cannot join a DMA chain: one per sequence, each its own page)."""
+
+    def _plan(self, budget, batch: int, heads: int, hd: int, whole: bool) -> BufferPlan:
+        plan = BufferPlan(budget)
+        plan.add("in", "spad", (batch if whole else 1) * heads * hd)
+        plan.add("out", "spad", heads * hd, stream=True)
+        return plan
 
     def tile(self, op, tv, budget, options):
         info = paged_info(op.results[0])
@@ -147,10 +156,10 @@ class KvAppend:
         heads, new, hd = _geometry(tv.shape(1), "append", batched=True)
         if sy.as_int(new) != 1:
             raise ValueError(f"a paged append takes one new position per step, got {new}")
-        plan = BufferPlan(budget)
-        plan.add("in", "spad", heads * hd)
-        plan.add("out", "spad", heads * hd)
-        return Tiling({"heads": heads}, [sy.const(info["batch"])], plan.check())
+        batch = info.get("batch", 1)
+        whole = batch > 1 and self._plan(budget, batch, heads, hd, True).fits()
+        plan = self._plan(budget, batch, heads, hd, whole)
+        return Tiling({"heads": heads, "whole": int(whole)}, [sy.const(batch)], plan.check())
 
     def macro(self, op, tv, t, b):
         info = paged_info(op.results[0])
@@ -158,8 +167,12 @@ class KvAppend:
             return _concat().macro(op, tv, t, b)
         heads, past, hd = _geometry(tv.shape(0), "append", batched=True)
         seq = b.d(0)  # a batched cache: one grid point per sequence, all at position `past`
-        b.load_block("in", 1, dram_offset=seq * (heads * hd), rows=heads, cols=hd)
-        b.vop("COPY", "out", "in", rows=heads, cols=hd, dst_stride=hd, a_stride=hd)
+        if t.tiles.get("whole"):
+            b.load_block("in", 1, dram_offset=0, rows=info["batch"] * heads, cols=hd, when=first(0))
+            b.vop("COPY", "out", "in", rows=heads, cols=hd, dst_stride=hd, a_stride=hd, a_offset=seq * (heads * hd))
+        else:
+            b.load_block("in", 1, dram_offset=seq * (heads * hd), rows=heads, cols=hd)
+            b.vop("COPY", "out", "in", rows=heads, cols=hd, dst_stride=hd, a_stride=hd)
         b.store(
             "out",
             -1,

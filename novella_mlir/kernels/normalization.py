@@ -1,4 +1,4 @@
-"""Layer normalization kernels."""
+"""Layer normalization and RMSNorm kernels."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from . import BufferPlan, Tiling, first, memoized, plan_lengths, tile_rows
 # The VEC ops of one [r, C] tile (`emit_norm`): (fn, whole rows (else one column)).
 NORM_OPS = (("rowsum", 1), ("div", 0), ("sub", 1), ("mul", 1), ("rowsum", 1), ("div", 0), ("add", 0), ("rsqrt", 0),
         ("mul", 1), ("mul", 1), ("add", 1))  # fmt: skip
+# RMSNorm's (`emit_rms`): the square, its row sum, the mean, + eps, rsqrt, the COL and the ROW multiply.
+RMS_OPS = (("mul", 1), ("rowsum", 1), ("mul", 0), ("add", 0), ("rsqrt", 0), ("mul", 1), ("mul", 1))
 
 
 class LayerNorm:
@@ -21,6 +23,9 @@ class LayerNorm:
     result goes to `sq`, which no LOAD writes, so the next step's load of `x`
     cannot race this step's store. `x` and `sq` have two slots: the next row
     tile loads under this one's VECs and this one's STORE runs under the next."""
+
+    OPS = NORM_OPS
+    RESIDENT = 2  # [C] rows loaded on the first step (w, b)
 
     def _plan(self, target, tm, c):
         plan = BufferPlan(target)
@@ -72,9 +77,9 @@ class LayerNorm:
         rows, c = dims
 
         def group(r, n, first_step=False):
-            lq, ld = cm.dmas(target, [(r, c, True)] + [(1, c, True)] * 2 * first_step)
+            lq, ld = cm.dmas(target, [(r, c, True)] + [(1, c, True)] * self.RESIDENT * first_step)
             sq, sd = cm.dma(target, r, c, contiguous=True)
-            ops = [(fn, r, c if whole else 1) for fn, whole in NORM_OPS]
+            ops = [(fn, r, c if whole else 1) for fn, whole in self.OPS]
             slots = target.buffer_slots
             return cm.Group(lq, cm.vecs(target, ops), sq, ld + sd, n, 1 if first_step else slots, slots)
 
@@ -110,3 +115,43 @@ def emit_norm(
     b.vop("MUL", x, x, var, mode="COL", **{**tile, "b_stride": 1})
     b.vop("MUL", x, x, w, mode="ROW", **tile)
     b.vop("ADD", out, x, bias, mode="ROW", **tile)
+
+
+class RmsNorm(LayerNorm):
+    """`novella.rms_norm`: `y = x * rsqrt(mean(x * x) + eps) * w` per row, one pass in SRAM: the row tile
+    is loaded once, squared into `sq`, ROWSUM'd into the `ms` column, which becomes rsqrt(ms / C + eps);
+    `x` is scaled by it (COL) and by `w` (ROW, resident from the first step) into `sq`, stored from
+    there. Row tiles and slots as `LayerNorm`'s."""
+
+    OPS = RMS_OPS
+    RESIDENT = 1
+
+    def _plan(self, target, tm, c):
+        plan = BufferPlan(target)
+        plan.add("x", "spad", tm * c, stream=True)
+        plan.add("sq", "spad", tm * c, stream=True)
+        plan.add("w", "spad", c)
+        plan.add("ms", "spad", tm)
+        return plan
+
+    def macro(self, op, tv, t, b):
+        tm, c, total = t.tiles["tm"], tv.cols(0), tv.rows(0)
+        rows = tile_rows(0, tm, total)
+        b.load_block("w", 1, dram_offset=0, rows=1, cols=c, when=first(0))
+        b.load_rows("x", 0, row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
+        emit_rms(b, "x", "sq", "ms", "w", rows, c, op.attributes["eps"].value)
+        b.store_rows("sq", row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
+
+
+def emit_rms(b, x: str, out: str, ms: str, w: str, rows, c: int, eps: float) -> None:
+    """The VEC ops (`RMS_OPS`) of an RMSNorm of the [rows, c] tile in `x` into `out` (its scratch too),
+    with `ms` a [rows] column and `w` a [c] row. The mean is the row sum times 1 / c, as `novella.reduce`'s."""
+    tile = dict(rows=rows, cols=c, dst_stride=c, a_stride=c, b_stride=c)
+    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1)
+    b.vop("MUL", out, x, x, **tile)
+    b.vop("ROWSUM", ms, out, rows=rows, cols=c, dst_stride=1, a_stride=c)
+    b.vop("MUL", ms, ms, mode="SCALAR", imm=1.0 / c, **col)
+    b.vop("ADD", ms, ms, mode="SCALAR", imm=float(eps), **col)
+    b.vop("RSQRT", ms, ms, **col)
+    b.vop("MUL", out, x, ms, mode="COL", **{**tile, "b_stride": 1})
+    b.vop("MUL", out, out, w, mode="ROW", **tile)

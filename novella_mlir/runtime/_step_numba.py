@@ -107,32 +107,67 @@ def _page(v, kv):
 
 
 @nb.njit(cache=True, inline="always")
-def _write(i, v, fields, words, kv, blocks, at_page, memo):
-    """Field row i set to v (a paged one mapped through `blocks`): 0, -1 or 1 + i (`patch`)."""
-    if fields[i, 9]:
+def _write(i, v, hot, words, kv, blocks, at_page, memo, refs):
+    """Field row i set to v (a paged one mapped through `blocks`): 0, -1 or 1 + i (`patch`). The row's
+    word, lane, offset, width, signedness and whether it is paged are `hot[i, 0]` (`pack`)."""
+    code = hot[i, 0]
+    if (code >> 23) & 1:
         page, off = _page(v, kv)
         if page >= blocks.size or blocks[page] < 0:
             return -1
         at_page[i] = page
-        memo[-1] = max(memo[-1], page + 1)
+        _use(page, memo, refs)
         v = kv[0] + blocks[page] * kv[1] + off
-    if v < fields[i, 4] or v > fields[i, 5]:
+    bits = (code >> 12) & 127
+    if (code >> 22) & 1:
+        lo, hi = -(np.int64(1) << (bits - 1)), (np.int64(1) << (bits - 1)) - 1
+    else:
+        lo, hi = np.int64(0), (np.int64(1) << bits) - 1
+    if v < lo or v > hi:
         return 1 + i
-    _put(words, fields[i, 0], fields[i, 1], fields[i, 2], fields[i, 3], v)
+    _put(words, code >> 24, code & 3, (code >> 2) & 63, (np.int64(1) << bits) - 1, v)
     return 0
 
 
+@nb.njit(cache=True, inline="always")
+def _use(page, memo, refs):
+    """Notes that the words use block table entry `page`: `refs` lists each such entry once (its mark
+    in `refs[page + top]`... see `patch`), `memo[-1]` is one past the highest."""
+    if refs[refs.size // 2 + page] == 0:
+        refs[refs.size // 2 + page] = 1
+        refs[memo[-2]] = page
+        memo[-2] += 1
+    memo[-1] = max(memo[-1], page + 1)
+
+
+def pack(fields: np.ndarray) -> np.ndarray:
+    """Per field row what `patch` reads when it writes it, 16 bytes instead of the row's 120 (a batched
+    step's tens of thousands of page fields stay in the host's caches): word << 24 | paged << 23 |
+    signed << 22 | bits << 12 | offset << 2 | lane, and the constant added to its forms' value."""
+    mask = fields[:, 3]
+    bits = np.zeros(len(fields), np.int64)
+    nz = mask > 0
+    bits[nz] = np.round(np.log2(mask[nz].astype(np.float64) + 1.0)).astype(np.int64)
+    if np.any((np.int64(1) << bits) - 1 != mask) or np.any(fields[:, 2] > 63) or np.any(fields[:, 1] > 3):
+        raise ValueError("a field's mask is not a width the packed rows hold")
+    code = (fields[:, 0] << 24) | (fields[:, 9] << 23) | ((fields[:, 4] < 0).astype(np.int64) << 22)
+    code |= (bits << 12) | (fields[:, 2] << 2) | fields[:, 1]
+    return np.stack([code, fields[:, 14]], 1).astype(np.int64)
+
+
 @nb.njit(cache=True)
-def patch(syms, key_ex, key, ex, fields, dims, forms, groups, pages, words, kv, blocks, memo, prev, at_page):
+def patch(syms, key_ex, key, ex, fields, hot, dims, forms, groups, pages, words, kv, blocks, memo, prev, at_page, refs):
     """Rewrites the injected fields and page addresses of a bucket's words for `syms` and `blocks`;
     first checks that `syms` are in the bucket (the grid extents `key_ex` evaluate to `key`), else -2.
 
     Each group (`groups`: a range of `forms`, the range of the field rows that share it) is evaluated
     once. When `memo[ng]` is 1, the words hold the last patch: `memo[g]` each group's value then,
-    `at_page` each paged field's block table index, `memo[-1]` one past the highest of them, `prev`
-    the block table up to it; a group whose value did not move rewrites only its paged fields whose
-    block changed, none when the table did not change. The fields before the first group
-    have no form and are evaluated every step."""
+    `at_page` each paged field's block table index, `refs[:memo[-2]]` the block table entries the
+    words use (each once; `refs[n + e]` marks entry e, n = refs.size / 2), `memo[-1]` one past the
+    highest, `prev` the block table at those entries; a group whose value did not move rewrites only
+    its paged fields whose block changed, none when no used entry changed. Only the used entries are
+    compared and kept (a batched step's table has tens of thousands, its words use a few hundred). The
+    fields before the first group have no form and are evaluated every step."""
     ns, nd = syms.size, dims.shape[1]
     sc = _scratch(syms, nd, max(depth(ex, 0), depth(key_ex, 0)))
     st = ns + nd
@@ -140,20 +175,23 @@ def patch(syms, key_ex, key, ex, fields, dims, forms, groups, pages, words, kv, 
         if minimum(key_ex, 0, m, sc, ns, st) != key[m]:
             return -2
     ng = groups.shape[0]
+    half = refs.size // 2
     warm = memo[ng] == 1
     memo[ng] = 0
     if not warm:
-        memo[-1] = 0
-    atoms = np.zeros(MAX_ATOMS, np.int64)
-    for i in range(groups[0, 2] if ng else fields.shape[0]):
-        rc = _write(i, _value(i, syms, ex, fields, dims, forms, sc, atoms), fields, words, kv, blocks, at_page, memo)
-        if rc:
-            return rc
+        for k in range(memo[-2]):
+            refs[half + refs[k]] = 0
+        memo[-2], memo[-1] = 0, 0
     remapped = not warm or blocks.size < memo[-1]
-    for p in range(memo[-1] if not remapped else 0):
-        if blocks[p] != prev[p]:
+    for k in range(memo[-2] if not remapped else 0):
+        if blocks[refs[k]] != prev[refs[k]]:
             remapped = True
             break
+    atoms = np.zeros(MAX_ATOMS, np.int64)
+    for i in range(groups[0, 2] if ng else fields.shape[0]):
+        rc = _write(i, _value(i, syms, ex, fields, dims, forms, sc, atoms), hot, words, kv, blocks, at_page, memo, refs)
+        if rc:
+            return rc
     for g in range(ng):
         val = _form(forms, groups[g, 0], groups[g, 1], syms, ns, atoms)
         moved = not warm or val != memo[g]
@@ -161,8 +199,8 @@ def patch(syms, key_ex, key, ex, fields, dims, forms, groups, pages, words, kv, 
         if not moved and not remapped:
             continue
         for i in range(groups[g, 2], groups[g, 3]):
-            if moved or (fields[i, 9] and (at_page[i] >= blocks.size or blocks[at_page[i]] != prev[at_page[i]])):
-                rc = _write(i, val + fields[i, 14], fields, words, kv, blocks, at_page, memo)
+            if moved or (at_page[i] >= 0 and (at_page[i] >= blocks.size or blocks[at_page[i]] != prev[at_page[i]])):
+                rc = _write(i, val + hot[i, 1], hot, words, kv, blocks, at_page, memo, refs)
                 if rc:
                     return rc
     for j in range(pages.shape[0]):
@@ -171,11 +209,60 @@ def patch(syms, key_ex, key, ex, fields, dims, forms, groups, pages, words, kv, 
             return -1
         if remapped and (not warm or blocks[p] != prev[p]):
             _put(words, pages[j, 0], pages[j, 1], pages[j, 2], pages[j, 3], kv[0] + blocks[p] * kv[1] + pages[j, 5])
-        memo[-1] = max(memo[-1], p + 1)
-    top = min(memo[-1], blocks.size)
-    prev[:top] = blocks[:top]
+        _use(p, memo, refs)
+    for k in range(memo[-2]):
+        e = refs[k]
+        if e < blocks.size:
+            prev[e] = blocks[e]
     memo[ng] = 1
     return 0
+
+
+@nb.njit(cache=True)
+def form_keys(fields, forms, has, mix):
+    """Per field row has[j]: the constant of its forms (the first min term's a: `share` subtracts it from
+    every min term, so the copies of one page's forms across layers, heads, K and V become equal) and a
+    64-bit hash of its count and its forms so adjusted (`mix`: one odd multiplier per position)."""
+    h = np.zeros(has.size, np.int64)
+    const = np.zeros(has.size, np.int64)
+    w = forms.shape[1]
+    for j in range(has.size):
+        i = has[j]
+        lo, hi = fields[i, 11], fields[i, 12]
+        c = 0
+        for r in range(lo, hi):
+            if forms[r, 0] == 0:
+                c = forms[r, 1]
+                break
+        acc = (hi - lo) * mix[0]
+        k = 1
+        for r in range(lo, hi):
+            for col in range(w):
+                v = forms[r, col] - (c if col == 1 and forms[r, 0] == 0 else 0)
+                acc = (acc ^ (v * mix[k % mix.size])) * np.int64(-7046029254386353131)
+                k += 1
+        h[j], const[j] = acc, c
+    return h, const
+
+
+@nb.njit(cache=True)
+def same_forms(fields, forms, has, const, first, inv):
+    """Whether every field row has[j]'s adjusted forms equal those of its group's first row (no two
+    distinct ones share a hash)."""
+    for j in range(has.size):
+        a, b = has[j], has[first[inv[j]]]
+        n = fields[a, 12] - fields[a, 11]
+        if n != fields[b, 12] - fields[b, 11]:
+            return False
+        ca, cb = const[j], const[first[inv[j]]]
+        for r in range(n):
+            ra, rb = fields[a, 11] + r, fields[b, 11] + r
+            for col in range(forms.shape[1]):
+                va = forms[ra, col] - (ca if col == 1 and forms[ra, 0] == 0 else 0)
+                vb = forms[rb, col] - (cb if col == 1 and forms[rb, 0] == 0 else 0)
+                if va != vb:
+                    return False
+    return True
 
 
 @nb.njit(cache=True)

@@ -152,6 +152,7 @@ class Bucket:
     words: np.ndarray  # (n, 4) uint64, patched in place every step
     ex: np.ndarray
     fields: np.ndarray  # (n_fields, 15) int64 (column 13: the spec, 14: the constant added to its forms)
+    hot: np.ndarray  # (n_fields, 2) int64: what `patch` reads to write a row (`_step_numba.pack`)
     dims: np.ndarray  # (n_points, n_dims) int64
     forms: np.ndarray  # (n_forms, 2 + n_symbols + MAX_ATOMS) int64: q, a, b, c (`_step_numba._form`)
     groups: np.ndarray  # (n_groups, 4) int64: each distinct range of `forms` and its fields' rows (`share`)
@@ -159,8 +160,9 @@ class Bucket:
     whats: list  # per spec: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
     key_values: np.ndarray  # the grid extents of the key (what `patch` checks)
-    memo: np.ndarray  # each group's value at the last patch, 1 if the words hold it, the pages it used (`patch`)
-    prev: np.ndarray  # the block table of the last patch
+    memo: np.ndarray  # each group's value at the last patch, 1 if the words hold it, the entries used (`patch`)
+    prev: np.ndarray  # the block table of the last patch (at the entries it used)
+    refs: np.ndarray  # the block table entries the words use, then a mark per entry (`_step_numba.patch`)
     at_page: np.ndarray  # per field row: the block table index of its last page mapping
 
     @property
@@ -219,8 +221,11 @@ class Stepper:
 
         if b.prev.size < blocks.size:
             b.prev = np.concatenate([b.prev, np.zeros(blocks.size - b.prev.size, np.int64)])
-        status = patch(s, self.plan.key_table(), b.key_values, b.ex, b.fields, b.dims, b.forms, b.groups, b.pages,
-                       b.words, self.kv, blocks, b.memo, b.prev, b.at_page)  # fmt: skip
+            b.refs = np.zeros(2 * blocks.size, np.int64)
+            b.memo[-2:] = 0
+            b.memo[len(b.groups)] = 0  # cold: every field is written again, the entries listed afresh
+        status = patch(s, self.plan.key_table(), b.key_values, b.ex, b.fields, b.hot, b.dims, b.forms, b.groups, b.pages,
+                       b.words, self.kv, blocks, b.memo, b.prev, b.at_page, b.refs)  # fmt: skip
         return status
 
     def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
@@ -236,7 +241,7 @@ class Stepper:
         )
 
     def _build(self, key: tuple, syms: tuple) -> Bucket:
-        from ._step_numba import build, prepare
+        from ._step_numba import build, pack, prepare
 
         prog = self.jit.instantiate(list(syms))
         tr = self.translate(prog.words)
@@ -258,8 +263,9 @@ class Stepper:
         rows, forms, groups = share(rows, forms)
         pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
         kv = np.asarray(key[: len(p.grid_progs)], np.int64)
-        return Bucket(key, tr.words, p.table, rows, dims, forms, groups, pages, p.whats, pages[:, 0].copy(), kv,
-                      np.zeros(len(groups) + 2, np.int64), np.zeros(0, np.int64), np.full(len(rows), -1, np.int64))  # fmt: skip
+        return Bucket(key, tr.words, p.table, rows, pack(rows), dims, forms, groups, pages, p.whats, pages[:, 0].copy(), kv,
+                      np.zeros(len(groups) + 3, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                      np.full(len(rows), -1, np.int64))  # fmt: skip
 
     def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
         """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
@@ -285,13 +291,46 @@ def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray
     every result of their min (the same page's row count or address read by each layer, head, K and V)
     point at one range of the returned forms, the constant in their column 14. Returns the field rows
     (those without a form first, then grouped by range), the forms, and per group its forms range and
-    its field rows' range (`_step_numba.patch` evaluates each group once)."""
-    lo, n = fields[:, 11], fields[:, 12] - fields[:, 11]
+    its field rows' range (`_step_numba.patch` evaluates each group once). Rows are grouped by a hash
+    of their adjusted forms (`_step_numba.form_keys`), checked row by row against their group's first
+    (`same_forms`); on a collision, by the lexicographic unique of the whole rows (`_share_rows`)."""
+    from ._step_numba import form_keys, same_forms
+
+    n = fields[:, 12] - fields[:, 11]
     has = np.flatnonzero(n > 0)
     if not has.size:
         return fields, forms[:0], np.zeros((0, 4), np.int64)
+    mix = np.random.default_rng(0).integers(1, 2**62, 64, dtype=np.int64) | 1
+    h, const = form_keys(fields, forms, has, mix)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    if not same_forms(fields, forms, has, const, first, inv):
+        return _share_rows(fields, forms, has, n)
+    sizes = n[has[first]]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    out = np.concatenate([forms[fields[i, 11] : fields[i, 12]] for i in has[first]])
+    at = np.repeat(np.arange(len(first)), sizes)
+    out[:, 1] -= np.where(out[:, 0] == 0, const[first][at], 0)
+    return _grouped(fields, has, n, inv, starts, sizes, const), out, _groups(n, inv, starts, sizes)
+
+
+def _grouped(fields, has, n, inv, starts, sizes, const) -> np.ndarray:
+    fields[has, 11], fields[has, 12] = starts[inv], starts[inv] + sizes[inv]
+    fields[has, 14] += const
+    order = np.argsort(inv, kind="stable")
+    return np.concatenate([fields[np.flatnonzero(n <= 0)], fields[has[order]]])
+
+
+def _groups(n, inv, starts, sizes) -> np.ndarray:
+    counts = np.bincount(inv, minlength=len(sizes))
+    ends = int((n <= 0).sum()) + np.cumsum(counts)
+    return np.stack([starts, starts + sizes, ends - counts, ends], 1).astype(np.int64)
+
+
+def _share_rows(fields, forms, has, n) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`share` by the lexicographic unique of each field's whole adjusted forms block."""
     r = int(n.max())
-    at = lo[has, None] + np.arange(r)
+    at = fields[has, 11, None] + np.arange(r)
     valid = np.arange(r) < n[has, None]
     block = np.where(valid[..., None], forms[np.minimum(at, len(forms) - 1)], 0)
     is_min = valid & (block[..., 0] == 0)
@@ -303,11 +342,4 @@ def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray
     sizes = uniq[:, 0]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     out = block[first][np.arange(r) < sizes[:, None]]
-    fields[has, 11], fields[has, 12] = starts[inv], starts[inv] + sizes[inv]
-    fields[has, 14] += const
-    order = np.argsort(inv, kind="stable")
-    free = np.flatnonzero(n <= 0)
-    counts = np.bincount(inv, minlength=len(uniq))
-    ends = free.size + np.cumsum(counts)
-    groups = np.stack([starts, starts + sizes, ends - counts, ends], 1).astype(np.int64)
-    return np.concatenate([fields[free], fields[has[order]]]), out, groups
+    return _grouped(fields, has, n, inv, starts, sizes, const), out, _groups(n, inv, starts, sizes)

@@ -8,13 +8,17 @@ broadcast: a row's value read by every column), the merged op reads at most GENE
 cost model predicts the merged op cheaper than the two alone (`generic_fusion.predicted`, at the planned
 length). Ops are visited in order, each consumer merging its producers until none qualifies, so a chain
 (SwiGLU's `silu(gate) * up`, RoPE's `q * cos + rotate_half(q) * sin`, RMSNorm's `x * rsqrt(ms + eps) * w`)
-becomes one op. It runs before --novella-allocate: DRAM is placed for the merged graph."""
+becomes one op. Then an RMSNorm (the row mean of `x * x` read only by a tail computing
+`x * rsqrt(mean + eps) * w`) becomes one `novella.rms_norm` (`kernels/norm_fusion.py`): its row is loaded
+once and every step runs on the tile in SRAM. It runs before --novella-allocate: DRAM is placed for the
+merged graph."""
 
 from __future__ import annotations
 
 from torch_mlir import ir
 
 from ..kernels import generic_fusion as gf
+from ..kernels import norm_fusion
 from ..machine.target import Target
 from .common import PassError, body_ops, check_symbols, functions, require_stage
 
@@ -37,6 +41,8 @@ def run(module_op, options, config) -> None:
                 if fused is None:
                     break
                 op = fused
+        for op in [o for o in body_ops(fn) if o.operation.name == "novella.reduce"]:
+            norm_fusion.form(op, target)
 
 
 def _annotated(op) -> bool:

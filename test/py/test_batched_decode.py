@@ -146,3 +146,18 @@ def test_batched_step_holds_every_heads_query(model):
     flash = [ln for ln in tiled if '"novella.flash_attention"' in ln]
     assert len(flash) == hf.config.num_hidden_layers
     assert all("q_held = " in ln for ln in flash)
+
+
+def test_batched_append_loads_every_sequences_rows_once(model):
+    """The batched cache append (`kv_cache.KvAppend`) loads the new rows of all B sequences by one LOAD on
+    its first step, then per sequence a COPY into one of two `out` slots and its STORE into the page;
+    the single-sequence decode program keeps one LOAD per step (the tokens are checked by the other tests)."""
+    _, hf, lm = model
+    for m, whole in ((lm.batched[B], 1), (lm.decode, 0)):
+        appends = [ln for ln in m.ir("novella-tile").splitlines() if '"novella.kv_append"' in ln]
+        assert len(appends) == 2 * hf.config.num_hidden_layers
+        assert all(f"whole = {whole}" in ln for ln in appends)
+    p = lm.batched[B].artifact.programs[0]
+    for mm in [mm for mm in p.macros if mm.kernel == "novella.kv_append"]:
+        loads = [t for t in mm.insts if t.opcode == "LOAD"]
+        assert len(loads) == 1 and loads[0].when and [t.opcode for t in mm.insts].count("STORE") == 1

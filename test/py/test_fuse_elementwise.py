@@ -82,8 +82,9 @@ def test_chains_are_one_generic_each(fused):
     assert "arith.negf math.exp arith.addf arith.divf arith.mulf arith.mulf" in bodies
     # RoPE: q * cos + rotate_half(q) * sin in one body
     assert "arith.mulf arith.mulf arith.addf" in bodies
-    # RMSNorm's tail: x * rsqrt(ms + eps) * w (at the planned length the row's rsqrt is recomputed per column)
-    assert bodies.count("arith.constant arith.addf math.rsqrt arith.mulf arith.mulf") == 2
+    # RMSNorm: the square, the mean and the tail x * rsqrt(ms + eps) * w are one rms_norm each
+    assert text.count('"novella.rms_norm"') == 2 and "novella.reduce" not in text
+    assert not any("math.rsqrt" in b for b in bodies)
     assert "novella.scalar" not in text and "novella.math" in text  # rotate_half's neg stays (its use is a concat)
 
 

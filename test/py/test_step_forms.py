@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from novella_mlir.runtime import expr
-from novella_mlir.runtime._step_numba import field_values, prepare
+from novella_mlir.runtime._step_numba import field_values, pack, prepare
 
 tf = pytest.importorskip("transformers")
 
@@ -116,3 +116,74 @@ def test_decode_fields_by_forms_equal_the_readable_evaluator(lm):
         assert chained == len(pasts)  # chained pages: floordiv atoms in every bucket
     finally:
         sess.pool.release(table)
+
+
+def test_packed_rows_hold_each_fields_place_and_range(lm):
+    """`_step_numba.pack`: the 16 bytes per field row the patch reads decode to the row's word, lane,
+    offset, mask, range, paged flag and constant."""
+    sess = lm.session()
+    st = sess.steppers["decode"]
+    table = BlockTable()
+    sess.pool.reserve(table, 300)
+    try:
+        st.words((299,), np.asarray(table.blocks, np.int64))
+        b, _ = st.bucket((299,))
+        code, const = b.hot[:, 0], b.hot[:, 1]
+        bits, signed = (code >> 12) & 127, (code >> 22) & 1
+        f = b.fields
+        assert (code >> 24).tolist() == f[:, 0].tolist() and (code & 3).tolist() == f[:, 1].tolist()
+        assert ((code >> 2) & 63).tolist() == f[:, 2].tolist() and ((1 << bits) - 1).tolist() == f[:, 3].tolist()
+        assert np.where(signed, -(1 << (bits - 1)), 0).tolist() == f[:, 4].tolist()
+        assert np.where(signed, (1 << (bits - 1)) - 1, (1 << bits) - 1).tolist() == f[:, 5].tolist()
+        assert ((code >> 23) & 1).tolist() == f[:, 9].tolist() and const.tolist() == f[:, 14].tolist()
+        assert f[:, 9].any()  # page addresses are among them
+    finally:
+        sess.pool.release(table)
+    row = np.zeros((1, 15), np.int64)  # a signed 24-bit field (row_start) of word 70000, lane 2, offset 24
+    row[0, :6] = 70000, 2, 24, (1 << 24) - 1, -(1 << 23), (1 << 23) - 1
+    code = pack(row)[0, 0]
+    assert (code >> 24, code & 3, (code >> 2) & 63, (code >> 12) & 127, (code >> 22) & 1) == (70000, 2, 24, 24, 1)
+
+
+def test_share_by_hash_groups_as_the_lexicographic_unique(lm, monkeypatch):
+    """`step.share` groups the field rows by a hash of their adjusted forms: the same groups, forms and
+    constants as the lexicographic unique of whole rows (`_share_rows`, up to the groups' order), and that
+    unique when every hash collides."""
+    from novella_mlir.runtime import _step_numba, step
+
+    sess = lm.session()
+    st = sess.steppers["decode"]
+    table = BlockTable()
+    sess.pool.reserve(table, 300)
+    try:
+        st.words((299,), np.asarray(table.blocks, np.int64))
+        b, _ = st.bucket((299,))
+    finally:
+        sess.pool.release(table)
+
+    def groups_of(fields, forms, groups):
+        """Per field row (by word and field): its evaluated forms rows and constant."""
+        out = {}
+        for lo, hi, f0, f1 in groups.tolist():
+            for r in fields[f0:f1]:
+                out[(int(r[0]), int(r[13]))] = (forms[lo:hi].tolist(), int(r[14]))
+        return out
+
+    raw = b.fields.copy()  # undo the grouping: each row its own forms range, its constant out of column 14
+    flat = []
+    for r in raw:
+        lo, hi = int(r[11]), int(r[12])
+        rows = b.forms[lo:hi].copy()
+        rows[rows[:, 0] == 0, 1] += r[14]
+        r[11] = sum(len(x) for x in flat)
+        r[12] = r[11] + len(rows)
+        r[14] = 0
+        flat.append(rows)
+    forms = np.concatenate(flat) if flat else b.forms[:0]
+    fast = step.share(raw.copy(), forms)
+    slow = step._share_rows(raw.copy(), forms, np.flatnonzero(raw[:, 12] > raw[:, 11]), raw[:, 12] - raw[:, 11])
+    assert len(fast[2]) == len(slow[2]) < len(raw) and groups_of(*fast) == groups_of(*slow)
+    monkeypatch.setattr(_step_numba, "form_keys", lambda f, fo, has, mix: (np.zeros(has.size, np.int64),
+                                                                           np.zeros(has.size, np.int64)))  # fmt: skip
+    collided = step.share(raw.copy(), forms)
+    assert groups_of(*collided) == groups_of(*slow)

@@ -104,3 +104,31 @@ module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
     return %2 : tensor<32x1x128xf32>
   }
 }
+
+// -----
+
+// RMSNorm, T symbolic (LlamaRMSNorm as the frontend lowers it): the mean of x * x, + eps, rsqrt, times x,
+// times the weight [64]. The tail is merged first, then the square, the mean and the tail become one
+// rms_norm (eps read from the body), so x is read once and nothing but the result goes to DRAM.
+// CHECK-LABEL: func.func @rms_norm
+// CHECK-SAME: (%[[X:.*]]: tensor<1x?x64xf32
+// CHECK: %[[W:.*]] = "novella.weight"
+// CHECK: %[[Y:.*]] = "novella.rms_norm"(%[[X]], %[[W]]) {eps = 9.99999997E-7 : f32} : (tensor<1x?x64xf32, #{{.*}}>, tensor<64xf32>) -> tensor<1x?x64xf32
+// CHECK-NOT: novella.reduce
+// CHECK-NOT: novella.generic
+// CHECK: return %[[Y]]
+// OFF-LABEL: func.func @rms_norm
+// OFF: novella.reduce
+// OFF-NOT: novella.rms_norm
+module attributes {novella.symbols = {s0 = ["T", 1, 300]}} {
+  func.func @rms_norm(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {
+    %sq = "novella.mul"(%x, %x) : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %ms = "novella.reduce"(%sq) {fn = "mean"} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>
+    %e = "novella.scalar"(%ms) {fn = "add", value = 9.99999997E-7 : f32} : (tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>) -> tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>
+    %r = "novella.math"(%e) {fn = "rsqrt"} : (tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>) -> tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>
+    %xr = "novella.mul"(%x, %r) : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x1xf32, affine_map<()[s0] -> (1, s0, 1)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %w = "novella.weight"() {name = "w"} : () -> tensor<64xf32>
+    %y = "novella.mul"(%w, %xr) : (tensor<64xf32>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %y : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
