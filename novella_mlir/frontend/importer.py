@@ -193,6 +193,13 @@ def export_spec(module: torch.nn.Module, args, dynamic_shapes):
         return exporting.export_spec(module, args, dynamic_shapes)
 
 
+def differs_at_one(module, args, dynamic_shapes, prog) -> str | None:
+    """`exporting.differs_at_one`, its traces at 1 made as the spec's export was (the same Python kernels,
+    torch's fake-tensor cache off: see `uncached_fake_dispatch`)."""
+    with explain.quiet(), symbolic_kernels(), every_frame(), uncached_fake_dispatch():
+        return exporting.differs_at_one(module, args, dynamic_shapes, prog)
+
+
 def symbol_names(prog, args, dynamic_shapes, module) -> dict:
     return exporting.symbol_names(prog, args, dynamic_shapes, module)
 

@@ -13,7 +13,7 @@ from torch.fx.experimental import _config as fx_config
 
 from novella_mlir import compile_torch
 from novella_mlir.errors import NovellaError
-from novella_mlir.frontend import guards, importer
+from novella_mlir.frontend import exporting, guards, importer
 
 CHUNK = 64
 
@@ -82,5 +82,49 @@ def test_chunked_model_over_two_chunks_matches_eager():
     model = Chunked()
     npu = compile_torch(model, torch.randn(1, 16, 4, 16), min_len=1, max_len=128, cache=False)
     for n in (1, 37, 67, 128):
+        x = torch.randn(1, n, 4, 16, generator=torch.Generator().manual_seed(n))
+        torch.testing.assert_close(npu(x, check_hazards=n == 67), model(x), rtol=1e-4, atol=1e-4)
+
+
+class ChunkLoop(torch.nn.Module):
+    """A scan over the chunks in Python (`for i in range(chunks)`, as qwen3_5's gated delta rule has it):
+    torch.export unrolls it at the example's chunk count and guards that count, not the length; and a
+    branch on `T > 1`."""
+
+    def forward(self, x):
+        x = x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+        length = x.shape[2]
+        pad = (CHUNK - length % CHUNK) % CHUNK
+        c = F.pad(x, (0, 0, 0, pad)).reshape(1, 4, -1, CHUNK, 16)
+        state = torch.zeros(1, 4, 16, 16)
+        out = torch.zeros_like(c)
+        for i in range((length + pad) // CHUNK):
+            block = c[:, :, i]
+            out[:, :, i] = (block @ block.transpose(-1, -2)).tril() @ block @ state + block
+            state = state * 0.5 + block.transpose(-1, -2) @ block
+        out = out.reshape(1, 4, -1, 16)[:, :, :length]
+        if length > 1:  # as transformers' SDPA `is_causal = q_len > 1`: Dim.DYNAMIC narrows to [2, max]
+            out = out - out.mean(2, keepdim=True)
+        return F.silu(out)
+
+
+def test_a_chunk_count_guard_narrows_without_the_named_dim_traces(monkeypatch):
+    """The one-symbol trace's guard on the chunk count already excludes T > 64: the named-Dim traces (which
+    take the same branch at the same example) are not run."""
+
+    def no_named(*a, **kw):
+        raise AssertionError("the named-Dim export ran")
+
+    monkeypatch.setattr(exporting, "export_spec", no_named)
+    with pytest.raises(exporting.NarrowedError) as e:
+        importer.export(ChunkLoop(), (torch.randn(1, 16, 4, 16),), 1, 1, 128)
+    assert e.value.kept == (2, 64), e.value.kept
+
+
+def test_chunk_loop_matches_eager():
+    """[1, 128] as a program per chunk count (T = 1 on its own): min, odd, a partial second chunk, the max."""
+    model = ChunkLoop()
+    npu = compile_torch(model, torch.randn(1, 16, 4, 16), min_len=1, max_len=128, cache=False)
+    for n in (1, 2, 37, 64, 67, 128):
         x = torch.randn(1, n, 4, 16, generator=torch.Generator().manual_seed(n))
         torch.testing.assert_close(npu(x, check_hazards=n == 67), model(x), rtol=1e-4, atol=1e-4)
