@@ -58,8 +58,8 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
     if whole and kept != need:  # the named-Dim trace records the same guards, or loses them (an int() of a float)
         where = "; ".join(w for _, w, _ in guards.failing(prog, *need)[: guards.SHOWN])
         prog = guards.narrowing(_excluded_by(conds, need, kept) + (f" Recorded at {where}." if where else ""), conds)
-    elif not whole and checked and _narrowed_by_branches(prog, conds, kept, need):
-        prog = guards.narrowing(_excluded_by(conds, need, kept), conds)
+    elif not whole and (cut := _branch_cut(prog, need, at)) is not None:
+        prog, kept = cut
     elif not whole:
         spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
         prog = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
@@ -79,20 +79,22 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
     raise NarrowedError(msg + " Compile the lengths outside it separately (min_len == max_len).", kept, first)
 
 
-def _narrowed_by_branches(prog, conds, kept, need) -> bool:
-    """Whether the one-symbol trace's own guards (branches it took at the example) exclude lengths of at least
-    2 that `need` holds: the named-Dim trace, from the same example, takes the same branches and records the
-    same guards, so it narrows as well (its two traces cost qwen3_5_text 35-90 s); `kept` is then what the
-    range strategy compiles from this trace, the rest from traces of their own."""
-    if kept is None or len(prog.range_constraints) != 1:
-        return False
-    for cond in conds:
-        try:
-            if failing_lengths(cond, max(need[0], 2), need[1]):
-                return True
-        except Exception:  # noqa: BLE001 - see guards.kept_interval
-            continue
-    return False
+def _branch_cut(prog, need, at: int):
+    """(narrowing, kept) when the Dim.DYNAMIC trace, narrowed by torch, has a guard in one size symbol (a
+    branch it took at the example: a chunk count) false at lengths >= 2 that `need` holds: the named-Dim
+    trace, from the same example, takes the same branch and records the same guard, so it narrows as well
+    (its two traces cost qwen3_5_text 35-90 s, 180 s with a mask). Each tensor's symbol stands for the length
+    (as a named Dim ties them): `kept` is the run around the example where all the guards hold, within
+    where all the symbols' ranges meet. None: the named-Dim traces decide."""
+    ranges = _ranges(prog) if prog is not None else []
+    if not ranges:
+        return None
+    lo, hi = max([need[0]] + [r[0] for r in ranges]), min([need[1]] + [r[1] for r in ranges])
+    if lo > hi or not guards.failing(prog, max(lo, 2), hi):
+        return None
+    conds = guards.recorded(prog)
+    kept = guards.kept_interval(conds, lo, hi, at)
+    return (guards.narrowing(_excluded_by(conds, need, kept), conds), kept) if kept else None
 
 
 def _kept(conds, need, at: int) -> tuple[int, int] | None:

@@ -108,23 +108,43 @@ class ChunkLoop(torch.nn.Module):
         return F.silu(out)
 
 
-def test_a_chunk_count_guard_narrows_without_the_named_dim_traces(monkeypatch):
-    """The one-symbol trace's guard on the chunk count already excludes T > 64: the named-Dim traces (which
-    take the same branch at the same example) are not run."""
+class MaskedChunkLoop(ChunkLoop):
+    """ChunkLoop with a [1, T] mask cut to the input's length (as transformers' mask helpers do): Dim.DYNAMIC
+    gives the mask a symbol of its own, with its own range."""
+
+    def forward(self, x, mask):
+        return super().forward(x * mask[:, : x.shape[1], None, None])
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_chunk_count_guard_narrows_without_the_named_dim_traces(monkeypatch, masked):
+    """The Dim.DYNAMIC trace's guard on the chunk count already excludes T > 64: the named-Dim traces (which
+    take the same branch at the same example) are not run, with or without a mask."""
 
     def no_named(*a, **kw):
         raise AssertionError("the named-Dim export ran")
 
     monkeypatch.setattr(exporting, "export_spec", no_named)
+    x = torch.randn(1, 16, 4, 16)
+    args = (x, torch.ones(1, 16)) if masked else (x,)
     with pytest.raises(exporting.NarrowedError) as e:
-        importer.export(ChunkLoop(), (torch.randn(1, 16, 4, 16),), 1, 1, 128)
+        importer.export(MaskedChunkLoop() if masked else ChunkLoop(), args, 1, 1, 128)
     assert e.value.kept == (2, 64), e.value.kept
 
 
-def test_chunk_loop_matches_eager():
-    """[1, 128] as a program per chunk count (T = 1 on its own): min, odd, a partial second chunk, the max."""
-    model = ChunkLoop()
-    npu = compile_torch(model, torch.randn(1, 16, 4, 16), min_len=1, max_len=128, cache=False)
+@pytest.mark.parametrize("masked", [False, True])
+def test_chunk_loop_matches_eager(masked):
+    """[1, 128] as a program per chunk count (T = 1 on its own): min, odd, a partial second chunk, the max;
+    the mask's last quarter zero."""
+    model = MaskedChunkLoop() if masked else ChunkLoop()
+
+    def inputs(n, seed):
+        x = torch.randn(1, n, 4, 16, generator=torch.Generator().manual_seed(seed))
+        mask = torch.ones(1, n)
+        mask[:, n - n // 4 :] = 0
+        return (x, mask) if masked else (x,)
+
+    npu = compile_torch(model, *inputs(16, 0), min_len=1, max_len=128, cache=False)
     for n in (1, 2, 37, 64, 67, 128):
-        x = torch.randn(1, n, 4, 16, generator=torch.Generator().manual_seed(n))
-        torch.testing.assert_close(npu(x, check_hazards=n == 67), model(x), rtol=1e-4, atol=1e-4)
+        a = inputs(n, n)
+        torch.testing.assert_close(npu(*a, check_hazards=n == 67), model(*a), rtol=1e-4, atol=1e-4)
