@@ -58,6 +58,8 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
     if whole and kept != need:  # the named-Dim trace records the same guards, or loses them (an int() of a float)
         where = "; ".join(w for _, w, _ in guards.failing(prog, *need)[: guards.SHOWN])
         prog = guards.narrowing(_excluded_by(conds, need, kept) + (f" Recorded at {where}." if where else ""), conds)
+    elif not whole and (cut := _branch_cut(prog, need, at)) is not None:
+        prog, kept = cut
     elif not whole:
         spec = _dyn(module, args, dynamic_dim, Dim("T", min=lo, max=hi))
         prog = export_spec(module, args, spec, raise_error=False, dim=dynamic_dim)
@@ -75,6 +77,24 @@ def export(module, args, dynamic_dim: int, lo: int, hi: int, need_lo: int | None
     if kept:
         msg += f" The part it can trace is [{kept[0]}, {kept[1]}]."
     raise NarrowedError(msg + " Compile the lengths outside it separately (min_len == max_len).", kept, first)
+
+
+def _branch_cut(prog, need, at: int):
+    """(narrowing, kept) when the Dim.DYNAMIC trace, narrowed by torch, has a guard in one size symbol (a
+    branch it took at the example: a chunk count) false at lengths >= 2 that `need` holds: the named-Dim
+    trace, from the same example, takes the same branch and records the same guard, so it narrows as well
+    (its two traces cost qwen3_5_text 35-90 s, 180 s with a mask). Each tensor's symbol stands for the length
+    (as a named Dim ties them): `kept` is the run around the example where all the guards hold, within
+    where all the symbols' ranges meet. None: the named-Dim traces decide."""
+    ranges = _ranges(prog) if prog is not None else []
+    if not ranges:
+        return None
+    lo, hi = max([need[0]] + [r[0] for r in ranges]), min([need[1]] + [r[1] for r in ranges])
+    if lo > hi or not guards.failing(prog, max(lo, 2), hi):
+        return None
+    conds = guards.recorded(prog)
+    kept = guards.kept_interval(conds, lo, hi, at)
+    return (guards.narrowing(_excluded_by(conds, need, kept), conds), kept) if kept else None
 
 
 def _kept(conds, need, at: int) -> tuple[int, int] | None:

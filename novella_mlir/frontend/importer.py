@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch.fx.experimental import _config as fx_config
 from torch_mlir import ir
 from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 
 from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
-from . import dtypes, explain, exporting, ties
+from . import dtypes, explain, exporting, guards, ties
 from .complex_pairs import complex_as_pairs
 from .hops import inline_wrappers
 from .own_decompositions import own_decompositions
@@ -39,6 +40,11 @@ NEEDED_DECOMPOSITIONS = (
 # of two tensors -> minimum/maximum, `repeat_interleave` by an int -> expand and view, `W.T` -> permute.
 COMPOSITE_DECOMPOSITIONS = ("diff.default", "to.device", "min.other", "max.other", "repeat_interleave.self_int",
                             "numpy_T.default")  # fmt: skip
+
+
+# the functional ops the retrace makes of a write into a view (`x[..., i, :i] = row`): their decompositions go
+# in the same table as the graph's own, so one retrace both functionalizes and decomposes
+FUNCTIONAL_FORMS = frozenset({torch.ops.aten.slice_scatter.default, torch.ops.aten.select_scatter.default})
 
 
 @dataclass
@@ -90,7 +96,7 @@ def decomposition_table(graph_targets, generic: bool = True) -> dict:
     aten = torch.ops.aten
     wanted = {getattr(aten, n) for n in NEEDED_DECOMPOSITIONS if hasattr(aten, n)}
     composite = {_overload(n) for n in COMPOSITE_DECOMPOSITIONS} | unlowered_composites(graph_targets)
-    own = own_decompositions(graph_targets)
+    own = own_decompositions(set(graph_targets) | (FUNCTIONAL_FORMS if any(map(_mutates, graph_targets)) else set()))
     if any(
         getattr(t, "overloadpacket", None) in wanted and t in table or t in composite | set(own) for t in graph_targets
     ):
@@ -187,6 +193,13 @@ def export_spec(module: torch.nn.Module, args, dynamic_shapes):
         return exporting.export_spec(module, args, dynamic_shapes)
 
 
+def differs_at_one(module, args, dynamic_shapes, prog) -> str | None:
+    """`exporting.differs_at_one`, its traces at 1 made as the spec's export was (the same Python kernels,
+    torch's fake-tensor cache off: see `uncached_fake_dispatch`)."""
+    with explain.quiet(), symbolic_kernels(), every_frame(), uncached_fake_dispatch():
+        return exporting.differs_at_one(module, args, dynamic_shapes, prog)
+
+
 def symbol_names(prog, args, dynamic_shapes, module) -> dict:
     return exporting.symbol_names(prog, args, dynamic_shapes, module)
 
@@ -275,8 +288,7 @@ def _decompose(prog, fixed, generic: bool = True):
     rounds = 0
     while table or any(_mutates(t) for t in targets):
         prog.graph_module.recompile()  # run_decompositions retraces the code
-        with explain.quiet(), symbolic_kernels(), uncached_fake_dispatch():
-            prog = prog.run_decompositions(table)
+        prog = _retraced(prog, table)
         exporting.strip_asserts(prog, recompile=False)
         targets = {n.target for n in prog.graph.nodes if n.op == "call_function"}
         more = {} if fixed is not None or rounds == 3 else decomposition_table(targets, generic)
@@ -284,6 +296,27 @@ def _decompose(prog, fixed, generic: bool = True):
             break
         table, rounds = {**table, **more}, rounds + 1
     return prog, table
+
+
+def _retraced(prog, table):
+    """`prog.run_decompositions(table)`, traced size-obliviously as `exporting.export` traces: a
+    retrace that evaluates every size check at the example's sizes specializes what the export kept
+    symbolic (a chunk count of 1 at the example made static, the 64 rows of a chunk a
+    `(T + pad) // ((T + pad) // 64)`, which costs qwen3_5_text ~1,200 guards and two thirds of its
+    compile). A guard the retrace adds that is false somewhere in the range is a refusal, not a program
+    for the example's length only."""
+    start = guards.guard_count(prog)
+    with explain.quiet(), symbolic_kernels(), uncached_fake_dispatch(), fx_config.patch(backed_size_oblivious=True):
+        out = prog.run_decompositions(table)
+    bad = guards.failing_since(out, start)
+    if bad:
+        expr, where, lengths = bad[0]
+        raise NovellaError(
+            f"{where}: decomposing the exported program assumed {guards.describe(expr)}, which is false for "
+            f"{guards.lengths_in_words(lengths)}: the decomposition would hold at some lengths only. Compile those "
+            "lengths as a range of their own (min_len/max_len), or report the op"
+        )
+    return out
 
 
 def check_outputs(prog) -> None:

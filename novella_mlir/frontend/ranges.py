@@ -16,7 +16,7 @@ import torch
 from .. import artifact as art_mod
 from ..artifact.cache_key import traced
 from ..errors import InputError, NovellaError
-from . import dynspec, exporting, guard_classes, guards, importer
+from . import dynspec, guard_classes, guards, importer
 from .exporting import ONE_GUARD, NarrowedError
 
 
@@ -54,7 +54,7 @@ def _export(module, args, dynamic_dim, lo, hi, need_lo=None, need_hi=None, join=
 def _export_spec(module, args, spec):
     """The program of a Dim spec and the Dim whose trace at 1 differs from it, if any."""
     prog = importer.export_spec(module, args, spec)
-    return prog, exporting.differs_at_one(module, args, spec, prog)
+    return prog, importer.differs_at_one(module, args, spec, prog)
 
 
 def _export_static(module, args):
