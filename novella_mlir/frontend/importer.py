@@ -305,9 +305,16 @@ def _retraced(prog, table):
     `(T + pad) // ((T + pad) // 64)`, which costs qwen3_5_text ~1,200 guards and two thirds of its
     compile). A guard the retrace adds that is false somewhere in the range is a refusal, not a program
     for the example's length only."""
-    start = guards.guard_count(prog)
+    start, syms = guards.guard_count(prog), guards.input_symbols(prog)
     with explain.quiet(), symbolic_kernels(), uncached_fake_dispatch(), fx_config.patch(backed_size_oblivious=True):
         out = prog.run_decompositions(table)
+    lost = sorted(syms - guards.input_symbols(out))
+    if lost:
+        raise NovellaError(
+            f"decomposing the exported program fixed the length (its size symbol {lost[0]}) at the example's value instead of keeping "
+            "it symbolic (torch's retrace specialized it): compile from an example at another length, or a "
+            "narrower range (min_len/max_len)"
+        )
     bad = guards.failing_since(out, start)
     if bad:
         expr, where, lengths = bad[0]

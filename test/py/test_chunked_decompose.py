@@ -148,3 +148,13 @@ def test_chunk_loop_matches_eager(masked):
     for n in (1, 2, 37, 64, 67, 128):
         a = inputs(n, n)
         torch.testing.assert_close(npu(*a, check_hazards=n == 67), model(*a), rtol=1e-4, atol=1e-4)
+
+
+def test_a_retrace_that_fixes_the_length_is_refused(monkeypatch):
+    """torch's retrace may specialize the length to the example's value without a guard (seen on
+    qwen3_5_text at one hash seed in four): the program would hold at the example only. Refused."""
+    prog = _exported(at=64)
+    static = torch.export.export(Chunked(), (torch.randn(1, 64, 4, 16),), strict=False)
+    monkeypatch.setattr(type(prog), "run_decompositions", lambda self, table: static)
+    with pytest.raises(NovellaError, match=r"fixed the length \(its size symbol s\d+\) at the example"):
+        importer._retraced(prog, {})
