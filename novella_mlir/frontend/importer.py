@@ -301,27 +301,18 @@ def _decompose(prog, fixed, generic: bool = True):
 def _retraced(prog, table):
     """`prog.run_decompositions(table)`, traced size-obliviously as `exporting.export` traces: a
     retrace that evaluates every size check at the example's sizes specializes what the export kept
-    symbolic (a chunk count of 1 at the example made static, the 64 rows of a chunk a
-    `(T + pad) // ((T + pad) // 64)`, which costs qwen3_5_text ~1,200 guards and two thirds of its
-    compile). A guard the retrace adds that is false somewhere in the range is a refusal, not a program
-    for the example's length only."""
-    start, syms = guards.guard_count(prog), guards.input_symbols(prog)
+    symbolic (the 64 rows of a chunk a `(T + pad) // ((T + pad) // 64)`, which costs qwen3_5_text
+    ~1,200 guards and two thirds of its compile). A retrace that drops the length's symbol (torch fixed it
+    at the example's value) is a refusal, not a program for the example's length only."""
+    syms = guards.input_symbols(prog)
     with explain.quiet(), symbolic_kernels(), uncached_fake_dispatch(), fx_config.patch(backed_size_oblivious=True):
         out = prog.run_decompositions(table)
     lost = sorted(syms - guards.input_symbols(out))
     if lost:
         raise NovellaError(
-            f"decomposing the exported program fixed the length (its size symbol {lost[0]}) at the example's value instead of keeping "
-            "it symbolic (torch's retrace specialized it): compile from an example at another length, or a "
-            "narrower range (min_len/max_len)"
-        )
-    bad = guards.failing_since(out, start)
-    if bad:
-        expr, where, lengths = bad[0]
-        raise NovellaError(
-            f"{where}: decomposing the exported program assumed {guards.describe(expr)}, which is false for "
-            f"{guards.lengths_in_words(lengths)}: the decomposition would hold at some lengths only. Compile those "
-            "lengths as a range of their own (min_len/max_len), or report the op"
+            f"decomposing the exported program fixed the length (its size symbol {lost[0]}) at the example's "
+            "value instead of keeping it symbolic (torch's retrace specialized it): compile from an example at "
+            "another length, or a narrower range (min_len/max_len)"
         )
     return out
 

@@ -53,18 +53,16 @@ def test_the_chunk_stays_static_and_the_count_symbolic():
         torch.testing.assert_close(out.module()(x), Chunked()(x), rtol=1e-5, atol=1e-5)
 
 
-def test_a_retrace_that_specializes_is_refused(monkeypatch):
-    """Traced at the example's sizes (not size-obliviously) the retrace fixes the chunk count at 1: a
-    refusal naming the assumption and the lengths where it is false, not a program for T <= 64 only."""
-
-    class Plain:
-        @staticmethod
-        def patch(**kw):
-            return fx_config.patch(backed_size_oblivious=False)
-
-    monkeypatch.setattr(importer, "fx_config", Plain)
-    with pytest.raises(NovellaError, match=r"decomposing the exported program assumed .*false for T in \[65, 128\]"):
-        importer._decompose(_exported(), None)
+def test_a_retrace_at_the_example_sizes_assumes_one_chunk():
+    """Why the retrace is size-oblivious: traced at the example's sizes it assumes the chunk count of the
+    example (1), which is false for T in [65, 128]."""
+    prog = _exported()
+    before = guards.guard_count(prog)
+    prog.graph_module.recompile()
+    with fx_config.patch(backed_size_oblivious=False):
+        out = prog.run_decompositions(importer.decomposition_table({n.target for n in prog.graph.nodes}, True))
+    bad = guards.failing_since(out, before)
+    assert bad and any(set(range(65, 129)) <= set(lengths) for _, _, lengths in bad)
 
 
 @pytest.mark.parametrize("lengths", [(1, 2, 37, 64)])
