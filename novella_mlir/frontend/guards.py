@@ -284,17 +284,6 @@ def failing_since(prog, start: int) -> list[tuple]:
     return out
 
 
-def input_symbols(prog) -> set:
-    """The size symbols of the program's inputs (a retrace that specializes one drops it)."""
-    out = set()
-    for n in prog.graph.nodes:
-        v = n.meta.get("val") if n.op == "placeholder" else None
-        for d in v.shape if isinstance(v, torch.Tensor) else ():
-            if isinstance(d, torch.SymInt):
-                out |= {str(x) for x in d.node.expr.free_symbols}
-    return out
-
-
 def guard_count(prog) -> int:
     env = shape_env(prog)
     return len(env.guards) if env is not None else 0

@@ -21,7 +21,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
-from . import dtypes, explain, exporting, guards, ties
+from . import dtypes, explain, exporting, ties
 from .complex_pairs import complex_as_pairs
 from .hops import inline_wrappers
 from .own_decompositions import own_decompositions
@@ -304,10 +304,10 @@ def _retraced(prog, table):
     symbolic (the 64 rows of a chunk a `(T + pad) // ((T + pad) // 64)`, which costs qwen3_5_text
     ~1,200 guards and two thirds of its compile). A retrace that drops the length's symbol (torch fixed it
     at the example's value) is a refusal, not a program for the example's length only."""
-    syms = guards.input_symbols(prog)
+    syms = set(_input_symbols(prog))
     with explain.quiet(), symbolic_kernels(), uncached_fake_dispatch(), fx_config.patch(backed_size_oblivious=True):
         out = prog.run_decompositions(table)
-    lost = sorted(syms - guards.input_symbols(out))
+    lost = sorted(map(str, syms - set(_input_symbols(out))))
     if lost:
         raise NovellaError(
             f"decomposing the exported program fixed the length (its size symbol {lost[0]}) at the example's "
@@ -425,6 +425,17 @@ def _symbols(prog, names: dict | None = None):
     """One affine symbol per size symbol of the user inputs, in order of first use, named after its Dim
     (`names`: sympy symbol -> Dim name; default "T" for the first). A retrace may add unbacked symbols
     no input has; they are dropped."""
+    syms, positions = [], {}
+    for i, s in enumerate(_input_symbols(prog)):
+        vr = prog.range_constraints[s]
+        positions[s] = i
+        name = (names or {}).get(s) or ("T" if i == 0 else str(s))
+        syms.append(sy.Symbol(i, name, int(vr.lower), int(vr.upper)))
+    return syms, positions
+
+
+def _input_symbols(prog) -> list:
+    """The size symbols of the user inputs that have a range, in order of first use."""
     order = []
     for n in prog.graph.nodes:
         val = n.meta.get("val") if n.op == "placeholder" and _is_user_input(prog, n) else None
@@ -435,13 +446,7 @@ def _symbols(prog, names: dict | None = None):
             for s in sorted(getattr(e, "free_symbols", ()), key=str):
                 if s in prog.range_constraints and s not in order:
                     order.append(s)
-    syms, positions = [], {}
-    for i, s in enumerate(order):
-        vr = prog.range_constraints[s]
-        positions[s] = i
-        name = (names or {}).get(s) or ("T" if i == 0 else str(s))
-        syms.append(sy.Symbol(i, name, int(vr.lower), int(vr.upper)))
-    return syms, positions
+    return order
 
 
 def _shape(node, chosen: dict):

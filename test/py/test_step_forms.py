@@ -118,9 +118,8 @@ def test_decode_fields_by_forms_equal_the_readable_evaluator(lm):
         sess.pool.release(table)
 
 
-def test_packed_rows_hold_each_fields_place_and_range(lm):
-    """`_step_numba.pack`: the 16 bytes per field row the patch reads decode to the row's word, lane,
-    offset, mask, range, paged flag and constant."""
+def _bucket_at_299(lm):
+    """The decode stepper's bucket for one sequence at past 299 (its pages reserved, then released)."""
     sess = lm.session()
     st = sess.steppers["decode"]
     table = BlockTable()
@@ -128,17 +127,24 @@ def test_packed_rows_hold_each_fields_place_and_range(lm):
     try:
         st.words((299,), np.asarray(table.blocks, np.int64))
         b, _ = st.bucket((299,))
-        code, const = b.hot[:, 0], b.hot[:, 1]
-        bits, signed = (code >> 12) & 127, (code >> 22) & 1
-        f = b.fields
-        assert (code >> 24).tolist() == f[:, 0].tolist() and (code & 3).tolist() == f[:, 1].tolist()
-        assert ((code >> 2) & 63).tolist() == f[:, 2].tolist() and ((1 << bits) - 1).tolist() == f[:, 3].tolist()
-        assert np.where(signed, -(1 << (bits - 1)), 0).tolist() == f[:, 4].tolist()
-        assert np.where(signed, (1 << (bits - 1)) - 1, (1 << bits) - 1).tolist() == f[:, 5].tolist()
-        assert ((code >> 23) & 1).tolist() == f[:, 9].tolist() and const.tolist() == f[:, 14].tolist()
-        assert f[:, 9].any()  # page addresses are among them
+        return b
     finally:
         sess.pool.release(table)
+
+
+def test_packed_rows_hold_each_fields_place_and_range(lm):
+    """`_step_numba.pack`: the 16 bytes per field row the patch reads decode to the row's word, lane,
+    offset, mask, range, paged flag and constant."""
+    b = _bucket_at_299(lm)
+    code, const = b.hot[:, 0], b.hot[:, 1]
+    bits, signed = (code >> 12) & 127, (code >> 22) & 1
+    f = b.fields
+    assert (code >> 24).tolist() == f[:, 0].tolist() and (code & 3).tolist() == f[:, 1].tolist()
+    assert ((code >> 2) & 63).tolist() == f[:, 2].tolist() and ((1 << bits) - 1).tolist() == f[:, 3].tolist()
+    assert np.where(signed, -(1 << (bits - 1)), 0).tolist() == f[:, 4].tolist()
+    assert np.where(signed, (1 << (bits - 1)) - 1, (1 << bits) - 1).tolist() == f[:, 5].tolist()
+    assert ((code >> 23) & 1).tolist() == f[:, 9].tolist() and const.tolist() == f[:, 14].tolist()
+    assert f[:, 9].any()  # page addresses are among them
     row = np.zeros((1, 15), np.int64)  # a signed 24-bit field (row_start) of word 70000, lane 2, offset 24
     row[0, :6] = 70000, 2, 24, (1 << 24) - 1, -(1 << 23), (1 << 23) - 1
     code = pack(row)[0, 0]
@@ -151,15 +157,7 @@ def test_share_by_hash_groups_as_the_lexicographic_unique(lm, monkeypatch):
     unique when every hash collides."""
     from novella_mlir.runtime import _step_numba, step
 
-    sess = lm.session()
-    st = sess.steppers["decode"]
-    table = BlockTable()
-    sess.pool.reserve(table, 300)
-    try:
-        st.words((299,), np.asarray(table.blocks, np.int64))
-        b, _ = st.bucket((299,))
-    finally:
-        sess.pool.release(table)
+    b = _bucket_at_299(lm)
 
     def groups_of(fields, forms, groups):
         """Per field row (by word and field): its evaluated forms rows and constant."""
