@@ -32,7 +32,8 @@ class Linear:
       rows fit one slab with a weight tile, every byte moves once, and the next weight tile loads under
       the current MATMUL.
 
-    The bias row is resident (one LOAD on the op's first step). The K loop accumulates in the accumulator; the epilogue (`Epilogue`: bias, activation, residual,
+    The bias row is resident (one LOAD on the op's first step), or with `bias_tile` each output block's
+    columns are LOADed with its epilogue (docs/design.md). The K loop accumulates in the accumulator; the epilogue (`Epilogue`: bias, activation, residual,
     layer norm) writes a two-slot output buffer on the last k step, whose STORE runs under the next
     step's compute. With `acc_slots` = 2 the accumulator has two halves, chosen by the parity of the
     output block (an address expression of the grid dims, not the step parity `--novella-schedule`
@@ -45,11 +46,13 @@ class Linear:
     exhaustive = False  # score every fitting candidate, no bound (bench/costmodel.py, which replaces `cost`)
 
     def _plan(self, target, cand, k, n, epi: Epilogue, plan_type=BufferPlan):
-        tm, tn, tk, ws, acc, ra = cand
+        tm, tn, tk, ws, acc, ra, bt = cand
         deferred = acc > 1
         plan = plan_type(target)
         plan.add("w", "spad", tn * k if ws == 1 else tn * tk, stream=ws != 1)
-        plan.add("bias", "spad", n)  # the whole bias row, loaded on the first step: one DMA per op
+        plan.add("bias", "spad", tn if bt else n, stream=bool(bt))  # its block's columns, or the whole row
+        if bt and deferred:
+            plan.add("bias2", "spad", tn)
         plan.add("a", "spad", tm * k if ws == 2 else tm * tk, stream=ws != 2)
         plan.add("out", "spad", tm * tn, stream=True)
         if deferred:  # the last block's own output buffer
@@ -83,9 +86,9 @@ class Linear:
         * two halves: deferred to the next block along grid dim 1, on its first k step, beside its MATMUL
           (the step's chain is the longer of the two), with that step's residual load and the STORE;
           dim 1's last block runs its own after its MATMUL, as with one half."""
-        (m, k, n, epi), (tm, tn, tk, ws, acc, ra) = dims, cand
+        (m, k, n, epi), (tm, tn, tk, ws, acc, ra, bt) = dims, cand
         n_blocks, k_steps = -(-n // tn), k // tk
-        steps, known, tiles = [], lc.steps_of(target, k, n, epi), (tn, tk, ws, acc, ra)
+        steps, known, tiles = [], lc.steps_of(target, k, n, epi), (tn, tk, ws, acc, ra, bt)
 
         def add(r, count, j, head, deferred):
             if count:  # `cm.pipeline` drops empty groups
@@ -144,7 +147,7 @@ class Linear:
             tms = [tile_m] if tile_m else target.array_tiles(16)
             tns = ([n] if n <= target.max_cols else []) if epi.norm else target.col_tiles(n)
             tks = target.divisors(k, target.array_rows)
-            return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1, 0), k, n, epi)
+            return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1, 0, 0), k, n, epi)
         dims = (m, k, n, epi)
         if self.exhaustive:
             best = min((self.cost(target, dims, c), -c[0], -c[1], i) for i, c in enumerate(cands))
@@ -181,7 +184,7 @@ class Linear:
         best = self.choose(target, m, k, n, Epilogue.of(op), options)
         if best[0] is None:
             best[2].check()
-        (tm, tn, tk, ws, acc, ra), plan = best[1], best[2]
+        (tm, tn, tk, ws, acc, ra, bt), plan = best[1], best[2]
         m_grid = sy.ceildiv(tv.rows(0), tm)
         grid = (
             [sy.const(-(-n // tn)), m_grid, sy.const(k // tk)]
@@ -193,6 +196,8 @@ class Linear:
             tiles["spread"] = 1
         if ra:
             tiles["res_acc"] = 1
+        if bt:
+            tiles["bias_tile"] = 1
         return Tiling(tiles, grid, plan.buffers)
 
     def macro(self, op, tv, t, b):
@@ -217,8 +222,9 @@ class Linear:
             b.load_rows("a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(g.md) * tm,
                         row_bound=g.m_total, rows=g.rows, cols=tk)  # fmt: skip
         at_first = first(0) + first(1) + first(2)
-        rows = _bias_rows(n, MAX_COLS)
-        b.load_block("bias", 2, dram_offset=0, rows=rows, cols=n // rows, when=at_first)
+        if not g.bias_tile:
+            rows = _bias_rows(n, MAX_COLS)
+            b.load_block("bias", 2, dram_offset=0, rows=rows, cols=n // rows, when=at_first)
         if g.epi.norm:
             for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
                 b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=at_first)
@@ -227,7 +233,7 @@ class Linear:
         if g.spread:  # the previous block's epilogue, on the vector unit under this block's MATMULs
             emit_spread_epilogue(g, g.previous())
         elif g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
-            emit_epilogue(g, g.previous(), ("res", "out"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
+            emit_epilogue(g, g.previous(), ("res", "out", "bias"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
         acc = _acc_half(t, b)
         if g.res_acc:  # the residual block is the accumulator's initial value
             b.load_rows("acc", 3, dram_offset=b.d(g.nd) * tn, dram_stride=n, row_start=b.d(g.md) * tm,
@@ -240,9 +246,9 @@ class Linear:
               transpose_b=1)  # fmt: skip
         current = (b.d(g.nd), g.rows, b.d(g.md) * tm, acc)
         if g.deferred:  # the epilogue of dim 1's last block, after its own MATMUL
-            emit_epilogue(g, current, ("res2", "out2"), last(1, g.grid[1]) + g.last_k)
+            emit_epilogue(g, current, ("res2", "out2", "bias2"), last(1, g.grid[1]) + g.last_k)
         else:
-            emit_epilogue(g, current, ("res", "out"), g.last_k)
+            emit_epilogue(g, current, ("res", "out", "bias"), g.last_k)
 
 
 def _chain_loads(ops) -> None:
@@ -270,6 +276,7 @@ class _Geometry:
         self.ws = t.tiles.get("ws", 1)
         self.deferred = t.tiles.get("acc_slots", 1) > 1
         self.res_acc = bool(t.tiles.get("res_acc", 0))
+        self.bias_tile = bool(t.tiles.get("bias_tile", 0))
         self.nd, self.md = (0, 1) if self.ws == 1 else (1, 0)
         self.k, self.n, self.m_total = tv.cols(0), tv.static(1, 0), tv.rows(0)
         self.eps = op.attributes["norm_eps"].value if self.epi.norm or self.epi.pre_norm else 0.0
@@ -324,9 +331,11 @@ def _choose(kernel, target, m, k, n, epi, tile_m):
 
 @memoized
 def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
-    """The candidates (tm, tn, tk, ws, acc_slots, res_acc) whose buffers fit, in search order; they do not
-    depend on M (memoized: the search runs for every planned M). `res_acc` (the residual loaded into the
-    accumulator, `Epilogue.res_in_acc`) is a choice where the epilogue allows it and the k loop has two steps."""
+    """The candidates (tm, tn, tk, ws, acc_slots, res_acc, bias_tile) whose buffers fit, in search order; they
+    do not depend on M (memoized: the search runs for every planned M). `res_acc` (the residual loaded into
+    the accumulator, `Epilogue.res_in_acc`) is a choice where the epilogue allows it and the k loop has two
+    steps. `bias_tile` (each output block's bias columns loaded with its epilogue, not the whole row on the
+    first step) only where it lets a larger tk fit: with the same tiles it is one DMA per block more."""
     tms = [tile_m] if tile_m else target.array_tiles(16)
     tns = ([n] if n <= target.max_cols else []) if epi.norm else target.col_tiles(n)
     tks = target.divisors(k, target.array_rows)
@@ -342,16 +351,28 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
                     and (acc != lc.SPREAD or epi.spreads(k // t, ra))
                 ]
                 for tm in tms:
-                    first = len(ra_tks)
-                    # ws = 0: halves alternate over n; ws = 2: a slab read by one column block is ws = 0
-                    for tn in [t for t in tns if (acc == 1 or ws == 1 or n > t) and (ws != 2 or n > t)]:
-                        # largest first: a smaller tn fits from the same tk on, or sooner
-                        fits = lambda i, c=(tm, tn, ws, acc, ra), ks=ra_tks: kernel._plan(  # noqa: E731
-                            target, (c[0], c[1], ks[i], c[2], c[3], c[4]), k, n, epi, _Usage
-                        ).fits()
-                        first = _first_true(first, fits)
-                        cands += [(tm, tn, tk, ws, acc, ra) for tk in ra_tks[first:]]
+                    cands += _by_tn(kernel, target, k, n, epi, tns, ra_tks, (tm, ws, acc, ra))
     return tuple(cands)
+
+
+def _by_tn(kernel, target, k, n, epi, tns, tks, c) -> list:
+    """`_fitting`'s candidates of c = (tm, ws, acc, res_acc) over the column tiles `tns` and the k tiles `tks`
+    (largest first): a smaller tn fits from the same tk on, or sooner, so the fitting tks of each are a
+    tail of `tks`, found by bisection from the previous tn's (per bias form)."""
+    tm, ws, acc, ra = c
+    out, firsts = [], [len(tks)] * 2
+    # ws = 0: halves alternate over n; ws = 2: a slab read by one column block is ws = 0
+    for tn in [t for t in tns if (acc == 1 or ws == 1 or n > t) and (ws != 2 or n > t)]:
+        for bt in (0, 1) if n > tn else (0,):
+
+            def fits(i, tn=tn, bt=bt) -> bool:
+                return kernel._plan(target, (tm, tn, tks[i], ws, acc, ra, bt), k, n, epi, _Usage).fits()
+
+            firsts[bt] = _first_true(firsts[bt], fits)
+        out += [(tm, tn, tk, ws, acc, ra, 0) for tk in tks[firsts[0] :]]
+        if n > tn:
+            out += [(tm, tn, tk, ws, acc, ra, 1) for tk in tks[firsts[1] : firsts[0]]]
+    return out
 
 
 # ------------------------------------------------------------------ epilogue fusion (--novella-legalize)

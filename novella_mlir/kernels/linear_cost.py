@@ -89,9 +89,9 @@ def steps_of(target, k, n, epi) -> dict:
 def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
     first step, loading what stays resident; `deferred`: two accumulator halves, the epilogue in the next
-    block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc, res_acc; the same at every M and
-    every tm >= r: remembered across the searches in `steps_of`)."""
-    tn, tk, ws, acc, in_acc = tiles
+    block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc, res_acc, bias_tile; the same at
+    every M and every tm >= r: remembered across the searches in `steps_of`)."""
+    tn, tk, ws, acc, in_acc, bias_tile = tiles
     k_steps = k // tk
     spread = deferred and acc == SPREAD
     at = j == (0 if deferred and not spread else k_steps - 1)  # the step with the STORE (and the epilogue)
@@ -100,6 +100,7 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
     residual_at = j == 0 if in_acc else at  # into the accumulator on the first k step, else with the epilogue
     moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (epi.residual and residual_at)
     moves += [(1, k, True)] * 2 * epi.pre_norm * head
+    moves += [(1, tn, True)] * (bias_tile and (j == 0 if spread else at))  # the block's bias, for its first VEC
     _, ld = cm.dmas(target, moves)
     lq = ld + target.issue_cycles * len(moves)  # one DMA chain (`linear._chain_loads`): latency in the fill
     st, sd = cm.dma(target, r, tn, contiguous=tn == n)
@@ -172,7 +173,7 @@ def lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
     one step of each output tile with the epilogue its STORE, and weight-stationary, on the first step of
     each column block (one slot), its MATMUL after the weight slab's load; input-stationary (ws = 2), the
     row slab loads on no step's floor. The fill is not negative."""
-    tm, tn, tk, ws, acc, _ = np.asarray(cands, dtype=np.int64).reshape(-1, 6).T
+    tm, tn, tk, ws, acc, _, _ = np.asarray(cands, dtype=np.int64).reshape(-1, 7).T
     blocks, k_steps = -(-n // tn), k // tk
     full, rem = m // tm, m % tm
     w_reads = np.where(ws == 1, 1, full + (rem > 0))

@@ -12,17 +12,18 @@ from .normalization import emit_norm
 
 
 def emit_epilogue(g, block, bufs, when) -> None:
-    """Bias (the block's columns of the resident bias row), act, residual and norm of one output block (its
-    column block, rows, first row and accumulator offset), loading its residual into `bufs` and storing it
-    from the last of them."""
-    b, (res, out), (col, rows, row0, acc) = g.b, bufs, block
+    """Bias (the block's columns of the resident bias row, or of its bias tile), act, residual and norm of one
+    output block (its column block, rows, first row and accumulator offset), loading its residual (and bias
+    tile) into `bufs` (residual, output, bias) and storing it from the output."""
+    b, (res, out, bias), (col, rows, row0, acc) = g.b, bufs, block
     tn, n, epi = g.tn, g.n, dataclasses.replace(g.epi, residual=False) if g.res_acc else g.epi
     out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total, sram_stride=tn)
     cols = g.cols(col)
     if epi.residual:
         b.load_rows(res, 3, **out_tile, rows=rows, cols=cols, when=when)
     geo = dict(rows=rows, cols=cols, dst_stride=tn, a_stride=tn, b_stride=tn, when=when)
-    b.vop("ADD", out, "acc", "bias", mode="ROW", a_offset=acc, b_offset=col * tn, **geo)
+    bias, at = _bias_at(g, col, cols, bias, when)
+    b.vop("ADD", out, "acc", bias, mode="ROW", a_offset=acc, **at, **geo)
     emit_act(b, epi.act, out, "tmp", rows, cols, tn, when=when)
     if epi.residual:
         b.vop("ADD", out, out, res, **geo)
@@ -42,16 +43,26 @@ def emit_spread_epilogue(g, block) -> None:
     out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total, sram_stride=tn)
     geo = dict(rows=rows, cols=g.cols(col), dst_stride=tn, a_stride=tn, b_stride=tn)
     ops = _InAcc(acc)
-    ops.vop("ADD", "acc", "acc", "bias", mode="ROW", b_offset=col * tn, **geo)
+    at = lambda j: [("eq", b.d(2) - j), ("ge", b.d(1) - 1)]  # noqa: E731
+    bias, offset = _bias_at(g, col, geo["cols"], "bias", at(0))
+    ops.vop("ADD", "acc", "acc", bias, mode="ROW", **offset, **geo)
     emit_act(ops, epi.act, "acc", "tmp", geo["rows"], geo["cols"], tn, out="acc" if epi.residual else "out")
     if epi.residual:
         ops.vop("ADD", "out", "acc", "res", **geo)
-    at = lambda j: [("eq", b.d(2) - j), ("ge", b.d(1) - 1)]  # noqa: E731
     if epi.residual:
         b.load_rows("res", 3, **out_tile, rows=rows, cols=geo["cols"], when=at(k_steps - 1))
     for (args, kw), j in zip(ops.calls, lc.spread_steps(len(ops.calls), k_steps)):
         b.vop(*args, **kw, when=at(j))
     b.store_rows("out", **out_tile, rows=rows, cols=geo["cols"], when=at(k_steps - 1))
+
+
+def _bias_at(g, col, cols, tile: str, when) -> tuple[str, dict]:
+    """(buffer, offset) of the bias ADD's operand: the block's columns of the resident row `bias`, or, with a
+    bias tile, the tile `tile` this LOADs (under the epilogue's guard `when`)."""
+    if not g.bias_tile:
+        return "bias", {"b_offset": col * g.tn}
+    g.b.load_block(tile, 2, dram_offset=col * g.tn, dram_stride=g.n, rows=1, cols=cols, sram_stride=g.tn, when=when)
+    return tile, {}
 
 
 class _InAcc:

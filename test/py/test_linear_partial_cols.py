@@ -57,7 +57,7 @@ def test_partial_last_column_tile_in_each_order(monkeypatch, ws, acc, ra):
 
     want = (ws, acc, ra)
     monkeypatch.setattr(
-        Linear, "cost", lambda self, t, dims, cand: float(cand[3:] != want) + 0.5 * (dims[2] % cand[1] == 0)
+        Linear, "cost", lambda self, t, dims, cand: float(cand[3:6] != want or cand[6]) + 0.5 * (dims[2] % cand[1] == 0)
     )
     monkeypatch.setattr(Linear, "exhaustive", True)
     torch.manual_seed(0)
