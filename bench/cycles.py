@@ -176,12 +176,17 @@ def per_op(workload: str, config_name: str, length: int, max_len: int) -> list[d
     per_cycle = cfg.clock_ghz * 1000.0
     first, last = np.full(len(prog.spans), np.inf), np.zeros(len(prog.spans))
     busy = np.zeros((len(prog.spans), 4))
+    dmas = []  # (start, end, op) of every LOAD's and STORE's data phase (it ends the transfer)
+    data_cycles = _data_cycles(prog.words, cfg.dram_bytes_per_cycle)
     for ev in run.trace.events:
         i = owner[ev["args"]["index"]] if ev.get("ph") == "X" and "index" in ev.get("args", {}) else -1
         if i >= 0:
             start, end = ev["ts"] * per_cycle, (ev["ts"] + ev["dur"]) * per_cycle
             first[i], last[i] = min(first[i], start), max(last[i], end)
             busy[i, ev["tid"] - 1] += end - start
+            data = data_cycles.get(ev["args"]["index"])
+            if data is not None:
+                dmas.append((end - data, end, i, ev["tid"] == 1))
     rows: dict = {}
     for i, (name, a, b) in enumerate(prog.spans):
         words = prog.words[a:b]
@@ -208,6 +213,41 @@ def per_op(workload: str, config_name: str, length: int, max_len: int) -> list[d
         )
     covered = sum(r["span"] for r in out)
     print(f"{'between ops':>22} {'':>5} {int(run.stats.cycles - covered):>10} {1 - covered / run.stats.cycles:>6.1%}")
+    idle = _dram_idle(dmas)
+    print("DRAM channel idle: " + ", ".join(f"{k} {int(v)} ({v / run.stats.cycles:.1%})" for k, v in idle.items()))
+    return out
+
+
+def _data_cycles(words, bytes_per_cycle) -> dict:
+    """{word index: DRAM data cycles} of every LOAD and STORE (the rows inside the tensor, no burst rounding)."""
+    out = {}
+    for i, inst in enumerate(isa.decode_program(words)):
+        if inst.opcode in (isa.Opcode.LOAD, isa.Opcode.STORE):
+            out[i] = _dma_bytes([words[i]]) / bytes_per_cycle
+    return out
+
+
+def _dram_idle(dmas) -> dict:
+    """Cycles in which the DRAM channel moves no data, from the first transfer (start, end, op, is_load) to
+    the last: `at barriers`, in gaps whose neighbouring transfers belong to different ops; `op tails`, within an
+    op after its last LOAD's data (what loading the next op's first tiles early could fill); `in ops`, the
+    rest (an op's own pipeline)."""
+    last_load = {}
+    for _, e, i, load in dmas:
+        if load:
+            last_load[i] = max(last_load.get(i, 0.0), e)
+    out = dict.fromkeys(("at barriers", "op tails", "in ops"), 0.0)
+    end, op = None, None
+    for s, e, i, _ in sorted(dmas):
+        if end is not None and s > end:
+            if i != op:
+                out["at barriers"] += s - end
+            else:
+                tail = max(0.0, s - max(end, last_load.get(i, end)))
+                out["op tails"] += tail
+                out["in ops"] += s - end - tail
+        if end is None or e >= end:
+            end, op = e, i
     return out
 
 
