@@ -25,3 +25,10 @@ def test_per_op_adds_up_to_the_run(length, capsys):
         assert sum(r["busy"][k] for r in rows) == pytest.approx(stats.busy[unit], rel=1e-6), unit
     assert 0 < sum(r["span"] for r in rows) <= stats.cycles
     assert f"mlp default T={length}: {stats.cycles} cycles" in capsys.readouterr().out
+
+
+def test_dram_idle_splits_gaps_by_where_they_fall():
+    """Data phases (start, end, op, is_load): op 0 loads until 10 and stores 15-20, op 1 loads 25-30 and
+    40-50 and stores 55-60: 10-15 and 50-55 are op tails, 20-25 is at the barrier, 30-40 in op 1."""
+    dmas = [(0, 10, 0, True), (15, 20, 0, False), (25, 30, 1, True), (40, 50, 1, True), (55, 60, 1, False)]
+    assert cycles._dram_idle(dmas) == {"at barriers": 5.0, "op tails": 10.0, "in ops": 10.0}
