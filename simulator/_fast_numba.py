@@ -13,7 +13,7 @@ Tables (built by `fast_plan.Plan`): per instruction its queue, up to two
 popped and two pushed channels (-1: none), fixed duration (a compute
 instruction's work on its unit; -1: a DMA: `latency` + its DRAM data phase
 `data`), its execution unit (0 matrix, 1 vector, -1 none) and its accesses
-`acc_ids` (up to 4 span ids, -1: none), and `chain` (1: a chained LOAD, which starts when its
+`acc_ids` (up to 4 span ids, -1: none), and `chain` (1: a chained LOAD or STORE, which starts when its
 queue has issued, not when its engine is free). A span row: mem, write, lo, hi,
 addr, stride (>= 0), rows, cols, dense. The compute queue issues in order
 into the two units (`timing.ComputeUnits`: FIFOs of `depth`, the
@@ -151,7 +151,7 @@ def schedule(queue, pops, pushes, fixed, data, chain, latency, unit, ic, depth, 
     f_tail = np.zeros(4, np.int64)
     heads = np.zeros(3, np.int64)
     qfree = np.zeros(3, np.int64)
-    ifree = np.zeros(3, np.int64)  # a DMA queue's issue free: where a chained LOAD may start
+    ifree = np.zeros(3, np.int64)  # a DMA queue's issue free: where a chained DMA may start
     clocks = np.full((3, 3), -1, np.int64)
     clock = np.zeros(3, np.int64)
     win_seq = np.empty(win_off[-1], np.int64)

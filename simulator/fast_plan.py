@@ -39,7 +39,7 @@ _VEC = ("fn", "mode", "dst_mem", "dst_addr", "dst_stride", "rows", "a_mem", "a_a
 FAST_FIELDS = {
     Opcode.NOP: frozenset(_HEADER),
     Opcode.LOAD: frozenset(_HEADER + _DMA + ("cols", "chain")),  # chain: timing only (`chain` per word)
-    Opcode.STORE: frozenset(_HEADER + _DMA + ("cols",)),
+    Opcode.STORE: frozenset(_HEADER + _DMA + ("cols", "chain")),
     Opcode.MATMUL: frozenset(_HEADER + _MATMUL + ("k", "n")),
     Opcode.VEC: frozenset(_HEADER + _VEC + ("b_stride", "cols", "imm")),
 }
@@ -167,8 +167,9 @@ class Plan(Forms):
         self.fast = np.fromiter((h is not None for h in self.handler), bool, nr)
         self.compiled = bool(self.fast.all())
         self.fixed, self.unit, self.charged = self.r_fixed[kind], self.r_unit[kind], self.r_charged[kind]
-        chained = (rc == Opcode.LOAD) & (cols["chain"] != 0) if "chain" in cols else np.zeros(nr, bool)
-        self.chain = chained.astype(np.int64)[kind]  # per word: a chained LOAD (`TimingModel.start_time`)
+        dmas = (rc == Opcode.LOAD) | (rc == Opcode.STORE)
+        chained = dmas & (cols["chain"] != 0) if "chain" in cols else np.zeros(nr, bool)
+        self.chain = chained.astype(np.int64)[kind]  # per word: a chained LOAD/STORE (`TimingModel.start_time`)
         if self.compiled:
             self._access_tables()
         self.schedules: dict = {}  # check_hazards -> the compiled issue loop's result (`fast._schedule`)

@@ -219,13 +219,13 @@ _GATHER = _fields(
     ("cols", 2, 48, 12),
 )
 
-# LOAD only: the descriptor continues the previous DMA of the load queue (a scatter-gather chain).
+# LOAD and STORE: the descriptor continues the previous DMA of its queue (a scatter-gather chain).
 _CHAIN = _fields(("chain", 0, 59, 1))
 
 LAYOUT: dict[Opcode, tuple[Field, ...]] = {
     Opcode.NOP: HEADER,
     Opcode.LOAD: HEADER + _DMA + _CHAIN,
-    Opcode.STORE: HEADER + _DMA,
+    Opcode.STORE: HEADER + _DMA + _CHAIN,
     Opcode.MATMUL: HEADER + _MATMUL,
     Opcode.VEC: HEADER + _VEC,
     Opcode.GATHER: HEADER + _GATHER,

@@ -4,7 +4,7 @@ A DMA queue (load, store) issues in order onto its `dma_engines` (config
 `queues.*_dma_engines`; 1 by default: one instruction at a time): an
 instruction starts at max(queue issue free, an engine free, ready time of
 every token it pops), holds the queue for `issue_cycles`, then its engine
-for the latency and the data phase. A chained LOAD (`chain` = 1: the next
+for the latency and the data phase. A chained LOAD or STORE (`chain` = 1: the next
 descriptor of a scatter-gather list) does not wait for the engine: it starts
 when the queue has issued, so its latency runs under the chain's data. DMA data phases share one DRAM channel
 and move whole bursts. A token is ready when its pusher ends, and a DMA's
@@ -131,11 +131,11 @@ class DmaQueue:
         self.engines = [0] * engines
         self.issue_free = 0
         self.retired = 0
-        self.last = 0  # the engine of the latest DMA (a chained LOAD joins its chain)
+        self.last = 0  # the engine of the latest DMA (a chained DMA joins its chain)
 
     def free(self, chained: bool = False) -> int:
         """Cycle from which the next instruction can start: the queue has issued and an engine is free
-        (a chained LOAD: the queue has issued; the engine of its chain is still busy with it)."""
+        (a chained LOAD or STORE: the queue has issued; the engine of its chain is still busy with it)."""
         return self.issue_free if chained else max(self.issue_free, min(self.engines))
 
     def run(self, start: int, issue_cycles: int, end: int, chained: bool = False) -> tuple[int, int]:

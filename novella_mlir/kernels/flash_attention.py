@@ -60,7 +60,7 @@ from . import BufferPlan, Tiling, first, memoized, module_symbols, plan_lengths
 from . import flash_cost as fc
 from . import kv_cache as kv
 from .attention import NEG_FLOOR, SUM_FLOOR
-from .flash_decode import chained_loads, held_rows, load_query, mask_row
+from .flash_decode import chained_loads, held_rows, load_query, mask_row, plan_samples
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
@@ -182,7 +182,9 @@ def dims_of(g: Geometry, syms, lengths=None) -> fc.Dims:
     contiguous = tuple(not m for m in g.minor)
     masked = g.mask is not None
     page = min((info["page_size"] for info in g.paged.values()), default=0)
-    return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked, page)
+    return fc.Dims(
+        at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked, page, mask_row(g)
+    )
 
 
 class FlashAttention:
@@ -223,12 +225,13 @@ class FlashAttention:
             cands += [(*c, True) for c in cands if rows > c[0] and c[2] and not g.paged]
         lq = sy.as_int(g.lq) or 0
         fitting = held and tuple(c for c in _fitting(target, _sizes(g, rows, held), tuple(cands)) if c[0] >= lq)
+        dims = tuple(dims_of(g, syms, at) for at in plan_samples(g, plan))
         if fitting:
-            return _cheapest(self, target, dims_of(g, syms, plan), fitting), held
+            return _cheapest(self, target, dims, fitting), held
         fitting = _fitting(target, _sizes(g, rows), tuple(cands))
         if not fitting:
             _plan(target, _sizes(g, rows), *cands[-1]).check()
-        return _cheapest(self, target, dims_of(g, syms, plan), fitting), 0
+        return _cheapest(self, target, dims, fitting), 0
 
     def tile(self, op, tv, target, options):
         g = Geometry(op, tv)
@@ -282,16 +285,18 @@ class FlashAttention:
 
 
 @memoized
-def _cheapest(kernel, target, dims: fc.Dims, cands: tuple) -> tuple:
+def _cheapest(kernel, target, dims, cands: tuple) -> tuple:
     """The first of the fitting candidates with the least (cost, -tq, -tk, plain, ones, s_slots), scored in
     the order of a lower bound of their cost (`flash_cost.lower_bound`) until it exceeds the best cost
-    (memoized: a model's equal layers ask alike)."""
+    (memoized: a model's equal layers ask alike). `dims`: the op at one length, or a tuple of them
+    (`plan_samples`), whose costs add up."""
+    at = dims if isinstance(dims, tuple) else (dims,)
 
     def key(i):
         c = cands[i]
-        return kernel.cost(target, dims, c), -c[0], -c[1], not c[2], c[3], c[4], i
+        return sum(kernel.cost(target, d, c) for d in at), -c[0], -c[1], not c[2], c[3], c[4], i
 
-    bounds = [fc.lower_bound(target, dims, *c) for c in cands]
+    bounds = [sum(fc.lower_bound(target, d, *c) for d in at) for c in cands]
     return cands[cm.least_by_bound(bounds, key, kernel.exhaustive)[-1]]
 
 

@@ -40,6 +40,7 @@ class Dims:
     contiguous: tuple  # q, k, v, out: rows contiguous in DRAM
     safe: bool = False  # masked and safe: the row sums are floored before the divide (one more VEC MAX)
     page: int = 0  # K/V in a paged cache: rows per page (a tile of several pages is a chain of LOADs); 0: not
+    mask_row: bool = False  # the mask is one row per block, added to each of its rows (`flash_decode.mask_row`)
 
 
 def widths(total: int, t: int) -> list[int]:
@@ -84,7 +85,7 @@ class _Step:
         return _dma(self.t, rows, self.dims.d, c[1]), _dma(self.t, rows, self.dims.dv, c[2])
 
     def mask(self, rows: int, w: int):
-        return _dma(self.t, rows, w) if self.dims.masked else None
+        return _dma(self.t, min(rows, 1) if self.dims.mask_row else rows, w) if self.dims.masked else None
 
 
 def _dma(t, rows: int, cols: int, contiguous: bool = False) -> tuple[float, float]:
@@ -175,8 +176,11 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
 
 
 def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
-    """Predicted cycles of the whole op (`costmodel.pipeline` over its steps); `schedule`: Schedule's fields."""
+    """Predicted cycles of the whole op (`costmodel.pipeline` over its steps, or `chained_ring` where its
+    loads chain); `schedule`: Schedule's fields."""
     sch = Schedule(*schedule)
+    if dims.page and tk > dims.page and not dims.causal and not sch.pipelined:
+        return chained_ring(t, dims, tq, tk, sch)
     counts: Counter = Counter()
     for (r, keys), n_blocks in _query_blocks(dims, tq, tk).items():
         for g, n_steps in block(t, dims, r, widths(keys, tk), sch):
@@ -205,5 +209,45 @@ def lower_bound(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
         for w, count in Counter(widths(lk, tk)).items():
             mat += n * count * (s.qk(w) + s.pv(w))
             vec += n * count * (s.part1(w, True, False) + s.part2(w, True))
-        elems += n * (r * dims.d + lk * (dims.d + dims.dv) + r * lk * dims.masked + r * dims.dv)
+        mask = (1 if dims.mask_row else r) * lk * dims.masked
+        elems += n * (r * dims.d + lk * (dims.d + dims.dv) + mask + r * dims.dv)
     return dims.batch * max(mat, vec, elems * 4 / t.dram_bytes_per_cycle)
+
+
+def chained_ring(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
+    """Cycles of a plain schedule whose loads all continue the load queue's DMA chain
+    (`flash_decode.chained_loads`), step by step in order: the loads of step k go into the slots step
+    k - 2 used, so they start when its compute pushed its token, and their data follows one DMA latency
+    later unless the queue is still moving the data of step k - 1; step k computes when its loads are in
+    and step k - 1 is done. A query block's last tile is partial: a short one holds little data, so the
+    next block's first loads wait for the whole compute of the tile before it (its own slot's). Blocks
+    are alike: three are stepped, the rest repeat the last one's period."""
+    blocks = [(r, keys, n * dims.batch) for (r, keys), n in _query_blocks(dims, tq, tk).items()]
+    load = done = 0.0  # the load queue's end, the compute's end
+    tokens, total = [0.0, 0.0], 0.0  # the compute's end after each step; the blocks not stepped
+    for r, keys, n in blocks:
+        s, ws = _Step(t, dims, r, sch.ones, sch.expsub), widths(keys, tk)
+        steps = [_ring_step(t, dims, s, r, tk, ws, sch, j) for j in range(len(ws))]
+        ends = [done]
+        for _ in range(min(n, 3)):
+            for data, chain in steps:
+                load = max(load, tokens[-2] + t.issue_cycles + t.dma_latency) + data
+                done = max(load, done) + chain
+                tokens.append(done)
+            ends.append(done)
+        total += (ends[-1] - ends[-2]) * (n - min(n, 3))
+    return done + total + _dma(t, blocks[-1][0], dims.dv, dims.contiguous[3])[0]
+
+
+def _ring_step(t, dims: Dims, s: _Step, r: int, tk: int, ws: list[int], sch: Schedule, j: int) -> tuple[float, float]:
+    """(load queue cycles but latencies, compute chain) of step j of a block of the plain schedule: K and
+    V as tk / page LOADs each (the pages past the sequence move nothing), the mask tile, the query at 0;
+    the last step's output STORE holds the DRAM channel for its data too."""
+    w = ws[j]
+    chains = [_page_chain(t, w, c, dims.page) for c in (dims.d, dims.dv)]
+    queue = sum(q - t.dma_latency for q, _ in chains) + 2 * t.issue_cycles * (tk // dims.page - -(-w // dims.page))
+    for x in ([s.mask(r, w)] if dims.masked else []) + ([_dma(t, r, dims.d, dims.contiguous[0])] if j == 0 else []):
+        queue += x[0] - t.dma_latency
+    if j == len(ws) - 1:
+        queue += _dma(t, r, dims.dv, dims.contiguous[3])[1]
+    return queue, _parts(t, dims, s, r, ws, sch, j)[3]

@@ -62,3 +62,19 @@ def chained_loads(g, tk: int) -> bool:
     is a few pages per head: its cycles were these latencies, three per head."""
     info = g.paged.get(1) if g.paged else None
     return bool(info) and 2 in g.paged and tk > info["page_size"] and not g.causal and g.window is None
+
+
+SAMPLES = 7  # lengths a decode step's tiles are scored at
+
+
+def plan_samples(g, plan: list[int]) -> list[list[int]]:
+    """The symbol values an attention over a paged cache is scored at: a decode step's key/value tiles
+    serve every past length, and the last tile of a head is partial. Where it holds a few rows, the next
+    head's first loads wait for the whole compute of the tile before it (`flash_cost.chained_ring`): a
+    cost at one length (the plan's, 4097 keys: one row) prices that tail at its worst for every tk. So
+    the lengths from half the plan's to it, `SAMPLES` apart by a step no power of two divides (the tails
+    of every tk spread), and their costs add up; the plan's alone elsewhere."""
+    if not g.paged or g.causal or len(plan) != 1:
+        return [plan]
+    p = plan[0]
+    return [[p // 2 + (i * p) // (2 * SAMPLES)] for i in range(SAMPLES)]

@@ -15,7 +15,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..machine.target import DRAM_LIMIT
-from . import BufferPlan, Tiling, first, tile_rows
+from . import BufferPlan, Tiling, tile_rows
 
 PAGED_ATTR = "novella.paged"
 PAGED_VBASE = DRAM_LIMIT // 2  # virtual DRAM window of the paged caches: the upper half of what dram_base addresses
@@ -137,16 +137,17 @@ def _concat():
 
 
 class KvAppend:
-    """`novella.kv_append`: a concat unless paged; paged, one grid step per sequence: COPY the new row of
-    every head, and STORE them in place at position `past` of each head (rows `ps * head_dim` apart).
-    The new rows of every sequence are one contiguous [batch * heads, head_dim] block: one LOAD on the
-    first step when it fits (else one per step), and `out` has two slots, so a sequence's STORE runs
-    under the next one's COPY (a STORE cannot join a DMA chain: one per sequence, each its own page)."""
+    """`novella.kv_append`: a concat unless paged; paged, COPY the new row of every head and STORE them in
+    place at position `past` of each head (rows `ps * head_dim` apart). The new rows of every sequence
+    are one contiguous [batch * heads, head_dim] block: where it fits twice (`whole`) it is one grid step,
+    one LOAD and one COPY, then one STORE per sequence (each its own page), chained (docs/isa.md, STORE
+    `chain`): one exposed DMA latency for the batch. Else one grid step per sequence, `out` in two slots
+    (a sequence's STORE runs under the next one's COPY)."""
 
     def _plan(self, budget, batch: int, heads: int, hd: int, whole: bool) -> BufferPlan:
         plan = BufferPlan(budget)
         plan.add("in", "spad", (batch if whole else 1) * heads * hd)
-        plan.add("out", "spad", heads * hd, stream=True)
+        plan.add("out", "spad", (batch if whole else 1) * heads * hd, stream=not whole)
         return plan
 
     def tile(self, op, tv, budget, options):
@@ -159,32 +160,32 @@ class KvAppend:
         batch = info.get("batch", 1)
         whole = batch > 1 and self._plan(budget, batch, heads, hd, True).fits()
         plan = self._plan(budget, batch, heads, hd, whole)
-        return Tiling({"heads": heads, "whole": int(whole)}, [sy.const(batch)], plan.check())
+        return Tiling({"heads": heads, "whole": int(whole)}, [sy.const(1 if whole else batch)], plan.check())
 
     def macro(self, op, tv, t, b):
         info = paged_info(op.results[0])
         if info is None:
             return _concat().macro(op, tv, t, b)
         heads, past, hd = _geometry(tv.shape(0), "append", batched=True)
-        seq = b.d(0)  # a batched cache: one grid point per sequence, all at position `past`
         if t.tiles.get("whole"):
-            b.load_block("in", 1, dram_offset=0, rows=info["batch"] * heads, cols=hd, when=first(0))
-            b.vop("COPY", "out", "in", rows=heads, cols=hd, dst_stride=hd, a_stride=hd, a_offset=seq * (heads * hd))
-        else:
-            b.load_block("in", 1, dram_offset=seq * (heads * hd), rows=heads, cols=hd)
-            b.vop("COPY", "out", "in", rows=heads, cols=hd, dst_stride=hd, a_stride=hd)
-        b.store(
-            "out",
-            -1,
-            dram_offset=page_offset(info, seq * heads, past),
-            dram_stride=info["page_size"] * hd,
-            row_start=0,
-            row_step=1,
-            row_bound=heads,
-            rows=heads,
-            cols=hd,
-            sram_stride=hd,
-        )
+            n = info["batch"]
+            b.load_block("in", 1, dram_offset=0, rows=n * heads, cols=hd)
+            b.vop("COPY", "out", "in", rows=n * heads, cols=hd, dst_stride=hd, a_stride=hd)
+            for seq in range(n):
+                _store_heads(b, info, sy.const(seq), heads, past, hd, seq * heads * hd, chain=int(seq > 0))
+            return
+        seq = b.d(0)  # one grid point per sequence, all at position `past`
+        b.load_block("in", 1, dram_offset=seq * (heads * hd), rows=heads, cols=hd)
+        b.vop("COPY", "out", "in", rows=heads, cols=hd, dst_stride=hd, a_stride=hd)
+        _store_heads(b, info, seq, heads, past, hd, 0)
+
+
+def _store_heads(b, info: dict, seq, heads: int, past, hd: int, at: int, chain: int = 0) -> None:
+    """STORE the `heads` rows of `out` from element `at` to position `past` of sequence `seq`'s heads."""
+    f = {"chain": chain} if chain else {}
+    b.store("out", -1, dram_offset=page_offset(info, seq * heads, past), dram_stride=info["page_size"] * hd,
+            row_start=0, row_step=1, row_bound=heads, rows=heads, cols=hd, sram_stride=hd,
+            buf_offset=at, **f)  # fmt: skip
 
 
 class KvWrite:

@@ -149,9 +149,10 @@ def test_batched_step_holds_every_heads_query(model):
 
 
 def test_batched_append_loads_every_sequences_rows_once(model):
-    """The batched cache append (`kv_cache.KvAppend`) loads the new rows of all B sequences by one LOAD on
-    its first step, then per sequence a COPY into one of two `out` slots and its STORE into the page;
-    the single-sequence decode program keeps one LOAD per step (the tokens are checked by the other tests)."""
+    """The batched cache append (`kv_cache.KvAppend`) is one step: one LOAD of the new rows of all B
+    sequences, one COPY, then per sequence a STORE into its page, all but the first chained (one exposed
+    DMA latency); the single-sequence decode program keeps one LOAD per step (the tokens are checked by
+    the other tests)."""
     _, hf, lm = model
     for m, whole in ((lm.batched[B], 1), (lm.decode, 0)):
         appends = [ln for ln in m.ir("novella-tile").splitlines() if '"novella.kv_append"' in ln]
@@ -160,4 +161,6 @@ def test_batched_append_loads_every_sequences_rows_once(model):
     p = lm.batched[B].artifact.programs[0]
     for mm in [mm for mm in p.macros if mm.kernel == "novella.kv_append"]:
         loads = [t for t in mm.insts if t.opcode == "LOAD"]
-        assert len(loads) == 1 and loads[0].when and [t.opcode for t in mm.insts].count("STORE") == 1
+        stores = [t for t in mm.insts if t.opcode == "STORE"]
+        assert len(loads) == 1 and [t.opcode for t in mm.insts].count("VEC") == 1 and len(stores) == B
+        assert [t.const.get("chain", 0) for t in stores] == [0] + [1] * (B - 1)

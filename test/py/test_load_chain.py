@@ -53,14 +53,43 @@ def _same(words, data, config=CFG):
     return slow, s1
 
 
-def test_chain_field_round_trips_and_only_load_has_it():
-    w = encode(Opcode.LOAD, rows=3, cols=5, chain=1)
-    assert decode(w)["chain"] == 1 and field(Opcode.LOAD, "chain").bits == 1
-    assert "chain" in disassemble(w[None]) and "chain" not in disassemble(encode(Opcode.LOAD, rows=1)[None])
+@pytest.mark.parametrize("op", [Opcode.LOAD, Opcode.STORE])
+def test_chain_field_round_trips_on_the_dmas(op):
+    w = encode(op, rows=3, cols=5, chain=1)
+    assert decode(w)["chain"] == 1 and field(op, "chain").bits == 1
+    assert "chain" in disassemble(w[None]) and "chain" not in disassemble(encode(op, rows=1)[None])
     with pytest.raises(EncodingError, match="chain"):
-        encode(Opcode.LOAD, chain=2)
-    with pytest.raises(EncodingError, match="STORE: unknown field 'chain'"):
-        encode(Opcode.STORE, chain=1)
+        encode(op, chain=2)
+    with pytest.raises(EncodingError, match="GATHER: unknown field 'chain'"):
+        encode(Opcode.GATHER, chain=1)
+
+
+def _page_stores(blocks, chain=True):
+    """One STORE per page: SRAM rows p * PS.. of a [PAGES * PS, HD] tile to DRAM block blocks[p]."""
+    return [encode(Opcode.STORE, sram_addr=p * PAGE, sram_stride=HD, row_step=1, rows=PS, dram_base=b * PAGE,
+                   dram_stride=HD, row_start=0, row_bound=PS, cols=HD, chain=int(chain and p > 0))
+            for p, b in enumerate(blocks)]  # fmt: skip
+
+
+def test_chained_stores_write_the_pages_and_hide_every_latency_but_the_first():
+    """A tile loaded from pages (5, 1, 7, 2), stored to pages (3, 9, 0, 12): DRAM holds the pages moved,
+    on both paths bit for bit; chained, the stores pay one latency, as the loads do."""
+    data = np.random.default_rng(3).standard_normal(DRAM).astype(np.float32)
+    load = _page_loads((5, 1, 7, 2), push_next=0)
+    load[-1] = encode(Opcode.LOAD, **{**decode(load[-1]).fields, "push_next": 1})
+    relay = encode(Opcode.NOP, pop_prev=1, push_next=1)
+    page = PAGE * 4 // BW
+    cycles = {}
+    for chain in (False, True):
+        stores = _page_stores((3, 9, 0, 12), chain)
+        stores[0] = encode(Opcode.STORE, **{**decode(stores[0]).fields, "pop_prev": 1})
+        sim, stats = _same([*load, relay, *stores], data)
+        for src, dst in zip((5, 1, 7, 2), (3, 9, 0, 12)):
+            assert np.array_equal(sim.dram.read(dst * PAGE, PAGE), data[src * PAGE : (src + 1) * PAGE])
+        cycles[chain] = stats.cycles
+    loaded = ISSUE + LAT + PAGES * page  # the chained loads (`test_chain_hides_the_latency_...`)
+    assert cycles[False] == loaded + ISSUE + PAGES * (ISSUE + LAT + page)
+    assert cycles[True] == loaded + ISSUE + ISSUE + LAT + PAGES * page
 
 
 @pytest.mark.parametrize("blocks", [(0, 1, 2, 3), (9, 2, 14, 5), (3, 3, 0, 7)])
