@@ -1,24 +1,24 @@
 """The per-step patch of a bucket's words (`step.py`), one compiled call of four arguments per step.
 
 A bucket's tables are one int64 array, its *state* (`state`): a header [n_parts, then per part its
-start, end and columns], then the parts `PARTS` names. A call right after the NPU (the simulator)
-has run finds the host's caches cold, so the call passes few arguments (each costs its unboxing), and
-the patch reads its rows in the order of the words they write: the field rows whose value has a form
-(`_step_numba.prepare`) are sorted by word, each with its group (`step.share`: the rows that share one
-range of `forms`), so a step sweeps its rows and words forward once (the host prefetches a forward
-sweep) instead of once per group. Rows without a form (the interpreter's) come first, in field order.
+start, end and columns], then the parts `PARTS` names. A step's patch runs right after the NPU (the
+simulator) has run, the host's caches cold: the call takes four arguments (each costs its
+unboxing), allocates nothing, and walks the unmoved page addresses only when a block table entry
+the words use changed.
 
 Parts: KEYV, KEYEX the grid extents of the bucket key and their expressions; EX, FREE, FDIMS the
-expressions, field rows (`step.Plan._spec`, 15 columns) and dims of the rows without a form; FORMS,
-GROUPS (forms range, 2 columns) what `_form` evaluates once per group; CODE, CONST, GRP, AT per row
-(rows without a form first, then by word): its packed place (`_step_numba.pack`), the constant added
-to its group's value, its group, the block table index of its last page mapping (-1: none); PAGES
-the page addresses no symbol moves (word, lane, offset, mask, page, offset in the block); META [1 if
-the words hold the last patch, used entries, one past the highest used entry, stack depth, number of
-rows without a form, grid dims]; MEMO each group's value at the last patch; MOVED scratch (whether
-it moved); PREV the block table at the used entries; REFS the used entries (each once) then a mark
-per entry; KV the session's layout (pool base, block elements, vbase, vspan, then per cache slot its
-page elements and offset in the block); BOX the program's [lo, hi] per symbol.
+expressions, field rows (`step.Plan._spec`, 15 columns) and dims of the rows without a form (the
+first NFREE rows); FORMS, GROUPS what `_form` evaluates once per group (`step.share`: a forms range
+and its rows' range); HOT per row its packed place and the constant added to its group's value
+(`_step_numba.pack`); AT per row the block table index of its last page mapping (-1: none); SLOT per
+row its cache slot (paged rows) and SLOTS per slot its window base, page elements, their log2 (-1:
+not a power of two) and offset in the block; PAGES the page addresses no symbol moves (word, lane,
+offset, mask, page, offset in the block); META [1 if the words hold the last patch, used entries,
+one past the highest used entry, stack depth, NFREE, grid dims]; MEMO each group's value at the last
+patch; PREV the block table at the used entries; REFS the used entries (each once) then a mark per
+entry; KV the session's layout (pool base, block elements, vbase, vspan, then per cache slot its
+page elements and offset in the block); BOX the program's [lo, hi] per symbol; SCRATCH the
+symbols, dims, the interpreter's stack and the forms' atoms.
 """
 
 from __future__ import annotations
@@ -37,10 +37,9 @@ from ._step_numba import MAX_ATOMS
 numba_cache.ensure(__file__)
 
 PARTS = ("KEYV", "KEYEX", "EX", "FREE", "FDIMS", "FORMS", "GROUPS", "HOT", "AT", "PAGES", "META", "MEMO", "PREV", "REFS",
-         "KV", "BOX", "SCRATCH")  # fmt: skip
-KEYV, KEYEX, EX, FREE, FDIMS, FORMS, GROUPS, HOT, AT, PAGES, META, MEMO, PREV, REFS, KV, BOX, SCRATCH = range(
-    len(PARTS)
-)
+         "KV", "BOX", "SCRATCH", "SLOT", "SLOTS")  # fmt: skip
+(KEYV, KEYEX, EX, FREE, FDIMS, FORMS, GROUPS, HOT, AT, PAGES, META, MEMO, PREV, REFS, KV, BOX, SCRATCH, SLOT,
+ SLOTS) = range(len(PARTS))  # fmt: skip
 WARM, NREF, TOP, DEPTH, NFREE, NDIMS = range(6)  # META
 
 
@@ -78,6 +77,30 @@ def _put(words, w, lane, off, mask, v):
 
 
 @nb.njit(cache=True, inline="always")
+def _placed(old, c, v):
+    """(whether v fits the field of packed row code c, the word lane `old` with the field set to v)."""
+    bits = (c >> 12) & 127
+    if (c >> 22) & 1:
+        lo, hi = -(np.int64(1) << (bits - 1)), (np.int64(1) << (bits - 1)) - 1
+    else:
+        lo, hi = np.int64(0), (np.int64(1) << bits) - 1
+    mask = (np.int64(1) << bits) - 1
+    m = np.uint64(mask) << np.uint64((c >> 2) & 63)
+    return lo <= v <= hi, (old & ~m) | (np.uint64(v & mask) << np.uint64((c >> 2) & 63))
+
+
+@nb.njit(cache=True, inline="always")
+def _page_of(v, base, pe, sh, span):
+    """(page, offset in it) of virtual address v in the cache slot window at `base` (`span` long, pages
+    of `pe` elements, sh = log2(pe) or -1); (-1, 0) outside the window."""
+    r = v - base
+    if r < 0 or r >= span:
+        return -1, 0
+    page = r >> sh if sh >= 0 else r // pe
+    return page, r - page * pe
+
+
+@nb.njit(cache=True)
 def _use(page, meta, refs, half):
     """Notes that the words use block table entry `page` (listed once in `refs`, marked at half + page)."""
     if refs[half + page] == 0:
@@ -85,34 +108,6 @@ def _use(page, meta, refs, half):
         refs[meta[NREF]] = page
         meta[NREF] += 1
     meta[TOP] = max(meta[TOP], page + 1)
-
-
-@nb.njit(cache=True, inline="always")
-def _write(i, v, hot, at, words, kv, blocks, meta, refs):
-    """Row i set to v (a paged one mapped through `blocks`): 0, -1 (no such block) or 1 + i (v does
-    not fit its field)."""
-    c = hot[i, 0]
-    if (c >> 23) & 1:
-        r = v - kv[2]
-        slot = r // kv[3]
-        rem = r % kv[3]
-        pe = kv[4 + 2 * slot]
-        page = rem // pe
-        half = refs.size // 2
-        if page >= blocks.size or page >= half or blocks[page] < 0:
-            return -1
-        at[i] = page
-        _use(page, meta, refs, half)
-        v = kv[0] + blocks[page] * kv[1] + kv[5 + 2 * slot] + rem % pe
-    bits = (c >> 12) & 127
-    if (c >> 22) & 1:
-        lo, hi = -(np.int64(1) << (bits - 1)), (np.int64(1) << (bits - 1)) - 1
-    else:
-        lo, hi = np.int64(0), (np.int64(1) << bits) - 1
-    if v < lo or v > hi:
-        return 1 + i
-    _put(words, c >> 24, c & 3, (c >> 2) & 63, (np.int64(1) << bits) - 1, v)
-    return 0
 
 
 @nb.njit(cache=True, inline="always")
@@ -138,8 +133,8 @@ def _form(forms, lo, hi, sc, ns, atoms):
 def patch(syms, st, words, blocks):
     """Rewrites the injected fields and page addresses of a bucket's words (`state` `st`) for `syms` (a
     tuple) and `blocks`. Returns 0; -2 if `syms` are outside the program's box or the bucket (the
-    grid extents of its key); -1 if the block table lacks a page; 1 + the index of a row (CODE order)
-    whose value does not fit its field.
+    grid extents of its key); -1 if the block table lacks a page; 1 + the index of a field row whose
+    value does not fit its field.
 
     Each group is evaluated once; when META[WARM] is 1 the words hold the last patch, and a row is
     rewritten only when its group's value moved, or, paged, when its block table entry changed (only
@@ -157,8 +152,7 @@ def patch(syms, st, words, blocks):
     for m in range(key.size):
         if minimum(key_ex, 0, m, sc, ns, ns + nd) != key[m]:
             return -2
-    refs, prev, kv = _part(st, REFS), _part(st, PREV), _part(st, KV)
-    hot, at = _rows(st, HOT), _part(st, AT)
+    refs, prev = _part(st, REFS), _part(st, PREV)
     half = refs.size // 2
     warm = meta[WARM] == 1
     meta[WARM] = 0
@@ -171,24 +165,11 @@ def patch(syms, st, words, blocks):
         if blocks[refs[k]] != prev[refs[k]]:
             remapped = True
             break
-    nf = meta[NFREE]
-    if nf:
-        ex, free, fdims = _part(st, EX), _rows(st, FREE), _rows(st, FDIMS)
-        for i in range(nf):
-            sc[ns : ns + nd] = fdims[i]
-            v = free[i, 8]
-            for c in range(6, 8):
-                if free[i, c] >= 0:
-                    v += minimum(ex, 0, free[i, c], sc, ns, ns + nd)
-            rc = _write(i, v, hot, at, words, kv, blocks, meta, refs)
-            if rc:
-                return rc
-    atoms = sc[sc.size - MAX_ATOMS :]
-    rc = _sweep(st, sc, atoms, ns, warm, remapped, hot, at, words, kv, blocks, meta, refs, prev)
+    rc = _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev)
     if rc:
         return rc
     if remapped:
-        rc = _remap(st, warm, words, kv, blocks, meta, refs, prev)
+        rc = _remap(st, warm, words, blocks, meta, refs, prev)
         if rc:
             return rc
     for k in range(meta[NREF]):
@@ -198,11 +179,11 @@ def patch(syms, st, words, blocks):
 
 
 @nb.njit(cache=True)
-def _remap(st, warm, words, kv, blocks, meta, refs, prev):
+def _remap(st, warm, words, blocks, meta, refs, prev):
     """The page addresses no symbol moves, at a step whose used block table entries changed (or the
     first): each one's entry must exist; those whose entry changed are rewritten. (On a warm step that
     changed no used entry, every one still holds.)"""
-    pages = _rows(st, PAGES)
+    pages, kv = _rows(st, PAGES), _part(st, KV)
     half = refs.size // 2
     for j in range(pages.shape[0]):
         p = pages[j, 4]
@@ -215,23 +196,53 @@ def _remap(st, warm, words, kv, blocks, meta, refs, prev):
 
 
 @nb.njit(cache=True, inline="always")
-def _sweep(st, sc, atoms, ns, warm, remapped, hot, at, words, kv, blocks, meta, refs, prev):
-    """Each group's value; the rows of a group that moved are written, and when an entry the words
-    use changed, the paged rows whose entry it is."""
-    forms, groups = _rows(st, FORMS), _rows(st, GROUPS)
-    memo = _part(st, MEMO)
-    for g in range(memo.size):
-        val = _form(forms, groups[g, 0], groups[g, 1], sc, ns, atoms)
-        moved = not warm or val != memo[g]
-        memo[g] = val
-        if not moved and not remapped:
-            continue
-        for i in range(groups[g, 2], groups[g, 3]):
+def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev):
+    """The rows without a form (the interpreter's, every step), then each group's value: the rows of a
+    group that moved are written, and when an entry the words use changed, the paged rows whose entry
+    it is. A row's write is written out here, without calls that take arrays (numba counts their
+    references at every call: ~40 ns a row): a paged value is mapped through `blocks` (its cache
+    slot `SLOT`, whose window base, page elements, their log2 (-1: not a power of two) and offset in
+    the block are `SLOTS`), then checked against its field's width (`_placed`)."""
+    forms, groups, memo = _rows(st, FORMS), _rows(st, GROUPS), _part(st, MEMO)
+    hot, at, kv = _rows(st, HOT), _part(st, AT), _part(st, KV)
+    slot, slots = _part(st, SLOT), _rows(st, SLOTS)
+    ex, free, fdims = _part(st, EX), _rows(st, FREE), _rows(st, FDIMS)
+    atoms = sc[sc.size - MAX_ATOMS :]
+    half, nf, nd = refs.size // 2, meta[NFREE], meta[NDIMS]
+    for g in range(-1 if nf else 0, memo.size):
+        if g < 0:
+            lo, hi, moved, val = 0, nf, True, 0
+        else:
+            lo, hi = groups[g, 2], groups[g, 3]
+            val = _form(forms, groups[g, 0], groups[g, 1], sc, ns, atoms)
+            moved = not warm or val != memo[g]
+            memo[g] = val
+            if not moved and not remapped:
+                continue
+        for i in range(lo, hi):
             p = at[i]
-            if moved or (p >= 0 and (p >= blocks.size or blocks[p] != prev[p])):
-                rc = _write(i, val + hot[i, 1], hot, at, words, kv, blocks, meta, refs)
-                if rc:
-                    return rc
+            if not moved and (p < 0 or (p < blocks.size and blocks[p] == prev[p])):
+                continue
+            c, v = hot[i, 0], val + hot[i, 1]
+            if g < 0:
+                sc[ns : ns + nd] = fdims[i]
+                v = free[i, 8]
+                for col in range(6, 8):
+                    if free[i, col] >= 0:
+                        v += minimum(ex, 0, free[i, col], sc, ns, ns + nd)
+            if (c >> 23) & 1:
+                k = slot[i]
+                page, off = _page_of(v, slots[k, 0], slots[k, 1], slots[k, 2], kv[3])
+                if page < 0 or page >= blocks.size or page >= half or blocks[page] < 0:
+                    return -1
+                at[i] = page
+                if refs[half + page] == 0 or page >= meta[TOP]:
+                    _use(page, meta, refs, half)
+                v = kv[0] + blocks[page] * kv[1] + slots[k, 3] + off
+            ok, new = _placed(words[c >> 24, c & 3], c, v)
+            if not ok:
+                return 1 + i
+            words[c >> 24, c & 3] = new
     return 0
 
 

@@ -277,7 +277,21 @@ class Stepper:
                          "AT": np.full(n, -1), "PAGES": pages, "META": meta,
                          "MEMO": np.zeros(len(groups)), "PREV": np.zeros(n_pages), "REFS": np.zeros(2 * n_pages),
                          "KV": self.kv, "BOX": box,
-                         "SCRATCH": np.zeros(len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS)})[0]  # fmt: skip
+                         "SCRATCH": np.zeros(len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS),
+                         **self._slots(syms, rows, forms, dims)})[0]  # fmt: skip
+
+    def _slots(self, syms, rows, forms, dims) -> dict:
+        """Per field row the cache slot of its virtual address (paged rows; 0 otherwise), and per slot
+        its window base, page elements, their log2 (-1: not a power of two) and offset in the block."""
+        from ._step_numba import field_values
+
+        vbase, vspan, kv = int(self.kv[2]), int(self.kv[3]), self.kv
+        v = field_values(np.asarray(syms, np.int64), self.plan.table, rows, dims, forms)
+        slot = np.where(rows[:, 9] == 1, (v - vbase) // vspan, 0)
+        pe = kv[4::2]
+        log = np.where(pe & (pe - 1) == 0, np.log2(np.maximum(pe, 1)).astype(np.int64), -1)
+        slots = np.stack([vbase + vspan * np.arange(len(pe)), pe, log, kv[5::2]], 1)
+        return {"SLOT": slot, "SLOTS": slots}
 
     def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
         """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
