@@ -1,7 +1,7 @@
 """The per-step patch of a bucket's words (`step.py`), one compiled call of four arguments per step.
 
 A bucket's tables are one int64 array, its *state* (`state`): a header [n_parts, then per part its
-start, end and columns], then the parts `PARTS` names. A step's patch runs right after the NPU (the
+start, end and columns], then the parts `PARTS` names, those every step reads first. A step's patch runs right after the NPU (the
 simulator) has run, the host's caches cold: the call takes four arguments (each costs its
 unboxing), allocates nothing, and walks the unmoved page addresses only when a block table entry
 the words use changed.
@@ -32,14 +32,14 @@ from simulator import numba_cache
 from simulator.first_build import announce
 
 from ._expr_numba import minimum
-from ._step_numba import MAX_ATOMS
+from ._step_numba import MAX_ATOMS, _form
 
 numba_cache.ensure(__file__)
 
-PARTS = ("KEYV", "KEYEX", "EX", "FREE", "FDIMS", "FORMS", "GROUPS", "HOT", "AT", "PAGES", "META", "MEMO", "PREV", "REFS",
-         "KV", "BOX", "SCRATCH", "SLOT", "SLOTS")  # fmt: skip
-(KEYV, KEYEX, EX, FREE, FDIMS, FORMS, GROUPS, HOT, AT, PAGES, META, MEMO, PREV, REFS, KV, BOX, SCRATCH, SLOT,
- SLOTS) = range(len(PARTS))  # fmt: skip
+PARTS = ("META", "BOX", "SCRATCH", "KV", "SLOTS", "KEYV", "KEYEX", "MEMO", "GROUPS", "FORMS", "HOT", "AT", "SLOT",
+         "PAGES", "EX", "FREE", "FDIMS", "PREV", "REFS")  # fmt: skip
+(META, BOX, SCRATCH, KV, SLOTS, KEYV, KEYEX, MEMO, GROUPS, FORMS, HOT, AT, SLOT, PAGES, EX, FREE, FDIMS, PREV,
+ REFS) = range(len(PARTS))  # fmt: skip
 WARM, NREF, TOP, DEPTH, NFREE, NDIMS = range(6)  # META
 
 
@@ -108,25 +108,6 @@ def _use(page, meta, refs, half):
         refs[meta[NREF]] = page
         meta[NREF] += 1
     meta[TOP] = max(meta[TOP], page + 1)
-
-
-@nb.njit(cache=True, inline="always")
-def _form(forms, lo, hi, sc, ns, atoms):
-    """`_step_numba._form` over the symbols at sc[:ns]."""
-    v, na = 0, 0
-    first = True
-    for r in range(lo, hi):
-        w = forms[r, 1]
-        for k in range(ns):
-            w += forms[r, 2 + k] * sc[k]
-        for k in range(na):
-            w += forms[r, 2 + ns + k] * atoms[k]
-        if forms[r, 0] > 0:
-            atoms[na] = w // forms[r, 0]
-            na += 1
-        elif first or w < v:
-            v, first = w, False
-    return v
 
 
 @nb.njit(cache=True)
