@@ -43,20 +43,18 @@ PARTS = ("META", "BOX", "SCRATCH", "KV", "SLOTS", "KEYV", "KEYEX", "MEMO", "GROU
 WARM, NREF, TOP, DEPTH, NFREE, NDIMS = range(6)  # META
 
 
-def state(parts: dict) -> tuple[np.ndarray, dict]:
-    """The state array of `parts` (name -> int64 array, 1-D or 2-D) and a view of each part in it."""
+def state(parts: dict) -> np.ndarray:
+    """The state array of `parts` (name -> int64 array, 1-D or 2-D, every name of `PARTS`)."""
     head = 1 + 3 * len(PARTS)
     arrays = [np.ascontiguousarray(parts[n], np.int64) for n in PARTS]
-    sizes = [a.size for a in arrays]
-    st = np.zeros(head + sum(sizes), np.int64)
+    st = np.zeros(head + sum(a.size for a in arrays), np.int64)
     st[0] = len(PARTS)
-    at, views = head, {}
-    for k, (name, a) in enumerate(zip(PARTS, arrays)):
+    at = head
+    for k, a in enumerate(arrays):
         st[1 + 3 * k : 4 + 3 * k] = (at, at + a.size, a.shape[1] if a.ndim == 2 else 0)
         st[at : at + a.size] = a.ravel()
-        views[name] = st[at : at + a.size].reshape(a.shape)
         at += a.size
-    return st, views
+    return st
 
 
 @nb.njit(cache=True, inline="always")
@@ -201,9 +199,10 @@ def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev):
             if not moved and not remapped:
                 continue
         for i in range(lo, hi):
-            p = at[i]
-            if not moved and (p < 0 or (p < blocks.size and blocks[p] == prev[p])):
-                continue
+            if not moved:
+                p = at[i]
+                if p < 0 or (p < blocks.size and blocks[p] == prev[p]):
+                    continue
             c, v = hot[i, 0], val + hot[i, 1]
             if g < 0:
                 sc[ns : ns + nd] = fdims[i]

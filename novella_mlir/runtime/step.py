@@ -12,7 +12,7 @@ The artifact says what a program's words depend on, so nothing is found by compa
 A bucket is one fresh instantiation by the JIT (the templates), relocated into the session's DRAM.
 Each step evaluates only the injected fields' expressions at the new symbol values and the page
 addresses at the current block table, and writes them into the bucket's words in place: one numba
-call (`_step_numba.patch`). Its value per word is the expression plus the constant the
+call (`_patch_numba.patch`). Its value per word is the expression plus the constant the
 instantiation fixed (ping-pong slot offset, tensor base, DRAM segment), taken from the bucket's
 own words. `kv.Session.reference` (a fresh instantiation of the whole program) is the readable
 path it is tested against, bit for bit.
@@ -278,7 +278,7 @@ class Stepper:
                          "MEMO": np.zeros(len(groups)), "PREV": np.zeros(n_pages), "REFS": np.zeros(2 * n_pages),
                          "KV": self.kv, "BOX": box,
                          "SCRATCH": np.zeros(len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS),
-                         **self._slots(syms, rows, forms, dims)})[0]  # fmt: skip
+                         **self._slots(syms, rows, forms, dims)})  # fmt: skip
 
     def _slots(self, syms, rows, forms, dims) -> dict:
         """Per field row the cache slot of its virtual address (paged rows; 0 otherwise), and per slot
@@ -289,6 +289,8 @@ class Stepper:
         v = field_values(np.asarray(syms, np.int64), self.plan.table, rows, dims, forms)
         slot = np.where(rows[:, 9] == 1, (v - vbase) // vspan, 0)
         pe = kv[4::2]
+        if np.any((slot < 0) | (slot >= len(pe))):
+            raise RuntimeError("a paged field addresses a cache slot the program does not have")
         log = np.where(pe & (pe - 1) == 0, np.log2(np.maximum(pe, 1)).astype(np.int64), -1)
         slots = np.stack([vbase + vspan * np.arange(len(pe)), pe, log, kv[5::2]], 1)
         return {"SLOT": slot, "SLOTS": slots}
@@ -317,7 +319,7 @@ def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray
     every result of their min (the same page's row count or address read by each layer, head, K and V)
     point at one range of the returned forms, the constant in their column 14. Returns the field rows
     (those without a form first, then grouped by range), the forms, and per group its forms range and
-    its field rows' range (`_step_numba.patch` evaluates each group once). Rows are grouped by a hash
+    its field rows' range (`_patch_numba.patch` evaluates each group once). Rows are grouped by a hash
     of their adjusted forms (`_step_numba.form_keys`), checked row by row against their group's first
     (`same_forms`); on a collision, by the lexicographic unique of the whole rows (`_share_rows`)."""
     from ._step_numba import form_keys, same_forms
