@@ -167,7 +167,7 @@ def test_batched_patch_equals_a_fresh_instantiation(model):
     """The batched step's patched words (`runtime/_patch_numba.patch`) equal a fresh instantiation mapped
     through the same block array, bit for bit, over consecutive steps: every lane at its own past and
     row offset, lanes crossing pages, a lane's page replaced between two steps (as copy-on-write does),
-    two lanes leaving and joining again."""
+    two lanes leaving and joining again; then a symbol outside the program and a freed page are refused."""
     import numpy as np
 
     from novella_mlir.runtime.kv import BlockTable
@@ -197,6 +197,11 @@ def test_batched_patch_equals_a_fresh_instantiation(model):
             words, _ = st.words((clock + k,), blocks)
             ref = sess.reference(name, (clock + k,), BlockTable(blocks.tolist()))
             np.testing.assert_array_equal(words, ref, err_msg=f"step {k}")
+        with pytest.raises(InputError, match="is outside every compiled program"):
+            st.words((MAX_LEN,), blocks)  # the last bucket's own check refuses it too
+        blocks[np.flatnonzero(blocks == tables[0].blocks[0])] = -1
+        with pytest.raises(RuntimeError, match="freed out of its window"):
+            st.words((clock + 13,), blocks)
     finally:
         for t in [*tables, null, spare]:
             sess.pool.release(t)
