@@ -237,7 +237,8 @@ def batched_step(sess, n: int, pasts: list, null: int) -> dict:
     a decode step one position further than the last (the lanes' block tables grown a page when they
     fill one): cycles of the first, JIT of the best later one (after a simulator run: host caches
     cold). Warm: the patches of 16 consecutive steps (a page's worth: every lane crosses a page)
-    back to back, their mean and max."""
+    back to back, their mean and max. Fill: the host's block array of the step (`BatchStep.fill`, from
+    the lanes' block lists; not the JIT's, measured apart, best of 3)."""
     from novella_mlir.runtime.batch import BatchStep, Lane
 
     ps, clock = sess.page_size, max(pasts)
@@ -251,8 +252,12 @@ def batched_step(sess, n: int, pasts: list, null: int) -> dict:
 
     try:
         for k in range(4):
-            _, stats, jit_s, *_ = step.run(lanes(k), clock + k)
-            passes.append({"cycles": stats.cycles, "macs": stats.macs, "jit": jit_s,
+            ls = lanes(k)
+            t0 = time.perf_counter()
+            step.fill(ls, clock + k)
+            fill_s = time.perf_counter() - t0
+            _, stats, jit_s, *_ = step.run(ls, clock + k)
+            passes.append({"cycles": stats.cycles, "macs": stats.macs, "jit": jit_s, "fill": fill_s,
                            "dma": stats.dma_bytes_loaded + stats.dma_bytes_stored})  # fmt: skip
         stepper, warm = sess.steppers[f"batch{n}"], []
         filled = [step.fill(lanes(k), clock + k).copy() for k in range(ps)]
@@ -263,7 +268,8 @@ def batched_step(sess, n: int, pasts: list, null: int) -> dict:
     finally:
         for t in tables:
             sess.pool.release(t)
-    return {**passes[0], "jit": min(o["jit"] for o in passes[1:]), "warm": float(np.mean(warm[ps:])),
+    return {**passes[0], "jit": min(o["jit"] for o in passes[1:]), "fill": min(o["fill"] for o in passes[1:]),
+            "warm": float(np.mean(warm[ps:])),
             "warm_max": max(warm[ps:])}  # fmt: skip
 
 
@@ -285,10 +291,11 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
     print("\nbatched decode step: one program for B sequences (the weights read once), vs B single-sequence programs")
     print("roofline: max(model MACs / MACs per cycle, (weights once + every sequence's K/V read + written) / DRAM B/cycle)")
     print("JIT: the step's patch as run (a step one position further, after a simulator run: host caches cold; best of 3);")
-    print("warm: 16 consecutive steps' patches back to back (every lane crosses a page), mean and max")
+    print("warm: 16 consecutive steps' patches back to back (every lane crosses a page), mean and max;")
+    print("fill: the step's block array built from the lanes' block lists (host, not the JIT's; best of 3)")
     print(f"{'B':>3} {'past':>10} {'cycles':>10} {'DMA B':>11} {'roof':>9} {'cyc/roof':>8} {'tok/Mcyc':>8} "
           f"{'x B=1':>6} {'apart cyc':>11} {'apart/roof':>10} {'gain':>5} {'JIT us':>7} {'NPU us':>8} {'JIT/NPU':>7} "
-          f"{'warm us':>7} {'warm/NPU':>8} {'max/NPU':>7}")  # fmt: skip
+          f"{'warm us':>7} {'warm/NPU':>8} {'max/NPU':>7} {'fill us':>7}")  # fmt: skip
     rng = np.random.default_rng(0)
     for past in pasts + [None]:
         base = None
@@ -304,7 +311,7 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
                   f"{tok:>8.1f} {tok / base:>6.2f} {apart['cycles']:>11,} {apart['cycles'] / roof:>10.2f} "
                   f"{apart['cycles'] / r['cycles']:>5.1f} {r['jit'] * 1e6:>7.0f} {npu_us:>8.1f} "
                   f"{r['jit'] * 1e6 / npu_us:>7.3f} {r['warm'] * 1e6:>7.1f} {r['warm'] * 1e6 / npu_us:>8.3f} "
-                  f"{r['warm_max'] * 1e6 / npu_us:>7.3f}")  # fmt: skip
+                  f"{r['warm_max'] * 1e6 / npu_us:>7.3f} {r['fill'] * 1e6:>7.1f}")  # fmt: skip
     sess.pool.release(null)
 
 

@@ -1,4 +1,5 @@
-"""The numba kernel of `step.py`: rewrites a bucket's injected fields in place, in one call per step.
+"""The numba kernels of `step.py`'s new buckets: their field rows, forms, groups and keys (the per-step
+patch that evaluates them is `_patch_numba.patch`).
 
 `ex` holds the bucket's expressions: [n_exprs, n_mins, n_items, per expression its token range, per
 min its item range, the items (expression ids), the tokens (op, arg)]: `expr.Table`, its ops
@@ -13,9 +14,6 @@ layers, heads, K and V, point at one range, evaluated once per step). Fields aff
 symbols have no atom; a chained page's row count and address (`kv_cache.load_page_chain`) one
 each (its step [x >= 1], the sequence's last page). A page row: word,
 lane, offset, mask, logical page, offset in the block.
-`kv`: pool base, block elements, vbase, vspan, then per cache slot (page elements, offset in the
-block). Returns 0, -1 if the block table lacks a page, -2 if the symbols are not in the bucket, or
-1 + the index of a field row whose value does not fit its field.
 """
 
 from __future__ import annotations
@@ -81,7 +79,7 @@ def _value(i, syms, ex, fields, dims, forms, sc, atoms):
 
 @nb.njit(cache=True)
 def field_values(syms, ex, fields, dims, forms):
-    """Every field row's value at `syms` before the page mapping (what `patch` writes)."""
+    """Every field row's value at `syms` before the page mapping (what `_patch_numba.patch` writes)."""
     sc = _scratch(syms, dims.shape[1], depth(ex, 0))
     atoms = np.zeros(MAX_ATOMS, np.int64)
     out = np.zeros(fields.shape[0], np.int64)
@@ -90,58 +88,8 @@ def field_values(syms, ex, fields, dims, forms):
     return out
 
 
-@nb.njit(cache=True, inline="always")
-def _put(words, w, lane, off, mask, v):
-    m = np.uint64(mask) << np.uint64(off)
-    words[w, lane] = (words[w, lane] & ~m) | ((np.uint64(v & mask)) << np.uint64(off))
-
-
-@nb.njit(cache=True, inline="always")
-def _page(v, kv):
-    """(block table index, offset in the block) of virtual cache address v."""
-    r = v - kv[2]
-    slot = r // kv[3]
-    rem = r % kv[3]
-    pe = kv[4 + 2 * slot]
-    return rem // pe, kv[5 + 2 * slot] + rem % pe
-
-
-@nb.njit(cache=True, inline="always")
-def _write(i, v, hot, words, kv, blocks, at_page, memo, refs):
-    """Field row i set to v (a paged one mapped through `blocks`): 0, -1 or 1 + i (`patch`). The row's
-    word, lane, offset, width, signedness and whether it is paged are `hot[i, 0]` (`pack`)."""
-    code = hot[i, 0]
-    if (code >> 23) & 1:
-        page, off = _page(v, kv)
-        if page >= blocks.size or blocks[page] < 0:
-            return -1
-        at_page[i] = page
-        _use(page, memo, refs)
-        v = kv[0] + blocks[page] * kv[1] + off
-    bits = (code >> 12) & 127
-    if (code >> 22) & 1:
-        lo, hi = -(np.int64(1) << (bits - 1)), (np.int64(1) << (bits - 1)) - 1
-    else:
-        lo, hi = np.int64(0), (np.int64(1) << bits) - 1
-    if v < lo or v > hi:
-        return 1 + i
-    _put(words, code >> 24, code & 3, (code >> 2) & 63, (np.int64(1) << bits) - 1, v)
-    return 0
-
-
-@nb.njit(cache=True, inline="always")
-def _use(page, memo, refs):
-    """Notes that the words use block table entry `page`: `refs` lists each such entry once (its mark
-    in `refs[page + top]`... see `patch`), `memo[-1]` is one past the highest."""
-    if refs[refs.size // 2 + page] == 0:
-        refs[refs.size // 2 + page] = 1
-        refs[memo[-2]] = page
-        memo[-2] += 1
-    memo[-1] = max(memo[-1], page + 1)
-
-
 def pack(fields: np.ndarray) -> np.ndarray:
-    """Per field row what `patch` reads when it writes it, 16 bytes instead of the row's 120 (a batched
+    """Per field row what `_patch_numba.patch` reads when it writes it, 16 bytes instead of the row's 120 (a batched
     step's tens of thousands of page fields stay in the host's caches): word << 24 | paged << 23 |
     signed << 22 | bits << 12 | offset << 2 | lane, and the constant added to its forms' value."""
     mask = fields[:, 3]
@@ -153,69 +101,6 @@ def pack(fields: np.ndarray) -> np.ndarray:
     code = (fields[:, 0] << 24) | (fields[:, 9] << 23) | ((fields[:, 4] < 0).astype(np.int64) << 22)
     code |= (bits << 12) | (fields[:, 2] << 2) | fields[:, 1]
     return np.stack([code, fields[:, 14]], 1).astype(np.int64)
-
-
-@nb.njit(cache=True)
-def patch(syms, key_ex, key, ex, fields, hot, dims, forms, groups, pages, words, kv, blocks, memo, prev, at_page, refs):
-    """Rewrites the injected fields and page addresses of a bucket's words for `syms` and `blocks`;
-    first checks that `syms` are in the bucket (the grid extents `key_ex` evaluate to `key`), else -2.
-
-    Each group (`groups`: a range of `forms`, the range of the field rows that share it) is evaluated
-    once. When `memo[ng]` is 1, the words hold the last patch: `memo[g]` each group's value then,
-    `at_page` each paged field's block table index, `refs[:memo[-2]]` the block table entries the
-    words use (each once; `refs[n + e]` marks entry e, n = refs.size / 2), `memo[-1]` one past the
-    highest, `prev` the block table at those entries; a group whose value did not move rewrites only
-    its paged fields whose block changed, none when no used entry changed. Only the used entries are
-    compared and kept (a batched step's table has tens of thousands, its words use a few hundred). The
-    fields before the first group have no form and are evaluated every step."""
-    ns, nd = syms.size, dims.shape[1]
-    sc = _scratch(syms, nd, max(depth(ex, 0), depth(key_ex, 0)))
-    st = ns + nd
-    for m in range(key_ex[1]):
-        if minimum(key_ex, 0, m, sc, ns, st) != key[m]:
-            return -2
-    ng = groups.shape[0]
-    half = refs.size // 2
-    warm = memo[ng] == 1
-    memo[ng] = 0
-    if not warm:
-        for k in range(memo[-2]):
-            refs[half + refs[k]] = 0
-        memo[-2], memo[-1] = 0, 0
-    remapped = not warm or blocks.size < memo[-1]
-    for k in range(memo[-2] if not remapped else 0):
-        if blocks[refs[k]] != prev[refs[k]]:
-            remapped = True
-            break
-    atoms = np.zeros(MAX_ATOMS, np.int64)
-    for i in range(groups[0, 2] if ng else fields.shape[0]):
-        rc = _write(i, _value(i, syms, ex, fields, dims, forms, sc, atoms), hot, words, kv, blocks, at_page, memo, refs)
-        if rc:
-            return rc
-    for g in range(ng):
-        val = _form(forms, groups[g, 0], groups[g, 1], syms, ns, atoms)
-        moved = not warm or val != memo[g]
-        memo[g] = val
-        if not moved and not remapped:
-            continue
-        for i in range(groups[g, 2], groups[g, 3]):
-            if moved or (at_page[i] >= 0 and (at_page[i] >= blocks.size or blocks[at_page[i]] != prev[at_page[i]])):
-                rc = _write(i, val + hot[i, 1], hot, words, kv, blocks, at_page, memo, refs)
-                if rc:
-                    return rc
-    for j in range(pages.shape[0]):
-        p = pages[j, 4]
-        if p >= blocks.size or blocks[p] < 0:
-            return -1
-        if remapped and (not warm or blocks[p] != prev[p]):
-            _put(words, pages[j, 0], pages[j, 1], pages[j, 2], pages[j, 3], kv[0] + blocks[p] * kv[1] + pages[j, 5])
-        _use(p, memo, refs)
-    for k in range(memo[-2]):
-        e = refs[k]
-        if e < blocks.size:
-            prev[e] = blocks[e]
-    memo[ng] = 1
-    return 0
 
 
 @nb.njit(cache=True)

@@ -42,6 +42,7 @@ class BatchStep:
             )
         self.seq_pages = pages.pop()
         self.table = np.full(batch * self.seq_pages, null_block, np.int64)
+        self._top = 0  # entries below it may hold a lane's block (a batch of 1 spans the whole window)
 
     def run(self, lanes: list, clock: int):
         """One step of `lanes` (at most `batch`) at storage clock `clock`: (logits [len(lanes), vocab],
@@ -56,14 +57,17 @@ class BatchStep:
         return (outs[0][: len(lanes), -1], *res)
 
     def fill(self, lanes: list, clock: int) -> np.ndarray:
-        """The step's block table of all lanes (`table`, rewritten in place)."""
+        """The step's block table of all lanes (`table`, rewritten in place up to the last lane's
+        entries: those above were never written)."""
         ps = self.sess.page_size
-        self.table[:] = self.null
+        self.table[: self._top] = self.null
+        self._top = 0
         for b, ln in enumerate(lanes):
             if ln.past + ln.offset + ln.shift * ps != clock or ln.shift + len(ln.blocks) > self.seq_pages:
                 raise RuntimeError(f"lane {b} (past {ln.past}, shift {ln.shift} pages) is not at storage {clock}")
             at = b * self.seq_pages + ln.shift
             self.table[at : at + len(ln.blocks)] = ln.blocks
+            self._top = at + len(ln.blocks)
         return self.table
 
 

@@ -12,7 +12,7 @@ The artifact says what a program's words depend on, so nothing is found by compa
 A bucket is one fresh instantiation by the JIT (the templates), relocated into the session's DRAM.
 Each step evaluates only the injected fields' expressions at the new symbol values and the page
 addresses at the current block table, and writes them into the bucket's words in place: one numba
-call (`_step_numba.patch`). Its value per word is the expression plus the constant the
+call (`_patch_numba.patch`). Its value per word is the expression plus the constant the
 instantiation fixed (ping-pong slot offset, tensor base, DRAM segment), taken from the bucket's
 own words. `kv.Session.reference` (a fresh instantiation of the whole program) is the readable
 path it is tested against, bit for bit.
@@ -152,18 +152,14 @@ class Bucket:
     words: np.ndarray  # (n, 4) uint64, patched in place every step
     ex: np.ndarray
     fields: np.ndarray  # (n_fields, 15) int64 (column 13: the spec, 14: the constant added to its forms)
-    hot: np.ndarray  # (n_fields, 2) int64: what `patch` reads to write a row (`_step_numba.pack`)
+    hot: np.ndarray  # (n_fields, 2) int64: a row's packed place and its constant (`_step_numba.pack`)
     dims: np.ndarray  # (n_points, n_dims) int64
     forms: np.ndarray  # (n_forms, 2 + n_symbols + MAX_ATOMS) int64: q, a, b, c (`_step_numba._form`)
     groups: np.ndarray  # (n_groups, 4) int64: each distinct range of `forms` and its fields' rows (`share`)
     pages: np.ndarray  # (n_pages, 6) int64
     whats: list  # per spec: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
-    key_values: np.ndarray  # the grid extents of the key (what `patch` checks)
-    memo: np.ndarray  # each group's value at the last patch, 1 if the words hold it, the entries used (`patch`)
-    prev: np.ndarray  # the block table of the last patch (at the entries it used)
-    refs: np.ndarray  # the block table entries the words use, then a mark per entry (`_step_numba.patch`)
-    at_page: np.ndarray  # per field row: the block table index of its last page mapping
+    state: np.ndarray  # what `_patch_numba.patch` reads and keeps between steps, one int64 array
 
     @property
     def injected(self) -> list:
@@ -180,6 +176,10 @@ class Stepper:
         self.buckets: OrderedDict = OrderedDict()
         self.cache_size = cache_size
         self._last: Bucket | None = None
+        self._fast = not self.plan.guard_keys  # else every step's key needs the guards (`Plan.key`)
+        from ._patch_numba import patch
+
+        self._patch = patch
 
     def clear(self) -> None:
         """Forgets every bucket (the next step of each structure instantiates again)."""
@@ -200,33 +200,26 @@ class Stepper:
         return b, True
 
     def words(self, syms: tuple, blocks: np.ndarray) -> tuple[np.ndarray, bool]:
-        """The bucket's words patched for `syms` and `blocks` (in place), and whether it was new.
+        """The bucket's words patched for `syms` (a tuple of ints) and `blocks` (in place), and whether
+        it was new.
 
-        The last bucket is tried first: the patch checks its key itself (one compiled call per step).
-        Symbol values outside every program's box are an InputError (`Artifact.pick`)."""
-        self.art.pick(syms)
-        s = np.asarray(syms, np.int64)
-        b, new = self._last, False
-        status = self._patch(b, s, blocks) if b is not None and not self.plan.guard_keys else -2
+        The last bucket is tried first: the patch checks the program's box and the bucket's key itself
+        (one compiled call per step, nothing else on the host). Symbol values outside every program's
+        box are an InputError (`Artifact.pick`)."""
+        b = self._last
+        status = self._patch(syms, b.state, b.words, blocks) if b is not None and self._fast else -2
+        if status == 0:
+            return b.words, False
+        new = False
         if status == -2:
+            syms = tuple(map(int, syms))
+            self.art.pick(syms)
             b, new = self.bucket(syms)
-            status = self._patch(b, s, blocks)
+            status = self._patch(syms, b.state, b.words, blocks)
         if status:
             self._fail(b, status, syms, blocks)
         self._last = b
         return b.words, new
-
-    def _patch(self, b: Bucket, s: np.ndarray, blocks: np.ndarray) -> int:
-        from ._step_numba import patch
-
-        if b.prev.size < blocks.size:
-            b.prev = np.concatenate([b.prev, np.zeros(blocks.size - b.prev.size, np.int64)])
-            b.refs = np.zeros(2 * blocks.size, np.int64)
-            b.memo[-2:] = 0
-            b.memo[len(b.groups)] = 0  # cold: every field is written again, the entries listed afresh
-        status = patch(s, self.plan.key_table(), b.key_values, b.ex, b.fields, b.hot, b.dims, b.forms, b.groups, b.pages,
-                       b.words, self.kv, blocks, b.memo, b.prev, b.at_page, b.refs)  # fmt: skip
-        return status
 
     def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
         if status == -2:
@@ -263,9 +256,44 @@ class Stepper:
         rows, forms, groups = share(rows, forms)
         pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
         kv = np.asarray(key[: len(p.grid_progs)], np.int64)
-        return Bucket(key, tr.words, p.table, rows, pack(rows), dims, forms, groups, pages, p.whats, pages[:, 0].copy(), kv,
-                      np.zeros(len(groups) + 3, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
-                      np.full(len(rows), -1, np.int64))  # fmt: skip
+        hot = pack(rows)
+        return Bucket(key, tr.words, p.table, rows, hot, dims, forms, groups, pages, p.whats, pages[:, 0].copy(),
+                      self._state(syms, kv, rows, hot, forms, groups, dims, pages))  # fmt: skip
+
+    def _state(self, syms, key_values, rows, hot, forms, groups, dims, pages) -> np.ndarray:
+        """The bucket's `_patch_numba` state."""
+        from . import _patch_numba as pn
+        from ._expr_numba import depth
+
+        p, n = self.plan, len(rows)
+        nf = int(groups[0, 2]) if len(groups) else n
+        free = rows[:nf]
+        n_pages = max(-(-int(self.kv[3]) // int(pe)) for pe in self.kv[4::2])
+        box = np.asarray(self.art.programs[self.art.pick(syms)].ranges, np.int64).reshape(-1, 2)
+        stack = max(depth(p.table, 0), depth(p.key_table(), 0))
+        meta = [0, 0, 0, stack, nf, dims.shape[1]]
+        return pn.state({"KEYV": key_values, "KEYEX": p.key_table(), "EX": p.table if nf else p.table[:0],
+                         "FREE": free, "FDIMS": dims[free[:, 10]], "FORMS": forms, "GROUPS": groups, "HOT": hot,
+                         "AT": np.full(n, -1), "PAGES": pages, "META": meta,
+                         "MEMO": np.zeros(len(groups)), "PREV": np.zeros(n_pages), "REFS": np.zeros(2 * n_pages),
+                         "KV": self.kv, "BOX": box,
+                         "SCRATCH": np.zeros(len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS),
+                         **self._slots(syms, rows, forms, dims)})  # fmt: skip
+
+    def _slots(self, syms, rows, forms, dims) -> dict:
+        """Per field row the cache slot of its virtual address (paged rows; 0 otherwise), and per slot
+        its window base, page elements, their log2 (-1: not a power of two) and offset in the block."""
+        from ._step_numba import field_values
+
+        vbase, vspan, kv = int(self.kv[2]), int(self.kv[3]), self.kv
+        v = field_values(np.asarray(syms, np.int64), self.plan.table, rows, dims, forms)
+        slot = np.where(rows[:, 9] == 1, (v - vbase) // vspan, 0)
+        pe = kv[4::2]
+        if np.any((slot < 0) | (slot >= len(pe))):
+            raise RuntimeError("a paged field addresses a cache slot the program does not have")
+        log = np.where(pe & (pe - 1) == 0, np.log2(np.maximum(pe, 1)).astype(np.int64), -1)
+        slots = np.stack([vbase + vspan * np.arange(len(pe)), pe, log, kv[5::2]], 1)
+        return {"SLOT": slot, "SLOTS": slots}
 
     def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
         """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
@@ -291,7 +319,7 @@ def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray
     every result of their min (the same page's row count or address read by each layer, head, K and V)
     point at one range of the returned forms, the constant in their column 14. Returns the field rows
     (those without a form first, then grouped by range), the forms, and per group its forms range and
-    its field rows' range (`_step_numba.patch` evaluates each group once). Rows are grouped by a hash
+    its field rows' range (`_patch_numba.patch` evaluates each group once). Rows are grouped by a hash
     of their adjusted forms (`_step_numba.form_keys`), checked row by row against their group's first
     (`same_forms`); on a collision, by the lexicographic unique of the whole rows (`_share_rows`)."""
     from ._step_numba import form_keys, same_forms

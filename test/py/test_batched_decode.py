@@ -164,3 +164,47 @@ def test_batched_append_loads_every_sequences_rows_once(model):
         stores = [t for t in mm.insts if t.opcode == "STORE"]
         assert len(loads) == 1 and [t.opcode for t in mm.insts].count("VEC") == 1 and len(stores) == B
         assert [t.const.get("chain", 0) for t in stores] == [0] + [1] * (B - 1)
+
+
+def test_batched_patch_equals_a_fresh_instantiation(model):
+    """The batched step's patched words (`runtime/_patch_numba.patch`) equal a fresh instantiation mapped
+    through the same block array, bit for bit, over consecutive steps: every lane at its own past and
+    row offset, lanes crossing pages, a lane's page replaced between two steps (as copy-on-write does),
+    two lanes leaving and joining again; then a symbol outside the program and a freed page are refused."""
+    import numpy as np
+
+    from novella_mlir.runtime.kv import BlockTable
+
+    _, _, lm = model
+    sess = lm.session(check_hazards=False)
+    name, null, spare = f"batch{B}", BlockTable(), BlockTable()
+    sess.pool.reserve(null, 1)
+    sess.pool.reserve(spare, 1)
+    pasts = [5, 17, 40, 31]
+    clock = max(pasts)
+    offs = [(clock - p) % PS for p in pasts]
+    tables = [BlockTable() for _ in pasts]
+    for t, p, r in zip(tables, pasts, offs):
+        sess.pool.reserve(t, p + r + 16)
+    step, st = BatchStep(sess, name, B, null.blocks[0]), sess.steppers[name]
+
+    def lanes(k):
+        return [Lane(5, p + k, (clock - p - r) // PS, t.blocks[: -(-(p + r + k + 1) // PS)], r)
+                for p, r, t in zip(pasts, offs, tables)]  # fmt: skip
+
+    try:
+        for k in range(14):
+            if k == 6:
+                tables[1].blocks[0], spare.blocks[0] = spare.blocks[0], tables[1].blocks[0]
+            blocks = step.fill(lanes(k)[: 2 if k in (9, 10) else B], clock + k)
+            words, _ = st.words((clock + k,), blocks)
+            ref = sess.reference(name, (clock + k,), BlockTable(blocks.tolist()))
+            np.testing.assert_array_equal(words, ref, err_msg=f"step {k}")
+        with pytest.raises(InputError, match="is outside every compiled program"):
+            st.words((MAX_LEN,), blocks)  # the last bucket's own check refuses it too
+        blocks[np.flatnonzero(blocks == tables[0].blocks[0])] = -1
+        with pytest.raises(RuntimeError, match="freed out of its window"):
+            st.words((clock + 13,), blocks)
+    finally:
+        for t in [*tables, null, spare]:
+            sess.pool.release(t)

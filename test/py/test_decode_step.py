@@ -64,7 +64,7 @@ def test_patched_step_equals_a_fresh_instantiation(lm):
 
 def test_a_warm_patch_follows_the_block_table(lm):
     """Consecutive steps of one bucket rewrite only the fields whose value or page moved
-    (`_step_numba.patch`): a page of the table replaced between two steps (as copy-on-write replaces
+    (`_patch_numba.patch`): a page of the table replaced between two steps (as copy-on-write replaces
     a shared one), the table grown a page at a time as positions are appended (passed as long as it
     is, or padded to the maximum), and a bucket left and revisited are each still a fresh
     instantiation, bit for bit."""

@@ -1,0 +1,229 @@
+"""The per-step patch of a bucket's words (`step.py`), one compiled call of four arguments per step.
+
+A bucket's tables are one int64 array, its *state* (`state`): a header [n_parts, then per part its
+start, end and columns], then the parts `PARTS` names, those every step reads first. A step's patch runs right after the NPU (the
+simulator) has run, the host's caches cold: the call takes four arguments (each costs its
+unboxing), allocates nothing, and walks the unmoved page addresses only when a block table entry
+the words use changed.
+
+Parts: KEYV, KEYEX the grid extents of the bucket key and their expressions; EX, FREE, FDIMS the
+expressions, field rows (`step.Plan._spec`, 15 columns) and dims of the rows without a form (the
+first NFREE rows); FORMS, GROUPS what `_form` evaluates once per group (`step.share`: a forms range
+and its rows' range); HOT per row its packed place and the constant added to its group's value
+(`_step_numba.pack`); AT per row the block table index of its last page mapping (-1: none); SLOT per
+row its cache slot (paged rows) and SLOTS per slot its window base, page elements, their log2 (-1:
+not a power of two) and offset in the block; PAGES the page addresses no symbol moves (word, lane,
+offset, mask, page, offset in the block); META [1 if the words hold the last patch, used entries,
+one past the highest used entry, stack depth, NFREE, grid dims]; MEMO each group's value at the last
+patch; PREV the block table at the used entries; REFS the used entries (each once) then a mark per
+entry; KV the session's layout (pool base, block elements, vbase, vspan, then per cache slot its
+page elements and offset in the block); BOX the program's [lo, hi] per symbol; SCRATCH the
+symbols, dims, the interpreter's stack and the forms' atoms.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numba as nb
+import numpy as np
+
+from simulator import numba_cache
+from simulator.first_build import announce
+
+from ._expr_numba import minimum
+from ._step_numba import MAX_ATOMS, _form
+
+numba_cache.ensure(__file__)
+
+PARTS = ("META", "BOX", "SCRATCH", "KV", "SLOTS", "KEYV", "KEYEX", "MEMO", "GROUPS", "FORMS", "HOT", "AT", "SLOT",
+         "PAGES", "EX", "FREE", "FDIMS", "PREV", "REFS")  # fmt: skip
+(META, BOX, SCRATCH, KV, SLOTS, KEYV, KEYEX, MEMO, GROUPS, FORMS, HOT, AT, SLOT, PAGES, EX, FREE, FDIMS, PREV,
+ REFS) = range(len(PARTS))  # fmt: skip
+WARM, NREF, TOP, DEPTH, NFREE, NDIMS = range(6)  # META
+
+
+def state(parts: dict) -> np.ndarray:
+    """The state array of `parts` (name -> int64 array, 1-D or 2-D, every name of `PARTS`)."""
+    head = 1 + 3 * len(PARTS)
+    arrays = [np.ascontiguousarray(parts[n], np.int64) for n in PARTS]
+    st = np.zeros(head + sum(a.size for a in arrays), np.int64)
+    st[0] = len(PARTS)
+    at = head
+    for k, a in enumerate(arrays):
+        st[1 + 3 * k : 4 + 3 * k] = (at, at + a.size, a.shape[1] if a.ndim == 2 else 0)
+        st[at : at + a.size] = a.ravel()
+        at += a.size
+    return st
+
+
+@nb.njit(cache=True, inline="always")
+def _part(st, k):
+    return st[st[1 + 3 * k] : st[2 + 3 * k]]
+
+
+@nb.njit(cache=True, inline="always")
+def _rows(st, k):
+    lo, hi, c = st[1 + 3 * k], st[2 + 3 * k], st[3 + 3 * k]
+    return st[lo:hi].reshape((hi - lo) // max(c, 1), max(c, 1))
+
+
+@nb.njit(cache=True, inline="always")
+def _put(words, w, lane, off, mask, v):
+    m = np.uint64(mask) << np.uint64(off)
+    words[w, lane] = (words[w, lane] & ~m) | ((np.uint64(v & mask)) << np.uint64(off))
+
+
+@nb.njit(cache=True, inline="always")
+def _placed(old, c, v):
+    """(whether v fits the field of packed row code c, the word lane `old` with the field set to v)."""
+    bits = (c >> 12) & 127
+    if (c >> 22) & 1:
+        lo, hi = -(np.int64(1) << (bits - 1)), (np.int64(1) << (bits - 1)) - 1
+    else:
+        lo, hi = np.int64(0), (np.int64(1) << bits) - 1
+    mask = (np.int64(1) << bits) - 1
+    m = np.uint64(mask) << np.uint64((c >> 2) & 63)
+    return lo <= v <= hi, (old & ~m) | (np.uint64(v & mask) << np.uint64((c >> 2) & 63))
+
+
+@nb.njit(cache=True, inline="always")
+def _page_of(v, base, pe, sh, span):
+    """(page, offset in it) of virtual address v in the cache slot window at `base` (`span` long, pages
+    of `pe` elements, sh = log2(pe) or -1); (-1, 0) outside the window."""
+    r = v - base
+    if r < 0 or r >= span:
+        return -1, 0
+    page = r >> sh if sh >= 0 else r // pe
+    return page, r - page * pe
+
+
+@nb.njit(cache=True)
+def _use(page, meta, refs, half):
+    """Notes that the words use block table entry `page` (listed once in `refs`, marked at half + page)."""
+    if refs[half + page] == 0:
+        refs[half + page] = 1
+        refs[meta[NREF]] = page
+        meta[NREF] += 1
+    meta[TOP] = max(meta[TOP], page + 1)
+
+
+@nb.njit(cache=True)
+def patch(syms, st, words, blocks):
+    """Rewrites the injected fields and page addresses of a bucket's words (`state` `st`) for `syms` (a
+    tuple) and `blocks`. Returns 0; -2 if `syms` are outside the program's box or the bucket (the
+    grid extents of its key); -1 if the block table lacks a page; 1 + the index of a field row whose
+    value does not fit its field.
+
+    Each group is evaluated once; when META[WARM] is 1 the words hold the last patch, and a row is
+    rewritten only when its group's value moved, or, paged, when its block table entry changed (only
+    the entries the words use are compared and kept: `REFS`, `PREV`)."""
+    ns = len(syms)
+    meta, box = _part(st, META), _part(st, BOX)
+    for k in range(ns):
+        if syms[k] < box[2 * k] or syms[k] > box[2 * k + 1]:
+            return -2
+    nd = meta[NDIMS]
+    sc = _part(st, SCRATCH)
+    for k in range(ns):
+        sc[k] = syms[k]
+    key_ex, key = _part(st, KEYEX), _part(st, KEYV)
+    for m in range(key.size):
+        if minimum(key_ex, 0, m, sc, ns, ns + nd) != key[m]:
+            return -2
+    refs, prev = _part(st, REFS), _part(st, PREV)
+    half = refs.size // 2
+    warm = meta[WARM] == 1
+    meta[WARM] = 0
+    if not warm:
+        for k in range(meta[NREF]):
+            refs[half + refs[k]] = 0
+        meta[NREF], meta[TOP] = 0, 0
+    remapped = not warm or blocks.size < meta[TOP]
+    for k in range(meta[NREF] if not remapped else 0):
+        if blocks[refs[k]] != prev[refs[k]]:
+            remapped = True
+            break
+    rc = _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev)
+    if rc:
+        return rc
+    if remapped:
+        rc = _remap(st, warm, words, blocks, meta, refs, prev)
+        if rc:
+            return rc
+    for k in range(meta[NREF]):
+        prev[refs[k]] = blocks[refs[k]]
+    meta[WARM] = 1
+    return 0
+
+
+@nb.njit(cache=True)
+def _remap(st, warm, words, blocks, meta, refs, prev):
+    """The page addresses no symbol moves, at a step whose used block table entries changed (or the
+    first): each one's entry must exist; those whose entry changed are rewritten. (On a warm step that
+    changed no used entry, every one still holds.)"""
+    pages, kv = _rows(st, PAGES), _part(st, KV)
+    half = refs.size // 2
+    for j in range(pages.shape[0]):
+        p = pages[j, 4]
+        if p >= blocks.size or p >= half or blocks[p] < 0:
+            return -1
+        if not warm or blocks[p] != prev[p]:
+            _put(words, pages[j, 0], pages[j, 1], pages[j, 2], pages[j, 3], kv[0] + blocks[p] * kv[1] + pages[j, 5])
+        _use(p, meta, refs, half)
+    return 0
+
+
+@nb.njit(cache=True, inline="always")
+def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev):
+    """The rows without a form (the interpreter's, every step), then each group's value: the rows of a
+    group that moved are written, and when an entry the words use changed, the paged rows whose entry
+    it is. A row's write is written out here, without calls that take arrays (numba counts their
+    references at every call: ~40 ns a row): a paged value is mapped through `blocks` (its cache
+    slot `SLOT`, whose window base, page elements, their log2 (-1: not a power of two) and offset in
+    the block are `SLOTS`), then checked against its field's width (`_placed`)."""
+    forms, groups, memo = _rows(st, FORMS), _rows(st, GROUPS), _part(st, MEMO)
+    hot, at, kv = _rows(st, HOT), _part(st, AT), _part(st, KV)
+    slot, slots = _part(st, SLOT), _rows(st, SLOTS)
+    ex, free, fdims = _part(st, EX), _rows(st, FREE), _rows(st, FDIMS)
+    atoms = sc[sc.size - MAX_ATOMS :]
+    half, nf, nd = refs.size // 2, meta[NFREE], meta[NDIMS]
+    for g in range(-1 if nf else 0, memo.size):
+        if g < 0:
+            lo, hi, moved, val = 0, nf, True, 0
+        else:
+            lo, hi = groups[g, 2], groups[g, 3]
+            val = _form(forms, groups[g, 0], groups[g, 1], sc, ns, atoms)
+            moved = not warm or val != memo[g]
+            memo[g] = val
+            if not moved and not remapped:
+                continue
+        for i in range(lo, hi):
+            if not moved:
+                p = at[i]
+                if p < 0 or (p < blocks.size and blocks[p] == prev[p]):
+                    continue
+            c, v = hot[i, 0], val + hot[i, 1]
+            if g < 0:
+                sc[ns : ns + nd] = fdims[i]
+                v = free[i, 8]
+                for col in range(6, 8):
+                    if free[i, col] >= 0:
+                        v += minimum(ex, 0, free[i, col], sc, ns, ns + nd)
+            if (c >> 23) & 1:
+                k = slot[i]
+                page, off = _page_of(v, slots[k, 0], slots[k, 1], slots[k, 2], kv[3])
+                if page < 0 or page >= blocks.size or page >= half or blocks[page] < 0:
+                    return -1
+                at[i] = page
+                if refs[half + page] == 0 or page >= meta[TOP]:
+                    _use(page, meta, refs, half)
+                v = kv[0] + blocks[page] * kv[1] + slots[k, 3] + off
+            ok, new = _placed(words[c >> 24, c & 3], c, v)
+            if not ok:
+                return 1 + i
+            words[c >> 24, c & 3] = new
+    return 0
+
+
+announce(sys.modules[__name__])
