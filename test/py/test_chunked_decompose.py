@@ -154,5 +154,38 @@ def test_a_retrace_that_fixes_the_length_is_refused(monkeypatch):
     prog = _exported(at=64)
     static = torch.export.export(Chunked(), (torch.randn(1, 64, 4, 16),), strict=False)
     monkeypatch.setattr(type(prog), "run_decompositions", lambda self, table: static)
-    with pytest.raises(NovellaError, match=r"fixed the length \(its size symbol s\d+\) at the example"):
+    with pytest.raises(NovellaError, match=r"fixed the length \(its size symbol s\d+, dim 1 of input 'x'\) at"):
         importer._retraced(prog, {})
+
+
+class TrimmedMask(torch.nn.Module):
+    """A [1, T] mask cut to the input's last T positions and multiplied in (qwen3_5's recurrent mask):
+    Dim.DYNAMIC gives the mask a symbol of its own, which the retrace for `silu` proves equal to the
+    input's and replaces by it."""
+
+    def forward(self, x, mask):
+        return F.silu(x * mask[:, -x.shape[1] :, None, None])
+
+
+def _masked(n, seed):
+    mask = torch.ones(1, n)
+    mask[:, n - n // 4 :] = 0
+    return torch.randn(1, n, 4, 16, generator=torch.Generator().manual_seed(seed)), mask
+
+
+def test_a_retrace_that_ties_the_masks_length_to_the_inputs_is_kept():
+    prog = importer.export(TrimmedMask(), _masked(16, 0), 1, 2, 64)
+    assert len(importer._input_symbols(prog)) == 2, "the export keeps a symbol per input"
+    out, _ = importer._decompose(prog, None)
+    (sym,) = importer._input_symbols(out)
+    lengths = [n.meta["val"].shape[1] for n in out.graph.nodes if n.op == "placeholder"]
+    assert [getattr(getattr(n, "node", None), "expr", n) for n in lengths] == [sym, sym], lengths
+
+
+def test_trimmed_mask_matches_eager():
+    """min, 2, odd, a partial tile, the max."""
+    model = TrimmedMask()
+    npu = compile_torch(model, *_masked(16, 0), min_len=1, max_len=100, cache=False)
+    for n in (1, 2, 37, 67, 100):
+        a = _masked(n, n)
+        torch.testing.assert_close(npu(*a, check_hazards=n == 67), model(*a), rtol=1e-4, atol=1e-4)
