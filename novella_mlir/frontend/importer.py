@@ -21,7 +21,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
-from . import dtypes, explain, exporting, ties
+from . import dtypes, explain, exporting, guard_code, ties
 from .complex_pairs import complex_as_pairs
 from .hops import inline_wrappers
 from .own_decompositions import own_decompositions
@@ -307,7 +307,8 @@ def _retraced(prog, table):
     that replaces an input's symbol by another input's (the mask's length proved equal to the ids') is not."""
     before = _symbolic_input_dims(prog)
     with explain.quiet(), symbolic_kernels(), uncached_fake_dispatch(), fx_config.patch(backed_size_oblivious=True):
-        out = prog.run_decompositions(table)
+        with guard_code.decided_during(prog):
+            out = prog.run_decompositions(table)
     after = _symbolic_input_dims(out)
     lost = [(dim, *before[(i, dim)]) for i, dim in before if (i, dim) not in after]
     if lost:

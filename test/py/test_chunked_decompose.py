@@ -189,3 +189,21 @@ def test_trimmed_mask_matches_eager():
     for n in (1, 2, 37, 67, 100):
         a = _masked(n, n)
         torch.testing.assert_close(npu(*a, check_hazards=n == 67), model(*a), rtol=1e-4, atol=1e-4)
+
+
+class FirstRows(torch.nn.Module):
+    """The first 64 rows viewed per row: torch records `64*Min(64, T) % T == 0` among the export's guards."""
+
+    def forward(self, x):
+        return F.silu(x[:, :64].reshape(1, x.shape[1], -1))
+
+
+def test_a_min_in_the_exports_guards_does_not_fix_the_length():
+    """torch's retrace would run that guard as Python, whose `min(64, T)` compares at the example (64) and
+    fixes T = 64; at 16 it would narrow the range to [2, 63]. The retrace keeps T over [2, 64]."""
+    for at in (64, 16):
+        prog = importer.export(FirstRows(), (torch.randn(1, at, 4, 16),), 1, 2, 64)
+        assert any("min(64" in g for g in prog._guards_code), prog._guards_code
+        out, _ = importer._decompose(prog, None)
+        (sym,) = importer._input_symbols(out)
+        assert (out.range_constraints[sym].lower, out.range_constraints[sym].upper) == (2, 64)
