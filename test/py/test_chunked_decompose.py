@@ -207,3 +207,13 @@ def test_a_min_in_the_exports_guards_does_not_fix_the_length():
         out, _ = importer._decompose(prog, None)
         (sym,) = importer._input_symbols(out)
         assert (out.range_constraints[sym].lower, out.range_constraints[sym].upper) == (2, 64)
+
+
+def test_first_rows_matches_eager():
+    """Compiled from an example at the top (64), where `x[:, :64]` is all of x: min, 2, odd, a partial
+    tile, the max."""
+    model = FirstRows()
+    npu = compile_torch(model, torch.randn(1, 64, 4, 16), min_len=1, max_len=64, cache=False)
+    for n in (1, 2, 37, 63, 64):
+        x = torch.randn(1, n, 4, 16, generator=torch.Generator().manual_seed(n))
+        torch.testing.assert_close(npu(x, check_hazards=n == 37), model(x), rtol=1e-4, atol=1e-4)
