@@ -2,7 +2,8 @@
 viewed as [chunks, 64] keeps its 64 rows static and its chunk count symbolic over the range, where a retrace
 that evaluates size checks at the example's sizes made the rows `(T + pad) // ((T + pad) // 64)` (qwen3_5's
 chunked gated delta rule: ~1,200 guards) or the chunk count the example's 1. A retrace that still specializes
-is refused, not compiled for the example's length."""
+is refused, not compiled for the example's length; one that ties a mask's length to the input's is not, and
+the export's guards it runs have each min / max of sizes decided over the range (`frontend/guard_code.py`)."""
 
 from __future__ import annotations
 
