@@ -21,7 +21,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
-from . import dtypes, explain, exporting, ties
+from . import dtypes, explain, exporting, guard_code, ties
 from .complex_pairs import complex_as_pairs
 from .hops import inline_wrappers
 from .own_decompositions import own_decompositions
@@ -302,18 +302,35 @@ def _retraced(prog, table):
     """`prog.run_decompositions(table)`, traced size-obliviously as `exporting.export` traces: a
     retrace that evaluates every size check at the example's sizes specializes what the export kept
     symbolic (the 64 rows of a chunk a `(T + pad) // ((T + pad) // 64)`, which costs qwen3_5_text
-    ~1,200 guards and two thirds of its compile). A retrace that drops the length's symbol (torch fixed it
-    at the example's value) is a refusal, not a program for the example's length only."""
-    syms = set(_input_symbols(prog))
+    ~1,200 guards and two thirds of its compile). A retrace that makes an input's symbolic size a number
+    (torch fixed it at the example's value) is a refusal, not a program for the example's length only; one
+    that replaces an input's symbol by another input's (the mask's length proved equal to the ids') is not."""
+    before = _symbolic_input_dims(prog)
     with explain.quiet(), symbolic_kernels(), uncached_fake_dispatch(), fx_config.patch(backed_size_oblivious=True):
-        out = prog.run_decompositions(table)
-    lost = sorted(map(str, syms - set(_input_symbols(out))))
+        with guard_code.decided_during(prog):
+            out = prog.run_decompositions(table)
+    after = _symbolic_input_dims(out)
+    lost = [(dim, *before[(i, dim)]) for i, dim in before if (i, dim) not in after]
     if lost:
+        dim, name, size = lost[0]
         raise NovellaError(
-            f"decomposing the exported program fixed the length (its size symbol {lost[0]}) at the example's "
-            "value instead of keeping it symbolic (torch's retrace specialized it): compile from an example at "
-            "another length, or a narrower range (min_len/max_len)"
+            f"decomposing the exported program fixed the length (its size symbol {size}, dim {dim} of input "
+            f"'{name}') at the example's value instead of keeping it symbolic (torch's retrace specialized it): "
+            "compile from an example at another length, or a narrower range (min_len/max_len)"
         )
+    return out
+
+
+def _symbolic_input_dims(prog) -> dict:
+    """(user input's position, dim) -> (its placeholder's name, the size's expression), for each symbolic
+    size of a user input."""
+    out = {}
+    inputs = [n for n in prog.graph.nodes if n.op == "placeholder" and _is_user_input(prog, n)]
+    for i, n in enumerate(inputs):
+        val = n.meta.get("val")
+        for d, size in enumerate(val.shape if isinstance(val, torch.Tensor) else ()):
+            if isinstance(size, torch.SymInt) and size.node.expr.free_symbols:
+                out[(i, d)] = (n.name, size.node.expr)
     return out
 
 

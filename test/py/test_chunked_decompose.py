@@ -2,7 +2,8 @@
 viewed as [chunks, 64] keeps its 64 rows static and its chunk count symbolic over the range, where a retrace
 that evaluates size checks at the example's sizes made the rows `(T + pad) // ((T + pad) // 64)` (qwen3_5's
 chunked gated delta rule: ~1,200 guards) or the chunk count the example's 1. A retrace that still specializes
-is refused, not compiled for the example's length."""
+is refused, not compiled for the example's length; one that ties a mask's length to the input's is not, and
+the export's guards it runs have each min / max of sizes decided over the range (`frontend/guard_code.py`)."""
 
 from __future__ import annotations
 
@@ -154,5 +155,66 @@ def test_a_retrace_that_fixes_the_length_is_refused(monkeypatch):
     prog = _exported(at=64)
     static = torch.export.export(Chunked(), (torch.randn(1, 64, 4, 16),), strict=False)
     monkeypatch.setattr(type(prog), "run_decompositions", lambda self, table: static)
-    with pytest.raises(NovellaError, match=r"fixed the length \(its size symbol s\d+\) at the example"):
+    with pytest.raises(NovellaError, match=r"fixed the length \(its size symbol s\d+, dim 1 of input 'x'\) at"):
         importer._retraced(prog, {})
+
+
+class TrimmedMask(torch.nn.Module):
+    """A [1, T] mask cut to the input's last T positions and multiplied in (qwen3_5's recurrent mask):
+    Dim.DYNAMIC gives the mask a symbol of its own, which the retrace for `silu` proves equal to the
+    input's and replaces by it."""
+
+    def forward(self, x, mask):
+        return F.silu(x * mask[:, -x.shape[1] :, None, None])
+
+
+def _masked(n, seed):
+    mask = torch.ones(1, n)
+    mask[:, n - n // 4 :] = 0
+    return torch.randn(1, n, 4, 16, generator=torch.Generator().manual_seed(seed)), mask
+
+
+def test_a_retrace_that_ties_the_masks_length_to_the_inputs_is_kept():
+    prog = importer.export(TrimmedMask(), _masked(16, 0), 1, 2, 64)
+    assert len(importer._input_symbols(prog)) == 2, "the export keeps a symbol per input"
+    out, _ = importer._decompose(prog, None)
+    (sym,) = importer._input_symbols(out)
+    lengths = [n.meta["val"].shape[1] for n in out.graph.nodes if n.op == "placeholder"]
+    assert [getattr(getattr(n, "node", None), "expr", n) for n in lengths] == [sym, sym], lengths
+
+
+def test_trimmed_mask_matches_eager():
+    """min, 2, odd, a partial tile, the max."""
+    model = TrimmedMask()
+    npu = compile_torch(model, *_masked(16, 0), min_len=1, max_len=100, cache=False)
+    for n in (1, 2, 37, 67, 100):
+        a = _masked(n, n)
+        torch.testing.assert_close(npu(*a, check_hazards=n == 67), model(*a), rtol=1e-4, atol=1e-4)
+
+
+class FirstRows(torch.nn.Module):
+    """The first 64 rows viewed per row: torch records `64*Min(64, T) % T == 0` among the export's guards."""
+
+    def forward(self, x):
+        return F.silu(x[:, :64].reshape(1, x.shape[1], -1))
+
+
+def test_a_min_in_the_exports_guards_does_not_fix_the_length():
+    """torch's retrace would run that guard as Python, whose `min(64, T)` compares at the example (64) and
+    fixes T = 64; at 16 it would narrow the range to [2, 63]. The retrace keeps T over [2, 64]."""
+    for at in (64, 16):
+        prog = importer.export(FirstRows(), (torch.randn(1, at, 4, 16),), 1, 2, 64)
+        assert any("min(64" in g for g in prog._guards_code), prog._guards_code
+        out, _ = importer._decompose(prog, None)
+        (sym,) = importer._input_symbols(out)
+        assert (out.range_constraints[sym].lower, out.range_constraints[sym].upper) == (2, 64)
+
+
+def test_first_rows_matches_eager():
+    """Compiled from an example at the top (64), where `x[:, :64]` is all of x: min, 2, odd, a partial
+    tile, the max."""
+    model = FirstRows()
+    npu = compile_torch(model, torch.randn(1, 64, 4, 16), min_len=1, max_len=64, cache=False)
+    for n in (1, 2, 37, 63, 64):
+        x = torch.randn(1, n, 4, 16, generator=torch.Generator().manual_seed(n))
+        torch.testing.assert_close(npu(x, check_hazards=n == 37), model(x), rtol=1e-4, atol=1e-4)

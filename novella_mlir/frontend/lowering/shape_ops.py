@@ -349,8 +349,8 @@ def slice_(cx):
     dim = cx.const(1) % len(shape)
     start, end = cx.const(2), cx.const(3)
     step = cx.const(4) if cx.num_operands > 4 else 1
-    if isinstance(end, int) and end >= INT64_CLAMP:
-        end = None
+    if isinstance(end, int) and (end >= INT64_CLAMP or _never_before(cx, shape[dim], end)):
+        end = None  # `x[:, :64]` where the length is at most 64: to the end
     start = 0 if start is None else start
     if step != 1:
         from .strided import strided_slice
@@ -374,6 +374,11 @@ def slice_(cx):
         return x
     shape[dim] = length
     return cx.emit(SliceOp, result_shape=shape, input=x, dim=_i64(dim), start=_i64(start))
+
+
+def _never_before(cx, n, end: int) -> bool:
+    """Whether a dim of size `n` ends at or before position `end` at every length the bounds allow."""
+    return sy.as_int(n) is None and end >= 0 and sb.value_range(n, cx.symbols)[1] <= end
 
 
 def _from_front(cx, n, start):
