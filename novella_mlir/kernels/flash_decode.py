@@ -51,7 +51,7 @@ def load_query(b, g, t, tq: int, rows):
 def mask_row(g) -> bool:
     """A decode step's mask (one row per sequence, over the paged cache) is loaded as that one row and
     added to every query row of the block in ROW mode, not repeated by the DMA (each row read again)."""
-    return bool(g.paged) and sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
+    return bool(g.paged) and g.mask is not None and sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
 
 
 def chained_loads(g, tk: int) -> bool:

@@ -10,12 +10,13 @@
 // query block (q and the result 32 elements apart per cache head). The query rows of both cache heads
 // are loaded and scaled once (q_held = 4 rows), each head's score MATMUL reading its 2 rows 32 apart,
 // so a head's step loads only its keys, values (and mask). Its key/value tiles span pages
-// (tk = 256 = 16 pages, picked by the flash cost model): one LOAD per page into the tile's rows
+// (tk = 64 = 4 pages, picked by the flash cost model scored over sampled pasts,
+// `flash_decode.plan_samples`): one LOAD per page into the tile's rows
 // (buf_offset 256 per page), chained (docs/isa.md, LOAD `chain`), the first page of K and of V too:
 // the step's loads are one chain after the previous step's (`flash_decode.chained_loads`). Page 0 of tile d2
-// of cache head d0 is page 16 * d2 (512 elements apart), head d0 inside it (256 apart), min(16,
-// s0 + 1 - 256 * d2) rows; page 1 is page 16 * d2 + 1, or where it is past the sequence the last page
-// ((s0 floordiv 16) * 512) with no rows: its row count is min(16 [x >= 1], x + 256 [x <= 0]), x its
+// of cache head d0 is page 4 * d2 (512 elements apart), head d0 inside it (256 apart), min(16,
+// s0 + 1 - 64 * d2) rows; page 1 is page 4 * d2 + 1, or where it is past the sequence the last page
+// ((s0 floordiv 16) * 512) with no rows: its row count is min(16 [x >= 1], x + 64 [x <= 0]), x its
 // rows left, the [x >= 1] a ceildiv by the grid limit. All of them addresses in the paged window
 // that the runtime maps per step.
 // KV-LABEL: func.func @decode
@@ -24,12 +25,12 @@
 // KV-NOT: novella.broadcast
 // KV: %[[O:.*]] = "novella.flash_attention"(%arg0, %[[K]], %[[V]]{{.*}}) {{{.*}}novella.kv_group = 2 : i64, novella.paged_key = {{{.*}}slot = 0 : i64}, novella.paged_value = {{{.*}}slot = 1 : i64}
 // KV: return %[[O]], %[[K]], %[[V]]
-// CHECK-DAG: #[[PAGE:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 8192 + d0 * 256)>
+// CHECK-DAG: #[[PAGE:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 2048 + d0 * 256)>
 // CHECK-DAG: #[[QROW:.*]] = affine_map<(d0, d1, d2)[s0] -> (d0 * 32)>
-// CHECK-DAG: #[[KEYS:.*]] = affine_map<(d0, d1, d2)[s0] -> (16, d2 * -256 + s0 + 1)>
-// CHECK-DAG: #[[PAGE1:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d2 * 16 + 1) * 512 + d0 * 256, d0 * 256 + (s0 floordiv 16) * 512)>
-// CHECK-DAG: #[[ROWS1:.*]] = affine_map<(d0, d1, d2)[s0] -> (((-(d2 * 256 + 16) + s0 + 1) ceildiv 16777216) * 16, -(d2 * 256 + 16) + s0 + 1 - ((-(d2 * 256 + 16) + s0 + 1) ceildiv 16777216) * 256 + 256)>
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, 1, (s0 + 1) ceildiv 256)>
+// CHECK-DAG: #[[KEYS:.*]] = affine_map<(d0, d1, d2)[s0] -> (16, d2 * -64 + s0 + 1)>
+// CHECK-DAG: #[[PAGE1:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d2 * 4 + 1) * 512 + d0 * 256, d0 * 256 + (s0 floordiv 16) * 512)>
+// CHECK-DAG: #[[ROWS1:.*]] = affine_map<(d0, d1, d2)[s0] -> (((-(d2 * 64 + 16) + s0 + 1) ceildiv 16777216) * 16, -(d2 * 64 + 16) + s0 + 1 - ((-(d2 * 64 + 16) + s0 + 1) ceildiv 16777216) * 64 + 64)>
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, 1, (s0 + 1) ceildiv 64)>
 // CHECK-LABEL: func.func @decode
 // CHECK: %[[K:.*]] = "novella.macro"() ({
 // CHECK: kernel = "novella.kv_append"
@@ -41,7 +42,7 @@
 // CHECK: "novella.dma_load"(%[[V]]) {buf_offset = 0 : i64, buffer = "v", chain = 1 : i64, cols = 16 : i64, dram_offset = #[[PAGE]], dram_stride = 16 : i64, {{.*}}rows = #[[KEYS]], {{.*}}tensor = 2 : i64}
 // CHECK-NEXT: "novella.dma_load"(%[[V]]) {buf_offset = 256 : i64, buffer = "v", chain = 1 : i64, cols = 16 : i64, dram_offset = #[[PAGE1]], dram_stride = 16 : i64, {{.*}}rows = #[[ROWS1]], {{.*}}tensor = 2 : i64}
 // CHECK: "novella.mma"() {{{.*}}lhs = "q", lhs_offset = #[[QROW]], m = 2 : i64
-// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}tiles = {{{.*}}pipelined = 0 : i64, q_held = 4 : i64, s_slots = 1 : i64, tk = 256 : i64, tq = 2 : i64}
+// CHECK: grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}tiles = {{{.*}}pipelined = 0 : i64, q_held = 4 : i64, s_slots = 1 : i64, tk = 64 : i64, tq = 2 : i64}
 module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
   func.func @decode(%q: tensor<1x4x1x16xf32>, %pk: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %pv: tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, %nk: tensor<1x2x1x16xf32>, %nv: tensor<1x2x1x16xf32>) -> (tensor<1x4x1x16xf32>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>, tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>) {
     %k = "novella.kv_append"(%pk, %nk) {dim = 2 : i64} : (tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0, 16)>>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, affine_map<()[s0] -> (1, 2, s0 + 1, 16)>>
