@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_linear_partial_cols import Residual
 
 from novella_mlir import compile_torch, kernels
 from novella_mlir.kernels import linear, linear_cost
@@ -18,17 +19,6 @@ from simulator.config import DEFAULT_CONFIG_PATH
 
 MAX = 70
 LENGTHS = (1, 7, 17, MAX)
-
-
-class Residual(torch.nn.Module):
-    """`x[..., :n] + fc(x)`, n = 200 = 8 x 25: the last column block is partial."""
-
-    def __init__(self, k: int, n: int):
-        super().__init__()
-        self.n, self.fc = n, torch.nn.Linear(k, n)
-
-    def forward(self, x):
-        return x[..., : self.n] + self.fc(x)
 
 
 @pytest.fixture(autouse=True)
