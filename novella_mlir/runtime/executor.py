@@ -58,10 +58,11 @@ class Executor:
 
     def bind(self, inputs: list[np.ndarray]) -> list[int]:
         """Symbol values from the input shapes; refuses wrong ranks, static dims and lengths out of bounds.
-        A dim is a symbol's size when some program's input shape is that bare symbol."""
+        A dim is a symbol's size when some program's input shape is that bare symbol, or c times it (a
+        `c * Dim` of torch.export's dynamic_shapes: a size that must be a multiple of c)."""
         first = self.art.programs[0].inputs
         check_count(inputs, first)
-        syms = [None] * len(self.art.symbols)
+        syms, scaled_dims = [None] * len(self.art.symbols), []
         for i, x in enumerate(inputs):
             if x.ndim != len(first[i].shape):
                 what = "a 0-d array (a scalar)" if x.ndim == 0 else f"rank {x.ndim}"
@@ -70,6 +71,16 @@ class Executor:
                 for d, p in enumerate(prog.inputs[i].shape):
                     if len(p) == 1 and isinstance(p[0], str) and p[0].startswith("s"):
                         syms[int(p[0][1:])] = int(x.shape[d])
+                    elif (scaled := _scaled_symbol(p)) is not None:
+                        scaled_dims.append((i, d, *scaled))
+        for i, d, k, c in scaled_dims:
+            n = int(inputs[i].shape[d])
+            if syms[k] is None and n % c:
+                name = self.art.symbols[k][0]
+                raise InputError(f"input #{i} dim {d} is {n}, not a multiple of {c}: the model was compiled for "
+                                 f"{c} * {name}; pad or crop it to a multiple of {c}")  # fmt: skip
+            if syms[k] is None:
+                syms[k] = n // c
         bad = [
             f"{name}={v} is outside the compiled bounds [{lo}, {hi}]"
             if v is not None
@@ -262,3 +273,13 @@ def _config_fields(d: dict) -> dict:
 
 def default_config():
     return load_config()
+
+
+def _scaled_symbol(p: list) -> tuple[int, int] | None:
+    """(symbol index, c) of a postfix size `c * s<k>` (either order, c > 1 a constant), else None."""
+    if len(p) != 3 or p[2] != "*":
+        return None
+    a, b = p[:2] if isinstance(p[1], int) else p[1::-1]
+    if isinstance(a, str) and a.startswith("s") and isinstance(b, int) and b > 1:
+        return int(a[1:]), b
+    return None
