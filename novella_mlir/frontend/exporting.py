@@ -402,12 +402,12 @@ def fold_size_min_max(prog) -> dict:
     by the argument that is the min (max) at every length of the range, proved symbolically or, for one
     length, checked at each length of the range; returns {Min/Max expr: chosen expr} for the shapes that
     carry it. Neither side winning everywhere is a refusal naming the source line."""
-    box = {s: b for s, r in prog.range_constraints.items() if (b := _bounds(r)) is not None}
+    box = size_box(prog)
     chosen = {}
     for n in [n for n in prog.graph.nodes if n.op == "call_function" and n.target in _SIZE_MIN_MAX]:
         name, rel = _SIZE_MIN_MAX[n.target]
         exprs = [_size_expr(a) for a in n.args]
-        pick = next((i for i in (0, 1) if _always(rel(exprs[i], exprs[1 - i]), box)), None)
+        pick = winner(rel, exprs, box)
         if pick is None:
             raise NovellaError(
                 f"{_source(n)}: {name}({exprs[0]}, {exprs[1]}) of sizes: neither side is the "
@@ -420,6 +420,17 @@ def fold_size_min_max(prog) -> dict:
         _replace_uses(n, n.args[pick])
         prog.graph.erase_node(n)
     return chosen
+
+
+def size_box(prog) -> dict:
+    """{size symbol: (lo, hi)} of the program's finite ranges."""
+    return {s: b for s, r in prog.range_constraints.items() if (b := _bounds(r)) is not None}
+
+
+def winner(rel, sides, box: dict) -> int | None:
+    """The index of the side of a size min (`rel` sympy.Le) or max (sympy.Ge) of two that wins at every
+    point of `box`; None when neither does."""
+    return next((i for i in (0, 1) if _always(rel(sides[i], sides[1 - i]), box)), None)
 
 
 def _size_expr(a):

@@ -37,7 +37,7 @@ def decided(prog) -> list[str]:
     env = guards.shape_env(prog)
     if env is None or not prog._guards_code:
         return list(prog._guards_code)
-    box = {s: b for s, r in prog.range_constraints.items() if (b := exporting._bounds(r)) is not None}
+    box = exporting.size_box(prog)
     printer = ShapeGuardPythonPrinter(env.var_to_sources, lambda s: s.name, env.var_to_sources)
     again = {}
     for g in env.guards:
@@ -57,8 +57,6 @@ def _decided(expr, box: dict):
     args = [_decided(a, box) for a in expr.args]
     if isinstance(expr, (Min, Max, sympy.Min, sympy.Max)) and len(args) == 2:
         rel = sympy.Le if isinstance(expr, (Min, sympy.Min)) else sympy.Ge
-        for i in (0, 1):
-            cond = rel(args[i], args[1 - i])
-            if cond is sympy.true or (cond is not sympy.false and exporting._always(cond, box)):
-                return args[i]
+        if (i := exporting.winner(rel, args, box)) is not None:
+            return args[i]
     return expr.func(*args)
