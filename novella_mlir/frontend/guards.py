@@ -266,29 +266,6 @@ def failing(prog, lo: int, hi: int) -> list[tuple]:
     return [r[:3] for r in sorted(out, key=lambda r: r[3])]  # those torch traced to a model line first
 
 
-def failing_since(prog, start: int) -> list[tuple]:
-    """(guard, where, the lengths where it is false) of each guard in one size symbol recorded after the
-    first `start` of the program's ShapeEnv (those a retrace added) that is false somewhere in that symbol's
-    range: the retrace then specialized a size the export kept symbolic."""
-    env = shape_env(prog)
-    out = []
-    for g in env.guards[start:] if env is not None else ():
-        free = list(g.expr.free_symbols)
-        r = prog.range_constraints.get(free[0]) if len(free) == 1 else None
-        try:
-            bad = failing_lengths(g.expr, int(r.lower), int(r.upper)) if r is not None else []
-        except Exception:  # noqa: BLE001 - a guard numpy cannot evaluate (or an unbounded symbol) is not checked
-            continue
-        if bad:
-            out.append((g.expr, getattr(g.sloc, "maybe_user_loc", None) or str(g.sloc).strip("()"), bad))
-    return out
-
-
-def guard_count(prog) -> int:
-    env = shape_env(prog)
-    return len(env.guards) if env is not None else 0
-
-
 def empty(prog, lo: int, hi: int) -> list[tuple]:
     """(size, where, the lengths in [lo, hi] where it is below 1) of each size of a traced tensor that is
     empty at some length (`x[:, 1:]` at T = 1): torch traces sizes as at least 2, and a program holds no
