@@ -107,13 +107,19 @@ def pack(fields: np.ndarray) -> np.ndarray:
 def form_keys(fields, forms, has, mix):
     """Per field row has[j]: the constant of its forms (the first min term's a: `share` subtracts it from
     every min term, so the copies of one page's forms across layers, heads, K and V become equal) and a
-    64-bit hash of its count and its forms so adjusted (`mix`: one odd multiplier per position)."""
+    64-bit hash of its count and its forms so adjusted (`mix`: one odd multiplier per position). Rows
+    that `prepare` pointed at one forms range are hashed once."""
     h = np.zeros(has.size, np.int64)
     const = np.zeros(has.size, np.int64)
     w = forms.shape[1]
+    seen = np.full(forms.shape[0], -1, np.int64)  # per range start: the row j that hashed it
     for j in range(has.size):
         i = has[j]
         lo, hi = fields[i, 11], fields[i, 12]
+        if seen[lo] >= 0 and fields[has[seen[lo]], 12] == hi:
+            h[j], const[j] = h[seen[lo]], const[seen[lo]]
+            continue
+        seen[lo] = j
         c = 0
         for r in range(lo, hi):
             if forms[r, 0] == 0:
@@ -128,6 +134,59 @@ def form_keys(fields, forms, has, mix):
                 k += 1
         h[j], const[j] = acc, c
     return h, const
+
+
+@nb.njit(cache=True)
+def distinct(h):
+    """(index of each distinct value of `h` at its first occurrence, in order; per element the index of
+    its value in that list): `np.unique(h, return_index=True, return_inverse=True)` up to the order of
+    the values, by an open-addressing table (no sort)."""
+    cap = 1
+    while cap < 2 * h.size:
+        cap *= 2
+    slots = np.full(cap, -1, np.int64)
+    first = np.zeros(h.size, np.int64)
+    inv = np.zeros(h.size, np.int64)
+    n = 0
+    for j in range(h.size):
+        at = (h[j] ^ (h[j] >> 31)) & (cap - 1)
+        while slots[at] >= 0 and h[first[slots[at]]] != h[j]:
+            at = (at + 1) & (cap - 1)
+        if slots[at] < 0:
+            slots[at], first[n] = n, j
+            n += 1
+        inv[j] = slots[at]
+    return first[:n], inv
+
+
+@nb.njit(cache=True)
+def regroup(fields, has, inv, starts, sizes, const):
+    """The field rows `share` returns: those without forms (not in `has`) first, then group by group
+    (rows in their order): row has[j] pointed at its group inv[j]'s forms range, const[j] added to its
+    column 14."""
+    n, ng = fields.shape[0], starts.size
+    out = np.empty_like(fields)
+    grouped = np.zeros(n, np.bool_)
+    pos = np.zeros(ng + 1, np.int64)
+    for j in range(has.size):
+        grouped[has[j]] = True
+        pos[inv[j] + 1] += 1
+    w = 0
+    for i in range(n):
+        if not grouped[i]:
+            out[w] = fields[i]
+            w += 1
+    pos[0] = w
+    for g in range(ng):
+        pos[g + 1] += pos[g]
+    for j in range(has.size):
+        g = inv[j]
+        r = pos[g]
+        pos[g] += 1
+        out[r] = fields[has[j]]
+        out[r, 11], out[r, 12] = starts[g], starts[g] + sizes[g]
+        out[r, 14] += const[j]
+    return out
 
 
 @nb.njit(cache=True)
@@ -249,14 +308,56 @@ def _forms_of(ex, fields, i, dims, ns, stk, atoms, out):
     return na + hi - lo
 
 
+@nb.njit(cache=True, inline="always")
+def _same_row(fields, kind, dims, i, j):
+    """Whether field rows i and j have the same expressions, form kind and dims (the same forms up to
+    their constant)."""
+    if fields[i, 6] != fields[j, 6] or fields[i, 7] != fields[j, 7] or kind[i] != kind[j]:
+        return False
+    a, b = fields[i, 10], fields[j, 10]
+    for d in range(dims.shape[1]):
+        if dims[a, d] != dims[b, d]:
+            return False
+    return True
+
+
 @nb.njit(cache=True)
-def prepare(syms, ex, fields, dims):
+def _firsts(fields, kind, dims):
+    """Per field row the first row with the same expressions, form kind and dims (`_same_row`: itself
+    when none before it), by an open-addressing table of their hashes."""
+    n = fields.shape[0]
+    cap = 1
+    while cap < 2 * n:
+        cap *= 2
+    slots = np.full(cap, -1, np.int64)
+    first = np.arange(n)
+    for i in range(n):
+        h = (fields[i, 6] * np.int64(-7046029254386353131)) ^ (fields[i, 7] + 0x9E3779B9) ^ (kind[i] << 40)
+        for d in range(dims.shape[1]):
+            h = (h ^ dims[fields[i, 10], d]) * np.int64(1099511628211)
+        at = (h ^ (h >> 29)) & (cap - 1)
+        while slots[at] >= 0 and not _same_row(fields, kind, dims, i, slots[at]):
+            at = (at + 1) & (cap - 1)
+        if slots[at] < 0:
+            slots[at] = i
+        else:
+            first[i] = slots[at]
+    return first
+
+
+@nb.njit(cache=True)
+def prepare(syms, ex, fields, dims, memo=True):
     """Completes a new bucket's field rows in place: column 8 holds the field's value in the words;
     it becomes the constant (the value minus the terms at `syms`). Then each field row marked in
     column 11 (1: affine in the symbols, 2: maybe quasi-affine) gets its `_form` rows, from its min in
     column 6 plus the term in column 7: exact, the expressions being sums of constants, symbols and
     floordivs by constants (`_symbolic`), the dims fixed; rows without one keep the interpreter
-    (columns 11, 12 equal). Returns the forms and -1, or the first affine row that got an atom or no form."""
+    (columns 11, 12 equal). Returns the forms and -1, or the first affine row that got an atom or no form.
+
+    `memo`: a row with the expressions, kind and dims of an earlier one (`_firsts`: the copies of one
+    page's address across the heads and lanes of a batched step) takes its terms' value and its forms,
+    their constant moved by the difference of the two rows' constants, without the interpreter (the
+    same result as `memo=False`, which derives every row)."""
     ns, nd = syms.size, dims.shape[1]
     sc = _scratch(syms, nd, depth(ex, 0))
     st = ns + nd
@@ -264,23 +365,35 @@ def prepare(syms, ex, fields, dims):
     width = 1 + ns + MAX_ATOMS
     stk = np.zeros((depth(ex, 0), width), np.int64)
     atoms = np.zeros((MAX_ATOMS, 1 + width), np.int64)
+    kind = fields[:, 11].copy()
+    first = _firsts(fields, kind, dims) if memo else np.arange(fields.shape[0])
     bound = 0
     for i in range(fields.shape[0]):
-        if fields[i, 11]:
+        if kind[i] and first[i] == i:
             bound += MAX_ATOMS
             for c in range(6, 8):
                 if fields[i, c] >= 0:
                     bound += ex[at + 2 * fields[i, c] + 1] - ex[at + 2 * fields[i, c]]
     forms = np.zeros((bound, 1 + width), np.int64)
+    terms = np.zeros(fields.shape[0], np.int64)
     k, bad = 0, -1
     for i in range(fields.shape[0]):
+        j = first[i]
+        if j != i:
+            fields[i, 8] -= terms[j]
+            if kind[i] == 1 and bad < 0 and (fields[j, 12] == fields[j, 11] or forms[fields[j, 11], 0] > 0):
+                bad = i
+            fields[i, 11], fields[i, 12] = fields[j, 11], fields[j, 12]
+            if fields[j, 12] > fields[j, 11]:
+                fields[i, 14] += fields[i, 8] - fields[j, 8]  # what `_form`'s value is added (`share`)
+            continue
         sc[ns:st] = dims[fields[i, 10]]
         for c in range(6, 8):
             if fields[i, c] >= 0:
-                fields[i, 8] -= minimum(ex, 0, fields[i, c], sc, ns, st)
-        kind = fields[i, 11]
-        n = _forms_of(ex, fields, i, dims[fields[i, 10]], ns, stk, atoms, forms[k:]) if kind else -1
-        if kind == 1 and bad < 0 and (n < 0 or forms[k, 0] > 0):
+                terms[i] += minimum(ex, 0, fields[i, c], sc, ns, st)
+        fields[i, 8] -= terms[i]
+        n = _forms_of(ex, fields, i, dims[fields[i, 10]], ns, stk, atoms, forms[k:]) if kind[i] else -1
+        if kind[i] == 1 and bad < 0 and (n < 0 or forms[k, 0] > 0):
             bad = i
         fields[i, 11] = k
         k += max(n, 0)

@@ -32,6 +32,7 @@ from .jit import when_mask
 
 KINDS = ("write address", "page address", "length")  # what an injected field is (Plan.kind)
 _has_sym = expr.has_symbol
+_MIX = np.random.default_rng(0).integers(1, 2**62, 64, dtype=np.int64) | 1  # `share`'s hash multipliers
 
 
 def _key(x):
@@ -322,16 +323,14 @@ def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray
     its field rows' range (`_patch_numba.patch` evaluates each group once). Rows are grouped by a hash
     of their adjusted forms (`_step_numba.form_keys`), checked row by row against their group's first
     (`same_forms`); on a collision, by the lexicographic unique of the whole rows (`_share_rows`)."""
-    from ._step_numba import form_keys, same_forms
+    from ._step_numba import distinct, form_keys, same_forms
 
     n = fields[:, 12] - fields[:, 11]
     has = np.flatnonzero(n > 0)
     if not has.size:
         return fields, forms[:0], np.zeros((0, 4), np.int64)
-    mix = np.random.default_rng(0).integers(1, 2**62, 64, dtype=np.int64) | 1
-    h, const = form_keys(fields, forms, has, mix)
-    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
-    inv = inv.ravel()
+    h, const = form_keys(fields, forms, has, _MIX)
+    first, inv = distinct(h)
     if not same_forms(fields, forms, has, const, first, inv):
         return _share_rows(fields, forms, has, n)
     sizes = n[has[first]]
@@ -343,10 +342,10 @@ def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _grouped(fields, has, n, inv, starts, sizes, const) -> np.ndarray:
-    fields[has, 11], fields[has, 12] = starts[inv], starts[inv] + sizes[inv]
-    fields[has, 14] += const
-    order = np.argsort(inv, kind="stable")
-    return np.concatenate([fields[np.flatnonzero(n <= 0)], fields[has[order]]])
+    from ._step_numba import regroup
+
+    return regroup(fields, has, inv.astype(np.int64), starts.astype(np.int64), sizes.astype(np.int64),
+                   np.asarray(const, np.int64))  # fmt: skip
 
 
 def _groups(n, inv, starts, sizes) -> np.ndarray:

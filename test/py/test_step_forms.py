@@ -185,3 +185,64 @@ def test_share_by_hash_groups_as_the_lexicographic_unique(lm, monkeypatch):
                                                                            np.zeros(has.size, np.int64)))  # fmt: skip
     collided = step.share(raw.copy(), forms)
     assert groups_of(*collided) == groups_of(*slow)
+
+
+def _raw_rows(st, past: int):
+    """A decode bucket's field rows and dims at `past` as `step._build` hands them to `prepare`."""
+    from novella_mlir.runtime._step_numba import build
+
+    p = st.plan
+    prog = st.jit.instantiate([past])
+    spans = np.full((len(st.art.tiles), 2), -1, np.int64)
+    for name, start, end in prog.spans:
+        spans[p.tile_index[name]] = (start, end)
+    s = np.asarray([past], np.int64)
+    rows, dims, _, status = build(s, p.table, p.tiles, p.tt, p.guards, p.specs, spans, prog.words,
+                                  st.translate(prog.words).words, p.n_dims)  # fmt: skip
+    assert status == 0
+    return s, rows, dims
+
+
+def test_memoized_forms_equal_the_derived_ones(lm):
+    """`prepare`'s memo (a row with the expressions and dims of an earlier one takes its forms, their
+    constant moved) gives every field row the value `memo=False` (each row derived) gives, at the
+    bucket's own past and others, with fewer forms rows; a row declared affine that has no affine form
+    is refused at the same row either way."""
+    st = lm.session().steppers["decode"]
+    for past in (7, 299, MAX_LEN - 1):
+        s, rows, dims = _raw_rows(st, past)
+        slow, fast = rows.copy(), rows.copy()
+        f_slow, bad_slow = prepare(s, st.plan.table, slow, dims, False)
+        f_fast, bad_fast = prepare(s, st.plan.table, fast, dims, True)
+        assert bad_slow == bad_fast == -1
+        assert len(f_fast) < len(f_slow), past
+        for q in (1, past - 1, past, past + 1, MAX_LEN - 1):
+            qs = np.asarray([q], np.int64)
+            want = field_values(qs, st.plan.table, slow, dims, f_slow)
+            assert field_values(qs, st.plan.table, fast, dims, f_fast).tolist() == want.tolist(), (past, q)
+        affine = rows.copy()
+        affine[rows[:, 11] > 0, 11] = 1  # every row declared affine: chained pages' atoms are refused
+        bad = [prepare(s, st.plan.table, affine.copy(), dims, m)[1] for m in (False, True)]
+        assert bad[0] == bad[1] >= 0
+
+
+def test_regroup_and_distinct_equal_numpy():
+    """`share`'s compiled steps against NumPy: `distinct` is `np.unique`'s first indices and inverse up
+    to the values' order; `regroup` is the rows without forms, then the others stably sorted by group."""
+    from novella_mlir.runtime._step_numba import distinct, regroup
+
+    rng = np.random.default_rng(3)
+    h = rng.integers(-5, 6, 400) * (1 << 40)
+    first, inv = distinct(h)
+    _, u_first, u_inv = np.unique(h, return_index=True, return_inverse=True)
+    assert sorted(first.tolist()) == sorted(u_first.tolist()) and (h[first][inv] == h).all()
+    fields = rng.integers(0, 1000, (60, 15))
+    has = np.sort(rng.choice(60, 45, replace=False))
+    inv = rng.integers(0, 7, 45)
+    starts, sizes, const = np.arange(7) * 3, np.full(7, 3), rng.integers(-9, 9, 45)
+    want = fields.copy()
+    want[has, 11], want[has, 12] = starts[inv], starts[inv] + sizes[inv]
+    want[has, 14] += const
+    rest = np.setdiff1d(np.arange(60), has)
+    want = np.concatenate([want[rest], want[has[np.argsort(inv, kind="stable")]]])
+    assert regroup(fields, has, inv, starts, sizes, const).tolist() == want.tolist()
