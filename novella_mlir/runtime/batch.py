@@ -42,7 +42,7 @@ class BatchStep:
             )
         self.seq_pages = pages.pop()
         self.table = np.full(batch * self.seq_pages, null_block, np.int64)
-        self._top = 0  # entries below it may hold a lane's block (a batch of 1 spans the whole window)
+        self._held: list = [None] * batch  # per lane: (shift, a copy of its block list) as in `table`
 
     def run(self, lanes: list, clock: int):
         """One step of `lanes` (at most `batch`) at storage clock `clock`: (logits [len(lanes), vocab],
@@ -57,18 +57,34 @@ class BatchStep:
         return (outs[0][: len(lanes), -1], *res)
 
     def fill(self, lanes: list, clock: int) -> np.ndarray:
-        """The step's block table of all lanes (`table`, rewritten in place up to the last lane's
-        entries: those above were never written)."""
-        ps = self.sess.page_size
-        self.table[: self._top] = self.null
-        self._top = 0
+        """The step's block table of all lanes (`table`, rewritten in place: only the lanes whose shift
+        or block list changed since the last step, and those that left; the caller does not write it)."""
+        ps, sp = self.sess.page_size, self.seq_pages
         for b, ln in enumerate(lanes):
-            if ln.past + ln.offset + ln.shift * ps != clock or ln.shift + len(ln.blocks) > self.seq_pages:
+            if ln.past + ln.offset + ln.shift * ps != clock or ln.shift + len(ln.blocks) > sp:
                 raise RuntimeError(f"lane {b} (past {ln.past}, shift {ln.shift} pages) is not at storage {clock}")
-            at = b * self.seq_pages + ln.shift
-            self.table[at : at + len(ln.blocks)] = ln.blocks
-            self._top = at + len(ln.blocks)
+            held, blocks = self._held[b], ln.blocks if type(ln.blocks) is list else list(ln.blocks)
+            if held is not None and held[0] == ln.shift and held[1] == blocks:
+                continue
+            at = b * sp + ln.shift
+            self.table[b * sp : (b + 1) * sp] = self.null
+            self.table[at : at + len(blocks)] = blocks
+            self._held[b] = (ln.shift, list(blocks))
+        for b in range(len(lanes), self.batch):
+            if self._held[b] is not None:
+                self.table[b * sp : (b + 1) * sp] = self.null
+                self._held[b] = None
         return self.table
+
+    def fill_slow(self, lanes: list, clock: int) -> np.ndarray:
+        """`fill` the readable way: a fresh table, every lane's blocks written (what `fill` must equal)."""
+        ps, sp = self.sess.page_size, self.seq_pages
+        table = np.full(self.batch * sp, self.null, np.int64)
+        for b, ln in enumerate(lanes):
+            if ln.past + ln.offset + ln.shift * ps != clock or ln.shift + len(ln.blocks) > sp:
+                raise RuntimeError(f"lane {b} (past {ln.past}, shift {ln.shift} pages) is not at storage {clock}")
+            table[b * sp + ln.shift : b * sp + ln.shift + len(ln.blocks)] = ln.blocks
+        return table
 
 
 def relayout(sess, slots: list, src: list, dst: list, n: int, offset: int) -> int:

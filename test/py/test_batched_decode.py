@@ -168,7 +168,8 @@ def test_batched_append_loads_every_sequences_rows_once(model):
 
 def test_batched_patch_equals_a_fresh_instantiation(model):
     """The batched step's patched words (`runtime/_patch_numba.patch`) equal a fresh instantiation mapped
-    through the same block array, bit for bit, over consecutive steps: every lane at its own past and
+    through the same block array (`BatchStep.fill`, which rewrites only the lanes that changed, equal to
+    `fill_slow`), bit for bit, over consecutive steps: every lane at its own past and
     row offset, lanes crossing pages, a lane's page replaced between two steps (as copy-on-write does),
     two lanes leaving and joining again; then a symbol outside the program and a freed page are refused."""
     import numpy as np
@@ -197,6 +198,7 @@ def test_batched_patch_equals_a_fresh_instantiation(model):
             if k == 6:
                 tables[1].blocks[0], spare.blocks[0] = spare.blocks[0], tables[1].blocks[0]
             blocks = step.fill(lanes(k)[: 2 if k in (9, 10) else B], clock + k)
+            assert blocks.tolist() == step.fill_slow(lanes(k)[: 2 if k in (9, 10) else B], clock + k).tolist()
             words, _ = st.words((clock + k,), blocks)
             ref = sess.reference(name, (clock + k,), BlockTable(blocks.tolist()))
             np.testing.assert_array_equal(words, ref, err_msg=f"step {k}")
