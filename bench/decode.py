@@ -256,10 +256,13 @@ def batched_step(sess, n: int, pasts: list, null: int) -> dict:
             t0 = time.perf_counter()
             step.fill(ls, clock + k)
             fill_s = time.perf_counter() - t0
-            _, stats, jit_s, *_ = step.run(ls, clock + k)
-            passes.append({"cycles": stats.cycles, "macs": stats.macs, "jit": jit_s, "fill": fill_s,
+            _, stats, jit_s, *_, fresh = step.run(ls, clock + k)
+            passes.append({"cycles": stats.cycles, "macs": stats.macs, "jit": jit_s, "fill": fill_s, "new": fresh,
                            "dma": stats.dma_bytes_loaded + stats.dma_bytes_stored})  # fmt: skip
         stepper, warm = sess.steppers[f"batch{n}"], []
+        key = stepper.plan.key([clock])
+        lo, hi = stepper.art.programs[stepper.art.pick((clock,))].ranges[0]
+        span = sum(stepper.plan.key([c]) == key for c in range(lo, hi + 1))
         filled = [step.fill(lanes(k), clock + k).copy() for k in range(ps)]
         for k in list(range(ps)) * 2:  # the first round instantiates any bucket the page's steps need
             t0 = time.perf_counter()
@@ -269,6 +272,7 @@ def batched_step(sess, n: int, pasts: list, null: int) -> dict:
         for t in tables:
             sess.pool.release(t)
     return {**passes[0], "jit": min(o["jit"] for o in passes[1:]), "fill": min(o["fill"] for o in passes[1:]),
+            "inst": passes[0]["jit"] if passes[0]["new"] else float("nan"), "span": span,
             "warm": float(np.mean(warm[ps:])),
             "warm_max": max(warm[ps:])}  # fmt: skip
 
@@ -293,9 +297,11 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
     print("JIT: the step's patch as run (a step one position further, after a simulator run: host caches cold; best of 3);")
     print("warm: 16 consecutive steps' patches back to back (every lane crosses a page), mean and max;")
     print("fill: the step's block array built from the lanes' block lists (host, not the JIT's; best of 3)")
+    print("new: the first pass's JIT, which instantiated the clock's bucket (nan: built by an earlier row); amort:")
+    print("it spread over the steps of its bucket (the clocks of the same key), against the NPU step")
     print(f"{'B':>3} {'past':>10} {'cycles':>10} {'DMA B':>11} {'roof':>9} {'cyc/roof':>8} {'tok/Mcyc':>8} "
           f"{'x B=1':>6} {'apart cyc':>11} {'apart/roof':>10} {'gain':>5} {'JIT us':>7} {'NPU us':>8} {'JIT/NPU':>7} "
-          f"{'warm us':>7} {'warm/NPU':>8} {'max/NPU':>7} {'fill us':>7}")  # fmt: skip
+          f"{'warm us':>7} {'warm/NPU':>8} {'max/NPU':>7} {'fill us':>7} {'new ms':>7} {'amort/NPU':>9}")  # fmt: skip
     rng = np.random.default_rng(0)
     for past in pasts + [None]:
         base = None
@@ -311,7 +317,8 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
                   f"{tok:>8.1f} {tok / base:>6.2f} {apart['cycles']:>11,} {apart['cycles'] / roof:>10.2f} "
                   f"{apart['cycles'] / r['cycles']:>5.1f} {r['jit'] * 1e6:>7.0f} {npu_us:>8.1f} "
                   f"{r['jit'] * 1e6 / npu_us:>7.3f} {r['warm'] * 1e6:>7.1f} {r['warm'] * 1e6 / npu_us:>8.3f} "
-                  f"{r['warm_max'] * 1e6 / npu_us:>7.3f} {r['fill'] * 1e6:>7.1f}")  # fmt: skip
+                  f"{r['warm_max'] * 1e6 / npu_us:>7.3f} {r['fill'] * 1e6:>7.1f} {r['inst'] * 1e3:>7.1f} "
+                  f"{r['inst'] * 1e6 / r['span'] / npu_us:>9.3f}")  # fmt: skip
     sess.pool.release(null)
 
 
