@@ -59,10 +59,9 @@ class BatchStep:
     def fill(self, lanes: list, clock: int) -> np.ndarray:
         """The step's block table of all lanes (`table`, rewritten in place: only the lanes whose shift
         or block list changed since the last step, and those that left; the caller does not write it)."""
-        ps, sp = self.sess.page_size, self.seq_pages
+        sp = self.seq_pages
         for b, ln in enumerate(lanes):
-            if ln.past + ln.offset + ln.shift * ps != clock or ln.shift + len(ln.blocks) > sp:
-                raise RuntimeError(f"lane {b} (past {ln.past}, shift {ln.shift} pages) is not at storage {clock}")
+            self._check(b, ln, clock)
             held, blocks = self._held[b], ln.blocks if type(ln.blocks) is list else list(ln.blocks)
             if held is not None and held[0] == ln.shift and held[1] == blocks:
                 continue
@@ -76,13 +75,16 @@ class BatchStep:
                 self._held[b] = None
         return self.table
 
+    def _check(self, b: int, ln: Lane, clock: int) -> None:
+        if ln.past + ln.offset + ln.shift * self.sess.page_size != clock or ln.shift + len(ln.blocks) > self.seq_pages:
+            raise RuntimeError(f"lane {b} (past {ln.past}, shift {ln.shift} pages) is not at storage {clock}")
+
     def fill_slow(self, lanes: list, clock: int) -> np.ndarray:
         """`fill` the readable way: a fresh table, every lane's blocks written (what `fill` must equal)."""
-        ps, sp = self.sess.page_size, self.seq_pages
+        sp = self.seq_pages
         table = np.full(self.batch * sp, self.null, np.int64)
         for b, ln in enumerate(lanes):
-            if ln.past + ln.offset + ln.shift * ps != clock or ln.shift + len(ln.blocks) > sp:
-                raise RuntimeError(f"lane {b} (past {ln.past}, shift {ln.shift} pages) is not at storage {clock}")
+            self._check(b, ln, clock)
             table[b * sp + ln.shift : b * sp + ln.shift + len(ln.blocks)] = ln.blocks
         return table
 
