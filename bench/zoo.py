@@ -88,6 +88,8 @@ def survey(names: list[str], max_len: int, per_family: int = 60) -> list[dict]:
             if _min_length(model, name, cfg, hi) != lo or not _varies(model, name, cfg, lo, hi):
                 raise LookupError("eager takes one length only")
             row.update(kind=name, lo=lo, hi=hi, mask=name == "input_ids" and _takes_mask(model, cfg, lo))
+            if step := _patch_step(model, name, cfg, lo, hi):  # torch.export keeps a Dim symbolic from 2
+                row.update(step=step, lo=max(lo, 2 * step), hi=hi - hi % step)
         except Exception as e:  # noqa: BLE001 - a family that does not build is a row, not a stop
             row["skip"] = _why(e)
         finally:
@@ -109,6 +111,16 @@ def _varies(model, name, cfg, lo, hi) -> bool:
         return False
 
 
+def _patch_step(model, name, cfg, lo, hi) -> int:
+    """The config's patch size p when eager takes only widths that are multiples of it (a patch grid
+    reshaped from the pixels, radio's, not a strided conv that drops the rest): the width is then
+    `p * Dim("k")` (0 otherwise)."""
+    p = getattr(cfg, "patch_size", None)
+    if name != "pixel_values" or not isinstance(p, int) or p < 2 or lo % p or max(lo, 2 * p) + p > hi:
+        return 0
+    return p if not _varies(model, name, cfg, lo, lo + 1) and _varies(model, name, cfg, lo, lo + p) else 0
+
+
 def _takes_mask(model, cfg, lo) -> bool:
     import torch
     import zoo_models as zm
@@ -122,8 +134,11 @@ def _takes_mask(model, cfg, lo) -> bool:
         return False
 
 
-def lengths(kind: str, lo: int, hi: int) -> list[int]:
-    """min, 2 (or min + 1), an odd middle, a partial last tile (67 rows of 64), max."""
+def lengths(kind: str, lo: int, hi: int, step: int = 1) -> list[int]:
+    """min, 2 (or min + 1), an odd middle, a partial last tile (67 rows of 64), max; with a `step`,
+    those multiples of it (k = min, min + 1, an odd middle, ..., max patches)."""
+    if step > 1:
+        return [k * step for k in lengths("", lo // step, hi // step)]
     if kind == "input_ids":
         cand = [lo, max(lo + 1, 2), 37, 67, hi]
     else:
@@ -142,21 +157,22 @@ def check_one(row: dict, with_mask: bool) -> dict:
 
     torch.manual_seed(0)
     model, name, cfg = zm.build(row["family"], 2 * MAX_LEN + 64)
-    lo, hi = row["lo"], row["hi"]
+    lo, hi, step = row["lo"], row["hi"], row.get("step", 1)
     ex_len = min(max(lo, 16), hi) if name == "input_ids" else lo + (hi - lo) // 4
+    ex_len = max(ex_len - ex_len % step, lo + step) if step > 1 else ex_len  # not k's bound: torch fixes it there
     args = lambda n, s: (zm.make_input(name, cfg, n, s),) + ((zm.make_mask(n),) if with_mask else ())  # noqa: E731
     res = {"compile_s": None, "err": None, "refusal": None, "lengths": []}
     t0 = time.perf_counter()
     try:
-        npu = compile_torch(model, *args(ex_len, 0), dynamic_dim=DIM[name],
-                            min_len=lo, max_len=hi, cache=False, buckets=False)  # fmt: skip
+        npu = compile_torch(model, *args(ex_len, 0), dynamic_dim=DIM[name], min_len=lo, max_len=hi,
+                            dynamic_shapes=_shapes(name, lo, hi, step), cache=False, buckets=False)  # fmt: skip
     except NovellaError as e:
         return res | {"refusal": _why(e), "stage": "compile"}
     except Exception as e:  # noqa: BLE001 - reported as a crash: the compiler must refuse, not raise this
         return res | {"refusal": _why(e), "stage": "crash"}
     res["compile_s"] = round(time.perf_counter() - t0, 1)
     worst = 0.0
-    for n in lengths(name, lo, hi):
+    for n in lengths(name, lo, hi, step):
         a = args(n, 5)
         with torch.no_grad():
             ref = model(*a)
@@ -169,6 +185,16 @@ def check_one(row: dict, with_mask: bool) -> dict:
         worst = max(worst, err)
         res["lengths"].append([n, err, bool(ok)])
     return res | {"err": worst, "stage": "ok" if all(ok for _, _, ok in res["lengths"]) else "wrong"}
+
+
+def _shapes(name: str, lo: int, hi: int, step: int):
+    """torch.export's spec when the length is `step * Dim("k")` (a patch grid), else None (`dynamic_dim`)."""
+    if step == 1:
+        return None
+    from torch.export import Dim
+
+    k = Dim("k", min=lo // step, max=hi // step)
+    return {"x": {DIM[name]: step * k}}
 
 
 def child(args) -> None:

@@ -20,7 +20,9 @@ the compiler refuses) gets random weights (`zoo_models.untie_routers`); latent-a
 2 groups. Shared MoE experts are 64 wide (`moe_shared_expert_intermediate_size`; nemotron_h's default
 7688 hits a linear tiling refusal, noted in issue 19). A vision model whose forward takes `noise=`
 (vit_mae's random patch masking, which no compiled program can equal) gets a fixed noise input, one
-distinct value per patch (`zoo_models.patch_noise`).
+distinct value per patch (`zoo_models.patch_noise`). A vision model whose eager forward takes only widths
+that are a multiple of its config's `patch_size` p (radio's patch grid) is compiled with the width
+`p * Dim("k")`, k from 2, and checked at widths that are multiples of p.
 
 **{passed} of {tried} families compile once and match at every length** (with the mask too, where
 the model takes one); {untried} more families build but were not run in this table's time budget;

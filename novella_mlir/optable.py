@@ -133,16 +133,9 @@ OPS: dict[type, OpDef] = {
     ),
     # RMSNorm: formed by --novella-fuse-elementwise from the square, the mean and the pointwise tail, no torch op
     nv.RmsNormOp: OpDef(shapes.unary, k_norm.RmsNorm(), _LIT + "transforms/novella-fuse-elementwise.mlir"),
-    nv.TransposeOp: OpDef(
-        shapes.transpose,
-        k_data.Transpose(),
-        _LIT + "kernels/shape.mlir",
-        {
-            "torch.aten.permute": shape_ops.permute,
-            "torch.aten.transpose.int": shape_ops.transpose_int,
-            "torch.aten.t": shape_ops.t,
-        },
-    ),
+    # permute / transpose.int / t take the generic path (linalg.transpose -> shape_ops.any_transpose), in the
+    # cycles of their old lowerings or fewer (bench/generic.py part 2); other lowerings emit it too
+    nv.TransposeOp: OpDef(shapes.transpose, k_data.Transpose(), _LIT + "kernels/shape.mlir"),
     nv.ReshapeOp: OpDef(
         shapes.from_result,
         None,

@@ -121,8 +121,13 @@ def _generic_decompositions() -> dict:
 
     from ..optable import torch_lowerings
 
-    known = torch_lowerings()
+    known = torch_lowerings() | dict.fromkeys(LINALG_DIRECT)
     return {t: fn for t, fn in get_decomposition_table().items() if _mlir_name(t) not in known}
+
+
+# ops without a table lowering that `convert-torch-to-linalg` takes whole (one linalg.transpose): torch-mlir's FX
+# decompositions of them (to permute) would retrace every exported program with a transpose
+LINALG_DIRECT = ("torch.aten.transpose.int", "torch.aten.t")
 
 
 def _unlowered_overloads(graph_targets) -> bool:

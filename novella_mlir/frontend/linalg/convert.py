@@ -5,9 +5,9 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from ... import symbolic as sy
-from ...dialects.novella import BroadcastOp, ConcatOp, MatmulOp, ReshapeOp, TransposeOp
+from ...dialects.novella import BroadcastOp, ConcatOp, MatmulOp, ReshapeOp
 from ...errors import UnsupportedOpError
-from ..lowering.shape_ops import affine, simplify, unit_last, without_unit_last
+from ..lowering.shape_ops import affine, any_transpose, simplify
 from . import body as bd
 from .body import REDUCE as _REDUCE
 from .body import Fill
@@ -77,13 +77,9 @@ class Converter:
         return self.emit(ReshapeOp, shape, input=v)
 
     def transpose(self, v: ir.Value, perm: list) -> ir.Value:
-        """`v` permuted by `perm` as transposes the kernel runs in one op each (one that keeps the last dim,
-        or swaps only the last two): any other as keep, swap, keep."""
-        if unit_last(self.cx.shape(v), list(perm)):
-            return without_unit_last(self.cx, v, list(perm), check=False)
-        for p in _direct_steps(list(perm)):
-            v = self.emit(TransposeOp, perm=ir.DenseI64ArrayAttr.get(p), input=v)
-        return v
+        """`v` permuted by `perm` (`shape_ops.any_transpose`: moving only size-1 dims is a reshape, any other
+        permutation the transposes the kernel runs in one op each)."""
+        return any_transpose(self.cx, v, list(perm), check=False)
 
     def _check(self, v: ir.Value, torch_result) -> ir.Value:
         self.cx._check_static(self.cx.shape(v))
@@ -269,20 +265,6 @@ class Converter:
         from .generic import combine
 
         return combine(self, v, init, fn)
-
-
-def _direct_steps(perm: list) -> list:
-    """`perm` as a sequence of direct permutations (the identity as none)."""
-    r = len(perm)
-    if perm == list(range(r)):
-        return []
-    last = r - 1
-    if perm[-1] == last or perm == list(range(r - 2)) + [last, r - 2]:
-        return [perm]
-    first = [d for d in range(last) if d != perm[-1]] + [perm[-1], last]  # the new last dim next to the last
-    swapped = first[:-2] + [last, perm[-1]]
-    steps = [first, list(range(r - 2)) + [last, r - 2], [swapped.index(d) for d in perm]]
-    return [p for p in steps if p != list(range(r))]
 
 
 def _identity(fn: str) -> float:

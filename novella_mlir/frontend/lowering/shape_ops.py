@@ -276,12 +276,6 @@ def from_last(cx, x, d: int, check: bool = True):
     return x
 
 
-def permute(cx):
-    x = cx.operand(0)
-    rank = len(cx.shape(x))
-    return any_transpose(cx, x, [p % rank for p in cx.const(1)])
-
-
 def any_transpose(cx, x, perm: list[int], check: bool = True):
     """`x` permuted by `perm` as transposes the NPU runs directly: when the last dim moves,
     first swap the dim that becomes last into place, then a transpose that keeps the last dim."""
@@ -327,20 +321,6 @@ def flatten(cx):
         return reshape(cx, x, [sy.const(1)])
     start, end = start % len(shape), end % len(shape)
     return reshape(cx, x, shape[:start] + [sy.canon(sy.numel(shape[start : end + 1]))] + shape[end + 1 :])
-
-
-def t(cx):
-    x = cx.operand(0)
-    return any_transpose(cx, x, [1, 0]) if len(cx.shape(x)) == 2 else x
-
-
-def transpose_int(cx):
-    x = cx.operand(0)
-    rank = len(cx.shape(x))
-    perm = list(range(rank))
-    a, b = cx.const(1) % rank, cx.const(2) % rank
-    perm[a], perm[b] = perm[b], perm[a]
-    return any_transpose(cx, x, perm)
 
 
 def slice_(cx):
