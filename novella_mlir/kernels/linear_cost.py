@@ -59,19 +59,20 @@ def steps_of(target, k, n, epi) -> dict:
     return {}
 
 
-def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
+def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None) -> tuple[float, float]:
     """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
     first step, loading what stays resident, priced as the op's first; `deferred`: two accumulator halves,
     the epilogue in the next block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc,
     res_acc, bias_tile; the same at every M and every tm >= r: remembered across the searches in
     `steps_of`). The epilogue's and the prologue's LOADs, VECs and STORE are what the emitter writes
-    (`emitted`) at this step."""
+    (`emitted`) at this step (`memo`: `steps_of`'s dict, which also holds them by kind and size)."""
     tn, tk, ws, acc, in_acc, bias_tile = tiles
     k_steps = k // tk
     spread = deferred and acc == SPREAD
     at = j == (0 if deferred and not spread else k_steps - 1)  # the step with the STORE (and the epilogue)
-    work = epilogue_work(target, epi, r, tn, n, k_steps if spread else 0, (in_acc, bias_tile), j if spread else at)
-    pre = prologue_work(target, r, k, tk, ws, head, j) if epi.pre_norm else ((), 0.0, 0)
+    work = _memo(memo, epilogue_work, target, epi, r, tn, n, k_steps if spread else 0, (in_acc, bias_tile))
+    work = work[j] if spread else work if at else ((), 0.0, 0.0, 0, work[4])  # off its step: the STORE's size
+    pre = _memo(memo, prologue_work, target, r, k, tk, ws, head, j) if epi.pre_norm else ((), 0.0, 0.0, 0)
     moves = [(r, tk, tk == k)] * (ws != 2) + [(r, k, True)] * (ws == 2 and head)  # ws = 2: the row slab
     moves += [(tn, tk, tk == k)] * (ws != 1) + [(tn, k, True)] * (ws == 1 and head)  # the weight tile / slab
     moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (in_acc and j == 0)  # the residual
@@ -90,7 +91,7 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
         floor = max(floor, cm.retire_floor(c, st + ld, mm))
     single = head or (in_acc and j == 0)  # a LOAD into a one-slot buffer: after the previous step's compute
     group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if single else 2, 2, vector=vector, overlap=True,
-                     vector_wait=head_vec, issues=1 + n_vecs + pre[2], floor=floor)  # fmt: skip
+                     vector_wait=head_vec, issues=1 + n_vecs + pre[3], floor=floor)  # fmt: skip
     period, fill = group.terms(target)
     return period, fill + target.issue_cycles + target.dma_latency
 
@@ -98,15 +99,27 @@ def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
 LOAD, STORE, VEC = "novella.dma_load", "novella.dma_store", "novella.vop"
 
 
+def _memo(memo, fn, target, *key):
+    """fn(target, *key), remembered in `memo` (an op's dict: no Target to hash on every step) or fn's memo."""
+    if memo is None:
+        return fn(target, *key)
+    key = (fn, *key)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = fn(target, *key[1:])
+    return got
+
+
 @memoized
-def epilogue_work(target, epi, r, tn, n, spread_k, flags, j) -> tuple:
+def epilogue_work(target, epi, r, tn, n, spread_k, flags) -> tuple:
     """(LOADs as (rows, cols, contiguous), VEC cycles, the first VEC's, how many VECs, the STORE as (rows,
-    cols, contiguous)) of what the emitter writes for the epilogue of one [r, tn] output block at k step j
-    (spread over `spread_k` k steps) or on its step (j: True; False: its STORE only); flags: (res_acc,
-    bias_tile)."""
+    cols, contiguous)) of what the emitter writes for the epilogue of one [r, tn] output block on its step,
+    or (a tuple by k step) spread over `spread_k` k steps; flags: (res_acc, bias_tile)."""
     ops = emitted(epi, r, tn, n, spread_k, flags)
-    here = [op for op in ops if op.on({2: j})] if spread_k else list(ops) * j
-    return (*_work(target, here), next((op.rows, op.cols, op.contiguous) for op in ops if op.kind == STORE))
+    store = next((op.rows, op.cols, op.contiguous) for op in ops if op.kind == STORE)
+    if spread_k:
+        return tuple((*_work(target, [op for op in ops if op.on({2: j})]), store) for j in range(spread_k))
+    return (*_work(target, ops), store)
 
 
 @memoized
