@@ -11,7 +11,8 @@ from ..dialects.novella import linear_epilogue
 from ..dialects.verify import norm_on_input
 from ..machine import costmodel as cm
 from . import memoized
-from .linear_emit import Dim, TraceGeometry, emit_epilogue, emit_prologue, emit_spread_epilogue, trace
+from .emit_trace import LOAD, STORE, VEC, Dim
+from .linear_emit import TraceGeometry, emit_epilogue, emit_prologue, emit_spread_epilogue, trace
 
 SPREAD = 3  # a candidate's acc_slots field: two accumulator halves, the deferred epilogue spread (`spread_steps`)
 
@@ -94,9 +95,6 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None) -> tuple[flo
                      vector_wait=head_vec, issues=1 + n_vecs + pre[3], floor=floor)  # fmt: skip
     period, fill = group.terms(target)
     return period, fill + target.issue_cycles + target.dma_latency
-
-
-LOAD, STORE, VEC = "novella.dma_load", "novella.dma_store", "novella.vop"
 
 
 def _memo(memo, fn, target, *key):

@@ -7,10 +7,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from simulator import timing
-
-from . import MacroBuilder
 from .elementwise import emit_act
+from .emit_trace import Op, Trace
 from .normalization import emit_norm
 
 
@@ -116,55 +114,6 @@ def emit_prologue(g, at_first, when) -> None:
 
 
 # ------------------------------------------------------------------ the emission as the cost model reads it
-
-
-@dataclass(frozen=True)
-class Op:
-    """One emitted LOAD, STORE or VEC as priced: its sizes, DRAM contiguity (`timing.contiguous`), VEC
-    function and guard (`when`, grid dims as `Dim`)."""
-
-    kind: str  # "novella.dma_load", "novella.dma_store" or "novella.vop"
-    fn: str
-    rows: int
-    cols: int
-    contiguous: bool
-    when: tuple
-
-    def on(self, point: dict) -> bool:
-        """Whether the op runs at the grid point {dim: index} (dims not given: 1)."""
-        for kind, e in self.when:
-            v = point.get(e.i, 1) - e.c if isinstance(e, Dim) else e
-            if (v != 0) if kind == "eq" else (v < 0):
-                return False
-        return True
-
-
-class Dim:
-    """Grid dim `i` less `c`: the trace's `d(i)` in a guard."""
-
-    def __init__(self, i: int, c: int = 0):
-        self.i, self.c = i, c
-
-    def __sub__(self, c: int) -> Dim:
-        return Dim(self.i, self.c + c)
-
-
-class Trace(MacroBuilder):
-    """A builder the emitters write to for the cost model: grid dims are `Dim`s, sizes ints."""
-
-    def __init__(self):
-        super().__init__(3, 1)
-
-    def d(self, i: int) -> Dim:
-        return Dim(i)
-
-    def priced(self) -> tuple[Op, ...]:
-        out = []
-        for name, f in self.ops:
-            dma = name != "novella.vop"
-            out.append(Op(name, f.get("fn", ""), f["rows"], f["cols"], dma and bool(timing.contiguous(f)),
-                          tuple(f.get("when") or ())))  # fmt: skip
-        return tuple(out)
 
 
 @dataclass(frozen=True)
