@@ -64,6 +64,11 @@ def charged_bytes(row_bytes, nbytes, burst: int, contiguous):
     return whole if contiguous else per_row
 
 
+def contiguous(f: dict):
+    """Whether a LOAD's or STORE's rows follow each other in DRAM (one run of bursts, `charged_bytes`)."""
+    return f["row_step"] * f["dram_stride"] == f["cols"]
+
+
 def conflict(mine, theirs) -> bool:
     """Whether two instructions' SRAM ranges (mem, write, lo, hi) meet: same memory, overlapping
     [lo, hi), at least one a write (the scoreboard's range comparators: bounds, not elements)."""
@@ -188,8 +193,7 @@ class TimingModel:
         row_bytes = f["cols"] * 4
         if opcode == Opcode.GATHER:
             return charged_bytes(row_bytes, dma_bytes, self.config.dram_burst_bytes, False)
-        contiguous = f["row_step"] * f["dram_stride"] == f["cols"]
-        return charged_bytes(row_bytes, dma_bytes, self.config.dram_burst_bytes, contiguous)
+        return charged_bytes(row_bytes, dma_bytes, self.config.dram_burst_bytes, contiguous(f))
 
     def dma_cycles(self, charged):
         """Cycles of a DMA data phase of `charged` (burst) bytes (works elementwise on arrays)."""

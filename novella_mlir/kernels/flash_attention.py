@@ -59,8 +59,9 @@ from ..machine import costmodel as cm
 from . import BufferPlan, Tiling, first, memoized, module_symbols, plan_lengths
 from . import flash_cost as fc
 from . import kv_cache as kv
-from .attention import NEG_FLOOR, SUM_FLOOR
+from .attention import NEG_FLOOR
 from .flash_decode import chained_loads, held_rows, load_query, mask_row, plan_samples
+from .flash_emit import Emit
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
@@ -255,7 +256,7 @@ class FlashAttention:
         ones, two = bool(t.tiles.get("ones", 0)), t.tiles.get("s_slots", 1) == 2
         s = _Schedule(g, b, tq, tk, bool(t.tiles.get("pipelined", 0)), ones)
         rows = extent(1, tq, g.lq)
-        e = _Emit(b, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))
+        e = Emit(b, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))
         if two:  # tile i's scores in slot i mod 2: the score MATMUL of tile d2 and the softmax of d2 - 1 never meet
             s.s_off = ir.AffineExpr.get_mod(b.d(2), sy.const(2)) * (tq * tk)
             e.s_off = ir.AffineExpr.get_mod(s.i, sy.const(2)) * (tq * tk)
@@ -270,14 +271,11 @@ class FlashAttention:
         s.q_off = load_query(b, g, t, tq, rows)
         s.loads(rows)
         if not s.pipelined or two:
-            s.qk(rows)
-        if g.mask is not None:
-            e.tile("ADD", "s", "s", "mask", mode="ROW" if mask_row(g) else "TENSOR", when=s.on)
-        if g.causal:
-            e.tile("ADD", "s", "s", "tri", when=s.final)
+            s.qk(e)
+        e.adds(None if g.mask is None else "ROW" if mask_row(g) else "TENSOR", g.causal, s.on, s.final)
         e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
         if s.pipelined and not two:  # after the last read of the one score buffer
-            s.qk(rows)
+            s.qk(e)
         e.part2(s.on, s.opening, s.rest)
         e.normalize(when=s.final, safe=g.safe and g.mask is not None)  # causal alone keeps the diagonal
         b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
@@ -352,10 +350,8 @@ class _Schedule:
         else:
             self.qk_on = [("ge", qi - j)] if g.causal else [("ge", nk - 1 - j)]
 
-    def qk(self, rows) -> None:
-        g = self.g
-        self.b.mma("s", "q", "k", a_stride=g.d, b_stride=g.d, acc_stride=self.tk, m=rows, k=g.d, n=self.cols_qk,
-                   accumulate=0, transpose_b=1, acc_offset=self.s_off, lhs_offset=self.q_off, when=self.qk_on)  # fmt: skip
+    def qk(self, e: Emit) -> None:
+        e.qk(self.g.d, self.cols_qk, self.qk_on, self.s_off, self.q_off)
 
     def loads(self, rows) -> None:
         g, b, tk = self.g, self.b, self.tk
@@ -371,79 +367,6 @@ class _Schedule:
         if g.mask is not None:
             _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if g.window is not None else None,
                        chained=chained)  # fmt: skip
-
-
-class _Emit:
-    """VEC and MATMUL ops of one step on the [rows, cols] score tile and the per-row vectors."""
-
-    def __init__(self, b, rows, cols, tq, tk, dv, ones: bool, expsub: bool):
-        self.b, self.rows, self.cols, self.tq, self.tk, self.dv, self.ones = b, rows, cols, tq, tk, dv, ones
-        self.expsub, self.s_off = expsub, None  # s_off: the softmax tile's score slot
-        self.width = dv + ones  # row stride of V and O (with the ones column, O's last column is l)
-
-    def tile(self, fn, dst, a, other=None, mode="TENSOR", when=None):
-        s = self.tk
-        f = dict(rows=self.rows, cols=self.cols, dst_stride=s, a_stride=s, b_stride=1 if mode == "COL" else s)
-        f.update(dst_offset=self.s_off if dst == "s" else None, a_offset=self.s_off if a == "s" else None)
-        self.b.vop(fn, dst, a, other, mode=mode, when=when, **f)
-
-    def reduce(self, fn, dst, src, when):
-        off = self.s_off if src == "s" else None
-        self.b.vop(fn, dst, src, rows=self.rows, cols=self.cols, dst_stride=1, a_stride=self.tk, a_offset=off,
-                   when=when)  # fmt: skip
-
-    def row(self, fn, dst, a, other=None, when=None, **f):
-        """Elementwise on per-row vectors, issued as one [1, rows] row (they are contiguous)."""
-        tq = self.tq
-        self.b.vop(fn, dst, a, other, rows=1, cols=self.rows, dst_stride=tq, a_stride=tq, b_stride=tq, when=when, **f)
-
-    def part1(self, floor: bool, opening, rest) -> None:
-        """Up to p = s - (new running max): the last reads of the scores."""
-        self.reduce("ROWMAX", "m", "s", opening)
-        if floor:
-            self.row("MAX", "m", "m", mode="SCALAR", imm=NEG_FLOOR, when=opening)
-        shift = "EXPSUB" if self.expsub else "SUB"  # EXPSUB: p = exp(s - m) in one pass
-        self.tile(shift, "p", "s", "m", mode="COL", when=opening)
-        self.reduce("ROWMAX", "cm", "s", rest)
-        self.row("MAX", "cm", "cm", "m", when=rest)
-        self.tile(shift, "p", "s", "cm", mode="COL", when=rest)
-
-    def part2(self, on, opening, rest) -> None:
-        """p = exp(p), the running sum l and the output O (+)= P @ V, rescaled by exp(m_old - m)."""
-        if not self.expsub:
-            self.tile("EXP", "p", "p", when=on)
-        if not self.ones:
-            self.reduce("ROWSUM", "l", "p", opening)
-        self.pv(0, opening)
-        self.row("SUB", "t", "m", "cm", when=rest)
-        self.row("EXP", "t", "t", when=rest)
-        self.row("COPY", "m", "cm", when=rest)
-        if not self.ones:
-            self.reduce("ROWSUM", "cm", "p", rest)
-            self.row("MUL", "l", "l", "t", when=rest)
-            self.row("ADD", "l", "l", "cm", when=rest)
-        w = self.width
-        self.b.vop("MUL", "o", "o", "t", mode="COL", rows=self.rows, cols=w, dst_stride=w, a_stride=w,
-                   b_stride=1, when=rest)  # fmt: skip
-        self.pv(1, rest)
-
-    def pv(self, accumulate: int, when):
-        w = self.width
-        self.b.mma("o", "p", "v", a_stride=self.tk, b_stride=w, acc_stride=w, m=self.rows, k=self.cols, n=w,
-                   accumulate=accumulate, transpose_b=0, when=when)  # fmt: skip
-
-    def normalize(self, when, safe: bool) -> None:
-        """out = O / l (l: O's last column with the ones column of V). `safe`: l = max(l, SUM_FLOOR) first,
-        so a row with every key masked (P = 0: O = 0, l = 0) gives 0, not 0 / 0; any other row has l >= 1."""
-        dv, w = self.dv, self.width
-        sums, off = ("o", sy.const(dv)) if self.ones else ("l", None)
-        if safe and self.ones:
-            self.b.vop("MAX", "o", "o", mode="SCALAR", imm=SUM_FLOOR, rows=self.rows, cols=1, dst_stride=w, a_stride=w,
-                       dst_offset=off, a_offset=off, when=when)  # fmt: skip
-        elif safe:
-            self.row("MAX", "l", "l", mode="SCALAR", imm=SUM_FLOOR, when=when)
-        self.b.vop("DIV", "out", "o", sums, mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=w,
-                   b_stride=w if self.ones else 1, b_offset=off, when=when)  # fmt: skip
 
 
 def _staircase(b, t: int, when) -> None:

@@ -3,7 +3,9 @@
 
 Per query block of r rows the key/value tiles have widths w_0 .. w_{n-1} (the last one partial).
 A step's vector work is the online softmax of one tile (`part1`: reads the scores, ends with
-p = s - max; `part2`: the rest), its matrix work the score MATMUL of one tile and the P @ V of one.
+p = s - max; `part2`: the rest), its matrix work the score MATMUL of one tile and the P @ V of one:
+the VECs and MATMULs `flash_emit.Emit` writes, run into an `emit_trace.Trace` and priced with the
+simulator's formulas (`emitted`, `step_cycles`); the loads are described here.
 Pipelined, step j runs part1(j-1), QK(j), part2(j-1), PV(j-1): the next step's MATMULs never wait
 for this step's VECs, so the units overlap (`Group.overlap`) and a steady step costs the busier
 unit. The plain schedule runs QK(j), part1(j), part2(j), PV(j) in series. A step that loads a
@@ -24,6 +26,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..machine import costmodel as cm
+from . import memoized
+from .emit_trace import MMA, VEC, Dim, Trace, context, cycles
+from .flash_emit import Emit
 
 
 @dataclass(frozen=True)
@@ -49,33 +54,38 @@ def widths(total: int, t: int) -> list[int]:
 
 
 class _Step:
-    """Cycles of the parts of one tile's work for a block of r rows."""
+    """Cycles of the parts of one tile's work for a block of r rows: the VECs and MATMULs `flash_emit.Emit`
+    writes on an [r, w] score tile (`emitted`), priced where they run (`step_cycles`)."""
 
     def __init__(self, t, dims: Dims, r: int, ones: bool, expsub: bool):
         self.t, self.dims, self.r, self.ones, self.expsub = t, dims, r, ones, expsub
+        self._by_w: dict = {}
 
-    def row(self, *fns) -> float:
-        return sum(cm.vec(self.t, 1, self.r, f) for f in fns)
+    def _at(self, w: int) -> tuple:
+        got = self._by_w.get(w)
+        if got is None:
+            d = self.dims
+            key = (d.d, d.dv, d.masked, d.mask_row, d.causal, d.safe)
+            got = self._by_w[w] = step_cycles(self.t, key, self.r, w, self.ones, self.expsub)
+        return got
 
     def part1(self, w: int, opening: bool, diag: bool) -> float:
-        t, r = self.t, self.r
-        v = cm.vec(t, r, w, "rowmax") + cm.vec(t, r, w, "expsub" if self.expsub else "sub")
-        v += cm.vec(t, r, w, "add") * (self.dims.masked + diag)
-        return v + (self.row("max") if (not opening or self.dims.masked) else 0.0)
+        """The mask and staircase adds and the softmax up to p = s - max (`Emit.adds`, `Emit.part1`)."""
+        return self._at(w)[0][opening, diag]
 
     def part2(self, w: int, opening: bool) -> float:
-        t, r = self.t, self.r
-        v = cm.vec(t, r, w, "exp") * (not self.expsub) + cm.vec(t, r, w, "rowsum") * (not self.ones)
-        if not opening:
-            v += self.row("sub", "exp", "copy") + cm.vec(t, r, self.dims.dv + self.ones, "mul")
-            v += self.row("mul", "add") * (not self.ones)
-        return v
+        """The rest of the softmax and the output's rescale (`Emit.part2`'s VECs)."""
+        return self._at(w)[1][opening]
 
     def qk(self, w: int) -> float:
-        return cm.matmul(self.t, self.r, self.dims.d, w)
+        return self._at(w)[2]
 
     def pv(self, w: int) -> float:
-        return cm.matmul(self.t, self.r, w, self.dims.dv + self.ones)
+        return self._at(w)[3]
+
+    def out(self, w: int) -> float:
+        """O / l on the last tile (`Emit.normalize`)."""
+        return self._at(w)[4]
 
     def kv(self, rows: int) -> tuple[tuple[float, float], tuple[float, float]]:
         c, page = self.dims.contiguous, self.dims.page
@@ -86,6 +96,49 @@ class _Step:
 
     def mask(self, rows: int, w: int):
         return _dma(self.t, min(rows, 1) if self.dims.mask_row else rows, w) if self.dims.masked else None
+
+
+# the trace's guards: dim 0 is the softmax's tile (0: the opening one), dim 1 the tiles after it (0: the last,
+# causal: the diagonal)
+_OPENING, _REST, _FINAL = [("eq", Dim(0))], [("ge", Dim(0) - 1)], [("eq", Dim(1))]
+
+
+@memoized
+def emitted(key: tuple, r: int, w: int, ones: bool, expsub: bool) -> dict[str, tuple]:
+    """The ops `flash_emit.Emit` writes for one step on an [r, w] score tile, by part ("qk", "part1" with the
+    adds, "part2" with P @ V, "out"); key: Dims' (d, dv, masked, mask_row, causal, safe)."""
+    d, dv, masked, mask_row, causal, safe = key
+    parts = {
+        "qk": lambda e: e.qk(d, w, None),
+        "part1": lambda e: (
+            e.adds("ROW" if mask_row else "TENSOR" if masked else None, causal, None, _FINAL),
+            e.part1(floor=masked, opening=_OPENING, rest=_REST),
+        ),
+        "part2": lambda e: e.part2(None, _OPENING, _REST),
+        "out": lambda e: e.normalize(when=_FINAL, safe=safe),
+    }
+    out = {}
+    with context():
+        for name, emit in parts.items():
+            b = Trace()
+            emit(Emit(b, r, w, r, w, dv, ones, expsub))
+            out[name] = b.priced()
+    return out
+
+
+@memoized
+def step_cycles(t, key: tuple, r: int, w: int, ones: bool, expsub: bool) -> tuple:
+    """(part1 by (opening, diagonal), part2's VECs by opening, QK, PV, out) of `emitted`, priced."""
+    ops = emitted(key, r, w, ones, expsub)
+
+    def at(opening, last):
+        return {0: 1 - opening, 1: 1 - last}
+
+    both = (True, False)
+    part1 = {(o, diag): cycles(t, ops["part1"], at(o, diag)) for o in both for diag in both}
+    part2 = {o: cycles(t, ops["part2"], at(o, False), VEC) for o in both}
+    pv = cycles(t, ops["part2"], at(True, False), MMA)
+    return part1, part2, cycles(t, ops["qk"], {}, MMA), pv, cycles(t, ops["out"], at(False, True))
 
 
 def _dma(t, rows: int, cols: int, contiguous: bool = False) -> tuple[float, float]:
@@ -153,9 +206,7 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
     loads += [k if j < n or not dims.causal else None, v if i >= 0 or not dims.causal else None]
     loads.append(s.mask(r if i >= 0 else 0, ws[max(i, 0)]))
     vec = mat = floor = 0.0
-    div = cm.vec(t, r, dims.dv, "div") * last
-    if last and dims.safe:  # l = max(l, SUM_FLOOR): O's sums column with the ones column, else a [1, r] row
-        div += cm.vec(t, r, 1, "max") if sch.ones else s.row("max")
+    div = s.out(ws[i]) if last else 0.0
     if i >= 0:
         p1, p2 = s.part1(ws[i], first, dims.causal and last), s.part2(ws[i], first)
         vec, mat = p1 + p2 + div, s.pv(ws[i])

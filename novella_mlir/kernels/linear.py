@@ -95,7 +95,7 @@ class Linear:
                 key = (tiles, r, j, head, deferred)
                 terms = known.get(key)
                 if terms is None:
-                    terms = known[key] = lc.step(target, k, n, epi, tiles, r, j, head, deferred)
+                    terms = known[key] = lc.step(target, k, n, epi, tiles, r, j, head, deferred, known)
                 steps.append((terms, count))
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)

@@ -3,7 +3,7 @@ groups of an op remembered across its plan lengths, the candidates' classes, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -11,8 +11,8 @@ from ..dialects.novella import linear_epilogue
 from ..dialects.verify import norm_on_input
 from ..machine import costmodel as cm
 from . import memoized
-from .elementwise import ACT_FNS as _ACT_FNS
-from .normalization import NORM_OPS
+from .emit_trace import LOAD, STORE, VEC, Dim
+from .linear_emit import TraceGeometry, emit_epilogue, emit_prologue, emit_spread_epilogue, trace
 
 SPREAD = 3  # a candidate's acc_slots field: two accumulator halves, the deferred epilogue spread (`spread_steps`)
 
@@ -34,26 +34,6 @@ class Epilogue:
         pre = norm and norm_on_input(op.attributes)
         return cls(op.attributes["act"].value, residual, norm and not pre, pre)
 
-    @staticmethod
-    def pre_ops(rows: int, k: int, chunk: int) -> list[tuple[str, int, int]]:
-        """The prologue's VEC ops on [rows, k] input rows, the squares summed `chunk` columns at a time."""
-        n = k // chunk
-        ops = [("rowsum", rows, k), ("div", rows, 1), ("sub", rows, k)] + [
-            ("mul", rows, chunk),
-            ("rowsum", rows, chunk),
-        ] * n
-        return (
-            ops
-            + [("add", rows, 1)] * (n - 1)
-            + [(f, rows, 1) for f in ("div", "add", "rsqrt")]
-            + [(f, rows, k) for f in ("mul", "mul", "add")]
-        )
-
-    def vec_ops(self, rows: int, cols: int) -> list[tuple[str, int, int]]:
-        """The epilogue's VEC ops of one [rows, cols] output tile, as (fn, rows, cols)."""
-        ops = [(f, rows, cols) for f in ("add", *_ACT_FNS[self.act])] + [("add", rows, cols)] * self.residual
-        return ops + [(fn, rows, cols if whole else 1) for fn, whole in NORM_OPS] * self.norm
-
     @property
     def scratch(self) -> bool:
         return self.act == "gelu" or self.norm
@@ -63,7 +43,7 @@ class Epilogue:
         (`spread_steps`, the candidates' acc_slots = SPREAD), not all on its first: each step's VECs beside its
         MATMUL. Where the k loop has two steps and the epilogue (its residual in the accumulator left out)
         two VECs, without a norm."""
-        ops = replace(self, residual=self.residual and not in_acc).vec_ops(1, 1)
+        ops = [op for op in emitted(self, 1, 1, 1, 0, (in_acc, False)) if op.kind == VEC]
         return k_steps > 1 and not self.norm and len(ops) > 1
 
     def res_in_acc(self, k_steps: int) -> bool:
@@ -74,70 +54,101 @@ class Epilogue:
         return self.residual and self.act == "none" and k_steps > 1
 
 
-def spread_steps(n_ops: int, k_steps: int) -> list[int]:
-    """The k step of each of a spread epilogue's `n_ops` VECs (in order, the last one on the last step,
-    with the residual load and the STORE): op i on step i * k_steps // n_ops."""
-    return [i * k_steps // n_ops for i in range(n_ops - 1)] + [k_steps - 1]
-
-
 @memoized
 def steps_of(target, k, n, epi) -> dict:
     """`step`'s results for (tiles, r, j, head, deferred) of an op (a dict per compile)."""
     return {}
 
 
-def step(target, k, n, epi, tiles, r, j, head, deferred) -> tuple[float, float]:
+def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None) -> tuple[float, float]:
     """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
-    first step, loading what stays resident; `deferred`: two accumulator halves, the epilogue in the next
-    block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc, res_acc, bias_tile; the same at
-    every M and every tm >= r: remembered across the searches in `steps_of`)."""
+    first step, loading what stays resident, priced as the op's first; `deferred`: two accumulator halves,
+    the epilogue in the next block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc,
+    res_acc, bias_tile; the same at every M and every tm >= r: remembered across the searches in
+    `steps_of`). The epilogue's and the prologue's LOADs, VECs and STORE are what the emitter writes
+    (`emitted`) at this step (`memo`: `steps_of`'s dict, which also holds them by kind and size)."""
     tn, tk, ws, acc, in_acc, bias_tile = tiles
     k_steps = k // tk
     spread = deferred and acc == SPREAD
     at = j == (0 if deferred and not spread else k_steps - 1)  # the step with the STORE (and the epilogue)
+    work = _memo(memo, epilogue_work, target, epi, r, tn, n, k_steps if spread else 0, (in_acc, bias_tile))
+    work = work[j] if spread else work if at else ((), 0.0, 0.0, 0, work[4])  # off its step: the STORE's size
+    pre = _memo(memo, prologue_work, target, r, k, tk, ws, head, j) if epi.pre_norm else ((), 0.0, 0.0, 0)
     moves = [(r, tk, tk == k)] * (ws != 2) + [(r, k, True)] * (ws == 2 and head)  # ws = 2: the row slab
     moves += [(tn, tk, tk == k)] * (ws != 1) + [(tn, k, True)] * (ws == 1 and head)  # the weight tile / slab
-    residual_at = j == 0 if in_acc else at  # into the accumulator on the first k step, else with the epilogue
-    moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (epi.residual and residual_at)
-    moves += [(1, k, True)] * 2 * epi.pre_norm * head
-    moves += [(1, tn, True)] * (bias_tile and (j == 0 if spread else at))  # the block's bias, for its first VEC
+    moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (in_acc and j == 0)  # the residual
+    moves += [*pre[0], *work[0]]
     _, ld = cm.dmas(target, moves)
     lq = ld + target.issue_cycles * len(moves)  # one DMA chain (`linear._chain_loads`): latency in the fill
-    st, sd = cm.dma(target, r, tn, contiguous=tn == n)
+    st, sd = cm.dma(target, *work[4])
     if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
         ld += sd * (j == 0)
         sd = 0.0
-    vecs, head_vec, n_ops = 0, 0.0, 0
-    if spread:  # this step's share of the previous block's epilogue
-        ops = (replace(epi, residual=False) if in_acc else epi).vec_ops(r, tn)
-        mine = [op for op, at_j in zip(ops, spread_steps(len(ops), k_steps)) if at_j == j]
-        vecs, n_ops = cm.vecs(target, mine), len(mine)
-    elif at:  # the bias add reads the accumulator the next MATMUL writes
-        vecs, head_vec, n_ops = epilogue_cycles(target, replace(epi, residual=False) if in_acc else epi, r, tn)
-        head_vec *= not deferred
-    mm = cm.matmul(target, r, tk, tn)
-    if epi.pre_norm and (head or ws != 2):  # the rows' layer norm before this step's MATMUL, in series with it
-        pre = Epilogue.pre_ops(r, k, tk)  # (conservative where x streams: it may run under the previous MATMUL)
-        mm, n_ops = mm + cm.vecs(target, pre), n_ops + len(pre)
-    if deferred:  # the previous block's VECs beside this block's MATMUL: the step's chain is the longer
-        c, vector = max(mm, vecs), 0.0
-    else:
-        c, vector = mm + vecs, vecs
-    floor = cm.retire_floor(c, lq, mm) if (at or vecs) and k_steps > 1 else 0.0
+    v, head_vec, n_vecs = work[1], work[2] * (not deferred), work[3]
+    mm = cm.matmul(target, r, tk, tn) + pre[1]  # the rows' layer norm before this step's MATMUL, in series
+    c, vector = (max(mm, v), 0.0) if deferred else (mm + v, v)  # deferred: beside the MATMUL, the longer
+    floor = cm.retire_floor(c, lq, mm) if (at or n_vecs) and k_steps > 1 else 0.0
     if spread and at:  # the compute two steps on waits for this STORE, whose data shares the DRAM with loads
         floor = max(floor, cm.retire_floor(c, st + ld, mm))
     single = head or (in_acc and j == 0)  # a LOAD into a one-slot buffer: after the previous step's compute
     group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if single else 2, 2, vector=vector, overlap=True,
-                     vector_wait=head_vec, issues=1 + n_ops, floor=floor)  # fmt: skip
+                     vector_wait=head_vec, issues=1 + n_vecs + pre[3], floor=floor)  # fmt: skip
     period, fill = group.terms(target)
     return period, fill + target.issue_cycles + target.dma_latency
 
 
+def _memo(memo, fn, target, *key):
+    """fn(target, *key), remembered in `memo` (an op's dict: no Target to hash on every step) or fn's memo."""
+    if memo is None:
+        return fn(target, *key)
+    key = (fn, *key)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = fn(target, *key[1:])
+    return got
+
+
 @memoized
-def epilogue_cycles(target, epi, r, tn) -> tuple[float, float, int]:
-    """(cycles of the epilogue's VECs on an [r, tn] output tile, of its first (the bias add), how many)."""
-    ops = epi.vec_ops(r, tn)
-    return cm.vecs(target, ops), cm.vec(target, *ops[0][1:], ops[0][0]), len(ops)
+def epilogue_work(target, epi, r, tn, n, spread_k, flags) -> tuple:
+    """(LOADs as (rows, cols, contiguous), VEC cycles, the first VEC's, how many VECs, the STORE as (rows,
+    cols, contiguous)) of what the emitter writes for the epilogue of one [r, tn] output block on its step,
+    or (a tuple by k step) spread over `spread_k` k steps; flags: (res_acc, bias_tile)."""
+    ops = emitted(epi, r, tn, n, spread_k, flags)
+    store = next((op.rows, op.cols, op.contiguous) for op in ops if op.kind == STORE)
+    if spread_k:
+        return tuple((*_work(target, [op for op in ops if op.on({2: j})]), store) for j in range(spread_k))
+    return (*_work(target, ops), store)
+
+
+@memoized
+def prologue_work(target, r, k, tk, ws, head, j) -> tuple:
+    """`epilogue_work`'s first four of the prologue's ops on a step (`head`: priced as the op's first)."""
+    return _work(target, [op for op in emitted_prologue(r, k, tk, ws) if op.on({0: 0, 1: 0, 2: 0} if head else {2: j})])
+
+
+def _work(target, ops) -> tuple:
+    loads = tuple((op.rows, op.cols, op.contiguous) for op in ops if op.kind == LOAD)
+    vecs = [(op.fn, op.rows, op.cols) for op in ops if op.kind == VEC]
+    return loads, cm.vecs(target, vecs), cm.vec(target, *vecs[0][1:], vecs[0][0]) if vecs else 0.0, len(vecs)
+
+
+@memoized
+def emitted(epi, r, tn, n, spread_k, flags) -> tuple:
+    """The LOADs, VECs and STORE the emitter writes for the epilogue of one [r, tn] output block
+    (`linear_emit.emit_epilogue`), or spread over `spread_k` k steps (`emit_spread_epilogue`); flags:
+    (res_acc, bias_tile)."""
+    g = TraceGeometry(epi, spread_k, n, 1, tn, r, *flags, has_residual=epi.residual)
+    if spread_k:
+        return trace(emit_spread_epilogue, g, (0, r, 0, 0))
+    return trace(emit_epilogue, g, (0, r, 0, None), ("res", "out", "bias"), None)
+
+
+@memoized
+def emitted_prologue(r, k, tk, ws) -> tuple:
+    """The LOADs and VECs the emitter writes for the layer norm of r input rows (`linear_emit.emit_prologue`)."""
+    g = TraceGeometry(Epilogue(pre_norm=True), k, 0, tk, 0, r, False, False, False)
+    first = [("eq", Dim(0)), ("eq", Dim(1)), ("eq", Dim(2))]
+    return trace(emit_prologue, g, first, first[1:] if ws == 2 else [])
 
 
 def classes(cands, m: int) -> tuple[list, list, list]:

@@ -5,9 +5,10 @@ and the prologue's layer norm of the input rows."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
-from . import linear_cost as lc
 from .elementwise import emit_act
+from .emit_trace import Op, Trace
 from .normalization import emit_norm
 
 
@@ -33,7 +34,7 @@ def emit_epilogue(g, block, bufs, when) -> None:
 
 
 def emit_spread_epilogue(g, block) -> None:
-    """`_epilogue` of the previous block over this block's k steps (`linear_cost.spread_steps`): bias and
+    """`_epilogue` of the previous block over this block's k steps (`spread_steps`): bias and
     act in place in the block's accumulator half (which no MATMUL writes before the block after this one),
     the last VEC (the act's, or the residual add) into `out` on the last k step, with the residual's LOAD
     and the STORE (`out` and `res` alternate by step parity, the accumulator half by block)."""
@@ -51,9 +52,15 @@ def emit_spread_epilogue(g, block) -> None:
         ops.vop("ADD", "out", "acc", "res", **geo)
     if epi.residual:
         b.load_rows("res", 3, **out_tile, rows=rows, cols=geo["cols"], when=at(k_steps - 1))
-    for (args, kw), j in zip(ops.calls, lc.spread_steps(len(ops.calls), k_steps)):
+    for (args, kw), j in zip(ops.calls, spread_steps(len(ops.calls), k_steps)):
         b.vop(*args, **kw, when=at(j))
     b.store_rows("out", **out_tile, rows=rows, cols=geo["cols"], when=at(k_steps - 1))
+
+
+def spread_steps(n_ops: int, k_steps: int) -> list[int]:
+    """The k step of each of a spread epilogue's `n_ops` VECs (in order, the last one on the last step,
+    with the residual load and the STORE): op i on step i * k_steps // n_ops."""
+    return [i * k_steps // n_ops for i in range(n_ops - 1)] + [k_steps - 1]
 
 
 def _bias_at(g, col, cols, tile: str, when) -> tuple[str, dict]:
@@ -104,3 +111,45 @@ def emit_prologue(g, at_first, when) -> None:
     b.vop("MUL", "a", "a", "pvar", mode="COL", **{**tile, "b_stride": 1})
     b.vop("MUL", "a", "a", "pw", mode="ROW", **tile)
     b.vop("ADD", "a", "a", "pb", mode="ROW", **tile)
+
+
+# ------------------------------------------------------------------ the emission as the cost model reads it
+
+
+@dataclass(frozen=True)
+class TraceGeometry:
+    """The `_Geometry` fields the epilogue and prologue emitters read, at one tile size (`rows`: the
+    output block's; its columns `tn`)."""
+
+    epi: object
+    k: int
+    n: int
+    tk: int
+    tn: int
+    rows: int
+    res_acc: bool
+    bias_tile: bool
+    has_residual: bool
+    eps: float = 0.0
+    m_total: int = 0
+
+    def cols(self, col) -> int:
+        return self.tn
+
+
+def trace(emit, g: TraceGeometry, *args) -> tuple[Op, ...]:
+    """The ops `emit(g with a Trace builder, *args)` emits."""
+    b = Trace()
+    geo = _Bound(g, b)
+    emit(geo, *args)
+    return b.priced()
+
+
+class _Bound:
+    """A TraceGeometry with its builder `b`."""
+
+    def __init__(self, g, b):
+        self._g, self.b = g, b
+
+    def __getattr__(self, name):
+        return getattr(self._g, name)

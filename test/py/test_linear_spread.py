@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from novella_mlir import compile_torch, kernels
-from novella_mlir.kernels import linear, linear_cost
+from novella_mlir.kernels import linear, linear_cost, linear_emit
 from novella_mlir.machine.target import Target
 
 MAX = 512
@@ -67,9 +67,9 @@ def test_spread_epilogue_matches_eager(name, monkeypatch):
 
 
 def test_spread_steps_put_the_last_vec_on_the_last_step():
-    assert linear_cost.spread_steps(6, 3) == [0, 0, 1, 1, 2, 2]
-    assert linear_cost.spread_steps(2, 3) == [0, 2]  # the residual add beside the residual's LOAD
-    assert linear_cost.spread_steps(3, 6) == [0, 2, 5]
+    assert linear_emit.spread_steps(6, 3) == [0, 0, 1, 1, 2, 2]
+    assert linear_emit.spread_steps(2, 3) == [0, 2]  # the residual add beside the residual's LOAD
+    assert linear_emit.spread_steps(3, 6) == [0, 2, 5]
 
 
 def test_spread_is_priced_and_chosen():
