@@ -1,6 +1,8 @@
-"""`x[..., a:b:k]` with a step k > 1 on a static dim, as data movement the NPU has: the slice
-[a, a + n k) viewed as [n, k] and its first column taken (n = ceil((b - a) / k)); when the
-last step runs past the dim's end, the last element is a slice of its own, concatenated."""
+"""`x[..., a:b:k]` with a step k > 1 on a static dim, as data movement the NPU has: a window of n k
+positions viewed as [n, k] and one column of it taken (n = ceil((b - a) / k)): [a, a + n k), column 0,
+or where that runs past the dim's end, the window shifted back by c < k and column c (`x[..., 1::2]`
+of an even dim: the whole dim, column 1, one kernel); when no shift fits, the last element is a slice
+of its own, concatenated."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ def strided_slice(cx, x, dim: int, start: int, end, step: int):
     start, end, n, whole = _static_range(cx, what, cx.shape(x)[dim], dim, start, end, step)
     if n == 0:
         raise cx.empty_error(f"the slice [{start}:{end}:{step}] along dim {dim} has length 0")
+    shift = max(0, start + n * step - sy.as_int(cx.shape(x)[dim]))
+    if whole < n and shift <= min(step - 1, start):
+        return _columns(cx, x, dim, start, n, step, shift)
     parts = [_columns(cx, x, dim, start, whole, step)] if whole else []
     if whole < n:
         parts.append(_piece(cx, x, dim, start + whole * step, 1))
@@ -52,14 +57,15 @@ def _piece(cx, x, dim: int, start: int, length: int):
     return cx.emit(SliceOp, result_shape=shape, check=False, input=x, dim=_i64(dim), start=_i64(start))
 
 
-def _columns(cx, x, dim: int, start: int, n: int, step: int):
-    """x[..., start : start + n * step : step] along `dim`: a slice, a view as [n, step], column 0."""
-    y = _piece(cx, x, dim, start, n * step)
+def _columns(cx, x, dim: int, start: int, n: int, step: int, shift: int = 0):
+    """x[..., start : start + n * step : step] along `dim`: the slice from start - shift, a view as
+    [n, step], column `shift`."""
+    y = _piece(cx, x, dim, start - shift, n * step)
     shape = list(cx.shape(y))
     grid = shape[:dim] + [sy.const(n), sy.const(step)] + shape[dim + 1 :]
     y = cx.emit(ReshapeOp, result_shape=grid, check=False, input=y)
     first = grid[: dim + 1] + [sy.const(1)] + grid[dim + 2 :]
-    y = cx.emit(SliceOp, result_shape=first, check=False, input=y, dim=_i64(dim + 1), start=_i64(0))
+    y = cx.emit(SliceOp, result_shape=first, check=False, input=y, dim=_i64(dim + 1), start=_i64(shift))
     return cx.emit(ReshapeOp, result_shape=shape[:dim] + [sy.const(n)] + shape[dim + 1 :], check=False, input=y)
 
 

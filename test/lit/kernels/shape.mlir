@@ -169,3 +169,30 @@ module attributes {novella.symbols = {s0 = ["T", 1, 512]}} {
     return %0 : tensor<4x?x?xf32>
   }
 }
+
+// -----
+
+// A step slice `x[..., 1::2]` of a `?`-long [1, T, 64] (what the frontend makes of aten.slice with a
+// step, frontend/lowering/strided.py): the dim viewed as [32, 2] (a DRAM alias) and column 1 taken,
+// one strided copy: each of the T * 32 rows is 1 element read at stride 2 from offset 1, the last
+// row tile partial.
+// CHECK-LABEL: func.func @odd_columns
+// CHECK: %[[G:.*]] = "novella.reshape"(%{{.*}}) : ({{.*}}) -> tensor<1x?x32x2xf32, #{{.*}}>
+// CHECK: %[[C:.*]] = "novella.slice"(%[[G]]) {dim = 3 : i64, start = 1 : i64}
+// CHECK: "novella.reshape"(%[[C]])
+// MACRO-DAG: #[[FROM:.*]] = affine_map<(d0, d1)[s0] -> (d1 + 1)>
+// MACRO-DAG: #[[ROWS:.*]] = affine_map<(d0, d1)[s0] -> (64, d0 * -64 + s0 * 32)>
+// MACRO-DAG: #[[GRID:.*]] = affine_map<()[s0] -> ((s0 * 32) ceildiv 64, 1)>
+// MACRO-LABEL: func.func @odd_columns
+// MACRO: %[[G:.*]] = "novella.reshape"
+// MACRO: "novella.dma_load"(%[[G]]) {buffer = "b0", cols = 1 : i64, dram_offset = #[[FROM]], dram_stride = 2 : i64, {{.*}}rows = #[[ROWS]]
+// MACRO: "novella.dma_store"() {buffer = "b1", cols = 1 : i64, {{.*}}dram_stride = 1 : i64
+// MACRO: grid = #[[GRID]], kernel = "novella.slice"
+module attributes {novella.symbols = {s0 = ["T", 1, 300]}} {
+  func.func @odd_columns(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>> {
+    %g = "novella.reshape"(%x) : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x32x2xf32, affine_map<()[s0] -> (1, s0, 32, 2)>>
+    %c = "novella.slice"(%g) {dim = 3 : i64, start = 1 : i64} : (tensor<1x?x32x2xf32, affine_map<()[s0] -> (1, s0, 32, 2)>>) -> tensor<1x?x32x1xf32, affine_map<()[s0] -> (1, s0, 32, 1)>>
+    %r = "novella.reshape"(%c) : (tensor<1x?x32x1xf32, affine_map<()[s0] -> (1, s0, 32, 1)>>) -> tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+    return %r : tensor<1x?x32xf32, affine_map<()[s0] -> (1, s0, 32)>>
+  }
+}
