@@ -17,7 +17,7 @@ import numpy as np
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from . import BufferPlan, Tiling
+from . import BufferPlan, Tiling, rope_fusion
 from .pointwise import Geometry, Tile
 
 BINARY = {
@@ -339,8 +339,12 @@ class Generic:
         names = {f"in{k}": f"p{k}" for k in range(n)}
         names.update({f"t{i}": f"p{n + i}" for i in range(prog.temps)})
         names["out"] = f"p{n + prog.temps}"
+        rot = rope_fusion.rotated(op)
         for k, o in enumerate(g.ops):  # a step's inputs as one DMA chain: one exposed latency
-            tl.load(f"p{k}", o, chain=int(k > 0))
+            if k in rot:
+                load_rotated(tl, f"p{k}", o, chain=int(k > 0))
+            else:
+                tl.load(f"p{k}", o, chain=int(k > 0))
         for fn, dst, a, bb, imm in prog.steps:
             f = tl.geo()
             if isinstance(bb, tuple):
@@ -353,6 +357,18 @@ class Generic:
                 f.update(mode="SCALAR", imm=imm)
             b.vop(fn, names[dst], names.get(a), **f)
         tl.store(names["out"])
+
+
+def load_rotated(tl: Tile, buf: str, o, chain: int) -> None:
+    """LOADs `rotate_half` of operand `o` (`rope_fusion`): its upper column half into the tile's first
+    half, its lower half after it (one DMA chain), then negates the first half. A tile holds whole rows."""
+    h = tl.tc // 2
+    for i, (col, at) in enumerate(((h, 0), (0, h))):
+        f = dict(row_start=tl.dr * tl.tm, rows=tl.rows, row_bound=tl.g.r, cols=h, sram_stride=tl.tc)
+        f = {**f, "chain": 1} if chain or i else f
+        base = tl._base(o.batch_strides) + col
+        tl.b.load_rows(buf, o.slot, dram_offset=base, dram_stride=o.cols, buf_offset=at, **f)
+    tl.b.vop("MUL", buf, buf, **tl.geo(cols=h), mode="SCALAR", imm=-1.0)
 
 
 # ------------------------------------------------------------------ fusion (a --novella-legalize pattern)
