@@ -85,7 +85,9 @@ def test_chains_are_one_generic_each(fused):
     # RMSNorm: the square, the mean and the tail x * rsqrt(ms + eps) * w are one rms_norm each
     assert text.count('"novella.rms_norm"') == 2 and "novella.reduce" not in text
     assert not any("math.rsqrt" in b for b in bodies)
-    assert "novella.scalar" not in text and "novella.math" in text  # rotate_half's neg stays (its use is a concat)
+    assert "novella.scalar" not in text
+    # rotate_half (two slices, a neg, a concat) is read by the RoPE generic: its input marked, the four ops gone
+    assert "novella.rotate_half = [" in text and 'fn = "neg"' not in text and '"novella.concat"' not in text
 
 
 def test_fusion_saves_cycles_and_kernels(fused):
