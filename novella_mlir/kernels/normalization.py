@@ -91,7 +91,7 @@ class LayerNorm:
         rows = tile_rows(0, tm, total)
         for buf, slot in (("w", 1), ("b", 2)):
             b.load_block(buf, slot, dram_offset=0, rows=1, cols=c, when=first(0))
-        b.load_rows("x", 0, row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c, chain=1)
+        b.load_rows("x", 0, row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
         emit_norm(b, "x", "sq", "mean", "var", "w", "b", "sq", rows, c, eps)
         b.store_rows("sq", row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
 
