@@ -7,7 +7,11 @@ Two forms, both exact copies (no arithmetic):
 * rows (otherwise: D may be dynamic; inner static): grid (outer, D tiles). Output rows
   [i*tm, i*tm + tm) are input rows [D - (i+1)*tm, D - i*tm), loaded as one tile whose
   rows before 0 are zero-filled (the partial last tile), reversed by one COPY per row,
-  and stored with the row bound D."""
+  and stored with the row bound D. Where each row is one element (`inner = 1`, a 1-D vector such as a
+  decode mask's reversed positions), the tile of tm = a * k elements is reversed as an [a, k] matrix
+  (`_split`): transposed, its k rows copied in reverse order, transposed back, its a rows copied in
+  reverse order: a + k + 2 VECs instead of tm, and the tile and the result stream (two slots), so
+  a tile's DMA runs under the VECs of the one before."""
 
 from __future__ import annotations
 
@@ -48,8 +52,12 @@ class Flip:
             tops = [min(n, MAX_UNROLL)] if n is not None and n <= MAX_UNROLL else target.pow2(MAX_UNROLL)
         for tm in [options["tile-m"]] if options.get("tile-m") else tops:
             plan = BufferPlan(target)
-            plan.add("t", "spad", tm * width)
-            plan.add("o", "spad", tm * width)
+            split = not _columns(D, inner) and _split(tm, inner)
+            plan.add("t", "spad", tm * width, stream=bool(split))
+            plan.add("o", "spad", tm * width, stream=bool(split))
+            if split:
+                plan.add("u", "spad", tm)
+                plan.add("w", "spad", tm)
             if plan.fits() or options.get("tile-m") or tm == tops[-1]:
                 return Tiling({"tm": tm}, grid(tm), plan.check())
         raise AssertionError("unreachable")
@@ -73,12 +81,33 @@ def _column_macro(b, tm, outer, n, inner):
     b.store_rows("o", row_start=b.d(0) * tm, rows=rows, row_bound=outer, cols=width)
 
 
+def _split(tm: int, inner: int) -> int:
+    """Columns k of the [tm / k, k] matrix a 1-D tile is reversed as (about sqrt(tm)); 0: one COPY per row."""
+    k = 1 << (tm.bit_length() // 2)
+    return k if inner == 1 and tm >= 16 and tm % k == 0 else 0
+
+
+def _reverse_split(b, tm: int, k: int) -> None:
+    """o = t reversed (tm elements), as the [a, k] matrix t: its columns reversed through two transposes
+    (u = t^T, w = u's rows reversed, u = w^T), then its rows (`_split`)."""
+    a = tm // k
+    b.vop("TRANSPOSE", "u", "t", rows=a, cols=k, a_stride=k, dst_stride=a)
+    for r in range(k):
+        b.vop("COPY", "w", "u", rows=1, cols=a, a_stride=a, dst_stride=a, dst_offset=r * a, a_offset=(k - 1 - r) * a)
+    b.vop("TRANSPOSE", "u", "w", rows=k, cols=a, a_stride=a, dst_stride=k)
+    for r in range(a):
+        b.vop("COPY", "o", "u", rows=1, cols=k, a_stride=k, dst_stride=k, dst_offset=r * k, a_offset=(a - 1 - r) * k)
+
+
 def _row_macro(b, tm, outer, D, inner):
     base = b.d(0) * mul(D, sy.const(inner))
     start = D - (b.d(1) + sy.const(1)) * tm
     b.load("t", 0, dram_offset=base, dram_stride=inner, row_start=start, row_step=1, row_bound=D,
            rows=tm, cols=inner, sram_stride=inner)  # fmt: skip
-    for j in range(tm):
+    k = _split(tm, inner)
+    if k:
+        _reverse_split(b, tm, k)
+    for j in range(0 if k else tm):
         b.vop("COPY", "o", "t", rows=1, cols=inner, dst_stride=inner, a_stride=inner,
               dst_offset=j * inner, a_offset=(tm - 1 - j) * inner)  # fmt: skip
     b.store("o", -1, dram_offset=base, dram_stride=inner, row_start=b.d(1) * tm, row_step=1, row_bound=D,

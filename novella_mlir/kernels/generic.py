@@ -17,7 +17,7 @@ import numpy as np
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from . import BufferPlan, Tiling
+from . import BufferPlan, Tiling, first, rope_fusion
 from .pointwise import Geometry, Tile
 
 BINARY = {
@@ -78,10 +78,12 @@ class Planner:
         self.prog = Program()
         self.free: list = []
         self.uses: dict = {}
+        self.skip: set = set()
         for i, o in enumerate(self.ops):
             for v in o.operands:
                 self.uses[v] = i
         self.out = self.ops[-1].operands[0]
+        self.quotients = self._quotients()
 
     def run(self) -> Program:
         for k, a in enumerate(self.args):
@@ -93,6 +95,24 @@ class Planner:
                     self._release(v)
         self._finish()
         return self.prog
+
+    def _quotients(self) -> dict:
+        """{x * (1 / y): (x, y)} where 1 / y has no other use: one DIV x / y, not a FILL, a DIV and a MUL
+        (silu's x * sigmoid(x)); y then lives until the product."""
+        out = {}
+        for i, o in enumerate(self.ops):
+            if o.operation.name != "arith.mulf":
+                continue
+            for r, x in ((o.operands[1], o.operands[0]), (o.operands[0], o.operands[1])):
+                d = r.owner
+                if not isinstance(d, ir.OpView) or d.operation.name != "arith.divf" or len(list(r.uses)) != 1:
+                    continue
+                if _constant(d.operands[0]) == 1.0 and x != r:
+                    out[o.results[0]] = (x, d.operands[1])
+                    self.uses[d.operands[1]] = max(self.uses.get(d.operands[1], i), i)
+                    self.skip.add(d.operation)
+                    break
+        return out
 
     def get(self, v):
         """The buffer or constant of `v`; a constant defined above the body (a rewriter hoists them) too."""
@@ -138,7 +158,12 @@ class Planner:
 
     def op(self, o) -> None:
         name = o.operation.name
+        if o.operation in self.skip:
+            return
         r = o.results[0]
+        if r in self.quotients:
+            self.binary("DIV", r, *self.quotients[r])
+            return
         if name == "arith.constant":
             self.val[r] = float(ir.FloatAttr(o.attributes["value"]).value)
         elif name in ALIASES:
@@ -292,6 +317,13 @@ class Planner:
             self.vec("COPY", "out", self.full(self.out))
 
 
+def _constant(v) -> float | None:
+    o = v.owner
+    if isinstance(o, ir.OpView) and o.operation.name == "arith.constant":
+        return float(ir.FloatAttr(o.attributes["value"]).value)
+    return None
+
+
 def _cost(target, g: Geometry, prog: Program, rows: int, tc: int, tm: int) -> float:
     """Predicted cycles of row tile `tm` over `rows` rows (the row kernels' cost model): a decode step's few
     rows (`Geometry.moved`) in one tile would run its loads, VECs and store in series."""
@@ -339,8 +371,17 @@ class Generic:
         names = {f"in{k}": f"p{k}" for k in range(n)}
         names.update({f"t{i}": f"p{n + i}" for i in range(prog.temps)})
         names["out"] = f"p{n + prog.temps}"
+        rot, chain = rope_fusion.rotated(op), 0
+        halves = {k: _loaded_twin(op, rot, k) for k in rot}
         for k, o in enumerate(g.ops):  # a step's inputs as one DMA chain: one exposed latency
-            tl.load(f"p{k}", o, chain=int(k > 0))
+            if k in rot and halves[k] is None:
+                load_rotated(tl, f"p{k}", o, chain=chain)
+            elif k not in rot:
+                tl.load(f"p{k}", o, chain=chain, when=_once(g, t, o))
+            chain = 1
+        for k, j in halves.items():
+            if j is not None:
+                rotate_in_sram(tl, f"p{k}", f"p{j}")
         for fn, dst, a, bb, imm in prog.steps:
             f = tl.geo()
             if isinstance(bb, tuple):
@@ -353,6 +394,46 @@ class Generic:
                 f.update(mode="SCALAR", imm=imm)
             b.vop(fn, names[dst], names.get(a), **f)
         tl.store(names["out"])
+
+
+def load_rotated(tl: Tile, buf: str, o, chain: int) -> None:
+    """LOADs `rotate_half` of operand `o` (`rope_fusion`): its upper column half into the tile's first
+    half, its lower half after it (one DMA chain), then negates the first half. A tile holds whole rows."""
+    h = tl.tc // 2
+    for i, (col, at) in enumerate(((h, 0), (0, h))):
+        f = dict(row_start=tl.dr * tl.tm, rows=tl.rows, row_bound=tl.g.r, cols=h, sram_stride=tl.tc)
+        f = {**f, "chain": 1} if chain or i else f
+        base = tl._base(o.batch_strides) + col
+        tl.b.load_rows(buf, o.slot, dram_offset=base, dram_stride=o.cols, buf_offset=at, **f)
+    tl.b.vop("MUL", buf, buf, **tl.geo(cols=h), mode="SCALAR", imm=-1.0)
+
+
+def _loaded_twin(op, rot: set, k: int) -> int | None:
+    """The input that reads the value of rotated input `k` at the same map, not rotated: its tile is
+    rotated in SRAM (`rotate_in_sram`) instead of loaded again."""
+    maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
+    for j, v in enumerate(op.operands):
+        if j not in rot and v == op.operands[k] and maps[j] == maps[k]:
+            return j
+    return None
+
+
+def rotate_in_sram(tl: Tile, dst: str, src: str) -> None:
+    """dst = rotate_half(src) on one tile of whole rows: -src's upper half, then src's lower half."""
+    h = tl.tc // 2
+    tl.b.vop("MUL", dst, src, **tl.geo(cols=h), a_offset=h, mode="SCALAR", imm=-1.0)
+    tl.b.vop("COPY", dst, src, **tl.geo(cols=h), dst_offset=h)
+
+
+def _once(g: Geometry, t, o):
+    """The guard of an input loaded once and kept (its tile is the same at every grid step: broadcast in
+    every batch dim of the grid, one row tile, one column tile), or None: loaded every step."""
+    r, c = sy.as_int(g.r), sy.as_int(g.c)
+    if not g.batch or r is None or c is None or r > t.tiles["tm"] or c > t.tiles["tc"]:
+        return None
+    if any(sy.as_int(s) != 0 for s in o.batch_strides):
+        return None
+    return [cond for d in range(len(g.batch)) for cond in first(d)]
 
 
 # ------------------------------------------------------------------ fusion (a --novella-legalize pattern)

@@ -138,7 +138,7 @@ class RmsNorm(LayerNorm):
         tm, c, total = t.tiles["tm"], tv.cols(0), tv.rows(0)
         rows = tile_rows(0, tm, total)
         b.load_block("w", 1, dram_offset=0, rows=1, cols=c, when=first(0))
-        b.load_rows("x", 0, row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
+        b.load_rows("x", 0, row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c, chain=1)
         emit_rms(b, "x", "sq", "ms", "w", rows, c, op.attributes["eps"].value)
         b.store_rows("sq", row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
 

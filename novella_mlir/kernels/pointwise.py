@@ -142,12 +142,13 @@ class Tile:
                 out = out + d * s
         return out
 
-    def load(self, buf: str, op: Operand, chain: int = 0) -> None:
+    def load(self, buf: str, op: Operand, chain: int = 0, when=None) -> None:
         """LOAD operand `op` into `buf` ([rows, tc], or [rows, 1] for a broadcast column); `chain`: the LOAD
-        continues the load queue's previous DMA (docs/isa.md, LOAD `chain`)."""
+        continues the load queue's previous DMA (docs/isa.md, LOAD `chain`); `when`: its guard."""
         offset = self._base(op.batch_strides) + (self.dc * self.tc if op.col_full else sy.const(0))
         cols = self.cols if op.col_full else 1
         f = dict(sram_stride=self.tc if op.col_full else 1, **({"chain": chain} if chain else {}))
+        f.update({"when": when} if when else {})
         if op.row_full:
             self.b.load_rows(buf, op.slot, row_start=self.dr * self.tm, rows=self.rows, row_bound=self.g.r,
                              cols=cols, dram_offset=offset, dram_stride=op.cols, **f)  # fmt: skip

@@ -11,14 +11,15 @@ length). Ops are visited in order, each consumer merging its producers until non
 becomes one op. Then an RMSNorm (the row mean of `x * x` read only by a tail computing
 `x * rsqrt(mean + eps) * w`) becomes one `novella.rms_norm` (`kernels/norm_fusion.py`): its row is loaded
 once and every step runs on the tile in SRAM. It runs before --novella-allocate: DRAM is placed for the
-merged graph."""
+merged graph. Last, RoPE's `rotate_half` (two slices, a negation and a concat) read by a generic becomes
+that generic reading its source with the halves swapped (`kernels/rope_fusion.py`)."""
 
 from __future__ import annotations
 
 from torch_mlir import ir
 
 from ..kernels import generic_fusion as gf
-from ..kernels import norm_fusion
+from ..kernels import norm_fusion, rope_fusion
 from ..machine.target import Target
 from .common import PassError, body_ops, check_symbols, functions, require_stage
 
@@ -43,6 +44,8 @@ def run(module_op, options, config) -> None:
                 op = fused
         for op in [o for o in body_ops(fn) if o.operation.name == "novella.reduce"]:
             norm_fusion.form(op, target)
+        for op in [o for o in body_ops(fn) if o.operation.name == "novella.generic"]:
+            rope_fusion.form(op, target)
 
 
 def _annotated(op) -> bool:

@@ -85,7 +85,9 @@ def test_chains_are_one_generic_each(fused):
     # RMSNorm: the square, the mean and the tail x * rsqrt(ms + eps) * w are one rms_norm each
     assert text.count('"novella.rms_norm"') == 2 and "novella.reduce" not in text
     assert not any("math.rsqrt" in b for b in bodies)
-    assert "novella.scalar" not in text and "novella.math" in text  # rotate_half's neg stays (its use is a concat)
+    assert "novella.scalar" not in text
+    # rotate_half (two slices, a neg, a concat) is read by the RoPE generic: its input marked, the four ops gone
+    assert "novella.rotate_half = [" in text and 'fn = "neg"' not in text and '"novella.concat"' not in text
 
 
 def test_fusion_saves_cycles_and_kernels(fused):
@@ -120,3 +122,31 @@ def test_column_broadcast_chain_is_one_generic_and_matches_eager():
     for length in LENGTHS:
         xs = make(length)
         assert torch.allclose(npu(*xs), model(*xs), rtol=1e-5, atol=1e-5)
+
+
+class Rotations(torch.nn.Module):
+    """rotate_half of q read by a product (one generic with a rotated input), and two look-alikes that
+    are not it: the halves swapped without the negation, and halves taken from two tensors."""
+
+    def forward(self, q, k, s):
+        h = q.shape[-1] // 2
+        rot = torch.cat((-q[..., h:], q[..., :h]), dim=-1)
+        swap = torch.cat((q[..., h:], q[..., :h]), dim=-1)
+        mixed = torch.cat((-k[..., h:], q[..., :h]), dim=-1)
+        return q * s + rot * s, swap * s, mixed * s
+
+
+def test_rotate_half_is_read_in_place_and_look_alikes_are_not():
+    model = Rotations().eval()
+
+    def inputs(t: int):
+        g = torch.Generator().manual_seed(t)
+        return tuple(torch.randn(1, 2, t, 32, generator=g) for _ in range(3))
+
+    npu = compile_torch(model, *inputs(16), min_len=1, max_len=70, dynamic_dim=2, cache=False)
+    text = npu.ir("novella-fuse-elementwise")
+    assert text.count("novella.rotate_half = [") == 1 and text.count('"novella.concat"') == 2
+    for t in (1, 7, 33, 70):
+        xs = inputs(t)
+        for got, want in zip(npu(*xs), model(*xs)):
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), (t, (got - want).abs().max())

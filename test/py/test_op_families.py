@@ -50,6 +50,13 @@ def test_flip_with_the_length_last():
     check(lambda x: (x.flip(0), x.flip(1)), [torch.randn(3, 8)], 1, 130, (1, 7, 65, 130))
 
 
+def test_flip_of_a_vector_is_exact():
+    # one element per row (a decode mask's reversed positions): 64-element tiles reversed as [8, 8]
+    # (two transposes, 18 VECs); lengths around the tile edges and several tiles, bit-exact
+    check(lambda x: (x.flip(0), x.flip(0) + 1), [torch.randn(8)], 0, 1100, (1, 16, 63, 64, 65, 1001, 1100),
+          atol=0, rtol=0)  # fmt: skip
+
+
 def test_argmax_argmin_first_index_any_dim():
     fns = lambda x: (  # noqa: E731
         x.argmax(1),
