@@ -368,7 +368,8 @@ class Generic:
             tm = min(tm, r) if r is not None else tm
             plan = BufferPlan(target)
             for i in range(n + prog.temps + 1):  # the inputs and the result stream (two slots), temps do not
-                plan.add(f"p{i}", "spad", tm * tc, stream=i < n or i == n + prog.temps)
+                cols = tc if i >= n or g.ops[i].col_full else 1  # a broadcast column is [tm, 1]
+                plan.add(f"p{i}", "spad", tm * cols, stream=i < n or i == n + prog.temps)
             if plan.fits() or tm == 1:
                 fitting.append((tm, plan))
                 if not (g.moved and r is not None and not options.get("tile-m")):
