@@ -207,6 +207,9 @@ class Planner:
         self.val[r] = d
 
     def compare(self, pred: int, r, a, b) -> None:
+        if pred == 13 and _constant(b) == 0.0 and _boolean(a):  # a 0/1 value != 0 is that value
+            self.val[r] = self.get(a)
+            return
         if pred in CMPF:
             self.binary(CMPF[pred], r, a, b)
             return
@@ -296,6 +299,9 @@ class Planner:
         d = self.dst(r)
         if isinstance(vy, float):
             self.vec("FILL", d, imm=vy)
+        elif isinstance(self.operand_b(y), tuple):  # a broadcast column spread straight into d
+            self.vec("FILL", d, imm=0.0)
+            self.vec("ADD", d, d, self.operand_b(y))
         else:
             self.vec("COPY", d, self.full(y))
         if isinstance(vx, float):
@@ -315,6 +321,15 @@ class Planner:
             self.vec("FILL", "out", imm=x)
         else:
             self.vec("COPY", "out", self.full(self.out))
+
+
+def _boolean(v) -> bool:
+    """`v` is a compare's 0/1 result converted to a float."""
+    o = v.owner
+    if not isinstance(o, ir.OpView) or o.operation.name not in ALIASES:
+        return False
+    c = o.operands[0].owner
+    return isinstance(c, ir.OpView) and c.operation.name == "arith.cmpf"
 
 
 def _constant(v) -> float | None:
@@ -353,7 +368,8 @@ class Generic:
             tm = min(tm, r) if r is not None else tm
             plan = BufferPlan(target)
             for i in range(n + prog.temps + 1):  # the inputs and the result stream (two slots), temps do not
-                plan.add(f"p{i}", "spad", tm * tc, stream=i < n or i == n + prog.temps)
+                cols = tc if i >= n or g.ops[i].col_full else 1  # a broadcast column is [tm, 1]
+                plan.add(f"p{i}", "spad", tm * cols, stream=i < n or i == n + prog.temps)
             if plan.fits() or tm == 1:
                 fitting.append((tm, plan))
                 if not (g.moved and r is not None and not options.get("tile-m")):
@@ -427,11 +443,14 @@ def rotate_in_sram(tl: Tile, dst: str, src: str) -> None:
 
 def _once(g: Geometry, t, o):
     """The guard of an input loaded once and kept (its tile is the same at every grid step: broadcast in
-    every batch dim of the grid, one row tile, one column tile), or None: loaded every step."""
+    every batch dim of the grid, one row tile, one column tile; or broadcast in every dim), or None: loaded
+    every step."""
+    if any(sy.as_int(s) != 0 for s in o.batch_strides):
+        return None
+    if not o.row_full and not o.col_full:  # one value read by every step
+        return [cond for d in range(len(g.batch) + 2) for cond in first(d)]
     r, c = sy.as_int(g.r), sy.as_int(g.c)
     if not g.batch or r is None or c is None or r > t.tiles["tm"] or c > t.tiles["tc"]:
-        return None
-    if any(sy.as_int(s) != 0 for s in o.batch_strides):
         return None
     return [cond for d in range(len(g.batch)) for cond in first(d)]
 

@@ -3,6 +3,8 @@ checked against eager at lengths 1, odd, a partial last tile and the maximum."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -136,3 +138,28 @@ def test_conv2d_patch_embedding_with_a_dynamic_width():
         with torch.no_grad():
             want = model(x)
         torch.testing.assert_close(npu(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_mask_select_of_a_compare_runs_no_ne_and_loads_its_scalars_once():
+    """where((x <= flip(x)).float() != 0, 0, min): each `!= 0` of a compare's 0/1 result is that result (no
+    NE VEC), and the two scalars (broadcast in every dim) are loaded at the first step only, into a
+    [tm, 1] column buffer, over several row tiles."""
+    big = torch.finfo(torch.float32).min
+
+    def fn(x):
+        keep = (x <= x.flip(1)).float()
+        return torch.where(keep != 0, torch.tensor(0.0), torch.tensor(big))
+
+    model = Fn(fn).eval()
+    npu = compile_torch(model, torch.randn(1, 8, 32), dynamic_dim=1, min_len=1, max_len=300, cache=False)
+    insts, macros = npu.ir("novella-inst-gen"), npu.ir("novella-macro-gen")
+    assert 'fn = "NE"' not in insts
+    scalar_loads = [ln for ln in macros.splitlines() if "dma_load" in ln and "tensor<1x1x1xf32>" in ln]
+    assert len(scalar_loads) == 2 and all("when = " in ln for ln in scalar_loads)
+    sizes = dict(
+        re.findall(r'(p\d) = \["spad", \d+, (\d+)', next(ln for ln in macros.splitlines() if "novella.gen" in ln))
+    )
+    assert int(sizes["p0"]) * 32 == int(sizes["p2"])  # a scalar's buffer is a [tm, 1] column, not a tile
+    for t in (1, 7, 65, 300):
+        x = torch.randn(1, t, 32)
+        torch.testing.assert_close(npu(x, check_hazards=t in (1, 65)), model(x))
