@@ -132,3 +132,35 @@ module attributes {novella.symbols = {s0 = ["T", 1, 300]}} {
     return %y : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
   }
 }
+
+// -----
+
+// RoPE, T symbolic: q * cos + rotate_half(q) * sin, rotate_half written as cat(-q[..., 8:], q[..., :8]).
+// The products and the sum become one generic; then the rotate_half (two slices, a neg, a concat, four
+// kernels through DRAM) is read by it in place: its operand is q itself, marked in novella.rotate_half
+// (the kernel loads q's halves swapped and negates the first in SRAM). Off, the four ops stay.
+// CHECK-LABEL: func.func @rope
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<1x4x?x16xf32, #{{.*}}>, %[[COS:[^:]*]]: tensor<1x1x?x16xf32, #{{.*}}>, %[[SIN:[^:]*]]: tensor
+// CHECK-NOT: novella.concat
+// CHECK: %[[G:.*]] = "novella.generic"(%[[Q]], %[[COS]], %[[Q]], %[[SIN]])
+// CHECK: novella.rotate_half = [2]
+// CHECK-NOT: novella.math
+// CHECK: return %[[G]]
+// OFF-LABEL: func.func @rope
+// OFF: %[[N:.*]] = "novella.math"(%{{.*}}) {fn = "neg"}
+// OFF: "novella.concat"(%[[N]], %{{.*}}) {dim = 3 : i64}
+#map = affine_map<()[s0] -> (1, 4, s0, 16)>
+#map1 = affine_map<()[s0] -> (1, 1, s0, 16)>
+#map2 = affine_map<()[s0] -> (1, 4, s0, 8)>
+module attributes {novella.symbols = {s0 = ["T", 1, 300]}} {
+  func.func @rope(%arg0: tensor<1x4x?x16xf32, #map>, %arg1: tensor<1x1x?x16xf32, #map1>, %arg2: tensor<1x1x?x16xf32, #map1>) -> tensor<1x4x?x16xf32, #map> {
+    %0 = "novella.mul"(%arg0, %arg1) : (tensor<1x4x?x16xf32, #map>, tensor<1x1x?x16xf32, #map1>) -> tensor<1x4x?x16xf32, #map>
+    %1 = "novella.slice"(%arg0) {dim = 3 : i64, start = 8 : i64} : (tensor<1x4x?x16xf32, #map>) -> tensor<1x4x?x8xf32, #map2>
+    %2 = "novella.math"(%1) {fn = "neg"} : (tensor<1x4x?x8xf32, #map2>) -> tensor<1x4x?x8xf32, #map2>
+    %3 = "novella.slice"(%arg0) {dim = 3 : i64, start = 0 : i64} : (tensor<1x4x?x16xf32, #map>) -> tensor<1x4x?x8xf32, #map2>
+    %4 = "novella.concat"(%2, %3) {dim = 3 : i64} : (tensor<1x4x?x8xf32, #map2>, tensor<1x4x?x8xf32, #map2>) -> tensor<1x4x?x16xf32, #map>
+    %5 = "novella.mul"(%4, %arg2) : (tensor<1x4x?x16xf32, #map>, tensor<1x1x?x16xf32, #map1>) -> tensor<1x4x?x16xf32, #map>
+    %6 = "novella.add"(%0, %5) : (tensor<1x4x?x16xf32, #map>, tensor<1x4x?x16xf32, #map>) -> tensor<1x4x?x16xf32, #map>
+    return %6 : tensor<1x4x?x16xf32, #map>
+  }
+}
