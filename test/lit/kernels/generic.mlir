@@ -24,8 +24,9 @@
 // MACRO: "novella.vop"() {{{.*}}dst = "[[SEL:p[0-9]+]]", {{.*}}fn = "FILL", imm = 0.000000e+00
 // MACRO: "novella.vop"() {a = "[[MASK]]", {{.*}}b = "p0", {{.*}}dst = "[[SEL]]", {{.*}}fn = "SEL"
 // MACRO: "novella.vop"() {a = "[[SEL]]", {{.*}}b = "p2", {{.*}}dst = "p5", {{.*}}fn = "MUL"
-// The inputs and the result stream (two slots: double buffered), the body's temporaries do not.
-// MACRO: buffers = {p0 = ["spad", 0, 4096, 2], {{.*}}p3 = ["spad", 24576, 4096], p4 = ["spad", 28672, 4096], p5 = ["spad", 32768, 4096, 2]}, {{.*}}kernel = "novella.generic"
+// The inputs and the result stream (two slots: double buffered), the body's temporaries do not; the
+// [?, 1] column's buffer is [tm, 1] (64 elements), not a [tm, tc] tile.
+// MACRO: buffers = {p0 = ["spad", 0, 4096, 2], p1 = ["spad", 8192, 64, 2], {{.*}}p3 = ["spad", 16512, 4096], p4 = ["spad", 20608, 4096], p5 = ["spad", 24704, 4096, 2]}, {{.*}}kernel = "novella.generic"
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #col = affine_map<(d0, d1) -> (d0, 0)>
 #row = affine_map<(d0, d1) -> (0, d1)>
