@@ -19,6 +19,7 @@ from ..dialects.novella import TransposeOp
 from ..machine.target import MAX_COLS
 from . import BufferPlan, Tiling, module_symbols, tile_rows
 from .indexing import slice_start
+from .support import producer
 
 MAX_UNROLL = 64
 
@@ -308,15 +309,10 @@ def _static_numel(exprs) -> int:
 # ------------------------------------------------------------------ legalize patterns
 
 
-def _producer(v: ir.Value, name: str):
-    owner = v.owner
-    return owner if isinstance(owner, ir.OpView) and owner.operation.name == name else None
-
-
 def compose_transposes(op, rewriter):
     """transpose(transpose(x, p), q) -> transpose(x, p o q); the identity permutation folds away."""
     perm = perm_of(op)
-    inner = _producer(op.operands[0], "novella.transpose")
+    inner = producer(op.operands[0], "novella.transpose")
     if inner is None:
         if perm != list(range(len(perm))):
             return True
@@ -343,7 +339,7 @@ def _direct(perm: list[int]) -> bool:
 
 def sink_below_unary(op, rewriter):
     """unary(transpose(x)) -> transpose(unary(x)), so transposes meet and cancel (conv stem)."""
-    inner = _producer(op.operands[0], "novella.transpose")
+    inner = producer(op.operands[0], "novella.transpose")
     if inner is None or len(list(inner.results[0].uses)) != 1:
         return True
     x = inner.operands[0]

@@ -10,11 +10,7 @@ from .. import symbolic as sy
 from ..dialects.novella import FlashAttentionOp, ReshapeOp
 from .attention import softmax_scale
 from .flash_attention import CAUSAL_ATTR, _batch
-
-
-def _producer(v: ir.Value, name: str):
-    owner = v.owner
-    return owner if isinstance(owner, ir.OpView) and owner.operation.name == name else None
+from .support import producer
 
 
 def _only_use(v: ir.Value) -> bool:
@@ -31,11 +27,11 @@ def _flag(op, name: str) -> bool:
 
 def _split_mask(x: ir.Value, lq, lk):
     """(scores, mask, causal, add op) of a softmax input that is `scores + mask` (either order), or `x` itself."""
-    add = _producer(x, "novella.add")
+    add = producer(x, "novella.add")
     if add is None:
         return x, None, False, None
     for scores, mask in ((add.operands[0], add.operands[1]), (add.operands[1], add.operands[0])):
-        mm = _producer(scores, "novella.matmul")
+        mm = producer(scores, "novella.matmul")
         if mm is not None and sy.equal_shapes(_shape(scores), _shape(x)):
             return scores, mask, CAUSAL_ATTR in add.attributes and sy.equal(lq, lk), add
     return None, None, False, None
@@ -86,13 +82,13 @@ def fuse_attention(op, rewriter):
     the scale. A mask tagged causal by the frontend (`novella.causal`) becomes `causal = 1`; any other
     additive mask [..., Lq or 1, Lk] whose batch is 1 or the result's becomes the `mask` operand.
     The softmax's `safe` (fully masked rows give 0) carries over."""
-    sm = _producer(op.operands[0], "novella.softmax")
+    sm = producer(op.operands[0], "novella.softmax")
     if _flag(op, "transpose_rhs") or sm is None or not _only_use(sm.results[0]):
         return True
     v, y = op.operands[1], op.results[0]
     lq, lk = _shape(sm.results[0])[-2], _shape(v)[-2]
     scores, mask, causal, add = _split_mask(sm.operands[0], lq, lk)
-    qk = _producer(scores, "novella.matmul") if scores is not None else None
+    qk = producer(scores, "novella.matmul") if scores is not None else None
     if qk is None or not _flag(qk, "transpose_rhs") or not _only_use(scores):
         return True
     scaled = softmax_scale(sm) != 1.0 and not (causal and softmax_scale(sm) > 0)  # scale * -inf = -inf
@@ -106,7 +102,7 @@ def fuse_attention(op, rewriter):
     ):
         return True
     scale = softmax_scale(sm)
-    pre = _producer(q, "novella.scalar")
+    pre = producer(q, "novella.scalar")
     if pre is not None and ir.StringAttr(pre.attributes["fn"]).value == "mul" and _only_use(q):
         scale *= ir.FloatAttr(pre.attributes["value"]).value
         q = pre.operands[0]
@@ -145,9 +141,9 @@ def _only_user(v: ir.Value):
 
 def _unscaled_query(q: ir.Value):
     """(query without a single-use `scalar` mul, possibly behind one single-use reshape, its factor, dead ops)."""
-    reshape = _producer(q, "novella.reshape") if _only_use(q) else None
+    reshape = producer(q, "novella.reshape") if _only_use(q) else None
     inner = reshape.operands[0] if reshape is not None else q
-    pre = _producer(inner, "novella.scalar")
+    pre = producer(inner, "novella.scalar")
     if pre is None or ir.StringAttr(pre.attributes["fn"]).value != "mul" or not _only_use(inner):
         return q, 1.0, []
     factor = ir.FloatAttr(pre.attributes["value"]).value

@@ -19,6 +19,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from . import BufferPlan, Tiling, first, rope_fusion
 from .pointwise import Geometry, Tile
+from .support import producer
 
 BINARY = {
     "arith.addf": "ADD", "arith.subf": "SUB", "arith.mulf": "MUL", "arith.divf": "DIV",
@@ -34,7 +35,7 @@ UNARY = {
 # unordered one is the complement of an ordered one (ugt = not ole), uno is x != x (NaN), ord its complement
 CMPF = {1: "EQ", 2: "GT", 3: "GE", 4: "LT", 5: "LE", 13: "NE"}
 NOT_CMPF = {9: 5, 10: 4, 11: 3, 12: 2, 7: 14}
-UNO = 14
+UNO, UNE = 14, 13
 _SWAPPED = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "EQ": "EQ", "NE": "NE", "ADD": "ADD", "MUL": "MUL",
             "MAX": "MAX", "MIN": "MIN"}  # fmt: skip
 _NUMPY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide, "MAX": np.maximum,
@@ -165,7 +166,7 @@ class Planner:
             self.binary("DIV", r, *self.quotients[r])
             return
         if name == "arith.constant":
-            self.val[r] = float(ir.FloatAttr(o.attributes["value"]).value)
+            self.val[r] = _constant(r)
         elif name in ALIASES:
             self.val[r] = self.get(o.operands[0])
             if r == self.out:
@@ -207,7 +208,7 @@ class Planner:
         self.val[r] = d
 
     def compare(self, pred: int, r, a, b) -> None:
-        if pred == 13 and _constant(b) == 0.0 and _boolean(a):  # a 0/1 value != 0 is that value
+        if pred == UNE and _constant(b) == 0.0 and _boolean(a):  # a 0/1 value != 0 is that value
             self.val[r] = self.get(a)
             return
         if pred in CMPF:
@@ -328,15 +329,12 @@ def _boolean(v) -> bool:
     o = v.owner
     if not isinstance(o, ir.OpView) or o.operation.name not in ALIASES:
         return False
-    c = o.operands[0].owner
-    return isinstance(c, ir.OpView) and c.operation.name == "arith.cmpf"
+    return producer(o.operands[0], "arith.cmpf") is not None
 
 
 def _constant(v) -> float | None:
-    o = v.owner
-    if isinstance(o, ir.OpView) and o.operation.name == "arith.constant":
-        return float(ir.FloatAttr(o.attributes["value"]).value)
-    return None
+    o = producer(v, "arith.constant")
+    return None if o is None else float(ir.FloatAttr(o.attributes["value"]).value)
 
 
 def _cost(target, g: Geometry, prog: Program, rows: int, tc: int, tm: int) -> float:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from .support import producer
+
 ATTR = "novella.rotate_half"
 
 
@@ -49,27 +51,22 @@ def _parts(cat) -> list:
     return [cat, neg, neg.operands[0].owner, lo]
 
 
-def _owner(v, name: str):
-    o = v.owner
-    return o if isinstance(o, ir.OpView) and o.operation.name == name else None
-
-
 def _only_use(v, user) -> bool:
     return all(u.owner == user.operation for u in v.uses)
 
 
 def _source(v, target):
     """The `x` of `v = cat(-x[..., h:], x[..., :h])` (last dim), or None."""
-    cat = _owner(v, "novella.concat")
+    cat = producer(v, "novella.concat")
     if cat is None or len(list(v.uses)) != 1:
         return None
     rank = ir.RankedTensorType(v.type).rank
     if ir.IntegerAttr(cat.attributes["dim"]).value % rank != rank - 1:
         return None
-    neg, lo = _owner(cat.operands[0], "novella.math"), _owner(cat.operands[1], "novella.slice")
+    neg, lo = producer(cat.operands[0], "novella.math"), producer(cat.operands[1], "novella.slice")
     if neg is None or lo is None or ir.StringAttr(neg.attributes["fn"]).value != "neg":
         return None
-    hi = _owner(neg.operands[0], "novella.slice")
+    hi = producer(neg.operands[0], "novella.slice")
     if hi is None or hi.operands[0] != lo.operands[0] or not _only_use(neg.results[0], cat):
         return None
     x = lo.operands[0]

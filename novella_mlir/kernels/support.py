@@ -46,6 +46,12 @@ def extent(dim: int, t: int, total: ir.AffineExpr):
     return tile_rows(dim, t, total)
 
 
+def producer(v: ir.Value, name: str):
+    """The op named `name` that defines `v`, or None (a block argument, or another op)."""
+    owner = v.owner
+    return owner if isinstance(owner, ir.OpView) and owner.operation.name == name else None
+
+
 def _flag(op, name: str) -> bool:
     return name in op.attributes and bool(ir.IntegerAttr(op.attributes[name]).value)
 
