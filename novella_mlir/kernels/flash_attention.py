@@ -49,6 +49,7 @@ and the step's guards are evaluated over those few grid points only."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from torch_mlir import ir
@@ -56,11 +57,11 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import heads_major
 from ..machine import costmodel as cm
-from . import BufferPlan, Tiling, first, memoized, module_symbols, plan_lengths
+from . import BufferPlan, Tiling, first, last, memoized, module_symbols, plan_lengths
 from . import flash_cost as fc
 from . import kv_cache as kv
 from .attention import NEG_FLOOR
-from .flash_decode import chained_loads, held_rows, load_query, mask_row, plan_samples
+from .flash_decode import PER_HEAD, SubHead, chained_loads, held_rows, load_query, mask_row, plan_samples, shared_mask
 from .flash_emit import Emit
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
@@ -131,9 +132,12 @@ class Geometry:
         return self.places[i][1]
 
 
-def _sizes(g: Geometry, rows: int = 0, held: int = 0) -> tuple:
-    """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`, held: `held_rows`)."""
-    return g.d, g.dv, g.mask is not None, g.causal, rows, held
+def _sizes(g: Geometry, rows: int = 0, held: int = 0, heads: int = 1) -> tuple:
+    """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`, held: `held_rows`,
+    heads: a grid step's heads (`flash_decode.SubHead`), the buffers they share: with several, the output
+    of every head is held and stored once, at the last step)."""
+    shared = ("out",) + (("mask",) if shared_mask(g, heads) else ())
+    return g.d, g.dv, g.mask is not None, g.causal, rows, held, heads, shared
 
 
 def _halves_rows(g: Geometry, syms, plan) -> int:
@@ -158,7 +162,7 @@ def _fitting(target, sizes: tuple, cands: tuple) -> tuple:
 def _plan(
     target, sizes: tuple, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool, blocks=False
 ) -> BufferPlan:
-    d, dv, masked, causal, rows, held = sizes
+    d, dv, masked, causal, rows, held, heads, shared = sizes
     width = dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
     plan.add("q", "spad", held * d or tq * d, alternate=blocks or (not held and 0 < rows <= tq))
@@ -171,9 +175,12 @@ def _plan(
     plan.add("p", "spad", tq * tk, stream=pipelined)  # pipelined: PV(j - 1) reads one slot, softmax(j) fills one
     for name in ("m", "l", "cm", "t"):
         plan.add(name, "spad", tq)
-    plan.add("out", "spad", tq * dv, stream=True)
+    plan.add("out", "spad", held * dv if heads > 1 else tq * dv, stream=heads == 1)  # several heads: all held
     plan.add("s", "acc", tq * tk * s_slots)  # two: tile j's scores by d2 parity (macro-addressed, not streamed)
     plan.add("o", "acc", tq * width)
+    for sub in range(1, heads):  # the step's other heads' own copies (`flash_decode.SubHead`)
+        for buf in [x for x in list(plan.buffers) if x.name in PER_HEAD and x.name not in shared]:
+            plan.add(f"{buf.name}{sub}", buf.mem, buf.size, stream=buf.slots > 1)
     return plan
 
 
@@ -240,18 +247,42 @@ class FlashAttention:
         rows = _halves_rows(g, syms, plan_lengths(op))
         cand, held = self.choose(g, syms, target, options, plan_lengths(op), rows, held_rows(g))
         tq, tk, pipelined, ones, s_slots, expsub, *blocks = cand
-        plan = _plan(target, _sizes(g, rows, held), *cand)
+        heads = self.heads(g, syms, target, plan_lengths(op), cand, rows, held)
+        plan = _plan(target, _sizes(g, rows, held, heads), *cand)
         steps = ceildiv(g.lk, tk) + int(pipelined)
         if g.window is not None and not pipelined:  # the tiles from the one holding position lk - W
             steps = ceildiv(g.lk, tk) - sy.floordiv(g.lk - g.window, tk)
-        grid = [g.batch, ceildiv(g.lq, tq), steps]
+        grid = [g.batch if heads == 1 else sy.const(sy.as_int(g.batch) // heads), ceildiv(g.lq, tq), steps]
         tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones), "s_slots": s_slots,
                  "expsub": int(expsub), **({"q_held": held} if held else {}),
-                 **({"q_blocks": 1} if blocks else {})}  # fmt: skip
+                 **({"q_blocks": 1} if blocks else {}), **({"heads": heads} if heads > 1 else {})}  # fmt: skip
         return Tiling(tiles, grid, plan.buffers)
+
+    def heads(self, g: Geometry, syms, target, plan, cand: tuple, rows: int, held: int) -> int:
+        """A grid step's heads (`flash_decode.SubHead`) where a decode step's loads chain (held query rows,
+        the plain schedule): of 1, 2, 4 and 8, those that divide the batch, fit, and cost no more than one
+        head per step at a past of one page (a decode step serves every past, and a step of all the heads
+        cannot overlap its loads with any compute); the cheapest of them at the plan's lengths."""
+        tq, tk, pipelined = cand[:3]
+        if not held or pipelined or not chained_loads(g, tk) or not _rows_out(g):
+            return 1
+        nb, page = sy.as_int(g.batch), min(info["page_size"] for info in g.paged.values())
+        dims = [dims_of(g, syms, at) for at in plan_samples(g, plan)]
+        short = dataclasses.replace(dims[0], lk=page + 1)
+        best, alone = None, None
+        for h in (1, 2, 4, 8):
+            if nb % h or not _plan(target, _sizes(g, rows, held, h), *cand).fits():
+                continue
+            c = [self.cost(target, d, (*cand[:6], False, h, shared_mask(g, h))) for d in (*dims, short)]
+            alone = alone or c[-1]
+            if c[-1] <= alone:
+                best = min(best or (sum(c[:-1]), h), (sum(c[:-1]), h))
+        return best[1]
 
     def macro(self, op, tv, t, b):
         g = Geometry(op, tv)
+        if t.tiles.get("heads", 1) > 1:
+            return _heads_macro(g, t, b, t.tiles["heads"])
         tq, tk = t.tiles["tq"], t.tiles["tk"]
         ones, two = bool(t.tiles.get("ones", 0)), t.tiles.get("s_slots", 1) == 2
         s = _Schedule(g, b, tq, tk, bool(t.tiles.get("pipelined", 0)), ones)
@@ -260,14 +291,10 @@ class FlashAttention:
         if two:  # tile i's scores in slot i mod 2: the score MATMUL of tile d2 and the softmax of d2 - 1 never meet
             s.s_off = ir.AffineExpr.get_mod(b.d(2), sy.const(2)) * (tq * tk)
             e.s_off = ir.AffineExpr.get_mod(s.i, sy.const(2)) * (tq * tk)
-        if ones:  # the ones column of every slot of V (its rows a tile may hold), once; the loads write the others
-            slots = next(buf.slots for buf in t.buffers if buf.name == "v")
-            for slot in range(slots):
-                b.vop("FILL", "v", imm=1.0, rows=_tile_extent(tk, g.lk, sy.const(0)), cols=1, dst_stride=g.dv + 1,
-                      dst_offset=sy.const(slot * tk * (g.dv + 1) + g.dv), when=first(0) + first(1) + first(2))  # fmt: skip
+        if ones:
+            _fill_ones(b, g, t, tk)
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
-        bi, qi = b.d(0), b.d(1)
         s.q_off = load_query(b, g, t, tq, rows)
         s.loads(rows)
         if not s.pipelined or two:
@@ -278,8 +305,56 @@ class FlashAttention:
             s.qk(e)
         e.part2(s.on, s.opening, s.rest)
         e.normalize(when=s.final, safe=g.safe and g.mask is not None)  # causal alone keeps the diagonal
-        b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
-                     row_bound=g.lq, rows=rows, cols=g.dv, when=s.final)  # fmt: skip
+        _store(b, g, tq, rows, s.final)
+
+
+def _rows_out(g: Geometry) -> bool:
+    """The result is one contiguous [batch * lq, dv] block (its rows can be held and stored at once)."""
+    return sy.as_int(g.base(3, sy.const(1))) == sy.as_int(g.lq) * g.dv and g.row_stride(3) == g.dv
+
+
+def _fill_ones(b, g: Geometry, t, tk: int) -> None:
+    """The ones column of every slot of V (its rows a tile may hold), once; the loads write the others."""
+    slots = next(buf.slots for buf in t.buffers if buf.name == "v")
+    for slot in range(slots):
+        b.vop("FILL", "v", imm=1.0, rows=_tile_extent(tk, g.lk, sy.const(0)), cols=1, dst_stride=g.dv + 1,
+              dst_offset=sy.const(slot * tk * (g.dv + 1) + g.dv), when=first(0) + first(1) + first(2))  # fmt: skip
+
+
+def _store(b, g: Geometry, tq: int, rows, when) -> None:
+    b.store_rows("out", dram_offset=g.base(3, b.d(0)), dram_stride=g.row_stride(3), row_start=b.d(1) * tq,
+                 row_bound=g.lq, rows=rows, cols=g.dv, when=when)  # fmt: skip
+
+
+def _heads_macro(g: Geometry, t, b, heads: int) -> None:
+    """A decode step of `heads` heads (`flash_decode.SubHead`, the plain schedule) in phases, so that their
+    work interleaves: every head's loads, every score MATMUL (the next head's beside this one's softmax),
+    every softmax with its P @ V, every output."""
+    tq, tk, ones = t.tiles["tq"], t.tiles["tk"], bool(t.tiles.get("ones", 0))
+    rows = extent(1, tq, g.lq)
+    shared = ("out",) + (("mask",) if shared_mask(g, heads) else ())
+    parts = []
+    for i in range(heads):
+        sb = SubHead(b, heads, i, shared)
+        s = _Schedule(g, sb, tq, tk, False, ones)
+        if ones:
+            _fill_ones(sb, g, t, tk)
+        s.q_off = load_query(sb, g, t, tq, rows, emit=i == 0)
+        parts.append((sb, s, Emit(sb, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))))
+        parts[-1][2].out_off = sb.d(0) * (sy.as_int(g.lq) * g.dv)
+    for i, (_, s, _) in enumerate(parts):
+        s.loads(rows, mask=i == 0 or not shared)
+    for _, s, e in parts:
+        s.qk(e)
+    for _, s, e in parts:
+        e.adds(None if g.mask is None else "ROW" if mask_row(g) else "TENSOR", False, s.on, s.final)
+        e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
+        e.part2(s.on, s.opening, s.rest)
+    for _, s, e in parts:
+        e.normalize(when=s.final, safe=g.safe and g.mask is not None)
+    held, steps = t.tiles["q_held"], sy.as_int(g.batch) // heads
+    b.store_rows("out", row_start=sy.const(0), row_bound=sy.const(held), rows=held, cols=g.dv,
+                 when=parts[0][1].final + last(0, sy.const(steps)))  # fmt: skip
 
 
 @memoized
@@ -353,7 +428,7 @@ class _Schedule:
     def qk(self, e: Emit) -> None:
         e.qk(self.g.d, self.cols_qk, self.qk_on, self.s_off, self.q_off)
 
-    def loads(self, rows) -> None:
+    def loads(self, rows, mask: bool = True) -> None:
         g, b, tk = self.g, self.b, self.tk
         j = b.d(2)
         guarded = g.causal or not self.pipelined
@@ -364,7 +439,7 @@ class _Schedule:
                  chained=chained)  # fmt: skip
         _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None,
                  chained=chained)  # fmt: skip
-        if g.mask is not None:
+        if g.mask is not None and mask:
             _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if g.window is not None else None,
                        chained=chained)  # fmt: skip
 

@@ -178,6 +178,8 @@ class Schedule:
     s_slots: int = 1
     expsub: bool = False
     blocks: bool = False  # the query alternates between consecutive query blocks (`q_blocks`)
+    heads: int = 1  # heads per grid step (`flash_decode.SubHead`; `chained_ring` only)
+    shared: bool = True  # the step's heads read one mask
 
 
 def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule) -> list[tuple[cm.Group, int]]:
@@ -273,12 +275,15 @@ def chained_ring(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
     and step k - 1 is done. A query block's last tile is partial: a short one holds little data, so the
     next block's first loads wait for the whole compute of the tile before it (its own slot's). Blocks
     are alike: three are stepped, the rest repeat the last one's period."""
-    blocks = [(r, keys, n * dims.batch) for (r, keys), n in _query_blocks(dims, tq, tk).items()]
+    u = sch.heads
+    blocks = [(r, keys, n * dims.batch // u) for (r, keys), n in _query_blocks(dims, tq, tk).items()]
     load = done = 0.0  # the load queue's end, the compute's end
     tokens, total = [0.0, 0.0], 0.0  # the compute's end after each step; the blocks not stepped
     for r, keys, n in blocks:
         s, ws = _Step(t, dims, r, sch.ones, sch.expsub), widths(keys, tk)
         steps = [_ring_step(t, dims, s, r, tk, ws, sch, j) for j in range(len(ws))]
+        steps = [(u * data - (u - 1) * mask * sch.shared - (u > 1) * u * out, interleaved(u, *parts))
+                 for data, mask, out, parts in steps]  # fmt: skip
         ends = [done]
         for _ in range(min(n, 3)):
             for data, chain in steps:
@@ -287,18 +292,35 @@ def chained_ring(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
                 tokens.append(done)
             ends.append(done)
         total += (ends[-1] - ends[-2]) * (n - min(n, 3))
-    return done + total + _dma(t, blocks[-1][0], dims.dv, dims.contiguous[3])[0]
+    held = dims.batch * blocks[-1][0] if u > 1 else blocks[-1][0]  # several heads a step: every output at the end
+    return done + total + _dma(t, held, dims.dv, dims.contiguous[3])[0]
 
 
-def _ring_step(t, dims: Dims, s: _Step, r: int, tk: int, ws: list[int], sch: Schedule, j: int) -> tuple[float, float]:
-    """(load queue cycles but latencies, compute chain) of step j of a block of the plain schedule: K and
-    V as tk / page LOADs each (the pages past the sequence move nothing), the mask tile, the query at 0;
-    the last step's output STORE holds the DRAM channel for its data too."""
-    w = ws[j]
+def _ring_step(t, dims: Dims, s: _Step, r: int, tk: int, ws: list[int], sch: Schedule, j: int) -> tuple:
+    """(load queue cycles but latencies, of them the mask's and the output's, (QK, VECs before P @ V, P @ V, VECs after)) of
+    step j of one head of the plain schedule: K and V as tk / page LOADs each (the pages past the sequence
+    move nothing), the mask tile, the query at 0; the last step's output STORE holds the DRAM channel
+    for its data too."""
+    w, first, last = ws[j], j == 0, j == len(ws) - 1
     chains = [_page_chain(t, w, c, dims.page) for c in (dims.d, dims.dv)]
     queue = sum(q - t.dma_latency for q, _ in chains) + 2 * t.issue_cycles * (tk // dims.page - -(-w // dims.page))
-    for x in ([s.mask(r, w)] if dims.masked else []) + ([_dma(t, r, dims.d, dims.contiguous[0])] if j == 0 else []):
-        queue += x[0] - t.dma_latency
-    if j == len(ws) - 1:
-        queue += _dma(t, r, dims.dv, dims.contiguous[3])[1]
-    return queue, _parts(t, dims, s, r, ws, sch, j)[3]
+    mask = s.mask(r, w)[0] - t.dma_latency if dims.masked else 0.0
+    queue += mask + (_dma(t, r, dims.d, dims.contiguous[0])[0] - t.dma_latency if first else 0.0)
+    out = _dma(t, r, dims.dv, dims.contiguous[3])[1] if last else 0.0
+    queue += out
+    before = s.part1(w, first, False) + s.part2(w, first) + (cm.vec(t, r, dims.d, "mul") if first else 0.0)
+    return queue, mask, out, (s.qk(w), before, s.pv(w), s.out(w) if last else 0.0)
+
+
+def interleaved(u: int, qk: float, before: float, pv: float, after: float) -> float:
+    """The compute of a step of u heads (`flash_attention._heads_macro`): the score MATMULs back to back on
+    the matrix unit, each head's softmax on the vector unit once its scores are in, its P @ V once the
+    softmax and the P @ V before it are done, the outputs' VECs last. One head: their sum."""
+    mat, vec, ends = u * qk, 0.0, []
+    for h in range(u):
+        vec = max(vec, (h + 1) * qk) + before
+        mat = max(mat, vec) + pv
+        ends.append(mat)
+    for end in ends:
+        vec = max(vec, end) + after
+    return max(mat, vec)

@@ -6,6 +6,14 @@ head. So the query rows of every head are loaded and scaled once and kept (`held
 per-sequence mask row is loaded as one row and added in ROW mode (`mask_row`), not repeated by the DMA
 for each query row of the block. A step's K, V and mask LOADs continue the load queue's DMA chain
 (`chained_loads`): the latency of each is hidden under the data of the one before.
+
+A grid step takes `heads` consecutive heads (`SubHead`: each its own K, V, score, softmax and output
+buffers; a mask the heads share is loaded once): the loads of step k go into the slots the compute
+of step k - 2 frees, so with one head per step each head waited for a DMA latency, its loads' data
+and the compute of the head two before, in series (measured 335 cycles per head of a 17-key
+attention whose K/V data is 280). With several, the step's loads are in flight under the compute of
+the step before, and its score MATMULs run while the vector unit does the softmax of the heads
+before them (`flash_cost.interleaved`).
 """
 
 from __future__ import annotations
@@ -26,10 +34,52 @@ def held_rows(g) -> int:
     return nb * lq if contiguous and nb * lq <= MAX_ROWS else 0
 
 
-def load_query(b, g, t, tq: int, rows):
+PER_HEAD = ("k", "v", "mask", "p", "m", "l", "cm", "t", "out", "s", "o")  # buffers a sub-head has its own of
+
+
+class SubHead:
+    """The builder of head `sub` of the `heads` a grid step takes: grid dim 0 reads as that head's index
+    (d0 * heads + sub) and the buffers of `PER_HEAD` but `shared` as the sub-head's own copies
+    (`_plan`: `name` for head 0, `name` + sub after it)."""
+
+    def __init__(self, b, heads: int, sub: int, shared: tuple = ()):
+        self.b, self.heads, self.sub = b, heads, sub
+        self.names = {n: f"{n}{sub}" for n in PER_HEAD if n not in shared} if sub else {}
+
+    def d(self, i: int):
+        return self.b.d(0) * self.heads + self.sub if i == 0 else self.b.d(i)
+
+    def _n(self, name):
+        return self.names.get(name, name)
+
+    def load(self, buffer: str, tensor: int, **f) -> None:
+        self.b.load(self._n(buffer), tensor, **f)
+
+    def load_rows(self, buffer: str, tensor: int, **f) -> None:
+        self.b.load_rows(self._n(buffer), tensor, **f)
+
+    def store_rows(self, buffer: str, **f) -> None:
+        self.b.store_rows(self._n(buffer), **f)
+
+    def mma(self, acc: str, lhs: str, rhs: str, **f) -> None:
+        self.b.mma(self._n(acc), self._n(lhs), self._n(rhs), **f)
+
+    def vop(self, fn: str, dst: str, a: str | None = None, b: str | None = None, **f) -> None:
+        self.b.vop(fn, self._n(dst), a and self._n(a), b and self._n(b), **f)
+
+
+def shared_mask(g, heads: int) -> bool:
+    """Whether the `heads` heads of a step read one mask (broadcast, or `heads` divides the heads per mask)."""
+    return g.mask is None or sy.as_int(g.mask_stride) == 0 or g.mask_div % heads == 0
+
+
+def load_query(b, g, t, tq: int, rows, emit: bool = True):
     """LOADs and scales the query block of step (bi, qi) at its first key/value step; or, held
-    (`held_rows`), every batch's rows once at the first grid point. Returns the block's offset in `q`."""
+    (`held_rows`), every batch's rows once at the first grid point (`emit`: not again for a step's
+    other heads). Returns the block's offset in `q`."""
     bi, qi, held = b.d(0), b.d(1), t.tiles.get("q_held", 0)
+    if held and not emit:
+        return bi * (sy.as_int(g.lq) * g.d)
     if held:
         once = first(0) + first(1) + first(2)
         b.load_rows("q", 0, row_start=sy.const(0), row_bound=sy.const(held), rows=held, cols=g.d, when=once)

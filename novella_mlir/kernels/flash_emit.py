@@ -15,6 +15,7 @@ class Emit:
     def __init__(self, b, rows, cols, tq, tk, dv, ones: bool, expsub: bool):
         self.b, self.rows, self.cols, self.tq, self.tk, self.dv, self.ones = b, rows, cols, tq, tk, dv, ones
         self.expsub, self.s_off = expsub, None  # s_off: the softmax tile's score slot
+        self.out_off = None  # the rows of `out` the block's output goes to (held: several heads)
         self.width = dv + ones  # row stride of V and O (with the ones column, O's last column is l)
 
     def qk(self, d: int, cols, when, acc_offset=None, lhs_offset=None) -> None:
@@ -92,4 +93,4 @@ class Emit:
         elif safe:
             self.row("MAX", "l", "l", mode="SCALAR", imm=SUM_FLOOR, when=when)
         self.b.vop("DIV", "out", "o", sums, mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=w,
-                   b_stride=w if self.ones else 1, b_offset=off, when=when)  # fmt: skip
+                   b_stride=w if self.ones else 1, b_offset=off, dst_offset=self.out_off, when=when)  # fmt: skip
