@@ -33,9 +33,11 @@ def lm():
 
 
 def _kv_tile(sess) -> int:
-    """Key/value rows per tile of the decode attention: a page per LOAD of the key tile (operand 1)."""
+    """Key/value rows per tile of the decode attention: a page per LOAD of the key tile (operand 1), those
+    before the first value LOAD (a step of several heads loads each head's tiles in turn)."""
     m = next(m for m in sess.models["decode"].artifact.macros if m.kernel == "novella.flash_attention")
-    return PS * sum(t.opcode == "LOAD" and t.tensor == 1 for t in m.insts)
+    loads = [t.tensor for t in m.insts if t.opcode == "LOAD" and t.tensor in (1, 2)]
+    return PS * loads.index(2)
 
 
 def _table(sess, positions: int, seed: int) -> BlockTable:
