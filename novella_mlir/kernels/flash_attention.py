@@ -41,7 +41,9 @@ runtime maps every page per step; the cost model picks tk), for
 query head `bi` the cache head `bi floordiv novella.kv_group`. A one-row query over a GQA cache
 (decode) is packed: grid dim 0 walks the cache heads, and the `kv_group` query heads sharing one
 are the rows of its query block, so each key/value page is loaded once per cache head; a decode
-step loads every head's query rows once and a per-sequence mask as one row (`flash_decode.py`). With a
+step loads every head's query rows once and a per-sequence mask as one row, and a grid step takes a few
+heads (`heads`, `FlashAttention.heads`; `_heads_macro`), so that one step's loads run under the compute
+of the step before and its heads' MATMULs and softmaxes interleave (`flash_decode.py`). With a
 sliding window (`novella.kv_window = W`: the op's own mask keeps the last W positions) the key/value
 grid walks only the tiles from the one holding position lk - W (at most W / tk + 1 steps, whatever
 the past; `_window_guards`), so the pages before the window are never read (the runtime frees them)
@@ -59,9 +61,10 @@ from ..dialects.novella import heads_major
 from ..machine import costmodel as cm
 from . import BufferPlan, Tiling, first, last, memoized, module_symbols, plan_lengths
 from . import flash_cost as fc
+from . import flash_decode as fd
 from . import kv_cache as kv
 from .attention import NEG_FLOOR
-from .flash_decode import PER_HEAD, SubHead, chained_loads, held_rows, load_query, mask_row, plan_samples, shared_mask
+from .flash_decode import PER_HEAD, SubHead, chained_loads, held_rows, load_query, mask_row, plan_samples
 from .flash_emit import Emit
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
@@ -136,7 +139,7 @@ def _sizes(g: Geometry, rows: int = 0, held: int = 0, heads: int = 1) -> tuple:
     """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`, held: `held_rows`,
     heads: a grid step's heads (`flash_decode.SubHead`), the buffers they share: with several, the output
     of every head is held and stored once, at the last step)."""
-    shared = ("out",) + (("mask",) if shared_mask(g, heads) else ())
+    shared = ("out",) + (("mask",) if fd.shared_mask(g, heads) else ())
     return g.d, g.dv, g.mask is not None, g.causal, rows, held, heads, shared
 
 
@@ -264,7 +267,7 @@ class FlashAttention:
         head per step at a past of one page (a decode step serves every past, and a step of all the heads
         cannot overlap its loads with any compute); the cheapest of them at the plan's lengths."""
         tq, tk, pipelined = cand[:3]
-        if not held or pipelined or not chained_loads(g, tk) or not _rows_out(g):
+        if not held or pipelined or not chained_loads(g, tk) or not fd.rows_out(g):
             return 1
         nb, page = sy.as_int(g.batch), min(info["page_size"] for info in g.paged.values())
         dims = [dims_of(g, syms, at) for at in plan_samples(g, plan)]
@@ -273,7 +276,7 @@ class FlashAttention:
         for h in (1, 2, 4, 8):
             if nb % h or not _plan(target, _sizes(g, rows, held, h), *cand).fits():
                 continue
-            c = [self.cost(target, d, (*cand[:6], False, h, shared_mask(g, h))) for d in (*dims, short)]
+            c = [self.cost(target, d, (*cand[:6], False, h, fd.shared_mask(g, h))) for d in (*dims, short)]
             alone = alone or c[-1]
             if c[-1] <= alone:
                 best = min(best or (sum(c[:-1]), h), (sum(c[:-1]), h))
@@ -308,11 +311,6 @@ class FlashAttention:
         _store(b, g, tq, rows, s.final)
 
 
-def _rows_out(g: Geometry) -> bool:
-    """The result is one contiguous [batch * lq, dv] block (its rows can be held and stored at once)."""
-    return sy.as_int(g.base(3, sy.const(1))) == sy.as_int(g.lq) * g.dv and g.row_stride(3) == g.dv
-
-
 def _fill_ones(b, g: Geometry, t, tk: int) -> None:
     """The ones column of every slot of V (its rows a tile may hold), once; the loads write the others."""
     slots = next(buf.slots for buf in t.buffers if buf.name == "v")
@@ -332,7 +330,7 @@ def _heads_macro(g: Geometry, t, b, heads: int) -> None:
     every softmax with its P @ V, every output."""
     tq, tk, ones = t.tiles["tq"], t.tiles["tk"], bool(t.tiles.get("ones", 0))
     rows = extent(1, tq, g.lq)
-    shared = ("out",) + (("mask",) if shared_mask(g, heads) else ())
+    shared = ("out",) + (("mask",) if fd.shared_mask(g, heads) else ())
     parts = []
     for i in range(heads):
         sb = SubHead(b, heads, i, shared)

@@ -73,6 +73,11 @@ def shared_mask(g, heads: int) -> bool:
     return g.mask is None or sy.as_int(g.mask_stride) == 0 or g.mask_div % heads == 0
 
 
+def rows_out(g) -> bool:
+    """The result is one contiguous [batch * lq, dv] block (its rows can be held and stored at once)."""
+    return sy.as_int(g.base(3, sy.const(1))) == sy.as_int(g.lq) * g.dv and g.row_stride(3) == g.dv
+
+
 def load_query(b, g, t, tq: int, rows, emit: bool = True):
     """LOADs and scales the query block of step (bi, qi) at its first key/value step; or, held
     (`held_rows`), every batch's rows once at the first grid point (`emit`: not again for a step's

@@ -148,6 +148,24 @@ def test_batched_step_holds_every_heads_query(model):
     assert all("q_held = " in ln for ln in flash)
 
 
+def test_batched_attention_takes_several_heads_per_step(model):
+    """The batched step's fused attention takes `heads` > 1 heads per grid step (`flash_decode.SubHead`):
+    each head's K and V pages are LOADs of their own, all chained after the query's (one exposed DMA
+    latency), the sequence's mask is loaded once for the step's heads, and the outputs of every head are
+    held and stored by one STORE (the tokens of this program are checked by the other tests, hazard
+    checking on)."""
+    _, hf, lm = model
+    flash = [ln for ln in lm.batched[B].ir("novella-tile").splitlines() if '"novella.flash_attention"' in ln]
+    heads = {int(ln.split("heads = ")[1].split(" ")[0]) for ln in flash if "heads = " in ln}
+    assert len(flash) == hf.config.num_hidden_layers and len(heads) == 1 and heads.pop() > 1
+    p = lm.batched[B].artifact.programs[0]
+    for mm in [mm for mm in p.macros if mm.kernel == "novella.flash_attention"]:
+        loads = [(t.tensor, t.const.get("chain", 0)) for t in mm.insts if t.opcode == "LOAD"]
+        assert loads[0] == (0, 0) and all(chain == 1 for _, chain in loads[1:])
+        k, v, masks = ([x for x, _ in loads].count(i) for i in (1, 2, 3))
+        assert k == v > masks == 1 and [t.opcode for t in mm.insts].count("STORE") == 1
+
+
 def test_batched_append_loads_every_sequences_rows_once(model):
     """The batched cache append (`kv_cache.KvAppend`) is one step: one LOAD of the new rows of all B
     sequences, one COPY, then per sequence a STORE into its page, all but the first chained (one exposed
