@@ -30,6 +30,19 @@ distances of the token rule (docs/design.md, "Dependency tokens"):
   the next step's compute.
 Barriers between macros are steps of their own (one NOP): a macro's loads
 wait for the barrier, the barrier for every store before it.
+
+`schedule.early` (present when some template gets a tier > 0) lets a macro's
+leading loads start before that barrier, by what they could conflict with in
+the macro before it in the IR (P):
+* a LOAD or GATHER whose tensor's DRAM range is disjoint from P's result at
+  every length in bounds (weights, and activations P does not write; the
+  paged KV caches count as one range), and
+* whose SRAM buffers (its destination, a gather's index) are disjoint from
+  every buffer of P: tier 2, it waits for the barrier before P only;
+* or only from the buffers P's STOREs read: tier 1, it waits for P's last
+  compute (P's stores may still run).
+The JIT lets them pass only while they lead their macro's load queue and
+only behind P itself (`runtime/tokens.py`).
 """
 
 from __future__ import annotations
@@ -37,7 +50,9 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from ..dialects.fields import MEMS, ROLES
+from ..dialects.fields import EARLY, MEMS, ROLES, result_dram
+from ..kernels.kv_cache import PAGED_VBASE
+from ..machine.target import DRAM_LIMIT
 from .common import body_ops, functions, ir_memo, remember, set_attr, to_attr
 from .novella_macro_gen import tiling_of
 
@@ -47,10 +62,14 @@ _MEMS = {int(code): name for name, code in MEMS.items()}
 
 
 def run(module_op, options, config) -> None:
+    box = sy.symbol_box(sy.read_symbols(module_op))
     for fn in functions(module_op):
+        regions, before = _dram_regions(fn), None
         for op in body_ops(fn):
             if op.operation.name == "novella.macro":
-                _schedule(op)
+                tiers = _early_tiers(op, before, regions, box) if before is not None else []
+                _schedule(op, tiers)
+                before = op
 
 
 _BASES = ir_memo()  # address map -> its value at grid point 0 (equal layers, programs)
@@ -120,7 +139,7 @@ def _holds(b, attrs) -> bool:
     return b.mem == _mem(attrs, "mem") and b.offset <= _base(attrs["sram_addr"]) < b.offset + b.size * b.slots
 
 
-def _schedule(macro) -> None:
+def _schedule(macro, tiers: list[int]) -> None:
     ops = list(macro.regions[0].blocks[0].operations)
     buffers = tiling_of(macro).buffers
     alternating = [b for b in buffers if b.alternate]
@@ -147,4 +166,75 @@ def _schedule(macro) -> None:
         "load_slots": 2 if loads and slotted_loads == loads else 1,
         "store_slots": 2 if stores and slotted_stores == stores else 1,
     }
+    if any(tiers):
+        schedule[EARLY] = tiers
     macro.operation.attributes["schedule"] = to_attr(schedule)
+
+
+def _dram_regions(fn) -> dict:
+    """value -> (DRAM offset, size) of the function's arguments and op results (a paged cache: the whole
+    paged window, shared by every cache)."""
+    block = fn.regions[0].blocks[0]
+    places = []
+    if "arg_attrs" in fn.attributes:
+        attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
+        places = [(a, ir.DictAttr(d)["novella.dram"]) for a, d in zip(block.arguments, attrs)]
+    places += [(op.results[0], result_dram(op)) for op in body_ops(fn) if len(op.results) == 1]
+    out = {}
+    for v, attr in places:
+        shape = sy.shape_of(ir.RankedTensorType(v.type)) if attr is not None else None
+        if shape is not None:
+            lo = sy.map_results(attr)[0]
+            paged = sy.as_int(lo) is not None and sy.as_int(lo) >= PAGED_VBASE
+            out[v] = (PAGED_VBASE, DRAM_LIMIT) if paged else (lo, sy.numel(shape))
+    return out
+
+
+def _early_tiers(macro, prev, regions: dict, box: dict) -> list[int]:
+    """The early tier of each template of `macro` behind `prev` (the module docstring)."""
+    written = regions.get(prev.results[0])
+    theirs = tiling_of(prev).buffers
+    every = [_extent(b) for b in theirs]
+    stored = _store_extents(prev, theirs)
+    mine = tiling_of(macro).buffers
+    tiers = []
+    for inst in macro.regions[0].blocks[0].operations:
+        attrs, tier = inst.attributes, 0
+        if ir.StringAttr(attrs["opcode"]).value in ("LOAD", "GATHER") and written and len(inst.operands) == 1:
+            src = regions.get(inst.operands[0])
+            sram = _touched(attrs, mine)
+            if src is not None and sram is not None and sy.disjoint(src, written, box):
+                tier = 2 if _apart(sram, every) else 1 if stored is not None and _apart(sram, stored) else 0
+        tiers.append(tier)
+    return tiers
+
+
+def _extent(b) -> tuple[str, int, int]:
+    return b.mem, b.offset, b.offset + b.size * b.slots
+
+
+def _touched(attrs, buffers) -> list | None:
+    """The extents of the buffers an inst's SRAM addresses point into; None if one is in none."""
+    out = []
+    for _, mem, addr in _addresses(attrs):
+        hit = [_extent(b) for b in buffers if b.mem == mem and b.offset <= addr < _extent(b)[2]]
+        if not hit:
+            return None
+        out += hit
+    return out
+
+
+def _store_extents(macro, buffers) -> list | None:
+    """The extents of the buffers the STOREs of `macro` read; None if one reads outside its buffers."""
+    out = []
+    for inst in macro.regions[0].blocks[0].operations:
+        if ir.StringAttr(inst.attributes["opcode"]).value == "STORE":
+            hit = _touched(inst.attributes, buffers)
+            if hit is None:
+                return None
+            out += hit
+    return out
+
+
+def _apart(xs: list, ys: list) -> bool:
+    return all(m != n or hi <= lo2 or hi2 <= lo for m, lo, hi in xs for n, lo2, hi2 in ys)
