@@ -50,10 +50,10 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from ..dialects.fields import EARLY, MEMS, ROLES, result_dram
+from ..dialects.fields import EARLY, MEMS, ROLES, i64, result_dram
 from ..kernels.kv_cache import PAGED_VBASE
-from ..machine.target import DRAM_LIMIT
-from .common import body_ops, functions, ir_memo, remember, set_attr, to_attr
+from ..machine.target import DRAM_LIMIT, Target
+from .common import body_ops, from_attr, functions, ir_memo, remember, set_attr, to_attr
 from .novella_macro_gen import tiling_of
 
 # opcode -> {address field: the field naming its memory, or the memory the opcode fixes}
@@ -61,13 +61,25 @@ _ADDRESS = {op: {addr: mem for _, addr, mem in roles.values()} for op, roles in 
 _MEMS = {int(code): name for name, code in MEMS.items()}
 
 
+OPTIONS = {
+    "early": (int, 2, "loads before the barrier: 0 none, 1 early tiers, 2 also move a macro's SPAD buffers "
+              "clear of the previous macro's when both fit", (0, 2)),
+}  # fmt: skip
+
+
 def run(module_op, options, config) -> None:
     box = sy.symbol_box(sy.read_symbols(module_op))
+    early = options.get("early", 2)
+    spad = Target.from_config(config).spad_elems
     for fn in functions(module_op):
         regions, before = _dram_regions(fn), None
         for op in body_ops(fn):
             if op.operation.name == "novella.macro":
-                tiers = _early_tiers(op, before, regions, box) if before is not None else []
+                tiers = _early_tiers(op, before, regions, box) if early and before is not None else []
+                if early == 2 and before is not None:
+                    tiers = _clear_of(op, before, regions, box, spad, tiers)
+                if any(tiers) and _lead(op, tiers):
+                    tiers = _early_tiers(op, before, regions, box)
                 _schedule(op, tiers)
                 before = op
 
@@ -190,8 +202,9 @@ def _dram_regions(fn) -> dict:
     return out
 
 
-def _early_tiers(macro, prev, regions: dict, box: dict) -> list[int]:
-    """The early tier of each template of `macro` behind `prev` (the module docstring)."""
+def _early_tiers(macro, prev, regions: dict, box: dict, shift: int = 0) -> list[int]:
+    """The early tier of each template of `macro` behind `prev` (the module docstring); `shift`: as if
+    the macro's SPAD buffers moved by that many elements."""
     written = regions.get(prev.results[0])
     theirs = tiling_of(prev).buffers
     every = [_extent(b) for b in theirs]
@@ -202,26 +215,86 @@ def _early_tiers(macro, prev, regions: dict, box: dict) -> list[int]:
         attrs, tier = inst.attributes, 0
         if ir.StringAttr(attrs["opcode"]).value in ("LOAD", "GATHER") and written and len(inst.operands) == 1:
             src = regions.get(inst.operands[0])
-            sram = _touched(attrs, mine)
+            sram = _touched(attrs, mine, shift)
             if src is not None and sram is not None and sy.disjoint(src, written, box):
                 tier = 2 if _apart(sram, every) else 1 if stored is not None and _apart(sram, stored) else 0
         tiers.append(tier)
     return tiers
 
 
-def _extent(b) -> tuple[str, int, int]:
-    return b.mem, b.offset, b.offset + b.size * b.slots
+def _extent(b, shift: int = 0) -> tuple[str, int, int]:
+    at = b.offset + (shift if b.mem == "spad" else 0)
+    return b.mem, at, at + b.size * b.slots
 
 
-def _touched(attrs, buffers) -> list | None:
-    """The extents of the buffers an inst's SRAM addresses point into; None if one is in none."""
+def _touched(attrs, buffers, shift: int = 0) -> list | None:
+    """The extents of the buffers an inst's SRAM addresses point into (SPAD ones moved by `shift`);
+    None if one is in none."""
     out = []
     for _, mem, addr in _addresses(attrs):
-        hit = [_extent(b) for b in buffers if b.mem == mem and b.offset <= addr < _extent(b)[2]]
+        hit = [_extent(b, shift) for b in buffers if b.mem == mem and b.offset <= addr < _extent(b)[2]]
         if not hit:
             return None
         out += hit
-    return out
+    return out or None
+
+
+def _clear_of(macro, prev, regions: dict, box: dict, spad: int, tiers: list[int]) -> list[int]:
+    """Moves the SPAD buffers of `macro` above those of `prev` when both fit in the scratchpad and that
+    raises an early tier; returns the tiers."""
+    mine = [_extent(b) for b in tiling_of(macro).buffers if b.mem == "spad"]
+    theirs = [_extent(b) for b in tiling_of(prev).buffers if b.mem == "spad"]
+    if not mine or not theirs:
+        return tiers
+    lo, hi = min(e[1] for e in mine), max(e[2] for e in mine)
+    top = max(e[2] for e in theirs)
+    if top + hi - lo > spad or top <= lo:
+        return tiers
+    moved = _early_tiers(macro, prev, regions, box, top - lo)
+    if sum(moved) <= sum(tiers):
+        return tiers
+    _move(macro, top - lo)
+    return moved
+
+
+def _lead(macro, tiers: list[int]) -> bool:
+    """Moves the LOAD / GATHER templates of tier > 0 that follow a tier-0 one in front of it, where the
+    loads they pass touch other SRAM buffers (a chained LOAD is a LOAD but in time); whether any moved."""
+    ops = list(macro.regions[0].blocks[0].operations)
+    loads = [i for i, op in enumerate(ops) if ir.StringAttr(op.attributes["opcode"]).value in ("LOAD", "GATHER")]
+    buffers = tiling_of(macro).buffers
+    head, passed, moved = None, [], False
+    for i in loads:
+        extents = _touched(ops[i].attributes, buffers)
+        if head is None and tiers[i] > 0:
+            continue
+        if head is not None and tiers[i] > 0 and extents and all(_apart(extents, p) for p in passed):
+            ops[i].operation.move_before(ops[head].operation)
+            moved = True
+            continue
+        head = i if head is None else head
+        passed.append(extents or [(mem, 0, 2**62) for mem in MEMS])
+    return moved
+
+
+def _move(macro, delta: int) -> None:
+    """Adds `delta` to every SPAD address of the macro's templates and to its SPAD buffers' offsets."""
+    for inst in macro.regions[0].blocks[0].operations:
+        attrs = inst.attributes
+        for name, mem, _ in _addresses(attrs):
+            if mem == "spad":
+                attrs[name] = _plus(attrs[name], delta)
+    buffers = from_attr(macro.attributes["buffers"])
+    for v in buffers.values():
+        v[1] += delta if v[0] == "spad" else 0
+    macro.attributes["buffers"] = to_attr(buffers)
+
+
+def _plus(attr, delta: int):
+    if isinstance(attr, ir.IntegerAttr):
+        return i64(attr.value + delta)
+    m = ir.AffineMapAttr(attr).value
+    return ir.AffineMapAttr.get(ir.AffineMap.get(m.n_dims, m.n_symbols, [e + sy.const(delta) for e in m.results]))
 
 
 def _store_extents(macro, buffers) -> list | None:
