@@ -6,10 +6,10 @@ tile ndim, tile grid (n_dims), tile base ranges (2), base slots, base
 exprs, macros (4: template range, load_slots, store_slots), template rows
 (15), guard kinds, guard exprs, var rows (8). A template row: queue, guard
 range, var range, then the tensor-relative dram_base: has, slot, lane,
-offset, mask, lo, hi, min id (-1: constant), constant; then whether it
-loads into a ping-pong slot (1) plus 2 x its early tier (`schedule.early`). A var row: lane, offset, mask, lo, hi, min id
-(-1: constant), constant, slot stride (added times the step parity within
-the macro).
+offset, mask, lo, hi, min id (-1: constant), constant; then 1 if it loads
+into a ping-pong slot, plus 2 x its early tier (`schedule.early`). A var
+row: lane, offset, mask, lo, hi, min id (-1: constant), constant, slot
+stride (added times the step parity within the macro).
 """
 
 from __future__ import annotations
