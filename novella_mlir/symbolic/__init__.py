@@ -424,14 +424,6 @@ def provably_ge(a, b, box: dict) -> bool:
     return _ge_zero(sympy.expand(_as_sympy(a) - _as_sympy(b)), box)
 
 
-def disjoint(a: tuple, b: tuple, box: dict) -> bool:
-    """Ranges a = (lo, size) and b = (lo, size) (affine or int) share no element at any symbol values
-    in `box`: one provably ends where the other begins or before."""
-    return provably_ge(b[0], _as_sympy(a[0]) + _as_sympy(a[1]), box) or provably_ge(
-        a[0], _as_sympy(b[0]) + _as_sympy(b[1]), box
-    )
-
-
 def _ge_zero(diff, box: dict) -> bool:
     return _ge_zero_on(diff, frozenset(box.items()))
 

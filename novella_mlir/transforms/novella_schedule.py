@@ -53,6 +53,7 @@ from .. import symbolic as sy
 from ..dialects.fields import EARLY, MEMS, ROLES, i64, result_dram
 from ..kernels.kv_cache import PAGED_VBASE
 from ..machine.target import DRAM_LIMIT, Target
+from ..symbolic import box as sb
 from .common import body_ops, from_attr, functions, ir_memo, remember, set_attr, to_attr
 from .novella_macro_gen import tiling_of
 
@@ -216,7 +217,7 @@ def _early_tiers(macro, prev, regions: dict, box: dict, shift: int = 0) -> list[
         if ir.StringAttr(attrs["opcode"]).value in ("LOAD", "GATHER") and written and len(inst.operands) == 1:
             src = regions.get(inst.operands[0])
             sram = _touched(attrs, mine, shift)
-            if src is not None and sram is not None and sy.disjoint(src, written, box):
+            if src is not None and sram is not None and sb.disjoint(src, written, box):
                 tier = 2 if _apart(sram, every) else 1 if stored is not None and _apart(sram, stored) else 0
         tiers.append(tier)
     return tiers
