@@ -93,7 +93,7 @@ def _tokens(words, wstep, wq, wslot, n, n_steps, s_load, s_store, s_bar, s_befor
         d = 2 if s_load[k] >= 2 and not unslotted[k] else 1
         tier = wslot[w] >> 1
         need = max(k - d, b)
-        leading = leading and tier > 0 and b >= 0 and k - d <= b and s_before[k] >= -1
+        leading = leading and tier > 0 and b >= 0 and k == b + 1 and s_before[k] >= -1
         if leading:
             need = b - 1 if tier == 1 else s_before[k]
         if need > before_l and need >= 0:

@@ -16,14 +16,16 @@ first macro):
   runs in order, so one token from that step suffices: the first L pops C2L
   unless an earlier load already waited for that compute (or a later
   one), and the last C of step need_l(k) pushes it.
-* Early loads: while need_l(k) is the barrier b, the leading loads of the
-  macro (in queue order, up to its first load of tier 0) whose template has
-  tier `early` > 0 wait for less: tier 1 for the compute of step b - 1 (the
+* Early loads: in the first step of a macro (k = b + 1), its leading loads
+  (in queue order, up to its first load of tier 0) whose template has tier
+  `early` > 0 wait for less: tier 1 for the compute of step b - 1 (the
   last step of the macro before; its stores may still run), tier 2 for the
   compute of `before`[k] (the barrier before that macro, -1 if none). The
   caller gives tier 0 to the words of a macro that has no barrier, or whose
   IR predecessor has no words at this length (the compiler's tiers hold
-  against that predecessor only).
+  against that predecessor only). Later steps' loads keep their wait: were
+  they early, their DRAM traffic would delay the previous macro's stores,
+  which the barrier and the macro's first compute wait for.
 * C waits for the stores of need_s(k) = k - `store_slots`: the first C pops
   S2C from the latest store step <= need_s(k) that no earlier compute waited
   for; the last S of that step pushes it.
@@ -69,7 +71,7 @@ def _load_needs(step, tier, dist, barrier_before, before):
     need = np.maximum(k - dist[k], bar)
     if not len(k):
         return need
-    cand = (tier > 0) & (bar >= 0) & (k - dist[k] <= bar)
+    cand = (tier > 0) & (bar >= 0) & (k == bar + 1)
     blocked = np.cumsum(~cand)  # loads of tier 0 so far
     start = np.concatenate(([True], bar[1:] != bar[:-1]))  # a macro's first load
     first = np.maximum.accumulate(np.where(start, np.arange(len(k)), 0))

@@ -203,8 +203,8 @@ def _set_tokens(steps: list[list[Word]]) -> None:
     step k's loads wait for the compute of step max(k - d, barrier) (d = 2 when its macro has
     load_slots 2 and all its loads are slotted), its compute for the stores of the latest store
     step <= k - store_slots; a wait already implied by an earlier one (queues run in order) is dropped.
-    While that is the barrier, a macro's leading loads of early tier 1 wait for the step before the
-    barrier instead, of tier 2 for the barrier before the previous macro (-1: none)."""
+    In a macro's first step its leading loads of early tier 1 wait for the step before the barrier
+    instead, of tier 2 for the barrier before the previous macro (-1: none)."""
     barrier, before, waited_c, waited_s, store_steps, leading = -1, -1, -1, -1, [], False
     for k, step in enumerate(steps):
         by_q = {q: [w for w in step if w.queue == q] for q in ("load", "compute", "store")}
@@ -216,7 +216,7 @@ def _set_tokens(steps: list[list[Word]]) -> None:
         if loads:
             d = 2 if loads[0].load_slots == 2 and all(w.slotted for w in loads) else 1
             for w in loads:
-                leading = leading and w.early > 0 and k - d <= barrier
+                leading = leading and w.early > 0 and k == barrier + 1
                 need = (barrier - 1 if w.early == 1 else before) if leading else max(k - d, barrier)
                 if need >= 0 and need > waited_c:
                     w.fields["pop_next"] = 1

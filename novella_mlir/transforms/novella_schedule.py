@@ -41,8 +41,11 @@ the macro before it in the IR (P):
   every buffer of P: tier 2, it waits for the barrier before P only;
 * or only from the buffers P's STOREs read: tier 1, it waits for P's last
   compute (P's stores may still run).
-The JIT lets them pass only while they lead their macro's load queue and
-only behind P itself (`runtime/tokens.py`).
+The JIT lets them pass only while they lead the load queue of the macro's
+first step, and only behind P itself (`runtime/tokens.py`). With `early=2`
+(the default) a macro's SPAD buffers move above P's when both fit and that
+raises a tier, and its tier > 0 loads go in front of tier-0 ones whose
+buffers they do not touch.
 """
 
 from __future__ import annotations
