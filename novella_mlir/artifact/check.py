@@ -330,9 +330,15 @@ def _macro(mm, f: str, n: int, functions) -> None:
     _keys(mm, ("kernel", "n_dims", "insts"), f, optional=("schedule",))
     _type(mm["kernel"], str, f + ".kernel")
     schedule = _type(mm.get("schedule", {}), dict, f + ".schedule")
-    _keys(schedule, (), f + ".schedule", optional=("load_slots", "store_slots"))
+    _keys(schedule, (), f + ".schedule", optional=("load_slots", "store_slots", "early"))
     for name, v in schedule.items():
-        _int(v, f"{f}.schedule.{name}", 1, MAX_SLOTS)
+        if name != "early":
+            _int(v, f"{f}.schedule.{name}", 1, MAX_SLOTS)
+    tiers = _type(schedule.get("early", []), list, f + ".schedule.early")
+    if tiers and len(tiers) != len(mm["insts"]):
+        raise _Bad(f + ".schedule.early", f"needs one tier per instruction ({len(mm['insts'])}), got {len(tiers)}")
+    for j, v in enumerate(tiers):
+        _int(v, f"{f}.schedule.early[{j}]", 0, 2)
     dims = _int(mm["n_dims"], f + ".n_dims", 0, MAX_GRID_DIMS)
     _type(mm["insts"], list, f + ".insts")
     if not mm["insts"]:

@@ -17,6 +17,10 @@ from simulator import isa
 
 MEMS = {"spad": isa.Mem.SPAD, "acc": isa.Mem.ACC}
 SCHEDULE = ("load_slots", "store_slots")
+# The optional `schedule` entry of `--novella-schedule`: per template, how early a LOAD or GATHER may
+# start before the barrier that precedes its macro (0: after it; 1: after the previous macro's compute;
+# 2: after the barrier before the previous macro), while it is among the macro's leading loads.
+EARLY = "early"
 
 # opcode -> {buffer role of the tile op: (its offset attribute, address field, memory field or memory)}
 ROLES = {
@@ -121,10 +125,24 @@ def check_macro(op) -> None:
     buffer_entries(ir.DictAttr(op.attributes["buffers"]))
     schedule = ir.DictAttr(op.attributes["schedule"])
     got = {schedule[i].name: schedule[i].attr for i in range(len(schedule))}
+    early = got.pop(EARLY, None)
     if sorted(got) != sorted(SCHEDULE) or any(
         not isinstance(a, ir.IntegerAttr) or a.value not in (1, 2) for a in got.values()
     ):
         raise FieldError(f"schedule must be {{load_slots = 1|2, store_slots = 1|2}}, got {schedule}")
+    if early is not None:
+        _check_early(early, len(op.regions[0].blocks[0].operations))
+
+
+def _check_early(a, n_insts: int) -> None:
+    """`schedule.early`: one tier (0, 1, 2) per instruction template of the macro."""
+    tiers = list(ir.ArrayAttr(a)) if isinstance(a, ir.ArrayAttr) else None
+    if (
+        tiers is None
+        or len(tiers) != n_insts
+        or any(not isinstance(t, ir.IntegerAttr) or t.value not in (0, 1, 2) for t in tiers)
+    ):
+        raise FieldError(f"schedule.early must give each of the {n_insts} templates a tier 0, 1 or 2, got {a}")
 
 
 def check_body(op) -> list[tuple[object, str]]:

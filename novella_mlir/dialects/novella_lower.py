@@ -55,7 +55,8 @@ class MacroOp(Novella.Operation, name="macro", traits=[ir.NoTerminatorTrait]):
     `tiles` (tile sizes by name), `buffers` (SRAM buffer name -> [mem, offset, size], plus the slot
     count 2 of a double-buffered one), `dram` (the result's DRAM offset, from `--novella-allocate`)
     and `schedule` (`load_slots`, `store_slots`: the step distances of the dependency tokens; 1 and
-    1 until `--novella-schedule` decides them). Tile ops in the region read tensors through their SSA
+    1 until `--novella-schedule` decides them; optionally `early`, one tier per template: how early a
+    leading load may start before the barrier that precedes the macro). Tile ops in the region read tensors through their SSA
     operand (captured from above), write the macro's result, and address SRAM by buffer name;
     `--novella-inst-gen` turns them into `novella.inst`."""
 

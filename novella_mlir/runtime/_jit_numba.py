@@ -6,10 +6,10 @@ tile ndim, tile grid (n_dims), tile base ranges (2), base slots, base
 exprs, macros (4: template range, load_slots, store_slots), template rows
 (15), guard kinds, guard exprs, var rows (8). A template row: queue, guard
 range, var range, then the tensor-relative dram_base: has, slot, lane,
-offset, mask, lo, hi, min id (-1: constant), constant; then whether it
-loads into a ping-pong slot. A var row: lane, offset, mask, lo, hi, min id
-(-1: constant), constant, slot stride (added times the step parity within
-the macro).
+offset, mask, lo, hi, min id (-1: constant), constant; then 1 if it loads
+into a ping-pong slot, plus 2 x its early tier (`schedule.early`). A var
+row: lane, offset, mask, lo, hi, min id (-1: constant), constant, slot
+stride (added times the step parity within the macro).
 """
 
 from __future__ import annotations
@@ -67,12 +67,14 @@ def _set(words, w, bit):
 
 
 @nb.njit(cache=True)
-def _tokens(words, wstep, wq, wslot, n, n_steps, s_load, s_store, s_bar):
-    """The token rule of `tokens.flags` over the whole program; False if a step has no compute instruction."""
+def _tokens(words, wstep, wq, wslot, n, n_steps, s_load, s_store, s_bar, s_before):
+    """The token rule of `tokens.flags` over the whole program; False if a step has no compute instruction.
+    wslot: per word, 1 if it loads into a ping-pong slot, plus 2 x its early tier; s_before: per step, the
+    barrier before the previous macro, -2 if its early tiers do not apply."""
     first, last = _edges(wstep, wq, n, n_steps)
     unslotted = np.zeros(n_steps, np.bool_)
     for w in range(n):
-        if wq[w] == _L and wslot[w] == 0:
+        if wq[w] == _L and wslot[w] & 1 == 0:
             unslotted[wstep[w]] = True
     latest = np.full(n_steps, -1, np.int64)  # the latest step <= k with stores
     before_l, before_s = -1, -1
@@ -80,14 +82,26 @@ def _tokens(words, wstep, wq, wslot, n, n_steps, s_load, s_store, s_bar):
         if first[k, _C] < 0:
             return False
         latest[k] = k if first[k, _S] >= 0 else (latest[k - 1] if k > 0 else -1)
+    macro, leading = -3, False
+    for w in range(n):  # L pops C2L, the last C of the step it waits for pushes it
+        if wq[w] != _L:
+            continue
+        k = wstep[w]
+        b = s_bar[k]
+        if b != macro:
+            macro, leading = b, True
+        d = 2 if s_load[k] >= 2 and not unslotted[k] else 1
+        tier = wslot[w] >> 1
+        need = max(k - d, b)
+        leading = leading and tier > 0 and b >= 0 and k == b + 1 and s_before[k] >= -1
+        if leading:
+            need = b - 1 if tier == 1 else s_before[k]
+        if need > before_l and need >= 0:
+            _set(words, w, _POP_NEXT)
+            _set(words, last[need, _C], _PUSH_PREV)
+            before_l = need
     for k in range(n_steps):
         if first[k, _L] >= 0:
-            d = 2 if s_load[k] >= 2 and not unslotted[k] else 1
-            need = max(k - d, s_bar[k])
-            if need > before_l and need >= 0:
-                _set(words, first[k, _L], _POP_NEXT)  # L pops C2L
-                _set(words, last[need, _C], _PUSH_PREV)  # C pushes C2L
-            before_l = max(before_l, need)
             _set(words, last[k, _L], _PUSH_NEXT)  # L pushes L2C
             _set(words, first[k, _C], _POP_PREV)  # C pops L2C
         if first[k, _S] >= 0:
@@ -146,7 +160,8 @@ def instantiate(syms, tab, t_base, limit):
     s_load = np.ones(bound, np.int64)  # per step: load_slots, store_slots, the barrier before it
     s_store = np.ones(bound, np.int64)
     s_bar = np.full(bound, -1, np.int64)
-    barrier, step0 = -1, 0
+    s_before = np.full(bound, -2, np.int64)  # the barrier before the previous macro; -2: no early loads
+    barrier, before, step0 = -1, -2, 0
     t_start = info[3 : 3 + nt]
     t_end = info[3 + nt :]
     w, step = 0, 0
@@ -173,6 +188,7 @@ def instantiate(syms, tab, t_base, limit):
                 if t_start[ti] < 0:
                     if w > 0:  # the barrier step before a macro
                         wstep[w], wq[w] = step, _C
+                        before = barrier if t_start[ti - 1] >= 0 else -2  # its IR predecessor ran
                         barrier = s_bar[step] = step
                         w += 1
                         step += 1
@@ -202,10 +218,11 @@ def instantiate(syms, tab, t_base, limit):
                 emitted = True
             if emitted:
                 s_load[step], s_store[step], s_bar[step] = macro_range[m, 2], macro_range[m, 3], barrier
+                s_before[step] = before
                 step += 1
         if t_start[ti] >= 0:
             t_end[ti] = w
-    info[0] = 0 if _tokens(words, wstep, wq, wslot, w, step, s_load, s_store, s_bar) else 2
+    info[0] = 0 if _tokens(words, wstep, wq, wslot, w, step, s_load, s_store, s_bar, s_before) else 2
     info[1], info[2] = w, step
     return words[:w], info
 

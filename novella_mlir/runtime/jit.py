@@ -12,12 +12,14 @@ each template's `slot` (address field -> slot stride, added times the step
 parity) and each macro's `schedule` (the token step distances); the flags
 are evaluated over the whole program by the one rule in `runtime/tokens.py`.
 A barrier step, a single NOP, separates consecutive macros so DRAM written
-by one is read by the next only after its stores finish.
+by one is read by the next only after its stores finish; the leading loads
+a macro's `schedule` marks `early` wait for less (`runtime/tokens.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -158,6 +160,11 @@ class _Expansion:
     queue: np.ndarray  # per word: 0 load, 1 compute, 2 store
     slotted: np.ndarray  # per word: a load into a ping-pong slot
     schedule: tuple = (1, 1)  # (load_slots, store_slots)
+    early: np.ndarray | None = None  # per word: its template's early tier (`schedule.early`)
+
+    def without_early(self) -> _Expansion:
+        """This expansion behind a macro that has no words (its early tiers were decided against that one)."""
+        return self if self.early is None else dataclasses.replace(self, early=None)
 
 
 def _empty() -> _Expansion:
@@ -229,7 +236,7 @@ class Jit:
         """The NumPy expansion: the reference of the compiled kernel, and the path for its errors
         (`words=False`: only the encoding checks, no words, None)."""
         parts, spans, expanded = [], [], {}
-        n_steps, start = 0, 0
+        n_steps, start, ran = 0, 0, False
         for tile in self.art.tiles:
             extents = tuple(int(expr.evaluate(g, syms)) for g in tile.grid)
             key = (tile.macro, extents)
@@ -239,12 +246,13 @@ class Jit:
             bases = {int(k): int(expr.evaluate(p, syms)) for k, p in tile.bases.items()}
             if ex is None or not _bases_fit(ex, bases):
                 _raise_encoding_error(self.art.macros[tile.macro], syms, extents, bases)
+            after, ran = ran, bool(len(ex.words))
             if not len(ex.words) or not words:
                 continue
             if parts:
                 parts.append((_BARRIER, None))
                 n_steps, start = n_steps + 1, start + 1
-            parts.append((ex, bases))
+            parts.append((ex if after else ex.without_early(), bases))
             n_steps += ex.n_steps
             spans.append((tile.name, start, start + len(ex.words)))
             start += len(ex.words)
@@ -286,6 +294,8 @@ class Jit:
         dram, memo, selected = [], {}, {(): (n, dims)}
         point_parity = (np.cumsum(nonempty) - 1) % 2
         slotted = np.zeros(len(step), bool)
+        tiers = mm.schedule.get("early")
+        early = np.zeros(len(step), np.int64) if tiers else None
         for j, (t, plan) in enumerate(zip(mm.insts, plans)):
             m = masks[:, j]
             if plan.guard not in selected:
@@ -301,11 +311,13 @@ class Jit:
             out[at] = words
             queue[at] = plan.queue
             slotted[at] = plan.slotted
+            if early is not None:
+                early[at] = tiers[j]
             if plan.dram is not None:
                 rel = plan.relative_dram(syms, sel)
                 dram.append((at, plan.dram, rel, int(rel.min()), int(rel.max()), t.tensor))
         schedule = (mm.schedule.get("load_slots", 1), mm.schedule.get("store_slots", 1))
-        return _Expansion(out, int(nonempty.sum()), dram, step, queue, slotted, schedule)
+        return _Expansion(out, int(nonempty.sum()), dram, step, queue, slotted, schedule, early)
 
 
 _BARRIER = _Expansion(_NOP[None, :], 1, [], np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, bool))
@@ -359,22 +371,25 @@ def _fields(t, syms, dims, bases) -> dict:
 
 def _program_tokens(parts) -> np.ndarray:
     """Token header bits of the concatenated parts (macros and barrier steps), by `tokens.flags`."""
-    step, queue, slotted, load_slots, store_slots, barrier = [], [], [], [], [], []
-    n_steps, last_barrier = 0, -1
+    step, queue, slotted, early, load_slots, store_slots, barrier, before = [], [], [], [], [], [], [], []
+    n_steps, last_barrier, prev_barrier = 0, -1, -1
     for ex in parts:
         step.append(ex.step + n_steps)
         queue.append(ex.queue)
         slotted.append(ex.slotted)
+        early.append(np.zeros(len(ex.step), np.int64) if ex.early is None else ex.early)
         if ex is _BARRIER:
-            last_barrier = n_steps
+            prev_barrier, last_barrier = last_barrier, n_steps
             load_slots.append([1])
             store_slots.append([1])
         else:
             load_slots.append(np.full(ex.n_steps, ex.schedule[0]))
             store_slots.append(np.full(ex.n_steps, ex.schedule[1]))
         barrier.append(np.full(ex.n_steps, last_barrier))
+        before.append(np.full(ex.n_steps, prev_barrier))
         n_steps += ex.n_steps
     cat = np.concatenate
     return tokens.flags(
-        cat(step), cat(queue), cat(slotted), cat(load_slots), cat(store_slots), cat(barrier).astype(np.int64)
-    )
+        cat(step), cat(queue), cat(slotted), cat(load_slots), cat(store_slots), cat(barrier).astype(np.int64),
+        cat(early), cat(before).astype(np.int64),
+    )  # fmt: skip

@@ -65,8 +65,10 @@ class Tables:
         self.guard_kind, self.guard_expr, self.var_rows = [], [], []
         for m in art.macros:
             start = len(t_rows)
-            for t in m.insts:
+            tiers = m.schedule.get("early") or [0] * len(m.insts)
+            for t, tier in zip(m.insts, tiers):
                 t_rows.append(self._template(t))
+                t_rows[-1][-1] |= int(tier) << 1  # the word's `wslot`: slotted, plus 2 x its early tier
             slots = (int(m.schedule.get("load_slots", 1)), int(m.schedule.get("store_slots", 1)))
             self.macro_range.append((start, len(t_rows), *slots))
         self.t_rows = t_rows

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 from torch_mlir import ir
 
-from . import Symbol, affine_in_symbols, as_int, canon, const, evaluate
+from . import Symbol, affine_in_symbols, as_int, canon, const, evaluate, provably_ge, to_sympy
 
 BOX_POINTS = 1 << 20  # the most points of a symbol box `fixed_value` evaluates an expression at
 
@@ -95,3 +95,10 @@ def _at_every_point(e: ir.AffineExpr, box: dict) -> np.ndarray:
     grid = np.meshgrid(*[np.arange(box[p][0], box[p][1] + 1, dtype=np.int64) for p in used], indexing="ij")
     at = {p: g.ravel() for p, g in zip(used, grid)}
     return np.asarray(evaluate(e, [at.get(p, np.zeros(1, np.int64)) for p in range(max(used, default=0) + 1)]))
+
+
+def disjoint(a: tuple, b: tuple, box: dict) -> bool:
+    """Ranges a = (lo, size) and b = (lo, size) (affine expressions or ints) share no element at any
+    symbol values in `box` (`symbol_box`): one provably ends where the other begins or before."""
+    end = [to_sympy(canon(x if isinstance(x, ir.AffineExpr) else const(x))) for x in (a[0], a[1], b[0], b[1])]
+    return provably_ge(b[0], end[0] + end[1], box) or provably_ge(a[0], end[2] + end[3], box)

@@ -54,6 +54,7 @@ class Word:
     slotted: bool = False  # a load into a ping-pong slot
     load_slots: int = 1  # its macro's novella.schedule
     store_slots: int = 1
+    early: int = 0  # its template's early tier (the schedule's `early`), 0 behind a macro without words
 
     @property
     def queue(self) -> str:
@@ -174,18 +175,21 @@ def _dram_lookup(fn):
     return dram_of
 
 
-def _macro_steps(macro, name, syms, dram_of) -> list[list[Word]]:
-    """The non-empty steps of one macro: one per grid point, in row-major order (d0 outermost)."""
+def _macro_steps(macro, name, syms, dram_of, early: bool) -> list[list[Word]]:
+    """The non-empty steps of one macro: one per grid point, in row-major order (d0 outermost);
+    `early`: whether its early tiers apply (the macro before it in the IR has words)."""
     kernel = ir.StringAttr(macro.attributes["kernel"]).value
     extents = _eval_exprs(_dram_map(macro.attributes["grid"]), (), syms)
     insts = [_Inst(op, dram_of, _dram_map(macro.attributes["dram"])) for op in macro.regions[0].blocks[0]]
     sched = ir.DictAttr(macro.attributes["schedule"])
-    slots = {sched[i].name: ir.IntegerAttr(sched[i].attr).value for i in range(len(sched))}
+    slots = {sched[i].name: sched[i].attr for i in range(len(sched))}
+    load_slots, store_slots = (ir.IntegerAttr(slots[k]).value for k in ("load_slots", "store_slots"))
+    tiers = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(slots["early"])] if early and "early" in slots else None
     steps = []
     for point in itertools.product(*[range(e) for e in extents]):
         step = [
             Word(inst.opcode, inst.values(point, syms, len(steps) % 2), Origin(name, kernel, point, j),
-                 "sram_addr" in inst.slot, slots.get("load_slots", 1), slots.get("store_slots", 1))
+                 "sram_addr" in inst.slot, load_slots, store_slots, tiers[j] if tiers else 0)
             for j, inst in enumerate(insts)
             if inst.selected(point, syms)
         ]  # fmt: skip
@@ -198,22 +202,26 @@ def _set_tokens(steps: list[list[Word]]) -> None:
     """The token rule of docs/design.md, step by step over the program (barriers are steps):
     step k's loads wait for the compute of step max(k - d, barrier) (d = 2 when its macro has
     load_slots 2 and all its loads are slotted), its compute for the stores of the latest store
-    step <= k - store_slots; a wait already implied by an earlier one (queues run in order) is dropped."""
-    barrier, waited_c, waited_s, store_steps = -1, -1, -1, []
+    step <= k - store_slots; a wait already implied by an earlier one (queues run in order) is dropped.
+    In a macro's first step its leading loads of early tier 1 wait for the step before the barrier
+    instead, of tier 2 for the barrier before the previous macro (-1: none)."""
+    barrier, before, waited_c, waited_s, store_steps, leading = -1, -1, -1, -1, [], False
     for k, step in enumerate(steps):
         by_q = {q: [w for w in step if w.queue == q] for q in ("load", "compute", "store")}
         loads, comp, stores = by_q["load"], by_q["compute"], by_q["store"]
         if not comp:
             raise ValueError(f"{step[0].origin} has no compute instruction")
         if step[0].origin.inst < 0:
-            barrier = k
+            barrier, before, leading = k, barrier, True
         if loads:
             d = 2 if loads[0].load_slots == 2 and all(w.slotted for w in loads) else 1
-            need = max(k - d, barrier)
-            if need >= 0 and need > waited_c:
-                loads[0].fields["pop_next"] = 1
-                _last(steps[need], "compute").fields["push_prev"] = 1
-                waited_c = need
+            for w in loads:
+                leading = leading and w.early > 0 and k == barrier + 1
+                need = (barrier - 1 if w.early == 1 else before) if leading else max(k - d, barrier)
+                if need >= 0 and need > waited_c:
+                    w.fields["pop_next"] = 1
+                    _last(steps[need], "compute").fields["push_prev"] = 1
+                    waited_c = need
             loads[-1].fields["push_next"] = 1
             comp[0].fields["pop_prev"] = 1
         store_slots = 1 if step[0].origin.inst < 0 else step[0].store_slots
@@ -239,17 +247,18 @@ def instantiate(ir_text: str, syms) -> OracleProgram:
         module = ir.Module.parse(ir_text)
         fn = next(op for op in module.body if op.operation.name == "func.func")
         dram_of = _dram_lookup(fn)
-        steps, n_macros = [], 0
+        steps, n_macros, ran = [], 0, False
         for op in fn.regions[0].blocks[0]:
             if op.operation.name != "novella.macro":
                 continue
             kernel = ir.StringAttr(op.attributes["kernel"]).value
             name = f"{kernel.split('.')[1]}_{n_macros}"
             n_macros += 1
-            mine = _macro_steps(op, name, syms, dram_of)
+            mine = _macro_steps(op, name, syms, dram_of, ran)
             if mine and steps:
                 steps.append([Word(isa.Opcode.NOP, {}, Origin(name, kernel, (), -1))])
             steps += mine
+            ran = bool(mine)
     _set_tokens(steps)
     insts, index = [], []
     for step in steps:

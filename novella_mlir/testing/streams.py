@@ -169,10 +169,11 @@ def _guard(t, syms, point) -> bool:
     return True
 
 
-def _step_insts(mm, syms, point, bases, parity: int) -> list:
-    """[(queue, fields, opcode, slotted), ...] of one grid point, in template order."""
+def _step_insts(mm, syms, point, bases, parity: int, early: bool) -> list:
+    """[(queue, fields, opcode, slotted, early tier), ...] of one grid point, in template order."""
     out = []
-    for t in mm.insts:
+    tiers = mm.schedule.get("early") if early else None
+    for j, t in enumerate(mm.insts):
         if not _guard(t, syms, point):
             continue
         fields = dict(t.const)
@@ -183,17 +184,18 @@ def _step_insts(mm, syms, point, bases, parity: int) -> list:
         if t.tensor is not None:
             fields["dram_base"] = fields.get("dram_base", 0) + bases[t.tensor]
         op = isa.Opcode[t.opcode]
-        out.append((isa.QUEUE_OF[op], fields, op, "sram_addr" in t.slot))
+        out.append((isa.QUEUE_OF[op], fields, op, "sram_addr" in t.slot, tiers[j] if tiers else 0))
     return out
 
 
-_BARRIER = [("compute", {}, isa.Opcode.NOP, False)]
+_BARRIER = [("compute", {}, isa.Opcode.NOP, False, 0)]
 
 
 def reference_steps(artifact, syms) -> list[tuple]:
-    """The program as a list of (step, schedule) (grid points with instructions; barrier NOPs between macros)."""
+    """The program as a list of (step, schedule) (grid points with instructions; barrier NOPs between macros).
+    A macro's early tiers apply only behind its IR predecessor (when that one has words)."""
     artifact = program_of(artifact, syms)
-    steps = []
+    steps, ran = [], False
     for tile in artifact.tiles:
         mm = artifact.macros[tile.macro]
         extents = [_eval(g, syms, ()) for g in tile.grid]
@@ -201,12 +203,13 @@ def reference_steps(artifact, syms) -> list[tuple]:
         schedule = (mm.schedule.get("load_slots", 1), mm.schedule.get("store_slots", 1))
         macro = []
         for point in itertools.product(*(range(e) for e in extents)):
-            insts = _step_insts(mm, syms, point, bases, len(macro) % 2)
+            insts = _step_insts(mm, syms, point, bases, len(macro) % 2, ran)
             if insts:
                 macro.append((insts, schedule))
         if macro and steps:
             steps.append((_BARRIER, None))
         steps.extend(macro)
+        ran = bool(macro)
     return steps
 
 
@@ -215,10 +218,12 @@ def reference_words(artifact, syms) -> np.ndarray:
     steps = reference_steps(artifact, syms)
     flat = [(k, inst) for k, (step, _) in enumerate(steps) for inst in step]
     q = {"load": tokens.LOAD, "compute": tokens.COMPUTE, "store": tokens.STORE}
-    barrier, last = [], -1
+    barrier, before, last, prev = [], [], -1, -1
     for k, (_, schedule) in enumerate(steps):
-        last = k if schedule is None else last
+        if schedule is None:
+            last, prev = k, last
         barrier.append(last)
+        before.append(prev)
     header = tokens.flags(
         np.array([k for k, _ in flat], np.int64),
         np.array([q[inst[0]] for _, inst in flat], np.int64),
@@ -226,8 +231,10 @@ def reference_words(artifact, syms) -> np.ndarray:
         np.array([1 if s is None else s[0] for _, s in steps], np.int64),
         np.array([1 if s is None else s[1] for _, s in steps], np.int64),
         np.array(barrier, np.int64),
+        np.array([inst[4] for _, inst in flat], np.int64),
+        np.array(before, np.int64),
     )
-    words = [isa.encode(op, **fields) for _, (_, fields, op, _) in flat]
+    words = [isa.encode(op, **fields) for _, (_, fields, op, _, _) in flat]
     words = np.array(words, np.uint64).reshape(-1, isa.LANES)
     words[:, 0] |= header
     return words

@@ -30,6 +30,22 @@ distances of the token rule (docs/design.md, "Dependency tokens"):
   the next step's compute.
 Barriers between macros are steps of their own (one NOP): a macro's loads
 wait for the barrier, the barrier for every store before it.
+
+`schedule.early` (present when some template gets a tier > 0) lets a macro's
+leading loads start before that barrier, by what they could conflict with in
+the macro before it in the IR (P):
+* a LOAD or GATHER whose tensor's DRAM range is disjoint from P's result at
+  every length in bounds (weights, and activations P does not write; the
+  paged KV caches count as one range), and
+* whose SRAM buffers (its destination, a gather's index) are disjoint from
+  every buffer of P: tier 2, it waits for the barrier before P only;
+* or only from the buffers P's STOREs read: tier 1, it waits for P's last
+  compute (P's stores may still run).
+The JIT lets them pass only while they lead the load queue of the macro's
+first step, and only behind P itself (`runtime/tokens.py`). With `early=2`
+(the default) a macro's SPAD buffers move above P's when both fit and that
+raises a tier, and its tier > 0 loads go in front of tier-0 ones whose
+buffers they do not touch.
 """
 
 from __future__ import annotations
@@ -37,8 +53,11 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from ..dialects.fields import MEMS, ROLES
-from .common import body_ops, functions, ir_memo, remember, set_attr, to_attr
+from ..dialects.fields import EARLY, MEMS, ROLES, i64, result_dram
+from ..kernels.kv_cache import PAGED_VBASE
+from ..machine.target import DRAM_LIMIT, Target
+from ..symbolic import box as sb
+from .common import body_ops, from_attr, functions, ir_memo, remember, set_attr, to_attr
 from .novella_macro_gen import tiling_of
 
 # opcode -> {address field: the field naming its memory, or the memory the opcode fixes}
@@ -46,11 +65,27 @@ _ADDRESS = {op: {addr: mem for _, addr, mem in roles.values()} for op, roles in 
 _MEMS = {int(code): name for name, code in MEMS.items()}
 
 
+OPTIONS = {
+    "early": (int, 2, "loads before the barrier: 0 none, 1 early tiers, 2 also move a macro's SPAD buffers "
+              "clear of the previous macro's when both fit", (0, 2)),
+}  # fmt: skip
+
+
 def run(module_op, options, config) -> None:
+    box = sy.symbol_box(sy.read_symbols(module_op))
+    early = options.get("early", 2)
+    spad = Target.from_config(config).spad_elems
     for fn in functions(module_op):
+        regions, before = _dram_regions(fn), None
         for op in body_ops(fn):
             if op.operation.name == "novella.macro":
-                _schedule(op)
+                tiers = _early_tiers(op, before, regions, box) if early and before is not None else []
+                if early == 2 and before is not None:
+                    tiers = _clear_of(op, before, regions, box, spad, tiers)
+                if any(tiers) and _lead(op, tiers):
+                    tiers = _early_tiers(op, before, regions, box)
+                _schedule(op, tiers)
+                before = op
 
 
 _BASES = ir_memo()  # address map -> its value at grid point 0 (equal layers, programs)
@@ -120,7 +155,7 @@ def _holds(b, attrs) -> bool:
     return b.mem == _mem(attrs, "mem") and b.offset <= _base(attrs["sram_addr"]) < b.offset + b.size * b.slots
 
 
-def _schedule(macro) -> None:
+def _schedule(macro, tiers: list[int]) -> None:
     ops = list(macro.regions[0].blocks[0].operations)
     buffers = tiling_of(macro).buffers
     alternating = [b for b in buffers if b.alternate]
@@ -147,4 +182,136 @@ def _schedule(macro) -> None:
         "load_slots": 2 if loads and slotted_loads == loads else 1,
         "store_slots": 2 if stores and slotted_stores == stores else 1,
     }
+    if any(tiers):
+        schedule[EARLY] = tiers
     macro.operation.attributes["schedule"] = to_attr(schedule)
+
+
+def _dram_regions(fn) -> dict:
+    """value -> (DRAM offset, size) of the function's arguments and op results (a paged cache: the whole
+    paged window, shared by every cache)."""
+    block = fn.regions[0].blocks[0]
+    places = []
+    if "arg_attrs" in fn.attributes:
+        attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
+        places = [(a, ir.DictAttr(d)["novella.dram"]) for a, d in zip(block.arguments, attrs)]
+    places += [(op.results[0], result_dram(op)) for op in body_ops(fn) if len(op.results) == 1]
+    out = {}
+    for v, attr in places:
+        shape = sy.shape_of(ir.RankedTensorType(v.type)) if attr is not None else None
+        if shape is not None:
+            lo = sy.map_results(attr)[0]
+            paged = sy.as_int(lo) is not None and sy.as_int(lo) >= PAGED_VBASE
+            out[v] = (PAGED_VBASE, DRAM_LIMIT) if paged else (lo, sy.numel(shape))
+    return out
+
+
+def _early_tiers(macro, prev, regions: dict, box: dict, shift: int = 0) -> list[int]:
+    """The early tier of each template of `macro` behind `prev` (the module docstring); `shift`: as if
+    the macro's SPAD buffers moved by that many elements."""
+    written = regions.get(prev.results[0])
+    theirs = tiling_of(prev).buffers
+    every = [_extent(b) for b in theirs]
+    stored = _store_extents(prev, theirs)
+    mine = tiling_of(macro).buffers
+    tiers = []
+    for inst in macro.regions[0].blocks[0].operations:
+        attrs, tier = inst.attributes, 0
+        if ir.StringAttr(attrs["opcode"]).value in ("LOAD", "GATHER") and written and len(inst.operands) == 1:
+            src = regions.get(inst.operands[0])
+            sram = _touched(attrs, mine, shift)
+            if src is not None and sram is not None and sb.disjoint(src, written, box):
+                tier = 2 if _apart(sram, every) else 1 if stored is not None and _apart(sram, stored) else 0
+        tiers.append(tier)
+    return tiers
+
+
+def _extent(b, shift: int = 0) -> tuple[str, int, int]:
+    at = b.offset + (shift if b.mem == "spad" else 0)
+    return b.mem, at, at + b.size * b.slots
+
+
+def _touched(attrs, buffers, shift: int = 0) -> list | None:
+    """The extents of the buffers an inst's SRAM addresses point into (SPAD ones moved by `shift`);
+    None if one is in none."""
+    out = []
+    for _, mem, addr in _addresses(attrs):
+        hit = [_extent(b, shift) for b in buffers if b.mem == mem and b.offset <= addr < _extent(b)[2]]
+        if not hit:
+            return None
+        out += hit
+    return out or None
+
+
+def _clear_of(macro, prev, regions: dict, box: dict, spad: int, tiers: list[int]) -> list[int]:
+    """Moves the SPAD buffers of `macro` above those of `prev` when both fit in the scratchpad and that
+    raises an early tier; returns the tiers."""
+    mine = [_extent(b) for b in tiling_of(macro).buffers if b.mem == "spad"]
+    theirs = [_extent(b) for b in tiling_of(prev).buffers if b.mem == "spad"]
+    if not mine or not theirs:
+        return tiers
+    lo, hi = min(e[1] for e in mine), max(e[2] for e in mine)
+    top = max(e[2] for e in theirs)
+    if top + hi - lo > spad or top <= lo:
+        return tiers
+    moved = _early_tiers(macro, prev, regions, box, top - lo)
+    if sum(moved) <= sum(tiers):
+        return tiers
+    _move(macro, top - lo)
+    return moved
+
+
+def _lead(macro, tiers: list[int]) -> bool:
+    """Moves the LOAD / GATHER templates of tier > 0 that follow a tier-0 one in front of it, where the
+    loads they pass touch other SRAM buffers (a chained LOAD is a LOAD but in time); whether any moved."""
+    ops = list(macro.regions[0].blocks[0].operations)
+    loads = [i for i, op in enumerate(ops) if ir.StringAttr(op.attributes["opcode"]).value in ("LOAD", "GATHER")]
+    buffers = tiling_of(macro).buffers
+    head, passed, moved = None, [], False
+    for i in loads:
+        extents = _touched(ops[i].attributes, buffers)
+        if head is None and tiers[i] > 0:
+            continue
+        if head is not None and tiers[i] > 0 and extents and all(_apart(extents, p) for p in passed):
+            ops[i].operation.move_before(ops[head].operation)
+            moved = True
+            continue
+        head = i if head is None else head
+        passed.append(extents or [(mem, 0, 2**62) for mem in MEMS])
+    return moved
+
+
+def _move(macro, delta: int) -> None:
+    """Adds `delta` to every SPAD address of the macro's templates and to its SPAD buffers' offsets."""
+    for inst in macro.regions[0].blocks[0].operations:
+        attrs = inst.attributes
+        for name, mem, _ in _addresses(attrs):
+            if mem == "spad":
+                attrs[name] = _plus(attrs[name], delta)
+    buffers = from_attr(macro.attributes["buffers"])
+    for v in buffers.values():
+        v[1] += delta if v[0] == "spad" else 0
+    macro.attributes["buffers"] = to_attr(buffers)
+
+
+def _plus(attr, delta: int):
+    if isinstance(attr, ir.IntegerAttr):
+        return i64(attr.value + delta)
+    m = ir.AffineMapAttr(attr).value
+    return ir.AffineMapAttr.get(ir.AffineMap.get(m.n_dims, m.n_symbols, [e + sy.const(delta) for e in m.results]))
+
+
+def _store_extents(macro, buffers) -> list | None:
+    """The extents of the buffers the STOREs of `macro` read; None if one reads outside its buffers."""
+    out = []
+    for inst in macro.regions[0].blocks[0].operations:
+        if ir.StringAttr(inst.attributes["opcode"]).value == "STORE":
+            hit = _touched(inst.attributes, buffers)
+            if hit is None:
+                return None
+            out += hit
+    return out
+
+
+def _apart(xs: list, ys: list) -> bool:
+    return all(m != n or hi <= lo2 or hi2 <= lo for m, lo, hi in xs for n, lo2, hi2 in ys)

@@ -56,7 +56,7 @@ PASSES: dict[str, PassInfo] = {
         _info("novella-tile", novella_tile, novella_tile.OPTIONS),
         _info("novella-macro-gen", novella_macro_gen),
         _info("novella-inst-gen", novella_inst_gen),
-        _info("novella-schedule", novella_schedule),
+        _info("novella-schedule", novella_schedule, novella_schedule.OPTIONS),
     )
 }
 

@@ -59,11 +59,13 @@ def test_repeated_length_is_a_cache_hit():
 
 
 def _random_program(rng):
-    """Per word: step, queue, slotted; per step: load_slots, store_slots, the barrier before it."""
-    step, queue, slotted, s_load, s_store, s_bar = [], [], [], [], [], []
-    barrier = -1
+    """Per word: step, queue, slotted, early tier; per step: load_slots, store_slots, the barrier before
+    it, the barrier before the previous macro (-2: the macro's early tiers do not apply)."""
+    step, queue, slotted, early, s_load, s_store, s_bar, s_before = [], [], [], [], [], [], [], []
+    barrier, before = -1, -2
     for k in range(int(rng.integers(1, 40))):
         if k and rng.random() < 0.15:  # a barrier NOP
+            before = barrier if rng.random() < 0.7 else -2
             barrier = k
             words, schedule = [1], (1, 1)
         else:
@@ -73,15 +75,20 @@ def _random_program(rng):
         step += [k] * len(words)
         queue += words
         slotted += [bool(q == 0 and rng.random() < 0.8) for q in words]
-        s_load.append(schedule[0]), s_store.append(schedule[1]), s_bar.append(barrier)
+        early += [int(rng.integers(0, 3)) if q == 0 and rng.random() < 0.7 else 0 for q in words]
+        s_load.append(schedule[0]), s_store.append(schedule[1]), s_bar.append(barrier), s_before.append(before)
     i64 = lambda x: np.asarray(x, np.int64)  # noqa: E731
-    return i64(step), i64(queue), np.asarray(slotted, bool), i64(s_load), i64(s_store), i64(s_bar)
+    return (i64(step), i64(queue), np.asarray(slotted, bool), i64(early), i64(s_load), i64(s_store), i64(s_bar),
+            i64(s_before))  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", range(200))
 def test_kernel_tokens_equal_the_token_rule(seed):
-    step, queue, slotted, s_load, s_store, s_bar = _random_program(np.random.default_rng(seed))
+    step, queue, slotted, early, s_load, s_store, s_bar, s_before = _random_program(np.random.default_rng(seed))
     words = np.zeros((len(step), 4), np.uint64)
     n, n_steps = len(step), len(s_load)
-    assert _jit_numba._tokens(words, step, queue, slotted.astype(np.int64), n, n_steps, s_load, s_store, s_bar)
-    assert np.array_equal(words[:, 0], tokens.flags(step, queue, slotted, s_load, s_store, s_bar))
+    wslot = slotted.astype(np.int64) | early << 1
+    assert _jit_numba._tokens(words, step, queue, wslot, n, n_steps, s_load, s_store, s_bar, s_before)
+    tiers = np.where(s_before[step] >= -1, early, 0)  # the NumPy rule's caller drops tiers that do not apply
+    want = tokens.flags(step, queue, slotted, s_load, s_store, s_bar, tiers, s_before)
+    assert np.array_equal(words[:, 0], want)

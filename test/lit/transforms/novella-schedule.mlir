@@ -1,5 +1,7 @@
 // RUN: novella-opt %s --novella-tile --novella-macro-gen --novella-inst-gen --novella-schedule --split-input-file | FileCheck %s
 // RUN: novella-opt %s --novella-tile=slots=1 --novella-macro-gen --novella-inst-gen --novella-schedule --split-input-file | FileCheck %s --check-prefix=ONE
+// RUN: novella-opt %s --novella-tile --novella-macro-gen --novella-inst-gen --novella-schedule=early=1 --split-input-file | FileCheck %s --check-prefix=E1
+// RUN: novella-opt %s --novella-tile --novella-macro-gen --novella-inst-gen --novella-schedule=early=0 --split-input-file | FileCheck %s --check-prefix=E0
 
 // A linear over T rows (`?`): x and the output stream through two slots (their
 // novella.buffers entries end in 2), so every template that addresses them gets the
@@ -57,5 +59,40 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @add(%a: tensor<2x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (0)>}, %b: tensor<2x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (s0 * 128)>}) -> tensor<2x?x64xf32, #x> {
     %0 = "novella.add"(%a, %b) {novella.dram = affine_map<()[s0] -> (s0 * 256)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<2x?x64xf32, #x>, tensor<2x?x64xf32, #x>) -> tensor<2x?x64xf32, #x>
     return %0 : tensor<2x?x64xf32, #x>
+  }
+}
+
+// -----
+
+// Loads before the barrier (`schedule.early`, one tier per template). The linear after the add: its weight
+// slab and bias read DRAM the add does not write, its x rows read the add's result (tier 0). The add's
+// STOREs read t2 only, so the weight slab at 0 could load once the add's compute is done (tier 1, E1); by
+// default the linear's SPAD buffers move above the add's (24704 = the end of acol), clear of all of them,
+// so its leading loads wait only for the barrier before the add (tier 2). The bias load moves in front of
+// the x load (other buffers), which waits for the barrier. With early=0 nothing moves and no tier is set.
+// CHECK-LABEL: func.func @add_linear
+// CHECK: %[[W:.*]] = "novella.weight"() {name = "w"
+// CHECK: %[[B:.*]] = "novella.weight"() {name = "b"
+// CHECK: %[[A:.*]] = "novella.macro"()
+// CHECK: kernel = "novella.add", schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
+// CHECK: "novella.macro"()
+// CHECK-NEXT: "novella.inst"(%[[W]]) {{.*}}opcode = "LOAD", {{.*}}sram_addr = 24704 : i64
+// CHECK-NEXT: "novella.inst"(%[[B]]) {{.*}}opcode = "LOAD", {{.*}}sram_addr = 26752 : i64
+// CHECK-NEXT: "novella.inst"(%[[A]]) {{.*}}opcode = "LOAD", {{.*}}sram_addr = 26784 : i64
+// CHECK: buffers = {a = ["spad", 26784, 1024, 2], {{.*}}w = ["spad", 24704, 2048]}, {{.*}}kernel = "novella.linear", schedule = {early = [2, 2, 0, 0, 0, 0, 0, 0, 0, 0], load_slots = 2 : i64, store_slots = 2 : i64}
+// E1-LABEL: func.func @add_linear
+// E1: kernel = "novella.add", schedule = {load_slots = 2 : i64, store_slots = 2 : i64}
+// E1: buffers = {a = ["spad", 2080, 1024, 2], {{.*}}w = ["spad", 0, 2048]}, {{.*}}kernel = "novella.linear", schedule = {early = [1, 1, 0, 0, 0, 0, 0, 0, 0, 0], load_slots = 2 : i64, store_slots = 2 : i64}
+// E0-LABEL: func.func @add_linear
+// E0-NOT: early =
+#x = affine_map<()[s0] -> (1, s0, 64)>
+#y = affine_map<()[s0] -> (1, s0, 32)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @add_linear(%x: tensor<1x?x64xf32, #x> {novella.dram = affine_map<()[s0] -> (2080)>}) -> tensor<1x?x32xf32, #y> {
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<32x64xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (2048)>} : () -> tensor<32xf32>
+    %a = "novella.add"(%x, %x) {novella.dram = affine_map<()[s0] -> (s0 * 64 + 2080)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, #x>, tensor<1x?x64xf32, #x>) -> tensor<1x?x64xf32, #x>
+    %0 = "novella.linear"(%a, %w, %b) {act = "relu", novella.dram = affine_map<()[s0] -> (s0 * 128 + 2080)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, #x>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<1x?x32xf32, #y>
+    return %0 : tensor<1x?x32xf32, #y>
   }
 }
