@@ -179,7 +179,8 @@ def test_share_by_hash_groups_as_the_lexicographic_unique(lm, monkeypatch):
         flat.append(rows)
     forms = np.concatenate(flat) if flat else b.forms[:0]
     fast = step.share(raw.copy(), forms)
-    slow = step._share_rows(raw.copy(), forms, np.flatnonzero(raw[:, 12] > raw[:, 11]), raw[:, 12] - raw[:, 11])
+    slow = step._written(raw, *step._share_rows(raw.copy(), forms, np.flatnonzero(raw[:, 12] > raw[:, 11]),
+                                                raw[:, 12] - raw[:, 11]))  # fmt: skip
     assert len(fast[2]) == len(slow[2]) < len(raw) and groups_of(*fast) == groups_of(*slow)
     monkeypatch.setattr(_step_numba, "form_keys", lambda f, fo, has, mix: (np.zeros(has.size, np.int64),
                                                                            np.zeros(has.size, np.int64)))  # fmt: skip
