@@ -200,9 +200,9 @@ class Session:
         return Translation(words, rows, slot, rem // pe, rem % pe)
 
     def _relocate(self, words: np.ndarray, seg: int) -> Translation:
-        """`_translate` in one compiled pass (`_step_numba.relocate`): what a bucket's instantiation uses;
+        """`_translate` in one compiled pass (`_bucket_numba.relocate`): what a bucket's instantiation uses;
         `reference` keeps the readable one, and every step's words are tested against it."""
-        from ._step_numba import relocate
+        from ._bucket_numba import relocate
 
         out = relocate(words, _DMA_CODES, _OP_LAYOUT, _BASE_LAYOUT, seg, self.vbase, self.vspan, self._page_elems)
         if out[-1]:

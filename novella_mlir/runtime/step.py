@@ -64,7 +64,7 @@ class Plan:
         self.ex = expr.Table()
         self._flatten()
         self.table = self.ex.array()
-        from ._step_numba import Kept
+        from ._bucket_numba import Kept
 
         self.kept = Kept(self.n_dims, len(art.symbols))  # the forms of earlier buckets (`prepare`)
         self._keys_array = np.asarray(self.guard_keys, np.int64).reshape(-1, 2)
@@ -93,7 +93,7 @@ class Plan:
 
     def _spec(self, ti: int, j: int, name: str) -> list:
         """The spec row of one injected field of template j of tile ti (its `what` in `whats`):
-        lane, offset, mask, lo, hi, min ids of its symbol terms (2), forms (`_step_numba.prepare`: 1 affine,
+        lane, offset, mask, lo, hi, min ids of its symbol terms (2), forms (`_bucket_numba.prepare`: 1 affine,
         2 maybe quasi-affine, 0 none), paged, bits, signed."""
         tile = self.art.tiles[ti]
         t = self.art.macros[tile.macro].insts[j]
@@ -249,7 +249,8 @@ class Stepper:
         )
 
     def _build(self, key: tuple, syms: tuple) -> Bucket:
-        from ._step_numba import build, pack_order, prepare
+        from ._bucket_numba import prepare
+        from ._step_numba import build, pack_order
 
         prog = self.jit.instantiate(list(syms))
         tr = self.translate(prog.words)
