@@ -267,8 +267,8 @@ def batched_step(sess, n: int, pasts: list, null: int) -> dict:
         cross = float("nan")
         if nxt is not None:  # the neighbouring bucket, as a sequence crossing the bound builds it
             t0 = time.perf_counter()
-            stepper.bucket((nxt,))
-            cross = time.perf_counter() - t0
+            fresh = stepper.bucket((nxt,))[1]
+            cross = time.perf_counter() - t0 if fresh else float("nan")
         filled = [step.fill(lanes(k), clock + k).copy() for k in range(ps)]
         for k in list(range(ps)) * 2:  # the first round instantiates any bucket the page's steps need
             t0 = time.perf_counter()
