@@ -263,6 +263,12 @@ def batched_step(sess, n: int, pasts: list, null: int) -> dict:
         key = stepper.plan.key([clock])
         lo, hi = stepper.art.programs[stepper.art.pick((clock,))].ranges[0]
         span = sum(stepper.plan.key([c]) == key for c in range(lo, hi + 1))
+        nxt = next((c for c in range(clock + 1, hi + 1) if stepper.plan.key([c]) != key), None)
+        cross = float("nan")
+        if nxt is not None:  # the neighbouring bucket, as a sequence crossing the bound builds it
+            t0 = time.perf_counter()
+            fresh = stepper.bucket((nxt,))[1]
+            cross = time.perf_counter() - t0 if fresh else float("nan")
         filled = [step.fill(lanes(k), clock + k).copy() for k in range(ps)]
         for k in list(range(ps)) * 2:  # the first round instantiates any bucket the page's steps need
             t0 = time.perf_counter()
@@ -272,7 +278,7 @@ def batched_step(sess, n: int, pasts: list, null: int) -> dict:
         for t in tables:
             sess.pool.release(t)
     return {**passes[0], "jit": min(o["jit"] for o in passes[1:]), "fill": min(o["fill"] for o in passes[1:]),
-            "inst": passes[0]["jit"] if passes[0]["new"] else float("nan"), "span": span,
+            "inst": passes[0]["jit"] if passes[0]["new"] else float("nan"), "span": span, "cross": cross,
             "warm": float(np.mean(warm[ps:])),
             "warm_max": max(warm[ps:])}  # fmt: skip
 
@@ -298,10 +304,12 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
     print("warm: 16 consecutive steps' patches back to back (every lane crosses a page), mean and max;")
     print("fill: the step's block array built from the lanes' block lists (host, not the JIT's; best of 3)")
     print("new: the first pass's JIT, which instantiated the clock's bucket (nan: built by an earlier row); amort:")
-    print("it spread over the steps of its bucket (the clocks of the same key), against the NPU step")
+    print("it spread over the steps of its bucket (the clocks of the same key), against the NPU step;")
+    print("next: the neighbouring bucket's instantiation (the next key up: a sequence crossing the bound), its amort")
     print(f"{'B':>3} {'past':>10} {'cycles':>10} {'DMA B':>11} {'roof':>9} {'cyc/roof':>8} {'tok/Mcyc':>8} "
           f"{'x B=1':>6} {'apart cyc':>11} {'apart/roof':>10} {'gain':>5} {'JIT us':>7} {'NPU us':>8} {'JIT/NPU':>7} "
-          f"{'warm us':>7} {'warm/NPU':>8} {'max/NPU':>7} {'fill us':>7} {'new ms':>7} {'amort/NPU':>9}")  # fmt: skip
+          f"{'warm us':>7} {'warm/NPU':>8} {'max/NPU':>7} {'fill us':>7} {'new ms':>7} {'amort/NPU':>9} {'next ms':>7} "
+          f"{'amort/NPU':>9}")  # fmt: skip
     rng = np.random.default_rng(0)
     for past in pasts + [None]:
         base = None
@@ -318,7 +326,8 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
                   f"{apart['cycles'] / r['cycles']:>5.1f} {r['jit'] * 1e6:>7.0f} {npu_us:>8.1f} "
                   f"{r['jit'] * 1e6 / npu_us:>7.3f} {r['warm'] * 1e6:>7.1f} {r['warm'] * 1e6 / npu_us:>8.3f} "
                   f"{r['warm_max'] * 1e6 / npu_us:>7.3f} {r['fill'] * 1e6:>7.1f} {r['inst'] * 1e3:>7.1f} "
-                  f"{r['inst'] * 1e6 / r['span'] / npu_us:>9.3f}")  # fmt: skip
+                  f"{r['inst'] * 1e6 / r['span'] / npu_us:>9.3f} {r['cross'] * 1e3:>7.1f} "
+                  f"{r['cross'] * 1e6 / r['span'] / npu_us:>9.3f}")  # fmt: skip
     sess.pool.release(null)
 
 

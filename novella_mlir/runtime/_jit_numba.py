@@ -48,6 +48,15 @@ def _min(m, tab, sc, ns):
     return minimum(tab, tab[2], m, sc, ns, ns + tab[0] + 1)
 
 
+@nb.njit(cache=True, inline="always")
+def _memo_min(m, tab, sc, ns, memo, stamp, point):
+    """`_min` once per grid point (`point`): the templates of a point share most of their expressions."""
+    if stamp[m] != point:
+        memo[m] = _min(m, tab, sc, ns)
+        stamp[m] = point
+    return memo[m]
+
+
 @nb.njit(cache=True)
 def _edges(wstep, wq, n, n_steps):
     """first[k, q], last[k, q]: the first and last word of queue q in step k (-1: none)."""
@@ -166,6 +175,8 @@ def instantiate(syms, tab, t_base, limit):
     t_end = info[3 + nt :]
     w, step = 0, 0
     base_val = np.zeros(base_slot.size, np.int64)
+    n_mins = tab[tab[2] + 1]
+    memo, stamp, point = np.zeros(n_mins, np.int64), np.full(n_mins, -1, np.int64), 0
     for ti in range(nt):
         m = tile_macro[ti]
         for b in range(base_range[ti, 0], base_range[ti, 1]):
@@ -175,11 +186,12 @@ def instantiate(syms, tab, t_base, limit):
             for g in range(tile_ndim[ti] - 1, -1, -1):
                 dims[g] = r % ext[ti, g]
                 r //= ext[ti, g]
+            point += 1
             emitted = False
             for t in range(macro_range[m, 0], macro_range[m, 1]):
                 ok = True
                 for gi in range(t_rows[t, 1], t_rows[t, 2]):
-                    v = _min(guard_expr[gi], tab, sc, ns)
+                    v = _memo_min(guard_expr[gi], tab, sc, ns, memo, stamp, point)
                     if (guard_kind[gi] == 0 and v != 0) or (guard_kind[gi] == 1 and v < 0):
                         ok = False
                         break
@@ -198,13 +210,17 @@ def instantiate(syms, tab, t_base, limit):
                     words[w, lane] = t_base[t, lane]
                 for vi in range(t_rows[t, 3], t_rows[t, 4]):
                     e = var_rows[vi, 5]
-                    v = var_rows[vi, 6] if e < 0 else _min(e, tab, sc, ns)
+                    v = var_rows[vi, 6] if e < 0 else _memo_min(e, tab, sc, ns, memo, stamp, point)
                     v += var_rows[vi, 7] * ((step - step0) % 2)
                     if not _field(words, w, var_rows, vi, 0, v):
                         info[0] = 1
                         return words, info
                 if t_rows[t, 5]:
-                    v = t_rows[t, 13] if t_rows[t, 12] < 0 else _min(t_rows[t, 12], tab, sc, ns)
+                    v = (
+                        t_rows[t, 13]
+                        if t_rows[t, 12] < 0
+                        else _memo_min(t_rows[t, 12], tab, sc, ns, memo, stamp, point)
+                    )
                     found = False
                     for b in range(base_range[ti, 0], base_range[ti, 1]):
                         if base_slot[b] == t_rows[t, 6]:

@@ -45,16 +45,13 @@ WARM, NREF, TOP, DEPTH, NFREE, NDIMS = range(6)  # META
 
 def state(parts: dict) -> np.ndarray:
     """The state array of `parts` (name -> int64 array, 1-D or 2-D, every name of `PARTS`)."""
-    head = 1 + 3 * len(PARTS)
-    arrays = [np.ascontiguousarray(parts[n], np.int64) for n in PARTS]
-    st = np.zeros(head + sum(a.size for a in arrays), np.int64)
-    st[0] = len(PARTS)
-    at = head
-    for k, a in enumerate(arrays):
-        st[1 + 3 * k : 4 + 3 * k] = (at, at + a.size, a.shape[1] if a.ndim == 2 else 0)
-        st[at : at + a.size] = a.ravel()
+    arrays = [np.asarray(parts[n], np.int64) for n in PARTS]
+    head = [len(PARTS)]
+    at = 1 + 3 * len(PARTS)
+    for a in arrays:
+        head += (at, at + a.size, a.shape[1] if a.ndim == 2 else 0)
         at += a.size
-    return st
+    return np.concatenate([np.asarray(head, np.int64)] + [a.ravel() for a in arrays])
 
 
 @nb.njit(cache=True, inline="always")

@@ -31,7 +31,7 @@ from .expr import ADD, CEILDIV, CONST, DIM, MOD, MUL, SYM
 
 numba_cache.ensure(__file__)
 
-MAX_ATOMS = 4  # floordivs per field in its forms (`prepare`)
+MAX_ATOMS = 4  # floordivs per field in its forms (`_bucket_numba.prepare`)
 
 
 @nb.njit(cache=True)
@@ -88,19 +88,32 @@ def field_values(syms, ex, fields, dims, forms):
     return out
 
 
-def pack(fields: np.ndarray) -> np.ndarray:
+@nb.njit(cache=True)
+def pack(fields):
     """Per field row what `_patch_numba.patch` reads when it writes it, 16 bytes instead of the row's 120 (a batched
     step's tens of thousands of page fields stay in the host's caches): word << 24 | paged << 23 |
     signed << 22 | bits << 12 | offset << 2 | lane, and the constant added to its forms' value."""
-    mask = fields[:, 3]
-    bits = np.zeros(len(fields), np.int64)
-    nz = mask > 0
-    bits[nz] = np.round(np.log2(mask[nz].astype(np.float64) + 1.0)).astype(np.int64)
-    if np.any((np.int64(1) << bits) - 1 != mask) or np.any(fields[:, 2] > 63) or np.any(fields[:, 1] > 3):
-        raise ValueError("a field's mask is not a width the packed rows hold")
-    code = (fields[:, 0] << 24) | (fields[:, 9] << 23) | ((fields[:, 4] < 0).astype(np.int64) << 22)
-    code |= (bits << 12) | (fields[:, 2] << 2) | fields[:, 1]
-    return np.stack([code, fields[:, 14]], 1).astype(np.int64)
+    return pack_order(fields, np.arange(fields.shape[0]), fields[:, 14].copy())
+
+
+@nb.njit(cache=True)
+def pack_order(fields, perm, const):
+    """`pack` of the rows fields[perm], their column 14 `const`."""
+    out = np.zeros((perm.size, 2), np.int64)
+    last, bits = -1, 0
+    for r in range(perm.size):
+        i = perm[r]
+        mask = fields[i, 3]
+        if mask != last:  # rows of one field come together: its width once
+            last, bits = mask, 0
+            while bits < 63 and (np.int64(1) << bits) - 1 < mask:
+                bits += 1
+        if (np.int64(1) << bits) - 1 != mask or fields[i, 2] > 63 or fields[i, 1] > 3:
+            raise ValueError("a field's mask is not a width the packed rows hold")
+        code = (fields[i, 0] << 24) | (fields[i, 9] << 23) | (np.int64(fields[i, 4] < 0) << 22)
+        out[r, 0] = code | (bits << 12) | (fields[i, 2] << 2) | fields[i, 1]
+        out[r, 1] = const[r]
+    return out
 
 
 @nb.njit(cache=True)
@@ -163,9 +176,23 @@ def distinct(h):
 def regroup(fields, has, inv, starts, sizes, const):
     """The field rows `share` returns: those without forms (not in `has`) first, then group by group
     (rows in their order): row has[j] pointed at its group inv[j]'s forms range, const[j] added to its
-    column 14."""
-    n, ng = fields.shape[0], starts.size
+    column 14 (`regroup_order`'s rows, written out)."""
+    perm, cols = regroup_order(fields, has, inv, starts, sizes, const)
     out = np.empty_like(fields)
+    for r in range(perm.size):
+        for c in range(fields.shape[1]):
+            out[r, c] = fields[perm[r], c]
+        out[r, 11], out[r, 12], out[r, 14] = cols[r, 0], cols[r, 1], cols[r, 2]
+    return out
+
+
+@nb.njit(cache=True)
+def regroup_order(fields, has, inv, starts, sizes, const):
+    """`regroup` without copying the rows: per returned row the index of its row in `fields` and its
+    columns 11, 12 and 14."""
+    n, ng = fields.shape[0], starts.size
+    perm = np.empty(n, np.int64)
+    cols = np.empty((n, 3), np.int64)
     grouped = np.zeros(n, np.bool_)
     pos = np.zeros(ng + 1, np.int64)
     for j in range(has.size):
@@ -174,7 +201,8 @@ def regroup(fields, has, inv, starts, sizes, const):
     w = 0
     for i in range(n):
         if not grouped[i]:
-            out[w] = fields[i]
+            perm[w] = i
+            cols[w, 0], cols[w, 1], cols[w, 2] = fields[i, 11], fields[i, 12], fields[i, 14]
             w += 1
     pos[0] = w
     for g in range(ng):
@@ -183,9 +211,30 @@ def regroup(fields, has, inv, starts, sizes, const):
         g = inv[j]
         r = pos[g]
         pos[g] += 1
-        out[r] = fields[has[j]]
-        out[r, 11], out[r, 12] = starts[g], starts[g] + sizes[g]
-        out[r, 14] += const[j]
+        perm[r] = has[j]
+        cols[r, 0], cols[r, 1], cols[r, 2] = starts[g], starts[g] + sizes[g], fields[has[j], 14] + const[j]
+    return perm, cols
+
+
+@nb.njit(cache=True)
+def gather(fields, forms, has, first, const):
+    """The forms of each group's first row has[first[g]], one range after the other, the constant
+    const[first[g]] taken out of their min rows (`share`)."""
+    total = 0
+    for g in range(first.size):
+        i = has[first[g]]
+        total += fields[i, 12] - fields[i, 11]
+    out = np.empty((total, forms.shape[1]), np.int64)
+    r = 0
+    for g in range(first.size):
+        i = has[first[g]]
+        c = const[first[g]]
+        for q in range(fields[i, 11], fields[i, 12]):
+            for col in range(forms.shape[1]):
+                out[r, col] = forms[q, col]
+            if out[r, 0] == 0:
+                out[r, 1] -= c
+            r += 1
     return out
 
 
@@ -198,6 +247,8 @@ def same_forms(fields, forms, has, const, first, inv):
         n = fields[a, 12] - fields[a, 11]
         if n != fields[b, 12] - fields[b, 11]:
             return False
+        if fields[a, 11] == fields[b, 11]:
+            continue  # one range: the same forms, the same constant taken out
         ca, cb = const[j], const[first[inv[j]]]
         for r in range(n):
             ra, rb = fields[a, 11] + r, fields[b, 11] + r
@@ -343,62 +394,6 @@ def _firsts(fields, kind, dims):
         else:
             first[i] = slots[at]
     return first
-
-
-@nb.njit(cache=True)
-def prepare(syms, ex, fields, dims, memo=True):
-    """Completes a new bucket's field rows in place: column 8 holds the field's value in the words;
-    it becomes the constant (the value minus the terms at `syms`). Then each field row marked in
-    column 11 (1: affine in the symbols, 2: maybe quasi-affine) gets its `_form` rows, from its min in
-    column 6 plus the term in column 7: exact, the expressions being sums of constants, symbols and
-    floordivs by constants (`_symbolic`), the dims fixed; rows without one keep the interpreter
-    (columns 11, 12 equal). Returns the forms and -1, or the first affine row that got an atom or no form.
-
-    `memo`: a row with the expressions, kind and dims of an earlier one (`_firsts`: the copies of one
-    page's address across the heads and lanes of a batched step) takes its terms' value and its forms,
-    their constant moved by the difference of the two rows' constants, without the interpreter (the
-    same result as `memo=False`, which derives every row)."""
-    ns, nd = syms.size, dims.shape[1]
-    sc = _scratch(syms, nd, depth(ex, 0))
-    st = ns + nd
-    at = 3 + 2 * ex[0]
-    width = 1 + ns + MAX_ATOMS
-    stk = np.zeros((depth(ex, 0), width), np.int64)
-    atoms = np.zeros((MAX_ATOMS, 1 + width), np.int64)
-    kind = fields[:, 11].copy()
-    first = _firsts(fields, kind, dims) if memo else np.arange(fields.shape[0])
-    bound = 0
-    for i in range(fields.shape[0]):
-        if kind[i] and first[i] == i:
-            bound += MAX_ATOMS
-            for c in range(6, 8):
-                if fields[i, c] >= 0:
-                    bound += ex[at + 2 * fields[i, c] + 1] - ex[at + 2 * fields[i, c]]
-    forms = np.zeros((bound, 1 + width), np.int64)
-    terms = np.zeros(fields.shape[0], np.int64)
-    k, bad = 0, -1
-    for i in range(fields.shape[0]):
-        j = first[i]
-        if j != i:
-            fields[i, 8] -= terms[j]
-            if kind[i] == 1 and bad < 0 and (fields[j, 12] == fields[j, 11] or forms[fields[j, 11], 0] > 0):
-                bad = i
-            fields[i, 11], fields[i, 12] = fields[j, 11], fields[j, 12]
-            if fields[j, 12] > fields[j, 11]:
-                fields[i, 14] += fields[i, 8] - fields[j, 8]  # what `_form`'s value is added (`share`)
-            continue
-        sc[ns:st] = dims[fields[i, 10]]
-        for c in range(6, 8):
-            if fields[i, c] >= 0:
-                terms[i] += minimum(ex, 0, fields[i, c], sc, ns, st)
-        fields[i, 8] -= terms[i]
-        n = _forms_of(ex, fields, i, dims[fields[i, 10]], ns, stk, atoms, forms[k:]) if kind[i] else -1
-        if kind[i] == 1 and bad < 0 and (n < 0 or forms[k, 0] > 0):
-            bad = i
-        fields[i, 11] = k
-        k += max(n, 0)
-        fields[i, 12] = k
-    return forms[:k], bad
 
 
 @nb.njit(cache=True)

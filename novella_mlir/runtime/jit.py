@@ -203,6 +203,13 @@ class Jit:
             return prog
         return self._keep(key, self._build(key))
 
+    def prepare(self) -> None:
+        """Builds the compiled instantiation's tables now (a function of the artifact alone), so that
+        the first instantiation of a session's program does not pay them (`runtime/step.Stepper`)."""
+        for jit in self.parts or [self]:
+            if jit._tables is None:
+                jit._tables = jit_kernel.Tables(jit.art)
+
     def check(self, symbols) -> None:
         """Raises `isa.EncodingError` unless every field of the program for `symbols` encodes: the NumPy
         expansion's checks, without words, nothing cached. It never loads numba: the compile's bound check

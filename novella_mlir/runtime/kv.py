@@ -26,6 +26,9 @@ from .step import Stepper
 _DMA = (int(isa.Opcode.LOAD), int(isa.Opcode.STORE), int(isa.Opcode.GATHER))
 _BASE = isa.field(isa.Opcode.LOAD, "dram_base")  # the DMAs' one dram_base layout
 assert all(isa.field(op, "dram_base") == _BASE for op in _DMA), "kv.py relocates every DMA's dram_base alike"
+_DMA_CODES = np.asarray(_DMA, np.int64)
+_layout = lambda f: np.asarray([f.lane, f.offset, f.mask, f.hi, f.bits, int(f.signed)], np.int64)  # noqa: E731
+_OP_LAYOUT, _BASE_LAYOUT = _layout(isa.OPCODE), _layout(_BASE)
 
 
 class KvCacheFullError(InputError):
@@ -136,6 +139,7 @@ class Session:
         self.page_elems = [s["page_elems"] for s in kv["slots"]]
         self.slot_base = np.cumsum([0] + self.page_elems[:-1]).astype(np.int64)
         self.block_elems = int(sum(self.page_elems))
+        self._page_elems = np.asarray(self.page_elems, np.int64)
         self.segments, top, align = {}, 0, Target.from_config(config).dram_align
         for name, m in models.items():
             self.segments[name] = top
@@ -152,7 +156,7 @@ class Session:
             np.int64,
         )
         self.steppers = {
-            name: Stepper(m.artifact, m.jit, lambda w, seg=self.segments[name]: self._translate(w, seg), self.kv_layout)
+            name: Stepper(m.artifact, m.jit, lambda w, seg=self.segments[name]: self._relocate(w, seg), self.kv_layout)
             for name, m in models.items()
         }
 
@@ -194,6 +198,16 @@ class Session:
         pe = np.asarray(self.page_elems, np.int64)[slot]
         rem = v % self.vspan
         return Translation(words, rows, slot, rem // pe, rem % pe)
+
+    def _relocate(self, words: np.ndarray, seg: int) -> Translation:
+        """`_translate` in one compiled pass (`_bucket_numba.relocate`): what a bucket's instantiation uses;
+        `reference` keeps the readable one, and every step's words are tested against it."""
+        from ._bucket_numba import relocate
+
+        out = relocate(words, _DMA_CODES, _OP_LAYOUT, _BASE_LAYOUT, seg, self.vbase, self.vspan, self._page_elems)
+        if out[-1]:
+            raise RuntimeError("a DMA descriptor addresses a cache slot the program does not have")
+        return Translation(*out[:-1])
 
     def run(self, name: str, inputs: dict, syms: tuple, table):
         """Runs program `name` at symbol values `syms` for the sequence of `table` (a BlockTable, or the

@@ -64,6 +64,9 @@ class Plan:
         self.ex = expr.Table()
         self._flatten()
         self.table = self.ex.array()
+        from ._bucket_numba import Kept
+
+        self.kept = Kept(self.n_dims, len(art.symbols))  # the forms of earlier buckets (`prepare`)
         self._keys_array = np.asarray(self.guard_keys, np.int64).reshape(-1, 2)
 
     def _flatten(self) -> None:
@@ -90,7 +93,7 @@ class Plan:
 
     def _spec(self, ti: int, j: int, name: str) -> list:
         """The spec row of one injected field of template j of tile ti (its `what` in `whats`):
-        lane, offset, mask, lo, hi, min ids of its symbol terms (2), forms (`_step_numba.prepare`: 1 affine,
+        lane, offset, mask, lo, hi, min ids of its symbol terms (2), forms (`_bucket_numba.prepare`: 1 affine,
         2 maybe quasi-affine, 0 none), paged, bits, signed."""
         tile = self.art.tiles[ti]
         t = self.art.macros[tile.macro].insts[j]
@@ -152,7 +155,7 @@ class Bucket:
     key: tuple
     words: np.ndarray  # (n, 4) uint64, patched in place every step
     ex: np.ndarray
-    fields: np.ndarray  # (n_fields, 15) int64 (column 13: the spec, 14: the constant added to its forms)
+    order: tuple  # (rows, perm, cols): `fields` is rows[perm] with columns 11, 12, 14 cols (`share_order`)
     hot: np.ndarray  # (n_fields, 2) int64: a row's packed place and its constant (`_step_numba.pack`)
     dims: np.ndarray  # (n_points, n_dims) int64
     forms: np.ndarray  # (n_forms, 2 + n_symbols + MAX_ATOMS) int64: q, a, b, c (`_step_numba._form`)
@@ -161,6 +164,15 @@ class Bucket:
     whats: list  # per spec: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
     state: np.ndarray  # what `_patch_numba.patch` reads and keeps between steps, one int64 array
+
+    @property
+    def fields(self) -> np.ndarray:
+        """(n_fields, 15) int64 field rows in the patch's order (column 13: the spec, 14: the constant
+        added to its forms); written out when asked (the patch reads `hot`)."""
+        rows, perm, cols = self.order
+        out = rows[perm]
+        out[:, [11, 12, 14]] = cols
+        return out
 
     @property
     def injected(self) -> list:
@@ -178,6 +190,8 @@ class Stepper:
         self.cache_size = cache_size
         self._last: Bucket | None = None
         self._fast = not self.plan.guard_keys  # else every step's key needs the guards (`Plan.key`)
+        jit.prepare()  # the artifact's tables, once: not a bucket's cost
+        self.plan.key_table()
         from ._patch_numba import patch
 
         self._patch = patch
@@ -235,7 +249,8 @@ class Stepper:
         )
 
     def _build(self, key: tuple, syms: tuple) -> Bucket:
-        from ._step_numba import build, pack, prepare
+        from ._bucket_numba import prepare
+        from ._step_numba import build, pack_order
 
         prog = self.jit.instantiate(list(syms))
         tr = self.translate(prog.words)
@@ -246,29 +261,30 @@ class Stepper:
         s = np.asarray(syms, np.int64)
         rows, dims, paged, status = build(s, p.table, p.tiles, p.tt, p.guards, p.specs, spans, prog.words, tr.words,
                                           p.n_dims)  # fmt: skip
-        if status or not np.array_equal(np.sort(tr.rows), np.sort(paged)):
+        if status or not np.array_equal(tr.rows, paged):  # both in word order
             raise RuntimeError("the program's words disagree with its templates (the JIT and the plan differ)")
-        forms, bad = prepare(s, p.table, rows, dims)
+        slot = self._slot(rows)
+        forms, bad = prepare(s, p.table, rows, dims, kept=p.kept)
         if bad >= 0:
             ti, j, name, _ = p.whats[int(rows[bad, 13])]
             raise RuntimeError(
                 f"{self.art.tiles[ti].name}: field {name} of template {j} is affine but got no affine form"
             )
-        rows, forms, groups = share(rows, forms)
+        perm, cols, forms, groups = share_order(rows, forms)
         pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
         kv = np.asarray(key[: len(p.grid_progs)], np.int64)
-        hot = pack(rows)
-        return Bucket(key, tr.words, p.table, rows, hot, dims, forms, groups, pages, p.whats, pages[:, 0].copy(),
-                      self._state(syms, kv, rows, hot, forms, groups, dims, pages))  # fmt: skip
+        hot = pack_order(rows, perm, cols[:, 2].copy())
+        nf = int(groups[0, 2]) if len(groups) else len(perm)
+        free = rows[perm[:nf]]  # not grouped: columns 11, 12, 14 as they were
+        return Bucket(key, tr.words, p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
+                      pages[:, 0].copy(), self._state(syms, kv, free, hot, forms, groups, dims, pages, slot[perm]))  # fmt: skip
 
-    def _state(self, syms, key_values, rows, hot, forms, groups, dims, pages) -> np.ndarray:
-        """The bucket's `_patch_numba` state."""
+    def _state(self, syms, key_values, free, hot, forms, groups, dims, pages, slot) -> np.ndarray:
+        """The bucket's `_patch_numba` state (`free`: the field rows without forms, first in its order)."""
         from . import _patch_numba as pn
         from ._expr_numba import depth
 
-        p, n = self.plan, len(rows)
-        nf = int(groups[0, 2]) if len(groups) else n
-        free = rows[:nf]
+        p, n, nf = self.plan, len(hot), len(free)
         n_pages = max(-(-int(self.kv[3]) // int(pe)) for pe in self.kv[4::2])
         box = np.asarray(self.art.programs[self.art.pick(syms)].ranges, np.int64).reshape(-1, 2)
         stack = max(depth(p.table, 0), depth(p.key_table(), 0))
@@ -279,34 +295,36 @@ class Stepper:
                          "MEMO": np.zeros(len(groups)), "PREV": np.zeros(n_pages), "REFS": np.zeros(2 * n_pages),
                          "KV": self.kv, "BOX": box,
                          "SCRATCH": np.zeros(len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS),
-                         **self._slots(syms, rows, forms, dims)})  # fmt: skip
+                         "SLOT": slot, "SLOTS": self._slots()})  # fmt: skip
 
-    def _slots(self, syms, rows, forms, dims) -> dict:
-        """Per field row the cache slot of its virtual address (paged rows; 0 otherwise), and per slot
-        its window base, page elements, their log2 (-1: not a power of two) and offset in the block."""
-        from ._step_numba import field_values
-
-        vbase, vspan, kv = int(self.kv[2]), int(self.kv[3]), self.kv
-        v = field_values(np.asarray(syms, np.int64), self.plan.table, rows, dims, forms)
-        slot = np.where(rows[:, 9] == 1, (v - vbase) // vspan, 0)
-        pe = kv[4::2]
-        if np.any((slot < 0) | (slot >= len(pe))):
+    def _slot(self, rows) -> np.ndarray:
+        """Per field row (as `build` made them: column 8 the value in the untranslated words) the cache
+        slot of its virtual address (paged rows; 0 otherwise)."""
+        vbase, vspan = int(self.kv[2]), int(self.kv[3])
+        slot = np.where(rows[:, 9] == 1, (rows[:, 8] - vbase) // vspan, 0)
+        if np.any((slot < 0) | (slot >= len(self.kv[4::2]))):
             raise RuntimeError("a paged field addresses a cache slot the program does not have")
+        return slot
+
+    def _slots(self) -> np.ndarray:
+        """Per cache slot its window base, page elements, their log2 (-1: not a power of two) and offset
+        in the block."""
+        kv, vbase, vspan = self.kv, int(self.kv[2]), int(self.kv[3])
+        pe = kv[4::2]
         log = np.where(pe & (pe - 1) == 0, np.log2(np.maximum(pe, 1)).astype(np.int64), -1)
-        slots = np.stack([vbase + vspan * np.arange(len(pe)), pe, log, kv[5::2]], 1)
-        return {"SLOT": slot, "SLOTS": slots}
+        return np.stack([vbase + vspan * np.arange(len(pe)), pe, log, kv[5::2]], 1)
 
     def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
         """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
-        keep = ~np.isin(tr.rows, patched)
+        mark = np.zeros(len(tr.words), bool)
+        mark[patched] = True
+        keep = ~mark[tr.rows]
         rows = tr.rows[keep]
         out = np.zeros((len(rows), 6), np.int64)
         out[:, 0], out[:, 4] = rows, tr.page[keep]
         out[:, 5] = self.kv[5::2][tr.slot[keep]] + tr.offset[keep]
-        op = isa.opcodes(tr.words[rows])
-        for code in np.unique(op):
-            f = isa.field(int(code), "dram_base")
-            out[op == code, 1:4] = (f.lane, f.offset, f.mask)
+        f = isa.field(isa.Opcode.LOAD, "dram_base")  # every DMA's (`kv.py`)
+        out[:, 1:4] = (f.lane, f.offset, f.mask)
         return out
 
     def declared(self, b: Bucket) -> set:
@@ -316,35 +334,45 @@ class Stepper:
 
 
 def share(fields: np.ndarray, forms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`share_order`, its rows written out: (field rows, forms, groups)."""
+    return _written(fields, *share_order(fields, forms))
+
+
+def _written(fields, perm, cols, forms, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rows = fields[perm]
+    rows[:, [11, 12, 14]] = cols
+    return rows, forms, groups
+
+
+def share_order(fields: np.ndarray, forms: np.ndarray) -> tuple:
     """Forms rows of equal fields made one: two fields whose forms differ only by a constant added to
     every result of their min (the same page's row count or address read by each layer, head, K and V)
-    point at one range of the returned forms, the constant in their column 14. Returns the field rows
-    (those without a form first, then grouped by range), the forms, and per group its forms range and
+    point at one range of the returned forms, the constant in their column 14. Returns the order of the
+    field rows (those without a form first, then grouped by range: `regroup_order`'s index of each in
+    `fields` and its columns 11, 12, 14), the forms, and per group its forms range and
     its field rows' range (`_patch_numba.patch` evaluates each group once). Rows are grouped by a hash
     of their adjusted forms (`_step_numba.form_keys`), checked row by row against their group's first
     (`same_forms`); on a collision, by the lexicographic unique of the whole rows (`_share_rows`)."""
-    from ._step_numba import distinct, form_keys, same_forms
+    from ._step_numba import distinct, form_keys, gather, same_forms
 
     n = fields[:, 12] - fields[:, 11]
     has = np.flatnonzero(n > 0)
     if not has.size:
-        return fields, forms[:0], np.zeros((0, 4), np.int64)
+        return np.arange(len(fields)), fields[:, [11, 12, 14]], forms[:0], np.zeros((0, 4), np.int64)
     h, const = form_keys(fields, forms, has, _MIX)
     first, inv = distinct(h)
     if not same_forms(fields, forms, has, const, first, inv):
         return _share_rows(fields, forms, has, n)
     sizes = n[has[first]]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    out = np.concatenate([forms[fields[i, 11] : fields[i, 12]] for i in has[first]])
-    at = np.repeat(np.arange(len(first)), sizes)
-    out[:, 1] -= np.where(out[:, 0] == 0, const[first][at], 0)
-    return _grouped(fields, has, n, inv, starts, sizes, const), out, _groups(n, inv, starts, sizes)
+    out = gather(fields, forms, has, first, const)
+    return (*_grouped(fields, has, n, inv, starts, sizes, const), out, _groups(n, inv, starts, sizes))
 
 
-def _grouped(fields, has, n, inv, starts, sizes, const) -> np.ndarray:
-    from ._step_numba import regroup
+def _grouped(fields, has, n, inv, starts, sizes, const) -> tuple:
+    from ._step_numba import regroup_order
 
-    return regroup(fields, has, inv.astype(np.int64), starts.astype(np.int64), sizes.astype(np.int64),
+    return regroup_order(fields, has, inv.astype(np.int64), starts.astype(np.int64), sizes.astype(np.int64),
                    np.asarray(const, np.int64))  # fmt: skip
 
 
@@ -354,8 +382,8 @@ def _groups(n, inv, starts, sizes) -> np.ndarray:
     return np.stack([starts, starts + sizes, ends - counts, ends], 1).astype(np.int64)
 
 
-def _share_rows(fields, forms, has, n) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`share` by the lexicographic unique of each field's whole adjusted forms block."""
+def _share_rows(fields, forms, has, n) -> tuple:
+    """`share_order` by the lexicographic unique of each field's whole adjusted forms block."""
     r = int(n.max())
     at = fields[has, 11, None] + np.arange(r)
     valid = np.arange(r) < n[has, None]
@@ -369,4 +397,4 @@ def _share_rows(fields, forms, has, n) -> tuple[np.ndarray, np.ndarray, np.ndarr
     sizes = uniq[:, 0]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     out = block[first][np.arange(r) < sizes[:, None]]
-    return _grouped(fields, has, n, inv, starts, sizes, const), out, _groups(n, inv, starts, sizes)
+    return (*_grouped(fields, has, n, inv, starts, sizes, const), out, _groups(n, inv, starts, sizes))

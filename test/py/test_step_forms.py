@@ -1,4 +1,4 @@
-"""The step patcher's compiled forms of injected fields (`runtime/_step_numba.prepare`): sums of
+"""The step patcher's compiled forms of injected fields (`runtime/_bucket_numba.prepare`): sums of
 constants, symbols and floordivs by constants (atoms) with the dims fixed, evaluated without the
 expression interpreter. They must equal the readable evaluator (`expr.evaluate_min`) field for field:
 on hand-written expressions (ceildiv, mod, negative divisors, nested divisions, a min with a step, a
@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from novella_mlir.runtime import expr
-from novella_mlir.runtime._step_numba import field_values, pack, prepare
+from novella_mlir.runtime._bucket_numba import Kept, prepare
+from novella_mlir.runtime._step_numba import field_values, pack
 
 tf = pytest.importorskip("transformers")
 
@@ -179,7 +180,8 @@ def test_share_by_hash_groups_as_the_lexicographic_unique(lm, monkeypatch):
         flat.append(rows)
     forms = np.concatenate(flat) if flat else b.forms[:0]
     fast = step.share(raw.copy(), forms)
-    slow = step._share_rows(raw.copy(), forms, np.flatnonzero(raw[:, 12] > raw[:, 11]), raw[:, 12] - raw[:, 11])
+    slow = step._written(raw, *step._share_rows(raw.copy(), forms, np.flatnonzero(raw[:, 12] > raw[:, 11]),
+                                                raw[:, 12] - raw[:, 11]))  # fmt: skip
     assert len(fast[2]) == len(slow[2]) < len(raw) and groups_of(*fast) == groups_of(*slow)
     monkeypatch.setattr(_step_numba, "form_keys", lambda f, fo, has, mix: (np.zeros(has.size, np.int64),
                                                                            np.zeros(has.size, np.int64)))  # fmt: skip
@@ -246,3 +248,28 @@ def test_regroup_and_distinct_equal_numpy():
     rest = np.setdiff1d(np.arange(60), has)
     want = np.concatenate([want[rest], want[has[np.argsort(inv, kind="stable")]]])
     assert regroup(fields, has, inv, starts, sizes, const).tolist() == want.tolist()
+
+
+def test_kept_forms_equal_the_derived_ones(lm):
+    """`prepare` with the plan's `Kept` forms (earlier buckets': neighbours, a jump down and up) completes
+    every row exactly as without them, and its forms are the same rows."""
+    st = lm.session().steppers["decode"]
+    kept = Kept(st.plan.n_dims, 1)
+    for past in (100, 130, 170, 20, 299, MAX_LEN - 1, 299):
+        s, rows, dims = _raw_rows(st, past)
+        plain, cached = rows.copy(), rows.copy()
+        f_plain, bad_plain = prepare(s, st.plan.table, plain, dims)
+        f_kept, bad_kept = prepare(s, st.plan.table, cached, dims, kept=kept)
+        assert bad_plain == bad_kept == -1
+        assert cached.tolist() == plain.tolist() and f_kept.tolist() == f_plain.tolist(), past
+    assert kept.count[0] > 0
+
+
+def test_compiled_relocation_equals_the_readable_translation(lm):
+    sess = lm.session()
+    for name, st in sess.steppers.items():
+        for n in (1, 17, MAX_LEN - 1):
+            words = st.jit.instantiate([n]).words
+            fast, slow = sess._relocate(words, sess.segments[name]), sess._translate(words, sess.segments[name])
+            for f in ("words", "rows", "slot", "page", "offset"):
+                assert np.array_equal(getattr(fast, f), getattr(slow, f)), (name, n, f)

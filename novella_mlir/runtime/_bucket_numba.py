@@ -1,0 +1,248 @@
+"""The numba kernels of a new bucket (`step.py`) that reach beyond its own rows: `prepare`, which
+completes its field rows with their forms (`_step_numba._forms_of`), keeping what it derived for the
+plan's later buckets (`Kept`), and `relocate`, the session's translation of its words (`kv.py`)."""
+
+from __future__ import annotations
+
+import sys
+
+import numba as nb
+import numpy as np
+
+from simulator import numba_cache
+from simulator.first_build import announce
+
+from ._expr_numba import depth, minimum
+from ._step_numba import MAX_ATOMS, _firsts, _form, _forms_of, _scratch
+
+numba_cache.ensure(__file__)
+
+
+def prepare(syms, ex, fields, dims, memo=True, kept=None):
+    """Completes a new bucket's field rows in place: column 8 holds the field's value in the words;
+    it becomes the constant (the value minus the terms at `syms`). Then each field row marked in
+    column 11 (1: affine in the symbols, 2: maybe quasi-affine) gets its `_form` rows, from its min in
+    column 6 plus the term in column 7: exact, the expressions being sums of constants, symbols and
+    floordivs by constants (`_symbolic`), the dims fixed; rows without one keep the interpreter
+    (columns 11, 12 equal). Returns the forms and -1, or the first affine row that got an atom or no form.
+
+    `memo`: a row with the expressions, kind and dims of an earlier one (`_firsts`: the copies of one
+    page's address across the heads and lanes of a batched step) takes its terms' value and its forms,
+    their constant moved by the difference of the two rows' constants, without the interpreter (the
+    same result as `memo=False`, which derives every row).
+
+    `kept`: a `Kept` of the plan's earlier buckets: a row whose expressions, kind and dims one of them
+    derived takes those forms (their value at `syms` its terms' value) instead of deriving them again
+    (the same result: the forms are exact; a neighbouring bucket shares all but its new grid points)."""
+    if kept is not None:
+        kept.fit(len(fields))
+    k = kept.arrays() if kept is not None else Kept.EMPTY
+    forms, bad, full = _prepare(syms, ex, fields, dims, memo, *k)
+    if kept is not None and full:
+        kept.grow(full)  # the rows after it were not kept: the next bucket derives and keeps them
+    return forms, bad
+
+
+class Kept:
+    """The forms `prepare` derived for a plan's earlier buckets, keyed by a row's expressions, kind and
+    dims (an open-addressing table: `_kept_at`), with room for twice the rows of the largest bucket so
+    far; grown (its entries kept) when a bucket finds it full."""
+
+    EMPTY = (np.full(1, -1, np.int64), np.zeros((0, 4), np.int64), np.zeros((0, 2), np.int64),
+             np.zeros((0, 1), np.int64), np.zeros(2, np.int64))  # fmt: skip
+
+    def __init__(self, n_dims: int, n_syms: int):
+        self.n_dims, self.width = n_dims, 2 + n_syms + MAX_ATOMS
+        self.keys = np.zeros((0, 3 + n_dims), np.int64)
+        self.ranges = np.zeros((0, 2), np.int64)
+        self.forms = np.zeros((0, self.width), np.int64)
+        self.count = np.zeros(2, np.int64)  # entries, forms rows used
+        self._alloc(0)
+
+    def _alloc(self, entries: int, rows: int = 0) -> None:
+        cap = 1 << int(np.ceil(np.log2(2 * max(entries, 1))))
+        e, f = self.count
+        keys, ranges = np.zeros((entries, 3 + self.n_dims), np.int64), np.zeros((entries, 2), np.int64)
+        forms = np.zeros((max(rows, f), self.width), np.int64)
+        keys[:e], ranges[:e], forms[:f] = self.keys[:e], self.ranges[:e], self.forms[:f]
+        self.keys, self.ranges, self.forms = keys, ranges, forms
+        self.slots = np.full(cap, -1, np.int64)
+        _rehash(self.slots, self.keys, e)
+
+    def arrays(self) -> tuple:
+        return self.slots, self.keys, self.ranges, self.forms, self.count
+
+    def grow(self, need: int) -> None:
+        self._alloc(max(2 * len(self.keys), need), 2 * max(len(self.forms), need))
+
+    def fit(self, rows: int) -> None:
+        """Room for a bucket of `rows` field rows (a quarter of them new entries of 3 forms rows: what a
+        grid grown by one point needs; a bucket that finds it full grows it for the next)."""
+        need = int(self.count[0]) + rows // 4 + 64
+        if len(self.keys) < need:
+            self._alloc(2 * need, 2 * (int(self.count[1]) + 3 * (rows // 4 + 64)))
+
+
+@nb.njit(cache=True, inline="always")
+def _hash(a, b, kind, dims, row):
+    h = (a * np.int64(-7046029254386353131)) ^ (b + 0x9E3779B9) ^ (kind << 40)
+    for d in range(dims.shape[1]):
+        h = (h ^ dims[row, d]) * np.int64(1099511628211)
+    return h ^ (h >> 29)
+
+
+@nb.njit(cache=True)
+def _rehash(slots, keys, n):
+    """Places the first n entries of `keys` in the empty table `slots`."""
+    dims = keys[:, 3:]
+    for e in range(n):
+        at = _hash(keys[e, 0], keys[e, 1], keys[e, 2], dims, e) & (slots.size - 1)
+        while slots[at] >= 0:
+            at = (at + 1) & (slots.size - 1)
+        slots[at] = e
+
+
+@nb.njit(cache=True)
+def _kept_at(slots, keys, fields, kind, dims, i):
+    """The table slot of field row i's key (expressions, kind, dims) in `slots`: its entry, or -1 there."""
+    cap = slots.size
+    nd = dims.shape[1]
+    at = _hash(fields[i, 6], fields[i, 7], kind[i], dims, fields[i, 10]) & (cap - 1)
+    while slots[at] >= 0:
+        e = slots[at]
+        same = keys[e, 0] == fields[i, 6] and keys[e, 1] == fields[i, 7] and keys[e, 2] == kind[i]
+        for d in range(nd):
+            same = same and keys[e, 3 + d] == dims[fields[i, 10], d]
+        if same:
+            return at
+        at = (at + 1) & (cap - 1)
+    return at
+
+
+@nb.njit(cache=True)
+def _keep(slots, keys, ranges, kforms, count, at, fields, kind, dims, i, forms, lo, n, const):
+    """Stores row i's forms (forms[lo:lo + n], the constant `const` taken out; n = -1: none) at slot `at`.
+    False when the table is full."""
+    e, f = count[0], count[1]
+    if e >= keys.shape[0] or 2 * (e + 1) > slots.size or f + max(n, 0) > kforms.shape[0]:
+        return False
+    keys[e, 0], keys[e, 1], keys[e, 2] = fields[i, 6], fields[i, 7], kind[i]
+    keys[e, 3:] = dims[fields[i, 10]]
+    ranges[e, 0], ranges[e, 1] = f, n
+    for r in range(max(n, 0)):
+        kforms[f + r] = forms[lo + r]
+        if forms[lo + r, 0] == 0:
+            kforms[f + r, 1] -= const
+    slots[at] = e
+    count[0], count[1] = e + 1, f + max(n, 0)
+    return True
+
+
+@nb.njit(cache=True)
+def _prepare(syms, ex, fields, dims, memo, slots, keys, ranges, kforms, count):
+    """`prepare`; returns (forms, bad, 0), or the entries `Kept` needs in the third when it was full."""
+    ns, nd = syms.size, dims.shape[1]
+    sc = _scratch(syms, nd, depth(ex, 0))
+    st = ns + nd
+    at = 3 + 2 * ex[0]
+    width = 1 + ns + MAX_ATOMS
+    stk = np.zeros((depth(ex, 0), width), np.int64)
+    atoms = np.zeros((MAX_ATOMS, 1 + width), np.int64)
+    katoms = np.zeros(MAX_ATOMS, np.int64)
+    kind = fields[:, 11].copy()
+    first = _firsts(fields, kind, dims) if memo else np.arange(fields.shape[0])
+    use = slots.size > 1 and kforms.shape[1] == 1 + width
+    bound = 0
+    for i in range(fields.shape[0]):
+        if kind[i] and first[i] == i:
+            bound += MAX_ATOMS
+            for c in range(6, 8):
+                if fields[i, c] >= 0:
+                    bound += ex[at + 2 * fields[i, c] + 1] - ex[at + 2 * fields[i, c]]
+    forms = np.zeros((bound, 1 + width), np.int64)
+    terms = np.zeros(fields.shape[0], np.int64)
+    k, bad, full = 0, -1, 0
+    for i in range(fields.shape[0]):
+        j = first[i]
+        if j != i:
+            fields[i, 8] -= terms[j]
+            if kind[i] == 1 and bad < 0 and (fields[j, 12] == fields[j, 11] or forms[fields[j, 11], 0] > 0):
+                bad = i
+            fields[i, 11], fields[i, 12] = fields[j, 11], fields[j, 12]
+            if fields[j, 12] > fields[j, 11]:
+                fields[i, 14] += fields[i, 8] - fields[j, 8]  # what `_form`'s value is added (`share`)
+            continue
+        slot = _kept_at(slots, keys, fields, kind, dims, i) if use and kind[i] else -1
+        e = slots[slot] if slot >= 0 else -1
+        if e >= 0 and ranges[e, 1] >= 0:
+            lo, n = ranges[e, 0], ranges[e, 1]
+            terms[i] = _form(kforms, lo, lo + n, syms, ns, katoms)
+            fields[i, 8] -= terms[i]
+            for r in range(n):
+                for c in range(forms.shape[1]):
+                    forms[k + r, c] = kforms[lo + r, c]
+                if forms[k + r, 0] == 0:
+                    forms[k + r, 1] += fields[i, 8]
+        else:
+            sc[ns:st] = dims[fields[i, 10]]
+            for c in range(6, 8):
+                if fields[i, c] >= 0:
+                    terms[i] += minimum(ex, 0, fields[i, c], sc, ns, st)
+            fields[i, 8] -= terms[i]
+            n = _forms_of(ex, fields, i, dims[fields[i, 10]], ns, stk, atoms, forms[k:]) if kind[i] else -1
+            if slot >= 0 and e < 0 and not full:
+                if not _keep(
+                    slots, keys, ranges, kforms, count, slot, fields, kind, dims, i, forms, k, n, fields[i, 8]
+                ):
+                    full = fields.shape[0]
+        if kind[i] == 1 and bad < 0 and (n < 0 or forms[k, 0] > 0):
+            bad = i
+        fields[i, 11] = k
+        k += max(n, 0)
+        fields[i, 12] = k
+    return forms[:k], bad, full
+
+
+@nb.njit(cache=True)
+def relocate(raw, dma, op, base, seg, vbase, vspan, page_elems):
+    """`kv.Session._translate` in one pass: a copy of `raw` whose DMA descriptors (opcodes `dma`) below
+    the cache window `vbase` have `seg` added to their `dram_base`, and per descriptor in the window
+    (in word order) its row, cache slot, page and offset in the page. `op`, `base`: the opcode's and
+    `dram_base`'s (lane, offset, mask, hi, bits, signed). Status 1: a slot the program does not have."""
+    n = raw.shape[0]
+    words = raw.copy()
+    rows = np.zeros(n, np.int64)
+    k = 0
+    for w in range(n):
+        code = np.int64((raw[w, op[0]] >> np.uint64(op[1])) & np.uint64(op[2]))
+        is_dma = False
+        for d in dma:
+            is_dma = is_dma or code == d
+        if not is_dma:
+            continue
+        v = np.int64((raw[w, base[0]] >> np.uint64(base[1])) & np.uint64(base[2]))
+        if base[5] and v > base[3]:
+            v -= np.int64(1) << np.int64(base[4])
+        if v >= vbase:
+            rows[k] = w
+            k += 1
+            continue
+        m = np.uint64(base[2]) << np.uint64(base[1])
+        words[w, base[0]] = (words[w, base[0]] & ~m) | (np.uint64((v + seg) & base[2]) << np.uint64(base[1]))
+    rows = rows[:k]
+    slot, page, off = np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
+    for j in range(k):
+        w = rows[j]
+        v = np.int64((raw[w, base[0]] >> np.uint64(base[1])) & np.uint64(base[2]))
+        if base[5] and v > base[3]:
+            v -= np.int64(1) << np.int64(base[4])
+        v -= vbase
+        slot[j] = v // vspan
+        if slot[j] >= page_elems.size:
+            return words, rows, slot, page, off, 1
+        rem = v % vspan
+        page[j], off[j] = rem // page_elems[slot[j]], rem % page_elems[slot[j]]
+    return words, rows, slot, page, off, 0
+
+
+announce(sys.modules[__name__])
