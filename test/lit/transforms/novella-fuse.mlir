@@ -64,3 +64,57 @@ module attributes {novella.symbols = {s0 = ["T", 1, 64]}, novella.plan_lengths =
     return %3, %4, %5 : tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>, tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>, tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>
   }
 }
+
+// -----
+
+// LLaMA's attention input in a batched decode step: rms_norm(x) (rows of 128, tiles planned for 32
+// rows) feeds q, k and v (128 -> 128, 64, 64, no bias: zero splats). An RMSNorm's prologue scales the
+// rows by the norm's weight before the MATMULs and each output row by its rsqrt(mean(x * x) + eps) in
+// the epilogue, computed on the vector unit beside them: the cost model predicts fewer cycles than the
+// norm's kernel, so each linear becomes a novella.fused_linear with norm_input and no norm_bias.
+// CHECK-LABEL: func.func @rms_three_linears
+// CHECK-NOT: novella.rms_norm
+// CHECK-COUNT-3: "novella.fused_linear"(%arg0, %{{.*}}, %{{.*}}, %[[NW:.*]]) {act = "none", norm_eps = 9.99999997E-7 : f32, norm_input = true, {{.*}}operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0>}
+// OFF-LABEL: func.func @rms_three_linears
+// OFF: novella.rms_norm
+// OFF-COUNT-3: "novella.linear"
+module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths = [32]} {
+  func.func @rms_three_linears(%arg0: tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>> {novella.dram = affine_map<()[s0] -> (33664)>}) -> (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 512 + 33664)>} {
+    %nw = "novella.weight"() {name = "norm.weight", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<128xf32>
+    %wq = "novella.weight"() {name = "q.weight", novella.dram = affine_map<()[s0] -> (128)>} : () -> tensor<128x128xf32>
+    %bq = "novella.weight"() {name = "zero_bias_q", novella.dram = affine_map<()[s0] -> (16512)>, novella.splat = 0.000000e+00 : f64} : () -> tensor<128xf32>
+    %wk = "novella.weight"() {name = "k.weight", novella.dram = affine_map<()[s0] -> (16640)>} : () -> tensor<64x128xf32>
+    %bk = "novella.weight"() {name = "zero_bias_k", novella.dram = affine_map<()[s0] -> (24832)>, novella.splat = 0.000000e+00 : f64} : () -> tensor<64xf32>
+    %wv = "novella.weight"() {name = "v.weight", novella.dram = affine_map<()[s0] -> (24896)>} : () -> tensor<64x128xf32>
+    %bv = "novella.weight"() {name = "zero_bias_v", novella.dram = affine_map<()[s0] -> (33088)>, novella.splat = 0.000000e+00 : f64} : () -> tensor<64xf32>
+    %0 = "novella.rms_norm"(%arg0, %nw) {eps = 9.99999997E-7 : f32, novella.dram = affine_map<()[s0] -> (s0 * 128 + 33664)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<128xf32>) -> tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>
+    %1 = "novella.linear"(%0, %wq, %bq) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 256 + 33664)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<128x128xf32>, tensor<128xf32>) -> tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>
+    %2 = "novella.linear"(%0, %wk, %bk) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 384 + 33664)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<64x128xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %3 = "novella.linear"(%0, %wv, %bv) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 448 + 33664)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<64x128xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %1, %2, %3 : tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
+
+// -----
+
+// The same at one row (tiles planned for T = 1, a single sequence's decode step): each linear's two
+// extra VECs and the epilogue's row scale cost more, together, than the norm's kernel, so it stays.
+// CHECK-LABEL: func.func @rms_one_row
+// CHECK: novella.rms_norm
+// CHECK-COUNT-3: "novella.linear"
+module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths = [1]} {
+  func.func @rms_one_row(%arg0: tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>> {novella.dram = affine_map<()[s0] -> (33664)>}) -> (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 512 + 33664)>} {
+    %nw = "novella.weight"() {name = "norm.weight", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<128xf32>
+    %wq = "novella.weight"() {name = "q.weight", novella.dram = affine_map<()[s0] -> (128)>} : () -> tensor<128x128xf32>
+    %bq = "novella.weight"() {name = "zero_bias_q", novella.dram = affine_map<()[s0] -> (16512)>, novella.splat = 0.000000e+00 : f64} : () -> tensor<128xf32>
+    %wk = "novella.weight"() {name = "k.weight", novella.dram = affine_map<()[s0] -> (16640)>} : () -> tensor<64x128xf32>
+    %bk = "novella.weight"() {name = "zero_bias_k", novella.dram = affine_map<()[s0] -> (24832)>, novella.splat = 0.000000e+00 : f64} : () -> tensor<64xf32>
+    %wv = "novella.weight"() {name = "v.weight", novella.dram = affine_map<()[s0] -> (24896)>} : () -> tensor<64x128xf32>
+    %bv = "novella.weight"() {name = "zero_bias_v", novella.dram = affine_map<()[s0] -> (33088)>, novella.splat = 0.000000e+00 : f64} : () -> tensor<64xf32>
+    %0 = "novella.rms_norm"(%arg0, %nw) {eps = 9.99999997E-7 : f32, novella.dram = affine_map<()[s0] -> (s0 * 128 + 33664)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<128xf32>) -> tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>
+    %1 = "novella.linear"(%0, %wq, %bq) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 256 + 33664)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<128x128xf32>, tensor<128xf32>) -> tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>
+    %2 = "novella.linear"(%0, %wk, %bk) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 384 + 33664)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<64x128xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %3 = "novella.linear"(%0, %wv, %bv) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 448 + 33664)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<64x128xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %1, %2, %3 : tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
