@@ -1,5 +1,6 @@
 // RUN: novella-opt %s --novella-fuse --split-input-file | FileCheck %s
 // RUN: novella-opt %s --novella-fuse=fuse-prenorm=0 --split-input-file | FileCheck %s --check-prefix=OFF
+// RUN: novella-opt %s --novella-fuse=fuse-gated=0 --split-input-file | FileCheck %s --check-prefix=GOFF
 
 // A pre-norm: layer_norm(x) feeds only a linear (64 -> 160, T symbolic). The cost model predicts
 // fewer cycles with the norm in the linear's prologue: one novella.fused_linear with norm_input
@@ -116,5 +117,72 @@ module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths =
     %2 = "novella.linear"(%0, %wk, %bk) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 384 + 33664)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<64x128xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
     %3 = "novella.linear"(%0, %wv, %bv) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 448 + 33664)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<64x128xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
     return %1, %2, %3 : tensor<1x?x128xf32, affine_map<()[s0] -> (1, s0, 128)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
+
+// -----
+
+// SwiGLU (T symbolic, tiles planned for 64 rows): silu(gate) * up as a generic (torch-mlir's sigmoid
+// body) of two linears' results. The up linear takes the product as its epilogue: a fused_linear with
+// act "swiglu" and the gate as its residual operand, in the generic's place with its DRAM offset and the
+// up linear's SRAM budget; the cost model predicts fewer cycles than the linear plus the generic kernel.
+// CHECK-LABEL: func.func @swiglu
+// CHECK: %[[G:.*]] = "novella.linear"(%arg0
+// CHECK-NOT: novella.generic
+// CHECK: "novella.fused_linear"(%arg0, %{{.*}}, %{{.*}}, %[[G]]) {act = "swiglu", norm_eps = {{.*}}, norm_input = false, novella.dram = #{{.*}}, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0>}
+// GOFF-LABEL: func.func @swiglu
+// GOFF-COUNT-2: "novella.linear"
+// GOFF: novella.generic
+module attributes {novella.symbols = {s0 = ["T", 1, 64]}, novella.plan_lengths = [64]} {
+  func.func @swiglu(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (31104)>}) -> tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>> attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 384 + 31104)>} {
+    %cst = arith.constant 1.000000e+00 : f32
+    %0 = "novella.weight"() {name = "gate.weight", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<160x64xf32>
+    %1 = "novella.weight"() {name = "zero_bias_3", novella.dram = affine_map<()[s0] -> (10240)>, novella.splat = 0.000000e+00 : f64} : () -> tensor<160xf32>
+    %2 = "novella.linear"(%arg0, %0, %1) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 64 + 31104)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<160x64xf32>, tensor<160xf32>) -> tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>
+    %3 = "novella.weight"() {name = "up.weight", novella.dram = affine_map<()[s0] -> (10400)>} : () -> tensor<160x64xf32>
+    %4 = "novella.weight"() {name = "zero_bias_4", novella.dram = affine_map<()[s0] -> (20640)>, novella.splat = 0.000000e+00 : f64} : () -> tensor<160xf32>
+    %5 = "novella.linear"(%arg0, %3, %4) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 224 + 31104)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<160x64xf32>, tensor<160xf32>) -> tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>
+    %6 = "novella.generic"(%5, %2) ({
+    ^bb0(%arg1: f32, %arg2: f32):
+      %10 = arith.negf %arg2 : f32
+      %11 = math.exp %10 : f32
+      %12 = arith.addf %11, %cst : f32
+      %13 = arith.divf %cst, %12 : f32
+      %14 = arith.mulf %arg2, %13 : f32
+      %15 = arith.mulf %14, %arg1 : f32
+      "novella.yield"(%15) : (f32) -> ()
+    }) {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], novella.dram = affine_map<()[s0] -> (s0 * 224 + 31104)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0>} : (tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>, tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>) -> tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>
+    return %6 : tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>
+  }
+}
+
+// -----
+
+// The same, but the generic's result took x's block (offset 31104: x's last reader was the up linear
+// when DRAM was placed). The up linear in the generic's place would overwrite x while it still reads
+// it, so the generic stays.
+// CHECK-LABEL: func.func @swiglu_over_input
+// CHECK-COUNT-2: "novella.linear"
+// CHECK: novella.generic
+module attributes {novella.symbols = {s0 = ["T", 1, 64]}, novella.plan_lengths = [64]} {
+  func.func @swiglu_over_input(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (31104)>}) -> tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>> attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 384 + 31104)>} {
+    %cst = arith.constant 1.000000e+00 : f32
+    %0 = "novella.weight"() {name = "gate.weight", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<160x64xf32>
+    %1 = "novella.weight"() {name = "zero_bias_3", novella.dram = affine_map<()[s0] -> (10240)>, novella.splat = 0.000000e+00 : f64} : () -> tensor<160xf32>
+    %2 = "novella.linear"(%arg0, %0, %1) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 64 + 31104)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<160x64xf32>, tensor<160xf32>) -> tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>
+    %3 = "novella.weight"() {name = "up.weight", novella.dram = affine_map<()[s0] -> (10400)>} : () -> tensor<160x64xf32>
+    %4 = "novella.weight"() {name = "zero_bias_4", novella.dram = affine_map<()[s0] -> (20640)>, novella.splat = 0.000000e+00 : f64} : () -> tensor<160xf32>
+    %5 = "novella.linear"(%arg0, %3, %4) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 224 + 31104)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<160x64xf32>, tensor<160xf32>) -> tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>
+    %6 = "novella.generic"(%5, %2) ({
+    ^bb0(%arg1: f32, %arg2: f32):
+      %10 = arith.negf %arg2 : f32
+      %11 = math.exp %10 : f32
+      %12 = arith.addf %11, %cst : f32
+      %13 = arith.divf %cst, %12 : f32
+      %14 = arith.mulf %arg2, %13 : f32
+      %15 = arith.mulf %14, %arg1 : f32
+      "novella.yield"(%15) : (f32) -> ()
+    }) {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], novella.dram = affine_map<()[s0] -> (31104)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0>} : (tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>, tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>) -> tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>
+    return %6 : tensor<1x?x160xf32, affine_map<()[s0] -> (1, s0, 160)>>
   }
 }
