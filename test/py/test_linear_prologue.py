@@ -141,7 +141,7 @@ def _force_prologue(monkeypatch, ws=None):
         monkeypatch.setattr(Linear, "exhaustive", True)
 
 
-@pytest.mark.parametrize("ws,bias", [(None, False), (0, True), (2, False)])
+@pytest.mark.parametrize("ws,bias", [(None, False), (0, True), (1, False), (2, False)])
 def test_rms_prologue_matches_eager(monkeypatch, ws, bias):
     """The RMSNorm in each linear's prologue (without norm_bias): the rows times the norm's weight before
     the MATMULs, each output row times its rsqrt(mean(x * x) + eps) in the epilogue."""
