@@ -40,8 +40,10 @@ from .verify import (
     verify_f32,
     verify_same_shape,
 )
+from .verify import GATED as GATED  # re-exported (kernels)
 from .verify import heads_major as heads_major  # re-exported (kernels)
 from .verify import linear_epilogue as linear_epilogue  # re-exported (kernels)
+from .verify import norm_is_rms as norm_is_rms  # re-exported (kernels)
 
 Tensor = ir.RankedTensorType
 
@@ -87,7 +89,10 @@ class FusedLinearOp(Novella.Operation, name="fused_linear"):
     the normalized rows are computed on the output tile before its one STORE. With `norm_input` the
     layer norm is a prologue instead: `act(LN(input) @ weight^T + bias) (+ residual)`, the norm's
     operands [K] (`fuse-prenorm`, from a `layer_norm` whose every use is a linear's input: the
-    normalized rows never go to DRAM)."""
+    normalized rows never go to DRAM). Without `norm_bias` (a prologue only) the norm is an RMSNorm,
+    `x * rsqrt(mean(x * x) + norm_eps) * norm_weight` (`fuse-prenorm` from a `novella.rms_norm`). With
+    act "swiglu" the residual is a gate: `silu(residual) * (input @ weight^T + bias)` (`fuse-gated`, from a
+    `novella.generic` computing SwiGLU's product of a linear's result)."""
 
     input: ext.Operand[Tensor]
     weight: ext.Operand[Tensor]

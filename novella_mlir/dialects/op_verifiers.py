@@ -6,6 +6,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .verify import (
+    GATED,
     Invalid,
     LinearView,
     attr,
@@ -14,6 +15,7 @@ from .verify import (
     fail,
     heads_major,
     linear_epilogue,
+    norm_is_rms,
     norm_on_input,
     static_dims,
     structure,
@@ -36,6 +38,8 @@ def linear(op) -> bool:
     if b.get_dim_size(0) != n or static_dims(y)[-1] != n or y.rank != x.rank:
         return fail(op, f"result must be [..., {n}] with bias [{n}], got {y}")
     act = attr(op, "act", ir.StringAttr, "none")
+    if act == GATED and getattr(op, "gated", False):
+        return True
     if act not in ("none", "relu", "gelu"):
         return fail(op, f"unknown activation '{act}' (expected none, relu or gelu)")
     return True
@@ -44,7 +48,7 @@ def linear(op) -> bool:
 def fused_linear(op) -> bool:
     try:
         res, norm = linear_epilogue(op)
-        structure(op, 3 + res + 2 * norm)
+        structure(op, 3 + res + norm * (2 - norm_is_rms(op)))
         attr(op, "norm_eps", ir.FloatAttr)
     except Invalid as e:
         return fail(op, str(e))

@@ -110,13 +110,26 @@ def heads_major(dims: list, minor: int) -> list:
 
 
 def linear_epilogue(op) -> tuple[bool, bool]:
-    """(has a residual, has a layer norm) of a `novella.linear` or `novella.fused_linear`."""
+    """(has a residual, has a norm) of a `novella.linear` or `novella.fused_linear`."""
     if op.operation.name != "novella.fused_linear":
         return False, False
-    sizes = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    if len(sizes) != 6 or sizes[:3] != [1, 1, 1] or sizes[4] != sizes[5]:
-        raise Invalid(f"operandSegmentSizes must be [1, 1, 1, 0|1, n, n], got {sizes}")
+    sizes = _segments(op)
+    if len(sizes) != 6 or sizes[:3] != [1, 1, 1] or sizes[5] not in (sizes[4], 0):
+        raise Invalid(f"operandSegmentSizes must be [1, 1, 1, 0|1, n, n] (or [.., 1, 0]: an RMSNorm), got {sizes}")
+    if sizes[4] > sizes[5] and not norm_on_input(op.attributes):
+        raise Invalid("a norm without norm_bias (an RMSNorm) is a prologue only: it needs norm_input = true")
     return bool(sizes[3]), bool(sizes[4])
+
+
+def norm_is_rms(op) -> bool:
+    """A `novella.fused_linear`'s norm is an RMSNorm (`x * rsqrt(mean(x * x) + eps) * norm_weight`): it has
+    no norm_bias."""
+    sizes = _segments(op)
+    return len(sizes) == 6 and sizes[4] > sizes[5]
+
+
+def _segments(op) -> list:
+    return list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
 
 
 def norm_on_input(attrs) -> bool:
@@ -125,12 +138,17 @@ def norm_on_input(attrs) -> bool:
     return "norm_input" in attrs and ir.BoolAttr(attrs["norm_input"]).value
 
 
+GATED = "swiglu"  # a fused linear's act: the result times silu(residual), the residual operand a gate
+
+
 class LinearView:
-    """The first three operands of a fused linear, as `LinearOp.verify_invariants` reads an op."""
+    """The first three operands of a fused linear, as `LinearOp.verify_invariants` reads an op (`gated`:
+    act may be GATED, the op has the gate as its residual operand)."""
 
     def __init__(self, op):
         self.operation, self.location, self.attributes = op.operation, op.location, op.attributes
         self.operands, self.results = list(op.operands)[:3], op.results
+        self.gated = linear_epilogue(op)[0]
 
 
 @verified(2)

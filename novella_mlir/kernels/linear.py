@@ -13,7 +13,7 @@ from ..machine.target import MAX_COLS
 from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
 from . import linear_cost as lc
 from .linear_cost import Epilogue
-from .linear_emit import emit_epilogue, emit_prologue, emit_spread_epilogue
+from .linear_emit import emit_epilogue, emit_prologue, emit_prologue_tail, emit_spread_epilogue
 from .normalization import LayerNorm
 from .support import _pieces
 
@@ -67,7 +67,9 @@ class Linear:
             for name, size in (("nw", n), ("nb", n), ("mean", tm), ("var", tm)):
                 plan.add(name, "spad", size)
         if epi.pre_norm:  # the input rows' norm: squares tk columns at a time (tk = K but input-stationary)
-            for name, size in (("pw", k), ("pb", k), ("pmean", tm), ("pvar", tm), ("psum", tm), ("psq", tm * tk)):
+            pre = (("pw", k), ("pss", tm), ("pa", tm * k)) if epi.rms else (("pw", k), ("pb", k), ("pmean", tm),
+                   ("pvar", tm), ("psum", tm), ("psq", tm * tk))  # fmt: skip
+            for name, size in pre:
                 plan.add(name, "spad", size)
         plan.add("acc", "acc", tm * tn * min(acc, 2))
         return plan
@@ -228,8 +230,9 @@ class Linear:
         if g.epi.norm:
             for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
                 b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=at_first)
+        pre_when = first(1) + first(2) if g.ws == 2 else []
         if g.epi.pre_norm:
-            emit_prologue(g, at_first, first(1) + first(2) if g.ws == 2 else [])
+            emit_prologue(g, at_first, pre_when)
         if g.spread:  # the previous block's epilogue, on the vector unit under this block's MATMULs
             emit_spread_epilogue(g, g.previous())
         elif g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
@@ -240,10 +243,12 @@ class Linear:
                         row_bound=g.m_total, rows=g.rows, cols=g.cols(b.d(g.nd)), sram_stride=tn, buf_offset=0 if acc is None else acc,
                         when=first(2))  # fmt: skip
         slab = {"lhs_offset": b.d(2) * tk} if g.ws == 2 else {}  # the k step's columns of the row slab
-        b.mma("acc", "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
+        b.mma("acc", "pa" if g.epi.rms else "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
               a_stride=k if g.ws == 2 else tk, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=g.cols(b.d(g.nd)),
               accumulate=sy.const(1) if g.res_acc else [b.d(2), sy.const(1)],
               transpose_b=1)  # fmt: skip
+        if g.epi.pre_norm:
+            emit_prologue_tail(g, pre_when)
         current = (b.d(g.nd), g.rows, b.d(g.md) * tm, acc)
         if g.deferred:  # the epilogue of dim 1's last block, after its own MATMUL
             emit_epilogue(g, current, ("res2", "out2", "bias2"), last(1, g.grid[1]) + g.last_k)
@@ -342,6 +347,8 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
     cands = []
     for ws in (1, 0, 2) if k <= target.max_cols else (0,):  # 1 and 2 LOAD whole rows of k (the cols field)
         for acc in (lc.SPREAD, 2, 1) if target.buffer_slots > 1 else (1,):
+            if epi.rms and ws == 1 and acc > 1:  # the deferred epilogue's rows are not this step's: their scales
+                continue
             for ra in (0, 1) if epi.res_in_acc(2) else (0,):
                 ra_tks = [
                     t

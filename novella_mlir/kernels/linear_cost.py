@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dialects.novella import linear_epilogue
+from ..dialects.novella import GATED, linear_epilogue, norm_is_rms
 from ..dialects.verify import norm_on_input
 from ..machine import costmodel as cm
 from . import memoized
 from .emit_trace import LOAD, STORE, VEC, Dim
-from .linear_emit import TraceGeometry, emit_epilogue, emit_prologue, emit_spread_epilogue, trace
+from .linear_emit import TraceGeometry, emit_epilogue, emit_prologue, emit_prologue_tail, emit_spread_epilogue, trace
 
 SPREAD = 3  # a candidate's acc_slots field: two accumulator halves, the deferred epilogue spread (`spread_steps`)
 
@@ -21,22 +21,25 @@ SPREAD = 3  # a candidate's acc_slots field: two accumulator halves, the deferre
 class Epilogue:
     """What the output tile goes through before its STORE: + bias, `act`, + `residual` (a tile loaded
     per output block), a layer norm over the (whole) row (`norm`: the output tile holds full rows); and
-    `pre_norm`, a layer norm of the input rows before the MATMULs (`norm_input`: the A tile holds whole rows)."""
+    `pre_norm`, a layer norm of the input rows before the MATMULs (`norm_input`: the A tile holds whole rows),
+    or with `rms` an RMSNorm: the rows times the norm's weight before the MATMULs, each output row times its
+    rsqrt(mean(x * x) + eps) in the epilogue (computed on the vector unit beside the MATMULs)."""
 
     act: str = "none"
     residual: bool = False
     norm: bool = False
     pre_norm: bool = False
+    rms: bool = False
 
     @classmethod
     def of(cls, op) -> Epilogue:
         residual, norm = linear_epilogue(op)
         pre = norm and norm_on_input(op.attributes)
-        return cls(op.attributes["act"].value, residual, norm and not pre, pre)
+        return cls(op.attributes["act"].value, residual, norm and not pre, pre, pre and norm_is_rms(op))
 
     @property
     def scratch(self) -> bool:
-        return self.act == "gelu" or self.norm
+        return self.act in ("gelu", GATED) or self.norm
 
     def spreads(self, k_steps: int, in_acc: bool) -> bool:
         """With two accumulator halves the deferred epilogue of a block may run over the next block's k steps
@@ -44,14 +47,14 @@ class Epilogue:
         MATMUL. Where the k loop has two steps and the epilogue (its residual in the accumulator left out)
         two VECs, without a norm."""
         ops = [op for op in emitted(self, 1, 1, 1, 0, (in_acc, False)) if op.kind == VEC]
-        return k_steps > 1 and not self.norm and len(ops) > 1
+        return k_steps > 1 and not self.norm and len(ops) > 1 and self.act != GATED
 
     def res_in_acc(self, k_steps: int) -> bool:
         """The residual tile is loaded into the accumulator on the block's first k step and the MATMULs add
         onto it (x @ W^T + b + r = (r + x @ W^T) + b when no activation comes between): no residual buffer
         in the scratchpad and one VEC less. That LOAD waits for the previous step's compute (the
         accumulator has one slot): the cost model takes it where the k loop has more than one step."""
-        return self.residual and self.act == "none" and k_steps > 1
+        return self.residual and self.act == "none" and k_steps > 1 and not self.rms  # r * (res + x w) differs
 
 
 @memoized
@@ -73,7 +76,11 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None) -> tuple[flo
     at = j == (0 if deferred and not spread else k_steps - 1)  # the step with the STORE (and the epilogue)
     work = _memo(memo, epilogue_work, target, epi, r, tn, n, k_steps if spread else 0, (in_acc, bias_tile))
     work = work[j] if spread else work if at else ((), 0.0, 0.0, 0, work[4])  # off its step: the STORE's size
-    pre = _memo(memo, prologue_work, target, r, k, tk, ws, head, j) if epi.pre_norm else ((), 0.0, 0.0, 0)
+    pre = (
+        _memo(memo, prologue_work, target, r, k, tk, ws, head, j, epi.rms)
+        if epi.pre_norm
+        else ((), 0.0, 0.0, 0, 0.0, 0)
+    )
     moves = [(r, tk, tk == k)] * (ws != 2) + [(r, k, True)] * (ws == 2 and head)  # ws = 2: the row slab
     moves += [(tn, tk, tk == k)] * (ws != 1) + [(tn, k, True)] * (ws == 1 and head)  # the weight tile / slab
     moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (in_acc and j == 0)  # the residual
@@ -86,13 +93,14 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None) -> tuple[flo
         sd = 0.0
     v, head_vec, n_vecs = work[1], work[2] * (not deferred), work[3]
     mm = cm.matmul(target, r, tk, tn) + pre[1]  # the rows' layer norm before this step's MATMUL, in series
-    c, vector = (max(mm, v), 0.0) if deferred else (mm + v, v)  # deferred: beside the MATMUL, the longer
+    beside = pre[4]  # an RMSNorm's row scales, on the vector unit beside the MATMUL, before the epilogue
+    c, vector = (max(mm, v + beside), 0.0) if deferred else (max(mm, beside) + v, v)  # deferred: the longer
     floor = cm.retire_floor(c, lq, mm) if (at or n_vecs) and k_steps > 1 else 0.0
     if spread and at:  # the compute two steps on waits for this STORE, whose data shares the DRAM with loads
         floor = max(floor, cm.retire_floor(c, st + ld, mm))
     single = head or (in_acc and j == 0)  # a LOAD into a one-slot buffer: after the previous step's compute
     group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if single else 2, 2, vector=vector, overlap=True,
-                     vector_wait=head_vec, issues=1 + n_vecs + pre[3], floor=floor)  # fmt: skip
+                     vector_wait=head_vec, issues=1 + n_vecs + pre[3] + pre[5], floor=floor)  # fmt: skip
     period, fill = group.terms(target)
     return period, fill + target.issue_cycles + target.dma_latency
 
@@ -121,9 +129,13 @@ def epilogue_work(target, epi, r, tn, n, spread_k, flags) -> tuple:
 
 
 @memoized
-def prologue_work(target, r, k, tk, ws, head, j) -> tuple:
-    """`epilogue_work`'s first four of the prologue's ops on a step (`head`: priced as the op's first)."""
-    return _work(target, [op for op in emitted_prologue(r, k, tk, ws) if op.on({0: 0, 1: 0, 2: 0} if head else {2: j})])
+def prologue_work(target, r, k, tk, ws, head, j, rms) -> tuple:
+    """`epilogue_work`'s first four of the prologue's ops on a step (`head`: priced as the op's first), then
+    the VEC cycles and count of its ops after the MATMUL (an RMSNorm's row scales)."""
+    point = {0: 0, 1: 0, 2: 0} if head else {2: j}
+    before, after = emitted_prologue(r, k, tk, ws, rms)
+    tail = _work(target, [op for op in after if op.on(point)])
+    return (*_work(target, [op for op in before if op.on(point)]), tail[1], tail[3])
 
 
 def _work(target, ops) -> tuple:
@@ -144,11 +156,13 @@ def emitted(epi, r, tn, n, spread_k, flags) -> tuple:
 
 
 @memoized
-def emitted_prologue(r, k, tk, ws) -> tuple:
-    """The LOADs and VECs the emitter writes for the layer norm of r input rows (`linear_emit.emit_prologue`)."""
-    g = TraceGeometry(Epilogue(pre_norm=True), k, 0, tk, 0, r, False, False, False)
+def emitted_prologue(r, k, tk, ws, rms=False) -> tuple:
+    """The LOADs and VECs the emitter writes for the norm of r input rows before the MATMUL
+    (`linear_emit.emit_prologue`) and after it (`emit_prologue_tail`)."""
+    g = TraceGeometry(Epilogue(pre_norm=True, rms=rms), k, 0, tk, 0, r, False, False, False)
     first = [("eq", Dim(0)), ("eq", Dim(1)), ("eq", Dim(2))]
-    return trace(emit_prologue, g, first, first[1:] if ws == 2 else [])
+    when = first[1:] if ws == 2 else []
+    return trace(emit_prologue, g, first, when), trace(emit_prologue_tail, g, when)
 
 
 def classes(cands, m: int) -> tuple[list, list, list]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..dialects.novella import GATED
 from .elementwise import emit_act
 from .emit_trace import Op, Trace
 from .normalization import emit_norm
@@ -24,13 +25,30 @@ def emit_epilogue(g, block, bufs, when) -> None:
         b.load_rows(res, 3, **out_tile, rows=rows, cols=cols, when=when)
     geo = dict(rows=rows, cols=cols, dst_stride=tn, a_stride=tn, b_stride=tn, when=when)
     bias, at = _bias_at(g, col, cols, bias, when)
-    b.vop("ADD", out, "acc", bias, mode="ROW", a_offset=acc, **at, **geo)
-    emit_act(b, epi.act, out, "tmp", rows, cols, tn, when=when)
-    if epi.residual:
+    if epi.rms:  # each row times its RMSNorm scale
+        b.vop("MUL", out, "acc", "pss", mode="COL", a_offset=acc, **{**geo, "b_stride": 1})
+    b.vop(
+        "ADD", out, out if epi.rms else "acc", bias, mode="ROW", **({} if epi.rms else {"a_offset": acc}), **at, **geo
+    )
+    if epi.act == GATED:
+        _emit_gate(b, out, res, geo)
+    else:
+        emit_act(b, epi.act, out, "tmp", rows, cols, tn, when=when)
+    if epi.residual and epi.act != GATED:
         b.vop("ADD", out, out, res, **geo)
     if epi.norm:
         emit_norm(b, out, "tmp", "mean", "var", "nw", "nb", out, rows, n, g.eps, when=when)
     b.store_rows(out, **out_tile, rows=rows, cols=cols, when=when)
+
+
+def _emit_gate(b, out: str, gate: str, geo: dict) -> None:
+    """`out` times silu(`gate`) = gate / (1 + exp(-gate)), the generic kernel's VECs of SwiGLU's product
+    (`tmp` the scratch, `gate` overwritten)."""
+    b.vop("MUL", "tmp", gate, mode="SCALAR", imm=-1.0, **geo)
+    b.vop("EXP", "tmp", "tmp", **geo)
+    b.vop("ADD", "tmp", "tmp", mode="SCALAR", imm=1.0, **geo)
+    b.vop("DIV", gate, gate, "tmp", **geo)
+    b.vop("MUL", out, out, gate, **geo)
 
 
 def emit_spread_epilogue(g, block) -> None:
@@ -46,6 +64,8 @@ def emit_spread_epilogue(g, block) -> None:
     ops = _InAcc(acc)
     at = lambda j: [("eq", b.d(2) - j), ("ge", b.d(1) - 1)]  # noqa: E731
     bias, offset = _bias_at(g, col, geo["cols"], "bias", at(0))
+    if epi.rms:
+        ops.vop("MUL", "acc", "acc", "pss", mode="COL", **{**geo, "b_stride": 1})
     ops.vop("ADD", "acc", "acc", bias, mode="ROW", **offset, **geo)
     emit_act(ops, epi.act, "acc", "tmp", geo["rows"], geo["cols"], tn, out="acc" if epi.residual else "out")
     if epi.residual:
@@ -89,7 +109,10 @@ class _InAcc:
 def emit_prologue(g, at_first, when) -> None:
     """The layer norm of the input rows in `a` ([rows, K], in place) before the MATMULs read them: on each
     row slab's first step input-stationary, else on every step (tk = K); the squares are summed tk
-    columns at a time in `psq` (its size in the plan)."""
+    columns at a time in `psq` (its size in the plan). An RMSNorm (`_rms_prologue`) is split around the
+    MATMUL."""
+    if g.epi.rms:
+        return _rms_prologue(g, at_first, when)
     b, k, rows, c = g.b, g.k, g.rows, g.tk
     for buf, operand in (("pw", 3 + g.has_residual), ("pb", 4 + g.has_residual)):
         b.load_block(buf, operand, dram_offset=0, rows=1, cols=k, when=at_first)
@@ -111,6 +134,30 @@ def emit_prologue(g, at_first, when) -> None:
     b.vop("MUL", "a", "a", "pvar", mode="COL", **{**tile, "b_stride": 1})
     b.vop("MUL", "a", "a", "pw", mode="ROW", **tile)
     b.vop("ADD", "a", "a", "pb", mode="ROW", **tile)
+
+
+def _rms_prologue(g, at_first, when) -> None:
+    """An RMSNorm's part before the MATMUL: the rows in `a` times the norm's weight into `pa`, the MATMULs'
+    A operand (they wait for this one VEC only)."""
+    b, k, rows = g.b, g.k, g.rows
+    b.load_block("pw", 3 + g.has_residual, dram_offset=0, rows=1, cols=k, when=at_first)
+    tile = dict(rows=rows, cols=k, dst_stride=k, a_stride=k, b_stride=k, **({"when": when} if when else {}))
+    b.vop("MUL", "pa", "a", "pw", mode="ROW", **tile)
+
+
+def emit_prologue_tail(g, when) -> None:
+    """An RMSNorm's part after the MATMUL, on the vector unit beside it: the rows in `a` squared in place,
+    then each row's rsqrt(mean(x * x) + eps) into the column `pss`, which the epilogue multiplies its rows
+    by (nothing for a layer norm)."""
+    if not g.epi.rms:
+        return
+    b, rows, k, guard = g.b, g.rows, g.k, {"when": when} if when else {}
+    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, **guard)
+    b.vop("MUL", "a", "a", "a", rows=rows, cols=k, dst_stride=k, a_stride=k, b_stride=k, **guard)
+    b.vop("ROWSUM", "pss", "a", rows=rows, cols=k, dst_stride=1, a_stride=k, **guard)
+    b.vop("MUL", "pss", "pss", mode="SCALAR", imm=1.0 / k, **col)
+    b.vop("ADD", "pss", "pss", mode="SCALAR", imm=float(g.eps), **col)
+    b.vop("RSQRT", "pss", "pss", **col)
 
 
 # ------------------------------------------------------------------ the emission as the cost model reads it

@@ -1,9 +1,11 @@
-"""Prologue fusion (--novella-fuse `fuse-prenorm`): a layer norm whose every use is a linear's input
-becomes each linear's prologue (`novella.fused_linear` with `norm_input`), so the normalized rows stay in
+"""Prologue fusion (--novella-fuse `fuse-prenorm`): a layer norm or an RMSNorm whose every use is a linear's
+input becomes each linear's prologue (`novella.fused_linear` with `norm_input`), so the normalized rows stay in
 the scratchpad as the MATMULs' A operand and never go to DRAM: the norm's STORE and the linears' LOADs of
 it are gone (the linears LOAD the norm's input instead). The cost model decides: the fusion is made when
-the linears with the prologue are predicted to cost less, together, than alone plus the layer-norm kernel,
-at the length the tiles are planned for."""
+the linears with the prologue are predicted to cost less, together, than alone plus the norm's kernel,
+at the length the tiles are planned for. An RMSNorm's prologue scales the rows by the norm's weight before
+the MATMULs and each output row by its rsqrt(mean(x * x) + eps) in the epilogue (`Epilogue.rms`), so the
+MATMULs wait only for two VECs and the row scales are computed on the vector unit beside them."""
 
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ from ..dialects.novella import FusedLinearOp, linear_epilogue
 from . import TensorView, plan_lengths
 from .linear import LINEAR_OPS, _plan_choice
 from .linear_cost import Epilogue
-from .normalization import LayerNorm
+from .normalization import LayerNorm, RmsNorm
+
+# The norms a linear takes as its prologue: their kernels (the cost of leaving them) and whether RMS.
+NORMS = {"novella.layer_norm": (LayerNorm(), False), "novella.rms_norm": (RmsNorm(), True)}
 
 
 def _consumers(op) -> list | None:
@@ -32,13 +37,14 @@ def _consumers(op) -> list | None:
 
 
 def _gain(target, op, users) -> float:
-    """Predicted cycles saved: the layer norm's, less what the prologue adds to each linear (-inf when some
+    """Predicted cycles saved: the norm's, less what the prologue adds to each linear (-inf when some
     linear has no fitting tiling with it)."""
+    kernel, rms = NORMS[op.operation.name]
     extra = 0.0
     for user in users:
         epi = Epilogue.of(user)
         fused, alone = (
-            _plan_choice(target, user, dataclasses.replace(epi, pre_norm=True)),
+            _plan_choice(target, user, dataclasses.replace(epi, pre_norm=True, rms=rms)),
             _plan_choice(target, user, epi),
         )
         if fused[0] is None or alone[0] is None:
@@ -46,17 +52,18 @@ def _gain(target, op, users) -> float:
         extra += fused[0][0] - alone[0][0]
     tv = TensorView(users[0])
     rows = sy.evaluate(tv.rows(0), plan_lengths(users[0]))
-    return LayerNorm().best(target, rows, tv.cols(0))[0] - extra
+    return kernel.best(target, rows, tv.cols(0))[0] - extra
 
 
 def fuse_prenorm(target, op, safe) -> bool:
-    """`linear_i(layer_norm(x))` for every use of the norm -> `fused_linear_i(x)` with the norm in the
-    prologue, when `_gain` is positive and `safe(linears)` (the caller's DRAM check); each keeps its
-    linear's discardable annotations (DRAM offset, SRAM budget)."""
+    """`linear_i(norm(x))` for every use of a `novella.layer_norm` or `novella.rms_norm` ->
+    `fused_linear_i(x)` with the norm in the prologue (an RMSNorm's without norm_bias), when `_gain` is
+    positive and `safe(linears)` (the caller's DRAM check); each keeps its linear's discardable
+    annotations (DRAM offset, SRAM budget)."""
     users = _consumers(op)
     if users is None or _gain(target, op, users) <= 0 or not safe(users):
         return False
-    x, nw, nb = op.operands
+    x, nw, nb = (*op.operands, None)[:3]
     eps = ir.FloatAttr.get_f32(op.attributes["eps"].value)
     for user in users:
         _, w, bias, *rest = list(user.operands)

@@ -24,7 +24,8 @@ from .normalization import RmsNorm
 _BINARY = {"arith.addf": lambda a, b: a + b, "arith.subf": lambda a, b: a - b, "arith.mulf": lambda a, b: a * b,
            "arith.divf": lambda a, b: a / b, "arith.maximumf": max, "arith.minimumf": min,
            "math.powf": lambda a, b: a**b}  # fmt: skip
-_UNARY = {"arith.negf": lambda a: -a, "math.rsqrt": lambda a: 1 / math.sqrt(a), "math.sqrt": math.sqrt}
+_UNARY = {"arith.negf": lambda a: -a, "math.rsqrt": lambda a: 1 / math.sqrt(a), "math.sqrt": math.sqrt,
+          "math.exp": math.exp}  # fmt: skip
 _POINTS = ((0.7, 0.3, 1.3), (-2.0, 5.0, -0.5), (1.5, 1e-3, 2.0), (3.0, 40.0, 0.25))
 
 

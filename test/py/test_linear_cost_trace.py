@@ -39,12 +39,12 @@ def test_a_spread_epilogue_is_priced_at_the_k_step_it_runs():
 
 def test_the_prologue_runs_on_the_first_step_input_stationary():
     forget()
-    slab = linear_cost.emitted_prologue(16, 64, 32, 2)
+    slab = linear_cost.emitted_prologue(16, 64, 32, 2)[0]
     assert [(op.rows, op.cols) for op in slab if op.kind == LOAD] == [(1, 64), (1, 64)]  # the norm's w and b
     first, later = ({0: 0, 1: 0, 2: 0}, {2: 1})
     assert len([op for op in slab if op.kind == VEC and op.on(first)]) == 14  # the squares summed in two chunks of 32
     assert not [op for op in slab if op.on(later)]
-    streamed = linear_cost.emitted_prologue(16, 64, 64, 0)
+    streamed = linear_cost.emitted_prologue(16, 64, 64, 0)[0]
     assert len([op for op in streamed if op.kind == VEC and op.on(later)]) == 11  # on every step, one chunk
 
 

@@ -103,3 +103,81 @@ def test_cost_model_keeps_whispers_qkv_norm_at_short_lengths():
     alone = LINEAR._search(target, 64, 384, 384, Epilogue(), 0)[0][0]
     fused = LINEAR._search(target, 64, 384, 384, Epilogue(pre_norm=True), 0)[0][0]
     assert 3 * (fused - alone) > LayerNorm().best(target, 64, 384)[0]
+
+
+class RmsNorm(torch.nn.Module):
+    """LLaMA's RMSNorm (`novella.rms_norm` after --novella-fuse-elementwise)."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class PreRms(torch.nn.Module):
+    """`x + down(relu(sum_i fc_i(rms(x))))`, the linears without a bias (as LLaMA's), or with one."""
+
+    def __init__(self, d=64, h=160, heads=3, bias=False):
+        super().__init__()
+        self.norm = RmsNorm(d)
+        self.fcs = torch.nn.ModuleList(torch.nn.Linear(d, h, bias=bias) for _ in range(heads))
+        self.out = torch.nn.Linear(h, d)
+
+    def forward(self, x):
+        y = self.norm(x)
+        return x + self.out(torch.relu(sum(f(y) for f in self.fcs)))
+
+
+def _force_prologue(monkeypatch, ws=None):
+    """The prologue fused whatever it costs (and with `ws`, that loop order chosen)."""
+    from novella_mlir.kernels import linear_prologue
+    from novella_mlir.kernels.linear import Linear
+
+    monkeypatch.setattr(linear_prologue, "_gain", lambda target, op, users: 1.0)
+    if ws is not None:
+        monkeypatch.setattr(Linear, "cost", lambda self, t, dims, c: float(c[3] != ws or not dims[3].pre_norm) + c[4])
+        monkeypatch.setattr(Linear, "exhaustive", True)
+
+
+@pytest.mark.parametrize("ws,bias", [(None, False), (0, True), (1, False), (2, False)])
+def test_rms_prologue_matches_eager(monkeypatch, ws, bias):
+    """The RMSNorm in each linear's prologue (without norm_bias): the rows times the norm's weight before
+    the MATMULs, each output row times its rsqrt(mean(x * x) + eps) in the epilogue."""
+    _force_prologue(monkeypatch, ws)
+    torch.manual_seed(0)
+    model = PreRms(bias=bias)
+    npu = _compile(model)
+    ir = npu.ir("novella-fuse")
+    assert '"novella.rms_norm"' not in ir and ir.count("norm_input = true") == 3
+    assert "array<i32: 1, 1, 1, 0, 1, 0>" in ir
+    if ws is not None:
+        line = next(li for li in npu.ir("novella-tile").splitlines() if "norm_input = true" in li)
+        assert f"ws = {ws}" in line
+    _check(model, npu)
+
+
+def test_rms_prologue_off_keeps_the_norm():
+    torch.manual_seed(0)
+    npu = _compile(PreRms(), fuse=0)
+    ir = npu.ir("novella-fuse")
+    assert '"novella.rms_norm"' in ir and "norm_input = true" not in ir
+
+
+def test_cost_model_takes_the_rms_prologue_for_llamas_batched_decode():
+    """At M = 32 rows of 128 (a batched decode step's q, k and v), three linears with the RMSNorm's
+    prologue cost less than the norm's kernel saves: the MATMULs wait for two VECs only."""
+    from novella_mlir.kernels.linear import LINEAR
+    from novella_mlir.kernels.linear_cost import Epilogue
+    from novella_mlir.kernels.normalization import RmsNorm as Kernel
+    from novella_mlir.machine.target import Target
+    from simulator import load_config
+
+    target = Target.from_config(load_config(None))
+    extra = sum(
+        LINEAR._search(target, 32, 128, n, Epilogue(pre_norm=True, rms=True), 0)[0][0]
+        - LINEAR._search(target, 32, 128, n, Epilogue(), 0)[0][0]
+        for n in (128, 64, 64)
+    )
+    assert 0 < extra < Kernel().best(target, 32, 128)[0]

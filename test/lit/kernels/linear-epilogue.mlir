@@ -175,3 +175,29 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>
   }
 }
+
+// -----
+
+// An RMSNorm prologue (no norm_bias) with the SwiGLU gate as the residual (act "swiglu"): the rows in
+// `a` times the norm's weight into `pa`, the MATMULs' A operand; after the MATMUL, beside it, each row's
+// squares summed into `pss` and turned into rsqrt(mean + eps); the epilogue scales each output row by
+// `pss`, adds the bias and multiplies by silu of the gate tile loaded into `res`.
+// CHECK-LABEL: func.func @rms_swiglu
+// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "pw", {{.*}}tensor = 4 : i64
+// CHECK: "novella.vop"() {a = "a", {{.*}}b = "pw", {{.*}}dst = "pa", {{.*}}fn = "MUL", mode = "ROW"
+// CHECK: "novella.mma"() {{{.*}}lhs = "pa"
+// CHECK: "novella.vop"() {a = "a", {{.*}}b = "a", {{.*}}dst = "a", {{.*}}fn = "MUL"
+// CHECK: "novella.vop"() {a = "a", {{.*}}dst = "pss", {{.*}}fn = "ROWSUM"
+// CHECK: "novella.vop"() {{{.*}}fn = "RSQRT"
+// CHECK: "novella.vop"() {a = "acc", {{.*}}b = "pss", {{.*}}fn = "MUL", mode = "COL"
+// CHECK: "novella.vop"() {{{.*}}b = "bias", {{.*}}fn = "ADD", mode = "ROW"
+// CHECK: "novella.vop"() {{{.*}}fn = "EXP"
+// CHECK: "novella.vop"() {a = "res", {{.*}}dst = "res", {{.*}}fn = "DIV"
+// CHECK: "novella.vop"() {a = "out", {{.*}}b = "res", {{.*}}dst = "out", {{.*}}fn = "MUL"
+// CHECK: kernel = "novella.fused_linear"
+module attributes {novella.symbols = {s0 = ["T", 1, 64]}} {
+  func.func @rms_swiglu(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, %g: tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>, %w: tensor<96x64xf32>, %b: tensor<96xf32>, %nw: tensor<64xf32>) -> tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>> {
+    %0 = "novella.fused_linear"(%x, %w, %b, %g, %nw) {act = "swiglu", norm_eps = 9.99999997E-7 : f32, norm_input = true, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1, 0>} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<96x64xf32>, tensor<96xf32>, tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>, tensor<64xf32>) -> tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>
+    return %0 : tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>
+  }
+}

@@ -219,3 +219,26 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<?x64xf32>
   }
 }
+
+// -----
+
+// "swiglu" multiplies by silu of the residual operand: a linear without one cannot take it.
+func.func @linear_swiglu_without_gate(%x: tensor<4x64xf32>) -> tensor<4x32xf32> {
+  %w = "novella.weight"() {name = "w"} : () -> tensor<32x64xf32>
+  %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>
+  // expected-error @+1 {{unknown activation 'swiglu' (expected none, relu or gelu)}}
+  %0 = "novella.fused_linear"(%x, %w, %b) {act = "swiglu", norm_eps = 1.0E-5 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0>} : (tensor<4x64xf32>, tensor<32x64xf32>, tensor<32xf32>) -> tensor<4x32xf32>
+  return %0 : tensor<4x32xf32>
+}
+
+// -----
+
+// A norm without norm_bias is an RMSNorm, which a fused linear takes as its prologue only.
+func.func @rms_norm_on_output(%x: tensor<4x64xf32>) -> tensor<4x32xf32> {
+  %w = "novella.weight"() {name = "w"} : () -> tensor<32x64xf32>
+  %b = "novella.weight"() {name = "b"} : () -> tensor<32xf32>
+  %nw = "novella.weight"() {name = "nw"} : () -> tensor<32xf32>
+  // expected-error @+1 {{a norm without norm_bias (an RMSNorm) is a prologue only: it needs norm_input = true}}
+  %0 = "novella.fused_linear"(%x, %w, %b, %nw) {act = "none", norm_eps = 1.0E-5 : f32, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0>} : (tensor<4x64xf32>, tensor<32x64xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<4x32xf32>
+  return %0 : tensor<4x32xf32>
+}
