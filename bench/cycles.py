@@ -25,7 +25,8 @@ the ratio to that (which hides traffic the schedule adds, so it is never the hea
 Every row is measured in this run; host seconds are JIT + simulation.
 
 `--per-op` splits one run by op (the program's tile spans, equal ops of one macro template summed, e.g.
-the four layers' q projections): each op's span (its first instruction's start to its last's end), the
+the four layers' q projections): each op's span (its first instruction's start, or the op before's end
+where its early loads ran under that op, to its last's end: the spans do not overlap), the
 bytes it loads and stores, the DRAM data cycles of those bytes and the span beyond them, and its units'
 busy cycles; then what the spans leave uncovered (the barriers between ops).
 """
@@ -187,13 +188,15 @@ def per_op(workload: str, config_name: str, length: int, max_len: int) -> list[d
             data = data_cycles.get(ev["args"]["index"])
             if data is not None:
                 dmas.append((end - data, end, i, ev["tid"] == 1))
+    ends = np.maximum.accumulate(last)
+    first = np.maximum(first, np.concatenate(([0.0], ends[:-1])))
     rows: dict = {}
     for i, (name, a, b) in enumerate(prog.spans):
         words = prog.words[a:b]
         loads = _dma_bytes([w for w, inst in zip(words, isa.decode_program(words)) if inst.opcode == isa.Opcode.LOAD])
         r = rows.setdefault(macro_of[name], dict(op=name, count=0, span=0.0, loaded=0, stored=0, busy=np.zeros(4)))
         r["count"] += 1
-        r["span"] += last[i] - first[i] if last[i] > 0 else 0.0
+        r["span"] += max(last[i] - first[i], 0.0) if last[i] > 0 else 0.0
         r["loaded"] += loads
         r["stored"] += _dma_bytes(words) - loads
         r["busy"] += busy[i]

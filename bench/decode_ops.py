@@ -22,7 +22,8 @@ from novella_mlir.runtime.kv import BlockTable
 
 
 def spans(sess, name: str, past: int, trace) -> list:
-    """(macro, instructions, start, cycles) of every macro of program `name` in the traced run."""
+    """(macro, instructions, start, cycles) of every macro of program `name` in the traced run; a macro whose
+    early loads ran under the one before starts at that one's end, so the spans add up to the run."""
     ev = [e for e in trace.events if e.get("ph") == "X" and "index" in e.get("args", {})]
     idx = np.array([e["args"]["index"] for e in ev])
     beg = np.array([e["ts"] for e in ev]) * trace.cycles_per_us
@@ -31,8 +32,11 @@ def spans(sess, name: str, past: int, trace) -> list:
     for macro, s, e in Jit(sess.models[name].artifact).instantiate([past]).spans:
         m = (idx >= s) & (idx < e)
         if m.any():
-            out.append((macro, e - s, beg[m].min(), end[m].max() - beg[m].min()))
-    return sorted(out, key=lambda r: r[2])
+            out.append((macro, e - s, beg[m].min(), end[m].max()))
+    out, prev = sorted(out, key=lambda r: r[2]), 0.0
+    for i, (macro, n, b, e) in enumerate(out):
+        out[i], prev = (macro, n, max(b, prev), max(e - max(b, prev), 0.0)), max(prev, e)
+    return out
 
 
 def main() -> None:
