@@ -21,16 +21,20 @@ def _mlp():
     return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).eval()
 
 
-@pytest.fixture(scope="module")
-def compiled():
+def _variants(pass_name: str, option: str, values) -> tuple:
+    """The MLP and one program of it per value of the pass option (no shape bucket: tests drive the
+    executor directly)."""
     model = _mlp()
     x = torch.randn(1, 16, 64)
+    opts = {v: {pass_name: {option: v}} for v in values}
     return model, {
-        slots: compile_torch(
-            model, x, min_len=1, max_len=2048, buckets=False, pass_options={"novella-tile": {"slots": slots}}
-        )
-        for slots in (1, 2)  # one program each (no shape bucket): the tests drive its executor directly
+        v: compile_torch(model, x, min_len=1, max_len=2048, buckets=False, pass_options=o) for v, o in opts.items()
     }
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return _variants("novella-tile", "slots", (1, 2))
 
 
 def test_two_slots_match_eager_and_overlap(compiled):
@@ -79,14 +83,7 @@ def test_dropped_two_slot_token_is_a_race(compiled):
 @pytest.fixture(scope="module")
 def early():
     """The MLP compiled with and without loads before the barrier (`--novella-schedule=early`)."""
-    model = _mlp()
-    x = torch.randn(1, 16, 64)
-    return model, {
-        e: compile_torch(
-            model, x, min_len=1, max_len=2048, buckets=False, pass_options={"novella-schedule": {"early": e}}
-        )
-        for e in (0, 2)
-    }
+    return _variants("novella-schedule", "early", (0, 2))
 
 
 def test_early_loads_pass_the_barrier_and_stay_exact(early):
