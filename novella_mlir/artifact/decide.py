@@ -8,7 +8,7 @@ stored in the artifact, so that the runtime (`runtime/step.py`) never opens an M
   symbols once the dims are fixed; `TileMeta.affine`: the tensor slots whose base is. The step
   patcher evaluates those as a + b . s, without the expression interpreter (and refuses a bucket
   where one gets no such form); it tries the others as such sums plus floordivs by constants
-  (`runtime/_step_numba.prepare`), the interpreter where that fails.
+  (`runtime/_bucket_numba.prepare`), the interpreter where that fails.
 
 Absent facts are the safe side: a guard in the key, a field tried, else through the interpreter.
 """
