@@ -47,15 +47,16 @@ def build(kind: str, max_len: int):
     return tf.LlamaForCausalLM(cfg).eval()
 
 
-def weight_bytes(hf) -> int:
-    """Compulsory weight bytes of one decode step: every parameter once, except the rows of embedding
-    tables a token does not pick (one row each; an output projection tied to an embedding is read whole)."""
-    head = hf.get_output_embeddings().weight
-    emb = {id(m.weight): m.weight.shape[1] for m in hf.modules() if isinstance(m, torch.nn.Embedding)}
-    unique = {id(p): p for p in hf.parameters()}
+def weight_bytes(model, rows: int = 1) -> int:
+    """Compulsory weight bytes: every parameter once, except an embedding table's rows no token picks
+    (`rows` tokens pick at most `rows` rows each; an output projection tied to an embedding is read whole)."""
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = out.weight if out is not None else None
+    emb = {id(m.weight): m.weight.shape for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    unique = {id(p): p for p in model.parameters()}
     total = 0
     for k, p in unique.items():
-        total += p.numel() * 4 if (k not in emb or p is head) else emb[k] * 4
+        total += p.numel() * 4 if (k not in emb or p is head) else min(rows, emb[k][0]) * emb[k][1] * 4
     return total
 
 

@@ -126,6 +126,7 @@ STOCK_LABELS = {"gpt2": "GPT2Model", "bert": "BertModel", "llama": "LlamaModel (
 def _stock_row(name: str) -> str:
     import stock_models
     import torch
+    from decode import weight_bytes
 
     from novella_mlir import compile_torch
     from novella_mlir.tools.sweep import roofline
@@ -143,7 +144,8 @@ def _stock_row(name: str) -> str:
         ok &= torch.allclose(y, ref, atol=1e-4, rtol=1e-4)
         worst = max(worst, (err, n))
         cells.append(f"{err:.1e}")
-        r = roofline(npu.last_run.stats, npu.config, npu.artifact.weight_nbytes + 4 * (x.numel() + y.numel()))
+        weights = weight_bytes(model, y.shape[1])
+        r = roofline(npu.last_run.stats, npu.config, weights + 4 * (x.numel() + y.numel()))
         cycles.append(f"{r['cycles']:,} ({r['cyc/roof']:.2f}x)")
     label, verdict = STOCK_LABELS.get(name, name), "yes" if ok else "NO"
     return f"| {label} | {' | '.join(cells)} | {worst[0]:.1e} ({worst[1]}) | {cycles[0]} | {cycles[-1]} | {verdict} |"
