@@ -139,7 +139,7 @@ def _sizes(g: Geometry, rows: int = 0, held: int = 0, heads: int = 1) -> tuple:
     """What the buffer plan reads of the op: (d, dv, masked, causal, rows: `_halves_rows`, held: `held_rows`,
     heads: a grid step's heads (`flash_decode.SubHead`), the buffers they share: with several, the output
     of every head is held and stored once, at the last step)."""
-    shared = ("out",) + (("mask",) if fd.shared_mask(g, heads) else ())
+    shared = fd.shared(g, heads)
     return g.d, g.dv, g.mask is not None, g.causal, rows, held, heads, shared
 
 
@@ -330,7 +330,7 @@ def _heads_macro(g: Geometry, t, b, heads: int) -> None:
     every softmax with its P @ V, every output."""
     tq, tk, ones = t.tiles["tq"], t.tiles["tk"], bool(t.tiles.get("ones", 0))
     rows = extent(1, tq, g.lq)
-    shared = ("out",) + (("mask",) if fd.shared_mask(g, heads) else ())
+    shared = fd.shared(g, heads)
     parts = []
     for i in range(heads):
         sb = SubHead(b, heads, i, shared)
@@ -341,7 +341,7 @@ def _heads_macro(g: Geometry, t, b, heads: int) -> None:
         parts.append((sb, s, Emit(sb, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))))
         parts[-1][2].out_off = sb.d(0) * (sy.as_int(g.lq) * g.dv)
     for i, (_, s, _) in enumerate(parts):
-        s.loads(rows, mask=i == 0 or not shared)
+        s.loads(rows, mask=i == 0 or "mask" not in shared)
     for _, s, e in parts:
         s.qk(e)
     for _, s, e in parts:

@@ -73,6 +73,11 @@ def shared_mask(g, heads: int) -> bool:
     return g.mask is None or sy.as_int(g.mask_stride) == 0 or g.mask_div % heads == 0
 
 
+def shared(g, heads: int) -> tuple:
+    """The buffers of `PER_HEAD` the `heads` heads of a step share: the held output, and a mask they all read."""
+    return ("out",) + (("mask",) if shared_mask(g, heads) else ())
+
+
 def rows_out(g) -> bool:
     """The result is one contiguous [batch * lq, dv] block (its rows can be held and stored at once)."""
     return sy.as_int(g.base(3, sy.const(1))) == sy.as_int(g.lq) * g.dv and g.row_stride(3) == g.dv
