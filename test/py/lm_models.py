@@ -8,7 +8,7 @@ import torch
 
 
 def build(name: str, max_len: int):
-    """A 2-layer GPT-2 or LLaMA (GQA: 4 heads, 2 KV heads) with seeded random weights. The reference is
+    """A 2-layer GPT-2 or LLaMA (GQA: 4 heads, 2 KV heads; "mqa": 1 KV head) with seeded random weights. The reference is
     plain greedy decoding: with min_new_tokens transformers would mask the config's eos (which random
     weights may well pick), and generate() stops at an eos only when one is passed."""
     import transformers as tf
@@ -19,8 +19,8 @@ def build(name: str, max_len: int):
                             bos_token_id=0, eos_token_id=1)  # fmt: skip
         hf = tf.GPT2LMHeadModel(cfg).eval()
     else:
-        cfg = tf.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                             intermediate_size=128, vocab_size=512, max_position_embeddings=max_len,
+        cfg = tf.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                             num_key_value_heads=1 if name == "mqa" else 2, intermediate_size=128, vocab_size=512, max_position_embeddings=max_len,
                              bos_token_id=0, eos_token_id=1)  # fmt: skip
         hf = tf.LlamaForCausalLM(cfg).eval()
     hf.generation_config.eos_token_id = None
@@ -42,5 +42,5 @@ def prompt(length: int, seed: int) -> list:
 def check(hf, req, name):
     """An engine request's tokens equal hf's, its logits within 1e-3."""
     ref, logits = reference(hf, req.prompt, req.max_new_tokens)
-    assert req.tokens == ref, f"{name} T={len(req.prompt)}: {req.generated} vs {ref[len(req.prompt):]}"
+    assert req.tokens == ref, f"{name} T={len(req.prompt)}: {req.generated} vs {ref[len(req.prompt) :]}"
     np.testing.assert_allclose(np.stack(req.logits), logits, atol=1e-3, rtol=0)

@@ -148,6 +148,14 @@ def test_batched_step_holds_every_heads_query(model):
     assert all("q_held = " in ln for ln in flash)
 
 
+def _step_heads(lm) -> list:
+    """The `heads` tile of each fused attention of the batched step (1 where absent), from its IR (the
+    op's cache attributes have a `heads` of their own, the cache's)."""
+    flash = [ln for ln in lm.batched[B].ir("novella-tile").splitlines() if '"novella.flash_attention"' in ln]
+    tiles = [ln.split("novella.tiles = {")[1].split("}")[0] for ln in flash]
+    return [int(t.split("heads = ")[1].split(" ")[0]) if "heads = " in t else 1 for t in tiles]
+
+
 def test_batched_attention_takes_several_heads_per_step(model):
     """The batched step's fused attention takes `heads` > 1 heads per grid step (`flash_decode.SubHead`):
     each head's K and V pages are LOADs of their own, all chained after the query's (one exposed DMA
@@ -155,15 +163,28 @@ def test_batched_attention_takes_several_heads_per_step(model):
     held and stored by one STORE (the tokens of this program are checked by the other tests, hazard
     checking on)."""
     _, hf, lm = model
-    flash = [ln for ln in lm.batched[B].ir("novella-tile").splitlines() if '"novella.flash_attention"' in ln]
-    heads = {int(ln.split("heads = ")[1].split(" ")[0]) for ln in flash if "heads = " in ln}
-    assert len(flash) == hf.config.num_hidden_layers and len(heads) == 1 and heads.pop() > 1
+    heads = _step_heads(lm)
+    assert len(heads) == hf.config.num_hidden_layers and len(set(heads)) == 1 and heads[0] > 1
     p = lm.batched[B].artifact.programs[0]
     for mm in [mm for mm in p.macros if mm.kernel == "novella.flash_attention"]:
         loads = [(t.tensor, t.const.get("chain", 0)) for t in mm.insts if t.opcode == "LOAD"]
         assert loads[0] == (0, 0) and all(chain == 1 for _, chain in loads[1:])
         k, v, masks = ([x for x, _ in loads].count(i) for i in (1, 2, 3))
         assert k == v > masks == 1 and [t.opcode for t in mm.insts].count("STORE") == 1
+
+
+def test_heads_of_different_sequences_load_their_own_masks():
+    """Multi-query attention (one cache head per sequence): a grid step of several heads spans sequences,
+    so each head loads its own sequence's mask row (3d2f92e: heads after the first read mask buffers
+    nothing loaded, and tokens of 7 and 12-token prompts differed)."""
+    hf = build("mqa", MAX_LEN)
+    lm = compile_batched(hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=PS, cache=False), (B,), cache=False)
+    assert _step_heads(lm) == [2, 2]
+    for mm in [mm for mm in lm.batched[B].artifact.programs[0].macros if mm.kernel == "novella.flash_attention"]:
+        assert [t.tensor for t in mm.insts if t.opcode == "LOAD"].count(3) == 2
+    prompts = [torch.tensor(prompt(t, seed=40 + t)) for t in (1, 7, 33, 12)]
+    for p, out in zip(prompts, lm.generate(prompts, max_new_tokens=6)):
+        assert out.tolist() == reference(hf, p.tolist(), 6)[0], len(p)
 
 
 def test_batched_append_loads_every_sequences_rows_once(model):
