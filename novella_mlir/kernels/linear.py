@@ -72,6 +72,8 @@ class Linear:
             for name, size in pre:
                 plan.add(name, "spad", size)
         plan.add("acc", "acc", tm * tn * min(acc, 2))
+        if epi.rms and ws == 2 and k > tk:  # the partial sums of squares (`emit_prologue_tail` spread over k)
+            plan.add("psum", "spad", tm)
         return plan
 
     @memoized
@@ -92,12 +94,12 @@ class Linear:
         n_blocks, k_steps = -(-n // tn), k // tk
         steps, known, tiles = [], lc.steps_of(target, k, n, epi), (tn, tk, ws, acc, ra, bt)
 
-        def add(r, count, j, head, deferred):
+        def add(r, count, j, head, deferred, lead=False):
             if count:  # `cm.pipeline` drops empty groups
-                key = (tiles, r, j, head, deferred)
+                key = (tiles, r, j, head, deferred, lead)
                 terms = known.get(key)
                 if terms is None:
-                    terms = known[key] = lc.step(target, k, n, epi, tiles, r, j, head, deferred, known)
+                    terms = known[key] = lc.step(target, k, n, epi, tiles, r, j, head, deferred, known, lead)
                 steps.append((terms, count))
 
         ks = [(0, 1)] + [(1, k_steps - 2)] * (k_steps > 2) + [(k_steps - 1, 1)] * (k_steps > 1)
@@ -105,7 +107,7 @@ class Linear:
             ks = [(j, 1) for j in range(k_steps)]
         pieces = _pieces(m, tm)
         if ws == 2:
-            return self._cost_rows(ks, pieces, n_blocks, acc, add, steps)
+            return self._cost_rows(ks, pieces, n_blocks, acc, add, steps, epi.rms and k_steps > 1)
         for j, cnt in ks:
             for i, (r, nr) in enumerate(pieces):
                 # with two halves, the last block along grid dim 1 of each d0 runs its epilogue in its own step
@@ -118,18 +120,23 @@ class Linear:
         return cm.pipelined(steps)
 
     @staticmethod
-    def _cost_rows(ks, pieces, n_blocks, acc, add, steps) -> float:
+    def _cost_rows(ks, pieces, n_blocks, acc, add, steps, lead: bool) -> float:
         """`cost`'s steps input-stationary (ws = 2): the first step of each row tile loads its row slab
         (one slot: after the previous row tile's compute); with two accumulator halves, every block but
-        the row's last along n runs its epilogue in the next block's first k step."""
+        the row's last along n runs its epilogue in the next block's first k step. `lead`: the first
+        block's later k steps hold their share of an RMSNorm's row sums (`emit_prologue_tail`), a group
+        of their own (taken from the group the first block is in)."""
         for j, cnt in ks:
             for r, nr in pieces:
                 if j == 0:
                     add(r, nr, j, True, acc > 1)
                 rest = n_blocks * nr - nr * (j == 0)
                 own = nr if acc > 1 else rest
-                add(r, max(rest - own, 0) * cnt, j, False, True)
-                add(r, min(own, rest) * cnt, j, False, False)
+                first = nr if lead and j > 0 else 0
+                in_own = acc == 1 or n_blocks == 1  # the first block's group: own epilogue, or deferred
+                add(r, first * cnt, j, False, not in_own, True)
+                add(r, (max(rest - own, 0) - first * (not in_own)) * cnt, j, False, True)
+                add(r, (min(own, rest) - first * in_own) * cnt, j, False, False)
         return cm.pipelined(steps)
 
     def choose(self, target, m, k, n, epi: Epilogue, options):
@@ -138,7 +145,9 @@ class Linear:
         return _choose(self, target, m, k, n, epi, options.get("tile-m") or 0)
 
     def _search(self, target, m, k, n, epi: Epilogue, tile_m):
-        """The first, in the loop order below, of the fitting candidates with the least (cost, -tm, -tn).
+        """The first, in the loop order below, of the fitting candidates with the least (cost, -min(tm, M), -tn,
+        tm): of tiles that hold all M rows the smallest (the row slab and the output buffers no larger than
+        the rows, which leaves the scratchpad to the next macro's early loads, `--novella-schedule`).
         A layer norm needs whole rows (tn = N). The second accumulator half costs SRAM, so one-half
         candidates stay in the search. Exact shortcuts: a candidate's SRAM use grows with tk and tn, so the
         fitting tks of (ws, acc, tm, tn) are a tail of the list, no shorter than for a larger tn (found by
@@ -152,21 +161,21 @@ class Linear:
             return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1, 0, 0), k, n, epi)
         dims = (m, k, n, epi)
         if self.exhaustive:
-            best = min((self.cost(target, dims, c), -c[0], -c[1], i) for i, c in enumerate(cands))
+            best = min((self.cost(target, dims, c), -min(c[0], m), -c[1], c[0], i) for i, c in enumerate(cands))
         else:
             best = self._pruned(target, dims, cands)
-        return best[:3], cands[best[3]], self._plan(target, cands[best[3]], k, n, epi)
+        return best[:3], cands[best[-1]], self._plan(target, cands[best[-1]], k, n, epi)
 
     def _pruned(self, target, dims, cands):
-        """The least (cost, -tm, -tn, index), scoring by class (`linear_cost.classes`) in the order of their
-        lower bounds (`costmodel.least_by_bound`). A class has one cost, so its member of the largest tm is
-        its least key."""
+        """The least (cost, -min(tm, M), -tn, tm, index), scoring by class (`linear_cost.classes`) in the order
+        of their lower bounds (`costmodel.least_by_bound`). A class has one cost, so its member of the
+        smallest tm is its least key."""
         m, k, n, epi = dims
         first, rep, keys = lc.classes(cands, m)
 
         def key(c):
             tm, tn = cands[rep[c]][:2]
-            return self.cost(target, dims, cands[first[c]]), -tm, -tn, rep[c]
+            return self.cost(target, dims, cands[first[c]]), -min(tm, m), -tn, tm, rep[c]
 
         return cm.least_by_bound(lc.lower_bounds(target, m, k, n, keys, epi), key)
 

@@ -63,13 +63,14 @@ def steps_of(target, k, n, epi) -> dict:
     return {}
 
 
-def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None) -> tuple[float, float]:
+def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None, lead=False) -> tuple[float, float]:
     """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
     first step, loading what stays resident, priced as the op's first; `deferred`: two accumulator halves,
     the epilogue in the next block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc,
     res_acc, bias_tile; the same at every M and every tm >= r: remembered across the searches in
     `steps_of`). The epilogue's and the prologue's LOADs, VECs and STORE are what the emitter writes
-    (`emitted`) at this step (`memo`: `steps_of`'s dict, which also holds them by kind and size)."""
+    (`emitted`) at this step (`memo`: `steps_of`'s dict, which also holds them by kind and size; `lead`: a
+    later k step of the row's first block, input-stationary)."""
     tn, tk, ws, acc, in_acc, bias_tile = tiles
     k_steps = k // tk
     spread = deferred and acc == SPREAD
@@ -77,7 +78,7 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None) -> tuple[flo
     work = _memo(memo, epilogue_work, target, epi, r, tn, n, k_steps if spread else 0, (in_acc, bias_tile))
     work = work[j] if spread else work if at else ((), 0.0, 0.0, 0, work[4])  # off its step: the STORE's size
     pre = (
-        _memo(memo, prologue_work, target, r, k, tk, ws, head, j, epi.rms)
+        _memo(memo, prologue_work, target, r, k, tk, ws, head, j, epi.rms, lead)
         if epi.pre_norm
         else ((), 0.0, 0.0, 0, 0.0, 0)
     )
@@ -129,10 +130,11 @@ def epilogue_work(target, epi, r, tn, n, spread_k, flags) -> tuple:
 
 
 @memoized
-def prologue_work(target, r, k, tk, ws, head, j, rms) -> tuple:
-    """`epilogue_work`'s first four of the prologue's ops on a step (`head`: priced as the op's first), then
-    the VEC cycles and count of its ops after the MATMUL (an RMSNorm's row scales)."""
-    point = {0: 0, 1: 0, 2: 0} if head else {2: j}
+def prologue_work(target, r, k, tk, ws, head, j, rms, lead=False) -> tuple:
+    """`epilogue_work`'s first four of the prologue's ops on a step (`head`: priced as the op's first; `lead`:
+    k step j of the row's first block), then the VEC cycles and count of its ops after the MATMUL (an
+    RMSNorm's row scales)."""
+    point = {0: 0, 1: 0, 2: 0} if head else {1: 0, 2: j} if lead else {2: j}
     before, after = emitted_prologue(r, k, tk, ws, rms)
     tail = _work(target, [op for op in after if op.on(point)])
     return (*_work(target, [op for op in before if op.on(point)]), tail[1], tail[3])
@@ -168,7 +170,7 @@ def emitted_prologue(r, k, tk, ws, rms=False) -> tuple:
 def classes(cands, m: int) -> tuple[list, list, list]:
     """The candidates by class, classes in the order of their first member: candidates that differ only in
     a tm >= m (one row tile of m rows) are one class, with the same cost and bound. (first member's index,
-    index of the member of the largest tm, the class as a candidate with tm = m: a row of an array) of
+    index of the member of the smallest tm, the class as a candidate with tm = m: a row of an array) of
     each class."""
     arr = as_array(cands)
     if m >= arr[:, 0].max():  # every class one candidate
@@ -181,7 +183,7 @@ def classes(cands, m: int) -> tuple[list, list, list]:
         code = code * radix + col
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
-    by_tm = np.lexsort((-arr[:, 0], inverse))  # by class, the largest tm first
+    by_tm = np.lexsort((arr[:, 0], inverse))  # by class, the smallest tm first
     heads = by_tm[np.searchsorted(inverse[by_tm], order)]
     return first[order].tolist(), heads.tolist(), keys[first[order]]
 

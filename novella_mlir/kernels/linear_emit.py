@@ -148,13 +148,24 @@ def _rms_prologue(g, at_first, when) -> None:
 def emit_prologue_tail(g, when) -> None:
     """An RMSNorm's part after the MATMUL, on the vector unit beside it: the rows in `a` squared in place,
     then each row's rsqrt(mean(x * x) + eps) into the column `pss`, which the epilogue multiplies its rows
-    by (nothing for a layer norm)."""
+    by (nothing for a layer norm). Input-stationary over several k steps (`when`: the row slab's first
+    step), spread over the first output block's k steps: step j squares and sums the slab's j-th tk columns
+    (into `pss`, later ones through `psum`), the last step turns the sum into the scale. So no step's
+    compute holds the whole row's VECs: the loads two steps on wait for each step's retirement."""
     if not g.epi.rms:
         return
-    b, rows, k, guard = g.b, g.rows, g.k, {"when": when} if when else {}
-    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, **guard)
-    b.vop("MUL", "a", "a", "a", rows=rows, cols=k, dst_stride=k, a_stride=k, b_stride=k, **guard)
-    b.vop("ROWSUM", "pss", "a", rows=rows, cols=k, dst_stride=1, a_stride=k, **guard)
+    b, rows, k, tk = g.b, g.rows, g.k, g.tk
+    steps = k // tk if when else 1
+    for j in range(steps):
+        guard = {"when": [("eq", b.d(1)), ("eq", b.d(2) - j)]} if steps > 1 else {"when": when} if when else {}
+        at = {"a_offset": j * tk} if steps > 1 else {}
+        cols = tk if steps > 1 else k
+        b.vop("MUL", "a", "a", "a", rows=rows, cols=cols, dst_stride=k, a_stride=k, b_stride=k,
+              **({"dst_offset": j * tk, "b_offset": j * tk} if at else {}), **at, **guard)  # fmt: skip
+        b.vop("ROWSUM", "psum" if j else "pss", "a", rows=rows, cols=cols, dst_stride=1, a_stride=k, **at, **guard)
+        col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, **guard)
+        if j:
+            b.vop("ADD", "pss", "pss", "psum", **col)
     b.vop("MUL", "pss", "pss", mode="SCALAR", imm=1.0 / k, **col)
     b.vop("ADD", "pss", "pss", mode="SCALAR", imm=float(g.eps), **col)
     b.vop("RSQRT", "pss", "pss", **col)

@@ -181,3 +181,45 @@ def test_cost_model_takes_the_rms_prologue_for_llamas_batched_decode():
         for n in (128, 64, 64)
     )
     assert 0 < extra < Kernel().best(target, 32, 128)[0]
+
+
+@pytest.mark.parametrize("tk,acc", [(16, 2), (32, 1), (64, 2)])
+def test_rms_row_sums_spread_over_the_first_blocks_k_steps(monkeypatch, tk, acc):
+    """Input-stationary with tk < K, the RMSNorm's squares and row sums run on the first output block's k
+    steps, tk columns each (the last one also takes the rsqrt), so no step holds the whole row's VECs;
+    with tk = K all on the slab's first step. Several row tiles (300 rows), one or two accumulator halves."""
+    from novella_mlir.kernels import linear_prologue
+    from novella_mlir.kernels.linear import Linear
+
+    def cost(self, t, dims, c):
+        return float((c[3], c[2], c[4]) != (2, tk, acc) or not dims[3].pre_norm) + c[0] / 1e4
+
+    monkeypatch.setattr(Linear, "cost", cost)
+    monkeypatch.setattr(Linear, "exhaustive", True)
+    monkeypatch.setattr(linear_prologue, "_gain", lambda target, op, users: 1.0)
+    torch.manual_seed(0)
+    model = PreRms(heads=1)
+    npu = _compile(model)
+    macro = next(m for m in npu.ir("novella-macro-gen").split('"novella.macro"') if "norm_input" in m or '"pss"' in m)
+    sums = macro.count('fn = "ROWSUM"')
+    assert sums == 64 // tk and macro.count('fn = "RSQRT"') == 1
+    assert ('psum = ["spad"' in macro) == (tk < 64)
+    _check(model, npu)
+
+
+def test_linear_rows_in_one_tile_take_the_smallest_tile_that_holds_them():
+    """At M = 32 (a batched decode step) the tiles that differ only in a tm >= 32 cost the same: the search
+    takes tm = 32, not the largest, so the row slab is no larger than the rows (and the next macro's
+    buffers fit above it: its loads may start before the barrier); the exhaustive search agrees."""
+    from novella_mlir.kernels.linear import LINEAR, Linear
+    from novella_mlir.kernels.linear_cost import Epilogue
+    from novella_mlir.machine.target import Target
+    from simulator import load_config
+
+    target = Target.from_config(load_config(None))
+    exhaustive = Linear()
+    exhaustive.exhaustive = True
+    for m, epi in ((32, Epilogue()), (32, Epilogue(pre_norm=True, rms=True)), (4096, Epilogue())):
+        cand = LINEAR._search(target, m, 128, 256, epi, 0)[1]
+        assert cand[0] == 32 or m > 256
+        assert exhaustive._search(target, m, 128, 256, epi, 0)[1] == cand
