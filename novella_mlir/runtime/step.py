@@ -39,6 +39,28 @@ def _key(x):
     return tuple(_key(v) for v in x) if isinstance(x, list) else x
 
 
+def _keyed(p) -> bool:
+    """A guard whose outcome the bucket key holds by its guard bits: it refers to a symbol, not (only)
+    to lane fields, which the key holds as values (`lane_fields`)."""
+    return any(isinstance(t, str) and t[0] == "s" and t != expr.LANE for t in p)
+
+
+def lane_fields(art) -> int:
+    """The lane fields that follow a batched decode step's symbols (`expr.LANE`): one per sequence of
+    the batch, where some guard reads them (`kernels/flash_decode.lane_guard`); else 0."""
+    progs = art.programs if "programs" in vars(art) else [art]
+    if not any(expr.has_lane([p for _, p in t.when]) for g in progs for m in g.macros for t in m.insts):
+        return 0
+    return max(s.get("batch", 1) for g in progs for s in (g.kv or {}).get("slots", [{}]))
+
+
+def with_lanes(art, syms) -> list:
+    """`syms` followed by the program's lane fields (`lane_fields`), 0 for those not given: 0 attends a
+    lane's every key tile (what a step without lane fields runs)."""
+    syms = list(syms)
+    return syms + [0] * (len(art.symbols) + lane_fields(art) - len(syms))
+
+
 class Plan:
     """What an artifact's words depend on, read from its templates and tiles."""
 
@@ -48,9 +70,11 @@ class Plan:
         self.grid_progs = list({_key(g): g for t in art.tiles for g in t.grid if _has_sym([g])}.values())
         self.guard_keys, self.fields, self.paged = [], {}, {}
         self._grid_ex = None
+        self.lanes = lane_fields(art)
+        self.grid_progs += [[f"s{len(art.symbols) + k}"] for k in range(self.lanes)]  # a lane's guards: its field
         for ti, tile in enumerate(art.tiles):
             for j, t in enumerate(art.macros[tile.macro].insts):
-                if any(_has_sym([p]) and [j, g] not in tile.last for g, (_, p) in enumerate(t.when)):
+                if any(_keyed(p) and [j, g] not in tile.last for g, (_, p) in enumerate(t.when)):
                     self.guard_keys.append((ti, j))
                 names = [n for n, progs in t.var.items() if _has_sym(progs)]
                 if t.tensor is not None:
@@ -66,7 +90,7 @@ class Plan:
         self.table = self.ex.array()
         from ._bucket_numba import Kept
 
-        self.kept = Kept(self.n_dims, len(art.symbols))  # the forms of earlier buckets (`prepare`)
+        self.kept = Kept(self.n_dims, len(art.symbols) + self.lanes)  # the forms of earlier buckets (`prepare`)
         self._keys_array = np.asarray(self.guard_keys, np.int64).reshape(-1, 2)
 
     def _flatten(self) -> None:
@@ -123,12 +147,16 @@ class Plan:
         each; `key_slow` is the readable path they equal)."""
         from ._step_numba import guard_bits, values
 
-        s = np.asarray(syms, np.int64)
+        s = np.asarray(self.full(syms), np.int64)
         k = tuple(values(s, self.key_table()).tolist())
         if self.guard_keys:
             bits = guard_bits(s, self.table, self.tiles, self.tt, self.guards, self._keys_array, self.n_dims)
             k += (bits.tobytes(),)
         return k
+
+    def full(self, syms) -> tuple:
+        """`syms` with the lane fields not given (`with_lanes`: 0)."""
+        return tuple(syms) + (0,) * (len(self.art.symbols) + self.lanes - len(syms))
 
     def key_slow(self, syms) -> tuple:
         """The guard outcomes of `key`, by `jit.when_mask` per guarded template."""
@@ -203,6 +231,7 @@ class Stepper:
 
     def bucket(self, syms: tuple) -> tuple[Bucket, bool]:
         """The bucket of `syms` and whether it was instantiated now."""
+        syms = self.plan.full(syms)
         k = self.plan.key(syms)
         b = self.buckets.get(k)
         if b is not None:
@@ -221,6 +250,7 @@ class Stepper:
         The last bucket is tried first: the patch checks the program's box and the bucket's key itself
         (one compiled call per step, nothing else on the host). Symbol values outside every program's
         box are an InputError (`Artifact.pick`)."""
+        syms = self.plan.full(syms) if self.plan.lanes else syms
         b = self._last
         status = self._patch(syms, b.state, b.words, blocks) if b is not None and self._fast else -2
         if status == 0:
@@ -287,6 +317,7 @@ class Stepper:
         p, n, nf = self.plan, len(hot), len(free)
         n_pages = max(-(-int(self.kv[3]) // int(pe)) for pe in self.kv[4::2])
         box = np.asarray(self.art.programs[self.art.pick(syms)].ranges, np.int64).reshape(-1, 2)
+        box = np.concatenate([box, np.tile([0, 2**62], (len(syms) - len(box), 1))])  # lane fields
         stack = max(depth(p.table, 0), depth(p.key_table(), 0))
         meta = [0, 0, 0, stack, nf, dims.shape[1]]
         return pn.state({"KEYV": key_values, "KEYEX": p.key_table(), "EX": p.table if nf else p.table[:0],
