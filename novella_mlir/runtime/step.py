@@ -4,6 +4,7 @@ The artifact says what a program's words depend on, so nothing is found by compa
   * the *structure* (which words exist) depends on the grid extents and the guards that refer to a
     symbol. The extents, and the outcome of each guard that is not "the last point of a grid dim"
     (proved at compile time and stored: `TileMeta.last`), are the bucket key: decode buckets are the key/value tile counts;
+    a batched step's lane fields (`lane_fields`, which its attention's guards read) are part of it too;
   * an *injected* field is a template field whose expression refers to a symbol, or a tile-relative
     `dram_base` whose tile base does: the attended length and what is laid out by it (row lengths,
     bounds, strides, offsets of the score rows), and the append's write position;
@@ -70,8 +71,7 @@ class Plan:
         self.grid_progs = list({_key(g): g for t in art.tiles for g in t.grid if _has_sym([g])}.values())
         self.guard_keys, self.fields, self.paged = [], {}, {}
         self._grid_ex = None
-        self.lanes = lane_fields(art)
-        self.grid_progs += [[f"s{len(art.symbols) + k}"] for k in range(self.lanes)]  # a lane's guards: its field
+        self.n_syms, self.lanes = len(art.symbols), lane_fields(art)
         for ti, tile in enumerate(art.tiles):
             for j, t in enumerate(art.macros[tile.macro].insts):
                 if any(_keyed(p) and [j, g] not in tile.last for g, (_, p) in enumerate(t.when)):
@@ -90,7 +90,7 @@ class Plan:
         self.table = self.ex.array()
         from ._bucket_numba import Kept
 
-        self.kept = Kept(self.n_dims, len(art.symbols) + self.lanes)  # the forms of earlier buckets (`prepare`)
+        self.kept = Kept(self.n_dims, len(art.symbols))  # the forms of earlier buckets (`prepare`)
         self._keys_array = np.asarray(self.guard_keys, np.int64).reshape(-1, 2)
 
     def _flatten(self) -> None:
@@ -148,15 +148,15 @@ class Plan:
         from ._step_numba import guard_bits, values
 
         s = np.asarray(self.full(syms), np.int64)
-        k = tuple(values(s, self.key_table()).tolist())
+        k = tuple(values(s[: self.n_syms], self.key_table()).tolist())
         if self.guard_keys:
             bits = guard_bits(s, self.table, self.tiles, self.tt, self.guards, self._keys_array, self.n_dims)
             k += (bits.tobytes(),)
-        return k
+        return k + (tuple(s[self.n_syms :].tolist()),) if self.lanes else k
 
     def full(self, syms) -> tuple:
         """`syms` with the lane fields not given (`with_lanes`: 0)."""
-        return tuple(syms) + (0,) * (len(self.art.symbols) + self.lanes - len(syms))
+        return tuple(syms) + (0,) * (self.n_syms + self.lanes - len(syms))
 
     def key_slow(self, syms) -> tuple:
         """The guard outcomes of `key`, by `jit.when_mask` per guarded template."""
@@ -192,6 +192,7 @@ class Bucket:
     whats: list  # per spec: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
     state: np.ndarray  # what `_patch_numba.patch` reads and keeps between steps, one int64 array
+    lanes: tuple = ()  # the lane fields it was instantiated for (`lane_fields`): they shape its guards
 
     @property
     def fields(self) -> np.ndarray:
@@ -250,9 +251,13 @@ class Stepper:
         The last bucket is tried first: the patch checks the program's box and the bucket's key itself
         (one compiled call per step, nothing else on the host). Symbol values outside every program's
         box are an InputError (`Artifact.pick`)."""
-        syms = self.plan.full(syms) if self.plan.lanes else syms
+        at, lanes = syms, ()
+        if self.plan.lanes:  # the lane fields move no field: the patch takes the symbols, the bucket its lanes
+            syms = self.plan.full(syms)
+            at, lanes = syms[: self.plan.n_syms], syms[self.plan.n_syms :]
         b = self._last
-        status = self._patch(syms, b.state, b.words, blocks) if b is not None and self._fast else -2
+        fast = b is not None and self._fast and b.lanes == lanes
+        status = self._patch(at, b.state, b.words, blocks) if fast else -2
         if status == 0:
             return b.words, False
         new = False
@@ -260,7 +265,7 @@ class Stepper:
             syms = tuple(map(int, syms))
             self.art.pick(syms)
             b, new = self.bucket(syms)
-            status = self._patch(syms, b.state, b.words, blocks)
+            status = self._patch(at, b.state, b.words, blocks)
         if status:
             self._fail(b, status, syms, blocks)
         self._last = b
@@ -294,7 +299,7 @@ class Stepper:
         if status or not np.array_equal(tr.rows, paged):  # both in word order
             raise RuntimeError("the program's words disagree with its templates (the JIT and the plan differ)")
         slot = self._slot(rows)
-        forms, bad = prepare(s, p.table, rows, dims, kept=p.kept)
+        forms, bad = prepare(s[: p.n_syms], p.table, rows, dims, kept=p.kept)
         if bad >= 0:
             ti, j, name, _ = p.whats[int(rows[bad, 13])]
             raise RuntimeError(
@@ -307,7 +312,8 @@ class Stepper:
         nf = int(groups[0, 2]) if len(groups) else len(perm)
         free = rows[perm[:nf]]  # not grouped: columns 11, 12, 14 as they were
         return Bucket(key, tr.words, p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
-                      pages[:, 0].copy(), self._state(syms, kv, free, hot, forms, groups, dims, pages, slot[perm]))  # fmt: skip
+                      pages[:, 0].copy(), self._state(syms[: p.n_syms], kv, free, hot, forms, groups, dims, pages,
+                      slot[perm]), tuple(syms[p.n_syms :]))  # fmt: skip
 
     def _state(self, syms, key_values, free, hot, forms, groups, dims, pages, slot) -> np.ndarray:
         """The bucket's `_patch_numba` state (`free`: the field rows without forms, first in its order)."""
@@ -317,7 +323,6 @@ class Stepper:
         p, n, nf = self.plan, len(hot), len(free)
         n_pages = max(-(-int(self.kv[3]) // int(pe)) for pe in self.kv[4::2])
         box = np.asarray(self.art.programs[self.art.pick(syms)].ranges, np.int64).reshape(-1, 2)
-        box = np.concatenate([box, np.tile([0, 2**62], (len(syms) - len(box), 1))])  # lane fields
         stack = max(depth(p.table, 0), depth(p.key_table(), 0))
         meta = [0, 0, 0, stack, nf, dims.shape[1]]
         return pn.state({"KEYV": key_values, "KEYEX": p.key_table(), "EX": p.table if nf else p.table[:0],

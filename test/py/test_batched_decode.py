@@ -313,6 +313,9 @@ def test_a_lane_loads_only_its_own_key_tiles(model):
         kv = [t for t in mm.insts if t.opcode == "LOAD" and t.tensor in (1, 2)]
         assert kv and all(expr.has_lane([p for _, p in t.when]) for t in kv)
         assert mm.schedule["load_slots"] == 2  # guarded, still two slots: a step's loads under the last's compute
+    from novella_mlir.tools.inspect_artifact import describe
+
+    assert "symbol[" in describe(art)  # `novella inspect` shows a guard's lane field
     mixed, starts = _step_at(lm, [3, 10, 40, 200])
     full, _ = _step_at(lm, [200] * B)
     flash = [ln for ln in lm.batched[B].ir("novella-tile").splitlines() if '"novella.flash_attention"' in ln]
