@@ -261,19 +261,24 @@ def batched_step(sess, n: int, pasts: list, null: int) -> dict:
             passes.append({"cycles": stats.cycles, "macs": stats.macs, "jit": jit_s, "fill": fill_s, "new": fresh,
                            "dma": stats.dma_bytes_loaded + stats.dma_bytes_stored})  # fmt: skip
         stepper, warm = sess.steppers[f"batch{n}"], []
-        key = stepper.plan.key([clock])
+        fields = step.starts(lanes(0), clock)  # the lanes' fields stay while the clock moves
+
+        def syms(c):
+            return (c, *fields)
+
+        key = stepper.plan.key(syms(clock))
         lo, hi = stepper.art.programs[stepper.art.pick((clock,))].ranges[0]
-        span = sum(stepper.plan.key([c]) == key for c in range(lo, hi + 1))
-        nxt = next((c for c in range(clock + 1, hi + 1) if stepper.plan.key([c]) != key), None)
+        span = sum(stepper.plan.key(syms(c)) == key for c in range(lo, hi + 1))
+        nxt = next((c for c in range(clock + 1, hi + 1) if stepper.plan.key(syms(c)) != key), None)
         cross = float("nan")
         if nxt is not None:  # the neighbouring bucket, as a sequence crossing the bound builds it
             t0 = time.perf_counter()
-            fresh = stepper.bucket((nxt,))[1]
+            fresh = stepper.bucket(syms(nxt))[1]
             cross = time.perf_counter() - t0 if fresh else float("nan")
         filled = [step.fill(lanes(k), clock + k).copy() for k in range(ps)]
         for k in list(range(ps)) * 2:  # the first round instantiates any bucket the page's steps need
             t0 = time.perf_counter()
-            stepper.words((clock + k,), filled[k])
+            stepper.words(syms(clock + k), filled[k])
             warm.append(time.perf_counter() - t0)
     finally:
         for t in tables:

@@ -21,15 +21,16 @@ from novella_mlir.runtime.jit import Jit
 from novella_mlir.runtime.kv import BlockTable
 
 
-def spans(sess, name: str, past: int, trace) -> list:
-    """(macro, instructions, start, cycles) of every macro of program `name` in the traced run; a macro whose
-    early loads ran under the one before starts at that one's end, so the spans add up to the run."""
+def spans(sess, name: str, syms: list, trace) -> list:
+    """(macro, instructions, start, cycles) of every macro of program `name` in the traced run at `syms` (the
+    clock and the lane fields, `BatchStep.starts`); a macro whose early loads ran under the one before starts
+    at that one's end, so the spans add up to the run."""
     ev = [e for e in trace.events if e.get("ph") == "X" and "index" in e.get("args", {})]
     idx = np.array([e["args"]["index"] for e in ev])
     beg = np.array([e["ts"] for e in ev]) * trace.cycles_per_us
     end = beg + np.array([e["dur"] for e in ev]) * trace.cycles_per_us
     out = []
-    for macro, s, e in Jit(sess.models[name].artifact).instantiate([past]).spans:
+    for macro, s, e in Jit(sess.models[name].artifact).instantiate(syms).spans:
         m = (idx >= s) & (idx < e)
         if m.any():
             out.append((macro, e - s, beg[m].min(), end[m].max()))
@@ -59,11 +60,12 @@ def main() -> None:
             sess.pool.reserve(t, past + 1)
         lanes = [Lane(5, past, 0, t.blocks, 0) for t in tables]
         sess.sim.trace_enabled = True
-        _, stats, *_ = BatchStep(sess, f"batch{n}", n, null.blocks[0]).run(lanes, past)
+        step = BatchStep(sess, f"batch{n}", n, null.blocks[0])
+        _, stats, *_ = step.run(lanes, past)
         trace, sess.sim.trace_enabled = sess.sim.trace, False
         print(f"\nB = {n}, past {past}: {stats.cycles:,} cycles, {stats.instructions} instructions")
         kinds = collections.Counter()
-        for macro, insts, start, cycles in spans(sess, f"batch{n}", past, trace):
+        for macro, insts, start, cycles in spans(sess, f"batch{n}", [past, *step.starts(lanes, past)], trace):
             print(f"{macro:32s} {insts:6d} insts  start {start:9.0f}  {cycles:8.0f} cycles")
             kinds[macro.rsplit("_", 1)[0]] += cycles
         print("by kind:", ", ".join(f"{k} {int(v):,}" for k, v in kinds.most_common()))

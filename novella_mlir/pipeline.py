@@ -24,6 +24,7 @@ from .artifact.extract import extract as extract_program
 from .compiled import CompiledModel, load  # noqa: F401 (importable from here, as before)
 from .errors import CompileError, NovellaError
 from .frontend import explain, exporting, ranges
+from .runtime.step import with_lanes
 from .transforms.common import forget_ir_memos
 from .transforms.registry import BACKEND_PIPELINE, run_passes
 
@@ -274,7 +275,7 @@ def _check_bounds_encode(model) -> None:
             values = [s[pick] for s, pick in zip(syms, corner)]
             which = "/".join("lower" if p == 1 else "upper" for p in corner) or "lower"
             try:
-                model.jit.check(values)
+                model.jit.check(with_lanes(art, values))
             except isa.EncodingError as e:
                 named = ", ".join(f"{s[0]}={v}" for s, v in zip(syms, values))
                 what = f"program {i} ({prog.reason})" if len(art.programs) > 1 else "the program"

@@ -90,6 +90,10 @@ def check_program(p, field: str, n_syms: int, n_dims: int = 0) -> None:
                 what = "symbol" if m.group(1) == "s" else "grid dim"
                 raise _Bad(field, f"expression {_short(p)} refers to {tok}, but there are {limit} {what}s")
             stack.append(None)
+        elif tok == expr.LANE:  # a lane field: symbolic
+            if not stack:
+                raise _Bad(field, f"malformed expression {_short(p)}")
+            stack[-1] = None
         elif tok in expr.OPERATORS:
             if len(stack) < 2:
                 raise _Bad(field, f"malformed expression {_short(p)}")

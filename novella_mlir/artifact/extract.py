@@ -12,6 +12,7 @@ from simulator import isa
 
 from .. import symbolic as sy
 from ..dialects.fields import result_dram
+from ..runtime.expr import LANE
 from ..symbolic.postfix import to_postfix
 from ..transforms.common import body_ops, current, from_attr, functions, ir_memo, remember
 from .decide import annotate
@@ -138,6 +139,18 @@ def _postfix(expr, memo: dict) -> list:
     return list(memo[key])
 
 
+def _lane_field(prog: list, lane) -> list:
+    """A `when` program with its lane's field: symbol n_syms of the set of an op with a `lane` map (the
+    grid point's lane, over n_syms symbols) becomes the field at n_syms + lane (`runtime/expr.py` "sym@")."""
+    if lane is None:
+        return prog
+    m = ir.AffineMapAttr(lane).value
+    at, out = f"s{m.n_symbols}", []
+    for tok in prog:
+        out += [*to_postfix(m.results[0]), m.n_symbols, "+", LANE] if tok == at else [tok]
+    return out
+
+
 _TEMPLATES = ir_memo()  # an inst's attributes -> (template, its JSON) (equal layers, shape-bucket programs)
 
 
@@ -158,12 +171,12 @@ def _new_template(items: tuple, memo: dict) -> InstTemplate:
     tensor = from_attr(attrs.pop("tensor")) if "tensor" in attrs else None
     if opcode == "STORE":
         tensor = -1
-    when = []
+    when, lane = [], attrs.pop("lane", None)
     if "when" in attrs:
         a = attrs.pop("when")
-        if a not in memo:
-            memo[a] = [(kind, to_postfix(e)) for kind, e in sy.integer_set_constraints(a)]
-        when = [[kind, list(p)] for kind, p in memo[a]]
+        if (a, lane) not in memo:
+            memo[a, lane] = [(kind, _lane_field(to_postfix(e), lane)) for kind, e in sy.integer_set_constraints(a)]
+        when = [[kind, list(p)] for kind, p in memo[a, lane]]
     slot = from_attr(attrs.pop("slot")) if "slot" in attrs else {}
     const, var = {}, {}
     for k, a in attrs.items():

@@ -43,7 +43,7 @@ TILE_OPCODES = {
 }
 _TOKENS = frozenset(f.name for f in isa.HEADER)
 INST_FIELDS = {op.name: {f.name: f for f in fs if f.name not in _TOKENS} for op, fs in isa.LAYOUT.items()}
-INST_EXTRA = frozenset(("opcode", "tensor", "when", "slot"))
+INST_EXTRA = frozenset(("opcode", "tensor", "when", "lane", "slot"))
 _ENUMS = {"fn": isa.VecFn, "mode": isa.VecMode}
 _GATHER_ROWS = frozenset(("row_start", "row_step"))  # a gather's rows come from its index buffer
 
@@ -241,7 +241,7 @@ def _check_tile_op(name: str, attrs: tuple, n_operands: int, n_dims: int, buffer
         elif k == "tensor":
             if not isinstance(a, ir.IntegerAttr) or n_operands != 1:
                 raise FieldError("'tensor' must be an integer, with the tensor read as the one operand")
-        elif k in offsets or k in TILE_FIELDS[name] or k in ("when", "dram_offset"):
+        elif k in offsets or k in TILE_FIELDS[name] or k in ("when", "lane", "dram_offset"):
             _check_common(k, a, n_dims)
         else:
             raise FieldError(f"has no field '{k}' ({opcode} fields: {', '.join(sorted(TILE_FIELDS[name]))})")
@@ -272,7 +272,7 @@ def _check_inst(attrs: tuple, n_operands: int, n_dims: int) -> None:
                 raise FieldError("'tensor' must be an integer, with the tensor read as the one operand")
         elif k == "slot":
             _check_slot(a, layout)
-        elif k not in layout and k != "when":
+        elif k not in layout and k not in ("when", "lane"):
             raise FieldError(f"{opcode} has no field '{k}'")
         else:
             _check_common(k, a, n_dims)

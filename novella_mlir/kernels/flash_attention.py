@@ -47,7 +47,8 @@ of the step before and its heads' MATMULs and softmaxes interleave (`flash_decod
 sliding window (`novella.kv_window = W`: the op's own mask keeps the last W positions) the key/value
 grid walks only the tiles from the one holding position lk - W (at most W / tk + 1 steps, whatever
 the past; `_window_guards`), so the pages before the window are never read (the runtime frees them)
-and the step's guards are evaluated over those few grid points only."""
+and the step's guards are evaluated over those few grid points only. A batched decode step's lanes
+each walk only their own key tiles, guarded by the lane's field (`flash_decode.Lanes`)."""
 
 from __future__ import annotations
 
@@ -285,10 +286,12 @@ class FlashAttention:
     def macro(self, op, tv, t, b):
         g = Geometry(op, tv)
         if t.tiles.get("heads", 1) > 1:
-            return _heads_macro(g, t, b, t.tiles["heads"])
+            return _heads_macro(g, t, b, t.tiles["heads"], len(module_symbols(op)))
         tq, tk = t.tiles["tq"], t.tiles["tk"]
         ones, two = bool(t.tiles.get("ones", 0)), t.tiles.get("s_slots", 1) == 2
-        s = _Schedule(g, b, tq, tk, bool(t.tiles.get("pipelined", 0)), ones)
+        pipelined = bool(t.tiles.get("pipelined", 0))
+        b = fd.Lanes(b, g, len(module_symbols(op))) if fd.lanes(g) and not pipelined else b
+        s = _Schedule(g, b, tq, tk, pipelined, ones)
         rows = extent(1, tq, g.lq)
         e = Emit(b, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))
         if two:  # tile i's scores in slot i mod 2: the score MATMUL of tile d2 and the softmax of d2 - 1 never meet
@@ -324,16 +327,18 @@ def _store(b, g: Geometry, tq: int, rows, when) -> None:
                  row_bound=g.lq, rows=rows, cols=g.dv, when=when)  # fmt: skip
 
 
-def _heads_macro(g: Geometry, t, b, heads: int) -> None:
+def _heads_macro(g: Geometry, t, b, heads: int, n_syms: int) -> None:
     """A decode step of `heads` heads (`flash_decode.SubHead`, the plain schedule) in phases, so that their
     work interleaves: every head's loads, every score MATMUL (the next head's beside this one's softmax),
-    every softmax with its P @ V, every output."""
+    every softmax with its P @ V, every output. A batched step's heads each follow their lane
+    (`flash_decode.Lanes`)."""
     tq, tk, ones = t.tiles["tq"], t.tiles["tk"], bool(t.tiles.get("ones", 0))
     rows = extent(1, tq, g.lq)
     shared = fd.shared(g, heads)
     parts = []
     for i in range(heads):
         sb = SubHead(b, heads, i, shared)
+        sb = fd.Lanes(sb, g, n_syms) if fd.lanes(g) else sb
         s = _Schedule(g, sb, tq, tk, False, ones)
         if ones:
             _fill_ones(sb, g, t, tk)
@@ -418,6 +423,8 @@ class _Schedule:
         self.final = [("eq", qi - self.i)] if g.causal else [("eq", nk - 1 - self.i)]
         if windowed:
             self.on, self.opening, self.rest = _window_guards(self.i, j)
+        if isinstance(b, fd.Lanes):  # a batched decode step: the tiles from the lane's first
+            self.on, self.opening, self.rest = b.guards(self.i, tk)
         if not pipelined:
             self.qk_on = self.on
         else:
@@ -431,14 +438,14 @@ class _Schedule:
         j = b.d(2)
         guarded = g.causal or not self.pipelined
         k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
-        skip = g.causal or g.window is not None  # tiles skipped: their loads too
+        skip = g.causal or g.window is not None or isinstance(b, fd.Lanes)  # tiles skipped: their loads too
         chained = chained_loads(g, tk)
         _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None,
                  chained=chained)  # fmt: skip
         _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None,
                  chained=chained)  # fmt: skip
         if g.mask is not None and mask:
-            _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if g.window is not None else None,
+            _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if skip and not g.causal else None,
                        chained=chained)  # fmt: skip
 
 

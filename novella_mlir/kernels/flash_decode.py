@@ -138,3 +138,45 @@ def plan_samples(g, plan: list[int]) -> list[list[int]]:
         return [plan]
     p = plan[0]
     return [[p // 2 + (i * p) // (2 * SAMPLES)] for i in range(SAMPLES)]
+
+
+def lanes(g) -> int:
+    """The sequences of a batched decode step over a paged cache (`novella.paged.batch`) whose key tiles
+    each follow the sequence's own past: the step reads one lane field per sequence after its symbols
+    (`runtime/expr.py` "sym@": the storage index of the sequence's position 0, below which its mask
+    hides every key), so a lane skips the tiles before its first one. 0 where the op is not such a step
+    (its mask is what makes a skipped tile's keys count for nothing)."""
+    info = g.paged.get(1) if g.paged else None
+    n = info.get("batch", 1) if info else 1
+    return n if n > 1 and g.mask is not None and not g.causal and g.window is None else 0
+
+
+class Lanes:
+    """A builder (or `SubHead`) whose ops guarded by a lane condition carry the `lane` field: the lane of
+    their grid point (`novella_macro_gen`: symbol n_syms of their `when` set is that lane's field)."""
+
+    OPS = ("load", "load_rows", "store_rows", "mma", "vop")
+
+    def __init__(self, b, g, n_syms: int):
+        self.b, self.field, self.conds = b, sy.sym(n_syms), set()
+        self.lane = sy.floordiv(b.d(0), sy.as_int(g.batch) // lanes(g))
+
+    def guards(self, i, tk: int) -> tuple[list, list, list]:
+        """(on, opening, rest) of key tile i in its lane: it holds a key at or after the lane's start,
+        it is the lane's first such tile, or a later one."""
+        on, first = ("ge", i * tk + (tk - 1) - self.field), ("ge", self.field - i * tk)
+        rest = ("ge", i * tk - 1 - self.field)
+        self.conds |= {on, first, rest}
+        return [on], [on, first], [on, rest]  # every guard of a tile has the loads' (`novella_schedule`)
+
+    def __getattr__(self, name):
+        fn = getattr(self.b, name)
+        if name not in self.OPS:
+            return fn
+
+        def call(*a, **f):
+            if any(c in self.conds for c in f.get("when") or ()):
+                f["lane"] = self.lane
+            return fn(*a, **f)
+
+        return call

@@ -12,7 +12,7 @@ import numba as nb
 
 from simulator import numba_cache
 
-from .expr import ADD, CEILDIV, CONST, DIM, FLOORDIV, MUL, SYM
+from .expr import ADD, CEILDIV, CONST, DIM, FLOORDIV, MUL, SYM, SYMAT
 
 numba_cache.ensure(__file__)
 
@@ -45,6 +45,8 @@ def _run(ex, tok, lo, hi, sc, dims_at, stack_at):
         elif o == DIM:
             sc[sp] = sc[dims_at + a]
             sp += 1
+        elif o == SYMAT:  # a lane field: the symbol at the index on the stack
+            sc[sp - 1] = sc[sc[sp - 1]]
         else:
             b = sc[sp - 1]
             x = sc[sp - 2]

@@ -7,7 +7,8 @@ P - P_b - offset is a whole number of pages (`shift`): its storage pages are `sh
 then its block table. The program's virtual page
 `b * seq_pages + j` (`kernels/kv_cache.page_offset`) is lane b's storage page j: the step hands the
 JIT one array of blocks for all lanes, the unused entries the null block (a block no sequence owns,
-which idle lanes write into and masked positions read).
+which idle lanes write into and masked positions read). The step's lane fields (`starts`) follow the
+clock: where the attention reads them, a lane's key tiles before its position 0 are skipped.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from .step import lane_fields
 
 
 @dataclass
@@ -41,6 +43,7 @@ class BatchStep:
                 f"{name} is not a batched decode program of batch {batch} with one page range per sequence"
             )
         self.seq_pages = pages.pop()
+        self.lanes = lane_fields(sess.models[name].artifact)
         self.table = np.full(batch * self.seq_pages, null_block, np.int64)
         self._held: list = [None] * batch  # per lane: (shift, a copy of its block list) as in `table`
 
@@ -53,8 +56,16 @@ class BatchStep:
         pos = np.zeros((self.batch, 1), np.float32)
         for b, ln in enumerate(lanes):
             ids[b, 0], pos[b, 0] = ln.token, ln.past
-        outs, *res = self.sess.run(self.name, {0: ids, 1: pos}, (clock,), self.fill(lanes, clock))
+        syms = (clock, *self.starts(lanes, clock))
+        outs, *res = self.sess.run(self.name, {0: ids, 1: pos}, syms, self.fill(lanes, clock))
         return (outs[0][: len(lanes), -1], *res)
+
+    def starts(self, lanes: list, clock: int) -> list:
+        """The lane fields of the step (`step.lane_fields`; none if the program reads none): per lane the
+        storage index of its position 0, below which its mask hides every key (an idle lane: the clock)."""
+        if not self.lanes:
+            return []
+        return [clock - ln.past for ln in lanes] + [clock] * (self.lanes - len(lanes))
 
     def fill(self, lanes: list, clock: int) -> np.ndarray:
         """The step's block table of all lanes (`table`, rewritten in place: only the lanes whose shift

@@ -5,8 +5,9 @@ for every evaluator (host `evaluate`, the numba JIT `_jit_numba`, the numba step
 An expression is a list of tokens: an int (constant), "s<i>" (symbol i),
 "d<i>" (grid dim i, usually a numpy array), or one of the binary operators
 "+", "*", "floordiv", "ceildiv", "mod" with MLIR affine semantics
-(floor division and non-negative modulo). A field with several results is
-their minimum (like `affine.min`).
+(floor division and non-negative modulo). "sym@" pops an index and pushes that symbol: a batched
+decode step's lane fields follow its symbols (`LANE`), so a guard reads the field of its grid
+point's lane. A field with several results is their minimum (like `affine.min`).
 
 Compiled, a token is an (op, arg) pair of int64s: op `CONST` (arg: the value), `SYM` / `DIM` (arg:
 the index) or an operator's code in `OPCODES` (`_expr_numba` evaluates them)."""
@@ -16,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 CONST, SYM, DIM = 0, 1, 2
-OPCODES = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7}
-ADD, MUL, FLOORDIV, CEILDIV, MOD = OPCODES.values()
+OPCODES = {"+": 3, "*": 4, "floordiv": 5, "ceildiv": 6, "mod": 7, "sym@": 8}
+ADD, MUL, FLOORDIV, CEILDIV, MOD, SYMAT = OPCODES.values()
+LANE = "sym@"  # the one unary operator: the symbol at the index on the stack
 _OPS = {
     "+": lambda a, b: a + b,
     "*": lambda a, b: a * b,
@@ -42,6 +44,9 @@ def evaluate(program: list, syms, dims=()):
         elif tok in _OPS:
             b = stack.pop()
             stack.append(_OPS[tok](stack.pop(), b))
+        elif tok == LANE:
+            i = stack.pop()
+            stack.append(np.asarray(syms, np.int64)[i] if isinstance(i, np.ndarray) else syms[i])
         elif tok[0] == "s":
             stack.append(syms[int(tok[1:])])
         elif tok[0] == "d":
@@ -63,8 +68,13 @@ def evaluate_min(programs: list[list], syms, dims=()):
 
 
 def has_symbol(programs) -> bool:
-    """Some program of `programs` refers to a symbol."""
+    """Some program of `programs` refers to a symbol (a lane field too)."""
     return any(isinstance(tok, str) and tok[0] == "s" for p in programs for tok in p)
+
+
+def has_lane(programs) -> bool:
+    """Some program of `programs` reads a lane field (`LANE`)."""
+    return any(tok == LANE for p in programs for tok in p)
 
 
 def validate(program) -> None:
@@ -77,6 +87,9 @@ def validate(program) -> None:
             depth += 1
         elif tok in _OPS:
             depth -= 1
+            if depth < 1:
+                raise ValueError(f"malformed expression {program!r}")
+        elif tok == LANE:
             if depth < 1:
                 raise ValueError(f"malformed expression {program!r}")
         elif isinstance(tok, str) and tok[:1] in ("s", "d") and tok[1:].isdigit():

@@ -21,7 +21,7 @@ from ..errors import InputError
 from ..machine.target import Target
 from . import expr
 from .jit import Jit
-from .step import Stepper
+from .step import Stepper, with_lanes
 
 _DMA = (int(isa.Opcode.LOAD), int(isa.Opcode.STORE), int(isa.Opcode.GATHER))
 _BASE = isa.field(isa.Opcode.LOAD, "dram_base")  # the DMAs' one dram_base layout
@@ -172,7 +172,10 @@ class Session:
     def reference(self, name: str, syms: tuple, table: BlockTable) -> np.ndarray:
         """The words of program `name` the readable way: a fresh JIT instantiates all of it, every DMA
         descriptor is relocated and each paged one mapped through `table` (what `Stepper` must equal)."""
-        tr = self._translate(Jit(self.models[name].artifact).instantiate(list(syms)).words, self.segments[name])
+        tr = self._translate(
+            Jit(self.models[name].artifact).instantiate(with_lanes(self.models[name].artifact, syms)).words,
+            self.segments[name],
+        )
         blocks = np.asarray(table.blocks, np.int64)
         if tr.page.size and tr.page.max() >= blocks.size:
             raise RuntimeError(f"{name} addresses page {int(tr.page.max())}, the sequence has {blocks.size}")

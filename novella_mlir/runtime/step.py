@@ -4,6 +4,7 @@ The artifact says what a program's words depend on, so nothing is found by compa
   * the *structure* (which words exist) depends on the grid extents and the guards that refer to a
     symbol. The extents, and the outcome of each guard that is not "the last point of a grid dim"
     (proved at compile time and stored: `TileMeta.last`), are the bucket key: decode buckets are the key/value tile counts;
+    a batched step's lane fields (`lane_fields`, which its attention's guards read) are part of it too;
   * an *injected* field is a template field whose expression refers to a symbol, or a tile-relative
     `dram_base` whose tile base does: the attended length and what is laid out by it (row lengths,
     bounds, strides, offsets of the score rows), and the append's write position;
@@ -39,6 +40,28 @@ def _key(x):
     return tuple(_key(v) for v in x) if isinstance(x, list) else x
 
 
+def _keyed(p) -> bool:
+    """A guard whose outcome the bucket key holds by its guard bits: it refers to a symbol, not (only)
+    to lane fields, which the key holds as values (`lane_fields`)."""
+    return any(isinstance(t, str) and t[0] == "s" and t != expr.LANE for t in p)
+
+
+def lane_fields(art) -> int:
+    """The lane fields that follow a batched decode step's symbols (`expr.LANE`): one per sequence of
+    the batch, where some guard reads them (`kernels/flash_decode.lane_guard`); else 0."""
+    progs = art.programs if "programs" in vars(art) else [art]
+    if not any(expr.has_lane([p for _, p in t.when]) for g in progs for m in g.macros for t in m.insts):
+        return 0
+    return max(s.get("batch", 1) for g in progs for s in (g.kv or {}).get("slots", [{}]))
+
+
+def with_lanes(art, syms) -> list:
+    """`syms` followed by the program's lane fields (`lane_fields`), 0 for those not given: 0 attends a
+    lane's every key tile (what a step without lane fields runs)."""
+    syms = list(syms)
+    return syms + [0] * (len(art.symbols) + lane_fields(art) - len(syms))
+
+
 class Plan:
     """What an artifact's words depend on, read from its templates and tiles."""
 
@@ -48,9 +71,10 @@ class Plan:
         self.grid_progs = list({_key(g): g for t in art.tiles for g in t.grid if _has_sym([g])}.values())
         self.guard_keys, self.fields, self.paged = [], {}, {}
         self._grid_ex = None
+        self.n_syms, self.lanes = len(art.symbols), lane_fields(art)
         for ti, tile in enumerate(art.tiles):
             for j, t in enumerate(art.macros[tile.macro].insts):
-                if any(_has_sym([p]) and [j, g] not in tile.last for g, (_, p) in enumerate(t.when)):
+                if any(_keyed(p) and [j, g] not in tile.last for g, (_, p) in enumerate(t.when)):
                     self.guard_keys.append((ti, j))
                 names = [n for n, progs in t.var.items() if _has_sym(progs)]
                 if t.tensor is not None:
@@ -123,12 +147,16 @@ class Plan:
         each; `key_slow` is the readable path they equal)."""
         from ._step_numba import guard_bits, values
 
-        s = np.asarray(syms, np.int64)
-        k = tuple(values(s, self.key_table()).tolist())
+        s = np.asarray(self.full(syms), np.int64)
+        k = tuple(values(s[: self.n_syms], self.key_table()).tolist())
         if self.guard_keys:
             bits = guard_bits(s, self.table, self.tiles, self.tt, self.guards, self._keys_array, self.n_dims)
             k += (bits.tobytes(),)
-        return k
+        return k + (tuple(s[self.n_syms :].tolist()),) if self.lanes else k
+
+    def full(self, syms) -> tuple:
+        """`syms` with the lane fields not given (`with_lanes`: 0)."""
+        return tuple(syms) + (0,) * (self.n_syms + self.lanes - len(syms))
 
     def key_slow(self, syms) -> tuple:
         """The guard outcomes of `key`, by `jit.when_mask` per guarded template."""
@@ -164,6 +192,7 @@ class Bucket:
     whats: list  # per spec: (tile index, template index, field name, kind)
     page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
     state: np.ndarray  # what `_patch_numba.patch` reads and keeps between steps, one int64 array
+    lanes: tuple = ()  # the lane fields it was instantiated for (`lane_fields`): they shape its guards
 
     @property
     def fields(self) -> np.ndarray:
@@ -203,6 +232,7 @@ class Stepper:
 
     def bucket(self, syms: tuple) -> tuple[Bucket, bool]:
         """The bucket of `syms` and whether it was instantiated now."""
+        syms = self.plan.full(syms)
         k = self.plan.key(syms)
         b = self.buckets.get(k)
         if b is not None:
@@ -221,8 +251,13 @@ class Stepper:
         The last bucket is tried first: the patch checks the program's box and the bucket's key itself
         (one compiled call per step, nothing else on the host). Symbol values outside every program's
         box are an InputError (`Artifact.pick`)."""
+        at, lanes = syms, ()
+        if self.plan.lanes:  # the lane fields move no field: the patch takes the symbols, the bucket its lanes
+            syms = self.plan.full(syms)
+            at, lanes = syms[: self.plan.n_syms], syms[self.plan.n_syms :]
         b = self._last
-        status = self._patch(syms, b.state, b.words, blocks) if b is not None and self._fast else -2
+        fast = b is not None and self._fast and b.lanes == lanes
+        status = self._patch(at, b.state, b.words, blocks) if fast else -2
         if status == 0:
             return b.words, False
         new = False
@@ -230,7 +265,7 @@ class Stepper:
             syms = tuple(map(int, syms))
             self.art.pick(syms)
             b, new = self.bucket(syms)
-            status = self._patch(syms, b.state, b.words, blocks)
+            status = self._patch(at, b.state, b.words, blocks)
         if status:
             self._fail(b, status, syms, blocks)
         self._last = b
@@ -264,7 +299,7 @@ class Stepper:
         if status or not np.array_equal(tr.rows, paged):  # both in word order
             raise RuntimeError("the program's words disagree with its templates (the JIT and the plan differ)")
         slot = self._slot(rows)
-        forms, bad = prepare(s, p.table, rows, dims, kept=p.kept)
+        forms, bad = prepare(s[: p.n_syms], p.table, rows, dims, kept=p.kept)
         if bad >= 0:
             ti, j, name, _ = p.whats[int(rows[bad, 13])]
             raise RuntimeError(
@@ -277,7 +312,8 @@ class Stepper:
         nf = int(groups[0, 2]) if len(groups) else len(perm)
         free = rows[perm[:nf]]  # not grouped: columns 11, 12, 14 as they were
         return Bucket(key, tr.words, p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
-                      pages[:, 0].copy(), self._state(syms, kv, free, hot, forms, groups, dims, pages, slot[perm]))  # fmt: skip
+                      pages[:, 0].copy(), self._state(syms[: p.n_syms], kv, free, hot, forms, groups, dims, pages,
+                      slot[perm]), tuple(syms[p.n_syms :]))  # fmt: skip
 
     def _state(self, syms, key_values, free, hot, forms, groups, dims, pages, slot) -> np.ndarray:
         """The bucket's `_patch_numba` state (`free`: the field rows without forms, first in its order)."""

@@ -19,6 +19,8 @@ def infix(program: list, names: list[str] | None = None) -> str:
         elif tok in _INFIX:
             (b, cb), (a, ca) = stack.pop(), stack.pop()
             stack.append((_binary(tok, a, ca, b, cb), True))
+        elif tok == expr.LANE:  # a lane field: the symbol at that index
+            stack.append((f"symbol[{stack.pop()[0]}]", False))
         elif tok[0] == "s" and int(tok[1:]) < len(names):
             stack.append((names[int(tok[1:])], False))
         else:

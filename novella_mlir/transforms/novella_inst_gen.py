@@ -96,7 +96,7 @@ def _inst_fields(name: str, attrs: dict, buffers: dict) -> dict:
         out["dram_base"] = attrs["dram_offset"]
     if opcode == "VEC":
         out["mode"] = attrs.get("mode", ir.StringAttr.get("TENSOR"))
-    carried = INST_FIELDS[opcode].keys() | {"tensor", "when"}
+    carried = INST_FIELDS[opcode].keys() | {"tensor", "when", "lane"}
     out.update((k, v) for k, v in attrs.items() if k in carried and k not in out)
     return out
 
@@ -116,7 +116,7 @@ def _i64(v: int) -> ir.Attribute:
     return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v))
 
 
-_UNCHECKED = frozenset(("opcode", "tensor", "when", "fn", "mode", "imm"))
+_UNCHECKED = frozenset(("opcode", "tensor", "when", "lane", "fn", "mode", "imm"))
 
 
 def _check_constants(macro, fields) -> None:

@@ -128,16 +128,20 @@ _FIELD_ATTRS = ir_memo()  # (is `when`, the value's type, the value, n_dims, n_s
 
 
 def _fields(fields: dict, n_dims: int, n_syms: int) -> dict:
+    """The op's attributes; an op with a `lane` field reads its lane's field as symbol n_syms of `when`
+    (`kernels/flash_decode.Lanes`)."""
     out, memo = {}, current(_FIELD_ATTRS)
+    when_syms = n_syms + ("lane" in fields)
     for k, v in fields.items():
         if v is None:
             continue
         if type(v) is float:  # not a key: -0.0 == 0.0
             out[k] = tile_attr(v, n_dims, n_syms)
             continue
-        key = (k == "when", type(v), tuple(v) if type(v) is list else v, n_dims, n_syms)
+        ns = when_syms if k == "when" else n_syms
+        key = (k == "when", type(v), tuple(v) if type(v) is list else v, n_dims, ns)
         attr = memo.get(key)
         if attr is None:
-            attr = memo[key] = when_attr(v, n_dims, n_syms) if k == "when" else tile_attr(v, n_dims, n_syms)
+            attr = memo[key] = when_attr(v, n_dims, ns) if k == "when" else tile_attr(v, n_dims, ns)
         out[k] = attr
     return out

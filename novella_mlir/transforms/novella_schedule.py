@@ -142,13 +142,19 @@ def _resident(insts, slotted) -> set[str]:
 
 
 def _same_step(insts, b, load: int) -> bool:
-    """Every template but the `load`-th that addresses buffer `b` runs under the guard of that load."""
+    """Every template but the `load`-th that addresses buffer `b` runs under the guard of that load (its
+    `when` has every constraint of the load's, and maybe more)."""
     when = insts[load][0]["when"]
     for i, (attrs, addresses) in enumerate(insts):
         if i != load and _slots_of(addresses, [b]):
-            if "when" not in attrs or attrs["when"] != when:
+            if "when" not in attrs or not _implies(attrs["when"], when):
                 return False
     return True
+
+
+def _implies(a, b) -> bool:
+    """Integer set `a` has every constraint of `b` (so a point in `a` is in `b`)."""
+    return a == b or set(sy.integer_set_constraints(b)) <= set(sy.integer_set_constraints(a))
 
 
 def _holds(b, attrs) -> bool:
@@ -172,8 +178,8 @@ def _schedule(macro, tiers: list[int]) -> None:
             fields["sram_addr"] = 0
         if fields:
             set_attr(op, "slot", fields)
-        if opcode in ("LOAD", "GATHER") and "when" not in attrs:
-            loads += 1
+        if opcode in ("LOAD", "GATHER") and ("when" not in attrs or "sram_addr" in fields):
+            loads += 1  # a guarded load into two slots (its data used in its step only) counts too
             slotted_loads += "sram_addr" in fields
         elif opcode == "STORE":
             stores += 1

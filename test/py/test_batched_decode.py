@@ -208,8 +208,8 @@ def test_batched_append_loads_every_sequences_rows_once(model):
 def test_batched_patch_equals_a_fresh_instantiation(model):
     """The batched step's patched words (`runtime/_patch_numba.patch`) equal a fresh instantiation mapped
     through the same block array (`BatchStep.fill`, which rewrites only the lanes that changed, equal to
-    `fill_slow`), bit for bit, over consecutive steps: every lane at its own past and
-    row offset, lanes crossing pages, a lane's page replaced between two steps (as copy-on-write does),
+    `fill_slow`), bit for bit, over consecutive steps: every lane at its own past, row offset and lane
+    field (`BatchStep.starts`: the key tiles it walks), lanes crossing pages, a lane's page replaced between two steps (as copy-on-write does),
     two lanes leaving and joining again; then a symbol outside the program and a freed page are refused."""
     import numpy as np
 
@@ -236,10 +236,12 @@ def test_batched_patch_equals_a_fresh_instantiation(model):
         for k in range(14):
             if k == 6:
                 tables[1].blocks[0], spare.blocks[0] = spare.blocks[0], tables[1].blocks[0]
-            blocks = step.fill(lanes(k)[: 2 if k in (9, 10) else B], clock + k)
-            assert blocks.tolist() == step.fill_slow(lanes(k)[: 2 if k in (9, 10) else B], clock + k).tolist()
-            words, _ = st.words((clock + k,), blocks)
-            ref = sess.reference(name, (clock + k,), BlockTable(blocks.tolist()))
+            running = lanes(k)[: 2 if k in (9, 10) else B]
+            blocks = step.fill(running, clock + k)
+            assert blocks.tolist() == step.fill_slow(running, clock + k).tolist()
+            syms = (clock + k, *step.starts(running, clock + k))  # the lanes' fields: their own key tiles
+            words, _ = st.words(syms, blocks)
+            ref = sess.reference(name, syms, BlockTable(blocks.tolist()))
             np.testing.assert_array_equal(words, ref, err_msg=f"step {k}")
         with pytest.raises(InputError, match="is outside every compiled program"):
             st.words((MAX_LEN,), blocks)  # the last bucket's own check refuses it too
@@ -249,3 +251,79 @@ def test_batched_patch_equals_a_fresh_instantiation(model):
     finally:
         for t in [*tables, null, spare]:
             sess.pool.release(t)
+
+
+def _prompts_apart(hf, lm, name: str, seed: int) -> None:
+    prompts = [torch.tensor(prompt(t, seed=seed + t)) for t in (1, 7, 33, 200)]
+    for p, out in zip(prompts, lm.generate(prompts, max_new_tokens=5)):
+        assert out.tolist() == reference(hf, p.tolist(), 5)[0], (name, len(p))
+
+
+def test_sequences_of_very_different_pasts_in_one_batch(model):
+    """Prompts of 1, 7, 33 and 200 tokens decode side by side in every step: each lane's attention walks
+    its own key tiles only (`flash_decode.Lanes`; the lane of 1 token one tile of the 13 the clock has,
+    its first tile partial), token-identical to hf.generate with hazard checking on."""
+    name, hf, lm = model
+    _prompts_apart(hf, lm, name, 60)
+
+
+def test_mqa_sequences_of_very_different_pasts_in_one_batch():
+    """As above with multi-query attention: a grid step's two heads are two sequences' heads, each
+    guarded by its own lane's field."""
+    hf = build("mqa", MAX_LEN)
+    lm = compile_batched(hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=PS, cache=False), (B,), cache=False)
+    assert _step_heads(lm) == [2, 2]
+    _prompts_apart(hf, lm, "mqa", 70)
+
+
+def _step_at(lm, pasts: list):
+    """(stats, the step's lane fields) of one batched step of lanes at `pasts` (clock max(pasts); cache
+    contents arbitrary: cost only)."""
+    from novella_mlir.runtime.kv import BlockTable
+
+    sess = lm.session(check_hazards=False)
+    null, clock = BlockTable(), max(pasts)
+    sess.pool.reserve(null, 1)
+    offs = [(clock - p) % PS for p in pasts]
+    tables = [BlockTable() for _ in pasts]
+    try:
+        for t, p, r in zip(tables, pasts, offs):
+            sess.pool.reserve(t, p + r + 1)
+        lanes = [Lane(5, p, (clock - p - r) // PS, t.blocks, r) for p, r, t in zip(pasts, offs, tables)]
+        step = BatchStep(sess, f"batch{B}", B, null.blocks[0])
+        return step.run(lanes, clock)[1], step.starts(lanes, clock)
+    finally:
+        for t in [*tables, null]:
+            sess.pool.release(t)
+
+
+def test_a_lane_loads_only_its_own_key_tiles(model):
+    """The batched step's attention guards each key tile by its lane's field (the storage index of the
+    sequence's position 0, `BatchStep.starts`), stored in the artifact (`expr.LANE`), its loads still in
+    two slots: lanes at pasts 3, 10, 40 and 200 load fewer bytes than four lanes at 200 by at least K and
+    V of every whole tile below each lane's start (every cache head, every layer), and cost clearly less
+    (before, each lane walked the 200 keys, masked: the same bytes and about the same cycles)."""
+    from novella_mlir.runtime import expr
+    from novella_mlir.runtime.step import lane_fields
+
+    _, hf, lm = model
+    art = lm.batched[B].artifact
+    assert lane_fields(art) == B and lane_fields(lm.decode.artifact) == 0
+    for mm in [mm for mm in art.programs[0].macros if mm.kernel == "novella.flash_attention"]:
+        kv = [t for t in mm.insts if t.opcode == "LOAD" and t.tensor in (1, 2)]
+        assert kv and all(expr.has_lane([p for _, p in t.when]) for t in kv)
+        assert mm.schedule["load_slots"] == 2  # guarded, still two slots: a step's loads under the last's compute
+    from novella_mlir.tools.inspect_artifact import describe
+
+    assert "symbol[" in describe(art)  # `novella inspect` shows a guard's lane field
+    mixed, starts = _step_at(lm, [3, 10, 40, 200])
+    full, _ = _step_at(lm, [200] * B)
+    flash = [ln for ln in lm.batched[B].ir("novella-tile").splitlines() if '"novella.flash_attention"' in ln]
+    tk = int(flash[0].split("novella.tiles = {")[1].split("tk = ")[1].split(" ")[0])
+    cfg = hf.config
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    row = 2 * kv_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4 * cfg.num_hidden_layers
+    skipped = sum(s // tk * tk for s in starts) * row
+    assert skipped > 0
+    assert full.dma_bytes_loaded - mixed.dma_bytes_loaded >= skipped
+    assert mixed.cycles < 0.85 * full.cycles, (mixed.cycles, full.cycles)

@@ -89,3 +89,34 @@ module attributes {novella.symbols = {s0 = ["T", 1, 1024]}} {
     return %ot, %kt, %vt : tensor<1x?x4x16xf32, affine_map<()[s0] -> (1, s0, 4, 16)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>, tensor<1x4x?x16xf32, affine_map<()[s0] -> (1, 4, s0, 16)>>
   }
 }
+
+// -----
+
+// A batched decode step (two sequences, cache [2, 2, ?, 16] paged per sequence, a mask row per
+// sequence): each key tile of a lane is guarded by that lane's field, symbol s1 of the guard's set
+// (one past the module's symbols) with `lane` the grid point's lane (a step takes 2 heads, the two
+// of one sequence: lane d0). Tile d2 runs where it holds a key at or after the lane's start
+// (64 * d2 + 63 >= s1: its K, V and mask LOADs, the score MATMUL, the mask ADD), opens the online
+// softmax where it is the lane's first (64 * d2 <= s1) and rescales after it (64 * d2 > s1); the
+// output is written at the last tile of the clock, which every lane has.
+// CHECK-DAG: #[[LANE:.*]] = affine_map<(d0, d1, d2)[s0] -> (d0)>
+// CHECK-DAG: #[[ON:.*]] = affine_set<(d0, d1, d2)[s0, s1] : (d2 * 64 - s1 + 63 >= 0)>
+// CHECK-DAG: #[[OPEN:.*]] = affine_set<(d0, d1, d2)[s0, s1] : (d2 * 64 - s1 + 63 >= 0, d2 * -64 + s1 >= 0)>
+// CHECK-DAG: #[[REST:.*]] = affine_set<(d0, d1, d2)[s0, s1] : (d2 * 64 - s1 + 63 >= 0, d2 * 64 - s1 - 1 >= 0)>
+// CHECK-DAG: #[[LAST:.*]] = affine_set<(d0, d1, d2)[s0] : (-d2 + (s0 + 1) ceildiv 64 - 1 == 0)>
+// CHECK-LABEL: func.func @batched
+// CHECK: "novella.dma_load"(%[[K:.*]]) {buf_offset = 0 : i64, buffer = "k", {{.*}}lane = #[[LANE]], {{.*}}tensor = 1 : i64, when = #[[ON]]}
+// CHECK: "novella.dma_load"(%arg5) {buffer = "mask", {{.*}}lane = #[[LANE]], {{.*}}when = #[[ON]]}
+// CHECK: "novella.mma"() {{{.*}}acc = "s", {{.*}}lane = #[[LANE]], {{.*}}when = #[[ON]]}
+// CHECK: "novella.vop"() {{{.*}}dst = "m", {{.*}}fn = "ROWMAX", lane = #[[LANE]], {{.*}}when = #[[OPEN]]}
+// CHECK: "novella.mma"() {{{.*}}accumulate = 1 : i64, {{.*}}lane = #[[LANE]], {{.*}}rhs = "v", {{.*}}when = #[[REST]]}
+// CHECK: "novella.vop"() {{{.*}}when = #[[LAST]]}
+// CHECK: grid = #{{.*}}, kernel = "novella.flash_attention", {{.*}}tiles = {{{.*}}heads = 2 : i64, {{.*}}tk = 64 : i64
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @batched(%q: tensor<2x2x1x16xf32>, %pk: tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0, 16)>>, %pv: tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0, 16)>>, %nk: tensor<2x2x1x16xf32>, %nv: tensor<2x2x1x16xf32>, %m: tensor<2x1x1x?xf32, affine_map<()[s0] -> (2, 1, 1, s0 + 1)>>) -> (tensor<2x2x1x16xf32>, tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0 + 1, 16)>>, tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0 + 1, 16)>>) {
+    %k = "novella.kv_append"(%pk, %nk) {dim = 2 : i64} : (tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0, 16)>>, tensor<2x2x1x16xf32>) -> tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0 + 1, 16)>>
+    %v = "novella.kv_append"(%pv, %nv) {dim = 2 : i64} : (tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0, 16)>>, tensor<2x2x1x16xf32>) -> tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0 + 1, 16)>>
+    %o = "novella.flash_attention"(%q, %k, %v, %m) {causal = 0 : i64, heads_minor = array<i64: 0, 0, 0, 0>, operandSegmentSizes = array<i32: 1, 1, 1, 1>, scale = 0.25 : f32} : (tensor<2x2x1x16xf32>, tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0 + 1, 16)>>, tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0 + 1, 16)>>, tensor<2x1x1x?xf32, affine_map<()[s0] -> (2, 1, 1, s0 + 1)>>) -> tensor<2x2x1x16xf32>
+    return %o, %k, %v : tensor<2x2x1x16xf32>, tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0 + 1, 16)>>, tensor<2x2x?x16xf32, affine_map<()[s0] -> (2, 2, s0 + 1, 16)>>
+  }
+}
