@@ -192,9 +192,11 @@ class Stepper:
         self._fast = not self.plan.guard_keys  # else every step's key needs the guards (`Plan.key`)
         jit.prepare()  # the artifact's tables, once: not a bucket's cost
         self.plan.key_table()
-        from ._patch_numba import patch
+        self._layout = self._constants()
+        from ._patch_numba import patch, patch1
 
-        self._patch = patch
+        self._one = len(art.symbols) == 1
+        self._patch = patch1 if self._one else patch
 
     def clear(self) -> None:
         """Forgets every bucket (the next step of each structure instantiates again)."""
@@ -222,15 +224,18 @@ class Stepper:
         (one compiled call per step, nothing else on the host). Symbol values outside every program's
         box are an InputError (`Artifact.pick`)."""
         b = self._last
-        status = self._patch(syms, b.state, b.words, blocks) if b is not None and self._fast else -2
-        if status == 0:
-            return b.words, False
+        if b is not None and self._fast:
+            status = self._patch(syms[0] if self._one else syms, b.state, blocks)
+            if status == 0:
+                return b.words, False
+        else:
+            status = -2
         new = False
         if status == -2:
             syms = tuple(map(int, syms))
             self.art.pick(syms)
             b, new = self.bucket(syms)
-            status = self._patch(syms, b.state, b.words, blocks)
+            status = self._patch(syms[0] if self._one else syms, b.state, blocks)
         if status:
             self._fail(b, status, syms, blocks)
         self._last = b
@@ -250,6 +255,7 @@ class Stepper:
 
     def _build(self, key: tuple, syms: tuple) -> Bucket:
         from ._bucket_numba import prepare
+        from ._patch_numba import words_of
         from ._step_numba import build, pack_order
 
         prog = self.jit.instantiate(list(syms))
@@ -276,26 +282,36 @@ class Stepper:
         hot = pack_order(rows, perm, cols[:, 2].copy())
         nf = int(groups[0, 2]) if len(groups) else len(perm)
         free = rows[perm[:nf]]  # not grouped: columns 11, 12, 14 as they were
-        return Bucket(key, tr.words, p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
-                      pages[:, 0].copy(), self._state(syms, kv, free, hot, forms, groups, dims, pages, slot[perm]))  # fmt: skip
+        state = self._state(syms, kv, free, hot, forms, groups, dims, pages, slot[perm], tr.words)
+        return Bucket(key, words_of(state), p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
+                      pages[:, 0].copy(), state)  # fmt: skip
 
-    def _state(self, syms, key_values, free, hot, forms, groups, dims, pages, slot) -> np.ndarray:
-        """The bucket's `_patch_numba` state (`free`: the field rows without forms, first in its order)."""
-        from . import _patch_numba as pn
+    def _constants(self) -> tuple:
+        """What every bucket's state holds alike: (block table entries, stack depth, per program its box,
+        `_slots`)."""
         from ._expr_numba import depth
 
-        p, n, nf = self.plan, len(hot), len(free)
+        p = self.plan
         n_pages = max(-(-int(self.kv[3]) // int(pe)) for pe in self.kv[4::2])
-        box = np.asarray(self.art.programs[self.art.pick(syms)].ranges, np.int64).reshape(-1, 2)
         stack = max(depth(p.table, 0), depth(p.key_table(), 0))
+        boxes = [np.asarray(prog.ranges, np.int64).reshape(-1, 2) for prog in self.art.programs]
+        return n_pages, stack, boxes, self._slots()
+
+    def _state(self, syms, key_values, free, hot, forms, groups, dims, pages, slot, words) -> np.ndarray:
+        """The bucket's `_patch_numba` state (`free`: the field rows without forms, first in its order),
+        holding its `words`."""
+        from . import _patch_numba as pn
+
+        p, n, nf = self.plan, len(hot), len(free)
+        n_pages, stack, boxes, slots = self._layout
         meta = [0, 0, 0, stack, nf, dims.shape[1]]
         return pn.state({"KEYV": key_values, "KEYEX": p.key_table(), "EX": p.table if nf else p.table[:0],
                          "FREE": free, "FDIMS": dims[free[:, 10]], "FORMS": forms, "GROUPS": groups, "HOT": hot,
-                         "AT": np.full(n, -1), "PAGES": pages, "META": meta,
-                         "MEMO": np.zeros(len(groups)), "PREV": np.zeros(n_pages), "REFS": np.zeros(2 * n_pages),
-                         "KV": self.kv, "BOX": box,
-                         "SCRATCH": np.zeros(len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS),
-                         "SLOT": slot, "SLOTS": self._slots()})  # fmt: skip
+                         "AT": np.full(n, -1, np.int64), "PAGES": pages, "META": np.asarray(meta, np.int64),
+                         "MEMO": len(groups), "PREV": n_pages, "REFS": 2 * n_pages,
+                         "KV": self.kv, "BOX": boxes[self.art.pick(syms)], "WORDS": words,
+                         "SCRATCH": len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS,
+                         "SLOT": slot, "SLOTS": slots})  # fmt: skip
 
     def _slot(self, rows) -> np.ndarray:
         """Per field row (as `build` made them: column 8 the value in the untranslated words) the cache
