@@ -368,21 +368,14 @@ def share_order(fields: np.ndarray, forms: np.ndarray) -> tuple:
     `fields` and its columns 11, 12, 14), the forms, and per group its forms range and
     its field rows' range (`_patch_numba.patch` evaluates each group once). Rows are grouped by a hash
     of their adjusted forms (`_step_numba.form_keys`), checked row by row against their group's first
-    (`same_forms`); on a collision, by the lexicographic unique of the whole rows (`_share_rows`)."""
-    from ._step_numba import distinct, form_keys, gather, same_forms
+    (`same_forms`), all in one compiled call (`_step_numba.share_hashed`); on a collision, by the
+    lexicographic unique of the whole rows (`_share_rows`)."""
+    from ._step_numba import share_hashed
 
-    n = fields[:, 12] - fields[:, 11]
-    has = np.flatnonzero(n > 0)
-    if not has.size:
-        return np.arange(len(fields)), fields[:, [11, 12, 14]], forms[:0], np.zeros((0, 4), np.int64)
-    h, const = form_keys(fields, forms, has, _MIX)
-    first, inv = distinct(h)
-    if not same_forms(fields, forms, has, const, first, inv):
-        return _share_rows(fields, forms, has, n)
-    sizes = n[has[first]]
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    out = gather(fields, forms, has, first, const)
-    return (*_grouped(fields, has, n, inv, starts, sizes, const), out, _groups(n, inv, starts, sizes))
+    ok, perm, cols, out, groups = share_hashed(fields, forms, _MIX)
+    if ok:
+        return perm, cols, out, groups
+    return _share_rows(fields, forms, perm, fields[:, 12] - fields[:, 11])
 
 
 def _grouped(fields, has, n, inv, starts, sizes, const) -> tuple:
