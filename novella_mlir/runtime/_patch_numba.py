@@ -41,14 +41,15 @@ PARTS = ("META", "BOX", "SCRATCH", "KV", "SLOTS", "KEYV", "KEYEX", "MEMO", "GROU
          "PAGES", "EX", "FREE", "FDIMS", "WORDS", "PREV", "REFS")  # fmt: skip
 (META, BOX, SCRATCH, KV, SLOTS, KEYV, KEYEX, MEMO, GROUPS, FORMS, HOT, AT, SLOT, PAGES, EX, FREE, FDIMS, WORDS, PREV,
  REFS) = range(len(PARTS))  # fmt: skip
-ZERO = ("SCRATCH", "MEMO", "PREV", "REFS")  # parts that start as zeros: given by their size alone
 WARM, NREF, TOP, DEPTH, NFREE, NDIMS = range(6)  # META
+ZERO = ("SCRATCH", "MEMO", "PREV", "REFS")  # parts given by their size alone (`state`)
 
 
 def state(parts: dict) -> np.ndarray:
     """The state array of `parts`: name -> int64 array (1-D or 2-D; WORDS the (n, 4) uint64 words, held
-    bit for bit) for every name of `PARTS`, or its size for those of `ZERO`. One allocation of zeros,
-    the other parts copied in (the zero parts, sized by the cache's pages, are most of it)."""
+    bit for bit) for every name of `PARTS`, or its size for those of `ZERO`, zeros. PREV and the list
+    half of REFS, sized by the cache's pages, are left unset (REFS' marks are zeros): `patch` reads an
+    entry of either only after writing it (PREV on a warm step: the step before wrote each used entry)."""
     arrays = [np.asarray(parts[n]) if n not in ZERO else parts[n] for n in PARTS]
     head = [len(PARTS)]
     at = 1 + 3 * len(PARTS)
@@ -56,11 +57,14 @@ def state(parts: dict) -> np.ndarray:
         size = a if isinstance(a, int) else a.size
         head += (at, at + size, a.shape[1] if not isinstance(a, int) and a.ndim == 2 else 0)
         at += size
-    out = np.zeros(at, np.int64)
+    out = np.empty(at, np.int64)
     out[: len(head)] = head
     for k, a in enumerate(arrays):
-        if not isinstance(a, int) and a.size:
-            out[head[1 + 3 * k] : head[2 + 3 * k]] = a.ravel().view(np.int64) if a.dtype == np.uint64 else a.ravel()
+        lo, hi = head[1 + 3 * k], head[2 + 3 * k]
+        if isinstance(a, int):
+            out[(lo + hi) // 2 if k == REFS else hi if k == PREV else lo : hi] = 0
+        elif a.size:
+            out[lo:hi] = a.ravel().view(np.int64) if a.dtype == np.uint64 else a.ravel()
     return out
 
 
