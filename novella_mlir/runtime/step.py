@@ -254,9 +254,9 @@ class Stepper:
         )
 
     def _build(self, key: tuple, syms: tuple) -> Bucket:
-        from ._bucket_numba import prepare
+        from ._bucket_numba import patch_tables, prepare
         from ._patch_numba import words_of
-        from ._step_numba import build, pack_order
+        from ._step_numba import build
 
         prog = self.jit.instantiate(list(syms))
         tr = self.translate(prog.words)
@@ -269,7 +269,6 @@ class Stepper:
                                           p.n_dims)  # fmt: skip
         if status or not np.array_equal(tr.rows, paged):  # both in word order
             raise RuntimeError("the program's words disagree with its templates (the JIT and the plan differ)")
-        slot = self._slot(rows)
         forms, bad = prepare(s, p.table, rows, dims, kept=p.kept)
         if bad >= 0:
             ti, j, name, _ = p.whats[int(rows[bad, 13])]
@@ -277,12 +276,14 @@ class Stepper:
                 f"{self.art.tiles[ti].name}: field {name} of template {j} is affine but got no affine form"
             )
         perm, cols, forms, groups = share_order(rows, forms)
-        pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
+        f = isa.field(isa.Opcode.LOAD, "dram_base")  # every DMA's (`kv.py`)
+        dma = np.asarray([f.lane, f.offset, f.mask], np.int64)
+        hot, slot, pages = patch_tables(rows, perm, cols[:, 2].copy(), len(tr.words), tr.rows, tr.page, tr.slot,
+                                        tr.offset, self.kv, dma)  # fmt: skip
         kv = np.asarray(key[: len(p.grid_progs)], np.int64)
-        hot = pack_order(rows, perm, cols[:, 2].copy())
         nf = int(groups[0, 2]) if len(groups) else len(perm)
         free = rows[perm[:nf]]  # not grouped: columns 11, 12, 14 as they were
-        state = self._state(syms, kv, free, hot, forms, groups, dims, pages, slot[perm], tr.words)
+        state = self._state(syms, kv, free, hot, forms, groups, dims, pages, slot, tr.words)
         return Bucket(key, words_of(state), p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
                       pages[:, 0].copy(), state)  # fmt: skip
 
@@ -313,15 +314,6 @@ class Stepper:
                          "SCRATCH": len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS,
                          "SLOT": slot, "SLOTS": slots})  # fmt: skip
 
-    def _slot(self, rows) -> np.ndarray:
-        """Per field row (as `build` made them: column 8 the value in the untranslated words) the cache
-        slot of its virtual address (paged rows; 0 otherwise)."""
-        vbase, vspan = int(self.kv[2]), int(self.kv[3])
-        slot = np.where(rows[:, 9] == 1, (rows[:, 8] - vbase) // vspan, 0)
-        if np.any((slot < 0) | (slot >= len(self.kv[4::2]))):
-            raise RuntimeError("a paged field addresses a cache slot the program does not have")
-        return slot
-
     def _slots(self) -> np.ndarray:
         """Per cache slot its window base, page elements, their log2 (-1: not a power of two) and offset
         in the block."""
@@ -329,19 +321,6 @@ class Stepper:
         pe = kv[4::2]
         log = np.where(pe & (pe - 1) == 0, np.log2(np.maximum(pe, 1)).astype(np.int64), -1)
         return np.stack([vbase + vspan * np.arange(len(pe)), pe, log, kv[5::2]], 1)
-
-    def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
-        """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
-        mark = np.zeros(len(tr.words), bool)
-        mark[patched] = True
-        keep = ~mark[tr.rows]
-        rows = tr.rows[keep]
-        out = np.zeros((len(rows), 6), np.int64)
-        out[:, 0], out[:, 4] = rows, tr.page[keep]
-        out[:, 5] = self.kv[5::2][tr.slot[keep]] + tr.offset[keep]
-        f = isa.field(isa.Opcode.LOAD, "dram_base")  # every DMA's (`kv.py`)
-        out[:, 1:4] = (f.lane, f.offset, f.mask)
-        return out
 
     def declared(self, b: Bucket) -> set:
         """(word, field) of every injected field and page address of bucket `b`."""
