@@ -1,6 +1,7 @@
 """The numba kernels of a new bucket (`step.py`) that reach beyond its own rows: `prepare`, which
 completes its field rows with their forms (`_step_numba._forms_of`), keeping what it derived for the
-plan's later buckets (`Kept`), and `relocate`, the session's translation of its words (`kv.py`)."""
+plan's later buckets (`Kept`), `relocate`, the session's translation of its words (`kv.py`), and
+`patch_tables`, the per-row tables of its patch."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from simulator import numba_cache
 from simulator.first_build import announce
 
 from ._expr_numba import depth, minimum
-from ._step_numba import MAX_ATOMS, _firsts, _form, _forms_of, _scratch
+from ._step_numba import MAX_ATOMS, _firsts, _form, _forms_of, _scratch, pack_order
 
 numba_cache.ensure(__file__)
 
@@ -243,6 +244,39 @@ def relocate(raw, dma, op, base, seg, vbase, vspan, page_elems):
         rem = v % vspan
         page[j], off[j] = rem // page_elems[slot[j]], rem % page_elems[slot[j]]
     return words, rows, slot, page, off, 0
+
+
+@nb.njit(cache=True)
+def patch_tables(fields, perm, const, n_words, rows, page, slot, offset, kv, dma):
+    """A new bucket's per-row patch tables in one call: `pack_order(fields, perm, const)`, per row of
+    fields[perm] the cache slot of its virtual address (paged rows, column 9: its word's translated
+    DMA's; 0 otherwise), and the page addresses no symbol moves (word, lane, offset, mask, page,
+    offset in the block: each translated DMA (`rows`, `page`, `slot`, `offset`: `kv.Translation`) whose
+    word has no paged field). `dma`: the DMA's dram_base lane, offset, mask; `kv`: the session's layout
+    (`kv.Session.kv_layout`)."""
+    hot = pack_order(fields, perm, const)
+    of_word = np.full(n_words, -1, np.int64)
+    for j in range(rows.size):
+        of_word[rows[j]] = slot[j]
+    at = np.zeros(perm.size, np.int64)
+    for r in range(perm.size):
+        w = fields[perm[r], 0]
+        if fields[perm[r], 9] == 1:
+            at[r] = of_word[w]
+    for r in range(perm.size):
+        if fields[perm[r], 9] == 1:
+            of_word[fields[perm[r], 0]] = -2  # moved by a symbol: patched by its field row
+    n = 0
+    for j in range(rows.size):
+        n += of_word[rows[j]] != -2
+    pages = np.zeros((n, 6), np.int64)
+    n = 0
+    for j in range(rows.size):
+        if of_word[rows[j]] != -2:
+            pages[n, 0], pages[n, 1], pages[n, 2], pages[n, 3] = rows[j], dma[0], dma[1], dma[2]
+            pages[n, 4], pages[n, 5] = page[j], kv[5 + 2 * slot[j]] + offset[j]
+            n += 1
+    return hot, at, pages
 
 
 announce(sys.modules[__name__])

@@ -1,9 +1,10 @@
-"""The per-step patch of a bucket's words (`step.py`), one compiled call of four arguments per step.
+"""The per-step patch of a bucket's words (`step.py`), one compiled call of three arguments per step.
 
 A bucket's tables are one int64 array, its *state* (`state`): a header [n_parts, then per part its
 start, end and columns], then the parts `PARTS` names, those every step reads first. A step's patch runs right after the NPU (the
-simulator) has run, the host's caches cold: the call takes four arguments (each costs its
-unboxing), allocates nothing, and walks the unmoved page addresses only when a block table entry
+simulator) has run, the host's caches cold: the call takes the symbol (an int, `patch1`; a tuple of
+several, `patch`), the state and the block table (each argument costs its typing and unboxing: the
+words are a part of the state), allocates nothing, and walks the unmoved page addresses only when a block table entry
 the words use changed.
 
 Parts: KEYV, KEYEX the grid extents of the bucket key and their expressions; EX, FREE, FDIMS the
@@ -18,7 +19,7 @@ one past the highest used entry, stack depth, NFREE, grid dims]; MEMO each group
 patch; PREV the block table at the used entries; REFS the used entries (each once) then a mark per
 entry; KV the session's layout (pool base, block elements, vbase, vspan, then per cache slot its
 page elements and offset in the block); BOX the program's [lo, hi] per symbol; SCRATCH the
-symbols, dims, the interpreter's stack and the forms' atoms.
+symbols, dims, the interpreter's stack and the forms' atoms; WORDS the bucket's words (`words_of`).
 """
 
 from __future__ import annotations
@@ -37,21 +38,40 @@ from ._step_numba import MAX_ATOMS, _form
 numba_cache.ensure(__file__)
 
 PARTS = ("META", "BOX", "SCRATCH", "KV", "SLOTS", "KEYV", "KEYEX", "MEMO", "GROUPS", "FORMS", "HOT", "AT", "SLOT",
-         "PAGES", "EX", "FREE", "FDIMS", "PREV", "REFS")  # fmt: skip
-(META, BOX, SCRATCH, KV, SLOTS, KEYV, KEYEX, MEMO, GROUPS, FORMS, HOT, AT, SLOT, PAGES, EX, FREE, FDIMS, PREV,
+         "PAGES", "EX", "FREE", "FDIMS", "WORDS", "PREV", "REFS")  # fmt: skip
+(META, BOX, SCRATCH, KV, SLOTS, KEYV, KEYEX, MEMO, GROUPS, FORMS, HOT, AT, SLOT, PAGES, EX, FREE, FDIMS, WORDS, PREV,
  REFS) = range(len(PARTS))  # fmt: skip
 WARM, NREF, TOP, DEPTH, NFREE, NDIMS = range(6)  # META
+ZERO = ("SCRATCH", "MEMO", "PREV", "REFS")  # parts given by their size alone (`state`)
 
 
 def state(parts: dict) -> np.ndarray:
-    """The state array of `parts` (name -> int64 array, 1-D or 2-D, every name of `PARTS`)."""
-    arrays = [np.asarray(parts[n], np.int64) for n in PARTS]
+    """The state array of `parts`: name -> int64 array (1-D or 2-D; WORDS the (n, 4) uint64 words, held
+    bit for bit) for every name of `PARTS`, or its size for those of `ZERO`, zeros. PREV and the list
+    half of REFS, sized by the cache's pages, are left unset (REFS' marks are zeros): `patch` reads an
+    entry of either only after writing it (PREV on a warm step: the step before wrote each used entry)."""
+    arrays = [np.asarray(parts[n]) if n not in ZERO else parts[n] for n in PARTS]
     head = [len(PARTS)]
     at = 1 + 3 * len(PARTS)
     for a in arrays:
-        head += (at, at + a.size, a.shape[1] if a.ndim == 2 else 0)
-        at += a.size
-    return np.concatenate([np.asarray(head, np.int64)] + [a.ravel() for a in arrays])
+        size = a if isinstance(a, int) else a.size
+        head += (at, at + size, a.shape[1] if not isinstance(a, int) and a.ndim == 2 else 0)
+        at += size
+    out = np.empty(at, np.int64)
+    out[: len(head)] = head
+    for k, a in enumerate(arrays):
+        lo, hi = head[1 + 3 * k], head[2 + 3 * k]
+        if isinstance(a, int):
+            out[(lo + hi) // 2 if k == REFS else hi if k == PREV else lo : hi] = 0
+        elif a.size:
+            out[lo:hi] = a.ravel().view(np.int64) if a.dtype == np.uint64 else a.ravel()
+    return out
+
+
+def words_of(st: np.ndarray) -> np.ndarray:
+    """The (n, 4) uint64 words held in state `st` (a view: what `patch` rewrites in place)."""
+    lo, hi = int(st[1 + 3 * WORDS]), int(st[2 + 3 * WORDS])
+    return st[lo:hi].view(np.uint64).reshape(-1, 4)
 
 
 @nb.njit(cache=True, inline="always")
@@ -63,6 +83,12 @@ def _part(st, k):
 def _rows(st, k):
     lo, hi, c = st[1 + 3 * k], st[2 + 3 * k], st[3 + 3 * k]
     return st[lo:hi].reshape((hi - lo) // max(c, 1), max(c, 1))
+
+
+@nb.njit(cache=True, inline="always")
+def _words(st):
+    lo, hi = st[1 + 3 * WORDS], st[2 + 3 * WORDS]
+    return st[lo:hi].view(np.uint64).reshape(((hi - lo) // 4, 4))
 
 
 @nb.njit(cache=True, inline="always")
@@ -106,28 +132,44 @@ def _use(page, meta, refs, half):
 
 
 @nb.njit(cache=True)
-def patch(syms, st, words, blocks):
-    """Rewrites the injected fields and page addresses of a bucket's words (`state` `st`) for `syms` (a
-    tuple) and `blocks`. Returns 0; -2 if `syms` are outside the program's box or the bucket (the
-    grid extents of its key); -1 if the block table lacks a page; 1 + the index of a field row whose
-    value does not fit its field.
+def patch(syms, st, blocks):
+    """Rewrites the injected fields and page addresses of the words a bucket's state `st` holds
+    (`words_of`) for `syms` (a tuple) and `blocks`. Returns 0; -2 if `syms` are outside the program's
+    box or the bucket (the grid extents of its key); -1 if the block table lacks a page; 1 + the index
+    of a field row whose value does not fit its field.
 
     Each group is evaluated once; when META[WARM] is 1 the words hold the last patch, and a row is
     rewritten only when its group's value moved, or, paged, when its block table entry changed (only
     the entries the words use are compared and kept: `REFS`, `PREV`)."""
-    ns = len(syms)
+    sc = _part(st, SCRATCH)
+    for k in range(len(syms)):
+        sc[k] = syms[k]
+    return _patch(st, blocks, len(syms))
+
+
+@nb.njit(cache=True)
+def patch1(s, st, blocks):
+    """`patch` of a program of one symbol, its value `s` an int: the cheapest call numba dispatches
+    (an int and two arrays; a tuple costs its own typing and unboxing every step)."""
+    sc = _part(st, SCRATCH)
+    sc[0] = s
+    return _patch(st, blocks, 1)
+
+
+@nb.njit(cache=True)
+def _patch(st, blocks, ns):
+    """`patch`, the symbols in SCRATCH[:ns]."""
     meta, box = _part(st, META), _part(st, BOX)
-    for k in range(ns):
-        if syms[k] < box[2 * k] or syms[k] > box[2 * k + 1]:
-            return -2
-    nd = meta[NDIMS]
     sc = _part(st, SCRATCH)
     for k in range(ns):
-        sc[k] = syms[k]
+        if sc[k] < box[2 * k] or sc[k] > box[2 * k + 1]:
+            return -2
+    nd = meta[NDIMS]
     key_ex, key = _part(st, KEYEX), _part(st, KEYV)
     for m in range(key.size):
         if minimum(key_ex, 0, m, sc, ns, ns + nd) != key[m]:
             return -2
+    words = _words(st)
     refs, prev = _part(st, REFS), _part(st, PREV)
     half = refs.size // 2
     warm = meta[WARM] == 1

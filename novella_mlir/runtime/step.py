@@ -221,9 +221,11 @@ class Stepper:
         self._fast = not self.plan.guard_keys  # else every step's key needs the guards (`Plan.key`)
         jit.prepare()  # the artifact's tables, once: not a bucket's cost
         self.plan.key_table()
-        from ._patch_numba import patch
+        self._layout = self._constants()
+        from ._patch_numba import patch, patch1
 
-        self._patch = patch
+        self._one = len(art.symbols) == 1
+        self._patch = patch1 if self._one else patch
 
     def clear(self) -> None:
         """Forgets every bucket (the next step of each structure instantiates again)."""
@@ -257,7 +259,7 @@ class Stepper:
             at, lanes = syms[: self.plan.n_syms], syms[self.plan.n_syms :]
         b = self._last
         fast = b is not None and self._fast and b.lanes == lanes
-        status = self._patch(at, b.state, b.words, blocks) if fast else -2
+        status = self._patch(at[0] if self._one else at, b.state, blocks) if fast else -2
         if status == 0:
             return b.words, False
         new = False
@@ -265,7 +267,7 @@ class Stepper:
             syms = tuple(map(int, syms))
             self.art.pick(syms)
             b, new = self.bucket(syms)
-            status = self._patch(at, b.state, b.words, blocks)
+            status = self._patch(at[0] if self._one else at, b.state, blocks)
         if status:
             self._fail(b, status, syms, blocks)
         self._last = b
@@ -284,8 +286,9 @@ class Stepper:
         )
 
     def _build(self, key: tuple, syms: tuple) -> Bucket:
-        from ._bucket_numba import prepare
-        from ._step_numba import build, pack_order
+        from ._bucket_numba import patch_tables, prepare
+        from ._patch_numba import words_of
+        from ._step_numba import build
 
         prog = self.jit.instantiate(list(syms))
         tr = self.translate(prog.words)
@@ -298,7 +301,6 @@ class Stepper:
                                           p.n_dims)  # fmt: skip
         if status or not np.array_equal(tr.rows, paged):  # both in word order
             raise RuntimeError("the program's words disagree with its templates (the JIT and the plan differ)")
-        slot = self._slot(rows)
         forms, bad = prepare(s[: p.n_syms], p.table, rows, dims, kept=p.kept)
         if bad >= 0:
             ti, j, name, _ = p.whats[int(rows[bad, 13])]
@@ -306,41 +308,43 @@ class Stepper:
                 f"{self.art.tiles[ti].name}: field {name} of template {j} is affine but got no affine form"
             )
         perm, cols, forms, groups = share_order(rows, forms)
-        pages = self._pages(tr, rows[rows[:, 9] == 1, 0])
+        f = isa.field(isa.Opcode.LOAD, "dram_base")  # every DMA's (`kv.py`)
+        dma = np.asarray([f.lane, f.offset, f.mask], np.int64)
+        hot, slot, pages = patch_tables(rows, perm, cols[:, 2].copy(), len(tr.words), tr.rows, tr.page, tr.slot,
+                                        tr.offset, self.kv, dma)  # fmt: skip
         kv = np.asarray(key[: len(p.grid_progs)], np.int64)
-        hot = pack_order(rows, perm, cols[:, 2].copy())
         nf = int(groups[0, 2]) if len(groups) else len(perm)
         free = rows[perm[:nf]]  # not grouped: columns 11, 12, 14 as they were
-        return Bucket(key, tr.words, p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
-                      pages[:, 0].copy(), self._state(syms[: p.n_syms], kv, free, hot, forms, groups, dims, pages,
-                      slot[perm]), tuple(syms[p.n_syms :]))  # fmt: skip
+        state = self._state(syms[: p.n_syms], kv, free, hot, forms, groups, dims, pages, slot, tr.words)
+        return Bucket(key, words_of(state), p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
+                      pages[:, 0].copy(), state, tuple(syms[p.n_syms :]))  # fmt: skip
 
-    def _state(self, syms, key_values, free, hot, forms, groups, dims, pages, slot) -> np.ndarray:
-        """The bucket's `_patch_numba` state (`free`: the field rows without forms, first in its order)."""
-        from . import _patch_numba as pn
+    def _constants(self) -> tuple:
+        """What every bucket's state holds alike: (block table entries, stack depth, per program its box,
+        `_slots`)."""
         from ._expr_numba import depth
 
-        p, n, nf = self.plan, len(hot), len(free)
+        p = self.plan
         n_pages = max(-(-int(self.kv[3]) // int(pe)) for pe in self.kv[4::2])
-        box = np.asarray(self.art.programs[self.art.pick(syms)].ranges, np.int64).reshape(-1, 2)
         stack = max(depth(p.table, 0), depth(p.key_table(), 0))
+        boxes = [np.asarray(prog.ranges, np.int64).reshape(-1, 2) for prog in self.art.programs]
+        return n_pages, stack, boxes, self._slots()
+
+    def _state(self, syms, key_values, free, hot, forms, groups, dims, pages, slot, words) -> np.ndarray:
+        """The bucket's `_patch_numba` state (`free`: the field rows without forms, first in its order),
+        holding its `words`."""
+        from . import _patch_numba as pn
+
+        p, n, nf = self.plan, len(hot), len(free)
+        n_pages, stack, boxes, slots = self._layout
         meta = [0, 0, 0, stack, nf, dims.shape[1]]
         return pn.state({"KEYV": key_values, "KEYEX": p.key_table(), "EX": p.table if nf else p.table[:0],
                          "FREE": free, "FDIMS": dims[free[:, 10]], "FORMS": forms, "GROUPS": groups, "HOT": hot,
-                         "AT": np.full(n, -1), "PAGES": pages, "META": meta,
-                         "MEMO": np.zeros(len(groups)), "PREV": np.zeros(n_pages), "REFS": np.zeros(2 * n_pages),
-                         "KV": self.kv, "BOX": box,
-                         "SCRATCH": np.zeros(len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS),
-                         "SLOT": slot, "SLOTS": self._slots()})  # fmt: skip
-
-    def _slot(self, rows) -> np.ndarray:
-        """Per field row (as `build` made them: column 8 the value in the untranslated words) the cache
-        slot of its virtual address (paged rows; 0 otherwise)."""
-        vbase, vspan = int(self.kv[2]), int(self.kv[3])
-        slot = np.where(rows[:, 9] == 1, (rows[:, 8] - vbase) // vspan, 0)
-        if np.any((slot < 0) | (slot >= len(self.kv[4::2]))):
-            raise RuntimeError("a paged field addresses a cache slot the program does not have")
-        return slot
+                         "AT": np.full(n, -1, np.int64), "PAGES": pages, "META": np.asarray(meta, np.int64),
+                         "MEMO": len(groups), "PREV": n_pages, "REFS": 2 * n_pages,
+                         "KV": self.kv, "BOX": boxes[self.art.pick(syms)], "WORDS": words,
+                         "SCRATCH": len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS,
+                         "SLOT": slot, "SLOTS": slots})  # fmt: skip
 
     def _slots(self) -> np.ndarray:
         """Per cache slot its window base, page elements, their log2 (-1: not a power of two) and offset
@@ -349,19 +353,6 @@ class Stepper:
         pe = kv[4::2]
         log = np.where(pe & (pe - 1) == 0, np.log2(np.maximum(pe, 1)).astype(np.int64), -1)
         return np.stack([vbase + vspan * np.arange(len(pe)), pe, log, kv[5::2]], 1)
-
-    def _pages(self, tr, patched: np.ndarray) -> np.ndarray:
-        """Rows of the page addresses that no symbol moves: (word, lane, offset, mask, page, in-block offset)."""
-        mark = np.zeros(len(tr.words), bool)
-        mark[patched] = True
-        keep = ~mark[tr.rows]
-        rows = tr.rows[keep]
-        out = np.zeros((len(rows), 6), np.int64)
-        out[:, 0], out[:, 4] = rows, tr.page[keep]
-        out[:, 5] = self.kv[5::2][tr.slot[keep]] + tr.offset[keep]
-        f = isa.field(isa.Opcode.LOAD, "dram_base")  # every DMA's (`kv.py`)
-        out[:, 1:4] = (f.lane, f.offset, f.mask)
-        return out
 
     def declared(self, b: Bucket) -> set:
         """(word, field) of every injected field and page address of bucket `b`."""
@@ -388,21 +379,14 @@ def share_order(fields: np.ndarray, forms: np.ndarray) -> tuple:
     `fields` and its columns 11, 12, 14), the forms, and per group its forms range and
     its field rows' range (`_patch_numba.patch` evaluates each group once). Rows are grouped by a hash
     of their adjusted forms (`_step_numba.form_keys`), checked row by row against their group's first
-    (`same_forms`); on a collision, by the lexicographic unique of the whole rows (`_share_rows`)."""
-    from ._step_numba import distinct, form_keys, gather, same_forms
+    (`same_forms`), all in one compiled call (`_step_numba.share_hashed`); on a collision, by the
+    lexicographic unique of the whole rows (`_share_rows`)."""
+    from ._step_numba import share_hashed
 
-    n = fields[:, 12] - fields[:, 11]
-    has = np.flatnonzero(n > 0)
-    if not has.size:
-        return np.arange(len(fields)), fields[:, [11, 12, 14]], forms[:0], np.zeros((0, 4), np.int64)
-    h, const = form_keys(fields, forms, has, _MIX)
-    first, inv = distinct(h)
-    if not same_forms(fields, forms, has, const, first, inv):
-        return _share_rows(fields, forms, has, n)
-    sizes = n[has[first]]
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    out = gather(fields, forms, has, first, const)
-    return (*_grouped(fields, has, n, inv, starts, sizes, const), out, _groups(n, inv, starts, sizes))
+    ok, perm, cols, out, groups = share_hashed(fields, forms, _MIX)
+    if ok:
+        return perm, cols, out, groups
+    return _share_rows(fields, forms, perm, fields[:, 12] - fields[:, 11])
 
 
 def _grouped(fields, has, n, inv, starts, sizes, const) -> tuple:

@@ -93,6 +93,45 @@ def test_a_warm_patch_follows_the_block_table(lm):
         sess.pool.release(spare)
 
 
+def test_a_patch_writes_the_states_unset_parts_before_reading_them(lm, monkeypatch):
+    """A bucket's state leaves PREV and REFS' list unset (`_patch_numba.state`): filled here with what
+    would hide a missing write (PREV the block table the next steps pass, REFS' list page numbers), the
+    steps of a bucket, a page replaced between two and the table grown, are still fresh instantiations;
+    the words are the state's own (`words_of`), the int symbol's call (`patch1`) and the tuple's agree."""
+    from novella_mlir.runtime import _patch_numba as pn
+
+    sess = lm.session()
+    st = sess.steppers["decode"]
+    full = _table(sess, MAX_LEN, seed=9)
+    blocks = np.asarray(full.blocks, np.int64)
+    plain = pn.state
+
+    def unset(parts):
+        out = plain(parts)
+        prev, refs = out[out[1 + 3 * pn.PREV] : out[2 + 3 * pn.PREV]], out[out[1 + 3 * pn.REFS] : out[2 + 3 * pn.REFS]]
+        prev[: blocks.size] = blocks[: prev.size]
+        refs[: refs.size // 2] = np.arange(refs.size // 2) % blocks.size
+        return out
+
+    monkeypatch.setattr(pn, "state", unset)
+    st.clear()
+    tk = _kv_tile(sess)
+    try:
+        for past in [tk + 3, tk + 4, tk + PS - 1, tk + PS, tk + PS + 1]:
+            if past == tk + PS:
+                blocks[1], blocks[-1] = blocks[-1], blocks[1]
+                full.blocks[1], full.blocks[-1] = full.blocks[-1], full.blocks[1]
+            words, _ = st.words((past,), blocks[: past // PS + 1].copy())
+            b = st._last
+            assert np.shares_memory(words, b.state)
+            np.testing.assert_array_equal(words, sess.reference("decode", (past,), full), err_msg=f"past={past}")
+            again = words.copy()
+            assert pn.patch((past,), b.state, blocks[: past // PS + 1].copy()) == 0
+            np.testing.assert_array_equal(words, again)
+    finally:
+        sess.pool.release(full)
+
+
 def test_prefill_is_patched_too(lm):
     sess = lm.session()
     table = _table(sess, MAX_LEN, seed=2)

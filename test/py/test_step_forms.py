@@ -183,8 +183,9 @@ def test_share_by_hash_groups_as_the_lexicographic_unique(lm, monkeypatch):
     slow = step._written(raw, *step._share_rows(raw.copy(), forms, np.flatnonzero(raw[:, 12] > raw[:, 11]),
                                                 raw[:, 12] - raw[:, 11]))  # fmt: skip
     assert len(fast[2]) == len(slow[2]) < len(raw) and groups_of(*fast) == groups_of(*slow)
-    monkeypatch.setattr(_step_numba, "form_keys", lambda f, fo, has, mix: (np.zeros(has.size, np.int64),
-                                                                           np.zeros(has.size, np.int64)))  # fmt: skip
+    has = np.flatnonzero(raw[:, 12] > raw[:, 11])
+    assert not _step_numba.form_keys(raw, forms, has, np.zeros(64, np.int64))[0].any()
+    monkeypatch.setattr(step, "_MIX", np.zeros(64, np.int64))  # every hash 0: every row collides
     collided = step.share(raw.copy(), forms)
     assert groups_of(*collided) == groups_of(*slow)
 
