@@ -503,6 +503,46 @@ def test_every_cached_numba_module_sets_up_its_cache():
             assert 0 <= ensure < first, f"{path.name} defines cached kernels before numba_cache.ensure"
 
 
+def test_the_numba_cache_digest_covers_every_module_a_kernel_imports():
+    """A kernel inlines or freezes what it imports from the project: each such module is in SOURCES, so an
+    edit to it empties the cache (numba itself checks only the kernel's own file)."""
+    import ast
+    from pathlib import Path
+
+    from simulator import numba_cache
+
+    root = Path(__file__).resolve().parents[2]
+    covered = {p for pattern in numba_cache.SOURCES for p in root.glob(pattern)}
+    for path in [p for p in covered if "numba_cache.ensure" in p.read_text()]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                dep = path.parent / f"{node.module.replace('.', '/')}.py"
+            elif isinstance(node, ast.ImportFrom) and node.module in ("simulator", "simulator.isa"):
+                dep = (
+                    root / "simulator" / "isa.py"
+                    if "isa" in [a.name for a in node.names] + [node.module[10:]]
+                    else None
+                )
+            else:
+                continue
+            if dep is not None and dep.name not in ("numba_cache.py", "first_build.py"):
+                assert dep in covered, f"{path.name} imports {dep.name}, not in numba_cache.SOURCES"
+
+
+def test_a_numba_cache_filled_from_other_sources_is_emptied(tmp_path):
+    from simulator import numba_cache
+
+    (tmp_path / "k.inc-1.py311.nbi").write_bytes(b"old index")
+    (tmp_path / "k.inc-1.py311.1.nbc").write_bytes(b"old code")
+    (tmp_path / "k.cpython-311.pyc").write_bytes(b"bytecode")
+    assert numba_cache.drop_stale(tmp_path, "digest-a")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.cpython-311.pyc", numba_cache.DIGEST_FILE]
+    (tmp_path / "k.inc-1.py311.nbi").write_bytes(b"new index")
+    assert not numba_cache.drop_stale(tmp_path, "digest-a") and (tmp_path / "k.inc-1.py311.nbi").exists()
+    assert numba_cache.drop_stale(tmp_path, "digest-b") and not (tmp_path / "k.inc-1.py311.nbi").exists()
+    assert numba_cache.sources_digest() == numba_cache.sources_digest() != "digest-b"
+
+
 class _TwoInputs(torch.nn.Module):
     def forward(self, q, kv):
         return q * 2 + kv
