@@ -23,9 +23,12 @@ from .. import symbolic as sy
 from ..dialects.novella import FusedMlpOp, linear_epilogue
 from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
-from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
+from ..symbolic.box import value_range
+from . import BufferPlan, TensorView, Tiling, first, last, memoized, module_symbols, plan_lengths, tile_rows
 from .linear import LINEAR_OPS, _bias_rows, _chain_loads, _plan_choice
 from .linear_cost import Epilogue
+from .linear_prologue import NORMS, _consumers
+from .linear_prologue import _gain as _norm_gain
 from .support import _pieces
 
 ACTS = ("none", "relu", "gelu")
@@ -106,10 +109,10 @@ class FusedMlp:
 def _group(target, loads, chain, count, slots=2, store=(0.0, 0.0)) -> cm.Group:
     """`count` steps LOADing `loads` (one DMA chain) whose compute chain takes `chain` cycles: chunk c's
     VECs run beside chunk c - 1's MATMUL (`chain` is the longer of the two after chunk c's MATMUL)."""
-    lq, ld = cm.dmas(target, loads)
-    lq += target.issue_cycles * len(loads)
+    _, ld = cm.dmas(target, loads)
+    lq = ld + target.issue_cycles * len(loads)  # one DMA chain (`linear._chain_loads`): latency in the fill
     st, sd = store
-    return cm.Group(lq, chain, st, ld + sd, count, slots, 1, overlap=True, issues=8)
+    return cm.Group(lq, chain, st, ld + sd, count, slots, 2, overlap=True, issues=8)
 
 
 def _act_vecs(act: str, r: int, c: int) -> list:
@@ -219,25 +222,46 @@ def _mlp_pair(op):
     return op, second
 
 
-def _gain(target, first_op, second) -> float:
-    """Predicted cycles saved: the two linears' (their chosen tilings) less the fused kernel's."""
+def _gain(target, first_op, second) -> tuple[float, int]:
+    """(predicted cycles saved: the two linears' (their chosen tilings) less the fused kernel's, its row
+    block tm)."""
     alone = [_plan_choice(target, x, Epilogue.of(x))[0] for x in (first_op, second)]
     if any(a is None for a in alone):
-        return -math.inf
+        return -math.inf, 0
     tv = TensorView(first_op)
     m = sy.evaluate(tv.rows(0), plan_lengths(first_op))
     k, h, n = tv.cols(0), tv.static(1, 0), TensorView(second).static(1, 0)
     acts = tuple(ir.StringAttr(x.attributes["act"]).value for x in (first_op, second))
-    fused, _ = FUSED_MLP.choose(target, m, k, h, n, acts, linear_epilogue(second)[0])
-    return alone[0][0] + alone[1][0] - fused
+    fused, tiles = FUSED_MLP.choose(target, m, k, h, n, acts, linear_epilogue(second)[0])
+    if tiles is None:
+        return -math.inf, 0
+    return alone[0][0] + alone[1][0] - fused - _prologue_gain(target, first_op), tiles[0]
+
+
+def _prologue_gain(target, first_op) -> float:
+    """What `fuse-prenorm` would save on the first linear (`fuse-mlp` runs before it and takes the linear
+    without the norm): its norm's predicted gain when the norm feeds only this linear, else 0."""
+    norm = first_op.operands[0].owner
+    if not isinstance(norm, ir.OpView) or norm.operation.name not in NORMS:
+        return 0.0
+    users = _consumers(norm)
+    return max(_norm_gain(target, norm, users), 0.0) if users == [first_op] else 0.0
+
+
+def _one_block(op, tm: int) -> bool:
+    """The rows of `op`'s input fit one row block of tm at every length of the program: the kernel LOADs
+    them all on its first step, before its first STORE, so its result may take their DRAM block."""
+    rows = TensorView(op).rows(0)
+    return value_range(rows, module_symbols(op))[1] <= tm
 
 
 def fuse_mlp(target, op, safe) -> bool:
     """`linear2(linear1(x))` -> `fused_mlp(x)` in linear2's place, with its DRAM offset and SRAM budget,
     when `_gain` is positive and `safe(linear1, linear2)` (the caller's DRAM check: nothing from linear1
-    up to linear2 writes over x, which the fused kernel reads row block by row block)."""
+    up to linear2 writes over x, which the fused kernel reads row block by row block), or x fits one row block."""
     pair = _mlp_pair(op)
-    if pair is None or _gain(target, *pair) <= 0 or not safe(*pair):
+    gain, tm = _gain(target, *pair) if pair else (0.0, 0)
+    if gain <= 0 or not (_one_block(pair[0], tm) or safe(*pair)):
         return False
     first_op, second = pair
     x, w1, b1 = list(first_op.operands)

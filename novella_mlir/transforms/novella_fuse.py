@@ -53,14 +53,14 @@ def run(module_op, options, config) -> None:
     for fn in functions(module_op):
         args = _arg_offsets(fn)
         kept = lambda op, users, fn=fn, args=args: _input_kept(body_ops(fn), op, users, args, symbols)  # noqa: E731
+        if options.get("fuse-mlp", 1):  # first: a pre-norm's linear that pays as an MLP is taken without it
+            _fuse_mlps(fn, target, kept)
         if options.get("fuse-prenorm", 1):
             for op in [op for op in body_ops(fn) if op.operation.name in NORMS]:
                 fuse_prenorm(target, op, lambda users, op=op, kept=kept: kept(op, users))
         if options.get("fuse-gated", 1):
             for op in [op for op in body_ops(fn) if op.operation.name == "novella.generic"]:
                 fuse_gated(target, op, lambda up, op=op, kept=kept: kept(up, [op]))
-        if options.get("fuse-mlp", 1):
-            _fuse_mlps(fn, target, kept)
 
 
 def _fuse_mlps(fn, target, kept) -> None:
