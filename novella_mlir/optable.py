@@ -81,7 +81,7 @@ OPS: dict[type, OpDef] = {
     # a linear with residual / layer-norm epilogue (issue 10, part 4): formed by --novella-legalize, no torch op
     nv.FusedLinearOp: OpDef(shapes.fused_linear, _LINEAR, _LIT + "kernels/linear-epilogue.mlir"),
     # linear -> act -> linear with the hidden rows on chip (issue 22): formed by --novella-fuse, no torch op
-    nv.FusedMlpOp: OpDef(shapes.fused_mlp, k_mlp.FUSED_MLP, _LIT + "transforms/novella-fuse.mlir"),
+    nv.FusedMlpOp: OpDef(shapes.fused_mlp, k_mlp.FUSED_MLP, _LIT + "transforms/novella-fuse-mlp.mlir"),
     nv.MatmulOp: OpDef(
         shapes.matmul,
         k_attention.Matmul(),
