@@ -26,6 +26,7 @@ from . import op_verifiers as ov
 from .dialect import Novella
 from .math_fns import MATH
 from .novella_lower import DmaGatherOp, DmaLoadOp, DmaStoreOp, InstOp, MacroOp, MmaOp, VopOp  # noqa: F401 (one home)
+from .novella_mlp import FusedMlpOp  # noqa: F401 (one home)
 from .verify import (
     DYNAMIC,
     attr,
@@ -105,25 +106,6 @@ class FusedLinearOp(Novella.Operation, name="fused_linear"):
     norm_eps: ir.FloatAttr = ext.attribute(default_factory=lambda: ir.FloatAttr.get_f32(1e-5))
     norm_input: ir.IntegerAttr = ext.attribute(default_factory=lambda: ir.BoolAttr.get(False))
     verify_invariants = ov.fused_linear
-
-
-class FusedMlpOp(Novella.Operation, name="fused_mlp"):
-    """Two linears with an activation between, run as one kernel whose hidden rows never go to DRAM:
-    `act(act1(input @ w1^T + b1) @ w2^T + b2) (+ residual)`. input: [..., K], w1: [H, K], b1: [H],
-    w2: [N, H], b2: [N], residual and result: [..., N]; `act1` is "none", "relu" or "gelu", `act` "none" or "relu".
-    Written by `--novella-fuse` (`fuse-mlp`, `kernels/linear_mlp.py`) from a linear whose only use is
-    another linear's input, where the cost model predicts fewer cycles."""
-
-    input: ext.Operand[Tensor]
-    w1: ext.Operand[Tensor]
-    b1: ext.Operand[Tensor]
-    w2: ext.Operand[Tensor]
-    b2: ext.Operand[Tensor]
-    result: ext.Result[Tensor]
-    act1: ir.StringAttr = ext.attribute(default_factory=lambda: ir.StringAttr.get("none"))
-    act: ir.StringAttr = ext.attribute(default_factory=lambda: ir.StringAttr.get("none"))
-    residual: ext.Operand[Tensor] | None = None
-    verify_invariants = ov.fused_mlp
 
 
 class MatmulOp(Novella.Operation, name="matmul"):
