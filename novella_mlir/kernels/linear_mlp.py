@@ -1,17 +1,19 @@
 """The fused MLP (--novella-fuse `fuse-mlp`): `linear2(act1(linear1(x)))` as one kernel, `novella.fused_mlp`,
 whose hidden rows never go to DRAM. A row block of x [tm, K] stays in the scratchpad while the hidden
-units go by in chunks of hc: grid (m, c), c in [0, H / hc]; step c
+units go by in chunks of hc, output-stationary: the output block [tm, N] accumulates over the chunks in
+the accumulator. Grid (m, c), c in [0, H / hc); step c
 
-* MATMULs chunk c of the hidden rows, x @ w1[c]^T, into its accumulator half (the parity of c), and
-  adds b1 and act1 on the vector unit into its hidden half [tm, hc];
-* MATMULs chunk c - 1's hidden half by w2[:, c]^T onto the output block [tm, N], resident in the
-  accumulator over the row block (the matrix unit does it while the vector unit works on chunk c);
-* on the last step (c = H / hc) adds b2, act and the residual and STOREs the block.
+* MATMULs chunk c + 1 of the hidden rows, x @ w1[c + 1]^T, into its accumulator half (the chunk's
+  parity), and adds b1 and act1 on the vector unit into its hidden half [tm, hc] (the first step does
+  chunk 0 first, from its own w1 buffer `w10`);
+* MATMULs chunk c's hidden half by w2[:, c]^T onto the output block: the matrix unit does it while the
+  vector unit works on chunk c + 1;
+* on the last step adds b2, act and the residual and STOREs the block.
 
-Each step LOADs its chunk of w1 [hc, K] and of w2 [N, hc] (two slots, under the previous step's MATMULs):
-the weights are read once per row block, so the cost model (`cost`, beside the kernel) makes the fusion
-only where the rows of a program fit few row blocks (`fuse_mlp`: fewer predicted cycles than the two
-linears alone, at the length the program's tiles are planned for)."""
+Each step LOADs w1's next chunk [hc, K] and w2's chunk [N, hc] (two slots, under the previous step's
+MATMULs; unguarded, so `--novella-schedule` pipelines them: the last step's w1 LOAD has no rows). The weights are read once per row block, so the cost model (`FusedMlp.cost`) makes the
+fusion only where a program's rows fit few row blocks (`fuse_mlp`: fewer predicted cycles than the
+two linears alone, at the length the program's tiles are planned for)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import math
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from ..dialects.attrs import from_attr
 from ..dialects.novella import FusedMlpOp, linear_epilogue
 from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
@@ -79,7 +82,7 @@ class FusedMlp:
         for r, count in _pieces(m, tm):
             mm1, mm2 = cm.matmul(target, r, k, hc), cm.matmul(target, r, hc, n)
             hv = cm.vecs(target, _act_vecs(acts[0], r, hc))
-            ev = cm.vecs(target, _act_vecs(acts[1], r, n)) + residual * cm.vec(target, r, n)
+            ev = cm.vecs(target, _act_vecs(acts[1], r, n, copy=False)) + residual * cm.vec(target, r, n)
             w1, w2 = (hc, k, True), (n, hc, hc == h)
             step = mm1 + max(mm2, hv)
             if chunks > 1:
@@ -115,9 +118,9 @@ def _group(target, loads, chain, count, slots=2, store=(0.0, 0.0)) -> cm.Group:
     return cm.Group(lq, chain, st, ld + sd, count, slots, 2, overlap=True, issues=8)
 
 
-def _act_vecs(act: str, r: int, c: int) -> list:
-    """The VECs (fn, rows, cols) of + bias and `act` on [r, c] (`_emit_act`)."""
-    return [("add", r, c)] + {"none": [("copy", r, c)], "relu": [("relu", r, c)]}.get(
+def _act_vecs(act: str, r: int, c: int, copy: bool = True) -> list:
+    """The VECs (fn, rows, cols) of + bias and `act` on [r, c] (`_emit_act`; `copy`: into another buffer)."""
+    return [("add", r, c)] + {"none": [("copy", r, c)] * copy, "relu": [("relu", r, c)]}.get(
         act, [("mul", r, c), ("erf", r, c), ("add", r, c), ("mul", r, c), ("mul", r, c)]
     )
 
@@ -169,8 +172,11 @@ def _emit(op, tv, t, b) -> None:
         r = _bias_rows(width, MAX_COLS)
         b.load_block(buf, operand, dram_offset=0, rows=r, cols=width // r, when=first(0) + first(1))
     b.load_block("w10", 1, dram_offset=0, dram_stride=k, rows=hc, cols=k, when=first(1))
-    # the next chunk's w1 rows (none past H: the last step's LOAD moves nothing), this chunk's w2 columns
-    b.load_rows("w1", 1, dram_stride=k, row_start=(c + sy.const(1)) * hc, row_bound=sy.const(h), rows=hc, cols=k)
+    # the next chunk's w1 rows (none past H: the last step's LOAD has no rows), this chunk's w2 columns
+    nxt = (c + sy.const(1)) * hc
+    b.load_rows(
+        "w1", 1, dram_stride=k, row_start=nxt, row_bound=sy.const(h), rows=[sy.const(hc), sy.const(h) - nxt], cols=k
+    )
     b.load_block("w2", 3, dram_offset=c * hc, dram_stride=h, rows=n, cols=hc)
     out_tile = dict(dram_offset=0, dram_stride=n, row_start=b.d(0) * tm, row_bound=m_total, cols=n, rows=rows)
     if residual:
@@ -232,7 +238,8 @@ def _gain(target, first_op, second) -> tuple[float, int]:
     m = sy.evaluate(tv.rows(0), plan_lengths(first_op))
     k, h, n = tv.cols(0), tv.static(1, 0), TensorView(second).static(1, 0)
     acts = tuple(ir.StringAttr(x.attributes["act"]).value for x in (first_op, second))
-    fused, tiles = FUSED_MLP.choose(target, m, k, h, n, acts, linear_epilogue(second)[0])
+    budget = second.attributes["novella.sram_budget"]  # the fused op's (tile plans within it)
+    fused, tiles = FUSED_MLP.choose(target.with_budget(from_attr(budget)), m, k, h, n, acts, linear_epilogue(second)[0])
     if tiles is None:
         return -math.inf, 0
     return alone[0][0] + alone[1][0] - fused - _prologue_gain(target, first_op), tiles[0]
