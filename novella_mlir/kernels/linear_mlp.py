@@ -59,7 +59,10 @@ class FusedMlp:
         return plan
 
     def candidates(self, target, k, h, n, residual) -> list[tuple[int, int]]:
-        """(tm, hc) whose buffers fit, largest first."""
+        """(tm, hc) whose buffers fit, largest first (none where a row of x or of the output is more than a
+        LOAD's or a MATMUL's columns: x's rows and the output block are taken whole)."""
+        if max(k, n) > MAX_COLS:
+            return []
         hcs = [d for d in target.divisors(h) if d % target.array_cols == 0 and d <= MAX_COLS]
         return [
             (tm, hc)
