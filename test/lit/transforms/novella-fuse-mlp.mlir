@@ -18,12 +18,13 @@
 // OFF-LABEL: func.func @mlp
 // OFF-COUNT-2: "novella.linear"
 // OFF-NOT: novella.fused_mlp
+// TILE: #[[GRID:map[0-9]*]] = affine_map<()[s0] -> (s0 ceildiv 16, 16)>
 // TILE-LABEL: func.func @mlp
 // TILE: "novella.fused_mlp"
 // TILE-SAME: h = ["spad", {{[0-9]+}}, 512]
 // TILE-SAME: w1 = ["spad", {{[0-9]+}}, 1024, 2]
 // TILE-SAME: w2 = ["spad", {{[0-9]+}}, 1024, 2]
-// TILE-SAME: novella.grid = #[[GRID:map[0-9]*]]
+// TILE-SAME: novella.grid = #[[GRID]]
 // TILE-SAME: novella.tiles = {hc = 16 : i64, tm = 16 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 300]}, novella.plan_lengths = [16]} {
   func.func @mlp(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (33088)>}) -> (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 384 + 33088)>} {
@@ -116,9 +117,12 @@ module attributes {novella.symbols = {s0 = ["T", 1, 300]}, novella.plan_lengths 
 
 // The same, but T is at most 16 (a shape bucket's program): x fits one row block, LOADed whole on the
 // kernel's first step before any STORE, so the result may take its block: fused.
+// CHECK: #[[X:map[0-9]*]] = affine_map<()[s0] -> (33088)>
 // CHECK-LABEL: func.func @x_overwritten_one_block
+// CHECK-SAME: {novella.dram = #[[X]]}
 // CHECK: %[[Y:.*]] = "novella.fused_mlp"(%arg0,
-// CHECK-SAME: novella.dram = #[[X:map[0-9]*]]
+// CHECK-SAME: novella.dram = #[[X]]
+// CHECK: return %[[Y]]
 module attributes {novella.symbols = {s0 = ["T", 1, 16]}, novella.plan_lengths = [16]} {
   func.func @x_overwritten_one_block(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (33088)>}) -> (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 320 + 33088)>} {
     %0 = "novella.weight"() {name = "0.weight", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<256x64xf32>
