@@ -36,6 +36,7 @@ from .kernels import flash_fusion as k_flash_fusion
 from .kernels import indexing as k_index
 from .kernels import kv_cache as k_kv
 from .kernels import linear as k_linear
+from .kernels import linear_mlp as k_mlp
 from .kernels import normalization as k_norm
 from .kernels.pointwise import Pointwise, Prefer
 from .machine.target import MAX_COLS
@@ -79,6 +80,8 @@ OPS: dict[type, OpDef] = {
     ),
     # a linear with residual / layer-norm epilogue (issue 10, part 4): formed by --novella-legalize, no torch op
     nv.FusedLinearOp: OpDef(shapes.fused_linear, _LINEAR, _LIT + "kernels/linear-epilogue.mlir"),
+    # linear -> act -> linear with the hidden rows on chip (issue 22): formed by --novella-fuse, no torch op
+    nv.FusedMlpOp: OpDef(shapes.fused_mlp, k_mlp.FUSED_MLP, _LIT + "transforms/novella-fuse-mlp.mlir"),
     nv.MatmulOp: OpDef(
         shapes.matmul,
         k_attention.Matmul(),

@@ -28,6 +28,7 @@ from .dialect import Novella
 from .math_fns import MATH
 from .novella_attention import AttentionOp, FlashAttentionOp, KvAppendOp, KvWriteOp  # noqa: F401 (one home)
 from .novella_lower import DmaGatherOp, DmaLoadOp, DmaStoreOp, InstOp, MacroOp, MmaOp, VopOp  # noqa: F401 (one home)
+from .novella_mlp import FusedMlpOp  # noqa: F401 (one home)
 from .verify import (
     DYNAMIC,
     attr,

@@ -66,6 +66,31 @@ def fused_linear(op) -> bool:
     return True
 
 
+def fused_mlp(op) -> bool:
+    """`novella.fused_mlp`: x [..., K], w1 [H, K], b1 [H], w2 [N, H], b2 [N] (residual [..., N]), f32."""
+    try:
+        structure(op, len(op.operands))
+        acts = [attr(op, name, ir.StringAttr, "none") for name in ("act1", "act")]
+    except Invalid as e:
+        return fail(op, str(e))
+    if len(op.operands) not in (5, 6):
+        return fail(op, f"expects 5 or 6 operands (input, w1, b1, w2, b2, residual?), got {len(op.operands)}")
+    types = [v.type for v in (*op.operands, *op.results)]
+    if not f32(*types):
+        return fail(op, "supports only f32 tensors")
+    if acts[0] not in ("none", "relu", "gelu") or acts[1] not in ("none", "relu"):
+        return fail(op, f"activations {acts}: act1 must be none, relu or gelu, act none or relu")
+    x, w1, b1, w2, b2, *res = (static_dims(t) for t in types[:-1])
+    k, h, n = x[-1], w1[0], w2[0]
+    if len(w1) != 2 or len(w2) != 2 or not (dims_compatible(w1[1], k) and dims_compatible(w2[1], h)):
+        return fail(op, f"w1 {w1} must be [H, {k}] and w2 {w2} [N, H]")
+    if b1 != [h] or b2 != [n]:
+        return fail(op, f"b1 {b1} must be [{h}] and b2 {b2} [{n}]")
+    if res and res[0] != static_dims(types[-1]):
+        return fail(op, f"residual must have the result's shape {types[-1]}, got {op.operands[5].type}")
+    return True
+
+
 @verified(2)
 def matmul(op) -> bool:
     a, b = (v.type for v in op.operands)

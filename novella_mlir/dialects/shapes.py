@@ -102,6 +102,16 @@ def fused_linear(shapes, attrs, rt):
     return out
 
 
+def fused_mlp(shapes, attrs, rt):
+    """x [..., K] through w1 [H, K] then w2 [N, H]: [..., N]; the residual (operand 5) must have it."""
+    hidden = linear(shapes[:2], attrs, rt)
+    out = linear([hidden, shapes[3]], attrs, rt)
+    for r in shapes[5:]:
+        if len(r) != len(out) or not all(_same(a, b) for a, b in zip(r, out)):
+            raise ShapeError(f"fused_mlp residual {r} differs from the result {out}")
+    return out
+
+
 def matmul(shapes, attrs, rt):
     a, b = shapes
     if len(a) < 2 or len(b) != len(a):

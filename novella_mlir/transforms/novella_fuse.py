@@ -13,14 +13,21 @@ expressions may meet at one length: a block placed where x was once the norm had
 With `fuse-gated=1` (the default), SwiGLU's `silu(gate) * up`, a `novella.generic` of a linear's result
 read nowhere else, becomes that linear's epilogue (`kernels/linear_gate.py`, the cost model decides): a
 `novella.fused_linear` with act "swiglu" and the gate as its residual, in the generic's place and with
-its DRAM offset, made only when no op from the linear up to the generic writes where its input lives."""
+its DRAM offset, made only when no op from the linear up to the generic writes where its input lives.
+
+With `fuse-mlp=1` (the default), a linear whose one use is another linear's input (act1 between them, the
+second's act none or relu, maybe its residual) becomes one `novella.fused_mlp` (`kernels/linear_mlp.py`, the
+cost model decides per program): the hidden rows stay in the scratchpad, chunk by chunk, while the output
+block accumulates; made only when no op from the first linear up to the second writes where x lives."""
 
 from __future__ import annotations
 
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from ..kernels.linear import LINEAR_OPS
 from ..kernels.linear_gate import fuse_gated
+from ..kernels.linear_mlp import fuse_mlp
 from ..kernels.linear_prologue import NORMS, fuse_prenorm
 from ..machine.target import Target
 from ..symbolic.box import value_range
@@ -34,6 +41,7 @@ OPTIONS = {
         (0, 1),
     ),
     "fuse-gated": (int, 1, "fuse SwiGLU's silu(gate) * up into the up linear's epilogue when it pays", (0, 1)),
+    "fuse-mlp": (int, 1, "fuse linear -> act -> linear into one kernel (hidden rows on chip) when it pays", (0, 1)),
 }
 
 
@@ -45,12 +53,21 @@ def run(module_op, options, config) -> None:
     for fn in functions(module_op):
         args = _arg_offsets(fn)
         kept = lambda op, users, fn=fn, args=args: _input_kept(body_ops(fn), op, users, args, symbols)  # noqa: E731
+        if options.get("fuse-mlp", 1):  # first: a pre-norm's linear that pays as an MLP is taken without it
+            _fuse_mlps(fn, target, kept)
         if options.get("fuse-prenorm", 1):
             for op in [op for op in body_ops(fn) if op.operation.name in NORMS]:
                 fuse_prenorm(target, op, lambda users, op=op, kept=kept: kept(op, users))
         if options.get("fuse-gated", 1):
             for op in [op for op in body_ops(fn) if op.operation.name == "novella.generic"]:
                 fuse_gated(target, op, lambda up, op=op, kept=kept: kept(up, [op]))
+
+
+def _fuse_mlps(fn, target, kept) -> None:
+    """`fuse_mlp` on each linear in turn (a fusion erases two ops: the list is read again after one)."""
+    safe = lambda first, second: kept(first, [second])  # noqa: E731
+    while any(fuse_mlp(target, op, safe) for op in body_ops(fn) if op.operation.name in LINEAR_OPS):
+        pass
 
 
 def _arg_offsets(fn) -> dict:

@@ -53,7 +53,12 @@ def test_bench_models_match_eager(config, name):
     npu = compile_torch(module, spec.example(16), dynamic_dim=spec.dynamic_dim, min_len=lo, max_len=hi, config=cfg)
     target = Target.from_config(cfg)
     tiles = _linear_tiles(npu)
-    assert tiles or name == "encoder"
+    fused = re.findall(
+        r'"novella.fused_mlp".*novella.tiles = \{hc = (\d+) : i64, tm = (\d+) : i64\}', npu.ir("novella-tile")
+    )
+    assert tiles or fused or name == "encoder"
+    for hc, tm in fused:  # a fused MLP's hidden chunk and row block
+        assert int(tm) in target.array_tiles(16) and int(hc) % cfg.matrix_cols == 0, (config, hc, tm)
     for t in tiles:
         assert t["tm"] in target.array_tiles(16), (config, t)
         assert t["tn"] % cfg.matrix_cols == 0 and t["tk"] % cfg.matrix_rows == 0, (config, t)

@@ -73,6 +73,11 @@ def _inst(m, opcode):
     return next(i for mm in m["macros"] for i in mm["insts"] if i["opcode"] == opcode)
 
 
+def _const_rows_load(m):
+    """The first LOAD whose rows are a constant (a fused MLP's first LOAD, x's rows, has them variable)."""
+    return next(i for mm in m["macros"] for i in mm["insts"] if i["opcode"] == "LOAD" and "rows" in i["const"])
+
+
 EDITS = {
     "weights overlap the input": (lambda m: _p(m)["inputs"][0].__setitem__("dram", [0]), "overlaps"),
     "output on the input": (lambda m: _p(m)["outputs"][0].__setitem__("dram", _p(m)["inputs"][0]["dram"]), "overlaps"),
@@ -134,7 +139,7 @@ def test_signing(npu, tmp_path):
     assert torch.equal(novella_mlir.load(path, key=b"secret")(X), npu(X))
     with pytest.raises(ArtifactError, match="failed authentication"):
         novella_mlir.load(path, key=b"other")
-    tampered = _resave(path, tmp_path / "t.nvla", lambda m: _inst(m, "LOAD")["const"].__setitem__("rows", 1))
+    tampered = _resave(path, tmp_path / "t.nvla", lambda m: _const_rows_load(m)["const"].__setitem__("rows", 1))
     novella_mlir.load(tampered)  # sha256 recomputed: integrity alone cannot tell
     with pytest.raises(ArtifactError, match="failed authentication"):
         novella_mlir.load(tampered, key=b"secret")

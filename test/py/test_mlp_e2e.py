@@ -47,11 +47,18 @@ def _linear_tiles(npu, at=None) -> list[dict]:
     return [dict(zip(("acc_slots", "tk", "tm", "tn", "ws"), (int(v or 1) for v in f))) for f in found]
 
 
+def _row_tiles(npu, at) -> list[int]:
+    """The row tile (tm) of each op of the program at T = `at`: the linears', or a fused MLP's row block."""
+    ir = npu.ir("novella-tile", at=[at])
+    return [int(tm) for tm in re.findall(r"novella.tiles = \{[^}]*\btm = (\d+) : i64", ir)]
+
+
 def test_compiled_once_program_grows_with_length(mlp):
-    """Within each program (a shape bucket, the generic one), the words grow with the row tiles."""
+    """Within each program (a shape bucket, the generic one), the words grow with the row tiles (a short
+    bucket's fused MLP: its row blocks)."""
     _, npu = mlp
     for prog in npu.artifact.programs:
-        (lo, hi), tms = prog.ranges[0], [t["tm"] for t in _linear_tiles(npu, at=prog.ranges[0][0])]
+        (lo, hi), tms = prog.ranges[0], _row_tiles(npu, at=prog.ranges[0][0])
         same = min(hi, *(-(-lo // tm) * tm for tm in tms))  # the last length with lo's row tile counts
         counts = {}
         for length in sorted({lo, same, same + 1, hi}):

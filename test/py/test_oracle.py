@@ -94,27 +94,28 @@ def _set_field(word, name, value):
 
 
 def test_mismatch_names_field_tile_and_grid_point():
+    """At T = 300, in the generic program (its linears; the short buckets run a fused MLP)."""
     spec, _, npu = models.compile_model("mlp", 2048)
-    words = npu.jit.instantiate([100]).words.copy()
-    truth = oracle.instantiate(npu.ir("novella-schedule", at=[100]), [100])
+    words = npu.jit.instantiate([300]).words.copy()
+    truth = oracle.instantiate(npu.ir("novella-schedule", at=[300]), [300])
     last_mm = max(i for i, w in enumerate(words) if isa.decode(w).opcode == isa.Opcode.MATMUL)
     tm = int(re.findall(r"tm = (\d+) : i64", npu.ir("novella-tile"))[-1])
-    rows = 100 % tm or tm
-    assert isa.decode(words[last_mm])["m"] == rows, f"the last row tile of T=100 has {rows} rows"
+    rows = 300 % tm or tm
+    assert isa.decode(words[last_mm])["m"] == rows, f"the last row tile of T=300 has {rows} rows"
     words[last_mm] = _set_field(words[last_mm], "m", rows + 1)
     with pytest.raises(
         oracle.OracleMismatch,
         match=rf"tile linear_\d+ \(novella.linear\) grid point d=\(.*\).*MATMUL: m: JIT gives {rows + 1}, the IR {rows}",
     ):
         oracle.compare(words, truth)
-    words = npu.jit.instantiate([100]).words.copy()
+    words = npu.jit.instantiate([300]).words.copy()
     first_mm = next(i for i, w in enumerate(words) if isa.decode(w).opcode == isa.Opcode.MATMUL)
     words[first_mm] = _set_field(words[first_mm], "pop_prev", 0)
     with pytest.raises(oracle.OracleMismatch, match=r"grid point d=\(0, 0, 0\).*pop_prev: JIT gives 0, the IR 1"):
         oracle.compare(words, truth)
     n = len(truth.words)
     with pytest.raises(oracle.OracleMismatch, match=rf"JIT has {n - 1} words, the IR gives {n}"):
-        oracle.compare(npu.jit.instantiate([100]).words[:-1], truth)
+        oracle.compare(npu.jit.instantiate([300]).words[:-1], truth)
 
 
 def test_oracle_reads_only_the_ir():

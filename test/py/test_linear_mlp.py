@@ -1,0 +1,90 @@
+"""The fused MLP (--novella-fuse `fuse-mlp`): linear -> act -> linear as one `novella.fused_mlp` whose hidden
+rows stay in the scratchpad. Checked against eager at T = 1, odd, a partial last row tile and the maximum,
+hazard checker on; the cost model's decision per program (short buckets fuse, the long program does not)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from novella_mlir import compile_torch
+from novella_mlir.kernels import linear_mlp
+
+MAX = 300
+LENGTHS = (1, 7, 37, 64, 67, MAX)
+
+
+class Mlp(torch.nn.Module):
+    """`act(fc2(act1(fc1(x))))`, plus x with `residual`."""
+
+    def __init__(self, d=64, h=256, act1="gelu", act=True, residual=False):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(d, h), torch.nn.Linear(h, d)
+        self.act1 = torch.nn.GELU() if act1 == "gelu" else torch.nn.ReLU()
+        self.act, self.residual = act, residual
+
+    def forward(self, x):
+        y = self.fc2(self.act1(self.fc1(x)))
+        y = torch.relu(y) if self.act else y
+        return x + y if self.residual else y
+
+
+def _compile(model, fuse=1):
+    opts = {"novella-fuse": {"fuse-mlp": fuse}}
+    return compile_torch(model.eval(), torch.randn(1, 16, 64), min_len=1, max_len=MAX, pass_options=opts, cache=False)
+
+
+def _check(model, npu, lengths=LENGTHS):
+    for length in lengths:
+        x = torch.randn(1, length, 64, generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            ref = model(x)
+        torch.testing.assert_close(npu(x), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act1,act,residual", [("gelu", True, False), ("relu", False, True)])
+def test_mlp_fuses_where_it_pays_and_matches_eager(act1, act, residual):
+    torch.manual_seed(0)
+    model = Mlp(act1=act1, act=act, residual=residual)
+    npu = _compile(model)
+    short = npu.ir("novella-fuse", at=[1])
+    assert '"novella.fused_mlp"' in short and '"novella.linear"' not in short
+    assert f'act1 = "{act1}"' in short
+    assert '"novella.fused_mlp"' not in npu.ir("novella-fuse", at=[MAX])  # weights once per row block: no
+    _check(model, npu)
+
+
+def test_fuse_mlp_off_keeps_the_linears():
+    npu = _compile(Mlp(), fuse=0)
+    assert '"novella.fused_mlp"' not in npu.ir("novella-fuse", at=[1])
+
+
+def test_several_row_blocks(monkeypatch):
+    """Row blocks of 16 (forced: the candidates and the gain): T = 37 has a partial third block, 64 four."""
+    kernel = linear_mlp.FusedMlp
+    every = kernel.candidates
+    monkeypatch.setattr(kernel, "candidates", lambda self, *a: [c for c in every(self, *a) if c[0] == 16])
+    monkeypatch.setattr(linear_mlp, "_gain", lambda target, first, second: (1.0, 16))
+    torch.manual_seed(1)
+    model = Mlp(residual=True)
+    npu = _compile(model)
+    tiled = npu.ir("novella-tile", at=[37])
+    assert "tm = 16" in tiled and '"novella.fused_mlp"' in tiled
+    _check(model, npu, (1, 16, 17, 37, 64))
+
+
+def test_whisper_sized_mlp_on_the_large_config():
+    """384 -> 1536 -> 384 on the large config fuses for T <= 64 (hidden chunks of 32, one row block)."""
+    from simulator import load_config
+
+    torch.manual_seed(2)
+    model = Mlp(d=384, h=1536)
+    config = load_config(Path(__file__).resolve().parents[2] / "simulator" / "configs" / "large.toml")
+    npu = compile_torch(model.eval(), torch.randn(1, 16, 384), min_len=1, max_len=128, config=config, cache=False)
+    assert '"novella.fused_mlp"' in npu.ir("novella-fuse", at=[64])
+    for length in (1, 33, 64):
+        x = torch.randn(1, length, 384, generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            torch.testing.assert_close(npu(x), model(x), rtol=1e-4, atol=1e-4)
