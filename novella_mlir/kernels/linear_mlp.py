@@ -32,7 +32,7 @@ from .linear import LINEAR_OPS, _bias_rows, _chain_loads, _plan_choice
 from .linear_cost import Epilogue
 from .linear_prologue import NORMS, _consumers
 from .linear_prologue import _gain as _norm_gain
-from .support import _pieces
+from .support import _pieces, replace_fused
 
 ACTS = ("none", "relu", "gelu")
 
@@ -279,11 +279,6 @@ def fuse_mlp(target, op, safe) -> bool:
     with ir.InsertionPoint(second), second.location:
         new = FusedMlpOp(x, w1, b1, w2, b2, second.results[0].type, act1=first_op.attributes["act"],
                          act=second.attributes["act"], residual=res[0] if res else None, loc=second.location)  # fmt: skip
-    for a in second.attributes:
-        name = a.name if hasattr(a, "name") else a
-        if name.startswith("novella."):
-            new.operation.attributes[name] = second.attributes[name]
-    second.results[0].replace_all_uses_with(new.result)
-    second.operation.erase()
+    replace_fused(new, second)
     first_op.operation.erase()
     return True

@@ -19,6 +19,7 @@ from . import TensorView, plan_lengths
 from .linear import LINEAR_OPS, _plan_choice
 from .linear_cost import Epilogue
 from .normalization import LayerNorm, RmsNorm
+from .support import replace_fused
 
 # The norms a linear takes as its prologue: their kernels (the cost of leaving them) and whether RMS.
 NORMS = {"novella.layer_norm": (LayerNorm(), False), "novella.rms_norm": (RmsNorm(), True)}
@@ -71,10 +72,6 @@ def fuse_prenorm(target, op, safe) -> bool:
             new = FusedLinearOp(x, w, bias, user.results[0].type, act=user.attributes["act"],
                                 residual=rest[0] if rest else None, norm_weight=nw, norm_bias=nb, norm_eps=eps,
                                 norm_input=ir.BoolAttr.get(True), loc=user.location)  # fmt: skip
-        for name in [a.name if hasattr(a, "name") else a for a in user.attributes]:
-            if name.startswith("novella."):
-                new.operation.attributes[name] = user.attributes[name]
-        user.results[0].replace_all_uses_with(new.result)
-        user.operation.erase()
+        replace_fused(new, user)
     op.operation.erase()
     return True

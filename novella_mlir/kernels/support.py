@@ -52,6 +52,16 @@ def producer(v: ir.Value, name: str):
     return owner if isinstance(owner, ir.OpView) and owner.operation.name == name else None
 
 
+def replace_fused(new, old) -> None:
+    """`new`, a fusion's op, takes `old`'s `novella.*` annotations and its uses; `old` is erased."""
+    for a in old.attributes:
+        name = a.name if hasattr(a, "name") else a
+        if name.startswith("novella."):
+            new.operation.attributes[name] = old.attributes[name]
+    old.results[0].replace_all_uses_with(new.result)
+    old.operation.erase()
+
+
 def _flag(op, name: str) -> bool:
     return name in op.attributes and bool(ir.IntegerAttr(op.attributes[name]).value)
 
