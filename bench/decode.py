@@ -130,7 +130,9 @@ def main() -> None:
         f"compulsory weights {wb:,} B (artifact holds {lm.decode.artifact.weight_nbytes:,} B), K/V {kv_row} B per position; DRAM {bw} B/cycle, {mpc} MACs/cycle, 1 GHz\n"
     )
     print("per-token decode cycles vs past length and the decode roofline")
-    print("(JIT new: a key/value tile count's first step instantiates its bucket; JIT step: the patch of every later step)")
+    print(
+        "(JIT new: a key/value tile count's first step instantiates its bucket; JIT step: the patch of every later step)"
+    )
     print(f"{'past':>6} {'cycles':>9} {'DMA B':>10} {'roof':>9} {'cyc/roof':>8} {'JIT new us':>10} {'JIT step us':>11} "
           f"{'NPU us':>8} {'step/NPU':>8} {'new/NPU':>7} {'prefill(P+1)':>12} {'no-cache x':>10}")  # fmt: skip
     pasts = [int(p) for p in args.pasts.split(",") if int(p) < args.max_len]
@@ -321,8 +323,12 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
         return macs[p]
 
     print("\nbatched decode step: one program for B sequences (the weights read once), vs B single-sequence programs")
-    print("roofline: max(model MACs / MACs per cycle, (weights once + every sequence's K/V read + written) / DRAM B/cycle)")
-    print("JIT: the step's patch as run (a step one position further, after a simulator run: host caches cold; best of 3);")
+    print(
+        "roofline: max(model MACs / MACs per cycle, (weights once + every sequence's K/V read + written) / DRAM B/cycle)"
+    )
+    print(
+        "JIT: the step's patch as run (a step one position further, after a simulator run: host caches cold; best of 3);"
+    )
     print("warm: 16 consecutive steps' patches back to back (every lane crosses a page), mean and max;")
     print("fill: the step's block array built from the lanes' block lists (host, not the JIT's; best of 3)")
     print("new: the step's JIT when it instantiates the clock's bucket, after a simulator run, best of 3 (nan: built")
@@ -362,9 +368,14 @@ def sharing(lm, n_req: int = 8, prefix: int = 96, new: int = 16) -> None:
     n_req = min(n_req, lm.max_batch)
     g = torch.Generator().manual_seed(1)
     head = torch.randint(3, 500, (prefix,), generator=g).tolist()
-    prompts = [head + torch.randint(3, 500, (int(n),), generator=g).tolist() for n in torch.randint(4, 40, (n_req,), generator=g)]
-    print(f"\ncontinuous batching of {n_req} requests with a {prefix}-token common prefix (suffixes 4..39 tokens), "
-          f"{new} new tokens each, max_batch {n_req}, page_size {lm.page_size}")
+    prompts = [
+        head + torch.randint(3, 500, (int(n),), generator=g).tolist()
+        for n in torch.randint(4, 40, (n_req,), generator=g)
+    ]
+    print(
+        f"\ncontinuous batching of {n_req} requests with a {prefix}-token common prefix (suffixes 4..39 tokens), "
+        f"{new} new tokens each, max_batch {n_req}, page_size {lm.page_size}"
+    )
     print("(pages held include the batched step's null block; positions/page > 1: pages held by several sequences)")
     print(f"{'sharing':>7} {'peak pages':>10} {'mean pages':>10} {'positions/page':>14} {'copies':>6} {'prefills':>8} "
           f"{'batch steps':>11} {'relayout MB':>11} {'NPU Mcycles':>11} {'tokens':>6}")  # fmt: skip

@@ -26,8 +26,6 @@ MAX_LEN = 96
 NEW = 32
 
 
-
-
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def model(request):
     hf = build(request.param, MAX_LEN)
@@ -36,7 +34,6 @@ def model(request):
         hf,
         compile_causal_lm(hf, max_len=MAX_LEN, page_size=16, cache=False),
     )  # module scope: no user cache
-
 
 
 @pytest.mark.parametrize("length", [1, 7, 33])

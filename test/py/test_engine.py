@@ -22,15 +22,10 @@ MAX_LEN = 224
 PS = 16
 
 
-
-
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def model(request):
     hf = build(request.param, MAX_LEN)
     return request.param, hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=PS, cache=False)
-
-
-
 
 
 def test_requests_join_at_different_steps(model):

@@ -92,7 +92,9 @@ def test_an_out_of_range_constant_left_in_an_instruction_is_refused(lowered):
 
 
 def test_a_macro_schedule_outside_the_token_rule_is_refused(lowered):
-    _macro(lowered).attributes["schedule"] = ir.DictAttr.get({"load_slots": fields.i64(3), "store_slots": fields.i64(1)})
+    _macro(lowered).attributes["schedule"] = ir.DictAttr.get(
+        {"load_slots": fields.i64(3), "store_slots": fields.i64(1)}
+    )
     assert "schedule must be {load_slots = 1|2, store_slots = 1|2}" in _errors(lowered)
 
 

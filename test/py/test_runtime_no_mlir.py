@@ -35,7 +35,9 @@ class Blocked(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Blocked())
 """
 
-_RUN = _BLOCK + r"""
+_RUN = (
+    _BLOCK
+    + r"""
 import numpy as np
 from novella_mlir.artifact import load
 from novella_mlir.runtime.jit import Jit
@@ -65,8 +67,11 @@ np.save(f"{d}/logits.npy", np.stack(logits))
 blocked = sorted(m for m in sys.modules if m.split(".")[0] in ("mlir", "torch_mlir", "torch"))
 print(json.dumps({"ids": ids, "loaded": blocked}))
 """
+)
 
-_EXECUTE = _BLOCK + r"""
+_EXECUTE = (
+    _BLOCK
+    + r"""
 import numpy as np
 from novella_mlir.artifact import load
 from novella_mlir.runtime.executor import Executor
@@ -78,6 +83,7 @@ for t in json.loads(sys.argv[2]):
     np.save(f"{d}/y{t}.npy", ex.run([x], check_hazards=True)[0])
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("mlir", "torch_mlir", "torch"))))
 """
+)
 
 
 @pytest.fixture(scope="module")
