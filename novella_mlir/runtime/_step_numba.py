@@ -269,11 +269,9 @@ def share_hashed(fields, forms, mix):
     n = fields[:, 12] - fields[:, 11]
     has = np.flatnonzero(n > 0)
     if has.size == 0:
-        cols = np.empty((fields.shape[0], 3), np.int64)
-        for i in range(fields.shape[0]):
-            cols[i, 0], cols[i, 1], cols[i, 2] = fields[i, 11], fields[i, 12], fields[i, 14]
-        empty = np.empty((0, forms.shape[1]), np.int64)
-        return True, np.arange(fields.shape[0]), cols, empty, np.zeros((0, 4), np.int64)
+        none = np.empty(0, np.int64)
+        perm, cols = regroup_order(fields, has, none, none, none, none)
+        return True, perm, cols, np.empty((0, forms.shape[1]), np.int64), np.zeros((0, 4), np.int64)
     h, const = form_keys(fields, forms, has, mix)
     first, inv = distinct(h)
     if not same_forms(fields, forms, has, const, first, inv):
@@ -288,15 +286,23 @@ def share_hashed(fields, forms, mix):
         at += sizes[g]
     out = gather(fields, forms, has, first, const)
     perm, cols = regroup_order(fields, has, inv, starts, sizes, const)
+    return True, perm, cols, out, group_table(fields.shape[0] - has.size, inv, starts, sizes)
+
+
+@nb.njit(cache=True)
+def group_table(n_free, inv, starts, sizes):
+    """Per group (`inv`: each grouped row's group) its forms range [starts, starts + sizes) and its rows'
+    range in `regroup_order`'s order, after the n_free rows without forms."""
+    ng = starts.size
     counts = np.zeros(ng, np.int64)
     for j in range(inv.size):
         counts[inv[j]] += 1
     groups = np.empty((ng, 4), np.int64)
-    end = fields.shape[0] - has.size
+    end = n_free
     for g in range(ng):
         end += counts[g]
         groups[g, 0], groups[g, 1], groups[g, 2], groups[g, 3] = starts[g], starts[g] + sizes[g], end - counts[g], end
-    return True, perm, cols, out, groups
+    return groups
 
 
 @nb.njit(cache=True)

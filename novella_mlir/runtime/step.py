@@ -397,9 +397,9 @@ def _grouped(fields, has, n, inv, starts, sizes, const) -> tuple:
 
 
 def _groups(n, inv, starts, sizes) -> np.ndarray:
-    counts = np.bincount(inv, minlength=len(sizes))
-    ends = int((n <= 0).sum()) + np.cumsum(counts)
-    return np.stack([starts, starts + sizes, ends - counts, ends], 1).astype(np.int64)
+    from ._step_numba import group_table
+
+    return group_table(int((n <= 0).sum()), *(np.asarray(a, np.int64) for a in (inv, starts, sizes)))
 
 
 def _share_rows(fields, forms, has, n) -> tuple:
