@@ -11,23 +11,25 @@ from . import BufferPlan, Tiling, first, memoized, module_symbols, tile_rows
 ACT_FNS = {"none": (), "relu": ("relu",), "gelu": ("mul", "erf", "add", "mul", "mul")}
 
 
-def emit_act(b, act: str, buf: str, tmp: str, rows, cols: int, stride: int, when=None, out=None) -> None:
+def emit_act(b, act: str, buf: str, tmp: str, rows, cols: int, stride: int, when=None, out=None,
+             out_offset=None) -> None:  # fmt: skip
     """Applies `act` to `buf` ([rows, cols], row stride `stride`) into `out` (default: in
-    place); gelu uses `tmp`, which may be `out`."""
+    place; at `out_offset` in it if given); gelu uses `tmp`, which may be `out`."""
     out = out or buf
     geo = dict(rows=rows, cols=cols, dst_stride=stride, a_stride=stride, b_stride=stride, when=when)
+    at = {} if out_offset is None else {"dst_offset": out_offset}
     if act == "relu":
-        b.vop("RELU", out, buf, **geo)
+        b.vop("RELU", out, buf, **at, **geo)
     elif act == "gelu":
         b.vop("MUL", tmp, buf, mode="SCALAR", imm=1.0 / math.sqrt(2.0), **geo)
         b.vop("ERF", tmp, tmp, **geo)
         b.vop("ADD", tmp, tmp, mode="SCALAR", imm=1.0, **geo)
         b.vop("MUL", tmp, tmp, mode="SCALAR", imm=0.5, **geo)
-        b.vop("MUL", out, buf, tmp, **geo)
+        b.vop("MUL", out, buf, tmp, **at, **geo)
     elif act != "none":
         raise ValueError(f"unknown activation {act}")
     elif out != buf:
-        b.vop("COPY", out, buf, **geo)
+        b.vop("COPY", out, buf, **at, **geo)
 
 
 def row_tiling(rows, cols: int, target, n_buffers: int, options, extra=(), cost=None) -> Tiling:

@@ -28,6 +28,7 @@ from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
 from ..symbolic.box import value_range
 from . import BufferPlan, TensorView, Tiling, first, last, memoized, module_symbols, plan_lengths, tile_rows
+from .elementwise import ACT_FNS, emit_act
 from .linear import LINEAR_OPS, _bias_rows, _chain_loads, _plan_choice
 from .linear_cost import Epilogue
 from .linear_prologue import NORMS, _consumers
@@ -122,10 +123,9 @@ def _group(target, loads, chain, count, slots=2, store=(0.0, 0.0)) -> cm.Group:
 
 
 def _act_vecs(act: str, r: int, c: int, copy: bool = True) -> list:
-    """The VECs (fn, rows, cols) of + bias and `act` on [r, c] (`_emit_act`; `copy`: into another buffer)."""
-    return [("add", r, c)] + {"none": [("copy", r, c)] * copy, "relu": [("relu", r, c)]}.get(
-        act, [("mul", r, c), ("erf", r, c), ("add", r, c), ("mul", r, c), ("mul", r, c)]
-    )
+    """The VECs (fn, rows, cols) of + bias and `act` on [r, c] (`emit_act`; `copy`: into another buffer)."""
+    fns = ACT_FNS[act] or ("copy",) * copy
+    return [("add", r, c)] + [(fn, r, c) for fn in fns]
 
 
 def _dims(tv, op) -> tuple[int, int, int, bool]:
@@ -144,21 +144,6 @@ def _choose(kernel, target, m, k, h, n, acts, residual):
         if best[1] is None or key < best[0]:
             best = (key, (tm, hc))
     return (best[0][0] if best[1] else math.inf), best[1]
-
-
-def _emit_act(b, act: str, src: str, dst: str, geo: dict, dst_offset) -> None:
-    """`act` of `src` into `dst` at `dst_offset` (gelu through `tmp`)."""
-    at = {"dst_offset": dst_offset} if dst_offset is not None else {}
-    if act == "relu":
-        b.vop("RELU", dst, src, **at, **geo)
-    elif act == "gelu":
-        b.vop("MUL", "tmp", src, mode="SCALAR", imm=1.0 / math.sqrt(2.0), **geo)
-        b.vop("ERF", "tmp", "tmp", **geo)
-        b.vop("ADD", "tmp", "tmp", mode="SCALAR", imm=1.0, **geo)
-        b.vop("MUL", "tmp", "tmp", mode="SCALAR", imm=0.5, **geo)
-        b.vop("MUL", dst, src, "tmp", **at, **geo)
-    elif dst != src:
-        b.vop("COPY", dst, src, **at, **geo)
 
 
 def _emit(op, tv, t, b) -> None:
@@ -191,7 +176,7 @@ def _emit(op, tv, t, b) -> None:
     _hidden(b, act1, rows, k, tm, hc, "w1", c + sy.const(1), ahead, vec_only=True)
     geo = dict(rows=rows, cols=n, dst_stride=n, a_stride=n, b_stride=n, when=at_last)
     b.vop("ADD", "out", "accy", "b2", mode="ROW", **geo)
-    _emit_act(b, act, "out", "out", geo, None)
+    emit_act(b, act, "out", "tmp", rows, n, n, when=at_last)
     if residual:
         b.vop("ADD", "out", "out", "res", **geo)
     b.store_rows("out", **out_tile, when=at_last)
@@ -206,7 +191,7 @@ def _hidden(b, act1, rows, k, tm, hc, w, chunk, when, mma_only=False, vec_only=F
     if not mma_only:
         geo = dict(rows=rows, cols=hc, dst_stride=hc, a_stride=hc, b_stride=hc, when=when)
         b.vop("ADD", "hb", "acch", "b1", mode="ROW", a_offset=half, b_offset=chunk * hc, **geo)
-        _emit_act(b, act1, "hb", "h", geo, half)
+        emit_act(b, act1, "hb", "tmp", rows, hc, hc, when=when, out="h", out_offset=half)
 
 
 # ------------------------------------------------------------------ the fusion (--novella-fuse `fuse-mlp`)
