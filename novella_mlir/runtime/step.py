@@ -48,7 +48,7 @@ def _keyed(p) -> bool:
 
 def lane_fields(art) -> int:
     """The lane fields that follow a batched decode step's symbols (`expr.LANE`): one per sequence of
-    the batch, where some guard reads them (`kernels/flash_decode.lane_guard`); else 0."""
+    the batch, where some guard reads them (`kernels/flash_decode.Lanes`); else 0."""
     progs = art.programs if "programs" in vars(art) else [art]
     if not any(expr.has_lane([p for _, p in t.when]) for g in progs for m in g.macros for t in m.insts):
         return 0
