@@ -29,6 +29,13 @@ def model(request):
     return request.param, hf, compile_batched(hf, lm, (B,), cache=False)
 
 
+@pytest.fixture(scope="module")
+def mqa():
+    """Multi-query attention (one cache head per sequence), batched at B."""
+    hf = build("mqa", MAX_LEN)
+    return hf, compile_batched(hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=PS, cache=False), (B,), cache=False)
+
+
 def _run(eng, plan: dict) -> list:
     reqs = []
     while len(reqs) < len(plan) or not eng.done:
@@ -173,12 +180,11 @@ def test_batched_attention_takes_several_heads_per_step(model):
         assert k == v > masks == 1 and [t.opcode for t in mm.insts].count("STORE") == 1
 
 
-def test_heads_of_different_sequences_load_their_own_masks():
+def test_heads_of_different_sequences_load_their_own_masks(mqa):
     """Multi-query attention (one cache head per sequence): a grid step of several heads spans sequences,
     so each head loads its own sequence's mask row (3d2f92e: heads after the first read mask buffers
     nothing loaded, and tokens of 7 and 12-token prompts differed)."""
-    hf = build("mqa", MAX_LEN)
-    lm = compile_batched(hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=PS, cache=False), (B,), cache=False)
+    hf, lm = mqa
     assert _step_heads(lm) == [2, 2]
     for mm in [mm for mm in lm.batched[B].artifact.programs[0].macros if mm.kernel == "novella.flash_attention"]:
         assert [t.tensor for t in mm.insts if t.opcode == "LOAD"].count(3) == 2
@@ -267,11 +273,10 @@ def test_sequences_of_very_different_pasts_in_one_batch(model):
     _prompts_apart(hf, lm, name, 60)
 
 
-def test_mqa_sequences_of_very_different_pasts_in_one_batch():
+def test_mqa_sequences_of_very_different_pasts_in_one_batch(mqa):
     """As above with multi-query attention: a grid step's two heads are two sequences' heads, each
     guarded by its own lane's field."""
-    hf = build("mqa", MAX_LEN)
-    lm = compile_batched(hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=PS, cache=False), (B,), cache=False)
+    hf, lm = mqa
     assert _step_heads(lm) == [2, 2]
     _prompts_apart(hf, lm, "mqa", 70)
 
