@@ -10,6 +10,9 @@ the accumulator. Grid (m, c), c in [0, H / hc); step c
   vector unit works on chunk c + 1;
 * on the last step adds b2, act and the residual and STOREs the block.
 
+Where [tm, N] is more than the accumulator, the split form (`linear_mlp_split`) sums the output block in the
+scratchpad instead; the cost model picks the form and its tiles.
+
 Each step LOADs w1's next chunk [hc, K] and w2's chunk [N, hc] (two slots, under the previous step's
 MATMULs; unguarded, so `--novella-schedule` pipelines them: the last step's w1 LOAD has no rows). The weights are read once per row block, so the cost model (`FusedMlp.cost`) makes the
 fusion only where a program's rows fit few row blocks (`fuse_mlp`: fewer predicted cycles than the
@@ -28,6 +31,7 @@ from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
 from ..symbolic.box import value_range
 from . import BufferPlan, TensorView, Tiling, first, last, memoized, module_symbols, plan_lengths, tile_rows
+from . import linear_mlp_split as split
 from .elementwise import ACT_FNS, emit_act
 from .linear import LINEAR_OPS, _bias_rows, _chain_loads, _plan_choice
 from .linear_cost import Epilogue
@@ -73,8 +77,10 @@ class FusedMlp:
         ]
 
     def choose(self, target, m, k, h, n, acts, residual):
-        """(cycles, (tm, hc)) of the cheapest fitting candidate for m rows, or (inf, None)."""
-        return _choose(self, target, m, k, h, n, acts, residual)
+        """(cycles, (tm, hc) or (tm, hc, pn)) of the cheapest fitting candidate for m rows, of both forms (the
+        output block in the accumulator, or summed in the scratchpad: `linear_mlp_split`), or (inf, None)."""
+        return min(_choose(self, target, m, k, h, n, acts, residual), split.choose(target, m, k, h, n, acts, residual),
+                   key=lambda c: c[0])  # fmt: skip
 
     def cost(self, target, m, k, h, n, acts, residual, tm, hc) -> float:
         """Predicted cycles: per row piece, its first step (the x rows and w1's first chunk too, and that
@@ -100,16 +106,23 @@ class FusedMlp:
     def tile(self, op, tv, target, options):
         k, h, n, residual = _dims(tv, op)
         m = sy.evaluate(tv.rows(0), plan_lengths(op))
-        cands = self.candidates(target, k, h, n, residual)
-        if not cands:
+        _, tiles = self.choose(target, m, k, h, n, _acts(op), residual)
+        if tiles is None:
             self._plan(target, target.array_rows, target.array_cols, k, h, n, residual).check()
-        _, (tm, hc) = self.choose(target, m, k, h, n, _acts(op), residual)
+        tm, hc, *pn = tiles
+        if pn:
+            grid = [sy.ceildiv(tv.rows(0), tm), sy.const(2 * (h // hc) + 1)]
+            plan = split.plan(target, tm, hc, pn[0], k, h, n, residual)
+            return Tiling({"tm": tm, "hc": hc, "pn": pn[0]}, grid, plan.check())
         grid = [sy.ceildiv(tv.rows(0), tm), sy.const(h // hc)]
         return Tiling({"tm": tm, "hc": hc}, grid, self._plan(target, tm, hc, k, h, n, residual).check())
 
     def macro(self, op, tv, t, b):
         start = len(b.ops)
-        _emit(op, tv, t, b)
+        if "pn" in t.tiles:
+            split.emit(b, tv, _dims(tv, op), _acts(op), t.tiles)
+        else:
+            _emit(op, tv, t, b)
         _chain_loads(b.ops[start:])
 
 

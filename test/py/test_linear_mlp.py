@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from novella_mlir import compile_torch
-from novella_mlir.kernels import linear_mlp
+from novella_mlir.kernels import linear_mlp, linear_mlp_split
 
 MAX = 300
 LENGTHS = (1, 7, 37, 64, 67, MAX)
@@ -66,13 +66,47 @@ def test_several_row_blocks(monkeypatch):
     kernel = linear_mlp.FusedMlp
     every = kernel.candidates
     monkeypatch.setattr(kernel, "candidates", lambda self, *a: [c for c in every(self, *a) if c[0] == 16])
+    monkeypatch.setattr(linear_mlp_split, "candidates", lambda *a: [])
     monkeypatch.setattr(linear_mlp, "_gain", lambda target, first, second: (1.0, 16))
     torch.manual_seed(1)
     model = Mlp(residual=True)
     npu = _compile(model)
     tiled = npu.ir("novella-tile", at=[37])
-    assert "tm = 16" in tiled and '"novella.fused_mlp"' in tiled
+    assert "tm = 16" in tiled and '"novella.fused_mlp"' in tiled and "pn = " not in tiled
     _check(model, npu, (1, 16, 17, 37, 64))
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_split_form_several_row_blocks(monkeypatch, residual):
+    """The split form (output summed in the scratchpad, pieces of 32 columns; forced: the candidates and the
+    gain) with row blocks of 16: T = 37 has a partial third block, 64 four."""
+    every = linear_mlp_split.candidates
+    monkeypatch.setattr(linear_mlp.FusedMlp, "candidates", lambda self, *a: [])
+    monkeypatch.setattr(linear_mlp_split, "candidates", lambda *a: [c for c in every(*a) if c[0] == 16 and c[2] == 32])
+    monkeypatch.setattr(linear_mlp, "_gain", lambda target, first, second: (1.0, 16))
+    torch.manual_seed(3)
+    model = Mlp(act=not residual, residual=residual)
+    npu = _compile(model)
+    tiled = npu.ir("novella-tile", at=[37])
+    assert '"novella.fused_mlp"' in tiled and "pn = 32" in tiled and "tm = 16" in tiled
+    _check(model, npu, (1, 16, 17, 37, 64))
+
+
+@pytest.mark.parametrize("act,residual", [(True, False), (False, True)])
+def test_whisper_sized_mlp_on_the_default_config(act, residual):
+    """384 -> 1536 -> 384 on the default config: at T = 64 the output block [64, 384] is more than the
+    accumulator, so the cost model takes the split form (summed in the scratchpad) for the [1, 64] bucket;
+    the bucket above keeps the two linears."""
+    torch.manual_seed(4)
+    model = Mlp(d=384, h=1536, act=act, residual=residual)
+    npu = compile_torch(model.eval(), torch.randn(1, 16, 384), min_len=1, max_len=128, cache=False)
+    tiled = npu.ir("novella-tile", at=[64])
+    assert '"novella.fused_mlp"' in tiled and "pn = " in tiled and "tm = 64" in tiled
+    assert '"novella.fused_mlp"' not in npu.ir("novella-tile", at=[128])
+    for length in (1, 33, 64):
+        x = torch.randn(1, length, 384, generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            torch.testing.assert_close(npu(x), model(x), rtol=1e-4, atol=1e-4)
 
 
 def test_whisper_sized_mlp_on_the_large_config():
