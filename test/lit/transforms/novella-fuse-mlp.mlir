@@ -134,3 +134,33 @@ module attributes {novella.symbols = {s0 = ["T", 1, 16]}, novella.plan_lengths =
     return %5 : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
   }
 }
+
+// -----
+
+// Whisper's MLP 384 -> 1536 -> 384 (+ x) planned for T = 64 on the default budget: the output block [64, 384]
+// is more than the accumulator, so the cost model takes the split form (`pn`): the block summed in the
+// scratchpad (`ysum`), the products by w2 through the accumulator in pieces of pn columns (`accp`, two
+// halves), the weights one tile a grid step through one two-slot buffer `w` (grid: row blocks, 2 * 96 + 1
+// steps), b1 and b2 in the accumulator.
+// CHECK-LABEL: func.func @mlp_split
+// CHECK: "novella.fused_mlp"(%arg0, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %arg0) {act = "none", act1 = "gelu"
+// TILE: #[[SGRID:map[0-9]*]] = affine_map<()[s0] -> (s0 ceildiv 64, 193)>
+// TILE-LABEL: func.func @mlp_split
+// TILE: "novella.fused_mlp"
+// TILE-SAME: accp = ["acc", {{[0-9]+}}, 12288]
+// TILE-SAME: b1 = ["acc", {{[0-9]+}}, 1536]
+// TILE-SAME: w = ["spad", {{[0-9]+}}, 6144, 2]
+// TILE-SAME: ysum = ["spad", {{[0-9]+}}, 24576]
+// TILE-SAME: novella.grid = #[[SGRID]]
+// TILE-SAME: novella.tiles = {hc = 16 : i64, pn = 96 : i64, tm = 64 : i64}
+module attributes {novella.symbols = {s0 = ["T", 1, 64]}, novella.plan_lengths = [64]} {
+  func.func @mlp_split(%arg0: tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>> {novella.dram = affine_map<()[s0] -> (1181568)>}) -> (tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>) attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 2304 + 1181568)>} {
+    %0 = "novella.weight"() {name = "0.weight", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<1536x384xf32>
+    %1 = "novella.weight"() {name = "0.bias", novella.dram = affine_map<()[s0] -> (589824)>} : () -> tensor<1536xf32>
+    %2 = "novella.weight"() {name = "2.weight", novella.dram = affine_map<()[s0] -> (591360)>} : () -> tensor<384x1536xf32>
+    %3 = "novella.weight"() {name = "2.bias", novella.dram = affine_map<()[s0] -> (1181184)>} : () -> tensor<384xf32>
+    %4 = "novella.linear"(%arg0, %0, %1) {act = "gelu", novella.dram = affine_map<()[s0] -> (s0 * 384 + 1181568)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>, tensor<1536x384xf32>, tensor<1536xf32>) -> tensor<1x?x1536xf32, affine_map<()[s0] -> (1, s0, 1536)>>
+    %5 = "novella.fused_linear"(%4, %2, %3, %arg0) {act = "none", norm_eps = 9.99999974E-6 : f32, norm_input = false, novella.dram = affine_map<()[s0] -> (s0 * 1920 + 1181568)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0>} : (tensor<1x?x1536xf32, affine_map<()[s0] -> (1, s0, 1536)>>, tensor<384x1536xf32>, tensor<384xf32>, tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>) -> tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>
+    return %5 : tensor<1x?x384xf32, affine_map<()[s0] -> (1, s0, 384)>>
+  }
+}
