@@ -10,6 +10,7 @@ from torch_mlir import ir
 
 from simulator import timing
 
+from .. import symbolic as sy
 from ..machine import costmodel as cm
 from . import MacroBuilder
 
@@ -28,11 +29,12 @@ class Op:
     contiguous: bool
     when: tuple
     k: int = 0
+    buffer: str = ""  # a LOAD's or STORE's SRAM buffer
 
     def on(self, point: dict) -> bool:
         """Whether the op runs at the grid point {dim: index} (dims not given: 1)."""
         for kind, e in self.when:
-            v = point.get(e.i, 1) - e.c if isinstance(e, Dim) else e
+            v = e if isinstance(e, int) else e.at(point)
             if (v != 0) if kind == "eq" else (v < 0):
                 return False
         return True
@@ -53,25 +55,62 @@ class Dim:
     def __sub__(self, c: int) -> Dim:
         return Dim(self.i, self.c + c)
 
+    def at(self, point: dict) -> int:
+        return point.get(self.i, 1) - self.c
+
+
+class Affine:
+    """A guard's affine expression of the grid dims (`kernels.first`, `last`, or a trace's `d(i)`), as
+    sum(coeffs[i] * d_i) + c: read from the expression at the grid's corners, so a priced op holds no MLIR
+    object; an expression that is not linear in the dims (a floordiv, a mod) is evaluated where asked."""
+
+    def __init__(self, e: ir.AffineExpr):
+        at = [sy.evaluate(e, (), p) for p in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1), (2, 3, 5))]
+        self.c, self.coeffs = at[0], tuple(v - at[0] for v in at[1:4])
+        self.expr = None if self._at((2, 3, 5)) == at[4] else e
+
+    def _at(self, dims) -> int:
+        a, b, c = self.coeffs
+        return self.c + a * dims[0] + b * dims[1] + c * dims[2]
+
+    def at(self, point: dict) -> int:
+        dims = (point.get(0, 1), point.get(1, 1), point.get(2, 1))
+        return self._at(dims) if self.expr is None else sy.evaluate(self.expr, (), dims)
+
+
+_AFFINE: dict = {}
+
+
+def _guard(e):
+    """A guard's expression as `Op.on` reads it (an `Affine` per expression text, kept: a compile traces the
+    same few guards for every candidate)."""
+    if isinstance(e, (int, Dim)):
+        return e
+    key = str(e)
+    got = _AFFINE.get(key)
+    if got is None:
+        got = _AFFINE[key] = Affine(e)
+    return got
+
 
 class Trace(MacroBuilder):
-    """A builder the emitters write to for the cost model: grid dims are `Dim`s, sizes ints."""
+    """A builder the emitters write to for the cost model, sizes ints: its grid dims are the compile's
+    (`MacroBuilder.d`, affine expressions, built in `context()`), and the guards of the priced ops
+    `Dim`s or `Affine`s (read by `Op.on`)."""
 
     def __init__(self):
         super().__init__(3, 1)
 
-    def d(self, i: int) -> Dim:
-        return Dim(i)
-
     def priced(self) -> tuple[Op, ...]:
         out = []
         for name, f in self.ops:
-            when = tuple(f.get("when") or ())
+            when = tuple((kind, _guard(e)) for kind, e in f.get("when") or ())
             if name == MMA:
                 out.append(Op(name, "", f["m"], f["n"], False, when, f["k"]))
                 continue
             dma = name != VEC
-            out.append(Op(name, f.get("fn", ""), f["rows"], f["cols"], dma and bool(timing.contiguous(f)), when))
+            contiguous = dma and bool(timing.contiguous(f))
+            out.append(Op(name, f.get("fn", ""), f["rows"], f["cols"], contiguous, when, buffer=f.get("buffer", "")))
         return tuple(out)
 
 
