@@ -92,10 +92,10 @@ class _Step:
         if page and rows > page:  # V continues K's chain (`flash_decode.chained_loads`): no latency of its own
             k, (vq, vd) = _page_chain(self.t, rows, self.dims.d, page), _page_chain(self.t, rows, self.dims.dv, page)
             return k, (vq - self.t.dma_latency * (not self.dims.causal), vd)
-        return _dma(self.t, rows, self.dims.d, c[1]), _dma(self.t, rows, self.dims.dv, c[2])
+        return cm.dma(self.t, rows, self.dims.d, c[1]), cm.dma(self.t, rows, self.dims.dv, c[2])
 
     def mask(self, rows: int, w: int):
-        return _dma(self.t, min(rows, 1) if self.dims.mask_row else rows, w) if self.dims.masked else None
+        return cm.dma(self.t, min(rows, 1) if self.dims.mask_row else rows, w) if self.dims.masked else None
 
 
 # the trace's guards: dim 0 is the softmax's tile (0: the opening one), dim 1 the tiles after it (0: the last,
@@ -139,11 +139,6 @@ def step_cycles(t, key: tuple, r: int, w: int, ones: bool, expsub: bool) -> tupl
     part2 = {o: cycles(t, ops["part2"], at(o, False), VEC) for o in both}
     pv = cycles(t, ops["part2"], at(True, False), MMA)
     return part1, part2, cycles(t, ops["qk"], {}, MMA), pv, cycles(t, ops["out"], at(False, True))
-
-
-def _dma(t, rows: int, cols: int, contiguous: bool = False) -> tuple[float, float]:
-    """A LOAD/STORE whose rows are all out of bounds still pays its issue and latency."""
-    return cm.dma(t, rows, cols, contiguous) if rows > 0 else (t.issue_cycles + t.dma_latency, 0.0)
 
 
 def _page_chain(t, rows: int, cols: int, page: int) -> tuple[float, float]:
@@ -202,7 +197,7 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
     n, pipelined = len(ws), sch.pipelined
     i = j - pipelined
     first, last = i == 0, i == n - 1
-    loads = [_dma(t, r, dims.d, dims.contiguous[0])] if j == 0 else []
+    loads = [cm.dma(t, r, dims.d, dims.contiguous[0])] if j == 0 else []
     qk = s.qk(ws[j]) if j < n else 0.0
     k, v = s.kv(ws[j] if j < n else 0)[0], s.kv(ws[i] if i >= 0 else 0)[1]
     loads += [k if j < n or not dims.causal else None, v if i >= 0 or not dims.causal else None]
@@ -224,7 +219,7 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
     if j == 0:
         scale = cm.vec(t, r, dims.d, "mul")
         vec, chain = vec + scale, chain + scale
-    out = _dma(t, r, dims.dv, dims.contiguous[3]) if last and i >= 0 else None
+    out = cm.dma(t, r, dims.dv, dims.contiguous[3]) if last and i >= 0 else None
     return [loads, vec, mat, chain, floor, out, (j == 0 and not sch.blocks) or dims.causal]
 
 
@@ -293,7 +288,7 @@ def chained_ring(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
             ends.append(done)
         total += (ends[-1] - ends[-2]) * (n - min(n, 3))
     held = dims.batch * blocks[-1][0] if u > 1 else blocks[-1][0]  # several heads a step: every output at the end
-    return done + total + _dma(t, held, dims.dv, dims.contiguous[3])[0]
+    return done + total + cm.dma(t, held, dims.dv, dims.contiguous[3])[0]
 
 
 def _ring_step(t, dims: Dims, s: _Step, r: int, tk: int, ws: list[int], sch: Schedule, j: int) -> tuple:
@@ -305,8 +300,8 @@ def _ring_step(t, dims: Dims, s: _Step, r: int, tk: int, ws: list[int], sch: Sch
     chains = [_page_chain(t, w, c, dims.page) for c in (dims.d, dims.dv)]
     queue = sum(q - t.dma_latency for q, _ in chains) + 2 * t.issue_cycles * (tk // dims.page - -(-w // dims.page))
     mask = s.mask(r, w)[0] - t.dma_latency if dims.masked else 0.0
-    queue += mask + (_dma(t, r, dims.d, dims.contiguous[0])[0] - t.dma_latency if first else 0.0)
-    out = _dma(t, r, dims.dv, dims.contiguous[3])[1] if last else 0.0
+    queue += mask + (cm.dma(t, r, dims.d, dims.contiguous[0])[0] - t.dma_latency if first else 0.0)
+    out = cm.dma(t, r, dims.dv, dims.contiguous[3])[1] if last else 0.0
     queue += out
     before = s.part1(w, first, False) + s.part2(w, first) + (cm.vec(t, r, dims.d, "mul") if first else 0.0)
     return queue, mask, out, (s.qk(w), before, s.pv(w), s.out(w) if last else 0.0)

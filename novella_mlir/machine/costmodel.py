@@ -43,10 +43,12 @@ class StepCost:
 
 
 def dma(t: Target, rows: int, cols: int, contiguous: bool = False) -> tuple[float, float]:
-    """(queue cycles, DRAM data cycles) of one LOAD/STORE of [rows, cols] fp32."""
-    if rows <= 0 or cols <= 0:
-        return t.issue_cycles, 0.0
-    data = int(timing.charged_bytes(cols * 4, rows * cols * 4, t.dram_burst_bytes, contiguous)) / t.dram_bytes_per_cycle
+    """(queue cycles, DRAM data cycles) of one LOAD/STORE of [rows, cols] fp32, as the simulator times it
+    (`timing.Timing.finish`): its issue, the DMA latency, then its bursts' data (`charged_bytes`,
+    `data_cycles`); a DMA with no rows in bounds moves nothing and still pays its issue and latency."""
+    rows, cols = max(rows, 0), max(cols, 0)
+    charged = int(timing.charged_bytes(cols * 4, rows * cols * 4, t.dram_burst_bytes, contiguous))
+    data = float(timing.data_cycles(charged, t.dram_bytes_per_cycle))
     return t.issue_cycles + t.dma_latency + data, data
 
 
