@@ -65,12 +65,13 @@ def steps_of(target, k, n, epi) -> dict:
 
 def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None, lead=False) -> tuple[float, float]:
     """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
-    first step, loading what stays resident, priced as the op's first; `deferred`: two accumulator halves,
-    the epilogue in the next block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc,
-    res_acc, bias_tile; the same at every M and every tm >= r: remembered across the searches in
-    `steps_of`). The epilogue's and the prologue's LOADs, VECs and STORE are what the emitter writes
-    (`emitted`) at this step (`memo`: `steps_of`'s dict, which also holds them by kind and size; `lead`: a
-    later k step of the row's first block, input-stationary)."""
+    or row slab's first step, loading what stays resident; `deferred`: two accumulator halves, the epilogue
+    in the next block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc, res_acc,
+    bias_tile; the same at every M and every tm >= r: remembered across the searches in `steps_of`). Its
+    tile LOADs and MATMUL (`emitted_body`), the epilogue's and the prologue's LOADs, VECs and STORE
+    (`emitted`, `emitted_prologue`) are what the emitter writes at this step's grid point (`memo`:
+    `steps_of`'s dict, which also holds them by kind and size; `lead`: a later k step of the row's first
+    block, input-stationary); the op's first step's own LOADs are `first_loads`."""
     tn, tk, ws, acc, in_acc, bias_tile = tiles
     k_steps = k // tk
     spread = deferred and acc == SPREAD
@@ -116,7 +117,7 @@ def _point(head, j: int) -> dict:
 @memoized
 def body_work(target, epi, r, k, n, tiles, head, j) -> tuple:
     """(LOADs as (rows, cols, contiguous), MATMUL cycles) of what `emitted_body` writes on the step (`_point`)."""
-    ops = [op for op in emitted_body(None, epi, r, k, n, tiles) if op.on(_point(head, j))]
+    ops = [op for op in emitted_body(epi, r, k, n, tiles) if op.on(_point(head, j))]
     return tuple((op.rows, op.cols, op.contiguous) for op in ops if op.kind == LOAD), cycles(target, ops, {}, MMA)
 
 
@@ -124,7 +125,7 @@ def body_work(target, epi, r, k, n, tiles, head, j) -> tuple:
 def first_loads(target, k, n, epi, tiles) -> float:
     """Load-queue cycles of the LOADs only the op's first step makes (the bias row, a norm's weight and bias):
     once per op, their data and issue in the DMA chain."""
-    ops = emitted_body(None, epi, 1, k, n, tiles)
+    ops = emitted_body(epi, 1, k, n, tiles)
     if epi.pre_norm:
         ops += emitted_prologue(1, k, tiles[1], tiles[2], epi.rms)[0]
     moves = [(op.rows, op.cols, op.contiguous) for op in ops if op.on(OP_FIRST) and not op.on(BLOCK_FIRST)]
@@ -172,7 +173,7 @@ def _work(target, ops) -> tuple:
 
 
 @memoized
-def emitted_body(_, epi, r, k, n, tiles) -> tuple:
+def emitted_body(epi, r, k, n, tiles) -> tuple:
     """The tile LOADs and the MATMUL the emitter writes for a step of r rows (`linear_emit.emit_loads`,
     `emit_matmul`); tiles: `step`'s."""
     tn, tk, ws, acc, in_acc, bias_tile = tiles

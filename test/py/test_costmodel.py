@@ -76,11 +76,11 @@ def test_the_step_is_priced_from_the_emitted_loads_and_matmul():
     first step's own LOADs (`first_loads`: the bias row, once), and the MATMUL's sizes."""
     forget()
     epi = lc.Epilogue("relu")
-    streamed = lc.emitted_body(None, epi, 16, 80, 384, (32, 16, 0, 1, 0, 0))  # ws = 0: x and w tiles each step
+    streamed = lc.emitted_body(epi, 16, 80, 384, (32, 16, 0, 1, 0, 0))  # ws = 0: x and w tiles each step
     assert _loads(streamed, lc._point(False, 2)) == [("w", 32, 16, False), ("a", 16, 16, False)]
     assert _loads(streamed, lc.OP_FIRST)[-1] == ("bias", 1, 384, True)
     assert [(op.rows, op.k, op.cols) for op in streamed if op.kind == lc.MMA] == [(16, 16, 32)]
-    slab = lc.emitted_body(None, epi, 16, 80, 384, (32, 16, 1, 1, 1, 0))  # ws = 1, res_acc: the column's slab
+    slab = lc.emitted_body(epi, 16, 80, 384, (32, 16, 1, 1, 1, 0))  # ws = 1, res_acc: the column's slab
     assert _loads(slab, lc._point(True, 0)) == [("w", 32, 80, True), ("a", 16, 16, False), ("acc", 16, 32, False)]
     assert _loads(slab, lc._point(False, 1)) == [("a", 16, 16, False)]
     t = Target.from_config(load_config())
