@@ -5,7 +5,7 @@ docs/isa.md: per grid step, the cycles of its DMA transfers (issue +
 latency + whole bursts over the DRAM bandwidth) and of its compute
 (MATMUL passes, VEC beats times the function's cost), each instruction
 priced by the simulator's own formulas (`simulator.timing.matmul_cycles`,
-`vec_cycles`, `charged_bytes`). With two buffer
+`vec_cycles`, `charged_bytes`, `data_cycles`). With two buffer
 slots a step's loads run under the previous step's compute and its stores
 under the next one's, so a steady step costs max(load, compute, store);
 with one slot they add up. A step's compute runs on the matrix and the
