@@ -33,11 +33,7 @@ class Op:
 
     def on(self, point: dict) -> bool:
         """Whether the op runs at the grid point {dim: index} (dims not given: 1)."""
-        for kind, e in self.when:
-            v = e if isinstance(e, int) else e.at(point)
-            if (v != 0) if kind == "eq" else (v < 0):
-                return False
-        return True
+        return holds(self.when, point)
 
     def cycles(self, t) -> float:
         """A VEC's or a MATMUL's cycles on Target t."""
@@ -112,6 +108,49 @@ class Trace(MacroBuilder):
             contiguous = dma and bool(timing.contiguous(f))
             out.append(Op(name, f.get("fn", ""), f["rows"], f["cols"], contiguous, when, buffer=f.get("buffer", "")))
         return tuple(out)
+
+    def dmas(self, point: dict) -> list[tuple[str, int, int, bool]]:
+        """(kind, rows, cols, contiguous) of the LOADs and STOREs that run at grid point `point` {dim: index},
+        their sizes evaluated there (`charged`): for emitters whose sizes are min-lists of the grid dims."""
+        dims = tuple(point.get(i, 1) for i in range(self.n_dims))
+        out = []
+        for name, f in self.ops:
+            when = tuple((kind, _guard(e)) for kind, e in f.get("when") or ())
+            if name in (LOAD, STORE) and holds(when, point):
+                out.append((name, *charged(f, dims)))
+        return out
+
+
+def holds(when, point: dict) -> bool:
+    """Whether guards `when` ((kind, `Dim` / `Affine` / int)) hold at the grid point {dim: index}."""
+    for kind, e in when:
+        v = e if isinstance(e, int) else e.at(point)
+        if (v != 0) if kind == "eq" else (v < 0):
+            return False
+    return True
+
+
+def _size(e, dims) -> int:
+    """A size field at grid point `dims`: an int, an affine expression of the dims, or a min-list of them."""
+    if isinstance(e, list):
+        return min(_size(x, dims) for x in e)
+    return e if isinstance(e, int) else sy.evaluate(e, (), dims)
+
+
+def charged(f: dict, dims) -> tuple[int, int, bool]:
+    """A LOAD's or STORE's (rows, cols, contiguous) at grid point `dims` as the simulator charges it: the rows
+    it moves are those in bounds (`functional._dma_rows`: row_start + row_step * k in [0, row_bound))."""
+    rows, cols, start, bound, stride = (
+        _size(f[k], dims) for k in ("rows", "cols", "row_start", "row_bound", "dram_stride")
+    )
+    step = f.get("row_step", 1)
+    if step == 1:
+        inside = min(start + rows, bound) - max(start, 0)
+    elif step == 0:
+        inside = rows * (0 <= start < bound)
+    else:
+        inside = sum(0 <= start + step * k < bound for k in range(rows))
+    return max(inside, 0), cols, bool(timing.contiguous(dict(row_step=step, dram_stride=stride, cols=cols)))
 
 
 def cycles(t, ops, point: dict, kind: str | None = None) -> float:
