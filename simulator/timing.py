@@ -64,6 +64,11 @@ def charged_bytes(row_bytes, nbytes, burst: int, contiguous):
     return whole if contiguous else per_row
 
 
+def data_cycles(charged, bytes_per_cycle: int):
+    """Cycles a DMA's data phase of `charged` (burst) bytes holds the DRAM channel (elementwise on arrays)."""
+    return _ceil_div(charged, bytes_per_cycle)
+
+
 def contiguous(f: dict):
     """Whether a LOAD's or STORE's rows follow each other in DRAM (one run of bursts, `charged_bytes`)."""
     return f["row_step"] * f["dram_stride"] == f["cols"]
@@ -197,7 +202,7 @@ class TimingModel:
 
     def dma_cycles(self, charged):
         """Cycles of a DMA data phase of `charged` (burst) bytes (works elementwise on arrays)."""
-        return _ceil_div(charged, self.config.dram_bytes_per_cycle)
+        return data_cycles(charged, self.config.dram_bytes_per_cycle)
 
     def data_cycles(self, inst: Instruction, dma_bytes: int) -> int:
         """Cycles a DMA's data phase holds the DRAM channel."""

@@ -10,6 +10,7 @@ from torch_mlir import ir
 
 from simulator import timing
 
+from .. import symbolic as sy
 from ..machine import costmodel as cm
 from . import MacroBuilder
 
@@ -28,14 +29,11 @@ class Op:
     contiguous: bool
     when: tuple
     k: int = 0
+    buffer: str = ""  # a LOAD's or STORE's SRAM buffer
 
     def on(self, point: dict) -> bool:
         """Whether the op runs at the grid point {dim: index} (dims not given: 1)."""
-        for kind, e in self.when:
-            v = point.get(e.i, 1) - e.c if isinstance(e, Dim) else e
-            if (v != 0) if kind == "eq" else (v < 0):
-                return False
-        return True
+        return holds(self.when, point)
 
     def cycles(self, t) -> float:
         """A VEC's or a MATMUL's cycles on Target t."""
@@ -53,26 +51,106 @@ class Dim:
     def __sub__(self, c: int) -> Dim:
         return Dim(self.i, self.c + c)
 
+    def at(self, point: dict) -> int:
+        return point.get(self.i, 1) - self.c
+
+
+class Affine:
+    """A guard's affine expression of the grid dims (`kernels.first`, `last`, or a trace's `d(i)`), as
+    sum(coeffs[i] * d_i) + c: read from the expression at the grid's corners, so a priced op holds no MLIR
+    object; an expression that is not linear in the dims (a floordiv, a mod) is evaluated where asked."""
+
+    def __init__(self, e: ir.AffineExpr):
+        at = [sy.evaluate(e, (), p) for p in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1), (2, 3, 5))]
+        self.c, self.coeffs = at[0], tuple(v - at[0] for v in at[1:4])
+        self.expr = None if self._at((2, 3, 5)) == at[4] else e
+
+    def _at(self, dims) -> int:
+        a, b, c = self.coeffs
+        return self.c + a * dims[0] + b * dims[1] + c * dims[2]
+
+    def at(self, point: dict) -> int:
+        dims = (point.get(0, 1), point.get(1, 1), point.get(2, 1))
+        return self._at(dims) if self.expr is None else sy.evaluate(self.expr, (), dims)
+
+
+_AFFINE: dict = {}
+
+
+def _guard(e):
+    """A guard's expression as `Op.on` reads it (an `Affine` per expression text, kept: a compile traces the
+    same few guards for every candidate)."""
+    if isinstance(e, (int, Dim)):
+        return e
+    key = str(e)
+    got = _AFFINE.get(key)
+    if got is None:
+        got = _AFFINE[key] = Affine(e)
+    return got
+
 
 class Trace(MacroBuilder):
-    """A builder the emitters write to for the cost model: grid dims are `Dim`s, sizes ints."""
+    """A builder the emitters write to for the cost model, sizes ints: its grid dims are the compile's
+    (`MacroBuilder.d`, affine expressions, built in `context()`), and the guards of the priced ops
+    `Dim`s or `Affine`s (read by `Op.on`)."""
 
     def __init__(self):
         super().__init__(3, 1)
 
-    def d(self, i: int) -> Dim:
-        return Dim(i)
-
     def priced(self) -> tuple[Op, ...]:
         out = []
         for name, f in self.ops:
-            when = tuple(f.get("when") or ())
+            when = tuple((kind, _guard(e)) for kind, e in f.get("when") or ())
             if name == MMA:
                 out.append(Op(name, "", f["m"], f["n"], False, when, f["k"]))
                 continue
             dma = name != VEC
-            out.append(Op(name, f.get("fn", ""), f["rows"], f["cols"], dma and bool(timing.contiguous(f)), when))
+            contiguous = dma and bool(timing.contiguous(f))
+            out.append(Op(name, f.get("fn", ""), f["rows"], f["cols"], contiguous, when, buffer=f.get("buffer", "")))
         return tuple(out)
+
+    def dmas(self, point: dict) -> list[tuple[str, int, int, bool]]:
+        """(kind, rows, cols, contiguous) of the LOADs and STOREs that run at grid point `point` {dim: index},
+        their sizes evaluated there (`charged`): for emitters whose sizes are min-lists of the grid dims."""
+        dims = tuple(point.get(i, 1) for i in range(self.n_dims))
+        out = []
+        for name, f in self.ops:
+            when = tuple((kind, _guard(e)) for kind, e in f.get("when") or ())
+            if name in (LOAD, STORE) and holds(when, point):
+                out.append((name, *charged(f, dims)))
+        return out
+
+
+def holds(when, point: dict) -> bool:
+    """Whether guards `when` ((kind, `Dim` / `Affine` / int)) hold at the grid point {dim: index}."""
+    for kind, e in when:
+        v = e if isinstance(e, int) else e.at(point)
+        if (v != 0) if kind == "eq" else (v < 0):
+            return False
+    return True
+
+
+def _size(e, dims) -> int:
+    """A size field at grid point `dims`: an int, an affine expression of the dims, or a min-list of them."""
+    if isinstance(e, list):
+        return min(_size(x, dims) for x in e)
+    return e if isinstance(e, int) else sy.evaluate(e, (), dims)
+
+
+def charged(f: dict, dims) -> tuple[int, int, bool]:
+    """A LOAD's or STORE's (rows, cols, contiguous) at grid point `dims` as the simulator charges it: the rows
+    it moves are those in bounds (`functional._dma_rows`: row_start + row_step * k in [0, row_bound))."""
+    rows, cols, start, bound, stride = (
+        _size(f[k], dims) for k in ("rows", "cols", "row_start", "row_bound", "dram_stride")
+    )
+    step = f.get("row_step", 1)
+    if step == 1:
+        inside = min(start + rows, bound) - max(start, 0)
+    elif step == 0:
+        inside = rows * (0 <= start < bound)
+    else:
+        inside = sum(0 <= start + step * k < bound for k in range(rows))
+    return max(inside, 0), cols, bool(timing.contiguous(dict(row_step=step, dram_stride=stride, cols=cols)))
 
 
 def cycles(t, ops, point: dict, kind: str | None = None) -> float:

@@ -46,7 +46,7 @@ heads (`heads`, `FlashAttention.heads`; `_heads_macro`), so that one step's load
 of the step before and its heads' MATMULs and softmaxes interleave (`flash_decode.py`). With a
 sliding window (`novella.kv_window = W`: the op's own mask keeps the last W positions) the key/value
 grid walks only the tiles from the one holding position lk - W (at most W / tk + 1 steps, whatever
-the past; `_window_guards`), so the pages before the window are never read (the runtime frees them)
+the past; `flash_emit._window_guards`), so the pages before the window are never read (the runtime frees them)
 and the step's guards are evaluated over those few grid points only. A batched decode step's lanes
 each walk only their own key tiles, guarded by the lane's field (`flash_decode.Lanes`)."""
 
@@ -66,7 +66,7 @@ from . import flash_decode as fd
 from . import kv_cache as kv
 from .attention import NEG_FLOOR
 from .flash_decode import PER_HEAD, SubHead, chained_loads, held_rows, load_query, mask_row, plan_samples
-from .flash_emit import Emit
+from .flash_emit import Emit, Steps, mask_broadcast, store, tile_extent
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
@@ -194,9 +194,8 @@ def dims_of(g: Geometry, syms, lengths=None) -> fc.Dims:
     contiguous = tuple(not m for m in g.minor)
     masked = g.mask is not None
     page = min((info["page_size"] for info in g.paged.values()), default=0)
-    return fc.Dims(
-        at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked, page, mask_row(g)
-    )
+    return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked,
+                   page, mask_row(g), mask_broadcast(g))  # fmt: skip
 
 
 class FlashAttention:
@@ -291,7 +290,7 @@ class FlashAttention:
         ones, two = bool(t.tiles.get("ones", 0)), t.tiles.get("s_slots", 1) == 2
         pipelined = bool(t.tiles.get("pipelined", 0))
         b = fd.Lanes(b, g, len(module_symbols(op))) if fd.lanes(g) and not pipelined else b
-        s = _Schedule(g, b, tq, tk, pipelined, ones)
+        s = Steps(g, b, tq, tk, pipelined, ones)
         rows = extent(1, tq, g.lq)
         e = Emit(b, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))
         if two:  # tile i's scores in slot i mod 2: the score MATMUL of tile d2 and the softmax of d2 - 1 never meet
@@ -311,20 +310,15 @@ class FlashAttention:
             s.qk(e)
         e.part2(s.on, s.opening, s.rest)
         e.normalize(when=s.final, safe=g.safe and g.mask is not None)  # causal alone keeps the diagonal
-        _store(b, g, tq, rows, s.final)
+        store(b, g, tq, rows, s.final)
 
 
 def _fill_ones(b, g: Geometry, t, tk: int) -> None:
     """The ones column of every slot of V (its rows a tile may hold), once; the loads write the others."""
     slots = next(buf.slots for buf in t.buffers if buf.name == "v")
     for slot in range(slots):
-        b.vop("FILL", "v", imm=1.0, rows=_tile_extent(tk, g.lk, sy.const(0)), cols=1, dst_stride=g.dv + 1,
+        b.vop("FILL", "v", imm=1.0, rows=tile_extent(tk, g.lk, sy.const(0)), cols=1, dst_stride=g.dv + 1,
               dst_offset=sy.const(slot * tk * (g.dv + 1) + g.dv), when=first(0) + first(1) + first(2))  # fmt: skip
-
-
-def _store(b, g: Geometry, tq: int, rows, when) -> None:
-    b.store_rows("out", dram_offset=g.base(3, b.d(0)), dram_stride=g.row_stride(3), row_start=b.d(1) * tq,
-                 row_bound=g.lq, rows=rows, cols=g.dv, when=when)  # fmt: skip
 
 
 def _heads_macro(g: Geometry, t, b, heads: int, n_syms: int) -> None:
@@ -339,7 +333,7 @@ def _heads_macro(g: Geometry, t, b, heads: int, n_syms: int) -> None:
     for i in range(heads):
         sb = SubHead(b, heads, i, shared)
         sb = fd.Lanes(sb, g, n_syms) if fd.lanes(g) else sb
-        s = _Schedule(g, sb, tq, tk, False, ones)
+        s = Steps(g, sb, tq, tk, False, ones)
         if ones:
             _fill_ones(sb, g, t, tk)
         s.q_off = load_query(sb, g, t, tq, rows, emit=i == 0)
@@ -376,79 +370,6 @@ def _cheapest(kernel, target, dims, cands: tuple) -> tuple:
     return cands[cm.least_by_bound(bounds, key, kernel.exhaustive)[-1]]
 
 
-def _prev(j: ir.AffineExpr) -> ir.AffineExpr:
-    """max(j - 1, 0) on the grid."""
-    return j - sy.step(j)
-
-
-def _edge_rows(lk: ir.AffineExpr, tk: int, j: ir.AffineExpr) -> tuple[list, list]:
-    """Rows of the unguarded pipelined loads at step j: K of tile j (none at j = nk), V of tile j - 1
-    (none at j = 0); min(tk, lk - tile * tk) between. [j == nk] is step(j + 1 - nk)."""
-    nk = ceildiv(lk, tk)
-    k = [sy.const(tk), lk - j * tk + sy.step(j + 1 - nk) * tk, sy.gate(nk - j)]
-    v = [sy.const(tk), lk - (j - 1) * tk, sy.gate(j)]
-    return k, v
-
-
-def _tile_extent(t: int, total: ir.AffineExpr, index: ir.AffineExpr):
-    """Width of tile `index` of `t` along `total` (min(t, total - index * t), or t if every tile is full)."""
-    v = sy.as_int(total)
-    if v is not None and (v % t == 0 or v < t):
-        return min(v, t)
-    return [sy.const(t), total - index * t]
-
-
-class _Schedule:
-    """Which key/value tile each part of step j works on, and when.
-
-    Plain: QK, softmax and PV of tile j. Pipelined (one more step per query block): QK of tile j and
-    the softmax and PV of tile j - 1. Loads follow: K of the QK's tile, V and the mask of the
-    softmax's. Without a causal skip they are unguarded (two slots): a step past either end loads
-    rows out of bounds (zero-filled, no DRAM traffic)."""
-
-    def __init__(self, g: Geometry, b, tq: int, tk: int, pipelined: bool, ones: bool):
-        self.g, self.b, self.tq, self.tk, self.pipelined, self.width = g, b, tq, tk, pipelined, g.dv + ones
-        self.s_off = self.q_off = None  # the score slot of the QK; the query's slot (`Buffer.alternate`)
-        qi, j = b.d(1), b.d(2)
-        windowed = g.window is not None and not pipelined
-        self.i = j - 1 if pipelined else j  # the softmax's tile
-        if windowed:  # step j works on tile j + first, first = floor((lk - W) / tk) (negative: none yet)
-            self.i = j + sy.floordiv(g.lk - g.window, tk)
-        self.k_tile = j if pipelined else self.i  # the score MATMUL's tile
-        nk = ceildiv(g.lk, tk)
-        self.cols_qk, self.cols = _tile_extent(tk, g.lk, self.k_tile), _tile_extent(tk, g.lk, self.i)
-        below = [("ge", qi - self.i)] if g.causal else []  # causal: tiles above the diagonal are skipped
-        self.on = (below + [("ge", self.i)] * pipelined) or None
-        self.opening, self.rest = [("eq", self.i)], [("ge", self.i - 1)] + below
-        self.final = [("eq", qi - self.i)] if g.causal else [("eq", nk - 1 - self.i)]
-        if windowed:
-            self.on, self.opening, self.rest = _window_guards(self.i, j)
-        if isinstance(b, fd.Lanes):  # a batched decode step: the tiles from the lane's first
-            self.on, self.opening, self.rest = b.guards(self.i, tk)
-        if not pipelined:
-            self.qk_on = self.on
-        else:
-            self.qk_on = [("ge", qi - j)] if g.causal else [("ge", nk - 1 - j)]
-
-    def qk(self, e: Emit) -> None:
-        e.qk(self.g.d, self.cols_qk, self.qk_on, self.s_off, self.q_off)
-
-    def loads(self, rows, mask: bool = True) -> None:
-        g, b, tk = self.g, self.b, self.tk
-        j = b.d(2)
-        guarded = g.causal or not self.pipelined
-        k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
-        skip = g.causal or g.window is not None or isinstance(b, fd.Lanes)  # tiles skipped: their loads too
-        chained = chained_loads(g, tk)
-        _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None,
-                 chained=chained)  # fmt: skip
-        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None,
-                 chained=chained)  # fmt: skip
-        if g.mask is not None and mask:
-            _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if skip and not g.causal else None,
-                       chained=chained)  # fmt: skip
-
-
 def _staircase(b, t: int, when) -> None:
     """tri[r, c] = 0 for c <= r, NEG_FLOOR above: FILL NEG_FLOOR, then doubling (S_2n = [[S_n, NEG_FLOOR], [0, S_n]])."""
     f = dict(dst_stride=t, a_stride=t, when=when)
@@ -460,47 +381,3 @@ def _staircase(b, t: int, when) -> None:
         b.vop("FILL", "tri", imm=0.0, rows=h, cols=n, dst_offset=sy.const(n * t), **f)
         b.vop("COPY", "tri", "tri", rows=h, cols=h, dst_offset=sy.const(n * t + n), **f)
         n *= 2
-
-
-def _load_kv(b, g: Geometry, name: str, tensor: int, width: int, rows, row0, stride: int, tk: int, when,
-             chained: bool = False) -> None:  # fmt: skip
-    """LOAD `rows` key/value rows from row `row0` (rows out of [0, lk) are zero-filled); a paged tile of
-    several pages is a chain of LOADs, one per page."""
-    bi = b.d(0)
-    info = g.paged.get(tensor)
-    if info is None:
-        b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=row0,
-                    row_bound=g.lk, rows=rows, cols=width, sram_stride=stride, when=when)  # fmt: skip
-        return
-    head = sy.floordiv(bi, g.group) if g.group > 1 and not g.packed else bi
-    if tk > info["page_size"]:
-        kv.load_page_chain(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, pages=tk // info["page_size"],
-                           cols=width, sram_stride=stride, when=when, chained=chained)  # fmt: skip
-        return
-    kv.load_paged_rows(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, rows=rows, col0=0, cols=width,
-                       sram_stride=stride, when=when)  # fmt: skip
-
-
-def _window_guards(i, j) -> tuple[list, list, list]:
-    """(on, opening, rest) of a sliding window whose step j works on tile i = j + first: a tile exists
-    when i >= 0 (first < 0 while the sequence is shorter than the window); the opening tile is the
-    first that exists: step 0, or tile 0. With i, j >= 0, [i == 0 or j == 0] is 1 - step(i) - step(j) >= 0."""
-    on = ("ge", i)
-    opening = sy.const(1) - sy.step(i) - sy.step(j)
-    return [on], [on, ("ge", opening)], [on, ("ge", opening * -1 - 1)]
-
-
-def _load_mask(b, g: Geometry, rows, tq: int, tk: int, pipelined: bool, tile, when=None, chained=False) -> None:
-    """The mask tile of the softmax's key tile; pipelined, step 0 (no softmax) loads tile 0's columns with
-    every row out of bounds (no DRAM read, no negative column offset)."""
-    j = b.d(2)
-    col = _prev(j) if pipelined else tile
-    broadcast_rows = sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
-    rows = 1 if mask_row(g) else rows
-    if pipelined:
-        rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [sy.gate(j)]  # none at step 0
-    lead = sy.floordiv(b.d(0), g.mask_div) if g.mask_div > 1 else b.d(0)
-    b.load("mask", 3, dram_offset=lead * g.mask_stride + col * tk, dram_stride=g.lk,
-           row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
-           row_bound=g.mask_rows, rows=rows, cols=_tile_extent(tk, g.lk, col), sram_stride=tk, when=when,
-           chain=int(chained))  # fmt: skip

@@ -5,7 +5,10 @@ Per query block of r rows the key/value tiles have widths w_0 .. w_{n-1} (the la
 A step's vector work is the online softmax of one tile (`part1`: reads the scores, ends with
 p = s - max; `part2`: the rest), its matrix work the score MATMUL of one tile and the P @ V of one:
 the VECs and MATMULs `flash_emit.Emit` writes, run into an `emit_trace.Trace` and priced with the
-simulator's formulas (`emitted`, `step_cycles`); the loads are described here.
+simulator's formulas (`emitted`, `step_cycles`). Its LOADs and STORE are the kernel's too (`load_query`,
+`flash_emit.Steps.loads`, `flash_emit.store`), read at the step's grid point with the rows the simulator
+moves (`emitted_dmas`), except over a paged cache (`_hand_dmas`, `_page_chain`, `chained_ring`); how they
+chain, overlap and floor the step (`_parts`, `_group`) is the schedule's rule, here.
 Pipelined, step j runs part1(j-1), QK(j), part2(j-1), PV(j-1): the next step's MATMULs never wait
 for this step's VECs, so the units overlap (`Group.overlap`) and a steady step costs the busier
 unit. The plain schedule runs QK(j), part1(j), part2(j), PV(j) in series. A step that loads a
@@ -25,10 +28,13 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
+from .. import symbolic as sy
 from ..machine import costmodel as cm
 from . import memoized
-from .emit_trace import MMA, VEC, Dim, Trace, context, cycles
-from .flash_emit import Emit
+from .emit_trace import LOAD, MMA, VEC, Dim, Trace, context, cycles
+from .flash_decode import load_query
+from .flash_emit import Emit, Steps, store
+from .support import extent
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Dims:
     safe: bool = False  # masked and safe: the row sums are floored before the divide (one more VEC MAX)
     page: int = 0  # K/V in a paged cache: rows per page (a tile of several pages is a chain of LOADs); 0: not
     mask_row: bool = False  # the mask is one row per block, added to each of its rows (`flash_decode.mask_row`)
+    mask_broadcast: bool = False  # the mask has one row, which the DMA reads for every query row (row_step 0)
 
 
 def widths(total: int, t: int) -> list[int]:
@@ -92,10 +99,10 @@ class _Step:
         if page and rows > page:  # V continues K's chain (`flash_decode.chained_loads`): no latency of its own
             k, (vq, vd) = _page_chain(self.t, rows, self.dims.d, page), _page_chain(self.t, rows, self.dims.dv, page)
             return k, (vq - self.t.dma_latency * (not self.dims.causal), vd)
-        return _dma(self.t, rows, self.dims.d, c[1]), _dma(self.t, rows, self.dims.dv, c[2])
+        return cm.dma(self.t, rows, self.dims.d, c[1]), cm.dma(self.t, rows, self.dims.dv, c[2])
 
     def mask(self, rows: int, w: int):
-        return _dma(self.t, min(rows, 1) if self.dims.mask_row else rows, w) if self.dims.masked else None
+        return cm.dma(self.t, min(rows, 1) if self.dims.mask_row else rows, w) if self.dims.masked else None
 
 
 # the trace's guards: dim 0 is the softmax's tile (0: the opening one), dim 1 the tiles after it (0: the last,
@@ -141,9 +148,71 @@ def step_cycles(t, key: tuple, r: int, w: int, ones: bool, expsub: bool) -> tupl
     return part1, part2, cycles(t, ops["qk"], {}, MMA), pv, cycles(t, ops["out"], at(False, True))
 
 
-def _dma(t, rows: int, cols: int, contiguous: bool = False) -> tuple[float, float]:
-    """A LOAD/STORE whose rows are all out of bounds still pays its issue and latency."""
-    return cm.dma(t, rows, cols, contiguous) if rows > 0 else (t.issue_cycles + t.dma_latency, 0.0)
+class _Geometry:
+    """The `flash_attention.Geometry` fields the loads' emitters read (`load_query`, `Steps.loads`, `store`),
+    for an op without a paged cache at lengths lq, lk: one batch of rows `width` apart where contiguous
+    (`Dims.contiguous`), else further; a mask of lq rows, or one (`Dims.mask_broadcast`)."""
+
+    def __init__(self, key: tuple, lq: int, lk: int):
+        self.d, self.dv, masked, self.causal, self.contiguous, broadcast = key
+        self.lq, self.lk, self.mask = sy.const(lq), sy.const(lk), True if masked else None
+        self.mask_rows, self.mask_stride, self.mask_div = sy.const(1) if broadcast else self.lq, sy.const(lq * lk), 1
+        self.paged, self.window, self.group, self.packed, self.scale = {}, None, 1, False, 1.0
+
+    def row_stride(self, i: int) -> int:
+        width = self.dv if i in (2, 3) else self.d
+        return width if self.contiguous[i] else 2 * width
+
+    def base(self, i: int, bi):
+        return bi * ((self.lk if i in (1, 2) else self.lq) * self.row_stride(i))
+
+
+@dataclass(frozen=True)
+class _Query:
+    name: str = "q"
+    alternate: bool = False
+
+
+class _Tiling:
+    """What `load_query` reads of a Tiling: q_blocks (`Schedule.blocks`), the query's buffer."""
+
+    def __init__(self, blocks: bool):
+        self.tiles, self.buffers = {"q_blocks": 1} if blocks else {}, (_Query(),)
+
+
+def _step_key(ws: list[int], j: int, pipelined: bool) -> tuple:
+    """What a step's prices depend on: the first step, its K tile, the softmax's tile, the opening, the last."""
+    n, i = len(ws), j - pipelined
+    return j == 0, ws[j] if j < n else None, ws[i] if i >= 0 else None, i == 0, i == n - 1
+
+
+@memoized
+def emitted_dmas(dims: Dims, tq: int, tk: int, sch: Schedule) -> dict:
+    """{(rows, step key): (LOADs as (rows, cols, contiguous), the STORE's or None)} of the steps of every
+    query block (`_step_key`), as the kernel emits them (`load_query`, `Steps.loads`, `store`, run into a
+    `Trace`, read at the first grid point with that key) and the simulator charges them (rows in bounds)."""
+    points, blocks = {}, set()
+    for qi, (r, keys) in enumerate(_blocks(dims, tq, tk)):
+        if (r, keys) in blocks:
+            continue
+        blocks.add((r, keys))
+        ws = widths(keys, tk)
+        for j in range(len(ws) + sch.pipelined):
+            points.setdefault((r, _step_key(ws, j, sch.pipelined)), (qi, j))
+    key = (dims.d, dims.dv, dims.masked, dims.causal, dims.contiguous, dims.mask_broadcast)
+    with context():
+        g, b = _Geometry(key, dims.lq, dims.lk), Trace()
+        rows = extent(1, tq, g.lq)
+        load_query(b, g, _Tiling(sch.blocks), tq, rows)
+        s = Steps(g, b, tq, tk, sch.pipelined, sch.ones)
+        s.loads(rows)
+        store(b, g, tq, rows, s.final)
+        out = {}
+        for step, (qi, j) in points.items():
+            dmas = b.dmas({0: 0, 1: qi, 2: j})
+            st = [x[1:] for x in dmas if x[0] != LOAD]
+            out[step] = tuple(x[1:] for x in dmas if x[0] == LOAD), st[0] if st else None
+        return out
 
 
 def _page_chain(t, rows: int, cols: int, page: int) -> tuple[float, float]:
@@ -182,31 +251,46 @@ class Schedule:
     shared: bool = True  # the step's heads read one mask
 
 
-def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule) -> list[tuple[cm.Group, int]]:
+def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule, dmas=None) -> list[tuple[cm.Group, int]]:
     """The steps of one query block of r rows over key tiles of widths ws (causal: the last is the diagonal),
-    as (group, how many steps) in step order of first appearance: steps with the same tiles are alike."""
+    as (group, how many steps) in step order of first appearance: steps with the same tiles are alike
+    (`_step_key`). `dmas`: `emitted_dmas`, the steps' LOADs and STORE (None: a paged cache's, `_hand_dmas`)."""
     s, n, pipelined = _Step(t, dims, r, sch.ones, sch.expsub), len(ws), sch.pipelined
     steps: dict = {}
     for j in range(n + pipelined):
-        i = j - pipelined  # the tile whose softmax and P @ V this step runs
-        key = (j == 0, ws[j] if j < n else None, ws[i] if i >= 0 else None, i == 0, i == n - 1)
+        key = _step_key(ws, j, pipelined)
         if key in steps:
             steps[key][1] += 1
         else:
-            steps[key] = [_parts(t, dims, s, r, ws, sch, j), 1]
+            moves = _priced(t, dmas[r, key]) if dmas is not None else _hand_dmas(t, dims, s, r, ws, sch, j)
+            steps[key] = [_parts(t, dims, s, r, ws, sch, j, moves), 1]
     return [(_group(t, *step), count) for step, count in steps.values()]
 
 
-def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int) -> list:
-    """Step j's [loads, vector, matrix, chain, floor, store, resident] (see _group)."""
-    n, pipelined = len(ws), sch.pipelined
-    i = j - pipelined
-    first, last = i == 0, i == n - 1
-    loads = [_dma(t, r, dims.d, dims.contiguous[0])] if j == 0 else []
-    qk = s.qk(ws[j]) if j < n else 0.0
+def _hand_dmas(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int) -> tuple:
+    """Step j's (LOADs, STORE) over a paged cache, as `_parts` takes them: priced (queue, data) here."""
+    n, i = len(ws), j - sch.pipelined
+    loads = [cm.dma(t, r, dims.d, dims.contiguous[0])] if j == 0 else []
     k, v = s.kv(ws[j] if j < n else 0)[0], s.kv(ws[i] if i >= 0 else 0)[1]
     loads += [k if j < n or not dims.causal else None, v if i >= 0 or not dims.causal else None]
     loads.append(s.mask(r if i >= 0 else 0, ws[max(i, 0)]))
+    return loads, cm.dma(t, r, dims.dv, dims.contiguous[3]) if i == n - 1 else None
+
+
+def _priced(t, moves) -> tuple:
+    """`emitted_dmas`' (LOADs, STORE) of a step as (queue, data) cycles."""
+    loads, out = moves
+    return [cm.dma(t, *x) for x in loads], out and cm.dma(t, *out)
+
+
+def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int, moves) -> list:
+    """Step j's [loads, vector, matrix, chain, floor, store, resident] (see _group); `moves`: its LOADs' and
+    STORE's (queue, data) cycles."""
+    n, pipelined = len(ws), sch.pipelined
+    i = j - pipelined
+    first, last = i == 0, i == n - 1
+    loads, out = moves
+    qk = s.qk(ws[j]) if j < n else 0.0
     vec = mat = floor = 0.0
     div = s.out(ws[i]) if last else 0.0
     if i >= 0:
@@ -224,7 +308,6 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
     if j == 0:
         scale = cm.vec(t, r, dims.d, "mul")
         vec, chain = vec + scale, chain + scale
-    out = _dma(t, r, dims.dv, dims.contiguous[3]) if last and i >= 0 else None
     return [loads, vec, mat, chain, floor, out, (j == 0 and not sch.blocks) or dims.causal]
 
 
@@ -235,11 +318,17 @@ def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
     if dims.page and tk > dims.page and not dims.causal and not sch.pipelined:
         return chained_ring(t, dims, tq, tk, sch)
     counts: Counter = Counter()
+    dmas = None if dims.page else emitted_dmas(dims, tq, tk, sch)
     for (r, keys), n_blocks in _query_blocks(dims, tq, tk).items():
-        for g, n_steps in block(t, dims, r, widths(keys, tk), sch):
+        for g, n_steps in block(t, dims, r, widths(keys, tk), sch, dmas):
             counts[g] += dims.batch * n_blocks * n_steps
     groups = [dataclasses.replace(g, count=n) for g, n in counts.items()]
     return cm.pipeline(t, groups)
+
+
+def _blocks(dims: Dims, tq: int, tk: int) -> list[tuple[int, int]]:
+    """(rows, keys visited) of each query block (causal: the keys up to its diagonal tile)."""
+    return [(r, min(dims.lk, (qi + 1) * tk) if dims.causal else dims.lk) for qi, r in enumerate(widths(dims.lq, tq))]
 
 
 def _query_blocks(dims: Dims, tq: int, tk: int) -> Counter:
@@ -293,7 +382,7 @@ def chained_ring(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
             ends.append(done)
         total += (ends[-1] - ends[-2]) * (n - min(n, 3))
     held = dims.batch * blocks[-1][0] if u > 1 else blocks[-1][0]  # several heads a step: every output at the end
-    return done + total + _dma(t, held, dims.dv, dims.contiguous[3])[0]
+    return done + total + cm.dma(t, held, dims.dv, dims.contiguous[3])[0]
 
 
 def _ring_step(t, dims: Dims, s: _Step, r: int, tk: int, ws: list[int], sch: Schedule, j: int) -> tuple:
@@ -305,8 +394,8 @@ def _ring_step(t, dims: Dims, s: _Step, r: int, tk: int, ws: list[int], sch: Sch
     chains = [_page_chain(t, w, c, dims.page) for c in (dims.d, dims.dv)]
     queue = sum(q - t.dma_latency for q, _ in chains) + 2 * t.issue_cycles * (tk // dims.page - -(-w // dims.page))
     mask = s.mask(r, w)[0] - t.dma_latency if dims.masked else 0.0
-    queue += mask + (_dma(t, r, dims.d, dims.contiguous[0])[0] - t.dma_latency if first else 0.0)
-    out = _dma(t, r, dims.dv, dims.contiguous[3])[1] if last else 0.0
+    queue += mask + (cm.dma(t, r, dims.d, dims.contiguous[0])[0] - t.dma_latency if first else 0.0)
+    out = cm.dma(t, r, dims.dv, dims.contiguous[3])[1] if last else 0.0
     queue += out
     before = s.part1(w, first, False) + s.part2(w, first) + (cm.vec(t, r, dims.d, "mul") if first else 0.0)
     return queue, mask, out, (s.qk(w), before, s.pv(w), s.out(w) if last else 0.0)

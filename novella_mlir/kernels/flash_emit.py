@@ -1,12 +1,18 @@
 """The VECs and MATMULs of one grid step of `novella.flash_attention` (`kernels/flash_attention.py`) on its
 [rows, cols] score tile and per-row vectors: the score MATMUL, the mask and staircase adds, the online
-softmax (`part1`, `part2`), P @ V and the output's normalization. The cost model (`kernels/flash_cost.py`)
-prices what these write (`emit_trace.Trace`)."""
+softmax (`part1`, `part2`), P @ V and the output's normalization (`Emit`); and which key/value tile each
+part of a step works on, with its K, V and mask LOADs (`Steps`) and the output's STORE (`store`). The cost
+model (`kernels/flash_cost.py`) prices what these write (`emit_trace.Trace`)."""
 
 from __future__ import annotations
 
+from torch_mlir import ir
+
 from .. import symbolic as sy
+from . import kv_cache as kv
 from .attention import NEG_FLOOR, SUM_FLOOR
+from .flash_decode import Lanes, chained_loads, mask_row
+from .support import ceildiv
 
 
 class Emit:
@@ -94,3 +100,130 @@ class Emit:
             self.row("MAX", "l", "l", mode="SCALAR", imm=SUM_FLOOR, when=when)
         self.b.vop("DIV", "out", "o", sums, mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=w,
                    b_stride=w if self.ones else 1, b_offset=off, dst_offset=self.out_off, when=when)  # fmt: skip
+
+
+def store(b, g, tq: int, rows, when) -> None:
+    b.store_rows("out", dram_offset=g.base(3, b.d(0)), dram_stride=g.row_stride(3), row_start=b.d(1) * tq,
+                 row_bound=g.lq, rows=rows, cols=g.dv, when=when)  # fmt: skip
+
+
+def _prev(j: ir.AffineExpr) -> ir.AffineExpr:
+    """max(j - 1, 0) on the grid."""
+    return j - sy.step(j)
+
+
+def _edge_rows(lk: ir.AffineExpr, tk: int, j: ir.AffineExpr) -> tuple[list, list]:
+    """Rows of the unguarded pipelined loads at step j: K of tile j (none at j = nk), V of tile j - 1
+    (none at j = 0); min(tk, lk - tile * tk) between. [j == nk] is step(j + 1 - nk)."""
+    nk = ceildiv(lk, tk)
+    k = [sy.const(tk), lk - j * tk + sy.step(j + 1 - nk) * tk, sy.gate(nk - j)]
+    v = [sy.const(tk), lk - (j - 1) * tk, sy.gate(j)]
+    return k, v
+
+
+def tile_extent(t: int, total: ir.AffineExpr, index: ir.AffineExpr):
+    """Width of tile `index` of `t` along `total` (min(t, total - index * t), or t if every tile is full)."""
+    v = sy.as_int(total)
+    if v is not None and (v % t == 0 or v < t):
+        return min(v, t)
+    return [sy.const(t), total - index * t]
+
+
+class Steps:
+    """Which key/value tile each part of step j works on, and when.
+
+    Plain: QK, softmax and PV of tile j. Pipelined (one more step per query block): QK of tile j and
+    the softmax and PV of tile j - 1. Loads follow: K of the QK's tile, V and the mask of the
+    softmax's. Without a causal skip they are unguarded (two slots): a step past either end loads
+    rows out of bounds (zero-filled, no DRAM traffic)."""
+
+    def __init__(self, g, b, tq: int, tk: int, pipelined: bool, ones: bool):
+        self.g, self.b, self.tq, self.tk, self.pipelined, self.width = g, b, tq, tk, pipelined, g.dv + ones
+        self.s_off = self.q_off = None  # the score slot of the QK; the query's slot (`Buffer.alternate`)
+        qi, j = b.d(1), b.d(2)
+        windowed = g.window is not None and not pipelined
+        self.i = j - 1 if pipelined else j  # the softmax's tile
+        if windowed:  # step j works on tile j + first, first = floor((lk - W) / tk) (negative: none yet)
+            self.i = j + sy.floordiv(g.lk - g.window, tk)
+        self.k_tile = j if pipelined else self.i  # the score MATMUL's tile
+        nk = ceildiv(g.lk, tk)
+        self.cols_qk, self.cols = tile_extent(tk, g.lk, self.k_tile), tile_extent(tk, g.lk, self.i)
+        below = [("ge", qi - self.i)] if g.causal else []  # causal: tiles above the diagonal are skipped
+        self.on = (below + [("ge", self.i)] * pipelined) or None
+        self.opening, self.rest = [("eq", self.i)], [("ge", self.i - 1)] + below
+        self.final = [("eq", qi - self.i)] if g.causal else [("eq", nk - 1 - self.i)]
+        if windowed:
+            self.on, self.opening, self.rest = _window_guards(self.i, j)
+        if isinstance(b, Lanes):  # a batched decode step: the tiles from the lane's first
+            self.on, self.opening, self.rest = b.guards(self.i, tk)
+        if not pipelined:
+            self.qk_on = self.on
+        else:
+            self.qk_on = [("ge", qi - j)] if g.causal else [("ge", nk - 1 - j)]
+
+    def qk(self, e: Emit) -> None:
+        e.qk(self.g.d, self.cols_qk, self.qk_on, self.s_off, self.q_off)
+
+    def loads(self, rows, mask: bool = True) -> None:
+        g, b, tk = self.g, self.b, self.tk
+        j = b.d(2)
+        guarded = g.causal or not self.pipelined
+        k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
+        skip = g.causal or g.window is not None or isinstance(b, Lanes)  # tiles skipped: their loads too
+        chained = chained_loads(g, tk)
+        _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None,
+                 chained=chained)  # fmt: skip
+        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None,
+                 chained=chained)  # fmt: skip
+        if g.mask is not None and mask:
+            _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if skip and not g.causal else None,
+                       chained=chained)  # fmt: skip
+
+
+def _load_kv(b, g, name: str, tensor: int, width: int, rows, row0, stride: int, tk: int, when,
+             chained: bool = False) -> None:  # fmt: skip
+    """LOAD `rows` key/value rows from row `row0` (rows out of [0, lk) are zero-filled); a paged tile of
+    several pages is a chain of LOADs, one per page."""
+    bi = b.d(0)
+    info = g.paged.get(tensor)
+    if info is None:
+        b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=row0,
+                    row_bound=g.lk, rows=rows, cols=width, sram_stride=stride, when=when)  # fmt: skip
+        return
+    head = sy.floordiv(bi, g.group) if g.group > 1 and not g.packed else bi
+    if tk > info["page_size"]:
+        kv.load_page_chain(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, pages=tk // info["page_size"],
+                           cols=width, sram_stride=stride, when=when, chained=chained)  # fmt: skip
+        return
+    kv.load_paged_rows(b, name, tensor, info, head=head, row0=row0, n_rows=g.lk, rows=rows, col0=0, cols=width,
+                       sram_stride=stride, when=when)  # fmt: skip
+
+
+def _window_guards(i, j) -> tuple[list, list, list]:
+    """(on, opening, rest) of a sliding window whose step j works on tile i = j + first: a tile exists
+    when i >= 0 (first < 0 while the sequence is shorter than the window); the opening tile is the
+    first that exists: step 0, or tile 0. With i, j >= 0, [i == 0 or j == 0] is 1 - step(i) - step(j) >= 0."""
+    on = ("ge", i)
+    opening = sy.const(1) - sy.step(i) - sy.step(j)
+    return [on], [on, ("ge", opening)], [on, ("ge", opening * -1 - 1)]
+
+
+def mask_broadcast(g) -> bool:
+    """The mask has one row, which the mask LOAD reads for every query row of the block (row_step 0)."""
+    return g.mask is not None and sy.as_int(g.mask_rows) == 1 and sy.as_int(g.lq) != 1
+
+
+def _load_mask(b, g, rows, tq: int, tk: int, pipelined: bool, tile, when=None, chained=False) -> None:
+    """The mask tile of the softmax's key tile; pipelined, step 0 (no softmax) loads tile 0's columns with
+    every row out of bounds (no DRAM read, no negative column offset)."""
+    j = b.d(2)
+    col = _prev(j) if pipelined else tile
+    broadcast_rows = mask_broadcast(g)
+    rows = 1 if mask_row(g) else rows
+    if pipelined:
+        rows = (rows if isinstance(rows, list) else [sy.const(rows)]) + [sy.gate(j)]  # none at step 0
+    lead = sy.floordiv(b.d(0), g.mask_div) if g.mask_div > 1 else b.d(0)
+    b.load("mask", 3, dram_offset=lead * g.mask_stride + col * tk, dram_stride=g.lk,
+           row_start=sy.const(0) if broadcast_rows else b.d(1) * tq, row_step=0 if broadcast_rows else 1,
+           row_bound=g.mask_rows, rows=rows, cols=tile_extent(tk, g.lk, col), sram_stride=tk, when=when,
+           chain=int(chained))  # fmt: skip

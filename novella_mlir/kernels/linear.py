@@ -9,11 +9,18 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
 from ..machine import costmodel as cm
-from ..machine.target import MAX_COLS
 from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
 from . import linear_cost as lc
 from .linear_cost import Epilogue
-from .linear_emit import emit_epilogue, emit_prologue, emit_prologue_tail, emit_spread_epilogue
+from .linear_emit import (
+    _bias_rows,
+    emit_epilogue,
+    emit_loads,
+    emit_matmul,
+    emit_prologue,
+    emit_prologue_tail,
+    emit_spread_epilogue,
+)
 from .normalization import LayerNorm
 from .support import _pieces
 
@@ -106,8 +113,9 @@ class Linear:
         if acc == lc.SPREAD:  # each k step its own share of the spread epilogue
             ks = [(j, 1) for j in range(k_steps)]
         pieces = _pieces(m, tm)
+        once = lc.first_loads(target, k, n, epi, tiles)  # the bias row and the norms' rows, on the first step
         if ws == 2:
-            return self._cost_rows(ks, pieces, n_blocks, acc, add, steps, epi.rms and k_steps > 1)
+            return once + self._cost_rows(ks, pieces, n_blocks, acc, add, steps, epi.rms and k_steps > 1)
         for j, cnt in ks:
             for i, (r, nr) in enumerate(pieces):
                 # with two halves, the last block along grid dim 1 of each d0 runs its epilogue in its own step
@@ -117,7 +125,7 @@ class Linear:
                 rest = n_blocks * nr - head * n_blocks
                 add(r, max(rest - in_step, 0) * cnt, j, False, True)
                 add(r, min(in_step, rest) * cnt, j, False, False)
-        return cm.pipelined(steps)
+        return once + cm.pipelined(steps)
 
     @staticmethod
     def _cost_rows(ks, pieces, n_blocks, acc, add, steps, lead: bool) -> float:
@@ -218,27 +226,8 @@ class Linear:
 
     def _macro(self, op, tv, t, b):
         g = _Geometry(op, tv, t, b)
-        tm, tn, tk, k, n = g.tm, g.tn, g.tk, g.k, g.n
-        w_cols, when = (k, {"when": first(1) + first(2)}) if g.ws == 1 else (tk, {})
-        w_at = sy.const(0) if g.ws == 1 else b.d(2) * tk
-        if g.n % tn:  # the last column block is partial: its weight rows end at n
-            b.load_rows("w", 1, dram_offset=w_at, dram_stride=k, row_start=b.d(g.nd) * tn, row_bound=sy.const(n),
-                        rows=tn, cols=w_cols, **when)  # fmt: skip
-        else:
-            b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k) + w_at, dram_stride=k, rows=tn, cols=w_cols, **when)
-        if g.ws == 2:  # the row slab, resident over the n and k loops
-            b.load_rows("a", 0, dram_stride=k, row_start=b.d(g.md) * tm, row_bound=g.m_total, rows=g.rows, cols=k,
-                        when=first(1) + first(2))  # fmt: skip
-        else:
-            b.load_rows("a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(g.md) * tm,
-                        row_bound=g.m_total, rows=g.rows, cols=tk)  # fmt: skip
+        emit_loads(g)
         at_first = first(0) + first(1) + first(2)
-        if not g.bias_tile:
-            rows = _bias_rows(n, MAX_COLS)
-            b.load_block("bias", 2, dram_offset=0, rows=rows, cols=n // rows, when=at_first)
-        if g.epi.norm:
-            for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
-                b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=at_first)
         pre_when = first(1) + first(2) if g.ws == 2 else []
         if g.epi.pre_norm:
             emit_prologue(g, at_first, pre_when)
@@ -247,18 +236,10 @@ class Linear:
         elif g.deferred:  # the previous block's epilogue, on the vector unit under this block's first MATMUL
             emit_epilogue(g, g.previous(), ("res", "out", "bias"), [("eq", b.d(2)), ("ge", b.d(1) - 1)])
         acc = _acc_half(t, b)
-        if g.res_acc:  # the residual block is the accumulator's initial value
-            b.load_rows("acc", 3, dram_offset=b.d(g.nd) * tn, dram_stride=n, row_start=b.d(g.md) * tm,
-                        row_bound=g.m_total, rows=g.rows, cols=g.cols(b.d(g.nd)), sram_stride=tn, buf_offset=0 if acc is None else acc,
-                        when=first(2))  # fmt: skip
-        slab = {"lhs_offset": b.d(2) * tk} if g.ws == 2 else {}  # the k step's columns of the row slab
-        b.mma("acc", "pa" if g.epi.rms else "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
-              a_stride=k if g.ws == 2 else tk, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=g.cols(b.d(g.nd)),
-              accumulate=sy.const(1) if g.res_acc else [b.d(2), sy.const(1)],
-              transpose_b=1)  # fmt: skip
+        emit_matmul(g, acc)
         if g.epi.pre_norm:
             emit_prologue_tail(g, pre_when)
-        current = (b.d(g.nd), g.rows, b.d(g.md) * tm, acc)
+        current = (b.d(g.nd), g.rows, b.d(g.md) * g.tm, acc)
         if g.deferred:  # the epilogue of dim 1's last block, after its own MATMUL
             emit_epilogue(g, current, ("res2", "out2", "bias2"), last(1, g.grid[1]) + g.last_k)
         else:
@@ -273,12 +254,6 @@ def _chain_loads(ops) -> None:
     for name, fields in ops:
         if name == "novella.dma_load":
             fields["chain"] = 1
-
-
-def _bias_rows(n: int, max_cols: int) -> int:
-    """Rows the bias is loaded as (one contiguous [rows, n / rows] block): 1, or the fewest that make a row
-    fit a LOAD's cols field."""
-    return next(r for r in range(1, n + 1) if n % r == 0 and n // r <= max_cols)
 
 
 class _Geometry:

@@ -10,8 +10,8 @@ import numpy as np
 from ..dialects.novella import GATED, linear_epilogue, norm_is_rms
 from ..dialects.verify import norm_on_input
 from ..machine import costmodel as cm
-from . import memoized
-from .emit_trace import LOAD, STORE, VEC, Dim
+from . import linear_emit, memoized
+from .emit_trace import LOAD, MMA, STORE, VEC, Dim, cycles
 from .linear_emit import TraceGeometry, emit_epilogue, emit_prologue, emit_prologue_tail, emit_spread_epilogue, trace
 
 SPREAD = 3  # a candidate's acc_slots field: two accumulator halves, the deferred epilogue spread (`spread_steps`)
@@ -65,12 +65,13 @@ def steps_of(target, k, n, epi) -> dict:
 
 def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None, lead=False) -> tuple[float, float]:
     """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
-    first step, loading what stays resident, priced as the op's first; `deferred`: two accumulator halves,
-    the epilogue in the next block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc,
-    res_acc, bias_tile; the same at every M and every tm >= r: remembered across the searches in
-    `steps_of`). The epilogue's and the prologue's LOADs, VECs and STORE are what the emitter writes
-    (`emitted`) at this step (`memo`: `steps_of`'s dict, which also holds them by kind and size; `lead`: a
-    later k step of the row's first block, input-stationary)."""
+    or row slab's first step, loading what stays resident; `deferred`: two accumulator halves, the epilogue
+    in the next block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc, res_acc,
+    bias_tile; the same at every M and every tm >= r: remembered across the searches in `steps_of`). Its
+    tile LOADs and MATMUL (`emitted_body`), the epilogue's and the prologue's LOADs, VECs and STORE
+    (`emitted`, `emitted_prologue`) are what the emitter writes at this step's grid point (`memo`:
+    `steps_of`'s dict, which also holds them by kind and size; `lead`: a later k step of the row's first
+    block, input-stationary); the op's first step's own LOADs are `first_loads`."""
     tn, tk, ws, acc, in_acc, bias_tile = tiles
     k_steps = k // tk
     spread = deferred and acc == SPREAD
@@ -82,10 +83,8 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None, lead=False) 
         if epi.pre_norm
         else ((), 0.0, 0.0, 0, 0.0, 0)
     )
-    moves = [(r, tk, tk == k)] * (ws != 2) + [(r, k, True)] * (ws == 2 and head)  # ws = 2: the row slab
-    moves += [(tn, tk, tk == k)] * (ws != 1) + [(tn, k, True)] * (ws == 1 and head)  # the weight tile / slab
-    moves += [(1, n, True)] * 2 * epi.norm * head + [(r, tn, tn == n)] * (in_acc and j == 0)  # the residual
-    moves += [*pre[0], *work[0]]
+    loads, mm = _memo(memo, body_work, target, epi, r, k, n, tiles, head, j)
+    moves = [*loads, *pre[0], *work[0]]
     _, ld = cm.dmas(target, moves)
     lq = ld + target.issue_cycles * len(moves)  # one DMA chain (`linear._chain_loads`): latency in the fill
     st, sd = cm.dma(target, *work[4])
@@ -93,7 +92,7 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None, lead=False) 
         ld += sd * (j == 0)
         sd = 0.0
     v, head_vec, n_vecs = work[1], work[2] * (not deferred), work[3]
-    mm = cm.matmul(target, r, tk, tn) + pre[1]  # the rows' layer norm before this step's MATMUL, in series
+    mm += pre[1]  # the rows' layer norm before this step's MATMUL, in series
     beside = pre[4]  # an RMSNorm's row scales, on the vector unit beside the MATMUL, before the epilogue
     c, vector = (max(mm, v + beside), 0.0) if deferred else (max(mm, beside) + v, v)  # deferred: the longer
     floor = cm.retire_floor(c, lq, mm) if (at or n_vecs) and k_steps > 1 else 0.0
@@ -104,6 +103,33 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None, lead=False) 
                      vector_wait=head_vec, issues=1 + n_vecs + pre[3] + pre[5], floor=floor)  # fmt: skip
     period, fill = group.terms(target)
     return period, fill + target.issue_cycles + target.dma_latency
+
+
+OP_FIRST, BLOCK_FIRST = {0: 0, 1: 0, 2: 0}, {1: 0, 2: 0}  # grid points: the op's first step, a block's
+
+
+def _point(head, j: int) -> dict:
+    """The grid point (`Op.on`) of a step at k step j: `head`, a block's first (weight-stationary a column
+    block's, input-stationary a row slab's); else not the first along dims 0 and 1."""
+    return BLOCK_FIRST if head else {2: j}
+
+
+@memoized
+def body_work(target, epi, r, k, n, tiles, head, j) -> tuple:
+    """(LOADs as (rows, cols, contiguous), MATMUL cycles) of what `emitted_body` writes on the step (`_point`)."""
+    ops = [op for op in emitted_body(epi, r, k, n, tiles) if op.on(_point(head, j))]
+    return tuple((op.rows, op.cols, op.contiguous) for op in ops if op.kind == LOAD), cycles(target, ops, {}, MMA)
+
+
+@memoized
+def first_loads(target, k, n, epi, tiles) -> float:
+    """Load-queue cycles of the LOADs only the op's first step makes (the bias row, a norm's weight and bias):
+    once per op, their data and issue in the DMA chain."""
+    ops = emitted_body(epi, 1, k, n, tiles)
+    if epi.pre_norm:
+        ops += emitted_prologue(1, k, tiles[1], tiles[2], epi.rms)[0]
+    moves = [(op.rows, op.cols, op.contiguous) for op in ops if op.on(OP_FIRST) and not op.on(BLOCK_FIRST)]
+    return cm.dmas(target, moves)[1] + target.issue_cycles * len(moves)
 
 
 def _memo(memo, fn, target, *key):
@@ -131,10 +157,10 @@ def epilogue_work(target, epi, r, tn, n, spread_k, flags) -> tuple:
 
 @memoized
 def prologue_work(target, r, k, tk, ws, head, j, rms, lead=False) -> tuple:
-    """`epilogue_work`'s first four of the prologue's ops on a step (`head`: priced as the op's first; `lead`:
+    """`epilogue_work`'s first four of the prologue's ops on a step (`head`: a block's first step; `lead`:
     k step j of the row's first block), then the VEC cycles and count of its ops after the MATMUL (an
     RMSNorm's row scales)."""
-    point = {0: 0, 1: 0, 2: 0} if head else {1: 0, 2: j} if lead else {2: j}
+    point = BLOCK_FIRST if head else {1: 0, 2: j} if lead else {2: j}
     before, after = emitted_prologue(r, k, tk, ws, rms)
     tail = _work(target, [op for op in after if op.on(point)])
     return (*_work(target, [op for op in before if op.on(point)]), tail[1], tail[3])
@@ -144,6 +170,15 @@ def _work(target, ops) -> tuple:
     loads = tuple((op.rows, op.cols, op.contiguous) for op in ops if op.kind == LOAD)
     vecs = [(op.fn, op.rows, op.cols) for op in ops if op.kind == VEC]
     return loads, cm.vecs(target, vecs), cm.vec(target, *vecs[0][1:], vecs[0][0]) if vecs else 0.0, len(vecs)
+
+
+@memoized
+def emitted_body(epi, r, k, n, tiles) -> tuple:
+    """The tile LOADs and the MATMUL the emitter writes for a step of r rows (`linear_emit.emit_loads`,
+    `emit_matmul`); tiles: `step`'s."""
+    tn, tk, ws, acc, in_acc, bias_tile = tiles
+    g = TraceGeometry(epi, k, n, tk, tn, r, bool(in_acc), bool(bias_tile), epi.residual, ws=ws, tm=r)
+    return trace(linear_emit.emit_loads, g) + trace(linear_emit.emit_matmul, g, None)
 
 
 @memoized

@@ -1,16 +1,68 @@
-"""The VECs (and the LOADs and STOREs beside them) of a linear's output blocks and input rows
-(`kernels/linear.py`): the epilogue of one output block, on one k step or spread over the next block's,
-and the prologue's layer norm of the input rows."""
+"""The ops of a linear's grid step (`kernels/linear.py`): its tile LOADs and MATMUL, the VECs (and the LOADs
+and STOREs beside them) of its output blocks and input rows: the epilogue of one output block, on one k step
+or spread over the next block's, and the prologue's layer norm of the input rows. The cost model
+(`kernels/linear_cost.py`) prices what these write (`trace`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
+from .. import symbolic as sy
 from ..dialects.novella import GATED
+from ..machine.target import MAX_COLS
+from . import first
 from .elementwise import emit_act
-from .emit_trace import Op, Trace
+from .emit_trace import Op, Trace, context
 from .normalization import emit_norm
+
+
+def emit_loads(g) -> None:
+    """The step's tile LOADs before its prologue and epilogue: the weight tile (weight-stationary, the column
+    block's slab on its first step), the x tile (input-stationary, the row slab on the row's first step) and,
+    on the op's first step, the bias row (without bias tiles) and a layer norm's weight and bias."""
+    b, tm, tn, tk, k, n = g.b, g.tm, g.tn, g.tk, g.k, g.n
+    w_cols, when = (k, {"when": first(1) + first(2)}) if g.ws == 1 else (tk, {})
+    w_at = sy.const(0) if g.ws == 1 else b.d(2) * tk
+    if g.n % tn:  # the last column block is partial: its weight rows end at n
+        b.load_rows("w", 1, dram_offset=w_at, dram_stride=k, row_start=b.d(g.nd) * tn, row_bound=sy.const(n),
+                    rows=tn, cols=w_cols, **when)  # fmt: skip
+    else:
+        b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k) + w_at, dram_stride=k, rows=tn, cols=w_cols, **when)
+    if g.ws == 2:  # the row slab, resident over the n and k loops
+        b.load_rows("a", 0, dram_stride=k, row_start=b.d(g.md) * tm, row_bound=g.m_total, rows=g.rows, cols=k,
+                    when=first(1) + first(2))  # fmt: skip
+    else:
+        b.load_rows("a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(g.md) * tm,
+                    row_bound=g.m_total, rows=g.rows, cols=tk)  # fmt: skip
+    at_first = first(0) + first(1) + first(2)
+    if not g.bias_tile:
+        rows = _bias_rows(n, MAX_COLS)
+        b.load_block("bias", 2, dram_offset=0, rows=rows, cols=n // rows, when=at_first)
+    if g.epi.norm:
+        for buf, operand in (("nw", 3 + g.epi.residual), ("nb", 4 + g.epi.residual)):
+            b.load_block(buf, operand, dram_offset=0, rows=1, cols=n, when=at_first)
+
+
+def emit_matmul(g, acc) -> None:
+    """The step's MATMUL into the accumulator at `acc` (None: one half), after, with `res_acc`, the residual
+    block LOADed into it on the block's first k step (the MATMULs add onto it)."""
+    b, tm, tn, tk, k = g.b, g.tm, g.tn, g.tk, g.k
+    if g.res_acc:  # the residual block is the accumulator's initial value
+        b.load_rows("acc", 3, dram_offset=b.d(g.nd) * tn, dram_stride=g.n, row_start=b.d(g.md) * tm,
+                    row_bound=g.m_total, rows=g.rows, cols=g.cols(b.d(g.nd)), sram_stride=tn, buf_offset=0 if acc is None else acc,
+                    when=first(2))  # fmt: skip
+    slab = {"lhs_offset": b.d(2) * tk} if g.ws == 2 else {}  # the k step's columns of the row slab
+    b.mma("acc", "pa" if g.epi.rms else "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
+          a_stride=k if g.ws == 2 else tk, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=g.cols(b.d(g.nd)),
+          accumulate=sy.const(1) if g.res_acc else [b.d(2), sy.const(1)],
+          transpose_b=1)  # fmt: skip
+
+
+def _bias_rows(n: int, max_cols: int) -> int:
+    """Rows the bias is loaded as (one contiguous [rows, n / rows] block): 1, or the fewest that make a row
+    fit a LOAD's cols field."""
+    return next(r for r in range(1, n + 1) if n % r == 0 and n // r <= max_cols)
 
 
 def emit_epilogue(g, block, bufs, when) -> None:
@@ -190,6 +242,16 @@ class TraceGeometry:
     has_residual: bool
     eps: float = 0.0
     m_total: int = 0
+    ws: int = 0
+    tm: int = 0
+
+    @property
+    def nd(self) -> int:
+        return 0 if self.ws == 1 else 1
+
+    @property
+    def md(self) -> int:
+        return 1 if self.ws == 1 else 0
 
     def cols(self, col) -> int:
         return self.tn
@@ -198,9 +260,9 @@ class TraceGeometry:
 def trace(emit, g: TraceGeometry, *args) -> tuple[Op, ...]:
     """The ops `emit(g with a Trace builder, *args)` emits."""
     b = Trace()
-    geo = _Bound(g, b)
-    emit(geo, *args)
-    return b.priced()
+    with context():
+        emit(_Bound(g, b), *args)
+        return b.priced()
 
 
 class _Bound:

@@ -5,7 +5,7 @@ docs/isa.md: per grid step, the cycles of its DMA transfers (issue +
 latency + whole bursts over the DRAM bandwidth) and of its compute
 (MATMUL passes, VEC beats times the function's cost), each instruction
 priced by the simulator's own formulas (`simulator.timing.matmul_cycles`,
-`vec_cycles`, `charged_bytes`). With two buffer
+`vec_cycles`, `charged_bytes`, `data_cycles`). With two buffer
 slots a step's loads run under the previous step's compute and its stores
 under the next one's, so a steady step costs max(load, compute, store);
 with one slot they add up. A step's compute runs on the matrix and the
@@ -43,10 +43,12 @@ class StepCost:
 
 
 def dma(t: Target, rows: int, cols: int, contiguous: bool = False) -> tuple[float, float]:
-    """(queue cycles, DRAM data cycles) of one LOAD/STORE of [rows, cols] fp32."""
-    if rows <= 0 or cols <= 0:
-        return t.issue_cycles, 0.0
-    data = int(timing.charged_bytes(cols * 4, rows * cols * 4, t.dram_burst_bytes, contiguous)) / t.dram_bytes_per_cycle
+    """(queue cycles, DRAM data cycles) of one LOAD/STORE of [rows, cols] fp32, as the simulator times it
+    (`timing.Timing.finish`): its issue, the DMA latency, then its bursts' data (`charged_bytes`,
+    `data_cycles`); a DMA with no rows in bounds moves nothing and still pays its issue and latency."""
+    rows, cols = max(rows, 0), max(cols, 0)
+    charged = int(timing.charged_bytes(cols * 4, rows * cols * 4, t.dram_burst_bytes, contiguous))
+    data = float(timing.data_cycles(charged, t.dram_bytes_per_cycle))
     return t.issue_cycles + t.dma_latency + data, data
 
 

@@ -1,9 +1,14 @@
 """The flash-attention cost model prices what the kernel emits (issue 23): a step's VECs and MATMULs are read
 from `flash_emit.Emit` (the score MATMUL, the mask and staircase adds, the online softmax, P @ V, the
-normalization) run into an `emit_trace.Trace`, so a change to the emitter changes the predicted cycles with
-no second description to edit."""
+normalization), and its LOADs and STORE (q, K, V, the mask, the output) from `flash_decode.load_query`,
+`flash_emit.Steps.loads` and `flash_emit.store`, run into an `emit_trace.Trace`, so a change to the emitter
+changes the predicted cycles with no second description to edit."""
 
 from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
 
 from novella_mlir.kernels import flash_cost as fc
 from novella_mlir.kernels import flash_emit, forget
@@ -84,3 +89,54 @@ def test_chained_ring_prices_several_heads_per_step_below_one():
     one, two = (fc.cost(t, dims, 2, 64, False, False, 1, True, False, h, True) for h in (1, 2))
     channel = 64 * 2 * 17 * 32 * 4 / t.dram_bytes_per_cycle  # the K and V bytes alone
     assert channel < two < 1.25 * channel < one
+
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("bench_costmodel", ROOT / "bench" / "costmodel.py")
+bench = sys.modules.setdefault("bench_costmodel", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(bench)
+
+
+def test_the_steps_loads_are_the_emitted_ones():
+    """A pipelined step j loads K of tile j and V and the mask of tile j - 1: past either end of the key loop
+    their rows are out of bounds (no data, still an issue and a latency); the query on the first step, the
+    output's STORE on the last. A mask of one key tile is one contiguous run of DRAM rows, a broadcast one
+    (one row read for each query row) is not."""
+    forget()
+    dims = fc.Dims(1, 40, 40, 32, 32, False, True, (True, True, True, False))
+    steps = fc.emitted_dmas(dims, 16, 16, fc.Schedule(True, s_slots=2))
+    q, k, mask = (16, 32, True), (16, 32, True), (16, 16, False)
+    assert steps[16, (True, 16, None, False, False)] == ((q, k, (0, 32, True), (0, 16, False)), None)
+    assert steps[16, (False, 16, 16, True, False)] == ((k, k, mask), None)
+    assert steps[16, (False, None, 8, False, True)] == (((0, 32, True), (8, 32, True), (16, 8, False)), (16, 32, False))
+    assert steps[8, (False, 8, 16, False, False)][0] == ((8, 32, True), k, (8, 16, False))  # the partial block
+    one = fc.emitted_dmas(fc.Dims(1, 40, 16, 32, 32, False, True, (True,) * 4), 16, 16, fc.Schedule(False))
+    assert one[16, (True, 16, 16, True, True)][0][-1] == (16, 16, True)
+    broadcast = fc.Dims(1, 40, 16, 32, 32, False, True, (True,) * 4, mask_broadcast=True)
+    assert fc.emitted_dmas(broadcast, 16, 16, fc.Schedule(False))[16, (True, 16, 16, True, True)][0][-1] == mask
+
+
+def test_an_emitted_load_moves_the_price_as_it_moves_the_simulated_cycles(monkeypatch):
+    """One more LOAD in the kernel's emitter (V's tile again, no cost-model edit) raises the prediction by
+    about what it adds to the simulated cycles, for the pipelined and the plain schedule (edge, T = 37:
+    +15,546 vs +17,490 and +24,456 vs +23,634)."""
+    index, length = next(i for i, c in enumerate(bench.CASES) if c.name == "flash [6,T,64]"), 37
+    t = Target.from_config(bench._config("edge"))
+    dims = fc.Dims(6, length, length, 64, 64, False, False, (True,) * 4)
+    cands = [(32, 16, True, False, 2, True), (16, 16, False, False, 1, True)]
+    load_kv = flash_emit._load_kv
+
+    def twice(b, g, name, *a, **f):
+        load_kv(b, g, name, *a, **f)
+        if name == "v":
+            load_kv(b, g, name, *a, **f)
+
+    def measure():
+        forget()
+        return [(fc.cost(t, dims, *c), bench.simulate((index, "edge", length, c))) for c in cands]
+
+    before = measure()
+    monkeypatch.setattr(flash_emit, "_load_kv", twice)
+    after = measure()
+    for (p0, s0), (p1, s1) in zip(before, after):
+        assert p1 > p0 and abs((p1 - p0) / (s1 - s0) - 1) <= 0.25, (p0, s0, p1, s1)
