@@ -10,7 +10,7 @@ from .. import symbolic as sy
 from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
 from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
-from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
+from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, resident, tile_rows
 from . import linear_cost as lc
 from .linear_cost import Epilogue
 from .linear_emit import emit_epilogue, emit_prologue, emit_prologue_tail, emit_spread_epilogue
@@ -209,11 +209,11 @@ class Linear:
             tiles["res_acc"] = 1
         if bt:
             tiles["bias_tile"] = 1
-        return Tiling(tiles, grid, plan.buffers)
+        return Tiling(tiles, grid, plan.buffers + resident.buffers(op))
 
     def macro(self, op, tv, t, b):
         start = len(b.ops)
-        self._macro(op, tv, t, b)
+        self._macro(op, tv, t, resident.Resident(b, op) if resident.regions(op) else b)
         _chain_loads(b.ops[start:])
 
     def _macro(self, op, tv, t, b):
