@@ -70,7 +70,7 @@ DECLARED = (
         "tiles",
         "novella-resident",
         "novella-tile, kernels (linear)",
-        "SPAD offsets (and sizes) of the tensors it keeps in the scratchpad: out, x, res; store",
+        "SPAD offsets (and sizes) of the tensors it keeps in the scratchpad: out, x, res",
     ),
     _A("novella.tiles", "op", "tiles", "novella-tile", "novella-macro-gen", "tile sizes by name"),
     _A("novella.grid", "op", "grid", "novella-tile", "novella-macro-gen", "loop extents over the symbols"),

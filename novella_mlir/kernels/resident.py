@@ -3,12 +3,11 @@ activations"): a kernel's side of the decision.
 
 An op's `novella.resident` names, per role, the SPAD region that holds a whole tensor row-major (its
 DRAM layout, so a tile's DRAM offset relative to the tensor is its offset in the region): `out` (the
-result, written there by the producer; `store` 1 when it also goes to DRAM), `x` and `res` (the input
+result, written there by the producer, never to DRAM), `x` and `res` (the input
 and residual operands, read from there by a consumer). Sizes are the tensor's at the upper bounds.
 
 `Resident(b, op)` wraps a kernel's `MacroBuilder`: a LOAD of a resident operand becomes a VEC COPY
-from its region into the same SRAM tile, and a STORE of the result a COPY into its region (and the
-STORE too when `store`). Each region is a buffer of the tiling (`buffers` of the macro), named in
+from its region into the same SRAM tile, and a STORE of the result a COPY into its region. Each region is a buffer of the tiling (`buffers` of the macro), named in
 `fields.RESIDENT` so that `--novella-schedule` never moves it."""
 
 from __future__ import annotations
@@ -33,15 +32,6 @@ def regions(op) -> dict[str, tuple[int, int]]:
     return {r: (d[r], d[f"{r}_size"]) for r in OPERANDS if r in d}
 
 
-def stores(op) -> bool:
-    """The result goes to DRAM: it is not resident, or a reader outside the scratchpad needs it."""
-    return (
-        ATTR not in op.attributes
-        or "out" not in from_attr(op.attributes[ATTR])
-        or bool(from_attr(op.attributes[ATTR]).get("store", 1))
-    )
-
-
 def buffers(op) -> list[Buffer]:
     """The regions as buffers of the op's tiling (outside its budget: `novella.sram_budget` ends below)."""
     return [Buffer(RESIDENT[role], "spad", off, size) for role, (off, size) in regions(op).items()]
@@ -52,7 +42,6 @@ class Resident:
 
     def __init__(self, b, op):
         self._b, self._tensors = b, {OPERANDS[r]: RESIDENT[r] for r in regions(op)}
-        self._store = stores(op)
 
     def __getattr__(self, name):
         return getattr(self._b, name)
@@ -62,17 +51,17 @@ class Resident:
         if region is None:
             return self._b.load_rows(buffer, tensor, row_start=row_start, rows=rows, row_bound=row_bound, cols=cols,
                                      dram_offset=dram_offset, **f)  # fmt: skip
+        _plain(f)
         stride = f.pop("dram_stride", cols)
         self._copy(buffer, region, f.pop("buf_offset", None), _e(dram_offset) + _e(row_start) * stride,
                    f.pop("sram_stride", _first(cols)), stride, _rows(rows, _e(row_bound) - _e(row_start)), cols, f)  # fmt: skip
 
     def store_rows(self, buffer, *, row_start, rows, row_bound, cols, dram_offset=0, **f):
         region = self._tensors.get(-1)
-        if self._store or region is None:
-            self._b.store_rows(buffer, row_start=row_start, rows=rows, row_bound=row_bound, cols=cols,
-                               dram_offset=dram_offset, **dict(f))  # fmt: skip
         if region is None:
-            return
+            return self._b.store_rows(buffer, row_start=row_start, rows=rows, row_bound=row_bound, cols=cols,
+                                      dram_offset=dram_offset, **f)  # fmt: skip
+        _plain(f)
         stride = f.pop("dram_stride", cols)
         self._copy(region, buffer, _e(dram_offset) + _e(row_start) * stride, f.pop("buf_offset", None), stride,
                    f.pop("sram_stride", _first(cols)), _rows(rows, _e(row_bound) - _e(row_start)), cols, f)  # fmt: skip
@@ -81,6 +70,16 @@ class Resident:
         at = {k: v for k, v in (("dst_offset", dst_offset), ("a_offset", src_offset)) if v is not None}
         extra = {k: f[k] for k in ("when",) if k in f}
         self._b.vop("COPY", dst, src, rows=rows, cols=cols, dst_stride=dst_stride, a_stride=src_stride, **at, **extra)
+
+
+_COPIED = frozenset(("dram_stride", "sram_stride", "buf_offset", "when", "chain", "row_step"))
+
+
+def _plain(f: dict) -> None:
+    """A LOAD or STORE a COPY can stand for: consecutive rows, no other field."""
+    odd = sorted(set(f) - _COPIED) + (["row_step"] if f.get("row_step", 1) != 1 else [])
+    if odd:
+        raise ValueError(f"a resident tensor's tile moves as a VEC COPY, which has no {', '.join(odd)}")
 
 
 def _e(x) -> ir.AffineExpr:

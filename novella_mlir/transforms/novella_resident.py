@@ -1,19 +1,20 @@
 """--novella-resident: activations kept in the scratchpad between macros, never round-tripping DRAM.
 
 After `--novella-fuse` (each program decides on its own graph, at its own planned length). A linear's
-result (`novella.linear` / `novella.fused_linear`) whose readers include linears that read it as their
-input x or their residual operand (through row-major reshapes, which alias it) is kept whole in a SPAD
+result (`novella.linear` / `novella.fused_linear`) whose every reader is a linear that reads it as its
+input x or its residual operand (through row-major reshapes, which alias it) is kept whole in a SPAD
 region when, at the symbols' upper bounds, it fits below the budget of every op from the producer to its
-last such reader and the cost model predicts fewer cycles:
-* the producer writes each output tile into the region with a VEC COPY instead of its STORE; it still
-  stores when another op or the function's result reads it from DRAM (`store = 1`);
+last reader and the cost model predicts fewer cycles:
+* the producer writes each output tile into the region with a VEC COPY instead of its STORE (a result
+  another op or the function returns is read from DRAM, and stays there: keeping a copy on chip for some
+  readers only lowered the budget of every op in between for one LOAD less, a loss on the encoder body);
 * each linear reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled;
 * every op from the producer to the last reader tiles below the region (its `novella.sram_budget` ends at
   the region's offset), so nothing else writes it while it is live; regions live at once stack downward
   from the top of the scratchpad, and together take at most half of it (the kernels without a cost
   model keep the other half).
 
-The decision is `novella.resident` on the producer (`out`, `out_size`, `store`) and on each reader (`x` or
+The decision is `novella.resident` on the producer (`out`, `out_size`) and on each reader (`x` or
 `res` and its size): SPAD offsets the kernels read (`kernels/resident.py`), which become buffers of the
 macros (`fields.RESIDENT`) that `--novella-schedule` never moves. Priced as the DMA cycles of the STORE
 and LOADs it removes (`costmodel.dma`) against the COPYs (`costmodel.vec`) and, for ops with a cost model
@@ -54,8 +55,8 @@ def run(module_op, options, config) -> None:
 
 
 def readers(value) -> tuple[list, bool]:
-    """([(linear, role "x" or "res")] that read `value` (through reshapes) from the scratchpad, whether
-    anything else reads it (another op, the function's result: it must also go to DRAM)."""
+    """([(linear, role "x" or "res")] that could read `value` (through reshapes) from the scratchpad, whether
+    anything else reads it (another op, the function's result)."""
     out, other = [], False
     for use in value.uses:
         user = use.owner
@@ -76,19 +77,19 @@ def _decide(ops, i: int, target, symbols, placed: list) -> None:
     regions so far."""
     producer = ops[i]
     found, other = readers(producer.results[0])
-    if not found:
+    if not found or other:
         return
     last = max(j for j in range(i, len(ops)) if any(ops[j].operation == r.operation for r, _ in found))
     live = [o for o in ops[i : last + 1] if BUDGET in o.attributes]
     size = value_range(sy.numel(sy.shape_of(ir.RankedTensorType(producer.results[0].type))), symbols)[1]
     offset = _highest(target.spad_elems, size, [(o, n) for a, z, o, n in placed if a <= last and i <= z])
-    if offset < target.spad_elems // 2 or _gain(target, producer, found, other, live, offset) <= 0:
+    if offset < target.spad_elems // 2 or _gain(target, producer, found, live, offset) <= 0:
         return
     placed.append((i, last, offset, size))
     for o in live:
         budget = from_attr(o.attributes[BUDGET])
         set_attr(o, BUDGET, {**budget, "spad": min(budget["spad"], offset)})
-    _mark(producer, {"out": offset, "out_size": size, "store": int(other)})
+    _mark(producer, {"out": offset, "out_size": size})
     for r, role in found:
         _mark(r, {role: offset, f"{role}_size": size})
 
@@ -106,12 +107,11 @@ def _mark(op, entries: dict) -> None:
     set_attr(op, ATTR, {**old, **entries})
 
 
-def _gain(target, producer, found, other: bool, live, offset: int) -> float:
-    """Predicted cycles saved: the DMA of the STORE (unless kept) and of each reader's LOADs, less the COPYs
-    and what the lowered budget costs the ops that tile under it (None of them may stop fitting)."""
+def _gain(target, producer, found, live, offset: int) -> float:
+    """Predicted cycles saved: the DMA of the STORE and of each reader's LOADs, less the COPYs and what the
+    lowered budget costs the ops that tile under it (none of them may stop fitting)."""
     rows, cols = _view(producer)
-    moves = len(found) + (not other)
-    saved = moves * cm.dma(target, rows, cols, True)[1]
+    saved = (len(found) + 1) * cm.dma(target, rows, cols, True)[1]
     copies = (len(found) + 1) * cm.vec(target, rows, cols, "copy")
     lost = 0.0
     for o in live:
