@@ -69,7 +69,7 @@ DECLARED = (
         "op",
         "tiles",
         "novella-resident",
-        "novella-tile, kernels (linear)",
+        "novella-tile, kernels (linear, layer_norm, rms_norm)",
         "SPAD offsets (and sizes) of the tensors it keeps in the scratchpad: out, x, res",
     ),
     _A("novella.tiles", "op", "tiles", "novella-tile", "novella-macro-gen", "tile sizes by name"),

@@ -1,14 +1,15 @@
 """--novella-resident: activations kept in the scratchpad between macros, never round-tripping DRAM.
 
-After `--novella-fuse` (each program decides on its own graph, at its own planned length). A linear's
-result (`novella.linear` / `novella.fused_linear`) whose every reader is a linear that reads it as its
-input x or its residual operand (through row-major reshapes, which alias it) is kept whole in a SPAD
+After `--novella-fuse` (each program decides on its own graph, at its own planned length). The result of a
+linear (`novella.linear` / `novella.fused_linear`) or a row norm (`novella.layer_norm` / `rms_norm`) whose
+every reader is such an op reading it as its input x, or a linear reading it as its residual operand
+(through row-major reshapes, which alias it), is kept whole in a SPAD
 region when, at the symbols' upper bounds, it fits below the budget of every op from the producer to its
 last reader and the cost model predicts fewer cycles:
 * the producer writes each output tile into the region with a VEC COPY instead of its STORE (a result
   another op or the function returns is read from DRAM, and stays there: keeping a copy on chip for some
   readers only lowered the budget of every op in between for one LOAD less, a loss on the encoder body);
-* each linear reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled;
+* each reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled;
 * every op from the producer to the last reader tiles below the region (its `novella.sram_budget` ends at
   the region's offset), so nothing else writes it while it is live; regions live at once stack downward
   from the top of the scratchpad, and together take at most half of it (the kernels without a cost
@@ -37,6 +38,8 @@ from ..optable import get_kernel
 from ..symbolic.box import value_range
 from .common import body_ops, check_symbols, functions, require_stage, set_attr
 
+NORMS = ("novella.layer_norm", "novella.rms_norm")  # a row tile LOADed from x, one STOREd, as a linear's
+PRODUCERS = (*LINEAR_OPS, *NORMS)
 OPTIONS = {"enable": (int, 1, "keep linears' results in the scratchpad for the linears that read them", (0, 1))}
 BUDGET = "novella.sram_budget"
 
@@ -50,7 +53,7 @@ def run(module_op, options, config) -> None:
     for fn in functions(module_op):
         ops, placed = body_ops(fn), []
         for i, op in enumerate(ops):
-            if op.operation.name in LINEAR_OPS:
+            if op.operation.name in PRODUCERS:
                 _decide(ops, i, target, symbols, placed)
 
 
@@ -63,7 +66,7 @@ def readers(value) -> tuple[list, bool]:
         if user.name == "novella.reshape":
             more, o = readers(user.results[0])
             out, other = out + more, other or o
-        elif user.name in LINEAR_OPS and use.operand_number == 0:
+        elif user.name in PRODUCERS and use.operand_number == 0:
             out.append((user, "x"))
         elif user.name in LINEAR_OPS and use.operand_number == 3 and linear_epilogue(user)[0]:
             out.append((user, "res"))

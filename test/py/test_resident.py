@@ -61,3 +61,27 @@ def test_without_the_pass_the_tensors_round_trip_dram(chain):
     torch.testing.assert_close(off(x), npu(x), rtol=1e-5, atol=1e-5)
     moved = [r.last_run.stats.dma_bytes_loaded + r.last_run.stats.dma_bytes_stored for r in (off, npu)]
     assert moved[0] - moved[1] == 5 * 40 * 96 * 4  # h stored and loaded twice, b's result stored and loaded
+
+
+class Norms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.norm, self.b = torch.nn.Linear(64, 80), torch.nn.LayerNorm(80), torch.nn.Linear(80, 64)
+
+    def forward(self, x):
+        return self.b(self.norm(self.a(x)))
+
+
+def test_a_layer_norm_reads_and_writes_on_chip():
+    """linear -> layer_norm -> linear, the norm fused into neither: both tensors stay on chip, eager at T = 1,
+    23 and 40 with hazards checked."""
+    torch.manual_seed(1)
+    model = Norms().eval()
+    options = {"novella-fuse": {"fuse-prenorm": 0}, "novella-legalize": {"fuse-norm": 0}}
+    npu = compile_torch(model, torch.randn(1, 8, 64), dynamic_dim=1, min_len=1, max_len=40, pass_options=options,
+                        cache=False)  # fmt: skip
+    norm = next(line for line in npu.ir("novella-resident").splitlines() if '"novella.layer_norm"' in line)
+    assert "out = " in norm and "x = " in norm
+    for t in (1, 23, 40):
+        x = torch.randn(1, t, 64, generator=torch.Generator().manual_seed(t))
+        torch.testing.assert_close(npu(x, check_hazards=True), model(x), rtol=1e-4, atol=1e-4)

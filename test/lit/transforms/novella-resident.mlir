@@ -67,3 +67,20 @@ module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
     return %y : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
   }
 }
+
+// -----
+
+// An RMSNorm's result read only by a linear's input (its norm not fused into the linear): kept too.
+// CHECK-LABEL: func.func @norm_then_linear
+// CHECK: "novella.rms_norm"(%arg0, {{.*}}novella.resident = {out = 63488 : i64, out_size = 2048 : i64}
+// CHECK: "novella.linear"(%{{.*}}novella.resident = {x = 63488 : i64, x_size = 2048 : i64}
+module attributes {novella.symbols = {s0 = ["T", 1, 32]}} {
+  func.func @norm_then_linear(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (4224)>}) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 192 + 4224)>} {
+    %nw = "novella.weight"() {name = "nw", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<64xf32>
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (64)>} : () -> tensor<64x64xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (4160)>} : () -> tensor<64xf32>
+    %n = "novella.rms_norm"(%arg0, %nw) {eps = 9.99999997E-7 : f32, novella.dram = affine_map<()[s0] -> (s0 * 64 + 4224)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %y = "novella.linear"(%n, %w, %b) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 128 + 4224)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %y : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
