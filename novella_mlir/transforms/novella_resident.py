@@ -4,7 +4,8 @@ After `--novella-fuse` (each program decides on its own graph, at its own planne
 linear (`novella.linear` / `novella.fused_linear`) or a row norm (`novella.layer_norm` / `rms_norm`) whose
 every reader is such an op reading it as its input x, or a linear reading it as its residual operand
 (through row-major reshapes, which alias it), is kept whole in a SPAD
-region when, at the symbols' upper bounds, it fits below the budget of every op from the producer to its
+region when, at the lengths its tiles are planned for (which must bound the symbols: a shape bucket's
+upper ends, or the nominal length), it fits below the budget of every op from the producer to its
 last reader and the cost model predicts fewer cycles:
 * the producer writes each output tile into the region with a VEC COPY instead of its STORE (a result
   another op or the function returns is read from DRAM, and stays there: keeping a copy on chip for some
@@ -23,6 +24,8 @@ and LOADs it removes (`costmodel.dma`) against the COPYs (`costmodel.vec`) and, 
 
 from __future__ import annotations
 
+import dataclasses
+
 from torch_mlir import ir
 
 from .. import symbolic as sy
@@ -35,7 +38,7 @@ from ..kernels.resident import ATTR
 from ..machine import costmodel as cm
 from ..machine.target import Target
 from ..optable import get_kernel
-from ..symbolic.box import value_range
+from ..symbolic.box import symbols_in, value_range
 from .common import body_ops, check_symbols, functions, require_stage, set_attr
 
 NORMS = ("novella.layer_norm", "novella.rms_norm")  # a row tile LOADed from x, one STOREd, as a linear's
@@ -84,7 +87,9 @@ def _decide(ops, i: int, target, symbols, placed: list) -> None:
         return
     last = max(j for j in range(i, len(ops)) if any(ops[j].operation == r.operation for r, _ in found))
     live = [o for o in ops[i : last + 1] if BUDGET in o.attributes]
-    size = value_range(sy.numel(sy.shape_of(ir.RankedTensorType(producer.results[0].type))), symbols)[1]
+    size = _planned_size(producer, symbols)
+    if size is None:
+        return
     offset = _highest(target.spad_elems, size, [(o, n) for a, z, o, n in placed if a <= last and i <= z])
     if offset < target.spad_elems // 2 or _gain(target, producer, found, live, offset) <= 0:
         return
@@ -95,6 +100,19 @@ def _decide(ops, i: int, target, symbols, placed: list) -> None:
     _mark(producer, {"out": offset, "out_size": size})
     for r, role in found:
         _mark(r, {role: offset, f"{role}_size": size})
+
+
+def _planned_size(op, symbols) -> int | None:
+    """The result's size at most, over the lengths up to those its tiles are planned for (`plan_lengths`: a
+        shape bucket's upper ends, else the nominal length); None when the symbols' bounds exceed them. Sized at
+        the planned lengths, not the bounds, the decision does not change with max_len (a size of no symbol: at
+    any bounds), and a compile for one
+        length decides as the program of its bucket (the JIT's words bit for bit, docs/design.md)."""
+    plan, size = plan_lengths(op), sy.numel(sy.shape_of(ir.RankedTensorType(op.results[0].type)))
+    used = [s for s in symbols if s.position in symbols_in(size)]
+    if any(s.hi > plan[s.position] for s in used):
+        return None
+    return value_range(size, [dataclasses.replace(s, lo=1, hi=plan[s.position]) for s in used])[1]
 
 
 def _highest(spad: int, size: int, taken: list) -> int:

@@ -2,7 +2,7 @@
 // RUN: novella-opt %s --novella-resident=enable=0 --split-input-file | FileCheck %s --check-prefix=OFF
 // RUN: novella-opt %s --split-input-file --novella-resident --novella-tile --novella-macro-gen --novella-inst-gen --novella-schedule | FileCheck %s --check-prefix=MACRO
 
-// linear -> linear at T in [1, 32] (d = 64): the hidden [1, T, 64] is 2048 elements at T = 32, kept at the
+// linear -> linear at T in [1, 32] (d = 64; a shape bucket, its tiles planned for T = 32): the hidden [1, T, 64] is 2048 elements at T = 32, kept at the
 // top of the scratchpad (65536 - 2048). The first linear writes it there and does not store it (its one
 // reader is the second linear's x); both tile below it.
 // CHECK-LABEL: func.func @chain
@@ -22,7 +22,7 @@
 // MACRO: fn = "COPY"
 // MACRO: opcode = "STORE"
 // MACRO: rx = ["spad", 63488, 2048]
-module attributes {novella.symbols = {s0 = ["T", 1, 32]}} {
+module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths = [32]} {
   func.func @chain(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (8320)>}) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 192 + 8320)>} {
     %w1 = "novella.weight"() {name = "w1", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<64x64xf32>
     %b1 = "novella.weight"() {name = "b1", novella.dram = affine_map<()[s0] -> (4096)>} : () -> tensor<64xf32>
@@ -39,7 +39,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 32]}} {
 // The hidden is also the function's result, read from DRAM: it stays there for the second linear too.
 // CHECK-LABEL: func.func @also_returned
 // CHECK-NOT: novella.resident
-module attributes {novella.symbols = {s0 = ["T", 1, 32]}} {
+module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths = [32]} {
   func.func @also_returned(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (8320)>}) -> (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 192 + 8320)>} {
     %w1 = "novella.weight"() {name = "w1", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<64x64xf32>
     %b1 = "novella.weight"() {name = "b1", novella.dram = affine_map<()[s0] -> (4096)>} : () -> tensor<64xf32>
@@ -74,7 +74,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 1500]}} {
 // CHECK-LABEL: func.func @norm_then_linear
 // CHECK: "novella.rms_norm"(%arg0, {{.*}}novella.resident = {out = 63488 : i64, out_size = 2048 : i64}
 // CHECK: "novella.linear"(%{{.*}}novella.resident = {x = 63488 : i64, x_size = 2048 : i64}
-module attributes {novella.symbols = {s0 = ["T", 1, 32]}} {
+module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths = [32]} {
   func.func @norm_then_linear(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (4224)>}) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 192 + 4224)>} {
     %nw = "novella.weight"() {name = "nw", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<64xf32>
     %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (64)>} : () -> tensor<64x64xf32>
