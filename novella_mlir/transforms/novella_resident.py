@@ -43,7 +43,7 @@ from .common import body_ops, check_symbols, functions, require_stage, set_attr
 
 NORMS = ("novella.layer_norm", "novella.rms_norm")  # a row tile LOADed from x, one STOREd, as a linear's
 PRODUCERS = (*LINEAR_OPS, *NORMS)
-OPTIONS = {"enable": (int, 1, "keep linears' results in the scratchpad for the linears that read them", (0, 1))}
+OPTIONS = {"enable": (int, 1, "keep linears' and norms' results in the scratchpad for the ops that read them", (0, 1))}
 BUDGET = "novella.sram_budget"
 
 
@@ -61,8 +61,8 @@ def run(module_op, options, config) -> None:
 
 
 def readers(value) -> tuple[list, bool]:
-    """([(linear, role "x" or "res")] that could read `value` (through reshapes) from the scratchpad, whether
-    anything else reads it (another op, the function's result)."""
+    """([(op, role "x" or "res")] that could read `value` (through reshapes) from the scratchpad: linears and
+    norms its x, linears their residual; whether anything else reads it (another op, the function's result)."""
     out, other = [], False
     for use in value.uses:
         user = use.owner
@@ -103,11 +103,10 @@ def _decide(ops, i: int, target, symbols, placed: list) -> None:
 
 
 def _planned_size(op, symbols) -> int | None:
-    """The result's size at most, over the lengths up to those its tiles are planned for (`plan_lengths`: a
-        shape bucket's upper ends, else the nominal length); None when the symbols' bounds exceed them. Sized at
-        the planned lengths, not the bounds, the decision does not change with max_len (a size of no symbol: at
-    any bounds), and a compile for one
-        length decides as the program of its bucket (the JIT's words bit for bit, docs/design.md)."""
+    """The result's largest size up to the lengths its tiles are planned for (`plan_lengths`: a shape
+    bucket's upper ends, else the nominal length); None when the bounds of a symbol it reads exceed them.
+    Sized there, not at the bounds, the decision does not change with max_len, and a compile for one length
+    decides as its bucket's program does (the JIT's words bit for bit, docs/design.md)."""
     plan, size = plan_lengths(op), sy.numel(sy.shape_of(ir.RankedTensorType(op.results[0].type)))
     used = [s for s in symbols if s.position in symbols_in(size)]
     if any(s.hi > plan[s.position] for s in used):
