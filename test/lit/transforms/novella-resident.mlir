@@ -10,8 +10,9 @@
 // CHECK: "novella.linear"(%[[H]], {{.*}}novella.resident = {x = 63488 : i64, x_size = 2048 : i64}, novella.sram_budget = {acc = 16384 : i64, spad = 63488 : i64}
 // OFF-LABEL: func.func @chain
 // OFF-NOT: novella.resident
-// In the macros: the first writes each output tile into the region (a COPY, no STORE), the second COPYs its
-// x tiles from there into its `a` buffer (no LOAD of its tensor 0); the region is a buffer of both.
+// In the macros: the first writes each output tile into the region (a COPY, no STORE); the second's MATMULs
+// read their x tiles there (no LOAD of its tensor 0, no COPY: it does not normalize x in place); the region
+// is a buffer of both.
 // MACRO-LABEL: func.func @chain
 // MACRO: "novella.macro"
 // MACRO-NOT: opcode = "STORE"
@@ -19,7 +20,9 @@
 // MACRO-NOT: opcode = "STORE"
 // MACRO: rout = ["spad", 63488, 2048]
 // MACRO-NOT: tensor = 0
-// MACRO: fn = "COPY"
+// MACRO-NOT: fn = "COPY"
+// MACRO: opcode = "MATMUL"
+// MACRO-NOT: fn = "COPY"
 // MACRO: opcode = "STORE"
 // MACRO: rx = ["spad", 63488, 2048]
 module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths = [32]} {
