@@ -21,6 +21,10 @@ SCHEDULE = ("load_slots", "store_slots")
 # start before the barrier that precedes its macro (0: after it; 1: after the previous macro's compute;
 # 2: after the barrier before the previous macro), while it is among the macro's leading loads.
 EARLY = "early"
+# Buffers that hold a whole tensor kept in the scratchpad across macros (`--novella-resident`), by role:
+# the op's input x, its residual operand, its result. They stay at their offsets (`--novella-schedule`
+# moves no resident buffer); every op from the producer to the last reader tiles below them.
+RESIDENT = {"x": "rx", "res": "rres", "out": "rout"}
 
 # opcode -> {buffer role of the tile op: (its offset attribute, address field, memory field or memory)}
 ROLES = {

@@ -9,7 +9,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import FusedLinearOp, ReshapeOp, linear_epilogue
 from ..machine import costmodel as cm
-from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, tile_rows
+from . import BufferPlan, TensorView, Tiling, first, last, memoized, plan_lengths, resident, tile_rows
 from . import linear_cost as lc
 from .linear_cost import Epilogue
 from .linear_emit import (
@@ -217,11 +217,11 @@ class Linear:
             tiles["res_acc"] = 1
         if bt:
             tiles["bias_tile"] = 1
-        return Tiling(tiles, grid, plan.buffers)
+        return Tiling(tiles, grid, plan.buffers + resident.buffers(op))
 
     def macro(self, op, tv, t, b):
         start = len(b.ops)
-        self._macro(op, tv, t, b)
+        self._macro(op, tv, t, resident.Resident(b, op) if resident.regions(op) else b)
         _chain_loads(b.ops[start:])
 
     def _macro(self, op, tv, t, b):
@@ -276,6 +276,7 @@ class _Geometry:
         self.grid = [n_grid, m_grid] if self.ws == 1 else [m_grid, n_grid]
         self.last_k = last(2, sy.const(self.k // self.tk))
         self.spread = bool(t.tiles.get("spread", 0))
+        self.direct = "x" in resident.regions(op) and not self.epi.pre_norm  # the MATMULs read x where it is kept
 
     def cols(self, col):
         """Columns of output block `col` of tn: min(tn, n - col * tn) where the last block is partial."""

@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from .. import symbolic as sy
+from ..dialects.fields import RESIDENT
 from ..dialects.novella import GATED
 from ..machine.target import MAX_COLS
 from . import first
@@ -29,10 +30,10 @@ def emit_loads(g) -> None:
                     rows=tn, cols=w_cols, **when)  # fmt: skip
     else:
         b.load_block("w", 1, dram_offset=b.d(g.nd) * (tn * k) + w_at, dram_stride=k, rows=tn, cols=w_cols, **when)
-    if g.ws == 2:  # the row slab, resident over the n and k loops
+    if g.ws == 2 and not g.direct:  # the row slab, resident over the n and k loops
         b.load_rows("a", 0, dram_stride=k, row_start=b.d(g.md) * tm, row_bound=g.m_total, rows=g.rows, cols=k,
                     when=first(1) + first(2))  # fmt: skip
-    else:
+    elif not g.direct:  # g.direct: x is kept in the scratchpad (--novella-resident), the MATMULs read it there
         b.load_rows("a", 0, dram_offset=b.d(2) * tk, dram_stride=k, row_start=b.d(g.md) * tm,
                     row_bound=g.m_total, rows=g.rows, cols=tk)  # fmt: skip
     at_first = first(0) + first(1) + first(2)
@@ -53,8 +54,11 @@ def emit_matmul(g, acc) -> None:
                     row_bound=g.m_total, rows=g.rows, cols=g.cols(b.d(g.nd)), sram_stride=tn, buf_offset=0 if acc is None else acc,
                     when=first(2))  # fmt: skip
     slab = {"lhs_offset": b.d(2) * tk} if g.ws == 2 else {}  # the k step's columns of the row slab
-    b.mma("acc", "pa" if g.epi.rms else "a", "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
-          a_stride=k if g.ws == 2 else tk, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=g.cols(b.d(g.nd)),
+    lhs, a_stride = ("pa" if g.epi.rms else "a"), k if g.ws == 2 else tk
+    if g.direct:
+        lhs, a_stride, slab = RESIDENT["x"], k, {"lhs_offset": b.d(g.md) * (tm * k) + b.d(2) * tk}
+    b.mma("acc", lhs, "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
+          a_stride=a_stride, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=g.cols(b.d(g.nd)),
           accumulate=sy.const(1) if g.res_acc else [b.d(2), sy.const(1)],
           transpose_b=1)  # fmt: skip
 
@@ -244,6 +248,7 @@ class TraceGeometry:
     m_total: int = 0
     ws: int = 0
     tm: int = 0
+    direct: bool = False
 
     @property
     def nd(self) -> int:

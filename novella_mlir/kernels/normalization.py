@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import symbolic as sy
 from ..machine import costmodel as cm
-from . import BufferPlan, Tiling, first, memoized, plan_lengths, tile_rows
+from . import BufferPlan, Tiling, first, memoized, plan_lengths, resident, tile_rows
 
 # The VEC ops of one [r, C] tile (`emit_norm`): (fn, whole rows (else one column)).
 NORM_OPS = (("rowsum", 1), ("div", 0), ("sub", 1), ("mul", 1), ("rowsum", 1), ("div", 0), ("add", 0), ("rsqrt", 0),
@@ -42,7 +42,7 @@ class LayerNorm:
         tm, plan = (
             self.robust(target, rows, tv.cols(0)) if not forced else self.best(target, rows, tv.cols(0), forced)[1:]
         )
-        return Tiling({"tm": tm}, [sy.ceildiv(tv.rows(0), tm)], plan.check())
+        return Tiling({"tm": tm}, [sy.ceildiv(tv.rows(0), tm)], plan.check() + resident.buffers(op))
 
     def robust(self, target, rows: int, c: int, spread: int = 4, points: int = 2):
         """(tm, plan) of the fitting row tile whose predicted cycles stay closest to the best tile's over
@@ -86,6 +86,7 @@ class LayerNorm:
         return cm.pipeline(target, cm.with_first(group(min(tm, rows), 1, True), cm.row_groups(rows, tm, group)))
 
     def macro(self, op, tv, t, b):
+        b = resident.Resident(b, op) if resident.regions(op) else b
         tm, c, total = t.tiles["tm"], tv.cols(0), tv.rows(0)
         eps = op.attributes["eps"].value
         rows = tile_rows(0, tm, total)
@@ -135,6 +136,7 @@ class RmsNorm(LayerNorm):
         return plan
 
     def macro(self, op, tv, t, b):
+        b = resident.Resident(b, op) if resident.regions(op) else b
         tm, c, total = t.tiles["tm"], tv.cols(0), tv.rows(0)
         rows = tile_rows(0, tm, total)
         b.load_block("w", 1, dram_offset=0, rows=1, cols=c, when=first(0))

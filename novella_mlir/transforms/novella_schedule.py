@@ -53,7 +53,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from ..dialects.fields import EARLY, MEMS, ROLES, i64, result_dram
+from ..dialects.fields import EARLY, MEMS, RESIDENT, ROLES, i64, result_dram
 from ..kernels.kv_cache import PAGED_VBASE
 from ..machine.target import DRAM_LIMIT, Target
 from ..symbolic import box as sb
@@ -77,15 +77,23 @@ def run(module_op, options, config) -> None:
     spad = Target.from_config(config).spad_elems
     for fn in functions(module_op):
         regions, before = _dram_regions(fn), None
+        top = min([spad] + [b.offset for m in _macros(fn) for b in tiling_of(m).buffers if b.name in _KEPT])
         for op in body_ops(fn):
             if op.operation.name == "novella.macro":
                 tiers = _early_tiers(op, before, regions, box) if early and before is not None else []
                 if early == 2 and before is not None:
-                    tiers = _clear_of(op, before, regions, box, spad, tiers)
+                    tiers = _clear_of(op, before, regions, box, top, tiers)
                 if any(tiers) and _lead(op, tiers):
                     tiers = _early_tiers(op, before, regions, box)
                 _schedule(op, tiers)
                 before = op
+
+
+_KEPT = frozenset(RESIDENT.values())
+
+
+def _macros(fn) -> list:
+    return [op for op in body_ops(fn) if op.operation.name == "novella.macro"]
 
 
 _BASES = ir_memo()  # address map -> its value at grid point 0 (equal layers, programs)
@@ -250,15 +258,15 @@ def _touched(attrs, buffers, shift: int = 0) -> list | None:
 
 
 def _clear_of(macro, prev, regions: dict, box: dict, spad: int, tiers: list[int]) -> list[int]:
-    """Moves the SPAD buffers of `macro` above those of `prev` when both fit in the scratchpad and that
-    raises an early tier; returns the tiers."""
-    mine = [_extent(b) for b in tiling_of(macro).buffers if b.mem == "spad"]
-    theirs = [_extent(b) for b in tiling_of(prev).buffers if b.mem == "spad"]
+    """Moves the SPAD buffers of `macro` above those of `prev` when both fit below `spad` (the scratchpad, or
+    the lowest resident tensor's region) and that raises an early tier; returns the tiers."""
+    mine = [_extent(b) for b in tiling_of(macro).buffers if b.mem == "spad" and b.name not in _KEPT]
+    theirs = [_extent(b) for b in tiling_of(prev).buffers if b.mem == "spad" and b.name not in _KEPT]
     if not mine or not theirs:
         return tiers
     lo, hi = min(e[1] for e in mine), max(e[2] for e in mine)
     top = max(e[2] for e in theirs)
-    if top + hi - lo > spad or top <= lo:
+    if top + hi - lo > spad or top <= lo or not _movable(macro):
         return tiers
     moved = _early_tiers(macro, prev, regions, box, top - lo)
     if sum(moved) <= sum(tiers):
@@ -288,16 +296,32 @@ def _lead(macro, tiers: list[int]) -> bool:
 
 
 def _move(macro, delta: int) -> None:
-    """Adds `delta` to every SPAD address of the macro's templates and to its SPAD buffers' offsets."""
+    """Adds `delta` to every SPAD address of the macro's templates and to its SPAD buffers' offsets, but the
+    resident buffers' and the addresses into them (`_movable`)."""
+    kept = _free_top(macro)
     for inst in macro.regions[0].blocks[0].operations:
         attrs = inst.attributes
-        for name, mem, _ in _addresses(attrs):
-            if mem == "spad":
+        for name, mem, at in _addresses(attrs):
+            if mem == "spad" and at < kept:
                 attrs[name] = _plus(attrs[name], delta)
     buffers = from_attr(macro.attributes["buffers"])
-    for v in buffers.values():
-        v[1] += delta if v[0] == "spad" else 0
+    for name, v in buffers.items():
+        v[1] += delta if v[0] == "spad" and name not in _KEPT else 0
     macro.attributes["buffers"] = to_attr(buffers)
+
+
+def _free_top(macro) -> int:
+    """The end of the macro's SPAD buffers but the resident ones."""
+    return max((_extent(b)[2] for b in tiling_of(macro).buffers if b.mem == "spad" and b.name not in _KEPT), default=0)
+
+
+def _movable(macro) -> bool:
+    """The macro's addresses into its resident buffers (`fields.RESIDENT`) can be told from the others by
+    their value at grid point 0: at least `_free_top`. An address at grid point 0 is at most its own, and at
+    least its buffer's less one block (a previous block's, `(d1 - 1) * tn`, below its buffer), less than a
+    resident tensor's size; so it holds when a gap of the largest resident size lies below them."""
+    kept = [b for b in tiling_of(macro).buffers if b.name in _KEPT]
+    return not kept or _free_top(macro) + max(b.size for b in kept) <= min(b.offset for b in kept)
 
 
 def _plus(attr, delta: int):

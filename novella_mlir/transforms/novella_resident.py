@@ -1,0 +1,165 @@
+"""--novella-resident: activations kept in the scratchpad between macros, never round-tripping DRAM.
+
+After `--novella-fuse` (each program decides on its own graph, at its own planned length). The result of a
+linear (`novella.linear` / `novella.fused_linear`) or a row norm (`novella.layer_norm` / `rms_norm`) whose
+every reader is such an op reading it as its input x, or a linear reading it as its residual operand
+(through row-major reshapes, which alias it), is kept whole in a SPAD
+region when, at the lengths its tiles are planned for (which must bound the symbols: a shape bucket's
+upper ends, or the nominal length), it fits below the budget of every op from the producer to its
+last reader and the cost model predicts fewer cycles:
+* the producer writes each output tile into the region with a VEC COPY instead of its STORE (a result
+  another op or the function returns is read from DRAM, and stays there: keeping a copy on chip for some
+  readers only lowered the budget of every op in between for one LOAD less, a loss on the encoder body);
+* each reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled;
+* every op from the producer to the last reader tiles below the region (its `novella.sram_budget` ends at
+  the region's offset), so nothing else writes it while it is live; regions live at once stack downward
+  from the top of the scratchpad, and together take at most half of it (the kernels without a cost
+  model keep the other half).
+
+The decision is `novella.resident` on the producer (`out`, `out_size`) and on each reader (`x` or
+`res` and its size): SPAD offsets the kernels read (`kernels/resident.py`), which become buffers of the
+macros (`fields.RESIDENT`) that `--novella-schedule` never moves. Priced as the DMA cycles of the STORE
+and LOADs it removes (`costmodel.dma`) against the COPYs (`costmodel.vec`) and, for ops with a cost model
+(`predict`), their predicted cycles below the lowered budget against their own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch_mlir import ir
+
+from .. import symbolic as sy
+from ..dialects.attrs import from_attr
+from ..dialects.novella import linear_epilogue
+from ..errors import TileFitError
+from ..kernels import TensorView, plan_lengths
+from ..kernels.linear import LINEAR_OPS
+from ..kernels.resident import ATTR
+from ..machine import costmodel as cm
+from ..machine.target import Target
+from ..optable import get_kernel
+from ..symbolic.box import symbols_in, value_range
+from .common import body_ops, check_symbols, functions, require_stage, set_attr
+
+NORMS = ("novella.layer_norm", "novella.rms_norm")  # a row tile LOADed from x, one STOREd, as a linear's
+PRODUCERS = (*LINEAR_OPS, *NORMS)
+OPTIONS = {"enable": (int, 1, "keep linears' and norms' results in the scratchpad for the ops that read them", (0, 1))}
+BUDGET = "novella.sram_budget"
+
+
+def run(module_op, options, config) -> None:
+    symbols = check_symbols(module_op)
+    require_stage(module_op, "novella-resident", BUDGET, "novella-allocate")
+    if not options.get("enable", 1):
+        return
+    target = Target.from_config(config)
+    for fn in functions(module_op):
+        ops, placed = body_ops(fn), []
+        for i, op in enumerate(ops):
+            if op.operation.name in PRODUCERS:
+                _decide(ops, i, target, symbols, placed)
+
+
+def readers(value) -> tuple[list, bool]:
+    """([(op, role "x" or "res")] that could read `value` (through reshapes) from the scratchpad: linears and
+    norms its x, linears their residual; whether anything else reads it (another op, the function's result)."""
+    out, other = [], False
+    for use in value.uses:
+        user = use.owner
+        if user.name == "novella.reshape":
+            more, o = readers(user.results[0])
+            out, other = out + more, other or o
+        elif user.name in PRODUCERS and use.operand_number == 0:
+            out.append((user, "x"))
+        elif user.name in LINEAR_OPS and use.operand_number == 3 and linear_epilogue(user)[0]:
+            out.append((user, "res"))
+        else:
+            other = True
+    return out, other
+
+
+def _decide(ops, i: int, target, symbols, placed: list) -> None:
+    """Keeps the result of `ops[i]` resident if it pays; `placed`: (first op, last op, offset, size) of the
+    regions so far."""
+    producer = ops[i]
+    found, other = readers(producer.results[0])
+    if not found or other:
+        return
+    last = max(j for j in range(i, len(ops)) if any(ops[j].operation == r.operation for r, _ in found))
+    live = [o for o in ops[i : last + 1] if BUDGET in o.attributes]
+    size = _planned_size(producer, symbols)
+    if size is None:
+        return
+    offset = _highest(target.spad_elems, size, [(o, n) for a, z, o, n in placed if a <= last and i <= z])
+    if offset < target.spad_elems // 2 or _gain(target, producer, found, live, offset) <= 0:
+        return
+    placed.append((i, last, offset, size))
+    for o in live:
+        budget = from_attr(o.attributes[BUDGET])
+        set_attr(o, BUDGET, {**budget, "spad": min(budget["spad"], offset)})
+    _mark(producer, {"out": offset, "out_size": size})
+    for r, role in found:
+        _mark(r, {role: offset, f"{role}_size": size})
+
+
+def _planned_size(op, symbols) -> int | None:
+    """The result's largest size up to the lengths its tiles are planned for (`plan_lengths`: a shape
+    bucket's upper ends, else the nominal length); None when the bounds of a symbol it reads exceed them.
+    Sized there, not at the bounds, the decision does not change with max_len, and a compile for one length
+    decides as its bucket's program does (the JIT's words bit for bit, docs/design.md)."""
+    plan, size = plan_lengths(op), sy.numel(sy.shape_of(ir.RankedTensorType(op.results[0].type)))
+    used = [s for s in symbols if s.position in symbols_in(size)]
+    if any(s.hi > plan[s.position] for s in used):
+        return None
+    return value_range(size, [dataclasses.replace(s, lo=1, hi=plan[s.position]) for s in used])[1]
+
+
+def _highest(spad: int, size: int, taken: list) -> int:
+    """The highest offset of `size` elements below `spad` clear of the (offset, size) regions `taken`."""
+    for at in sorted([spad - size] + [o - size for o, _ in taken], reverse=True):
+        if at >= 0 and all(at + size <= o or o + n <= at for o, n in taken):
+            return at
+    return -1
+
+
+def _mark(op, entries: dict) -> None:
+    old = from_attr(op.attributes[ATTR]) if ATTR in op.attributes else {}
+    set_attr(op, ATTR, {**old, **entries})
+
+
+def _gain(target, producer, found, live, offset: int) -> float:
+    """Predicted cycles saved: the DMA of the STORE and of each reader's LOADs, less the COPYs and what the
+    lowered budget costs the ops that tile under it (none of them may stop fitting)."""
+    rows, cols = _view(producer)
+    saved = (len(found) + 1) * cm.dma(target, rows, cols, True)[1]
+    copies = (len(found) + 1) * cm.vec(target, rows, cols, "copy")
+    lost = 0.0
+    for o in live:
+        extra = _loss(target, o, offset)
+        if extra is None:
+            return -1.0
+        lost += extra
+    return saved - copies - lost
+
+
+def _view(op) -> tuple[int, int]:
+    tv, at = TensorView(op), plan_lengths(op)
+    return sy.evaluate(tv.rows(-1), at), tv.cols(-1)
+
+
+def _loss(target, op, offset: int) -> float | None:
+    """Predicted cycles `op` loses tiling below `offset` (0 without a cost model), None if it no longer fits."""
+    kernel = get_kernel(op.operation.name)
+    budget = from_attr(op.attributes[BUDGET])
+    low = target.with_budget({**budget, "spad": min(budget["spad"], offset)})
+    tv = TensorView(op)
+    try:
+        kernel.tile(op, tv, low, {})
+    except (TileFitError, ValueError):
+        return None
+    if not hasattr(kernel, "predict"):
+        return 0.0
+    at = plan_lengths(op)
+    full = kernel.predict(op, tv, target.with_budget(budget), {}, at, at)
+    less = kernel.predict(op, tv, low, {}, at, at)
+    return max((less or 0.0) - (full or 0.0), 0.0)

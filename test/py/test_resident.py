@@ -1,0 +1,90 @@
+"""`--novella-resident` end to end: linears that read a linear's result (as their input and as their
+residual) from the scratchpad, against eager at lengths 1, odd, a partial last row tile and the maximum,
+hazard checking on; and the same model without the pass, those tensors through DRAM. Compiled for T in
+[1, 40]: the shape bucket [1, 32] plans its tiles for T = 32 and keeps the tensors (sized there); the
+program of [33, 40], planned for the nominal length, does not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from novella_mlir import compile_torch
+
+BUCKET = "novella-resident @ T in [1, 32]"
+OPTIONS = {"novella-fuse": {"fuse-mlp": 0}}  # the pair stays two linears (fused_mlp keeps its hidden on chip itself)
+
+
+class Chain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(64, 96), torch.nn.Linear(96, 96), torch.nn.Linear(96, 64)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        return self.c(self.b(h) + h)  # h: b's input and its residual; b's result: c's input
+
+
+def _compile(model, resident: bool):
+    options = {**OPTIONS, "novella-resident": {"enable": int(resident)}}
+    return compile_torch(model, torch.randn(1, 8, 64), dynamic_dim=1, min_len=1, max_len=40,
+                         pass_options=options, cache=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def chain():
+    torch.manual_seed(0)
+    model = Chain().eval()
+    return model, _compile(model, True)
+
+
+def test_the_pass_keeps_both_hidden_tensors_on_chip(chain):
+    ir = chain[1].ir(BUCKET)
+    a, b, c = [line for line in ir.splitlines() if '"novella.linear"' in line or '"novella.fused_linear"' in line]
+    assert "novella.resident = {out = " in a and "res = " not in a and "x = " not in a
+    assert all(f"{role} = " in b for role in ("out", "res", "x"))
+    assert "novella.resident = {x = " in c and "out = " not in c
+    macros = chain[1].ir("novella-schedule @ T in [1, 32]")
+    assert macros.count('fn = "COPY"') >= 4 and "rout = " in macros and "rres = " in macros
+
+
+@pytest.mark.parametrize("t", [1, 7, 17, 32, 40])
+def test_matches_eager_with_hazards_checked(chain, t):
+    model, npu = chain
+    x = torch.randn(1, t, 64, generator=torch.Generator().manual_seed(t))
+    out = npu(x, check_hazards=True)
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_without_the_pass_the_tensors_round_trip_dram(chain):
+    model, npu = chain
+    off = _compile(model, False)
+    assert "novella.resident" not in off.ir(BUCKET)
+    x = torch.randn(1, 32, 64, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(off(x), npu(x), rtol=1e-5, atol=1e-5)
+    moved = [r.last_run.stats.dma_bytes_loaded + r.last_run.stats.dma_bytes_stored for r in (off, npu)]
+    assert moved[0] - moved[1] == 5 * 32 * 96 * 4  # h stored and loaded twice, b's result stored and loaded
+
+
+class Norms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.norm, self.b = torch.nn.Linear(64, 80), torch.nn.LayerNorm(80), torch.nn.Linear(80, 64)
+
+    def forward(self, x):
+        return self.b(self.norm(self.a(x)))
+
+
+def test_a_layer_norm_reads_and_writes_on_chip():
+    """linear -> layer_norm -> linear, the norm fused into neither: both tensors stay on chip, eager at T = 1,
+    23, 32 and 40 with hazards checked."""
+    torch.manual_seed(1)
+    model = Norms().eval()
+    options = {"novella-fuse": {"fuse-prenorm": 0}, "novella-legalize": {"fuse-norm": 0}}
+    npu = compile_torch(model, torch.randn(1, 8, 64), dynamic_dim=1, min_len=1, max_len=40, pass_options=options,
+                        cache=False)  # fmt: skip
+    norm = next(line for line in npu.ir(BUCKET).splitlines() if '"novella.layer_norm"' in line)
+    assert "out = " in norm and "x = " in norm
+    for t in (1, 23, 32, 40):
+        x = torch.randn(1, t, 64, generator=torch.Generator().manual_seed(t))
+        torch.testing.assert_close(npu(x, check_hazards=True), model(x), rtol=1e-4, atol=1e-4)
