@@ -1,7 +1,9 @@
 """The numba kernels of a new bucket (`step.py`) that reach beyond its own rows: `prepare`, which
 completes its field rows with their forms (`_step_numba._forms_of`), keeping what it derived for the
-plan's later buckets (`Kept`), `relocate`, the session's translation of its words (`kv.py`), and
-`patch_tables`, the per-row tables of its patch."""
+plan's later buckets (`Kept`), `relocate`, the session's translation of its words (`kv.py`),
+`patch_tables`, the per-row tables of its patch, and `tables`, all of them after `relocate` in one
+call, `relocated_tables` with `relocate` too (a bucket's instantiation pays each call's dispatch, its
+host caches cold: ~30 us per compiled function after a simulator run)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from simulator import numba_cache
 from simulator.first_build import announce
 
 from ._expr_numba import depth, minimum
-from ._step_numba import MAX_ATOMS, _firsts, _form, _forms_of, _scratch, pack_order
+from ._step_numba import MAX_ATOMS, _firsts, _form, _forms_of, _scratch, build, pack_order, share_hashed
 
 numba_cache.ensure(__file__)
 
@@ -277,6 +279,46 @@ def patch_tables(fields, perm, const, n_words, rows, page, slot, offset, kv, dma
             pages[n, 4], pages[n, 5] = page[j], kv[5 + 2 * slot[j]] + offset[j]
             n += 1
     return hot, at, pages
+
+
+@nb.njit(cache=True)
+def tables(syms, ns, plan, spans, raw, tr, kv, dma, mix, kept):
+    """`_step_numba.build`, `prepare` (`kept`: `Kept.arrays`), `share_hashed` and `patch_tables` of a new
+    bucket in one call. `plan`: the plan's (ex, tiles, tt, guards, specs, n_dims); `tr`: the translation
+    (words, rows, slot, page, offset: `kv.Translation`). Returns (status, rows, dims, forms, bad, full,
+    perm, cols, groups, hot, slot, pages): status 1 when the words disagree with the templates, 2 on a
+    hash collision of `share_hashed` (its has in perm, the rest of the tables empty: the caller shares
+    the rows the lexicographic way), 0 otherwise; `bad`, `full`: `prepare`'s."""
+    ex, tiles, tt, guards, specs, n_dims = plan
+    words, tr_rows, tr_slot, tr_page, tr_offset = tr
+    rows, dims, paged, status = build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims)
+    same = paged.size == tr_rows.size and np.all(paged == tr_rows)
+    e1 = np.zeros(0, np.int64)
+    e2 = np.zeros((0, 2), np.int64)
+    if status or not same:
+        return 1, rows, dims, np.zeros((0, 1), np.int64), -1, 0, e1, e2, e2, e2, e1, e2
+    forms, bad, full = _prepare(syms[:ns], ex, rows, dims, True, *kept)
+    if bad >= 0:
+        return 0, rows, dims, forms, bad, full, e1, e2, e2, e2, e1, e2
+    ok, perm, cols, shared, groups = share_hashed(rows, forms, mix)
+    if not ok:
+        return 2, rows, dims, forms, bad, full, perm, cols, groups, e2, e1, e2
+    hot, slot, pages = patch_tables(rows, perm, cols[:, 2].copy(), words.shape[0], tr_rows, tr_page, tr_slot,
+                                    tr_offset, kv, dma)  # fmt: skip
+    return 0, rows, dims, shared, bad, full, perm, cols, groups, hot, slot, pages
+
+
+@nb.njit(cache=True)
+def relocated_tables(syms, ns, plan, spans, raw, reloc, kv, dma, mix, kept):
+    """`relocate` (`reloc`: its arguments after `raw`) and `tables` of its translation in one call:
+    (relocate's status, the translation, `tables`' results); on a status of 1 the translation and the
+    tables are empty."""
+    words, rows, slot, page, off, bad = relocate(raw, *reloc)
+    if bad:
+        rows, slot, page, off = rows[:0], slot[:0], page[:0], off[:0]
+        spans = np.full_like(spans, -1)
+    tr = (words, rows, slot, page, off)
+    return bad, tr, tables(syms, ns, plan, spans, raw, tr, kv, dma, mix, kept)
 
 
 announce(sys.modules[__name__])

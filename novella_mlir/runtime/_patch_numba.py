@@ -16,7 +16,7 @@ row its cache slot (paged rows) and SLOTS per slot its window base, page element
 not a power of two) and offset in the block; PAGES the page addresses no symbol moves (word, lane,
 offset, mask, page, offset in the block); META [1 if the words hold the last patch, used entries,
 one past the highest used entry, stack depth, NFREE, grid dims]; MEMO each group's value at the last
-patch; PREV the block table at the used entries; REFS the used entries (each once) then a mark per
+patch; PREV the block table at the used entries; REFS the used entries (each once) then a mark (a byte) per
 entry; KV the session's layout (pool base, block elements, vbase, vspan, then per cache slot its
 page elements and offset in the block); BOX the program's [lo, hi] per symbol; SCRATCH the
 symbols, dims, the interpreter's stack and the forms' atoms; WORDS the bucket's words (`words_of`).
@@ -47,25 +47,26 @@ ZERO = ("SCRATCH", "MEMO", "PREV", "REFS")  # parts given by their size alone (`
 
 def state(parts: dict) -> np.ndarray:
     """The state array of `parts`: name -> int64 array (1-D or 2-D; WORDS the (n, 4) uint64 words, held
-    bit for bit) for every name of `PARTS`, or its size for those of `ZERO`, zeros. PREV and the list
-    half of REFS, sized by the cache's pages, are left unset (REFS' marks are zeros): `patch` reads an
-    entry of either only after writing it (PREV on a warm step: the step before wrote each used entry)."""
+    bit for bit) for every name of `PARTS`, or its size for those of `ZERO`, zeros. PREV and REFS'
+    list, as many entries as the cache's pages, are left unset (REFS' marks after it, a byte per entry,
+    are zeros): `patch` reads an entry of either only after writing it (PREV on a warm step: the step
+    before wrote each used entry)."""
     arrays = [np.asarray(parts[n]) if n not in ZERO else parts[n] for n in PARTS]
-    head = [len(PARTS)]
-    at = 1 + 3 * len(PARTS)
-    for a in arrays:
-        size = a if isinstance(a, int) else a.size
-        head += (at, at + size, a.shape[1] if not isinstance(a, int) and a.ndim == 2 else 0)
-        at += size
-    out = np.empty(at, np.int64)
-    out[: len(head)] = head
-    for k, a in enumerate(arrays):
-        lo, hi = head[1 + 3 * k], head[2 + 3 * k]
-        if isinstance(a, int):
-            out[(lo + hi) // 2 if k == REFS else hi if k == PREV else lo : hi] = 0
-        elif a.size:
-            out[lo:hi] = a.ravel().view(np.int64) if a.dtype == np.uint64 else a.ravel()
+    sizes = [a if isinstance(a, int) else a.size for a in arrays]
+    cols = [a.shape[1] if not isinstance(a, int) and a.ndim == 2 else 0 for a in arrays]
+    n_head = 1 + 3 * len(PARTS)
+    ends = np.cumsum([n_head] + sizes)
+    out = np.empty(int(ends[-1]), np.int64)
+    head = out[:n_head]
+    head[0], head[1::3], head[2::3], head[3::3] = len(PARTS), ends[:-1], ends[1:], cols
+    flat = [np.zeros(a, np.int64) if isinstance(a, int) else _int64(a) for a in arrays[:PREV]]
+    np.concatenate(flat, out=out[n_head : ends[PREV]])  # one copy of every part before PREV
+    out[ends[REFS] + sizes[PREV] : ends[REFS + 1]] = 0  # REFS' marks
     return out
+
+
+def _int64(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.int64) if a.dtype == np.uint64 else a.reshape(-1).astype(np.int64, copy=False)
 
 
 def words_of(st: np.ndarray) -> np.ndarray:
@@ -83,6 +84,12 @@ def _part(st, k):
 def _rows(st, k):
     lo, hi, c = st[1 + 3 * k], st[2 + 3 * k], st[3 + 3 * k]
     return st[lo:hi].reshape((hi - lo) // max(c, 1), max(c, 1))
+
+
+@nb.njit(cache=True, inline="always")
+def _marks(refs, n_pages):
+    """REFS' marks: a byte per block table entry, after its list of `n_pages` entries."""
+    return refs[n_pages:].view(np.uint8)
 
 
 @nb.njit(cache=True, inline="always")
@@ -122,10 +129,10 @@ def _page_of(v, base, pe, sh, span):
 
 
 @nb.njit(cache=True)
-def _use(page, meta, refs, half):
-    """Notes that the words use block table entry `page` (listed once in `refs`, marked at half + page)."""
-    if refs[half + page] == 0:
-        refs[half + page] = 1
+def _use(page, meta, refs, marks):
+    """Notes that the words use block table entry `page` (listed once in `refs`, marked in `marks`)."""
+    if marks[page] == 0:
+        marks[page] = 1
         refs[meta[NREF]] = page
         meta[NREF] += 1
     meta[TOP] = max(meta[TOP], page + 1)
@@ -171,23 +178,23 @@ def _patch(st, blocks, ns):
             return -2
     words = _words(st)
     refs, prev = _part(st, REFS), _part(st, PREV)
-    half = refs.size // 2
+    marks = _marks(refs, prev.size)
     warm = meta[WARM] == 1
     meta[WARM] = 0
     if not warm:
         for k in range(meta[NREF]):
-            refs[half + refs[k]] = 0
+            marks[refs[k]] = 0
         meta[NREF], meta[TOP] = 0, 0
     remapped = not warm or blocks.size < meta[TOP]
     for k in range(meta[NREF] if not remapped else 0):
         if blocks[refs[k]] != prev[refs[k]]:
             remapped = True
             break
-    rc = _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev)
+    rc = _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev, marks)
     if rc:
         return rc
     if remapped:
-        rc = _remap(st, warm, words, blocks, meta, refs, prev)
+        rc = _remap(st, warm, words, blocks, meta, refs, prev, marks)
         if rc:
             return rc
     for k in range(meta[NREF]):
@@ -197,24 +204,24 @@ def _patch(st, blocks, ns):
 
 
 @nb.njit(cache=True)
-def _remap(st, warm, words, blocks, meta, refs, prev):
+def _remap(st, warm, words, blocks, meta, refs, prev, marks):
     """The page addresses no symbol moves, at a step whose used block table entries changed (or the
     first): each one's entry must exist; those whose entry changed are rewritten. (On a warm step that
     changed no used entry, every one still holds.)"""
     pages, kv = _rows(st, PAGES), _part(st, KV)
-    half = refs.size // 2
+    half = prev.size
     for j in range(pages.shape[0]):
         p = pages[j, 4]
         if p >= blocks.size or p >= half or blocks[p] < 0:
             return -1
         if not warm or blocks[p] != prev[p]:
             _put(words, pages[j, 0], pages[j, 1], pages[j, 2], pages[j, 3], kv[0] + blocks[p] * kv[1] + pages[j, 5])
-        _use(p, meta, refs, half)
+        _use(p, meta, refs, marks)
     return 0
 
 
 @nb.njit(cache=True, inline="always")
-def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev):
+def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev, marks):
     """The rows without a form (the interpreter's, every step), then each group's value: the rows of a
     group that moved are written, and when an entry the words use changed, the paged rows whose entry
     it is. A row's write is written out here, without calls that take arrays (numba counts their
@@ -226,7 +233,7 @@ def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev):
     slot, slots = _part(st, SLOT), _rows(st, SLOTS)
     ex, free, fdims = _part(st, EX), _rows(st, FREE), _rows(st, FDIMS)
     atoms = sc[sc.size - MAX_ATOMS :]
-    half, nf, nd = refs.size // 2, meta[NFREE], meta[NDIMS]
+    half, nf, nd = prev.size, meta[NFREE], meta[NDIMS]
     for g in range(-1 if nf else 0, memo.size):
         if g < 0:
             lo, hi, moved, val = 0, nf, True, 0
@@ -255,8 +262,8 @@ def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev):
                 if page < 0 or page >= blocks.size or page >= half or blocks[page] < 0:
                     return -1
                 at[i] = page
-                if refs[half + page] == 0 or page >= meta[TOP]:
-                    _use(page, meta, refs, half)
+                if marks[page] == 0 or page >= meta[TOP]:
+                    _use(page, meta, refs, marks)
                 v = kv[0] + blocks[page] * kv[1] + slots[k, 3] + off
             ok, new = _placed(words[c >> 24, c & 3], c, v)
             if not ok:

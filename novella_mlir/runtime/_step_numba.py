@@ -473,7 +473,9 @@ def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
     rows = np.zeros((n_rows, 15), np.int64)
     rdims = np.zeros((n_rows, n_dims), np.int64)
     paged = np.zeros(n_paged, np.int64)
-    r, pg = 0, 0
+    seen = np.full(ex[1], -1, np.int64)  # per min id: the point (a running count) its value is memoized at
+    memo = np.zeros(ex[1], np.int64)
+    r, pg, at = 0, 0, 0
     for ti in range(nt):
         if spans[ti, 0] < 0 or tiles[ti, 4] == 0:
             continue
@@ -483,11 +485,15 @@ def build(syms, ex, tiles, tt, guards, specs, spans, raw, words, n_dims):
             for g in range(tiles[ti, 2] - 1, -1, -1):
                 dims[g] = q % ext[ti, g]
                 q //= ext[ti, g]
+            at += 1
             for j in range(tiles[ti, 1] - tiles[ti, 0]):
                 k = tiles[ti, 3] + j
                 ok = True
                 for gi in range(tt[k, 0], tt[k, 1]):
-                    v = minimum(ex, 0, guards[gi, 1], sc, ns, st)
+                    m = guards[gi, 1]
+                    if seen[m] != at:  # the templates of a point share most of their guards
+                        seen[m], memo[m] = at, minimum(ex, 0, m, sc, ns, st)
+                    v = memo[m]
                     if (guards[gi, 0] == 0 and v != 0) or (guards[gi, 0] == 1 and v < 0):
                         ok = False
                         break

@@ -62,10 +62,13 @@ class BatchStep:
 
     def starts(self, lanes: list, clock: int) -> list:
         """The lane fields of the step (`step.lane_fields`; none if the program reads none): per lane the
-        storage index of its position 0, below which its mask hides every key (an idle lane: the clock)."""
+        storage index of its position 0, below which its mask hides every key. An idle lane attends only
+        the clock's own position: its field is the first storage index of the clock's page, which walks
+        the same key tiles as the clock (a tile is whole pages) and stays a page long (the bucket key
+        holds the fields: the clock itself would instantiate a bucket every step)."""
         if not self.lanes:
             return []
-        return [clock - ln.past for ln in lanes] + [clock] * (self.lanes - len(lanes))
+        return [clock - ln.past for ln in lanes] + [clock - clock % self.sess.page_size] * (self.lanes - len(lanes))
 
     def fill(self, lanes: list, clock: int) -> np.ndarray:
         """The step's block table of all lanes (`table`, rewritten in place: only the lanes whose shift

@@ -156,7 +156,13 @@ class Session:
             np.int64,
         )
         self.steppers = {
-            name: Stepper(m.artifact, m.jit, lambda w, seg=self.segments[name]: self._relocate(w, seg), self.kv_layout)
+            name: Stepper(
+                m.artifact,
+                m.jit,
+                lambda w, seg=self.segments[name]: self._relocate(w, seg),
+                self.kv_layout,
+                relocation=self._relocation(self.segments[name]),
+            )  # fmt: skip
             for name, m in models.items()
         }
 
@@ -202,12 +208,17 @@ class Session:
         rem = v % self.vspan
         return Translation(words, rows, slot, rem // pe, rem % pe)
 
+    def _relocation(self, seg: int) -> tuple:
+        """`_relocate`'s arguments after the words (`Stepper` relocates a new bucket's words in the call
+        that builds its tables)."""
+        return _DMA_CODES, _OP_LAYOUT, _BASE_LAYOUT, seg, self.vbase, self.vspan, self._page_elems
+
     def _relocate(self, words: np.ndarray, seg: int) -> Translation:
         """`_translate` in one compiled pass (`_bucket_numba.relocate`): what a bucket's instantiation uses;
         `reference` keeps the readable one, and every step's words are tested against it."""
         from ._bucket_numba import relocate
 
-        out = relocate(words, _DMA_CODES, _OP_LAYOUT, _BASE_LAYOUT, seg, self.vbase, self.vspan, self._page_elems)
+        out = relocate(words, *self._relocation(seg))
         if out[-1]:
             raise RuntimeError("a DMA descriptor addresses a cache slot the program does not have")
         return Translation(*out[:-1])

@@ -34,6 +34,8 @@ from .jit import when_mask
 KINDS = ("write address", "page address", "length")  # what an injected field is (Plan.kind)
 _has_sym = expr.has_symbol
 _MIX = np.random.default_rng(0).integers(1, 2**62, 64, dtype=np.int64) | 1  # `share`'s hash multipliers
+_F = isa.field(isa.Opcode.LOAD, "dram_base")
+_DMA = np.asarray([_F.lane, _F.offset, _F.mask], np.int64)  # every DMA's dram_base (`kv.py`)
 
 
 def _key(x):
@@ -89,7 +91,9 @@ class Plan:
         self._flatten()
         self.table = self.ex.array()
         from ._bucket_numba import Kept
+        from ._step_numba import guard_bits, values
 
+        self._values, self._guard_bits = values, guard_bits  # bound once: an import costs a cold bucket
         self.kept = Kept(self.n_dims, len(art.symbols))  # the forms of earlier buckets (`prepare`)
         self._keys_array = np.asarray(self.guard_keys, np.int64).reshape(-1, 2)
 
@@ -145,12 +149,10 @@ class Plan:
     def key(self, syms) -> tuple:
         """The bucket of `syms`: the symbol-dependent grid extents and guard outcomes (one compiled call
         each; `key_slow` is the readable path they equal)."""
-        from ._step_numba import guard_bits, values
-
         s = np.asarray(self.full(syms), np.int64)
-        k = tuple(values(s[: self.n_syms], self.key_table()).tolist())
+        k = tuple(self._values(s[: self.n_syms], self.key_table()).tolist())
         if self.guard_keys:
-            bits = guard_bits(s, self.table, self.tiles, self.tt, self.guards, self._keys_array, self.n_dims)
+            bits = self._guard_bits(s, self.table, self.tiles, self.tt, self.guards, self._keys_array, self.n_dims)
             k += (bits.tobytes(),)
         return k + (tuple(s[self.n_syms :].tolist()),) if self.lanes else k
 
@@ -212,8 +214,9 @@ class Bucket:
 class Stepper:
     """Words of one program for any symbol values and block table; one bucket per structure."""
 
-    def __init__(self, art, jit, translate, kv: np.ndarray, cache_size: int = 64):
+    def __init__(self, art, jit, translate, kv: np.ndarray, cache_size: int = 64, relocation: tuple | None = None):
         self.art, self.jit, self.translate, self.kv = art, jit, translate, kv
+        self.relocation = relocation  # `translate` as `_bucket_numba.relocate`'s arguments: one call less
         self.plan = Plan(art, int(kv[2]))
         self.buckets: OrderedDict = OrderedDict()
         self.cache_size = cache_size
@@ -222,10 +225,11 @@ class Stepper:
         jit.prepare()  # the artifact's tables, once: not a bucket's cost
         self.plan.key_table()
         self._layout = self._constants()
-        from ._patch_numba import patch, patch1
+        from . import _bucket_numba, _patch_numba
 
         self._one = len(art.symbols) == 1
-        self._patch = patch1 if self._one else patch
+        self._patch = _patch_numba.patch1 if self._one else _patch_numba.patch
+        self._nb = _bucket_numba, _patch_numba  # bound once: an import costs a cold bucket
 
     def clear(self) -> None:
         """Forgets every bucket (the next step of each structure instantiates again)."""
@@ -286,37 +290,44 @@ class Stepper:
         )
 
     def _build(self, key: tuple, syms: tuple) -> Bucket:
-        from ._bucket_numba import patch_tables, prepare
-        from ._patch_numba import words_of
-        from ._step_numba import build
-
+        bn, pn = self._nb
         prog = self.jit.instantiate(list(syms))
-        tr = self.translate(prog.words)
         p = self.plan
         spans = np.full((len(self.art.tiles), 2), -1, np.int64)
-        for name, start, end in prog.spans:
-            spans[p.tile_index[name]] = (start, end)
-        s = np.asarray(syms, np.int64)
-        rows, dims, paged, status = build(s, p.table, p.tiles, p.tt, p.guards, p.specs, spans, prog.words, tr.words,
-                                          p.n_dims)  # fmt: skip
-        if status or not np.array_equal(tr.rows, paged):  # both in word order
+        if prog.spans:
+            at = p.tile_index
+            spans[[at[name] for name, _, _ in prog.spans]] = [(start, end) for _, start, end in prog.spans]
+        p.kept.fit(len(prog.words))  # the rows, not known before `tables`, are about as many as the words
+        args = (np.asarray(syms, np.int64), p.n_syms, (p.table, p.tiles, p.tt, p.guards, p.specs, p.n_dims), spans,
+                prog.words)  # fmt: skip
+        if self.relocation is None:
+            t = self.translate(prog.words)
+            tr = (t.words, t.rows, t.slot, t.page, t.offset)
+            out = bn.tables(*args, tr, self.kv, _DMA, _MIX, p.kept.arrays())
+        else:
+            moved, tr, out = bn.relocated_tables(*args, self.relocation, self.kv, _DMA, _MIX, p.kept.arrays())
+            if moved:
+                raise RuntimeError("a DMA descriptor addresses a cache slot the program does not have")
+        words, t_rows, t_slot, t_page, t_offset = tr
+        status, rows, dims, forms, bad, full, perm, cols, groups, hot, slot, pages = out
+        if status == 1:
             raise RuntimeError("the program's words disagree with its templates (the JIT and the plan differ)")
-        forms, bad = prepare(s[: p.n_syms], p.table, rows, dims, kept=p.kept)
+        if full:
+            p.kept.grow(full)  # the rows after it were not kept: the next bucket derives and keeps them
         if bad >= 0:
             ti, j, name, _ = p.whats[int(rows[bad, 13])]
             raise RuntimeError(
                 f"{self.art.tiles[ti].name}: field {name} of template {j} is affine but got no affine form"
             )
-        perm, cols, forms, groups = share_order(rows, forms)
-        f = isa.field(isa.Opcode.LOAD, "dram_base")  # every DMA's (`kv.py`)
-        dma = np.asarray([f.lane, f.offset, f.mask], np.int64)
-        hot, slot, pages = patch_tables(rows, perm, cols[:, 2].copy(), len(tr.words), tr.rows, tr.page, tr.slot,
-                                        tr.offset, self.kv, dma)  # fmt: skip
+        if status == 2:  # a hash collision: the lexicographic way
+            perm, cols, forms, groups = _share_rows(rows, forms, perm, rows[:, 12] - rows[:, 11])
+            hot, slot, pages = bn.patch_tables(rows, perm, cols[:, 2].copy(), len(words), t_rows, t_page, t_slot,
+                                               t_offset, self.kv, _DMA)  # fmt: skip
         kv = np.asarray(key[: len(p.grid_progs)], np.int64)
         nf = int(groups[0, 2]) if len(groups) else len(perm)
         free = rows[perm[:nf]]  # not grouped: columns 11, 12, 14 as they were
-        state = self._state(syms[: p.n_syms], kv, free, hot, forms, groups, dims, pages, slot, tr.words)
-        return Bucket(key, words_of(state), p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
+        state = self._state(syms[: p.n_syms], kv, free, hot, forms, groups, dims, pages, slot, words)
+        return Bucket(key, pn.words_of(state), p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
                       pages[:, 0].copy(), state, tuple(syms[p.n_syms :]))  # fmt: skip
 
     def _constants(self) -> tuple:
@@ -333,15 +344,14 @@ class Stepper:
     def _state(self, syms, key_values, free, hot, forms, groups, dims, pages, slot, words) -> np.ndarray:
         """The bucket's `_patch_numba` state (`free`: the field rows without forms, first in its order),
         holding its `words`."""
-        from . import _patch_numba as pn
-
+        pn = self._nb[1]
         p, n, nf = self.plan, len(hot), len(free)
         n_pages, stack, boxes, slots = self._layout
         meta = [0, 0, 0, stack, nf, dims.shape[1]]
         return pn.state({"KEYV": key_values, "KEYEX": p.key_table(), "EX": p.table if nf else p.table[:0],
                          "FREE": free, "FDIMS": dims[free[:, 10]], "FORMS": forms, "GROUPS": groups, "HOT": hot,
                          "AT": np.full(n, -1, np.int64), "PAGES": pages, "META": np.asarray(meta, np.int64),
-                         "MEMO": len(groups), "PREV": n_pages, "REFS": 2 * n_pages,
+                         "MEMO": len(groups), "PREV": n_pages, "REFS": n_pages + -(-n_pages // 8),
                          "KV": self.kv, "BOX": boxes[self.art.pick(syms)], "WORDS": words,
                          "SCRATCH": len(syms) + dims.shape[1] + stack + pn.MAX_ATOMS,
                          "SLOT": slot, "SLOTS": slots})  # fmt: skip

@@ -110,7 +110,7 @@ def test_a_patch_writes_the_states_unset_parts_before_reading_them(lm, monkeypat
         out = plain(parts)
         prev, refs = out[out[1 + 3 * pn.PREV] : out[2 + 3 * pn.PREV]], out[out[1 + 3 * pn.REFS] : out[2 + 3 * pn.REFS]]
         prev[: blocks.size] = blocks[: prev.size]
-        refs[: refs.size // 2] = np.arange(refs.size // 2) % blocks.size
+        refs[: prev.size] = np.arange(prev.size) % blocks.size  # the list; the marks (bytes) follow
         return out
 
     monkeypatch.setattr(pn, "state", unset)
