@@ -33,8 +33,9 @@ from ..symbolic.box import value_range
 from . import BufferPlan, TensorView, Tiling, first, last, memoized, module_symbols, plan_lengths, tile_rows
 from . import linear_mlp_split as split
 from .elementwise import ACT_FNS, emit_act
-from .linear import LINEAR_OPS, _bias_rows, _chain_loads, _plan_choice
+from .linear import LINEAR_OPS, _chain_loads, _plan_choice
 from .linear_cost import Epilogue
+from .linear_emit import _bias_rows
 from .linear_prologue import NORMS, _consumers
 from .linear_prologue import _gain as _norm_gain
 from .support import _pieces, replace_fused

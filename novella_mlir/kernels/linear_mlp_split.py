@@ -27,7 +27,7 @@ from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
 from . import BufferPlan, first, last, tile_rows
 from .elementwise import ACT_FNS
-from .linear import _bias_rows
+from .linear_emit import _bias_rows
 from .support import _pieces
 
 

@@ -4,7 +4,8 @@ activations"): a kernel's side of the decision.
 An op's `novella.resident` names, per role, the SPAD region that holds a whole tensor row-major (its
 DRAM layout, so a tile's DRAM offset relative to the tensor is its offset in the region): `out` (the
 result, written there by the producer, never to DRAM), `x` and `res` (the input
-and residual operands, read from there by a consumer). Sizes are the tensor's at the upper bounds.
+and residual operands, read from there by a consumer). Sizes are the tensor's at the lengths its tiles are
+planned for, which bound its symbols (the pass keeps nothing else).
 
 `Resident(b, op)` wraps a kernel's `MacroBuilder`: a LOAD of a resident operand becomes a VEC COPY
 from its region into the same SRAM tile, and a STORE of the result a COPY into its region. Each region is a buffer of the tiling (`buffers` of the macro), named in

@@ -64,8 +64,9 @@ class BatchStep:
         """The lane fields of the step (`step.lane_fields`; none if the program reads none): per lane the
         storage index of its position 0, below which its mask hides every key. An idle lane attends only
         the clock's own position: its field is the first storage index of the clock's page, which walks
-        the same key tiles as the clock (a tile is whole pages) and stays a page long (the bucket key
-        holds the fields: the clock itself would instantiate a bucket every step)."""
+        the clock's key tiles where a tile is a whole page (with smaller tiles, the page's earlier ones too;
+        an idle lane's output is never read) and stays a page long (the bucket key holds the fields: the
+        clock itself would instantiate a bucket every step)."""
         if not self.lanes:
             return []
         return [clock - ln.past for ln in lanes] + [clock - clock % self.sess.page_size] * (self.lanes - len(lanes))
