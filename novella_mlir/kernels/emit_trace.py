@@ -12,7 +12,7 @@ from simulator import timing
 
 from .. import symbolic as sy
 from ..machine import costmodel as cm
-from . import MacroBuilder
+from . import MacroBuilder, memoized
 
 LOAD, STORE, VEC, MMA = "novella.dma_load", "novella.dma_store", "novella.vop", "novella.mma"
 
@@ -57,36 +57,31 @@ class Dim:
 
 class Affine:
     """A guard's affine expression of the grid dims (`kernels.first`, `last`, or a trace's `d(i)`), as
-    sum(coeffs[i] * d_i) + c: read from the expression at the grid's corners, so a priced op holds no MLIR
-    object; an expression that is not linear in the dims (a floordiv, a mod) is evaluated where asked."""
+    sum(coeffs[i] * d_i) + c where it is linear in them (`symbolic.dim_coefficients`), so a priced op holds
+    no MLIR object; one that is not (a floordiv, a mod) is evaluated where asked."""
 
     def __init__(self, e: ir.AffineExpr):
-        at = [sy.evaluate(e, (), p) for p in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1), (2, 3, 5))]
-        self.c, self.coeffs = at[0], tuple(v - at[0] for v in at[1:4])
-        self.expr = None if self._at((2, 3, 5)) == at[4] else e
-
-    def _at(self, dims) -> int:
-        a, b, c = self.coeffs
-        return self.c + a * dims[0] + b * dims[1] + c * dims[2]
+        linear = sy.dim_coefficients(e, 3)
+        self.c, self.coeffs = linear or (0, (0, 0, 0))
+        self.expr = None if linear else e
 
     def at(self, point: dict) -> int:
         dims = (point.get(0, 1), point.get(1, 1), point.get(2, 1))
-        return self._at(dims) if self.expr is None else sy.evaluate(self.expr, (), dims)
+        if self.expr is not None:
+            return sy.evaluate(self.expr, (), dims)
+        return self.c + sum(a * x for a, x in zip(self.coeffs, dims))
 
 
-_AFFINE: dict = {}
+@memoized
+def _affine(e: ir.AffineExpr) -> Affine:
+    """An `Affine` per guard expression, within one compile (a compile traces the same few guards for every
+    candidate)."""
+    return Affine(e)
 
 
-def _guard(e):
-    """A guard's expression as `Op.on` reads it (an `Affine` per expression text, kept: a compile traces the
-    same few guards for every candidate)."""
-    if isinstance(e, (int, Dim)):
-        return e
-    key = str(e)
-    got = _AFFINE.get(key)
-    if got is None:
-        got = _AFFINE[key] = Affine(e)
-    return got
+def _when(f: dict) -> tuple:
+    """A traced op's guards as `Op.on` reads them: (kind, int, `Dim` or `Affine`)."""
+    return tuple((kind, e if isinstance(e, (int, Dim)) else _affine(e)) for kind, e in f.get("when") or ())
 
 
 class Trace(MacroBuilder):
@@ -100,7 +95,7 @@ class Trace(MacroBuilder):
     def priced(self) -> tuple[Op, ...]:
         out = []
         for name, f in self.ops:
-            when = tuple((kind, _guard(e)) for kind, e in f.get("when") or ())
+            when = _when(f)
             if name == MMA:
                 out.append(Op(name, "", f["m"], f["n"], False, when, f["k"]))
                 continue
@@ -115,8 +110,7 @@ class Trace(MacroBuilder):
         dims = tuple(point.get(i, 1) for i in range(self.n_dims))
         out = []
         for name, f in self.ops:
-            when = tuple((kind, _guard(e)) for kind, e in f.get("when") or ())
-            if name in (LOAD, STORE) and holds(when, point):
+            if name in (LOAD, STORE) and holds(_when(f), point):
                 out.append((name, *charged(f, dims)))
         return out
 

@@ -187,6 +187,28 @@ def affine_in_symbols(e: ir.AffineExpr) -> bool:
     return _symbol_degree(e) <= 1
 
 
+def dim_coefficients(e: ir.AffineExpr, n_dims: int) -> tuple[int, tuple[int, ...]] | None:
+    """(c, (a_0, .., a_{n_dims - 1})) with e = c + sum_i a_i * d_i, when `e` is linear in dims below n_dims
+    (no symbol, no floordiv, ceildiv or mod); else None. Read from the expression's structure."""
+    e = canon(e)
+    if isinstance(e, ir.AffineConstantExpr):
+        return e.value, (0,) * n_dims
+    if isinstance(e, ir.AffineDimExpr):
+        return (0, tuple(int(i == e.position) for i in range(n_dims))) if e.position < n_dims else None
+    if not isinstance(e, (ir.AffineAddExpr, ir.AffineMulExpr)):
+        return None
+    a, b = dim_coefficients(e.lhs, n_dims), dim_coefficients(e.rhs, n_dims)
+    if a is None or b is None:
+        return None
+    if isinstance(e, ir.AffineAddExpr):
+        return a[0] + b[0], tuple(x + y for x, y in zip(a[1], b[1]))
+    if any(b[1]):
+        a, b = b, a
+    if any(b[1]):
+        return None
+    return a[0] * b[0], tuple(x * b[0] for x in a[1])
+
+
 def _symbol_degree(e) -> int:
     """0: no symbol, 1: affine in the symbols (dims fixed), 2: neither."""
     e = canon(e)

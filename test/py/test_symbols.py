@@ -39,6 +39,18 @@ def test_provably_ge_over_every_combination(ctx):
     assert sy.provably_ge(sy.const(10), s0, bounded) and not sy.provably_ge(sy.const(10), s0, box)
 
 
+def test_dim_coefficients_are_read_from_the_structure(ctx):
+    """A guard is linear in the grid dims only by its form: d0 floordiv 3 agrees with a line through
+    d0 = 0, 1, 2 and is still not one."""
+    d0, d1 = sy.dim(0), sy.dim(1)
+    assert sy.dim_coefficients(d0 * 2 + d1 - 3, 3) == (-3, (2, 1, 0))
+    assert sy.dim_coefficients((d0 + 1) * 3 - d1 * 5, 3) == (3, (3, -5, 0))
+    assert sy.dim_coefficients(sy.floordiv(d0, 3), 3) is None
+    assert sy.dim_coefficients(sy.mod(d1, 2) + d0, 3) is None
+    assert sy.dim_coefficients(sy.sym(0) + d0, 3) is None
+    assert sy.dim_coefficients(sy.dim(3), 3) is None
+
+
 def test_torch_conditions():
     p, t = sympy.symbols("s0 s1", integer=True, positive=True)
     box = {p: (1, 1023), t: (1, 1024)}
