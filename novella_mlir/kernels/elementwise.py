@@ -12,16 +12,17 @@ ACT_FNS = {"none": (), "relu": ("relu",), "gelu": ("mul", "erf", "add", "mul", "
 
 
 def emit_act(b, act: str, buf: str, tmp: str, rows, cols: int, stride: int, when=None, out=None,
-             out_offset=None) -> None:  # fmt: skip
-    """Applies `act` to `buf` ([rows, cols], row stride `stride`) into `out` (default: in
-    place; at `out_offset` in it if given); gelu uses `tmp`, which may be `out`."""
+             out_offset=None, buf_offset=None) -> None:  # fmt: skip
+    """Applies `act` to `buf` ([rows, cols], row stride `stride`; at `buf_offset` in it if given) into `out`
+    (default: in place; at `out_offset` in it if given); gelu uses `tmp`, which may be `out`."""
     out = out or buf
     geo = dict(rows=rows, cols=cols, dst_stride=stride, a_stride=stride, b_stride=stride, when=when)
-    at = {} if out_offset is None else {"dst_offset": out_offset}
+    src = {} if buf_offset is None else {"a_offset": buf_offset}
+    at = src | ({} if out_offset is None else {"dst_offset": out_offset})
     if act == "relu":
         b.vop("RELU", out, buf, **at, **geo)
     elif act == "gelu":
-        b.vop("MUL", tmp, buf, mode="SCALAR", imm=1.0 / math.sqrt(2.0), **geo)
+        b.vop("MUL", tmp, buf, mode="SCALAR", imm=1.0 / math.sqrt(2.0), **src, **geo)
         b.vop("ERF", tmp, tmp, **geo)
         b.vop("ADD", tmp, tmp, mode="SCALAR", imm=1.0, **geo)
         b.vop("MUL", tmp, tmp, mode="SCALAR", imm=0.5, **geo)

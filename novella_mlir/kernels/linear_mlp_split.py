@@ -26,7 +26,7 @@ from .. import symbolic as sy
 from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
 from . import BufferPlan, first, last, tile_rows
-from .elementwise import ACT_FNS
+from .elementwise import ACT_FNS, emit_act
 from .linear_emit import _bias_rows
 from .support import _pieces
 
@@ -131,11 +131,9 @@ def emit(b, tv, dims, acts, tiles) -> None:
     _hidden_vecs(b, acts[0], rows, tm, hc, sy.floordiv(s, 2), odd)
     _deferred(b, rows, tm, pn, n, sy.floordiv(s, 2) - sy.const(1), odd + [("ge", s - sy.const(3))])
     _products(b, rows, tm, hc, pn, n, j2, [("eq", w1_step)], at_last)
-    geo = dict(rows=rows, cols=n, dst_stride=n, a_stride=n, b_stride=n, when=at_last)
-    for fn in ACT_FNS[acts[1]]:
-        b.vop(fn.upper(), "ysum", "ysum", **geo)
+    emit_act(b, acts[1], "ysum", "tmp", rows, n, n, when=at_last)
     if residual:
-        b.vop("ADD", "ysum", "ysum", "a", **geo)
+        b.vop("ADD", "ysum", "ysum", "a", rows=rows, cols=n, dst_stride=n, a_stride=n, b_stride=n, when=at_last)
     b.store_rows("ysum", **out_tile, when=at_last)
 
 
@@ -144,14 +142,7 @@ def _hidden_vecs(b, act1, rows, tm, hc, j, when) -> None:
     half = sy.mod(j, 2) * (tm * hc)
     geo = dict(rows=rows, cols=hc, dst_stride=hc, a_stride=hc, b_stride=hc, when=when)
     b.vop("ADD", "h", "acch", "b1", mode="ROW", dst_offset=half, a_offset=half, b_offset=j * hc, **geo)
-    if act1 == "relu":
-        b.vop("RELU", "h", "h", dst_offset=half, a_offset=half, **geo)
-    elif act1 == "gelu":
-        b.vop("MUL", "tmp", "h", mode="SCALAR", imm=1.0 / math.sqrt(2.0), a_offset=half, **geo)
-        b.vop("ERF", "tmp", "tmp", **geo)
-        b.vop("ADD", "tmp", "tmp", mode="SCALAR", imm=1.0, **geo)
-        b.vop("MUL", "tmp", "tmp", mode="SCALAR", imm=0.5, **geo)
-        b.vop("MUL", "h", "h", "tmp", dst_offset=half, a_offset=half, **geo)
+    emit_act(b, act1, "h", "tmp", rows, hc, hc, when=when, out_offset=half, buf_offset=half)
 
 
 def _products(b, rows, tm, hc, pn, n, j, when, at_last) -> None:
