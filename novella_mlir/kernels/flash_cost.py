@@ -333,10 +333,8 @@ def _blocks(dims: Dims, tq: int, tk: int) -> list[tuple[int, int]]:
 
 def _query_blocks(dims: Dims, tq: int, tk: int) -> Counter:
     """How many query blocks have (rows, keys visited): outside causal, all but a partial last are alike;
-    causal, block qi visits the keys up to its diagonal tile."""
-    if not dims.causal:
-        return Counter({(r, dims.lk): n for r, n in Counter(widths(dims.lq, tq)).items()})
-    return Counter((r, min(dims.lk, (qi + 1) * tk)) for qi, r in enumerate(widths(dims.lq, tq)))
+    causal, block qi visits the keys up to its diagonal tile (`_blocks`)."""
+    return Counter(_blocks(dims, tq, tk))
 
 
 def lower_bound(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
