@@ -221,7 +221,7 @@ class Linear:
 
     def macro(self, op, tv, t, b):
         start = len(b.ops)
-        self._macro(op, tv, t, resident.Resident(b, op) if resident.regions(op) else b)
+        self._macro(op, tv, t, resident.wrap(b, op))
         _chain_loads(b.ops[start:])
 
     def _macro(self, op, tv, t, b):

@@ -86,7 +86,7 @@ class LayerNorm:
         return cm.pipeline(target, cm.with_first(group(min(tm, rows), 1, True), cm.row_groups(rows, tm, group)))
 
     def macro(self, op, tv, t, b):
-        b = resident.Resident(b, op) if resident.regions(op) else b
+        b = resident.wrap(b, op)
         tm, c, total = t.tiles["tm"], tv.cols(0), tv.rows(0)
         eps = op.attributes["eps"].value
         rows = tile_rows(0, tm, total)
@@ -136,7 +136,7 @@ class RmsNorm(LayerNorm):
         return plan
 
     def macro(self, op, tv, t, b):
-        b = resident.Resident(b, op) if resident.regions(op) else b
+        b = resident.wrap(b, op)
         tm, c, total = t.tiles["tm"], tv.cols(0), tv.rows(0)
         rows = tile_rows(0, tm, total)
         b.load_block("w", 1, dram_offset=0, rows=1, cols=c, when=first(0))

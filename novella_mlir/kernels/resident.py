@@ -38,6 +38,11 @@ def buffers(op) -> list[Buffer]:
     return [Buffer(RESIDENT[role], "spad", off, size) for role, (off, size) in regions(op).items()]
 
 
+def wrap(b, op):
+    """`b`, or a `Resident` over it where the op keeps tensors in the scratchpad."""
+    return Resident(b, op) if regions(op) else b
+
+
 class Resident:
     """A `MacroBuilder` whose LOADs of resident operands and STORE of a resident result are VEC COPYs."""
 

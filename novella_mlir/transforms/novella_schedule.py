@@ -260,8 +260,7 @@ def _touched(attrs, buffers, shift: int = 0) -> list | None:
 def _clear_of(macro, prev, regions: dict, box: dict, spad: int, tiers: list[int]) -> list[int]:
     """Moves the SPAD buffers of `macro` above those of `prev` when both fit below `spad` (the scratchpad, or
     the lowest resident tensor's region) and that raises an early tier; returns the tiers."""
-    mine = [_extent(b) for b in tiling_of(macro).buffers if b.mem == "spad" and b.name not in _KEPT]
-    theirs = [_extent(b) for b in tiling_of(prev).buffers if b.mem == "spad" and b.name not in _KEPT]
+    mine, theirs = _free_extents(macro), _free_extents(prev)
     if not mine or not theirs:
         return tiers
     lo, hi = min(e[1] for e in mine), max(e[2] for e in mine)
@@ -310,9 +309,14 @@ def _move(macro, delta: int) -> None:
     macro.attributes["buffers"] = to_attr(buffers)
 
 
+def _free_extents(macro) -> list:
+    """`_extent` of each of the macro's SPAD buffers but the resident ones."""
+    return [_extent(b) for b in tiling_of(macro).buffers if b.mem == "spad" and b.name not in _KEPT]
+
+
 def _free_top(macro) -> int:
     """The end of the macro's SPAD buffers but the resident ones."""
-    return max((_extent(b)[2] for b in tiling_of(macro).buffers if b.mem == "spad" and b.name not in _KEPT), default=0)
+    return max((e[2] for e in _free_extents(macro)), default=0)
 
 
 def _movable(macro) -> bool:
