@@ -60,13 +60,13 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import heads_major
 from ..machine import costmodel as cm
-from . import BufferPlan, Tiling, first, last, memoized, module_symbols, plan_lengths
+from . import BufferPlan, Tiling, first, last, memoized, module_symbols, plan_lengths, resident
 from . import flash_cost as fc
 from . import flash_decode as fd
 from . import kv_cache as kv
 from .attention import NEG_FLOOR
 from .flash_decode import PER_HEAD, SubHead, chained_loads, held_rows, load_query, mask_row, plan_samples
-from .flash_emit import Emit, Steps, mask_broadcast, store, tile_extent
+from .flash_emit import Emit, Steps, kept, mask_broadcast, query, store, tile_extent
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
@@ -95,6 +95,9 @@ class Geometry:
         self.window = kv.window(op) if self.paged else None
         if any(self.minor[i] for i in self.paged):
             raise ValueError("flash_attention: a paged KV cache is [1, heads, positions, head_dim], not heads-minor")
+        self.kept = kept(resident.regions(op))  # operand (3: the result) -> its region (`--novella-resident`)
+        if self.kept and self.paged:
+            raise ValueError("flash_attention: a paged KV cache keeps no operand in the scratchpad")
         self.mask = tv.shape(3) if len(op.operands) == 4 else None
         self.mask_div = 1  # batch bi reads mask bi floordiv mask_div (a mask per leading index: `_per_lead`)
         if self.mask is not None:
@@ -141,7 +144,7 @@ def _sizes(g: Geometry, rows: int = 0, held: int = 0, heads: int = 1) -> tuple:
     heads: a grid step's heads (`flash_decode.SubHead`), the buffers they share: with several, the output
     of every head is held and stored once, at the last step)."""
     shared = fd.shared(g, heads)
-    return g.d, g.dv, g.mask is not None, g.causal, rows, held, heads, shared
+    return g.d, g.dv, g.mask is not None, g.causal, rows, held, heads, shared, tuple(sorted(g.kept))
 
 
 def _halves_rows(g: Geometry, syms, plan) -> int:
@@ -166,12 +169,14 @@ def _fitting(target, sizes: tuple, cands: tuple) -> tuple:
 def _plan(
     target, sizes: tuple, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool, blocks=False
 ) -> BufferPlan:
-    d, dv, masked, causal, rows, held, heads, shared = sizes
+    d, dv, masked, causal, rows, held, heads, shared, kept_ = sizes
     width = dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
     plan.add("q", "spad", held * d or tq * d, alternate=blocks or (not held and 0 < rows <= tq))
-    plan.add("k", "spad", tk * d, stream=True)
-    plan.add("v", "spad", tk * width, stream=True)
+    if 1 not in kept_:  # K, V and the output kept in the scratchpad are used where they are
+        plan.add("k", "spad", tk * d, stream=True)
+    if 2 not in kept_:
+        plan.add("v", "spad", tk * width, stream=True)
     if masked:
         plan.add("mask", "spad", tq * tk, stream=True)
     if causal:
@@ -179,7 +184,8 @@ def _plan(
     plan.add("p", "spad", tq * tk, stream=pipelined)  # pipelined: PV(j - 1) reads one slot, softmax(j) fills one
     for name in ("m", "l", "cm", "t"):
         plan.add(name, "spad", tq)
-    plan.add("out", "spad", held * dv if heads > 1 else tq * dv, stream=heads == 1)  # several heads: all held
+    if 3 not in kept_:  # several heads: all held
+        plan.add("out", "spad", held * dv if heads > 1 else tq * dv, stream=heads == 1)
     plan.add("s", "acc", tq * tk * s_slots)  # two: tile j's scores by d2 parity (macro-addressed, not streamed)
     plan.add("o", "acc", tq * width)
     for sub in range(1, heads):  # the step's other heads' own copies (`flash_decode.SubHead`)
@@ -195,7 +201,7 @@ def dims_of(g: Geometry, syms, lengths=None) -> fc.Dims:
     masked = g.mask is not None
     page = min((info["page_size"] for info in g.paged.values()), default=0)
     return fc.Dims(at(g.batch), at(g.lq), at(g.lk), g.d, g.dv, g.causal, masked, contiguous, g.safe and masked,
-                   page, mask_row(g), mask_broadcast(g))  # fmt: skip
+                   page, mask_row(g), mask_broadcast(g), tuple(sorted(g.kept)))  # fmt: skip
 
 
 class FlashAttention:
@@ -222,7 +228,8 @@ class FlashAttention:
         schedules = (False,) if g.paged and not g.causal else (True, False)
         pairs = pairs or [(min(tqs), min(tqs))]
         has_expsub = "expsub" in target.vector_functions
-        variants = [(p, ones, n) for p in schedules for ones in (False, True) for n in ((1, 2) if p else (1,))]
+        onesv = (False,) if 2 in g.kept else (False, True)  # a resident V has no column of ones
+        variants = [(p, ones, n) for p in schedules for ones in onesv for n in ((1, 2) if p else (1,))]
         return [(tq, tk, p, ones, n, has_expsub and (not p or n == 2)) for tq, tk in pairs for p, ones, n in variants]
 
     def cost(self, target, dims: fc.Dims, cand) -> float:
@@ -259,7 +266,7 @@ class FlashAttention:
         tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones), "s_slots": s_slots,
                  "expsub": int(expsub), **({"q_held": held} if held else {}),
                  **({"q_blocks": 1} if blocks else {}), **({"heads": heads} if heads > 1 else {})}  # fmt: skip
-        return Tiling(tiles, grid, plan.buffers)
+        return Tiling(tiles, grid, plan.buffers + resident.buffers(op))
 
     def heads(self, g: Geometry, syms, target, plan, cand: tuple, rows: int, held: int) -> int:
         """A grid step's heads (`flash_decode.SubHead`) where a decode step's loads chain (held query rows,
@@ -300,7 +307,8 @@ class FlashAttention:
             _fill_ones(b, g, t, tk)
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
-        s.q_off = load_query(b, g, t, tq, rows)
+        s.q_off = query(b, g, t, tq, rows)
+        s.place(e)
         s.loads(rows)
         if not s.pipelined or two:
             s.qk(e)

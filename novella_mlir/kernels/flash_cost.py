@@ -5,7 +5,7 @@ Per query block of r rows the key/value tiles have widths w_0 .. w_{n-1} (the la
 A step's vector work is the online softmax of one tile (`part1`: reads the scores, ends with
 p = s - max; `part2`: the rest), its matrix work the score MATMUL of one tile and the P @ V of one:
 the VECs and MATMULs `flash_emit.Emit` writes, run into an `emit_trace.Trace` and priced with the
-simulator's formulas (`emitted`, `step_cycles`). Its LOADs and STORE are the kernel's too (`load_query`,
+simulator's formulas (`emitted`, `step_cycles`). Its LOADs and STORE are the kernel's too (`query`,
 `flash_emit.Steps.loads`, `flash_emit.store`), read at the step's grid point with the rows the simulator
 moves (`emitted_dmas`), except over a paged cache (`_hand_dmas`, `_page_chain`, `chained_ring`); how they
 chain, overlap and floor the step (`_parts`, `_group`) is the schedule's rule, here.
@@ -32,8 +32,7 @@ from .. import symbolic as sy
 from ..machine import costmodel as cm
 from . import memoized
 from .emit_trace import LOAD, MMA, VEC, Dim, Trace, context, cycles
-from .flash_decode import load_query
-from .flash_emit import Emit, Steps, store
+from .flash_emit import Emit, Steps, query, store
 from .support import extent
 
 
@@ -53,6 +52,7 @@ class Dims:
     page: int = 0  # K/V in a paged cache: rows per page (a tile of several pages is a chain of LOADs); 0: not
     mask_row: bool = False  # the mask is one row per block, added to each of its rows (`flash_decode.mask_row`)
     mask_broadcast: bool = False  # the mask has one row, which the DMA reads for every query row (row_step 0)
+    kept: tuple = ()  # q, k, v (0 .. 2) and the output (3) kept in the scratchpad: never loaded or stored
 
 
 def widths(total: int, t: int) -> list[int]:
@@ -149,12 +149,14 @@ def step_cycles(t, key: tuple, r: int, w: int, ones: bool, expsub: bool) -> tupl
 
 
 class _Geometry:
-    """The `flash_attention.Geometry` fields the loads' emitters read (`load_query`, `Steps.loads`, `store`),
+    """The `flash_attention.Geometry` fields the loads' emitters read (`query`, `Steps.loads`, `store`),
     for an op without a paged cache at lengths lq, lk: one batch of rows `width` apart where contiguous
-    (`Dims.contiguous`), else further; a mask of lq rows, or one (`Dims.mask_broadcast`)."""
+    (`Dims.contiguous`), else further; a mask of lq rows, or one (`Dims.mask_broadcast`); the operands kept
+    in the scratchpad (`Dims.kept`)."""
 
     def __init__(self, key: tuple, lq: int, lk: int):
-        self.d, self.dv, masked, self.causal, self.contiguous, broadcast = key
+        self.d, self.dv, masked, self.causal, self.contiguous, broadcast, kept = key
+        self.kept = {i: "r" for i in kept}
         self.lq, self.lk, self.mask = sy.const(lq), sy.const(lk), True if masked else None
         self.mask_rows, self.mask_stride, self.mask_div = sy.const(1) if broadcast else self.lq, sy.const(lq * lk), 1
         self.paged, self.window, self.group, self.packed, self.scale = {}, None, 1, False, 1.0
@@ -174,7 +176,7 @@ class _Query:
 
 
 class _Tiling:
-    """What `load_query` reads of a Tiling: q_blocks (`Schedule.blocks`), the query's buffer."""
+    """What `query` reads of a Tiling: q_blocks (`Schedule.blocks`), the query's buffer."""
 
     def __init__(self, blocks: bool):
         self.tiles, self.buffers = {"q_blocks": 1} if blocks else {}, (_Query(),)
@@ -189,7 +191,7 @@ def _step_key(ws: list[int], j: int, pipelined: bool) -> tuple:
 @memoized
 def emitted_dmas(dims: Dims, tq: int, tk: int, sch: Schedule) -> dict:
     """{(rows, step key): (LOADs as (rows, cols, contiguous), the STORE's or None)} of the steps of every
-    query block (`_step_key`), as the kernel emits them (`load_query`, `Steps.loads`, `store`, run into a
+    query block (`_step_key`), as the kernel emits them (`query`, `Steps.loads`, `store`, run into a
     `Trace`, read at the first grid point with that key) and the simulator charges them (rows in bounds)."""
     points, blocks = {}, set()
     for qi, (r, keys) in enumerate(_blocks(dims, tq, tk)):
@@ -199,11 +201,11 @@ def emitted_dmas(dims: Dims, tq: int, tk: int, sch: Schedule) -> dict:
         ws = widths(keys, tk)
         for j in range(len(ws) + sch.pipelined):
             points.setdefault((r, _step_key(ws, j, sch.pipelined)), (qi, j))
-    key = (dims.d, dims.dv, dims.masked, dims.causal, dims.contiguous, dims.mask_broadcast)
+    key = (dims.d, dims.dv, dims.masked, dims.causal, dims.contiguous, dims.mask_broadcast, dims.kept)
     with context():
         g, b = _Geometry(key, dims.lq, dims.lk), Trace()
         rows = extent(1, tq, g.lq)
-        load_query(b, g, _Tiling(sch.blocks), tq, rows)
+        query(b, g, _Tiling(sch.blocks), tq, rows)
         s = Steps(g, b, tq, tk, sch.pipelined, sch.ones)
         s.loads(rows)
         store(b, g, tq, rows, s.final)
@@ -341,8 +343,9 @@ def lower_bound(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
     """At most `cost` of the candidate: the largest, summed over the op, of its MATMUL cycles and of the
     VEC cycles every tile's softmax has whatever its place (a step's period is at least the work of each
     unit), and of its DRAM data without burst rounding (q, the K/V tiles of every query block, the mask
-    tiles and the output)."""
+    tiles and the output, but those kept in the scratchpad)."""
     sch = Schedule(*schedule)
+    q, k, v, out = (0 if i in dims.kept else 1 for i in range(4))
     mat = vec = elems = 0
     for (r, lk), n in _query_blocks(dims, tq, tk).items():
         s = _Step(t, dims, r, sch.ones, sch.expsub)
@@ -350,7 +353,7 @@ def lower_bound(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
             mat += n * count * (s.qk(w) + s.pv(w))
             vec += n * count * (s.part1(w, True, False) + s.part2(w, True))
         mask = (1 if dims.mask_row else r) * lk * dims.masked
-        elems += n * (r * dims.d + lk * (dims.d + dims.dv) + mask + r * dims.dv)
+        elems += n * (q * r * dims.d + lk * (k * dims.d + v * dims.dv) + mask + out * r * dims.dv)
     return dims.batch * max(mat, vec, elems * 4 / t.dram_bytes_per_cycle)
 
 

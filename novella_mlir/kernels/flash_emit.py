@@ -1,18 +1,32 @@
 """The VECs and MATMULs of one grid step of `novella.flash_attention` (`kernels/flash_attention.py`) on its
 [rows, cols] score tile and per-row vectors: the score MATMUL, the mask and staircase adds, the online
 softmax (`part1`, `part2`), P @ V and the output's normalization (`Emit`); and which key/value tile each
-part of a step works on, with its K, V and mask LOADs (`Steps`) and the output's STORE (`store`). The cost
-model (`kernels/flash_cost.py`) prices what these write (`emit_trace.Trace`)."""
+part of a step works on, with its K, V and mask LOADs (`Steps`), the query's (`query`) and the output's STORE
+(`store`). The cost model (`kernels/flash_cost.py`) prices what these write (`emit_trace.Trace`).
+
+A tensor kept in the scratchpad (`--novella-resident`; `Geometry.kept`: operand index, 3 the result -> its
+region's buffer) is used where it is, rows as in DRAM (a head of a heads-minor tensor is a strided view of
+the region): the query's scaling MUL reads it there, the score MATMUL reads K and P @ V reads V there (V
+without the ones column), the normalizing DIV writes the output there; none of them is LOADed or STOREd."""
 
 from __future__ import annotations
 
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from ..dialects.fields import RESIDENT
+from . import first
 from . import kv_cache as kv
 from .attention import NEG_FLOOR, SUM_FLOOR
-from .flash_decode import Lanes, chained_loads, mask_row
+from .flash_decode import Lanes, chained_loads, load_query, mask_row
 from .support import ceildiv
+
+ROLES = {0: "x", 1: "k", 2: "v", 3: "out"}  # operand index (3: the result) -> its `novella.resident` role
+
+
+def kept(roles) -> dict[int, str]:
+    """{operand index (3: the result): its region's buffer} of the resident `roles` (`resident.regions`)."""
+    return {i: RESIDENT[r] for i, r in ROLES.items() if r in roles}
 
 
 class Emit:
@@ -22,12 +36,16 @@ class Emit:
         self.b, self.rows, self.cols, self.tq, self.tk, self.dv, self.ones = b, rows, cols, tq, tk, dv, ones
         self.expsub, self.s_off = expsub, None  # s_off: the softmax tile's score slot
         self.out_off = None  # the rows of `out` the block's output goes to (held: several heads)
+        self.out, self.out_stride = "out", dv  # the output's buffer and row stride (a resident region's: wider)
+        self.v = ("v", None, dv + ones)  # V's (buffer, offset, row stride) for P @ V
         self.width = dv + ones  # row stride of V and O (with the ones column, O's last column is l)
 
-    def qk(self, d: int, cols, when, acc_offset=None, lhs_offset=None) -> None:
-        """S = Q @ K^T of a key tile of `cols` rows (K rows of d) into the score slot at `acc_offset`."""
-        self.b.mma("s", "q", "k", a_stride=d, b_stride=d, acc_stride=self.tk, m=self.rows, k=d, n=cols,
-                   accumulate=0, transpose_b=1, acc_offset=acc_offset, lhs_offset=lhs_offset, when=when)  # fmt: skip
+    def qk(self, d: int, cols, when, acc_offset=None, lhs_offset=None, k=("k", None, None)) -> None:
+        """S = Q @ K^T of a key tile of `cols` rows (K rows of d) into the score slot at `acc_offset`; `k`: K's
+        (buffer, offset, row stride or None: d)."""
+        self.b.mma("s", "q", k[0], a_stride=d, b_stride=k[2] or d, acc_stride=self.tk, m=self.rows, k=d, n=cols,
+                   accumulate=0, transpose_b=1, acc_offset=acc_offset, lhs_offset=lhs_offset, rhs_offset=k[1],
+                   when=when)  # fmt: skip
 
     def adds(self, mask_mode: str | None, causal: bool, on, final) -> None:
         """The mask tile added to the scores (`mask_mode`: the ADD's mode; None: no mask) and, causal, the
@@ -84,9 +102,9 @@ class Emit:
         self.pv(1, rest)
 
     def pv(self, accumulate: int, when):
-        w = self.width
-        self.b.mma("o", "p", "v", a_stride=self.tk, b_stride=w, acc_stride=w, m=self.rows, k=self.cols, n=w,
-                   accumulate=accumulate, transpose_b=0, when=when)  # fmt: skip
+        w, (v, at, stride) = self.width, self.v
+        self.b.mma("o", "p", v, a_stride=self.tk, b_stride=stride, acc_stride=w, m=self.rows, k=self.cols, n=w,
+                   accumulate=accumulate, transpose_b=0, rhs_offset=at, when=when)  # fmt: skip
 
     def normalize(self, when, safe: bool) -> None:
         """out = O / l (l: O's last column with the ones column of V). `safe`: l = max(l, SUM_FLOOR) first,
@@ -98,11 +116,30 @@ class Emit:
                        dst_offset=off, a_offset=off, when=when)  # fmt: skip
         elif safe:
             self.row("MAX", "l", "l", mode="SCALAR", imm=SUM_FLOOR, when=when)
-        self.b.vop("DIV", "out", "o", sums, mode="COL", rows=self.rows, cols=dv, dst_stride=dv, a_stride=w,
+        self.b.vop("DIV", self.out, "o", sums, mode="COL", rows=self.rows, cols=dv, dst_stride=self.out_stride, a_stride=w,
                    b_stride=w if self.ones else 1, b_offset=off, dst_offset=self.out_off, when=when)  # fmt: skip
 
 
+def query(b, g, t, tq: int, rows):
+    """`flash_decode.load_query`, or with the query resident its scaling MUL from the region into `q` (no
+    LOAD). Returns the block's offset in `q`."""
+    region = g.kept.get(0)
+    if region is None:
+        return load_query(b, g, t, tq, rows)
+    bi, qi, off = b.d(0), b.d(1), None
+    if t.tiles.get("q_blocks"):  # as load_query's slots
+        off = sy.mod(bi * sy.ceildiv(g.lq, tq) + qi, 2) * (tq * g.d)
+    elif next(buf for buf in t.buffers if buf.name == "q").alternate:
+        off = sy.mod(bi, 2) * (tq * g.d)
+    stride = g.row_stride(0)
+    b.vop("MUL", "q", region, mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=stride,
+          dst_offset=off, a_offset=g.base(0, bi) + qi * (tq * stride), when=first(2))  # fmt: skip
+    return off
+
+
 def store(b, g, tq: int, rows, when) -> None:
+    if 3 in g.kept:  # the normalizing DIV wrote the output into its region
+        return
     b.store_rows("out", dram_offset=g.base(3, b.d(0)), dram_stride=g.row_stride(3), row_start=b.d(1) * tq,
                  row_bound=g.lq, rows=rows, cols=g.dv, when=when)  # fmt: skip
 
@@ -162,7 +199,25 @@ class Steps:
             self.qk_on = [("ge", qi - j)] if g.causal else [("ge", nk - 1 - j)]
 
     def qk(self, e: Emit) -> None:
-        e.qk(self.g.d, self.cols_qk, self.qk_on, self.s_off, self.q_off)
+        g, j = self.g, self.b.d(2)
+        k = ("k", None, None)
+        if 1 in g.kept:  # the pipelined loop's step past the end: tile nk - 1's address (it does not run)
+            k = self._region(1, j - sy.step(j + 1 - ceildiv(g.lk, self.tk)) if self.pipelined else self.k_tile)
+        e.qk(g.d, self.cols_qk, self.qk_on, self.s_off, self.q_off, k)
+
+    def place(self, e: Emit) -> None:
+        """Points `e` at the resident V and output (`Geometry.kept`) of this step."""
+        g, b = self.g, self.b
+        if 2 in g.kept:  # the pipelined loop's first step: tile 0's address (its P @ V does not run)
+            e.v = self._region(2, _prev(b.d(2)) if self.pipelined else self.i)
+        if 3 in g.kept:
+            stride = g.row_stride(3)
+            e.out, e.out_stride, e.out_off = g.kept[3], stride, g.base(3, b.d(0)) + b.d(1) * (self.tq * stride)
+
+    def _region(self, i: int, tile) -> tuple:
+        """(buffer, offset, row stride) of key/value tile `tile` of resident operand `i`, batch d(0)."""
+        stride = self.g.row_stride(i)
+        return self.g.kept[i], self.g.base(i, self.b.d(0)) + tile * (self.tk * stride), stride
 
     def loads(self, rows, mask: bool = True) -> None:
         g, b, tk = self.g, self.b, self.tk
@@ -171,10 +226,12 @@ class Steps:
         k_rows, v_rows = (self.cols_qk, self.cols) if guarded else _edge_rows(g.lk, tk, j)
         skip = g.causal or g.window is not None or isinstance(b, Lanes)  # tiles skipped: their loads too
         chained = chained_loads(g, tk)
-        _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None,
-                 chained=chained)  # fmt: skip
-        _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None,
-                 chained=chained)  # fmt: skip
+        if 1 not in g.kept:
+            _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None,
+                     chained=chained)  # fmt: skip
+        if 2 not in g.kept:
+            _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None,
+                     chained=chained)  # fmt: skip
         if g.mask is not None and mask:
             _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if skip and not g.causal else None,
                        chained=chained)  # fmt: skip

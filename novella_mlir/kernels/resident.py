@@ -4,7 +4,8 @@ activations"): a kernel's side of the decision.
 An op's `novella.resident` names, per role, the SPAD region that holds a whole tensor row-major (its
 DRAM layout, so a tile's DRAM offset relative to the tensor is its offset in the region): `out` (the
 result, written there by the producer, never to DRAM), `x` and `res` (the input
-and residual operands, read from there by a consumer). Sizes are the tensor's at the lengths its tiles are
+and residual operands, read from there by a consumer), `k` and `v` (an attention's key and value; its query is
+its `x`). Sizes are the tensor's at the lengths its tiles are
 planned for, which bound its symbols (the pass keeps nothing else).
 
 `Resident(b, op)` wraps a kernel's `MacroBuilder`: a LOAD of a resident operand becomes a VEC COPY
@@ -22,7 +23,7 @@ from . import Buffer
 
 ATTR = "novella.resident"
 # role in `novella.resident` -> (operand index of the LOAD it replaces, or -1 for the result's STORE)
-OPERANDS = {"x": 0, "res": 3, "out": -1}
+OPERANDS = {"x": 0, "res": 3, "k": 1, "v": 2, "out": -1}
 
 
 def regions(op) -> dict[str, tuple[int, int]]:

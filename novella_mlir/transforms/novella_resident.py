@@ -1,9 +1,10 @@
 """--novella-resident: activations kept in the scratchpad between macros, never round-tripping DRAM.
 
 After `--novella-fuse` (each program decides on its own graph, at its own planned length). The result of a
-linear (`novella.linear` / `novella.fused_linear`) or a row norm (`novella.layer_norm` / `rms_norm`) whose
-every reader is such an op reading it as its input x, or a linear reading it as its residual operand
-(through row-major reshapes, which alias it), is kept whole in a SPAD
+linear (`novella.linear` / `novella.fused_linear`), a row norm (`novella.layer_norm` / `rms_norm`) or an
+attention without a paged KV cache (`novella.flash_attention`: a prefill's or an encoder's) whose every
+reader is such an op reading it in a role of `READS` (through row-major reshapes, which alias it: an
+attention's heads-minor q, k, v and output are strided views of the projections' rows) is kept whole in a SPAD
 region when, at the lengths its tiles are planned for (which must bound the symbols: a shape bucket's
 upper ends, or the nominal length), it fits below the budget of every op from the producer to its
 last reader and the cost model predicts fewer cycles:
@@ -11,13 +12,15 @@ last reader and the cost model predicts fewer cycles:
   another op or the function returns is read from DRAM, and stays there: keeping a copy on chip for some
   readers only lowered the budget of every op in between for one LOAD less, a loss on the encoder body);
 * each reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled;
+* but a linear's MATMULs read a resident x where it is (unless it normalizes x in place), and an attention
+  (`IN_PLACE`) uses its resident q, k, v and output where they are, with no COPY (`kernels/flash_emit.py`);
 * every op from the producer to the last reader tiles below the region (its `novella.sram_budget` ends at
   the region's offset), so nothing else writes it while it is live; regions live at once stack downward
   from the top of the scratchpad, and together take at most half of it (the kernels without a cost
   model keep the other half).
 
-The decision is `novella.resident` on the producer (`out`, `out_size`) and on each reader (`x` or
-`res` and its size): SPAD offsets the kernels read (`kernels/resident.py`), which become buffers of the
+The decision is `novella.resident` on the producer (`out`, `out_size`) and on each reader (its role, `x`,
+`res`, `k` or `v`, and its size): SPAD offsets the kernels read (`kernels/resident.py`), which become buffers of the
 macros (`fields.RESIDENT`) that `--novella-schedule` never moves. Priced as the DMA cycles of the STORE
 and LOADs it removes (`costmodel.dma`) against the COPYs (`costmodel.vec`) and, for ops with a cost model
 (`predict`), their predicted cycles below the lowered budget against their own."""
@@ -33,6 +36,7 @@ from ..dialects.attrs import from_attr
 from ..dialects.novella import linear_epilogue
 from ..errors import TileFitError
 from ..kernels import TensorView, plan_lengths
+from ..kernels.kv_cache import paged_operand
 from ..kernels.linear import LINEAR_OPS
 from ..kernels.resident import ATTR
 from ..machine import costmodel as cm
@@ -42,8 +46,18 @@ from ..symbolic.box import symbols_in, value_range
 from .common import body_ops, check_symbols, functions, require_stage, set_attr
 
 NORMS = ("novella.layer_norm", "novella.rms_norm")  # a row tile LOADed from x, one STOREd, as a linear's
-PRODUCERS = (*LINEAR_OPS, *NORMS)
-OPTIONS = {"enable": (int, 1, "keep linears' and norms' results in the scratchpad for the ops that read them", (0, 1))}
+ATTENTION = "novella.flash_attention"  # prefill / encoder (no paged KV cache): q, k, v and its output in place
+# op -> {operand index: the role it reads the operand in, where kept}; a linear's residual only with its epilogue's
+READS = {
+    **{op: {0: "x", 3: "res"} for op in LINEAR_OPS},
+    **{op: {0: "x"} for op in NORMS},
+    ATTENTION: {0: "x", 1: "k", 2: "v"},
+}
+PRODUCERS = tuple(READS)
+IN_PLACE = {ATTENTION}  # ops that read and write their resident tensors where they are kept: no COPY
+OPTIONS = {
+    "enable": (int, 1, "keep linears', norms' and attentions' results in the scratchpad for their readers", (0, 1))
+}
 BUDGET = "novella.sram_budget"
 
 
@@ -69,13 +83,24 @@ def readers(value) -> tuple[list, bool]:
         if user.name == "novella.reshape":
             more, o = readers(user.results[0])
             out, other = out + more, other or o
-        elif user.name in PRODUCERS and use.operand_number == 0:
-            out.append((user, "x"))
-        elif user.name in LINEAR_OPS and use.operand_number == 3 and linear_epilogue(user)[0]:
-            out.append((user, "res"))
+        elif _reads(user, use.operand_number):
+            out.append((user, READS[user.name][use.operand_number]))
         else:
             other = True
     return out, other
+
+
+def _reads(op, operand: int) -> bool:
+    """Whether `op` can read its operand `operand` from the scratchpad (`READS`)."""
+    role = READS.get(op.name, {}).get(operand)
+    if role == "res":
+        return linear_epilogue(op)[0]
+    return role is not None and _takes_part(op)
+
+
+def _takes_part(op) -> bool:
+    """An attention over a paged KV cache (a decode step) keeps nothing; every other op in `READS` may."""
+    return op.name != ATTENTION or all(paged_operand(op, i) is None for i in (1, 2))
 
 
 def _decide(ops, i: int, target, symbols, placed: list) -> None:
@@ -83,7 +108,7 @@ def _decide(ops, i: int, target, symbols, placed: list) -> None:
     regions so far."""
     producer = ops[i]
     found, other = readers(producer.results[0])
-    if not found or other:
+    if not found or other or not _takes_part(producer.operation):
         return
     last = max(j for j in range(i, len(ops)) if any(ops[j].operation == r.operation for r, _ in found))
     live = [o for o in ops[i : last + 1] if BUDGET in o.attributes]
@@ -132,7 +157,8 @@ def _gain(target, producer, found, live, offset: int) -> float:
     lowered budget costs the ops that tile under it (none of them may stop fitting)."""
     rows, cols = _view(producer)
     saved = (len(found) + 1) * cm.dma(target, rows, cols, True)[1]
-    copies = (len(found) + 1) * cm.vec(target, rows, cols, "copy")
+    copied = [op for op in (producer, *(r for r, _ in found)) if op.operation.name not in IN_PLACE]
+    copies = len(copied) * cm.vec(target, rows, cols, "copy")
     lost = 0.0
     for o in live:
         extra = _loss(target, o, offset)

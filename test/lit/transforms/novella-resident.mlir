@@ -87,3 +87,57 @@ module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths =
     return %y : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
   }
 }
+
+// -----
+
+// Attention (a prefill's or an encoder's, no paged KV cache) at T in [1, 32] (planned for 32; d = 64, two
+// heads of 32): the q, k and v projections keep their results (2048 elements each) for the attention, which
+// reads its heads-minor q, k and v there (head h of row r at r * 64 + h * 32), and keeps its output for
+// o_proj's x, in the region below theirs (all three are live while it writes it).
+// CHECK-LABEL: func.func @attention
+// CHECK: "novella.linear"(%arg0, {{.*}}novella.resident = {out = 63488 : i64, out_size = 2048 : i64}
+// CHECK: "novella.linear"(%arg0, {{.*}}novella.resident = {out = 61440 : i64, out_size = 2048 : i64}
+// CHECK: "novella.linear"(%arg0, {{.*}}novella.resident = {out = 59392 : i64, out_size = 2048 : i64}
+// CHECK: "novella.flash_attention"({{.*}}novella.resident = {k = 61440 : i64, k_size = 2048 : i64, out = 57344 : i64, out_size = 2048 : i64, v = 59392 : i64, v_size = 2048 : i64, x = 63488 : i64, x_size = 2048 : i64}, novella.sram_budget = {acc = 16384 : i64, spad = 57344 : i64}
+// CHECK: "novella.linear"(%{{.*}}novella.resident = {x = 57344 : i64, x_size = 2048 : i64}
+// OFF-LABEL: func.func @attention
+// OFF-NOT: novella.resident
+// In its macro nothing is loaded or stored: the query's scaling MUL reads the region with the row stride of
+// the projection (64), the score MATMUL and P @ V read K and V there, the normalizing DIV writes the output
+// there.
+// MACRO-LABEL: func.func @attention
+// MACRO: a_stride = 64 : i64{{.*}}fn = "MUL"
+// MACRO-NOT: opcode = "LOAD"
+// MACRO-NOT: opcode = "STORE"
+// MACRO: b_stride = 64 : i64{{.*}}opcode = "MATMUL"
+// MACRO-NOT: opcode = "LOAD"
+// MACRO-NOT: opcode = "STORE"
+// MACRO: b_stride = 64 : i64{{.*}}opcode = "MATMUL"
+// MACRO-NOT: opcode = "LOAD"
+// MACRO-NOT: opcode = "STORE"
+// MACRO: dst_stride = 64 : i64, fn = "DIV"
+// MACRO-NOT: opcode = "LOAD"
+// MACRO-NOT: opcode = "STORE"
+// MACRO: rk = ["spad", 61440, 2048], rout = ["spad", 57344, 2048], rv = ["spad", 59392, 2048], rx = ["spad", 63488, 2048]{{.*}}kernel = "novella.flash_attention"
+module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths = [32]} {
+  func.func @attention(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (16640)>}) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 384 + 16640)>} {
+    %0 = "novella.weight"() {name = "q.weight", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<64x64xf32>
+    %1 = "novella.weight"() {name = "q.bias", novella.dram = affine_map<()[s0] -> (4096)>} : () -> tensor<64xf32>
+    %2 = "novella.linear"(%arg0, %0, %1) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 64 + 16640)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %3 = "novella.reshape"(%2) {novella.dram = affine_map<()[s0] -> (s0 * 64 + 16640)>} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x2x32xf32, affine_map<()[s0] -> (1, s0, 2, 32)>>
+    %4 = "novella.weight"() {name = "k.weight", novella.dram = affine_map<()[s0] -> (4160)>} : () -> tensor<64x64xf32>
+    %5 = "novella.weight"() {name = "k.bias", novella.dram = affine_map<()[s0] -> (8256)>} : () -> tensor<64xf32>
+    %6 = "novella.linear"(%arg0, %4, %5) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 128 + 16640)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %7 = "novella.reshape"(%6) {novella.dram = affine_map<()[s0] -> (s0 * 128 + 16640)>} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x2x32xf32, affine_map<()[s0] -> (1, s0, 2, 32)>>
+    %8 = "novella.weight"() {name = "v.weight", novella.dram = affine_map<()[s0] -> (8320)>} : () -> tensor<64x64xf32>
+    %9 = "novella.weight"() {name = "v.bias", novella.dram = affine_map<()[s0] -> (12416)>} : () -> tensor<64xf32>
+    %10 = "novella.linear"(%arg0, %8, %9) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 192 + 16640)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %11 = "novella.reshape"(%10) {novella.dram = affine_map<()[s0] -> (s0 * 192 + 16640)>} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>) -> tensor<1x?x2x32xf32, affine_map<()[s0] -> (1, s0, 2, 32)>>
+    %12 = "novella.flash_attention"(%3, %7, %11) {causal = 0 : i64, heads_minor = array<i64: 1, 1, 1, 1>, novella.dram = affine_map<()[s0] -> (s0 * 256 + 16640)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 1, 0>, safe = false, scale = 0.176776692 : f32} : (tensor<1x?x2x32xf32, affine_map<()[s0] -> (1, s0, 2, 32)>>, tensor<1x?x2x32xf32, affine_map<()[s0] -> (1, s0, 2, 32)>>, tensor<1x?x2x32xf32, affine_map<()[s0] -> (1, s0, 2, 32)>>) -> tensor<1x?x2x32xf32, affine_map<()[s0] -> (1, s0, 2, 32)>>
+    %13 = "novella.reshape"(%12) {novella.dram = affine_map<()[s0] -> (s0 * 256 + 16640)>} : (tensor<1x?x2x32xf32, affine_map<()[s0] -> (1, s0, 2, 32)>>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    %14 = "novella.weight"() {name = "o.weight", novella.dram = affine_map<()[s0] -> (12480)>} : () -> tensor<64x64xf32>
+    %15 = "novella.weight"() {name = "o.bias", novella.dram = affine_map<()[s0] -> (16576)>} : () -> tensor<64xf32>
+    %16 = "novella.linear"(%13, %14, %15) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 320 + 16640)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %16 : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
