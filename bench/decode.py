@@ -2,8 +2,9 @@
 
   * per-token cycles of a decode step as the past grows, against the decode roofline
     max(MACs / MACs per cycle, (weights + K/V bytes read + K/V bytes written) / DRAM bandwidth);
-  * host JIT time per step against the NPU step time (1 GHz): a step patches the injected fields of
-    its bucket's program (`runtime/step.py`); a new key/value tile count instantiates a bucket once;
+  * host JIT time per step against the NPU step time (its cycles at the config's clock): a step patches
+    the injected fields of its bucket's program (`runtime/step.py`); a new key/value tile count
+    instantiates a bucket once;
   * a decode step against the no-cache baseline (prefill re-run on the whole sequence);
   * KV memory in use, paged vs an allocation of max_len per sequence;
   * with --sizes: MacroMeta + TileMeta bytes of both programs at max_len 1024 and 8192.
@@ -87,7 +88,11 @@ def generation(lm, n_new: int = 32):
     lm.session(check_hazards=False).steppers["decode"].clear()
     lm.generate(torch.randint(3, 500, (1, 7), generator=torch.Generator().manual_seed(0)), n_new, check_hazards=False)
     dec = [s for s in lm.last_run.steps if s.kind == "decode"]
-    return dec, np.mean([s.jit_seconds for s in dec]), np.mean([s.cycles for s in dec]) / 1e9
+    return (
+        dec,
+        np.mean([s.jit_seconds for s in dec]),
+        np.mean([s.cycles for s in dec]) / (lm.prefill.config.clock_ghz * 1e9),
+    )
 
 
 def prefill_cycles(sess, length: int) -> int:
@@ -127,7 +132,7 @@ def main() -> None:
     kv_row = sum(s["heads"] * s["head_dim"] for s in slots) * 4  # bytes per position, all layers, K and V
     wb = weight_bytes(hf)
     print(
-        f"compulsory weights {wb:,} B (artifact holds {lm.decode.artifact.weight_nbytes:,} B), K/V {kv_row} B per position; DRAM {bw} B/cycle, {mpc} MACs/cycle, 1 GHz\n"
+        f"compulsory weights {wb:,} B (artifact holds {lm.decode.artifact.weight_nbytes:,} B), K/V {kv_row} B per position; DRAM {bw} B/cycle, {mpc} MACs/cycle, {cfg.clock_ghz:g} GHz\n"
     )
     print("per-token decode cycles vs past length and the decode roofline")
     print(
@@ -141,7 +146,7 @@ def main() -> None:
     for past in pasts:
         stats, jit_new, jit_step = decode_step(lm, sess, past)
         roof = max(stats.macs / mpc, (wb + kv_row * (past + 2)) / bw)  # K/V of past + 1 read, 1 written
-        npu_us = stats.cycles / 1e3
+        npu_us = stats.cycles / (cfg.clock_ghz * 1e3)
         base = prefill_cycles(sess, past + 1)
         fused[past] = (stats.cycles, jit_step, base, roof)
         print(f"{past:>6} {stats.cycles:>9,} {stats.dma_bytes_loaded + stats.dma_bytes_stored:>10,} {roof:>9,.0f} "
