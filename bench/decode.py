@@ -242,11 +242,14 @@ def apart_step(sess, pasts: list) -> dict:
 
 def _rebuilt(step, stepper, ls, clock, build, n: int = 3) -> float:
     """Seconds of `build` (a bucket's instantiation) right after a simulator run (host caches cold), every
-    bucket dropped before each, best of n (2 shared cores: one sample may include a preemption)."""
+    bucket dropped before each, and the JIT's instantiations (a new bucket's symbol values are new: its
+    words are the JIT kernel's, not its cache's), best of n (2 shared cores: one sample may include a
+    preemption)."""
     best = float("inf")
     for _ in range(n):
         step.run(ls, clock)
         stepper.clear()  # the steps' buckets are built again as needed
+        stepper.jit.cache.clear()
         t0 = time.perf_counter()
         build()
         best = min(best, time.perf_counter() - t0)
@@ -337,9 +340,9 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
     )
     print("warm: 16 consecutive steps' patches back to back (every lane crosses a page), mean and max;")
     print("fill: the step's block array built from the lanes' block lists (host, not the JIT's; best of 3)")
-    print("new: the step's JIT when it instantiates the clock's bucket, after a simulator run, best of 3 (nan: built")
-    print("by an earlier row); amort:")
-    print("it spread over the steps of its bucket (the clocks of the same key), against the NPU step;")
+    print("new: the step's JIT when it instantiates the clock's bucket (the JIT kernel's words included), after a")
+    print("simulator run, best of 3 (nan: built by an earlier row); amort: it spread over the steps of its bucket")
+    print("(the clocks of the same key), against the NPU step;")
     print("next: the neighbouring bucket's instantiation (the next key up: a sequence crossing the bound), its amort")
     print(f"{'B':>3} {'past':>10} {'cycles':>10} {'DMA B':>11} {'roof':>9} {'cyc/roof':>8} {'tok/Mcyc':>8} "
           f"{'x B=1':>6} {'apart cyc':>11} {'apart/roof':>10} {'gain':>5} {'JIT us':>7} {'NPU us':>8} {'JIT/NPU':>7} "
