@@ -2,8 +2,9 @@
 
   * per-token cycles of a decode step as the past grows, against the decode roofline
     max(MACs / MACs per cycle, (weights + K/V bytes read + K/V bytes written) / DRAM bandwidth);
-  * host JIT time per step against the NPU step time (1 GHz): a step patches the injected fields of
-    its bucket's program (`runtime/step.py`); a new key/value tile count instantiates a bucket once;
+  * host JIT time per step against the NPU step time (its cycles at the config's clock): a step patches
+    the injected fields of its bucket's program (`runtime/step.py`); a new key/value tile count
+    instantiates a bucket once;
   * a decode step against the no-cache baseline (prefill re-run on the whole sequence);
   * KV memory in use, paged vs an allocation of max_len per sequence;
   * with --sizes: MacroMeta + TileMeta bytes of both programs at max_len 1024 and 8192.
@@ -87,7 +88,11 @@ def generation(lm, n_new: int = 32):
     lm.session(check_hazards=False).steppers["decode"].clear()
     lm.generate(torch.randint(3, 500, (1, 7), generator=torch.Generator().manual_seed(0)), n_new, check_hazards=False)
     dec = [s for s in lm.last_run.steps if s.kind == "decode"]
-    return dec, np.mean([s.jit_seconds for s in dec]), np.mean([s.cycles for s in dec]) / 1e9
+    return (
+        dec,
+        np.mean([s.jit_seconds for s in dec]),
+        np.mean([s.cycles for s in dec]) / (lm.prefill.config.clock_ghz * 1e9),
+    )
 
 
 def prefill_cycles(sess, length: int) -> int:
@@ -127,7 +132,7 @@ def main() -> None:
     kv_row = sum(s["heads"] * s["head_dim"] for s in slots) * 4  # bytes per position, all layers, K and V
     wb = weight_bytes(hf)
     print(
-        f"compulsory weights {wb:,} B (artifact holds {lm.decode.artifact.weight_nbytes:,} B), K/V {kv_row} B per position; DRAM {bw} B/cycle, {mpc} MACs/cycle, 1 GHz\n"
+        f"compulsory weights {wb:,} B (artifact holds {lm.decode.artifact.weight_nbytes:,} B), K/V {kv_row} B per position; DRAM {bw} B/cycle, {mpc} MACs/cycle, {cfg.clock_ghz:g} GHz\n"
     )
     print("per-token decode cycles vs past length and the decode roofline")
     print(
@@ -141,7 +146,7 @@ def main() -> None:
     for past in pasts:
         stats, jit_new, jit_step = decode_step(lm, sess, past)
         roof = max(stats.macs / mpc, (wb + kv_row * (past + 2)) / bw)  # K/V of past + 1 read, 1 written
-        npu_us = stats.cycles / 1e3
+        npu_us = stats.cycles / (cfg.clock_ghz * 1e3)
         base = prefill_cycles(sess, past + 1)
         fused[past] = (stats.cycles, jit_step, base, roof)
         print(f"{past:>6} {stats.cycles:>9,} {stats.dma_bytes_loaded + stats.dma_bytes_stored:>10,} {roof:>9,.0f} "
@@ -237,11 +242,14 @@ def apart_step(sess, pasts: list) -> dict:
 
 def _rebuilt(step, stepper, ls, clock, build, n: int = 3) -> float:
     """Seconds of `build` (a bucket's instantiation) right after a simulator run (host caches cold), every
-    bucket dropped before each, best of n (2 shared cores: one sample may include a preemption)."""
+    bucket dropped before each, and the JIT's instantiations (a new bucket's symbol values are new: its
+    words are the JIT kernel's, not its cache's), best of n (2 shared cores: one sample may include a
+    preemption)."""
     best = float("inf")
     for _ in range(n):
         step.run(ls, clock)
         stepper.clear()  # the steps' buckets are built again as needed
+        stepper.jit.cache.clear()
         t0 = time.perf_counter()
         build()
         best = min(best, time.perf_counter() - t0)
@@ -332,9 +340,9 @@ def batched(lm, wb: int, kv_row: int, sizes: list, pasts: list) -> None:
     )
     print("warm: 16 consecutive steps' patches back to back (every lane crosses a page), mean and max;")
     print("fill: the step's block array built from the lanes' block lists (host, not the JIT's; best of 3)")
-    print("new: the step's JIT when it instantiates the clock's bucket, after a simulator run, best of 3 (nan: built")
-    print("by an earlier row); amort:")
-    print("it spread over the steps of its bucket (the clocks of the same key), against the NPU step;")
+    print("new: the step's JIT when it instantiates the clock's bucket (the JIT kernel's words included), after a")
+    print("simulator run, best of 3 (nan: built by an earlier row); amort: it spread over the steps of its bucket")
+    print("(the clocks of the same key), against the NPU step;")
     print("next: the neighbouring bucket's instantiation (the next key up: a sequence crossing the bound), its amort")
     print(f"{'B':>3} {'past':>10} {'cycles':>10} {'DMA B':>11} {'roof':>9} {'cyc/roof':>8} {'tok/Mcyc':>8} "
           f"{'x B=1':>6} {'apart cyc':>11} {'apart/roof':>10} {'gain':>5} {'JIT us':>7} {'NPU us':>8} {'JIT/NPU':>7} "

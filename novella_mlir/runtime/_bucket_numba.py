@@ -16,7 +16,30 @@ from simulator import numba_cache
 from simulator.first_build import announce
 
 from ._expr_numba import depth, minimum
-from ._step_numba import MAX_ATOMS, _firsts, _form, _forms_of, _scratch, build, pack_order, share_hashed
+from ._patch_numba import (
+    AT,
+    BOX,
+    EX,
+    FDIMS,
+    FORMS,
+    FREE,
+    GROUPS,
+    HOT,
+    KEYEX,
+    KEYV,
+    KV,
+    MEMO,
+    META,
+    PAGES,
+    PARTS,
+    PREV,
+    REFS,
+    SCRATCH,
+    SLOT,
+    SLOTS,
+    WORDS,
+)
+from ._step_numba import MAX_ATOMS, _firsts, _form, _forms_of, _scratch, build, pack_order, share_hashed, values
 
 numba_cache.ensure(__file__)
 
@@ -319,6 +342,91 @@ def relocated_tables(syms, ns, plan, spans, raw, reloc, kv, dma, mix, kept):
         spans = np.full_like(spans, -1)
     tr = (words, rows, slot, page, off)
     return bad, tr, tables(syms, ns, plan, spans, raw, tr, kv, dma, mix, kept)
+
+
+@nb.njit(cache=True)
+def relocated_state(syms, ns, plan, spans, raw, reloc, kv, dma, mix, kept, fixed):
+    """`relocated_tables` and the new bucket's `_patch_numba` state in one call: (its results, the state;
+    empty unless every status is 0, when the caller builds the state the readable way: `Stepper._state`).
+    `fixed`: what every bucket of the plan's state holds alike (`Stepper._fixed`): the key's extents'
+    expressions, the cache slots (`Stepper._slots`), per program its box (n_programs, ns, 2), and
+    [block table entries, stack depth]."""
+    bad, tr, out = relocated_tables(syms, ns, plan, spans, raw, reloc, kv, dma, mix, kept)
+    status, rows, dims, forms, wrong, full, perm, cols, groups, hot, slot, pages = out
+    if bad or status or wrong >= 0:
+        return bad, tr, out, np.zeros(0, np.int64)
+    keyex, slots, boxes, ints = fixed
+    prog = _pick(syms, ns, boxes)
+    if prog < 0:
+        return bad, tr, out, np.zeros(0, np.int64)
+    ex = plan[0]
+    return bad, tr, out, _assembled(syms[:ns], ex, keyex, kv, slots, boxes[prog], ints, rows, dims, forms, perm,
+                                    groups, hot, slot, pages, tr[0])  # fmt: skip
+
+
+@nb.njit(cache=True)
+def _pick(syms, ns, boxes):
+    """`Artifact.pick`: the first program whose box holds syms[:ns]; -1 if none does."""
+    for i in range(boxes.shape[0]):
+        inside = True
+        for k in range(ns):
+            inside = inside and boxes[i, k, 0] <= syms[k] <= boxes[i, k, 1]
+        if inside:
+            return i
+    return -1
+
+
+@nb.njit(cache=True)
+def _assembled(syms, ex, keyex, kv, slots, box, ints, rows, dims, forms, perm, groups, hot, slot, pages, words):
+    """`_patch_numba.state` of the parts `Stepper._state` gives it, bit for bit (PREV and REFS' list left
+    unset by both)."""
+    n_pages, stack = ints[0], ints[1]
+    nf = groups[0, 2] if groups.shape[0] else perm.size
+    nd, nc = dims.shape[1], rows.shape[1]
+    keyv = values(syms, keyex)
+    n = len(PARTS)
+    size, cols = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    size[META], size[BOX], size[SCRATCH], size[KV] = 6, box.size, syms.size + nd + stack + MAX_ATOMS, kv.size
+    size[SLOTS], size[KEYV], size[KEYEX], size[MEMO] = slots.size, keyv.size, keyex.size, groups.shape[0]
+    size[GROUPS], size[FORMS], size[HOT], size[AT] = groups.size, forms.size, hot.size, hot.shape[0]
+    size[SLOT], size[PAGES], size[EX], size[FREE] = slot.size, pages.size, ex.size if nf else 0, nf * nc
+    size[FDIMS], size[WORDS], size[PREV], size[REFS] = nf * nd, words.size, n_pages, n_pages + (n_pages + 7) // 8
+    cols[BOX], cols[SLOTS], cols[GROUPS], cols[FORMS], cols[HOT] = 2, slots.shape[1], 4, forms.shape[1], 2
+    cols[PAGES], cols[FREE], cols[FDIMS], cols[WORDS] = pages.shape[1], nc, nd, words.shape[1]
+    head = 1 + 3 * n
+    st = np.empty(head + size.sum(), np.int64)
+    st[0], at = n, head
+    for k in range(n):
+        st[1 + 3 * k], st[2 + 3 * k], st[3 + 3 * k] = at, at + size[k], cols[k]
+        at += size[k]
+    _copy(st, META, np.array([0, 0, 0, stack, nf, nd], np.int64))
+    _copy(st, BOX, box.ravel())
+    for k in (SCRATCH, MEMO):
+        st[st[1 + 3 * k] : st[2 + 3 * k]] = 0
+    _copy(st, KV, kv)
+    _copy(st, SLOTS, slots.ravel())
+    _copy(st, KEYV, keyv)
+    _copy(st, KEYEX, keyex)
+    _copy(st, GROUPS, groups.ravel())
+    _copy(st, FORMS, forms.ravel())
+    _copy(st, HOT, hot.ravel())
+    st[st[1 + 3 * AT] : st[2 + 3 * AT]] = -1
+    _copy(st, SLOT, slot)
+    _copy(st, PAGES, pages.ravel())
+    if nf:
+        _copy(st, EX, ex)
+    f, d = st[1 + 3 * FREE], st[1 + 3 * FDIMS]
+    for r in range(nf):
+        st[f + r * nc : f + (r + 1) * nc] = rows[perm[r]]
+        st[d + r * nd : d + (r + 1) * nd] = dims[rows[perm[r], 10]]
+    _copy(st, WORDS, words.view(np.int64).ravel())
+    st[st[1 + 3 * REFS] + n_pages : st[2 + 3 * REFS]] = 0
+    return st
+
+
+@nb.njit(cache=True, inline="always")
+def _copy(st, k, a):
+    st[st[1 + 3 * k] : st[2 + 3 * k]] = a
 
 
 announce(sys.modules[__name__])

@@ -42,6 +42,7 @@ class Program:
     symbols: tuple
     spans: list  # [(tile name, start, end), ...]
     n_steps: int
+    tile_spans: np.ndarray | None = None  # per tile of the artifact (start, end), -1: no words; None: not kept
 
     @property
     def n_words(self) -> int:
@@ -233,10 +234,10 @@ class Jit:
         if self._tables is None:
             self._tables = jit_kernel.Tables(self.art)
         if self._tables.ok:
-            status, out, spans, n_steps = jit_kernel.instantiate(self._tables, syms)
+            status, out, spans, n_steps, at = jit_kernel.instantiate(self._tables, syms)
             if status == jit_kernel.OK:
                 tiles = self.art.tiles
-                return Program(out, syms, [(tiles[i].name, s, e) for i, s, e in spans], n_steps)
+                return Program(out, syms, [(tiles[i].name, s, e) for i, s, e in spans], n_steps, at)
         return self._build_numpy(syms, words)
 
     def _build_numpy(self, syms, words: bool = True) -> Program | None:

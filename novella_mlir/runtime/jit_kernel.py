@@ -175,10 +175,13 @@ def kernel():
     return _KERNEL
 
 
-def instantiate(tables: Tables, syms) -> tuple[int, np.ndarray, list, int]:
-    """(status, words, [(tile index, start, end) of the tiles with words], number of steps) for `syms`."""
+def instantiate(tables: Tables, syms) -> tuple[int, np.ndarray, list, int, np.ndarray]:
+    """(status, words, [(tile index, start, end) of the tiles with words], number of steps, the same per
+    tile as an (n_tiles, 2) array, -1 for a tile without words) for `syms`."""
     words, info = kernel()(np.array(syms or (0,), np.int64), tables.table, tables.t_base_words, tables.limit)
-    info = info.tolist()
     nt = (len(info) - 3) // 2
+    at = np.stack([info[3 : 3 + nt], info[3 + nt :]], 1)
+    at[at[:, 0] < 0] = -1
+    info = info.tolist()
     spans = [(i, s, e) for i, s, e in zip(range(nt), info[3 : 3 + nt], info[3 + nt :]) if s >= 0]
-    return info[0], words, spans, info[2]
+    return info[0], words, spans, info[2], at

@@ -192,7 +192,6 @@ class Bucket:
     groups: np.ndarray  # (n_groups, 4) int64: each distinct range of `forms` and its fields' rows (`share`)
     pages: np.ndarray  # (n_pages, 6) int64
     whats: list  # per spec: (tile index, template index, field name, kind)
-    page_rows: np.ndarray  # words whose dram_base is a page address (not symbol-dependent)
     state: np.ndarray  # what `_patch_numba.patch` reads and keeps between steps, one int64 array
     lanes: tuple = ()  # the lane fields it was instantiated for (`lane_fields`): they shape its guards
 
@@ -204,6 +203,11 @@ class Bucket:
         out = rows[perm]
         out[:, [11, 12, 14]] = cols
         return out
+
+    @property
+    def page_rows(self) -> np.ndarray:
+        """The words whose dram_base is a page address (not symbol-dependent)."""
+        return self.pages[:, 0]
 
     @property
     def injected(self) -> list:
@@ -225,6 +229,10 @@ class Stepper:
         jit.prepare()  # the artifact's tables, once: not a bucket's cost
         self.plan.key_table()
         self._layout = self._constants()
+        n_pages, stack, boxes, slots = self._layout
+        ns = len(art.symbols)
+        self._fixed = (self.plan.key_table(), slots, np.stack(boxes).reshape(len(boxes), ns, 2),
+                       np.asarray([n_pages, stack], np.int64))  # fmt: skip
         from . import _bucket_numba, _patch_numba
 
         self._one = len(art.symbols) == 1
@@ -293,19 +301,22 @@ class Stepper:
         bn, pn = self._nb
         prog = self.jit.instantiate(list(syms))
         p = self.plan
-        spans = np.full((len(self.art.tiles), 2), -1, np.int64)
-        if prog.spans:
-            at = p.tile_index
-            spans[[at[name] for name, _, _ in prog.spans]] = [(start, end) for _, start, end in prog.spans]
+        spans = prog.tile_spans
+        if spans is None:  # the NumPy expansion's program: its spans by tile name
+            spans = np.full((len(self.art.tiles), 2), -1, np.int64)
+            if prog.spans:
+                at = p.tile_index
+                spans[[at[name] for name, _, _ in prog.spans]] = [(start, end) for _, start, end in prog.spans]
         p.kept.fit(len(prog.words))  # the rows, not known before `tables`, are about as many as the words
         args = (np.asarray(syms, np.int64), p.n_syms, (p.table, p.tiles, p.tt, p.guards, p.specs, p.n_dims), spans,
                 prog.words)  # fmt: skip
         if self.relocation is None:
             t = self.translate(prog.words)
             tr = (t.words, t.rows, t.slot, t.page, t.offset)
-            out = bn.tables(*args, tr, self.kv, _DMA, _MIX, p.kept.arrays())
+            out, state = bn.tables(*args, tr, self.kv, _DMA, _MIX, p.kept.arrays()), None
         else:
-            moved, tr, out = bn.relocated_tables(*args, self.relocation, self.kv, _DMA, _MIX, p.kept.arrays())
+            moved, tr, out, state = bn.relocated_state(*args, self.relocation, self.kv, _DMA, _MIX, p.kept.arrays(),
+                                                       self._fixed)  # fmt: skip
             if moved:
                 raise RuntimeError("a DMA descriptor addresses a cache slot the program does not have")
         words, t_rows, t_slot, t_page, t_offset = tr
@@ -323,12 +334,13 @@ class Stepper:
             perm, cols, forms, groups = _share_rows(rows, forms, perm, rows[:, 12] - rows[:, 11])
             hot, slot, pages = bn.patch_tables(rows, perm, cols[:, 2].copy(), len(words), t_rows, t_page, t_slot,
                                                t_offset, self.kv, _DMA)  # fmt: skip
-        kv = np.asarray(key[: len(p.grid_progs)], np.int64)
-        nf = int(groups[0, 2]) if len(groups) else len(perm)
-        free = rows[perm[:nf]]  # not grouped: columns 11, 12, 14 as they were
-        state = self._state(syms[: p.n_syms], kv, free, hot, forms, groups, dims, pages, slot, words)
+        if state is None or not state.size:  # a collision, or no compiled state: the readable way (`_state`)
+            kv = np.asarray(key[: len(p.grid_progs)], np.int64)
+            nf = int(groups[0, 2]) if len(groups) else len(perm)
+            free = rows[perm[:nf]]  # not grouped: columns 11, 12, 14 as they were
+            state = self._state(syms[: p.n_syms], kv, free, hot, forms, groups, dims, pages, slot, words)
         return Bucket(key, pn.words_of(state), p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
-                      pages[:, 0].copy(), state, tuple(syms[p.n_syms :]))  # fmt: skip
+                      state, tuple(syms[p.n_syms :]))  # fmt: skip
 
     def _constants(self) -> tuple:
         """What every bucket's state holds alike: (block table entries, stack depth, per program its box,

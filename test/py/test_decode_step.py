@@ -98,22 +98,28 @@ def test_a_patch_writes_the_states_unset_parts_before_reading_them(lm, monkeypat
     would hide a missing write (PREV the block table the next steps pass, REFS' list page numbers), the
     steps of a bucket, a page replaced between two and the table grown, are still fresh instantiations;
     the words are the state's own (`words_of`), the int symbol's call (`patch1`) and the tuple's agree."""
+    from novella_mlir.runtime import _bucket_numba as bn
     from novella_mlir.runtime import _patch_numba as pn
 
     sess = lm.session()
     st = sess.steppers["decode"]
     full = _table(sess, MAX_LEN, seed=9)
     blocks = np.asarray(full.blocks, np.int64)
-    plain = pn.state
+    plain, compiled, filled = pn.state, bn.relocated_state, []
 
-    def unset(parts):
-        out = plain(parts)
+    def unset(out):
         prev, refs = out[out[1 + 3 * pn.PREV] : out[2 + 3 * pn.PREV]], out[out[1 + 3 * pn.REFS] : out[2 + 3 * pn.REFS]]
         prev[: blocks.size] = blocks[: prev.size]
         refs[: prev.size] = np.arange(prev.size) % blocks.size  # the list; the marks (bytes) follow
+        filled.append(out.size)
         return out
 
-    monkeypatch.setattr(pn, "state", unset)
+    def unset_compiled(*args):
+        *res, state = compiled(*args)
+        return (*res, unset(state) if state.size else state)
+
+    monkeypatch.setattr(pn, "state", lambda parts: unset(plain(parts)))
+    monkeypatch.setattr(bn, "relocated_state", unset_compiled)  # the state a new bucket gets (`Stepper._build`)
     st.clear()
     tk = _kv_tile(sess)
     try:
@@ -128,6 +134,49 @@ def test_a_patch_writes_the_states_unset_parts_before_reading_them(lm, monkeypat
             again = words.copy()
             assert pn.patch((past,), b.state, blocks[: past // PS + 1].copy()) == 0
             np.testing.assert_array_equal(words, again)
+        assert filled and len(filled) == len(st.buckets)  # every bucket's state was filled
+    finally:
+        sess.pool.release(full)
+
+
+def test_compiled_state_equals_the_readable_one(lm, monkeypatch):
+    """A new bucket's state assembled in its tables' compiled call (`_bucket_numba.relocated_state`) is
+    `Stepper._state`'s (`_patch_numba.state` of its parts) bit for bit, PREV and REFS' list (unset by
+    both) aside, in every bucket of the decode and prefill programs."""
+    from novella_mlir.runtime import _bucket_numba as bn
+    from novella_mlir.runtime import _patch_numba as pn
+
+    sess = lm.session()
+    compiled = bn.relocated_state
+    full = _table(sess, MAX_LEN, seed=11)
+    blocks = np.asarray(full.blocks, np.int64)
+
+    def readable(*args):
+        *res, _ = compiled(*args)
+        return (*res, np.zeros(0, np.int64))
+
+    def defined(state):
+        out = state.copy()
+        for k in (pn.PREV, pn.REFS):
+            lo, n = out[1 + 3 * k], out[2 + 3 * pn.PREV] - out[1 + 3 * pn.PREV]
+            out[lo : lo + n] = 0
+        return out
+
+    tk = _kv_tile(sess)
+    try:
+        for name, syms in [("decode", s) for s in (1, PS, tk, tk + 1, MAX_LEN - 1)] + [
+            ("prefill", 7),
+            ("prefill", 200),
+        ]:
+            st = sess.steppers[name]
+            states = []
+            for path in (compiled, readable):
+                monkeypatch.setattr(bn, "relocated_state", path)
+                st.clear()
+                st.words((syms,), blocks)
+                states.append(defined(st._last.state))
+            assert states[0].size > 0
+            np.testing.assert_array_equal(states[0], states[1], err_msg=f"{name} {syms}")
     finally:
         sess.pool.release(full)
 

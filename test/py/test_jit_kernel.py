@@ -34,11 +34,13 @@ def test_kernel_equals_numpy_expansion(name):
         jit._tables.limit = 1 << 62  # the kernel for every length, however long
         lo, hi = art.symbols[0][1:]
         for t in [t for t in _lengths(lo, hi) if lo <= t <= hi]:
-            status, words, spans, n_steps = jit_kernel.instantiate(jit._tables, (t,))
+            status, words, spans, n_steps, at = jit_kernel.instantiate(jit._tables, (t,))
             ref = jit._build_numpy((t,))
             assert status == jit_kernel.OK
             assert np.array_equal(words, ref.words), f"{name} T={t}"
             assert [(art.tiles[i].name, s, e) for i, s, e in spans] == ref.spans and n_steps == ref.n_steps
+            by_name = {tile: (s, e) for tile, s, e in ref.spans}
+            assert at.tolist() == [list(by_name.get(tile.name, (-1, -1))) for tile in art.tiles]
 
 
 def test_long_programs_take_the_numpy_path():
