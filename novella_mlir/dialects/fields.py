@@ -24,7 +24,7 @@ EARLY = "early"
 # Buffers that hold a whole tensor kept in the scratchpad across macros (`--novella-resident`), by role:
 # the op's input x, its residual operand, its result. They stay at their offsets (`--novella-schedule`
 # moves no resident buffer); every op from the producer to the last reader tiles below them.
-RESIDENT = {"x": "rx", "res": "rres", "out": "rout"}
+RESIDENT = {"x": "rx", "res": "rres", "new": "rnew", "out": "rout"}
 
 # opcode -> {buffer role of the tile op: (its offset attribute, address field, memory field or memory)}
 ROLES = {

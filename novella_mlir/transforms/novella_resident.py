@@ -1,23 +1,26 @@
 """--novella-resident: activations kept in the scratchpad between macros, never round-tripping DRAM.
 
 After `--novella-fuse` (each program decides on its own graph, at its own planned length). The result of a
-linear (`novella.linear` / `novella.fused_linear`) or a row norm (`novella.layer_norm` / `rms_norm`) whose
-every reader is such an op reading it as its input x, or a linear reading it as its residual operand
-(through row-major reshapes, which alias it), is kept whole in a SPAD
+linear (`novella.linear` / `novella.fused_linear`), a row norm (`novella.layer_norm` / `rms_norm`), a
+`novella.generic` or a `novella.gather_rows` whose every reader is a linear or a norm reading it as its
+input x, a linear reading it as its residual operand, a generic reading it whole as its input 0 (RoPE of a
+decode step's q and k; its `rotate_half` twin is rotated in SRAM) or a paged `novella.kv_append` as its new
+rows (through row-major reshapes, which alias it), is kept whole in a SPAD
 region when, at the lengths its tiles are planned for (which must bound the symbols: a shape bucket's
 upper ends, or the nominal length), it fits below the budget of every op from the producer to its
 last reader and the cost model predicts fewer cycles:
 * the producer writes each output tile into the region with a VEC COPY instead of its STORE (a result
   another op or the function returns is read from DRAM, and stays there: keeping a copy on chip for some
   readers only lowered the budget of every op in between for one LOAD less, a loss on the encoder body);
-* each reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled;
+* each reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled (an
+  append COPYs its new rows straight into the buffer it STOREs from);
 * every op from the producer to the last reader tiles below the region (its `novella.sram_budget` ends at
   the region's offset), so nothing else writes it while it is live; regions live at once stack downward
   from the top of the scratchpad, and together take at most half of it (the kernels without a cost
   model keep the other half).
 
-The decision is `novella.resident` on the producer (`out`, `out_size`) and on each reader (`x` or
-`res` and its size): SPAD offsets the kernels read (`kernels/resident.py`), which become buffers of the
+The decision is `novella.resident` on the producer (`out`, `out_size`) and on each reader (`x`, `res` or
+`new` and its size): SPAD offsets the kernels read (`kernels/resident.py`), which become buffers of the
 macros (`fields.RESIDENT`) that `--novella-schedule` never moves. Priced as the DMA cycles of the STORE
 and LOADs it removes (`costmodel.dma`) against the COPYs (`costmodel.vec`) and, for ops with a cost model
 (`predict`), their predicted cycles below the lowered budget against their own."""
@@ -33,6 +36,8 @@ from ..dialects.attrs import from_attr
 from ..dialects.novella import linear_epilogue
 from ..errors import TileFitError
 from ..kernels import TensorView, plan_lengths
+from ..kernels.generic import resident_role
+from ..kernels.kv_cache import PAGED_ATTR
 from ..kernels.linear import LINEAR_OPS
 from ..kernels.resident import ATTR
 from ..machine import costmodel as cm
@@ -42,7 +47,7 @@ from ..symbolic.box import symbols_in, value_range
 from .common import body_ops, check_symbols, functions, require_stage, set_attr
 
 NORMS = ("novella.layer_norm", "novella.rms_norm")  # a row tile LOADed from x, one STOREd, as a linear's
-PRODUCERS = (*LINEAR_OPS, *NORMS)
+PRODUCERS = (*LINEAR_OPS, *NORMS, "novella.generic", "novella.gather_rows")
 OPTIONS = {"enable": (int, 1, "keep linears' and norms' results in the scratchpad for the ops that read them", (0, 1))}
 BUDGET = "novella.sram_budget"
 
@@ -61,21 +66,34 @@ def run(module_op, options, config) -> None:
 
 
 def readers(value) -> tuple[list, bool]:
-    """([(op, role "x" or "res")] that could read `value` (through reshapes) from the scratchpad: linears and
-    norms its x, linears their residual; whether anything else reads it (another op, the function's result)."""
+    """([(op, role in `novella.resident`)] that could read `value` (through reshapes) from the scratchpad
+    (`_role`); whether anything else reads it (another op, the function's result)."""
     out, other = [], False
     for use in value.uses:
         user = use.owner
         if user.name == "novella.reshape":
             more, o = readers(user.results[0])
             out, other = out + more, other or o
-        elif user.name in PRODUCERS and use.operand_number == 0:
-            out.append((user, "x"))
-        elif user.name in LINEAR_OPS and use.operand_number == 3 and linear_epilogue(user)[0]:
-            out.append((user, "res"))
         else:
-            other = True
+            role = _role(user, use.operand_number)
+            out += [(user, role)] if role else []
+            other = other or role is None
     return out, other
+
+
+def _role(user, n: int) -> str | None:
+    """The role in which operand `n` of `user` reads a resident tensor, "" where it reads nothing more (a
+    generic's `rotate_half` of its input 0), None if it cannot: linears and norms their x, linears their
+    residual, a generic its input 0 read whole (`generic.resident_role`), a paged `kv_append` its new rows."""
+    if user.name in (*LINEAR_OPS, *NORMS) and n == 0:
+        return "x"
+    if user.name in LINEAR_OPS and n == 3 and linear_epilogue(user)[0]:
+        return "res"
+    if user.name == "novella.generic":
+        return resident_role(user.opview, n)
+    if user.name == "novella.kv_append" and n == 1 and PAGED_ATTR in user.attributes:
+        return "new"
+    return None
 
 
 def _decide(ops, i: int, target, symbols, placed: list) -> None:
