@@ -22,10 +22,10 @@ SCHEDULE = ("load_slots", "store_slots")
 # 2: after the barrier before the previous macro), while it is among the macro's leading loads.
 EARLY = "early"
 # Buffers that hold a whole tensor kept in the scratchpad across macros (`--novella-resident`), by role:
-# the op's input x (an attention's query), its residual operand, an attention's key and value, its result. They
-# stay at their offsets (`--novella-schedule` moves no resident buffer); every op from the producer to the last
-# reader tiles below them.
-RESIDENT = {"x": "rx", "res": "rres", "k": "rk", "v": "rv", "out": "rout"}
+# the op's input x (an attention's query), its residual operand, an attention's key and value, a kv_append's
+# new rows, its result. They stay at their offsets (`--novella-schedule` moves no resident buffer); every op
+# from the producer to the last reader tiles below them.
+RESIDENT = {"x": "rx", "res": "rres", "k": "rk", "v": "rv", "new": "rnew", "out": "rout"}
 
 # opcode -> {buffer role of the tile op: (its offset attribute, address field, memory field or memory)}
 ROLES = {

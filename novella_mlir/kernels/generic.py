@@ -17,7 +17,7 @@ import numpy as np
 from torch_mlir import ir
 
 from .. import symbolic as sy
-from . import BufferPlan, Tiling, first, rope_fusion
+from . import BufferPlan, TensorView, Tiling, first, resident, rope_fusion
 from .pointwise import Geometry, Tile
 from .support import producer
 
@@ -375,10 +375,11 @@ class Generic:
         if len(fitting) > 1:
             fitting.sort(key=lambda c: (_cost(target, g, prog, r, tc, c[0]), -c[0]))
         tm, plan = fitting[0]
-        return Tiling({"tm": tm, "tc": tc}, g.grid(tm, tc), plan.check())
+        return Tiling({"tm": tm, "tc": tc}, g.grid(tm, tc), plan.check() + resident.buffers(op))
 
     def macro(self, op, tv, t, b):
         g = Geometry(tv, list(range(len(op.operands))))
+        b = resident.wrap(b, op)
         tl = Tile(g, t, b)
         prog = self._plan(op, g)
         n = len(g.ops)
@@ -420,6 +421,18 @@ def load_rotated(tl: Tile, buf: str, o, chain: int) -> None:
         base = tl._base(o.batch_strides) + col
         tl.b.load_rows(buf, o.slot, dram_offset=base, dram_stride=o.cols, buf_offset=at, **f)
     tl.b.vop("MUL", buf, buf, **tl.geo(cols=h), mode="SCALAR", imm=-1.0)
+
+
+def resident_role(op, k: int) -> str | None:
+    """How input `k` of generic `op` reads a tensor kept in the scratchpad (`--novella-resident`): "x" for
+    input 0 when its LOADs read whole rows (not a broadcast row, not rotated: a COPY stands for them); ""
+    for an input the kernel does not load (`rotate_half` of an input it loads); None otherwise."""
+    rot = rope_fusion.rotated(op)
+    if k in rot:
+        return "" if _loaded_twin(op, rot, k) is not None else None
+    if k or not Geometry(TensorView(op), list(range(len(op.operands)))).ops[0].row_full:
+        return None
+    return "x"
 
 
 def _loaded_twin(op, rot: set, k: int) -> int | None:

@@ -14,7 +14,7 @@ from torch_mlir import ir
 
 from .. import symbolic as sy
 from ..machine.target import MAX_COLS
-from . import BufferPlan, Tiling, first, last, module_symbols, tile_rows
+from . import BufferPlan, Tiling, first, last, module_symbols, resident, tile_rows
 from .support import ceildiv, mul
 
 
@@ -70,15 +70,16 @@ class GatherRows:
             plan.add("rows", "spad", tm * tc)
             plan.add("out", "spad", tm * tc)
             if plan.fits() or tm == 1:
+                kept = resident.buffers(op)
                 if tc == c:
-                    return Tiling({"tm": tm}, [ceildiv(n, tm)], plan.check())
-                return Tiling({"tm": tm, "tc": tc}, [ceildiv(n, tm), sy.const(-(-c // tc))], plan.check())
+                    return Tiling({"tm": tm}, [ceildiv(n, tm)], plan.check() + kept)
+                return Tiling({"tm": tm, "tc": tc}, [ceildiv(n, tm), sy.const(-(-c // tc))], plan.check() + kept)
         raise AssertionError("unreachable")
 
     def macro(self, op, tv, t, b):
         n, rows_in_table, c = self._dims(tv)
         tm, tc = t.tiles["tm"], t.tiles.get("tc", c)
-        rows = _extent(0, tm, n)
+        rows, b = _extent(0, tm, n), resident.wrap(b, op)
         cols, col0 = (c, 0) if tc == c else (_extent(1, tc, sy.const(c)), b.d(1) * tc)
         b.load_rows("idx", 1, row_start=b.d(0) * tm, rows=rows, row_bound=n, cols=1, dram_stride=1, sram_stride=1)
         b.gather("rows", 0, idx="idx", dram_offset=col0, dram_stride=c, row_bound=rows_in_table, rows=rows,

@@ -14,8 +14,9 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from ..dialects.fields import RESIDENT
 from ..machine.target import DRAM_LIMIT
-from . import BufferPlan, Tiling, tile_rows
+from . import BufferPlan, Tiling, resident, tile_rows
 
 PAGED_ATTR = "novella.paged"
 PAGED_VBASE = DRAM_LIMIT // 2  # virtual DRAM window of the paged caches: the upper half of what dram_base addresses
@@ -144,9 +145,10 @@ class KvAppend:
     `chain`): one exposed DMA latency for the batch. Else one grid step per sequence, `out` in two slots
     (a sequence's STORE runs under the next one's COPY)."""
 
-    def _plan(self, budget, batch: int, heads: int, hd: int, whole: bool) -> BufferPlan:
+    def _plan(self, budget, batch: int, heads: int, hd: int, whole: bool, kept: bool = False) -> BufferPlan:
         plan = BufferPlan(budget)
-        plan.add("in", "spad", (batch if whole else 1) * heads * hd)
+        if not kept:
+            plan.add("in", "spad", (batch if whole else 1) * heads * hd)
         plan.add("out", "spad", (batch if whole else 1) * heads * hd, stream=not whole)
         return plan
 
@@ -158,9 +160,11 @@ class KvAppend:
         if sy.as_int(new) != 1:
             raise ValueError(f"a paged append takes one new position per step, got {new}")
         batch = info.get("batch", 1)
-        whole = batch > 1 and self._plan(budget, batch, heads, hd, True).fits()
-        plan = self._plan(budget, batch, heads, hd, whole)
-        return Tiling({"heads": heads, "whole": int(whole)}, [sy.const(1 if whole else batch)], plan.check())
+        kept = "new" in resident.regions(op)
+        whole = batch > 1 and self._plan(budget, batch, heads, hd, True, kept).fits()
+        plan = self._plan(budget, batch, heads, hd, whole, kept)
+        return Tiling({"heads": heads, "whole": int(whole)}, [sy.const(1 if whole else batch)],
+                      plan.check() + resident.buffers(op))  # fmt: skip
 
     def macro(self, op, tv, t, b):
         info = paged_info(op.results[0])
@@ -169,15 +173,24 @@ class KvAppend:
         heads, past, hd = _geometry(tv.shape(0), "append", batched=True)
         if t.tiles.get("whole"):
             n = info["batch"]
-            b.load_block("in", 1, dram_offset=0, rows=n * heads, cols=hd)
-            b.vop("COPY", "out", "in", rows=n * heads, cols=hd, dst_stride=hd, a_stride=hd)
+            _new_rows(b, op, sy.const(0), n * heads, hd)
             for seq in range(n):
                 _store_heads(b, info, sy.const(seq), heads, past, hd, seq * heads * hd, chain=int(seq > 0))
             return
         seq = b.d(0)  # one grid point per sequence, all at position `past`
-        b.load_block("in", 1, dram_offset=seq * (heads * hd), rows=heads, cols=hd)
-        b.vop("COPY", "out", "in", rows=heads, cols=hd, dst_stride=hd, a_stride=hd)
+        _new_rows(b, op, seq * (heads * hd), heads, hd)
         _store_heads(b, info, seq, heads, past, hd, 0)
+
+
+def _new_rows(b, op, at, rows: int, hd: int) -> None:
+    """COPY `rows` new rows from element `at` of operand 1 into `out`: LOADed into `in` first, or read where
+    `--novella-resident` keeps them (`new`)."""
+    src = RESIDENT["new"] if "new" in resident.regions(op) else "in"
+    if src == "in":
+        b.load_block("in", 1, dram_offset=at, rows=rows, cols=hd)
+    b.vop(
+        "COPY", "out", src, rows=rows, cols=hd, dst_stride=hd, a_stride=hd, **({"a_offset": at} if src != "in" else {})
+    )
 
 
 def _store_heads(b, info: dict, seq, heads: int, past, hd: int, at: int, chain: int = 0) -> None:

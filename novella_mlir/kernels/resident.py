@@ -3,9 +3,9 @@ activations"): a kernel's side of the decision.
 
 An op's `novella.resident` names, per role, the SPAD region that holds a whole tensor row-major (its
 DRAM layout, so a tile's DRAM offset relative to the tensor is its offset in the region): `out` (the
-result, written there by the producer, never to DRAM), `x` and `res` (the input
-and residual operands, read from there by a consumer), `k` and `v` (an attention's key and value; its query is
-its `x`). Sizes are the tensor's at the lengths its tiles are
+result, written there by the producer, never to DRAM), `x`, `res` and `new` (the input, residual
+and, of a `kv_append`, new-rows operands, read from there by a consumer), `k` and `v` (an attention's key
+and value; its query is its `x`). Sizes are the tensor's at the lengths its tiles are
 planned for, which bound its symbols (the pass keeps nothing else).
 
 `Resident(b, op)` wraps a kernel's `MacroBuilder`: a LOAD of a resident operand becomes a VEC COPY
@@ -23,7 +23,7 @@ from . import Buffer
 
 ATTR = "novella.resident"
 # role in `novella.resident` -> (operand index of the LOAD it replaces, or -1 for the result's STORE)
-OPERANDS = {"x": 0, "res": 3, "k": 1, "v": 2, "out": -1}
+OPERANDS = {"x": 0, "res": 3, "k": 1, "v": 2, "new": 1, "out": -1}
 
 
 def regions(op) -> dict[str, tuple[int, int]]:
@@ -62,6 +62,18 @@ class Resident:
         stride = f.pop("dram_stride", cols)
         self._copy(buffer, region, f.pop("buf_offset", None), _e(dram_offset) + _e(row_start) * stride,
                    f.pop("sram_stride", _first(cols)), stride, _rows(rows, _e(row_bound) - _e(row_start)), cols, f)  # fmt: skip
+
+    def load_block(self, buffer, tensor, *, dram_offset, rows: int, cols: int, dram_stride=None, **f):
+        if tensor not in self._tensors:
+            return self._b.load_block(buffer, tensor, dram_offset=dram_offset, rows=rows, cols=cols,
+                                      dram_stride=dram_stride, **f)  # fmt: skip
+        return self.load_rows(buffer, tensor, row_start=sy.const(0), rows=rows, row_bound=sy.const(rows), cols=cols,
+                              dram_offset=dram_offset, **({"dram_stride": dram_stride} if dram_stride else {}), **f)  # fmt: skip
+
+    def load(self, buffer, tensor, **f):
+        if tensor in self._tensors:
+            raise ValueError(f"a resident tensor's tile moves as a VEC COPY of whole rows, not by this LOAD ({f})")
+        return self._b.load(buffer, tensor, **f)
 
     def store_rows(self, buffer, *, row_start, rows, row_bound, cols, dram_offset=0, **f):
         region = self._tensors.get(-1)

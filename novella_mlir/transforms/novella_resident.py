@@ -1,17 +1,20 @@
 """--novella-resident: activations kept in the scratchpad between macros, never round-tripping DRAM.
 
 After `--novella-fuse` (each program decides on its own graph, at its own planned length). The result of a
-linear (`novella.linear` / `novella.fused_linear`), a row norm (`novella.layer_norm` / `rms_norm`) or an
-attention without a paged KV cache (`novella.flash_attention`: a prefill's or an encoder's) whose every
-reader is such an op reading it in a role of `READS` (through row-major reshapes, which alias it: an
-attention's heads-minor q, k, v and output are strided views of the projections' rows) is kept whole in a SPAD
+linear (`novella.linear` / `novella.fused_linear`), a row norm (`novella.layer_norm` / `rms_norm`), an
+attention without a paged KV cache (`novella.flash_attention`: a prefill's or an encoder's), a
+`novella.generic` or a `novella.gather_rows` whose every reader is an op reading it in a role of `READS`
+(through row-major reshapes, which alias it: an attention's heads-minor q, k, v and output are strided views
+of the projections' rows), or a generic reading it whole as its input 0 (RoPE of a decode step's q and k; its
+`rotate_half` twin is rotated in SRAM), is kept whole in a SPAD
 region when, at the lengths its tiles are planned for (which must bound the symbols: a shape bucket's
 upper ends, or the nominal length), it fits below the budget of every op from the producer to its
 last reader and the cost model predicts fewer cycles:
 * the producer writes each output tile into the region with a VEC COPY instead of its STORE (a result
   another op or the function returns is read from DRAM, and stays there: keeping a copy on chip for some
   readers only lowered the budget of every op in between for one LOAD less, a loss on the encoder body);
-* each reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled;
+* each reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled (an
+  append COPYs its new rows straight into the buffer it STOREs from);
 * but a linear's MATMULs read a resident x where it is (unless it normalizes x in place), and an attention
   (`IN_PLACE`) uses its resident q, k, v and output where they are, with no COPY (`kernels/flash_emit.py`);
 * every op from the producer to the last reader tiles below the region (its `novella.sram_budget` ends at
@@ -20,7 +23,7 @@ last reader and the cost model predicts fewer cycles:
   model keep the other half).
 
 The decision is `novella.resident` on the producer (`out`, `out_size`) and on each reader (its role, `x`,
-`res`, `k` or `v`, and its size): SPAD offsets the kernels read (`kernels/resident.py`), which become buffers of the
+`res`, `k`, `v` or `new`, and its size): SPAD offsets the kernels read (`kernels/resident.py`), which become buffers of the
 macros (`fields.RESIDENT`) that `--novella-schedule` never moves. Priced as the DMA cycles of the STORE
 and LOADs it removes (`costmodel.dma`) against the COPYs (`costmodel.vec`) and, for ops with a cost model
 (`predict`), their predicted cycles below the lowered budget against their own."""
@@ -36,7 +39,8 @@ from ..dialects.attrs import from_attr
 from ..dialects.novella import linear_epilogue
 from ..errors import TileFitError
 from ..kernels import TensorView, plan_lengths
-from ..kernels.kv_cache import paged_operand
+from ..kernels.generic import resident_role
+from ..kernels.kv_cache import PAGED_ATTR, paged_operand
 from ..kernels.linear import LINEAR_OPS
 from ..kernels.resident import ATTR
 from ..machine import costmodel as cm
@@ -47,13 +51,16 @@ from .common import body_ops, check_symbols, functions, require_stage, set_attr
 
 NORMS = ("novella.layer_norm", "novella.rms_norm")  # a row tile LOADed from x, one STOREd, as a linear's
 ATTENTION = "novella.flash_attention"  # prefill / encoder (no paged KV cache): q, k, v and its output in place
-# op -> {operand index: the role it reads the operand in, where kept}; a linear's residual only with its epilogue's
+GENERIC = "novella.generic"
+# op -> {operand index: the role it reads the operand in, where kept}; a linear's residual only with its
+# epilogue's, an append's new rows only into a paged cache, a generic's by `generic.resident_role`
 READS = {
     **{op: {0: "x", 3: "res"} for op in LINEAR_OPS},
     **{op: {0: "x"} for op in NORMS},
     ATTENTION: {0: "x", 1: "k", 2: "v"},
+    "novella.kv_append": {1: "new"},
 }
-PRODUCERS = tuple(READS)
+PRODUCERS = (*LINEAR_OPS, *NORMS, ATTENTION, GENERIC, "novella.gather_rows")
 IN_PLACE = {ATTENTION}  # ops that read and write their resident tensors where they are kept: no COPY
 OPTIONS = {
     "enable": (int, 1, "keep linears', norms' and attentions' results in the scratchpad for their readers", (0, 1))
@@ -75,27 +82,32 @@ def run(module_op, options, config) -> None:
 
 
 def readers(value) -> tuple[list, bool]:
-    """([(op, role "x" or "res")] that could read `value` (through reshapes) from the scratchpad: linears and
-    norms its x, linears their residual; whether anything else reads it (another op, the function's result)."""
+    """([(op, role in `novella.resident`)] that could read `value` (through reshapes) from the scratchpad
+    (`_role`); whether anything else reads it (another op, the function's result)."""
     out, other = [], False
     for use in value.uses:
         user = use.owner
         if user.name == "novella.reshape":
             more, o = readers(user.results[0])
             out, other = out + more, other or o
-        elif _reads(user, use.operand_number):
-            out.append((user, READS[user.name][use.operand_number]))
         else:
-            other = True
+            role = _role(user, use.operand_number)
+            out += [(user, role)] if role else []
+            other = other or role is None
     return out, other
 
 
-def _reads(op, operand: int) -> bool:
-    """Whether `op` can read its operand `operand` from the scratchpad (`READS`)."""
-    role = READS.get(op.name, {}).get(operand)
-    if role == "res":
-        return linear_epilogue(op)[0]
-    return role is not None and _takes_part(op)
+def _role(user, n: int) -> str | None:
+    """The role in which operand `n` of `user` reads a resident tensor (`READS`), "" where it reads nothing
+    more (a generic's `rotate_half` of its input 0), None if it cannot."""
+    if user.name == GENERIC:
+        return resident_role(user.opview, n)
+    role = READS.get(user.name, {}).get(n)
+    if role == "res" and not linear_epilogue(user)[0]:
+        return None
+    if role == "new" and PAGED_ATTR not in user.attributes:
+        return None
+    return role if _takes_part(user) else None
 
 
 def _takes_part(op) -> bool:

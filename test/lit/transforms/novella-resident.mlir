@@ -141,3 +141,41 @@ module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths =
     return %16 : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
   }
 }
+
+// -----
+
+// A decode step's key: a linear (k_proj) -> RoPE (a generic reading it as input 0 and its rotate_half as
+// input 2, rotated in SRAM) -> the paged append at position `?` (past). The linear's result is kept for the
+// generic, the generic's for the append's new rows (`new`): neither goes through DRAM.
+// CHECK-LABEL: func.func @rope_append
+// CHECK: "novella.linear"(%arg0, {{.*}}novella.resident = {out = [[K:[0-9]+]] : i64, out_size = 256 : i64}
+// CHECK: novella.resident = {out = [[R:[0-9]+]] : i64, out_size = 256 : i64, x = [[K]] : i64, x_size = 256 : i64}
+// CHECK: "novella.kv_append"(%arg3, {{.*}}novella.resident = {new = [[R]] : i64, new_size = 256 : i64}
+// OFF-LABEL: func.func @rope_append
+// OFF-NOT: novella.resident
+// The append COPYs the new rows from the region (no LOAD) and STOREs them into each sequence's page.
+// MACRO-LABEL: func.func @rope_append
+// MACRO: rout = ["spad", [[K2:[0-9]+]], 256]
+// MACRO: rout = ["spad", [[R2:[0-9]+]], 256], rx = ["spad", [[K2]], 256]
+// MACRO-NOT: opcode = "LOAD"
+// MACRO: fn = "COPY"
+// MACRO: opcode = "STORE"
+// MACRO: rnew = ["spad", [[R2]], 256]
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @rope_append(%arg0: tensor<4x1x64xf32> {novella.dram = affine_map<()[s0] -> (0)>}, %arg1: tensor<4x1x1x32xf32> {novella.dram = affine_map<()[s0] -> (4416)>}, %arg2: tensor<4x1x1x32xf32> {novella.dram = affine_map<()[s0] -> (4544)>}, %arg3: tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0, 32)>> {novella.dram = affine_map<()[s0] -> (2147483648)>}) -> tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0 + 1, 32)>> attributes {novella.dram_size = affine_map<()[s0] -> (5184)>} {
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (256)>} : () -> tensor<64x64xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (4352)>} : () -> tensor<64xf32>
+    %k = "novella.linear"(%arg0, %w, %b) {act = "none", novella.dram = affine_map<()[s0] -> (4672)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<4x1x64xf32>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<4x1x64xf32>
+    %k1 = "novella.reshape"(%k) {novella.dram = affine_map<()[s0] -> (4672)>} : (tensor<4x1x64xf32>) -> tensor<4x1x2x32xf32>
+    %k2 = "novella.reshape"(%k1) {novella.dram = affine_map<()[s0] -> (4672)>} : (tensor<4x1x2x32xf32>) -> tensor<4x2x1x32xf32>
+    %r = "novella.generic"(%k2, %arg1, %k2, %arg2) ({
+    ^bb0(%a0: f32, %a1: f32, %a2: f32, %a3: f32):
+      %0 = arith.mulf %a2, %a3 : f32
+      %1 = arith.mulf %a0, %a1 : f32
+      %2 = arith.addf %1, %0 : f32
+      "novella.yield"(%2) : (f32) -> ()
+    }) {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>], novella.dram = affine_map<()[s0] -> (4928)>, novella.rotate_half = [2], novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0>} : (tensor<4x2x1x32xf32>, tensor<4x1x1x32xf32>, tensor<4x2x1x32xf32>, tensor<4x1x1x32xf32>) -> tensor<4x2x1x32xf32>
+    %c = "novella.kv_append"(%arg3, %r) {dim = 2 : i64, novella.dram = affine_map<()[s0] -> (2147483648)>, novella.paged = {batch = 4 : i64, head_dim = 32 : i64, heads = 2 : i64, page_elems = 1024 : i64, page_size = 16 : i64, seq_pages = 4096 : i64, slot = 0 : i64}, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0, 32)>>, tensor<4x2x1x32xf32>) -> tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0 + 1, 32)>>
+    return %c : tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0 + 1, 32)>>
+  }
+}
