@@ -79,7 +79,7 @@ class LayerNorm:
         def group(r, n, first_step=False):
             lq, ld = cm.dmas(target, [(r, c, True)] + [(1, c, True)] * self.RESIDENT * first_step)
             sq, sd = cm.dma(target, r, c, contiguous=True)
-            ops = [(fn, r, c if whole else 1) for fn, whole in self.OPS]
+            ops = [(fn, r, c) if whole else (fn, 1, r) for fn, whole in self.OPS]
             slots = target.buffer_slots
             return cm.Group(lq, cm.vecs(target, ops), sq, ld + sd, n, 1 if first_step else slots, slots)
 
@@ -97,6 +97,12 @@ class LayerNorm:
         b.store_rows("sq", row_start=b.d(0) * tm, row_bound=total, rows=rows, cols=c)
 
 
+def column(rows, when=None) -> dict:
+    """The geometry of a VEC over a [rows] column of row statistics (stride 1) taken as the one row it is in
+    memory: ceil(rows / lanes) beats, where [rows, 1] would take one beat per row."""
+    return dict(rows=1, cols=rows, dst_stride=1, a_stride=1, b_stride=1, **({"when": when} if when else {}))
+
+
 def emit_norm(
     b, x: str, sq: str, mean: str, var: str, w: str, bias: str, out: str, rows, c: int, eps: float, when=None
 ):
@@ -104,7 +110,7 @@ def emit_norm(
     place), with `sq` its scratch, `mean` / `var` [rows] columns and `w` / `bias` [c] rows; the result
     goes to `out` (which may be `x`)."""
     tile = dict(rows=rows, cols=c, dst_stride=c, a_stride=c, b_stride=c, when=when)
-    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, when=when)
+    col = column(rows, when)
     b.vop("ROWSUM", mean, x, rows=rows, cols=c, dst_stride=1, a_stride=c, when=when)
     b.vop("DIV", mean, mean, mode="SCALAR", imm=float(c), **col)
     b.vop("SUB", x, x, mean, mode="COL", **{**tile, "b_stride": 1})
@@ -149,7 +155,7 @@ def emit_rms(b, x: str, out: str, ms: str, w: str, rows, c: int, eps: float) -> 
     """The VEC ops (`RMS_OPS`) of an RMSNorm of the [rows, c] tile in `x` into `out` (its scratch too),
     with `ms` a [rows] column and `w` a [c] row. The mean is the row sum times 1 / c, as `novella.reduce`'s."""
     tile = dict(rows=rows, cols=c, dst_stride=c, a_stride=c, b_stride=c)
-    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1)
+    col = column(rows)
     b.vop("MUL", out, x, x, **tile)
     b.vop("ROWSUM", ms, out, rows=rows, cols=c, dst_stride=1, a_stride=c)
     b.vop("MUL", ms, ms, mode="SCALAR", imm=1.0 / c, **col)
