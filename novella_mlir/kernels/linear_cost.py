@@ -92,8 +92,11 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None, lead=False) 
         ld += sd * (j == 0)
         sd = 0.0
     v, head_vec, n_vecs = work[1], work[2] * (not deferred), work[3]
-    mm += pre[1]  # the rows' layer norm before this step's MATMUL, in series
     beside = pre[4]  # an RMSNorm's row scales, on the vector unit beside the MATMUL, before the epilogue
+    if deferred and ws != 2 and not head and not epi.rms:  # x in two slots: normalized beside the last MATMUL
+        beside += pre[1]
+    else:
+        mm += pre[1]  # the rows' layer norm before this step's MATMUL, in series
     c, vector = (max(mm, v + beside), 0.0) if deferred else (max(mm, beside) + v, v)  # deferred: the longer
     floor = cm.retire_floor(c, lq, mm) if (at or n_vecs) and k_steps > 1 else 0.0
     if spread and at:  # the compute two steps on waits for this STORE, whose data shares the DRAM with loads

@@ -15,7 +15,7 @@ from ..machine.target import MAX_COLS
 from . import first
 from .elementwise import emit_act
 from .emit_trace import Op, Trace, context
-from .normalization import emit_norm
+from .normalization import column, emit_norm
 
 
 def emit_loads(g) -> None:
@@ -174,7 +174,7 @@ def emit_prologue(g, at_first, when) -> None:
         b.load_block(buf, operand, dram_offset=0, rows=1, cols=k, when=at_first)
     guard = {"when": when} if when else {}
     tile = dict(rows=rows, cols=k, dst_stride=k, a_stride=k, b_stride=k, **guard)
-    col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, **guard)
+    col = column(rows, when)
     b.vop("ROWSUM", "pmean", "a", rows=rows, cols=k, dst_stride=1, a_stride=k, **guard)
     b.vop("DIV", "pmean", "pmean", mode="SCALAR", imm=float(k), **col)
     b.vop("SUB", "a", "a", "pmean", mode="COL", **{**tile, "b_stride": 1})
@@ -219,7 +219,7 @@ def emit_prologue_tail(g, when) -> None:
         b.vop("MUL", "a", "a", "a", rows=rows, cols=cols, dst_stride=k, a_stride=k, b_stride=k,
               **({"dst_offset": j * tk, "b_offset": j * tk} if at else {}), **at, **guard)  # fmt: skip
         b.vop("ROWSUM", "psum" if j else "pss", "a", rows=rows, cols=cols, dst_stride=1, a_stride=k, **at, **guard)
-        col = dict(rows=rows, cols=1, dst_stride=1, a_stride=1, b_stride=1, **guard)
+        col = column(rows, guard.get("when"))
         if j:
             b.vop("ADD", "pss", "pss", "psum", **col)
     b.vop("MUL", "pss", "pss", mode="SCALAR", imm=1.0 / k, **col)

@@ -16,7 +16,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import FusedLinearOp, linear_epilogue
 from . import TensorView, plan_lengths
-from .linear import LINEAR_OPS, _plan_choice
+from .linear import LINEAR, LINEAR_OPS, _plan_choice
 from .linear_cost import Epilogue
 from .normalization import LayerNorm, RmsNorm
 from .support import replace_fused
@@ -37,23 +37,34 @@ def _consumers(op) -> list | None:
     return users or None
 
 
-def _gain(target, op, users) -> float:
-    """Predicted cycles saved: the norm's, less what the prologue adds to each linear (-inf when some
-    linear has no fitting tiling with it)."""
+def _gain(target, op, users, spread: int = 4) -> float:
+    """Predicted cycles saved at the planned length: the norm's, less what the prologue adds to each linear
+    (-inf when some linear has no fitting tiling with it), or nothing (<= 0) when, with the tiles planned
+    there, the relative gains at the planned rows and at rows / `spread` sum to a loss (a program runs at
+    every length up to the one it is planned for: `LayerNorm.robust`'s rule)."""
     kernel, rms = NORMS[op.operation.name]
-    extra = 0.0
+    tv = TensorView(users[0])
+    rows, c = sy.evaluate(tv.rows(0), plan_lengths(users[0])), tv.cols(0)
+    picks = []
     for user in users:
         epi = Epilogue.of(user)
-        fused, alone = (
-            _plan_choice(target, user, dataclasses.replace(epi, pre_norm=True, rms=rms)),
-            _plan_choice(target, user, epi),
-        )
-        if fused[0] is None or alone[0] is None:
+        pair = [(e, _plan_choice(target, user, e)[1]) for e in (dataclasses.replace(epi, pre_norm=True, rms=rms), epi)]
+        if any(cand is None for _, cand in pair):
             return float("-inf")
-        extra += fused[0][0] - alone[0][0]
-    tv = TensorView(users[0])
-    rows = sy.evaluate(tv.rows(0), plan_lengths(users[0]))
-    return kernel.best(target, rows, tv.cols(0))[0] - extra
+        picks.append((TensorView(user).static(1, 0), pair))
+    norm = kernel.best(target, rows, c)[1]
+    gains = []
+    for r in (rows, max(rows // spread, 1)):
+        extra = sum(
+            LINEAR.cost(target, (r, c, n, e), cand) * sign
+            for n, pair in picks
+            for (e, cand), sign in zip(pair, (1, -1))
+        )
+        alone = kernel.cost(target, (r, c), norm) + sum(
+            LINEAR.cost(target, (r, c, n, pair[1][0]), pair[1][1]) for n, pair in picks
+        )
+        gains.append((kernel.cost(target, (r, c), norm) - extra, alone))
+    return gains[0][0] if sum(g / max(a, 1.0) for g, a in gains) > 0 else min(gains[0][0], 0.0)
 
 
 def fuse_prenorm(target, op, safe) -> bool:

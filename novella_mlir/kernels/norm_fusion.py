@@ -178,7 +178,7 @@ def form(reduce_op, target):
         found = _tail(user, x, mean, made)
     eps = _eps(found[0].regions[0].blocks[0], found[1]) if found else None
     c = sy.as_int(sy.shape_of(ir.RankedTensorType(x.type))[-1])
-    wide = c is None or c > MAX_COLS or not RmsNorm()._plan(target, 1, c).fits()
+    wide = c is None or c > MAX_COLS or not RmsNorm()._plan(target, (1, 0), c).fits()
     if eps is None or wide or x.type != user.results[0].type:
         gf.erase(made)
         return None

@@ -206,19 +206,18 @@ module attributes {novella.symbols = {s0 = ["T", 1, 64]}} {
 
 // 32 rows (a batched decode step's q, k or v) with an RMSNorm prologue: the tiles that differ only in a
 // tm >= 32 cost the same and the search takes the smallest, tm = 32 (the row slab holds the rows, no
-// more). Input-stationary with tk = 32 < K, the squares and row sums run on the first output block's
-// four k steps, 32 columns each (later ones summed through `psum`), the rsqrt on the last one.
+// more). Input-stationary with tk = 64 < K, the squares and row sums run on the first output block's
+// two k steps, 64 columns each (the later one summed through `psum`), the rsqrt on the last one (whose
+// column ops are one [1, 32] row each).
 // CHECK-DAG: #[[K0:.*]] = affine_set<(d0, d1, d2) : (d1 == 0, d2 == 0)>
 // CHECK-DAG: #[[K1:.*]] = affine_set<(d0, d1, d2) : (d1 == 0, d2 - 1 == 0)>
-// CHECK-DAG: #[[K3:.*]] = affine_set<(d0, d1, d2) : (d1 == 0, d2 - 3 == 0)>
 // CHECK-LABEL: func.func @rms_rows_32
 // CHECK: "novella.vop"() {a = "a", a_offset = 0 : i64, {{.*}}dst = "pss", {{.*}}fn = "ROWSUM", {{.*}}when = #[[K0]]}
-// CHECK: "novella.vop"() {a = "a", a_offset = 32 : i64, {{.*}}dst = "psum", {{.*}}fn = "ROWSUM", {{.*}}when = #[[K1]]}
-// CHECK: "novella.vop"() {a = "pss", {{.*}}b = "psum", {{.*}}fn = "ADD", {{.*}}when = #[[K1]]}
-// CHECK: "novella.vop"() {a = "a", a_offset = 96 : i64, {{.*}}dst = "psum", {{.*}}fn = "ROWSUM", {{.*}}when = #[[K3]]}
-// CHECK: "novella.vop"() {{{.*}}fn = "RSQRT", {{.*}}when = #[[K3]]}
+// CHECK: "novella.vop"() {a = "a", a_offset = 64 : i64, {{.*}}dst = "psum", {{.*}}fn = "ROWSUM", {{.*}}when = #[[K1]]}
+// CHECK: "novella.vop"() {a = "pss", {{.*}}b = "psum", {{.*}}fn = "ADD", rows = 1 : i64, when = #[[K1]]}
+// CHECK: "novella.vop"() {{{.*}}fn = "RSQRT", rows = 1 : i64, when = #[[K1]]}
 // CHECK: psum = ["spad", {{[0-9]+}}, 32]
-// CHECK-SAME: tiles = {acc_slots = 2 : i64, tk = 32 : i64, tm = 32 : i64, tn = 32 : i64, ws = 2 : i64}
+// CHECK-SAME: tiles = {acc_slots = 2 : i64, tk = 64 : i64, tm = 32 : i64, tn = 16 : i64, ws = 2 : i64}
 module {
   func.func @rms_rows_32(%x: tensor<32x128xf32>, %w: tensor<64x128xf32>, %b: tensor<64xf32>, %nw: tensor<128xf32>) -> tensor<32x64xf32> {
     %0 = "novella.fused_linear"(%x, %w, %b, %nw) {act = "none", norm_eps = 9.99999997E-7 : f32, norm_input = true, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0>} : (tensor<32x128xf32>, tensor<64x128xf32>, tensor<64xf32>, tensor<128xf32>) -> tensor<32x64xf32>
