@@ -66,10 +66,10 @@ class Affine:
         self.expr = None if linear else e
 
     def at(self, point: dict) -> int:
-        dims = (point.get(0, 1), point.get(1, 1), point.get(2, 1))
         if self.expr is not None:
-            return sy.evaluate(self.expr, (), dims)
-        return self.c + sum(a * x for a, x in zip(self.coeffs, dims))
+            return sy.evaluate(self.expr, (), (point.get(0, 1), point.get(1, 1), point.get(2, 1)))
+        a0, a1, a2 = self.coeffs
+        return self.c + a0 * point.get(0, 1) + a1 * point.get(1, 1) + a2 * point.get(2, 1)
 
 
 @memoized

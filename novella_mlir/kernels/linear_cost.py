@@ -3,7 +3,7 @@ groups of an op remembered across its plan lengths, the candidates' classes, the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -11,7 +11,7 @@ from ..dialects.novella import GATED, linear_epilogue, norm_is_rms
 from ..dialects.verify import norm_on_input
 from ..machine import costmodel as cm
 from . import linear_emit, memoized
-from .emit_trace import LOAD, MMA, STORE, VEC, Dim, cycles
+from .emit_trace import LOAD, MMA, STORE, VEC, Dim
 from .linear_emit import TraceGeometry, emit_epilogue, emit_prologue, emit_prologue_tail, emit_spread_epilogue, trace
 
 SPREAD = 3  # a candidate's acc_slots field: two accumulator halves, the deferred epilogue spread (`spread_steps`)
@@ -84,10 +84,10 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None, lead=False) 
         else ((), 0.0, 0.0, 0, 0.0, 0)
     )
     loads, mm = _memo(memo, body_work, target, epi, r, k, n, tiles, head, j)
-    moves = [*loads, *pre[0], *work[0]]
-    _, ld = cm.dmas(target, moves)
+    moves = (*loads, *pre[0], *work[0])
+    _, ld = _memo(memo, cm.dmas, target, moves)
     lq = ld + target.issue_cycles * len(moves)  # one DMA chain (`linear._chain_loads`): latency in the fill
-    st, sd = cm.dma(target, *work[4])
+    st, sd = _memo(memo, cm.dma, target, *work[4])
     if k_steps > 1 and acc == 1:  # the store's data shares the DRAM with the next block's first loads
         ld += sd * (j == 0)
         sd = 0.0
@@ -119,9 +119,21 @@ def _point(head, j: int) -> dict:
 
 @memoized
 def body_work(target, epi, r, k, n, tiles, head, j) -> tuple:
-    """(LOADs as (rows, cols, contiguous), MATMUL cycles) of what `emitted_body` writes on the step (`_point`)."""
-    ops = [op for op in emitted_body(epi, r, k, n, tiles) if op.on(_point(head, j))]
-    return tuple((op.rows, op.cols, op.contiguous) for op in ops if op.kind == LOAD), cycles(target, ops, {}, MMA)
+    """(LOADs as (rows, cols, contiguous), MATMUL cycles) of what `emitted_body` writes on the step (`_point`),
+    read from the ops of its class (`body_at`) with r rows."""
+    loads, mms = body_at(epi, k, n, _geometry(tiles), head, j)
+    return (
+        tuple((r if by_rows else op.rows, op.cols, op.contiguous) for op, by_rows in loads),
+        sum(cm.matmul(target, r if by_rows else op.rows, op.k, op.cols) for op, by_rows in mms),
+    )
+
+
+@memoized
+def body_at(epi, k, n, geometry, head, j) -> tuple:
+    """(LOADs, MATMULs) of `body_class` that run on the step (`_point`; a MATMUL also at `cycles`' point {}),
+    each as (op, whether its rows are the step's)."""
+    ops = [(op, by_rows) for op, by_rows in body_class(epi, k, n, geometry) if op.on(_point(head, j))]
+    return [o for o in ops if o[0].kind == LOAD], [o for o in ops if o[0].kind == MMA and o[0].on({})]
 
 
 @memoized
@@ -178,8 +190,35 @@ def _work(target, ops) -> tuple:
 @memoized
 def emitted_body(epi, r, k, n, tiles) -> tuple:
     """The tile LOADs and the MATMUL the emitter writes for a step of r rows (`linear_emit.emit_loads`,
-    `emit_matmul`); tiles: `step`'s."""
-    tn, tk, ws, acc, in_acc, bias_tile = tiles
+    `emit_matmul`); tiles: `step`'s. Traced once per class (`body_class`), its row-sized ops given r rows."""
+    by_class = body_class(epi, k, n, _geometry(tiles))
+    return tuple(replace(op, rows=r) if by_rows else op for op, by_rows in by_class)
+
+
+def _geometry(tiles) -> tuple:
+    """What of `step`'s tiles the body's `TraceGeometry` holds: (tn, tk, ws, res_acc, bias_tile), not the
+    accumulator slots."""
+    tn, tk, ws, _, in_acc, bias_tile = tiles
+    return tn, tk, ws, in_acc, bias_tile
+
+
+@memoized
+def body_class(epi, k, n, geometry) -> tuple:
+    """`emitted_body`'s ops for any number of rows r (each tm of the search's candidates, the last partial
+    tile), as (op at one row, whether its rows are r): traced at one row and at two, an op whose rows go
+    1 -> 2, nothing else different, is sized by the step's rows (the x tile, the residual block, the
+    MATMUL's m). The emitters write the same ops whatever the rows: an op that differs otherwise is an
+    error, not a guess."""
+    one, two = _body_trace(epi, 1, k, n, geometry), _body_trace(epi, 2, k, n, geometry)
+    sized = [(a.rows, b.rows) == (1, 2) for a, b in zip(one, two)]
+    if len(one) != len(two) or any(a != replace(b, rows=a.rows) or (a.rows != b.rows and not s)
+                                   for a, b, s in zip(one, two, sized)):  # fmt: skip
+        raise ValueError(f"linear cost: the traced step's ops change with its rows other than in size: {one} {two}")
+    return tuple(zip(one, sized))
+
+
+def _body_trace(epi, r, k, n, geometry) -> tuple:
+    tn, tk, ws, in_acc, bias_tile = geometry
     g = TraceGeometry(epi, k, n, tk, tn, r, bool(in_acc), bool(bias_tile), epi.residual, ws=ws, tm=r)
     return trace(linear_emit.emit_loads, g) + trace(linear_emit.emit_matmul, g, None)
 

@@ -1,5 +1,6 @@
 """Shared test setup: no test reads or fills the user's compile cache; numba's kernels are built once
-before xdist starts its workers; the heaviest files are handed out first; hypothesis has a suite profile.
+before xdist starts its workers; the heaviest files are handed out first; hypothesis has a suite profile;
+`--durations-by-file N` prints the N files of most seconds (what orders HEAVY_FIRST).
 
 NOVELLA_CACHE=0 is set when the test session starts, so module- and
 session-scoped fixtures (which run before any function-scoped fixture) do
@@ -36,17 +37,18 @@ QUICK_FILES = {
     "test_optable.py", "test_simulator.py", "test_symbols.py", "test_timing.py", "test_tools.py", "test_trace.py",
 }  # fmt: skip
 
-# The files of most CPU first (`pytest --durations`, a loaded 2-core host). With `--dist loadfile
-# --no-loadscope-reorder` (.ci/run) xdist hands a worker the next file in this order when it runs low, so
-# the long files start early and short ones fill the end. Files not listed run after these, the quick
+# The files of most CPU first (`--durations-by-file`, printed by .ci/run; a loaded 2-core host). With `--dist
+# loadfile --no-loadscope-reorder` (.ci/run) xdist hands a worker the next file in this order when it runs low,
+# so the long files start early and short ones fill the end. Files not listed run after these, the quick
 # files last.
 HEAVY_FIRST = (
-    "test_causal_lm.py", "test_batched_decode.py", "test_engine.py", "test_longtail.py", "test_bit_identity.py",
-    "test_models.py", "test_hardening.py", "test_readme.py", "test_cache_fuzz.py", "test_jit_kernel.py",
-    "test_fuzz.py", "test_notebooks.py", "test_cache_processes.py", "test_generic.py", "test_costmodel.py",
-    "test_kv_patterns.py", "test_compile_cache.py", "test_linear_search.py", "test_oracle.py", "test_fast_path.py",
-    "test_configs.py", "test_opinfo.py", "test_safe_softmax.py", "test_scan.py", "test_frontend_ops.py",
-    "test_lm_trust.py", "test_first_hour.py", "test_cycles.py",
+    "test_causal_lm.py", "test_batched_decode.py", "test_linear_search.py", "test_mamba2_scan.py",
+    "test_engine.py", "test_longtail.py", "test_bit_identity.py", "test_models.py", "test_hardening.py",
+    "test_readme.py", "test_complex_pairs.py", "test_moe_group_limit.py", "test_cache_fuzz.py",
+    "test_jit_kernel.py", "test_fuzz.py", "test_notebooks.py", "test_cache_processes.py", "test_costmodel.py",
+    "test_topk_ties.py", "test_moe_routing.py", "test_generic.py", "test_kv_patterns.py", "test_compile_cache.py",
+    "test_oracle.py", "test_fast_path.py", "test_configs.py", "test_opinfo.py", "test_safe_softmax.py",
+    "test_scan.py", "test_frontend_ops.py", "test_lm_trust.py", "test_first_hour.py", "test_cycles.py",
 )  # fmt: skip
 
 
@@ -67,6 +69,30 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), before any worker starts
         _build_numba_kernels_once()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--durations-by-file", type=int, default=0, metavar="N",
+        help="show the N test files of most seconds (setup, call and teardown summed; what orders HEAVY_FIRST)",
+    )  # fmt: skip
+
+
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Sums each file's seconds (on the controller, from every worker's reports)."""
+    name = report.nodeid.split("::")[0]
+    _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    n = config.getoption("--durations-by-file")
+    if n and _FILE_SECONDS:
+        terminalreporter.write_sep("=", f"slowest {n} files (seconds, setup + call + teardown)")
+        for name, sec in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:n]:
+            terminalreporter.write_line(f"{sec:8.1f}s {name}")
 
 
 def _build_numba_kernels_once() -> None:

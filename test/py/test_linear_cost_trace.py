@@ -65,3 +65,23 @@ def test_an_emitter_change_moves_the_price(monkeypatch):
     after = linear.Linear().cost(target, dims, cand)
     forget()
     assert after > before + 12 * linear_cost.cm.vec(target, 128, 128, "erf") * 0.9  # 2 x 12 output blocks
+
+
+def test_the_step_body_is_traced_once_per_class_and_sized_by_its_rows():
+    """`emitted_body` at any rows (a tm of the search, a partial last tile) is what the emitters write at
+    those rows, though the body is traced only at one row and two per class (`body_class`); the rows that
+    size it are the x tile's, the residual block's and the MATMUL's m, never the weight tile's or the bias'."""
+    forget()
+    epis = (
+        linear_cost.Epilogue("gelu", residual=True, norm=True),
+        linear_cost.Epilogue("none", residual=True),
+        linear_cost.Epilogue("none", pre_norm=True, rms=True),
+    )
+    for epi in epis:
+        for tiles in ((32, 16, 0, 1, 0, 0), (32, 16, 1, 2, 1, 0), (64, 32, 2, 3, 0, 1), (48, 80, 1, 1, 1, 1)):
+            for r in (1, 7, 16, 64, 300):
+                body = linear_cost.emitted_body(epi, r, 80, 384, tiles)
+                assert body == linear_cost._body_trace(epi, r, 80, 384, linear_cost._geometry(tiles)), (epi, tiles, r)
+                sized = {op.buffer for op in body if op.kind == LOAD and op.rows == r}
+                want = {"a", "acc"} if tiles[4] else {"a"}
+                assert r not in (7, 300) or sized == want, (tiles, r)
