@@ -425,12 +425,16 @@ def load_rotated(tl: Tile, buf: str, o, chain: int) -> None:
 
 def resident_role(op, k: int) -> str | None:
     """How input `k` of generic `op` reads a tensor kept in the scratchpad (`--novella-resident`): "x" for
-    input 0 when its LOADs read whole rows (not a broadcast row, not rotated: a COPY stands for them); ""
-    for an input the kernel does not load (`rotate_half` of an input it loads); None otherwise."""
+    input 0 when its LOADs read whole rows at every grid step (not a broadcast row or batch dim, whose tile is
+    loaded once and kept; not rotated: a COPY stands for them); "" for an input the kernel does not load
+    (`rotate_half` of an input it loads); None otherwise."""
     rot = rope_fusion.rotated(op)
     if k in rot:
         return "" if _loaded_twin(op, rot, k) is not None else None
-    if k or not Geometry(TensorView(op), list(range(len(op.operands)))).ops[0].row_full:
+    if k:
+        return None
+    o = Geometry(TensorView(op), list(range(len(op.operands)))).ops[0]
+    if not o.row_full or any(sy.as_int(s) == 0 for s in o.batch_strides):  # a tile loaded once, kept across steps
         return None
     return "x"
 

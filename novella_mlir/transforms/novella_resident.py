@@ -120,7 +120,7 @@ def _decide(ops, i: int, target, symbols, placed: list) -> None:
     regions so far."""
     producer = ops[i]
     found, other = readers(producer.results[0])
-    if not found or other or not _takes_part(producer.operation):
+    if not found or other or not _takes_part(producer.operation) or not _rows_of(producer.results[0]):
         return
     last = max(j for j in range(i, len(ops)) if any(ops[j].operation == r.operation for r, _ in found))
     live = [o for o in ops[i : last + 1] if BUDGET in o.attributes]
@@ -137,6 +137,13 @@ def _decide(ops, i: int, target, symbols, placed: list) -> None:
     _mark(producer, {"out": offset, "out_size": size})
     for r, role in found:
         _mark(r, {role: offset, f"{role}_size": size})
+
+
+def _rows_of(value) -> bool:
+    """Whether `value` is a tensor of rows: a region holds rows of its last dim, which must be static (a
+    scalar has none; a generic's result may have a dynamic one)."""
+    t = ir.RankedTensorType(value.type)
+    return t.rank >= 1 and not t.is_dynamic_dim(t.rank - 1)
 
 
 def _planned_size(op, symbols) -> int | None:

@@ -24,7 +24,11 @@ def test_the_trace_reads_the_emitted_epilogue():
     assert loads == [(16, 128, False), (1, 128, False)]  # the residual block and the bias tile: rows 384 apart
     assert [(op.rows, op.cols, op.contiguous) for op in ops if op.kind == STORE] == [(16, 128, False)]
     whole = linear_cost.emitted(linear_cost.Epilogue("none", norm=True), 8, 256, 256, 0, (False, False))
-    assert [op.cols for op in whole if op.kind == VEC][:3] == [256, 256, 1]  # bias add, row sum, the mean's DIV
+    assert [op.cols for op in whole if op.kind == VEC][:3] == [
+        256,
+        256,
+        8,
+    ]  # bias add, row sum, the mean's DIV (its 8 rows as one row)
     assert all(op.contiguous for op in whole if op.kind == STORE)  # whole rows: one run
 
 
