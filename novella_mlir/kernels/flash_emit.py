@@ -19,14 +19,14 @@ from . import first
 from . import kv_cache as kv
 from .attention import NEG_FLOOR, SUM_FLOOR
 from .flash_decode import Lanes, chained_loads, load_query, mask_row
+from .resident import OPERANDS
 from .support import ceildiv
-
-ROLES = {0: "x", 1: "k", 2: "v", 3: "out"}  # operand index (3: the result) -> its `novella.resident` role
 
 
 def kept(roles) -> dict[int, str]:
-    """{operand index (3: the result): its region's buffer} of the resident `roles` (`resident.regions`)."""
-    return {i: RESIDENT[r] for i, r in ROLES.items() if r in roles}
+    """{operand index (3: the result): its region's buffer} of the resident `roles` (`resident.regions`; an
+    attention's are q as `x`, `k`, `v` and `out`, at the operands `resident.OPERANDS` names)."""
+    return {(3 if r == "out" else OPERANDS[r]): RESIDENT[r] for r in roles}
 
 
 class Emit:

@@ -227,7 +227,6 @@ class Stepper:
         self._last: Bucket | None = None
         self._fast = not self.plan.guard_keys  # else every step's key needs the guards (`Plan.key`)
         jit.prepare()  # the artifact's tables, once: not a bucket's cost
-        self.plan.key_table()
         self._layout = self._constants()
         n_pages, stack, boxes, slots = self._layout
         ns = len(art.symbols)

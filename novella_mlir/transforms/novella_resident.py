@@ -62,9 +62,7 @@ READS = {
 }
 PRODUCERS = (*LINEAR_OPS, *NORMS, ATTENTION, GENERIC, "novella.gather_rows")
 IN_PLACE = {ATTENTION}  # ops that read and write their resident tensors where they are kept: no COPY
-OPTIONS = {
-    "enable": (int, 1, "keep linears', norms' and attentions' results in the scratchpad for their readers", (0, 1))
-}
+OPTIONS = {"enable": (int, 1, "keep activations (the PRODUCERS' results) in the scratchpad for their readers", (0, 1))}
 BUDGET = "novella.sram_budget"
 
 
