@@ -60,7 +60,8 @@ class Linear:
         plan.add("bias", "spad", tn if bt else n, stream=bool(bt))  # its block's columns, or the whole row
         if bt and deferred:
             plan.add("bias2", "spad", tn)
-        plan.add("a", "spad", tm * k if ws == 2 else tm * tk, stream=ws != 2)
+        if not epi.direct:  # x kept in the scratchpad: the MATMULs read it there
+            plan.add("a", "spad", tm * k if ws == 2 else tm * tk, stream=ws != 2)
         plan.add("out", "spad", tm * tn, stream=True)
         if deferred:  # the last block's own output buffer
             plan.add("out2", "spad", tm * tn, stream=True)
@@ -276,7 +277,7 @@ class _Geometry:
         self.grid = [n_grid, m_grid] if self.ws == 1 else [m_grid, n_grid]
         self.last_k = last(2, sy.const(self.k // self.tk))
         self.spread = bool(t.tiles.get("spread", 0))
-        self.direct = "x" in resident.regions(op) and not self.epi.pre_norm  # the MATMULs read x where it is kept
+        self.direct = self.epi.direct  # the MATMULs read x where it is kept
 
     def cols(self, col):
         """Columns of output block `col` of tn: min(tn, n - col * tn) where the last block is partial."""

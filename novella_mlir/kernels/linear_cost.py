@@ -10,7 +10,7 @@ import numpy as np
 from ..dialects.novella import GATED, linear_epilogue, norm_is_rms
 from ..dialects.verify import norm_on_input
 from ..machine import costmodel as cm
-from . import linear_emit, memoized
+from . import linear_emit, memoized, resident
 from .emit_trace import LOAD, MMA, STORE, VEC, Dim
 from .linear_emit import TraceGeometry, emit_epilogue, emit_prologue, emit_prologue_tail, emit_spread_epilogue, trace
 
@@ -23,19 +23,22 @@ class Epilogue:
     per output block), a layer norm over the (whole) row (`norm`: the output tile holds full rows); and
     `pre_norm`, a layer norm of the input rows before the MATMULs (`norm_input`: the A tile holds whole rows),
     or with `rms` an RMSNorm: the rows times the norm's weight before the MATMULs, each output row times its
-    rsqrt(mean(x * x) + eps) in the epilogue (computed on the vector unit beside the MATMULs)."""
+    rsqrt(mean(x * x) + eps) in the epilogue (computed on the vector unit beside the MATMULs). `direct`: x is
+    kept in the scratchpad (`--novella-resident`) and the MATMULs read it there: no x LOADs, no `a` buffer."""
 
     act: str = "none"
     residual: bool = False
     norm: bool = False
     pre_norm: bool = False
     rms: bool = False
+    direct: bool = False
 
     @classmethod
     def of(cls, op) -> Epilogue:
         residual, norm = linear_epilogue(op)
         pre = norm and norm_on_input(op.attributes)
-        return cls(op.attributes["act"].value, residual, norm and not pre, pre, pre and norm_is_rms(op))
+        direct = "x" in resident.regions(op) and not pre
+        return cls(op.attributes["act"].value, residual, norm and not pre, pre, pre and norm_is_rms(op), direct)
 
     @property
     def scratch(self) -> bool:
@@ -219,7 +222,7 @@ def body_class(epi, k, n, geometry) -> tuple:
 
 def _body_trace(epi, r, k, n, geometry) -> tuple:
     tn, tk, ws, in_acc, bias_tile = geometry
-    g = TraceGeometry(epi, k, n, tk, tn, r, bool(in_acc), bool(bias_tile), epi.residual, ws=ws, tm=r)
+    g = TraceGeometry(epi, k, n, tk, tn, r, bool(in_acc), bool(bias_tile), epi.residual, ws=ws, tm=r, direct=epi.direct)
     return trace(linear_emit.emit_loads, g) + trace(linear_emit.emit_matmul, g, None)
 
 
@@ -281,18 +284,19 @@ def lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
     blocks, k_steps = -(-n // tn), k // tk
     full, rem = m // tm, m % tm
     w_reads = np.where(ws == 1, 1, full + (rem > 0))
-    elems = np.where(ws == 2, 1, blocks) * m * k + w_reads * n * k + m * n * (1 + epi.residual)
+    elems = np.where(ws == 2, 1, blocks) * m * k * (not epi.direct) + w_reads * n * k + m * n * (1 + epi.residual)
     lat, bw = target.issue_cycles + target.dma_latency, target.dram_bytes_per_cycle / 4
     streamed = np.where(ws == 1, 0, tn * tk)
-    fixed = target.issue_cycles * ((ws != 2) + (ws != 1))  # the step's LOADs chained: no latency each
-    x_tile = np.where(ws == 2, 0, tk)
+    x_loads = (ws != 2) * (not epi.direct)
+    fixed = target.issue_cycles * (x_loads + (ws != 1))  # the step's LOADs chained: no latency each
+    x_tile = np.where(ws == 2, 0, tk) * (not epi.direct)
     passes = -(-tk // target.array_rows) * -(-tn // target.array_cols)
 
     def tile(r):  # (a step's floor, the floor of the one with the epilogue, of the head) of r rows
         mm = target.issue_cycles + target.array_rows + passes * np.maximum(r, target.array_rows)
         mm = mm + target.matmul_latency
         step = np.maximum(mm, fixed + (r * x_tile + streamed) / bw)
-        return step, np.maximum(step, lat + r * tn / bw), mm + lat + (r * tk + tn * k) / bw
+        return step, np.maximum(step, lat + r * tn / bw), mm + lat + (r * tk * (not epi.direct) + tn * k) / bw
 
     step, last, _ = tile(tm)
     steps = full * blocks * ((k_steps - 1) * step + last)

@@ -323,9 +323,19 @@ def _movable(macro) -> bool:
     """The macro's addresses into its resident buffers (`fields.RESIDENT`) can be told from the others by
     their value at grid point 0: at least `_free_top`. An address at grid point 0 is at most its own, and at
     least its buffer's less one block (a previous block's, `(d1 - 1) * tn`, below its buffer), less than a
-    resident tensor's size; so it holds when a gap of the largest resident size lies below them."""
+    resident tensor's size; so it holds when no address lies in [the lowest resident offset less the largest
+    resident size, `_free_top`) (none can where a gap of that size lies below the resident buffers)."""
     kept = [b for b in tiling_of(macro).buffers if b.name in _KEPT]
-    return not kept or _free_top(macro) + max(b.size for b in kept) <= min(b.offset for b in kept)
+    if not kept:
+        return True
+    low, top = min(b.offset for b in kept) - max(b.size for b in kept), _free_top(macro)
+    if top <= low:
+        return True
+    return not any(
+        mem == "spad" and low <= at < top
+        for inst in macro.regions[0].blocks[0].operations
+        for _, mem, at in _addresses(inst.attributes)
+    )
 
 
 def _plus(attr, delta: int):
