@@ -40,15 +40,19 @@ QUICK_FILES = {
 # The files of most CPU first (`--durations-by-file`, printed by .ci/run; a loaded 2-core host). With `--dist
 # loadfile --no-loadscope-reorder` (.ci/run) xdist hands a worker the next file in this order when it runs low,
 # so the long files start early and short ones fill the end. Files not listed run after these, the quick
-# files last.
+# files last. The second to fourth files decode nothing: the first worker's first decoding test builds numba's
+# KV-cache kernels (bucket, step, patch: ~45 s on a fresh clone) while the second worker runs them, so the
+# second worker's decoding files load those kernels instead of compiling them a second time at once.
 HEAVY_FIRST = (
-    "test_causal_lm.py", "test_batched_decode.py", "test_linear_search.py", "test_mamba2_scan.py",
-    "test_engine.py", "test_longtail.py", "test_bit_identity.py", "test_models.py", "test_hardening.py",
-    "test_readme.py", "test_complex_pairs.py", "test_moe_group_limit.py", "test_cache_fuzz.py",
-    "test_jit_kernel.py", "test_fuzz.py", "test_notebooks.py", "test_cache_processes.py", "test_costmodel.py",
-    "test_topk_ties.py", "test_moe_routing.py", "test_generic.py", "test_kv_patterns.py", "test_compile_cache.py",
-    "test_oracle.py", "test_fast_path.py", "test_configs.py", "test_opinfo.py", "test_safe_softmax.py",
-    "test_scan.py", "test_frontend_ops.py", "test_lm_trust.py", "test_first_hour.py", "test_cycles.py",
+    "test_causal_lm.py", "test_mamba2_scan.py", "test_linear_search.py", "test_topk_ties.py",
+    "test_batched_decode.py", "test_bit_identity.py", "test_notebooks.py", "test_text_constructs.py",
+    "test_audio_ranges.py", "test_kv_page_chain.py", "test_models.py", "test_moe_group_limit.py",
+    "test_complex_pairs.py", "test_resize.py", "test_engine.py", "test_longtail.py", "test_costmodel.py",
+    "test_moe_routing.py", "test_cache_processes.py", "test_readme.py", "test_step_forms.py", "test_configs.py",
+    "test_chunked_decompose.py", "test_depthwise_conv1d.py", "test_kv_patterns.py", "test_hardening.py",
+    "test_cache_fuzz.py", "test_jit_kernel.py", "test_fuzz.py", "test_generic.py", "test_compile_cache.py",
+    "test_oracle.py", "test_fast_path.py", "test_opinfo.py", "test_safe_softmax.py", "test_scan.py",
+    "test_frontend_ops.py", "test_lm_trust.py", "test_first_hour.py", "test_cycles.py",
 )  # fmt: skip
 
 

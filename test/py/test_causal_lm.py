@@ -96,7 +96,7 @@ SAMPLING = (
 @pytest.mark.parametrize("opts", SAMPLING, ids=["defaults", "warped"])
 def test_sampling_matches_hf_with_a_seed(model, length, opts):
     """transformers' own processors on the NPU's logits, one multinomial draw per token: the same seed
-    gives hf.generate(do_sample=True)'s tokens (and not greedy's)."""
+    gives hf.generate(do_sample=True)'s tokens (and not greedy's: hf's, which the NPU's equal, above)."""
     name, hf, lm = model
     ids = _prompt(length, seed=20 + length)
     torch.manual_seed(1234)
@@ -105,7 +105,7 @@ def test_sampling_matches_hf_with_a_seed(model, length, opts):
     ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
                       pad_token_id=0, **opts)  # fmt: skip
     assert torch.equal(out, ref), f"{name} T={length} {opts}: {out.tolist()} vs {ref.tolist()}"
-    assert not torch.equal(out, lm.generate(ids, max_new_tokens=NEW))
+    assert not torch.equal(out, _reference(hf, ids, NEW)[0])
 
 
 def test_greedy_repetition_penalty_matches_hf(model):
@@ -278,6 +278,8 @@ def test_variant_token_identical(variant, length):
     ref, ref_logits = _reference(hf, ids, NEW)
     assert torch.equal(out, ref), f"{name} T={length}: {out.tolist()} vs {ref.tolist()}"
     np.testing.assert_allclose(lm.last_run.logits[0], ref_logits, atol=1e-3, rtol=0)
+    if length == 33:
+        _check_window_steps(name, lm.last_run.steps[1:], length)
 
 
 def test_variant_batch_and_sampling(variant):
@@ -309,20 +311,23 @@ def test_the_window_is_honoured():
 
 def test_only_the_window_is_read_and_kept(variant):
     """Mistral's mask keeps the last 16 positions: decode's attention reads only their pages
-    (`novella.kv_window`), the pages before them are freed, and a step costs the same at any past
-    length past the window. The other variants read (and keep) every position."""
+    (`novella.kv_window`); the other variants read every position. What a run keeps and costs is checked
+    on test_variant_token_identical's 33-token prompt (`_check_window_steps`)."""
     name, hf, lm = variant
     layers = hf.config.num_hidden_layers
     text = lm.decode.ir("novella-kv-cache")
-    ids = _prompt(33, seed=60)
-    out = lm.generate(ids, max_new_tokens=NEW)
-    assert torch.equal(out, _reference(hf, ids, NEW)[0])
-    steps = lm.last_run.steps[1:]
     if name != "sliding":
         assert "window" not in lm.decode.artifact.kv and "novella.kv_window" not in text
-        assert steps[-1].pages_in_use == -(-(33 + NEW - 1) // 16)
         return
     assert lm.decode.artifact.kv["window"] == 16 and text.count("novella.kv_window = 16") == layers
+
+
+def _check_window_steps(name: str, steps: list, length: int) -> None:
+    """The decode steps of a `length`-token prompt: Mistral's pages before the window are freed and a step
+    costs the same at any past length past the window; the other variants keep every page."""
+    if name != "sliding":
+        assert steps[-1].pages_in_use == -(-(length + NEW - 1) // 16)
+        return
     assert max(s.pages_in_use for s in steps) == 2  # the window's 16 positions span at most two pages
     same_phase = [s.cycles for s in steps if s.position % 16 == 5]
     assert len(same_phase) >= 2 and max(same_phase) - min(same_phase) <= 0.01 * min(same_phase)

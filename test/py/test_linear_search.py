@@ -20,13 +20,12 @@ SHAPES = [(64, 96), (384, 1536), (1536, 384), (80, 384), (1024, 64), (48, 40), (
 EPILOGUES = ("none", "gelu", linear.Epilogue("none", residual=True), linear.Epilogue("gelu", residual=True, norm=True))
 
 
-def _search(target, m, k, n, act, tile_m, exhaustive):
-    kernels.forget()
+def _search(lin, target, m, k, n, act, tile_m, exhaustive):
     old = linear.Linear.exhaustive
     linear.Linear.exhaustive = exhaustive
     try:
         epi = act if isinstance(act, linear.Epilogue) else linear.Epilogue(act)
-        return linear.Linear()._search(target, m, k, n, epi, tile_m)
+        return lin._search(target, m, k, n, epi, tile_m)
     finally:
         linear.Linear.exhaustive = old
 
@@ -34,11 +33,14 @@ def _search(target, m, k, n, act, tile_m, exhaustive):
 @pytest.mark.parametrize("spad", [0, 4096, 1024])  # 0: the whole scratchpad (`Target.budget`)
 def test_pruned_search_picks_as_the_exhaustive_one(spad):
     target = BASE.with_budget({"spad": spad, "acc": BASE.budget_acc}) if spad else BASE
-    for m, (k, n), act, tile_m in itertools.product((1, 17, 300, 1500), SHAPES, EPILOGUES, (0, 32)):
-        fast = _search(target, m, k, n, act, tile_m, exhaustive=False)
-        slow = _search(target, m, k, n, act, tile_m, exhaustive=True)
-        assert fast[:2] == slow[:2], (m, k, n, act, tile_m)
-        assert fast[2].used == slow[2].used and fast[2].buffers == slow[2].buffers
+    for (k, n), act, tile_m in itertools.product(SHAPES, EPILOGUES, (0, 32)):
+        kernels.forget()  # one kernel's memos, shared as in a compile: the fitting candidates over every M
+        lin = linear.Linear()
+        for m in (1, 17, 300, 1500):
+            fast = _search(lin, target, m, k, n, act, tile_m, exhaustive=False)
+            slow = _search(lin, target, m, k, n, act, tile_m, exhaustive=True)
+            assert fast[:2] == slow[:2], (m, k, n, act, tile_m)
+            assert fast[2].used == slow[2].used and fast[2].buffers == slow[2].buffers
 
 
 @pytest.mark.parametrize("config", ["default", "edge", "large"])
