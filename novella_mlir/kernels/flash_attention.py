@@ -28,8 +28,12 @@ their two slots; causal K/V loads are guarded (one slot), as the tiles above the
 Vector work per score is a row max, exp(s - max) and a row sum, plus the output rescale per row:
 EXPSUB (when the config lists it) does exp(s - max) in one pass where the scores have two slots
 (with one, the subtract stays a pass of its own so the next QK need not wait for the exp), and
-`ones` gives V a column of ones so that P @ V also yields the row sums on the matrix unit (worth it
-where the array has spare cycles, e.g. `large`). Candidates (tiles, schedule, slots, ones) are
+`ones` moves the row sums to the matrix unit (worth it where the array has spare cycles, e.g. `large`):
+`COLUMN` gives V a column of ones so that P @ V also yields them (O one column wider: its rescale reads
+dv + 1 columns, a beat more per row where dv is a multiple of the lanes), `SUMS` a MATMUL of its own,
+l (+)= P @ u with u a row of ones and l a column of the accumulator (the rescale of O keeps dv columns, l
+is rescaled as one row; on `large` a [6, T, 64] self-attention at T = 1500 went from 3.00M to 2.67M
+cycles, with the cost model's token ring fixed: `flash_cost._group`). Candidates (tiles, schedule, slots, ones) are
 scored by the cost model (`kernels/flash_cost.py`); the plain schedule remains a candidate and is
 the only one for a paged key/value cache without a causal skip (a step past the end would map a
 page the sequence does not have).
@@ -65,8 +69,9 @@ from . import flash_cost as fc
 from . import flash_decode as fd
 from . import kv_cache as kv
 from .attention import NEG_FLOOR
+from .flash_ahead import Ahead
 from .flash_decode import PER_HEAD, SubHead, chained_loads, held_rows, load_query, mask_row, plan_samples
-from .flash_emit import Emit, Steps, kept, mask_broadcast, query, store, tile_extent
+from .flash_emit import COLUMN, SUMS, Emit, Steps, kept, load_kv, mask_broadcast, query, store, tile_extent
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
@@ -167,10 +172,10 @@ def _fitting(target, sizes: tuple, cands: tuple) -> tuple:
 
 
 def _plan(
-    target, sizes: tuple, tq: int, tk: int, pipelined: bool, ones: bool, s_slots: int, expsub: bool, blocks=False
+    target, sizes: tuple, tq: int, tk: int, pipelined: bool, ones: int, s_slots: int, expsub: bool, blocks=False
 ) -> BufferPlan:
     d, dv, masked, causal, rows, held, heads, shared, kept_ = sizes
-    width = dv + ones  # `ones`: V carries a column of ones, so P @ V also gives the row sums of P
+    width = dv + (ones == COLUMN)  # `COLUMN`: V carries a column of ones, so P @ V also gives the row sums of P
     plan = BufferPlan(target)
     plan.add("q", "spad", held * d or tq * d, alternate=blocks or (not held and 0 < rows <= tq))
     if 1 not in kept_:  # K, V and the output kept in the scratchpad are used where they are
@@ -182,10 +187,15 @@ def _plan(
     if causal:
         plan.add("tri", "spad", tk * tk)
     plan.add("p", "spad", tq * tk, stream=pipelined)  # pipelined: PV(j - 1) reads one slot, softmax(j) fills one
-    for name in ("m", "l", "cm", "t"):
+    for name in ("m", "cm", "t"):
         plan.add(name, "spad", tq)
+    plan.add("l", "acc" if ones == SUMS else "spad", tq)  # `SUMS`: l (+)= P @ u on the array
+    if ones == SUMS:
+        plan.add("u", "spad", tk)
     if 3 not in kept_:  # several heads: all held
         plan.add("out", "spad", held * dv if heads > 1 else tq * dv, stream=heads == 1)
+    if s_slots == 3:  # the lookahead's first K tile (`flash_ahead`)
+        plan.add("k0", "spad", tk * d)
     plan.add("s", "acc", tq * tk * s_slots)  # two: tile j's scores by d2 parity (macro-addressed, not streamed)
     plan.add("o", "acc", tq * width)
     for sub in range(1, heads):  # the step's other heads' own copies (`flash_decode.SubHead`)
@@ -212,7 +222,9 @@ class FlashAttention:
     and the score buffer's slots; EXPSUB (when the config has it) wherever it does not lengthen the
     last read of a single score buffer; `blocks` (`q_blocks`), pipelined where the plan has several query
     blocks (not causal, no window, not paged): the query buffer alternates between consecutive blocks, so a
-    block's query loads under the previous block's last steps. The cost model (`kernels/flash_cost.py`) takes the cheapest
+    block's query loads under the previous block's last steps; with it, `s_slots = 3` is the lookahead
+    (`kernels/flash_ahead.py`: the blocks as one pipeline, where every length has two key tiles or more; on
+    `large` a [6, T, 64] self-attention at T = 256 went from 119K to 93K cycles). The cost model (`kernels/flash_cost.py`) takes the cheapest
     that fits the SRAM at the nominal length."""
 
     exhaustive = False  # bench/costmodel.py's protocol: every fitting candidate is scored
@@ -228,7 +240,7 @@ class FlashAttention:
         schedules = (False,) if g.paged and not g.causal else (True, False)
         pairs = pairs or [(min(tqs), min(tqs))]
         has_expsub = "expsub" in target.vector_functions
-        onesv = (False,) if 2 in g.kept else (False, True)  # a resident V has no column of ones
+        onesv = (0, SUMS) if 2 in g.kept else (0, COLUMN, SUMS)  # a resident V has no column of ones
         variants = [(p, ones, n) for p in schedules for ones in onesv for n in ((1, 2) if p else (1,))]
         return [(tq, tk, p, ones, n, has_expsub and (not p or n == 2)) for tq, tk in pairs for p, ones, n in variants]
 
@@ -241,6 +253,9 @@ class FlashAttention:
         cands = self.candidates(g, syms, target, options)
         if rows and not held:  # several query blocks: each may load under the previous one's compute
             cands += [(*c, True) for c in cands if rows > c[0] and c[2] and not g.paged]
+            if _ahead_ok(g):  # the lookahead (`flash_ahead`): three score slots, two key tiles or more
+                lk = sy.evaluate(g.lk, [s.lo for s in syms])
+                cands += [(*c[:4], 3, *c[5:]) for c in cands if len(c) > 6 and c[4] == 2 and lk > c[1]]
         lq = sy.as_int(g.lq) or 0
         fitting = held and tuple(c for c in _fitting(target, _sizes(g, rows, held), tuple(cands)) if c[0] >= lq)
         dims = tuple(dims_of(g, syms, at) for at in plan_samples(g, plan))
@@ -259,11 +274,11 @@ class FlashAttention:
         tq, tk, pipelined, ones, s_slots, expsub, *blocks = cand
         heads = self.heads(g, syms, target, plan_lengths(op), cand, rows, held)
         plan = _plan(target, _sizes(g, rows, held, heads), *cand)
-        steps = ceildiv(g.lk, tk) + int(pipelined)
+        steps = ceildiv(g.lk, tk) + int(pipelined and s_slots != 3)  # the lookahead: nk steps a block
         if g.window is not None and not pipelined:  # the tiles from the one holding position lk - W
             steps = ceildiv(g.lk, tk) - sy.floordiv(g.lk - g.window, tk)
         grid = [g.batch if heads == 1 else sy.const(sy.as_int(g.batch) // heads), ceildiv(g.lq, tq), steps]
-        tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": int(ones), "s_slots": s_slots,
+        tiles = {"tq": tq, "tk": tk, "pipelined": int(pipelined), "ones": ones, "s_slots": s_slots,
                  "expsub": int(expsub), **({"q_held": held} if held else {}),
                  **({"q_blocks": 1} if blocks else {}), **({"heads": heads} if heads > 1 else {})}  # fmt: skip
         return Tiling(tiles, grid, plan.buffers + resident.buffers(op))
@@ -294,8 +309,9 @@ class FlashAttention:
         if t.tiles.get("heads", 1) > 1:
             return _heads_macro(g, t, b, t.tiles["heads"], len(module_symbols(op)))
         tq, tk = t.tiles["tq"], t.tiles["tk"]
-        ones, two = bool(t.tiles.get("ones", 0)), t.tiles.get("s_slots", 1) == 2
-        pipelined = bool(t.tiles.get("pipelined", 0))
+        ones, two = t.tiles.get("ones", 0), t.tiles.get("s_slots", 1) == 2
+        ahead = Ahead(g, b, tq, tk) if t.tiles.get("s_slots", 1) == 3 else None
+        pipelined = bool(t.tiles.get("pipelined", 0)) and not ahead  # the lookahead: step j's softmax is tile j
         b = fd.Lanes(b, g, len(module_symbols(op))) if fd.lanes(g) and not pipelined else b
         s = Steps(g, b, tq, tk, pipelined, ones)
         rows = extent(1, tq, g.lq)
@@ -303,26 +319,53 @@ class FlashAttention:
         if two:  # tile i's scores in slot i mod 2: the score MATMUL of tile d2 and the softmax of d2 - 1 never meet
             s.s_off = ir.AffineExpr.get_mod(b.d(2), sy.const(2)) * (tq * tk)
             e.s_off = ir.AffineExpr.get_mod(s.i, sy.const(2)) * (tq * tk)
+        if ahead:
+            e.s_off = ahead.slot(b.d(2))
         if ones:
             _fill_ones(b, g, t, tk)
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
-        s.q_off = query(b, g, t, tq, rows)
+        if ahead:
+            ahead.first_block(e, tile_extent)
+            s.q_off = ahead.q_off
+        else:
+            s.q_off = query(b, g, t, tq, rows)
         s.place(e)
-        s.loads(rows)
-        if not s.pipelined or two:
+        if ahead:
+            ahead.loads(load_kv, s.cols, s.width)
+            ahead.qk(e, tile_extent)
+        else:
+            s.loads(rows)
+        if not ahead and (not s.pipelined or two):
             s.qk(e)
         e.adds(None if g.mask is None else "ROW" if mask_row(g) else "TENSOR", g.causal, s.on, s.final)
         e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
-        if s.pipelined and not two:  # after the last read of the one score buffer
+        if ahead:  # after the softmax's last read of the scores
+            ahead.next_block(e, tile_extent)
+            ahead.output_before(e)
+        elif s.pipelined and not two:  # after the last read of the one score buffer
             s.qk(e)
         e.part2(s.on, s.opening, s.rest)
+        if ahead:
+            ahead.output_last(e)
+            return
         e.normalize(when=s.final, safe=g.safe and g.mask is not None)  # causal alone keeps the diagonal
         store(b, g, tq, rows, s.final)
 
 
+def _ahead_ok(g: Geometry) -> bool:
+    """Whether the lookahead (`flash_ahead.Ahead`) may run: no mask, causal skip, window, paged cache or
+    resident K (and, `choose`, at least two key tiles at every length: with one, a block's query would load
+    into the slot of the block before last while the op's first block, loaded a step late, still used it)."""
+    return g.mask is None and not g.causal and g.window is None and not g.paged and 1 not in g.kept
+
+
 def _fill_ones(b, g: Geometry, t, tk: int) -> None:
-    """The ones column of every slot of V (its rows a tile may hold), once; the loads write the others."""
+    """The ones column of every slot of V (its rows a tile may hold), once; the loads write the others.
+    `SUMS`: the row of ones `u`, once."""
+    if t.tiles.get("ones") == SUMS:
+        b.vop("FILL", "u", imm=1.0, rows=1, cols=tk, dst_stride=tk, when=first(0) + first(1) + first(2))
+        return
     slots = next(buf.slots for buf in t.buffers if buf.name == "v")
     for slot in range(slots):
         b.vop("FILL", "v", imm=1.0, rows=tile_extent(tk, g.lk, sy.const(0)), cols=1, dst_stride=g.dv + 1,
@@ -334,7 +377,7 @@ def _heads_macro(g: Geometry, t, b, heads: int, n_syms: int) -> None:
     work interleaves: every head's loads, every score MATMUL (the next head's beside this one's softmax),
     every softmax with its P @ V, every output. A batched step's heads each follow their lane
     (`flash_decode.Lanes`)."""
-    tq, tk, ones = t.tiles["tq"], t.tiles["tk"], bool(t.tiles.get("ones", 0))
+    tq, tk, ones = t.tiles["tq"], t.tiles["tk"], t.tiles.get("ones", 0)
     rows = extent(1, tq, g.lq)
     shared = fd.shared(g, heads)
     parts = []

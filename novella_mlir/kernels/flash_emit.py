@@ -22,6 +22,9 @@ from .flash_decode import Lanes, chained_loads, load_query, mask_row
 from .resident import OPERANDS
 from .support import ceildiv
 
+RECIP_ROWS = 16  # blocks of fewer rows divide O by l: 1 / l costs two more VECs than the DIV's beats it saves
+COLUMN, SUMS = 1, 2  # `ones`: V carries a column of ones (O's last column is l), or l (+)= P @ u on its own
+
 
 def kept(roles) -> dict[int, str]:
     """{operand index (3: the result): its region's buffer} of the resident `roles` (`resident.regions`; an
@@ -32,18 +35,20 @@ def kept(roles) -> dict[int, str]:
 class Emit:
     """VEC and MATMUL ops of one step on the [rows, cols] score tile and the per-row vectors."""
 
-    def __init__(self, b, rows, cols, tq, tk, dv, ones: bool, expsub: bool):
-        self.b, self.rows, self.cols, self.tq, self.tk, self.dv, self.ones = b, rows, cols, tq, tk, dv, ones
+    def __init__(self, b, rows, cols, tq, tk, dv, ones: int, expsub: bool):
+        self.b, self.rows, self.cols, self.tq, self.tk, self.dv = b, rows, cols, tq, tk, dv
+        self.ones, self.sums = ones == COLUMN, ones == SUMS  # the row sums' MATMUL (`COLUMN`, `SUMS`)
         self.expsub, self.s_off = expsub, None  # s_off: the softmax tile's score slot
         self.out_off = None  # the rows of `out` the block's output goes to (held: several heads)
         self.out, self.out_stride = "out", dv  # the output's buffer and row stride (a resident region's: wider)
-        self.v = ("v", None, dv + ones)  # V's (buffer, offset, row stride) for P @ V
-        self.width = dv + ones  # row stride of V and O (with the ones column, O's last column is l)
+        self.width = dv + self.ones  # row stride of V and O (with the ones column, O's last column is l)
+        self.v = ("v", None, self.width)  # V's (buffer, offset, row stride) for P @ V
 
-    def qk(self, d: int, cols, when, acc_offset=None, lhs_offset=None, k=("k", None, None)) -> None:
+    def qk(self, d: int, cols, when, acc_offset=None, lhs_offset=None, k=("k", None, None), m=None) -> None:
         """S = Q @ K^T of a key tile of `cols` rows (K rows of d) into the score slot at `acc_offset`; `k`: K's
-        (buffer, offset, row stride or None: d)."""
-        self.b.mma("s", "q", k[0], a_stride=d, b_stride=k[2] or d, acc_stride=self.tk, m=self.rows, k=d, n=cols,
+        (buffer, offset, row stride or None: d); `m`: the query rows (default the block's)."""
+        m = self.rows if m is None else m
+        self.b.mma("s", "q", k[0], a_stride=d, b_stride=k[2] or d, acc_stride=self.tk, m=m, k=d, n=cols,
                    accumulate=0, transpose_b=1, acc_offset=acc_offset, lhs_offset=lhs_offset, rhs_offset=k[1],
                    when=when)  # fmt: skip
 
@@ -86,28 +91,42 @@ class Emit:
         """p = exp(p), the running sum l and the output O (+)= P @ V, rescaled by exp(m_old - m)."""
         if not self.expsub:
             self.tile("EXP", "p", "p", when=on)
-        if not self.ones:
+        vector_sums = not (self.ones or self.sums)
+        if vector_sums:
             self.reduce("ROWSUM", "l", "p", opening)
         self.pv(0, opening)
-        self.row("SUB", "t", "m", "cm", when=rest)
-        self.row("EXP", "t", "t", when=rest)
+        if self.expsub:  # t = exp(m_old - m) in one pass
+            self.row("EXPSUB", "t", "m", "cm", when=rest)
+        else:
+            self.row("SUB", "t", "m", "cm", when=rest)
+            self.row("EXP", "t", "t", when=rest)
         self.row("COPY", "m", "cm", when=rest)
-        if not self.ones:
+        if vector_sums:
             self.reduce("ROWSUM", "cm", "p", rest)
+        if not self.ones:
             self.row("MUL", "l", "l", "t", when=rest)
+        if vector_sums:
             self.row("ADD", "l", "l", "cm", when=rest)
         w = self.width
         self.b.vop("MUL", "o", "o", "t", mode="COL", rows=self.rows, cols=w, dst_stride=w, a_stride=w,
                    b_stride=1, when=rest)  # fmt: skip
         self.pv(1, rest)
 
+    def row_sums(self, accumulate: int, when) -> None:
+        """`SUMS`: l (+)= P @ u, u a row of ones, on the array; l a column of the accumulator."""
+        self.b.mma("l", "p", "u", a_stride=self.tk, b_stride=self.tk, acc_stride=1, m=self.rows, k=self.cols, n=1,
+                   accumulate=accumulate, transpose_b=1, when=when)  # fmt: skip
+
     def pv(self, accumulate: int, when):
         w, (v, at, stride) = self.width, self.v
         self.b.mma("o", "p", v, a_stride=self.tk, b_stride=stride, acc_stride=w, m=self.rows, k=self.cols, n=w,
                    accumulate=accumulate, transpose_b=0, rhs_offset=at, when=when)  # fmt: skip
+        if self.sums:
+            self.row_sums(accumulate, when)
 
     def normalize(self, when, safe: bool) -> None:
-        """out = O / l (l: O's last column with the ones column of V). `safe`: l = max(l, SUM_FLOOR) first,
+        """out = O / l (l: O's last column with the ones column of V; else O * (1 / l), 1 / l as one row: a
+        DIV costs four beats, so on `large` this was a quarter of a query block's output time). `safe`: l = max(l, SUM_FLOOR) first,
         so a row with every key masked (P = 0: O = 0, l = 0) gives 0, not 0 / 0; any other row has l >= 1."""
         dv, w = self.dv, self.width
         sums, off = ("o", sy.const(dv)) if self.ones else ("l", None)
@@ -116,7 +135,13 @@ class Emit:
                        dst_offset=off, a_offset=off, when=when)  # fmt: skip
         elif safe:
             self.row("MAX", "l", "l", mode="SCALAR", imm=SUM_FLOOR, when=when)
-        self.b.vop("DIV", self.out, "o", sums, mode="COL", rows=self.rows, cols=dv, dst_stride=self.out_stride, a_stride=w,
+        if not self.ones and self.tq >= RECIP_ROWS:  # 1 / l as one row (into `t`, read last by the rescale)
+            self.row("FILL", "t", None, imm=1.0, when=when)
+            self.row("DIV", "t", "t", "l", when=when)
+            sums, fn = "t", "MUL"
+        else:
+            fn = "DIV"
+        self.b.vop(fn, self.out, "o", sums, mode="COL", rows=self.rows, cols=dv, dst_stride=self.out_stride, a_stride=w,
                    b_stride=w if self.ones else 1, b_offset=off, dst_offset=self.out_off, when=when)  # fmt: skip
 
 
@@ -175,7 +200,8 @@ class Steps:
     rows out of bounds (zero-filled, no DRAM traffic)."""
 
     def __init__(self, g, b, tq: int, tk: int, pipelined: bool, ones: bool):
-        self.g, self.b, self.tq, self.tk, self.pipelined, self.width = g, b, tq, tk, pipelined, g.dv + ones
+        self.g, self.b, self.tq, self.tk, self.pipelined = g, b, tq, tk, pipelined
+        self.width = g.dv + (ones == COLUMN)
         self.s_off = self.q_off = None  # the score slot of the QK; the query's slot (`Buffer.alternate`)
         qi, j = b.d(1), b.d(2)
         windowed = g.window is not None and not pipelined
@@ -227,21 +253,21 @@ class Steps:
         skip = g.causal or g.window is not None or isinstance(b, Lanes)  # tiles skipped: their loads too
         chained = chained_loads(g, tk)
         if 1 not in g.kept:
-            _load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None,
-                     chained=chained)  # fmt: skip
+            load_kv(b, g, "k", 1, g.d, k_rows, self.k_tile * tk, g.d, tk, when=self.qk_on if skip else None,
+                    chained=chained)  # fmt: skip
         if 2 not in g.kept:
-            _load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None,
+            load_kv(b, g, "v", 2, g.dv, v_rows, self.i * tk, self.width, tk, when=self.on if skip else None,
                      chained=chained)  # fmt: skip
         if g.mask is not None and mask:
             _load_mask(b, g, rows, self.tq, tk, self.pipelined, self.i, when=self.on if skip and not g.causal else None,
                        chained=chained)  # fmt: skip
 
 
-def _load_kv(b, g, name: str, tensor: int, width: int, rows, row0, stride: int, tk: int, when,
-             chained: bool = False) -> None:  # fmt: skip
-    """LOAD `rows` key/value rows from row `row0` (rows out of [0, lk) are zero-filled); a paged tile of
-    several pages is a chain of LOADs, one per page."""
-    bi = b.d(0)
+def load_kv(b, g, name: str, tensor: int, width: int, rows, row0, stride: int, tk: int, when,
+             chained: bool = False, bi=None) -> None:  # fmt: skip
+    """LOAD `rows` key/value rows from row `row0` (rows out of [0, lk) are zero-filled) of batch `bi` (default
+    the step's); a paged tile of several pages is a chain of LOADs, one per page."""
+    bi = b.d(0) if bi is None else bi
     info = g.paged.get(tensor)
     if info is None:
         b.load_rows(name, tensor, dram_offset=g.base(tensor, bi), dram_stride=g.row_stride(tensor), row_start=row0,

@@ -152,6 +152,7 @@ class Group:
     # reading a one-slot accumulator they overwrite): in series with the matrix unit's work
     issues: int = 0  # compute instructions per step (the issue floor under overlap; 0: not counted)
     floor: float = 0.0  # a least period the kernel derives from its step structure (e.g. `retire_floor`)
+    chain: float = 0.0  # under `overlap`, a step's first compute to its tokens' push, where less than `compute`
 
     def compute_period(self, t: Target) -> float:
         """Compute-queue cycles per steady step: the chain, or with `overlap` the busier unit (the matrix
@@ -190,7 +191,7 @@ class Group:
         slots = [s for s, q in ((self.load_slots, self.load), (self.store_slots, self.store)) if q]
         if not self.overlap or not slots or min(slots) < 2:
             return 0.0
-        return (self.compute + t.issue_cycles + t.dma_latency + self.dram) / min(slots)
+        return ((self.chain or self.compute) + t.issue_cycles + t.dma_latency + self.dram) / min(slots)
 
 
 def retire_floor(chain: float, next_load: float, next_compute: float) -> float:

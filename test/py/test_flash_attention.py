@@ -193,14 +193,23 @@ def _reference(kind: str, xs):
     return F.scaled_dot_product_attention(*xs[:3], attn_mask=mask, scale=1.0 if kind == "masked" else 0.125)
 
 
-_SCHEDULES = [(False, False, 1), (False, True, 1), (True, False, 1), (True, True, 1), (True, False, 2), (True, True, 2)]
+_SCHEDULES = [
+    (False, 0, 1),
+    (False, 1, 1),
+    (True, 0, 1),
+    (True, 1, 1),
+    (True, 0, 2),
+    (True, 1, 2),
+    (False, 2, 1),
+    (True, 2, 2),
+]
 
 
 @pytest.mark.parametrize("pipelined,ones,s_slots", _SCHEDULES)
 @pytest.mark.parametrize("kind", sorted(_KINDS))
 def test_every_schedule_matches_eager(monkeypatch, kind, pipelined, ones, s_slots):
     """Each schedule forced (plain or pipelined with one or two score slots, row sums by ROWSUM or by
-    V's ones column; EXPSUB except where a single score buffer is read), hazard checker on: 1, a
+    V's ones column or P @ u; EXPSUB except where a single score buffer is read), hazard checker on: 1, a
     tile's neighbours, odd and the maximum length."""
     from novella_mlir.kernels.flash_attention import FlashAttention
 

@@ -36,7 +36,8 @@ def test_the_trace_reads_the_emitted_softmax():
     assert rest[-1] == ("MUL", 16, 64)  # O rescaled, dv columns
     assert [(op.rows, op.k, op.cols) for op in ops["part2"] if op.kind == MMA and op.on(REST)] == [(16, 128, 64)]
     assert [(op.rows, op.k, op.cols) for op in ops["qk"]] == [(16, 64, 128)]
-    assert _vecs(ops["out"], DIAGONAL) == [("MAX", 1, 16), ("DIV", 16, 64)]  # safe: the sums floored first
+    out = [("MAX", 1, 16), ("FILL", 1, 16), ("DIV", 1, 16), ("MUL", 16, 64)]  # safe: the sums floored, 1 / l
+    assert _vecs(ops["out"], DIAGONAL) == out
     assert not _vecs(ops["out"], REST)
 
 
@@ -46,8 +47,22 @@ def test_ones_and_expsub_move_work_between_the_units():
     ops = fc.emitted(key, 32, 32, True, True)
     assert [fn for fn, *_ in _vecs(ops["part1"], DIAGONAL)] == ["ADD", "ROWMAX", "MAX", "EXPSUB"]  # the staircase
     assert [fn for fn, *_ in _vecs(ops["part1"], REST)] == ["ROWMAX", "MAX", "EXPSUB"]
-    assert [fn for fn, *_ in _vecs(ops["part2"], REST)] == ["SUB", "EXP", "COPY", "MUL"]  # no EXP, no ROWSUM
+    assert [fn for fn, *_ in _vecs(ops["part2"], REST)] == ["EXPSUB", "COPY", "MUL"]  # no EXP, no ROWSUM
     assert [op.cols for op in ops["part2"] if op.kind == MMA] == [65, 65]  # V's ones column: l on the array
+
+
+def test_row_sums_on_the_array_leave_o_its_width():
+    """`SUMS`: l (+)= P @ u, a MATMUL of one column beside P @ V (dv columns), so the rescale of O reads dv
+    columns, not dv + 1, and l is rescaled as one row."""
+    forget()
+    key = (64, 64, False, False, False, False)
+    ops = fc.emitted(key, 128, 128, flash_emit.SUMS, True)
+    rest = _vecs(ops["part2"], REST)
+    assert [fn for fn, *_ in rest] == ["EXPSUB", "COPY", "MUL", "MUL"]
+    assert rest[-2:] == [("MUL", 1, 128), ("MUL", 128, 64)]  # l, then O with dv columns
+    mms = [(op.rows, op.k, op.cols) for op in ops["part2"] if op.kind == MMA and op.on(REST)]
+    assert mms == [(128, 128, 64), (128, 128, 1)]
+    assert [fn for fn, *_ in _vecs(ops["part2"], OPENING)] == []  # the opening tile's l is its MATMUL's
 
 
 def test_an_emitter_change_moves_the_price(monkeypatch):
@@ -124,7 +139,7 @@ def test_an_emitted_load_moves_the_price_as_it_moves_the_simulated_cycles(monkey
     t = Target.from_config(bench._config("edge"))
     dims = fc.Dims(6, length, length, 64, 64, False, False, (True,) * 4)
     cands = [(32, 16, True, False, 2, True), (16, 16, False, False, 1, True)]
-    load_kv = flash_emit._load_kv
+    load_kv = flash_emit.load_kv
 
     def twice(b, g, name, *a, **f):
         load_kv(b, g, name, *a, **f)
@@ -136,7 +151,7 @@ def test_an_emitted_load_moves_the_price_as_it_moves_the_simulated_cycles(monkey
         return [(fc.cost(t, dims, *c), bench.simulate((index, "edge", length, c))) for c in cands]
 
     before = measure()
-    monkeypatch.setattr(flash_emit, "_load_kv", twice)
+    monkeypatch.setattr(flash_emit, "load_kv", twice)
     after = measure()
     for (p0, s0), (p1, s1) in zip(before, after):
         assert p1 > p0 and abs((p1 - p0) / (s1 - s0) - 1) <= 0.25, (p0, s0, p1, s1)

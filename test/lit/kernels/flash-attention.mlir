@@ -48,7 +48,9 @@
 // CHECK: "novella.mma"() {{{.*}}acc = "o", {{.*}}accumulate = 0 : i64, {{.*}}k = #[[PREV]], lhs = "p", {{.*}}rhs = "v", transpose_b = 0 : i64, when = #[[OPEN]]}
 // CHECK: "novella.vop"() {a = "o", {{.*}}b = "t", {{.*}}dst = "o", {{.*}}fn = "MUL", mode = "COL", rows = #[[ROWS]], when = #[[REST]]}
 // CHECK-NEXT: "novella.mma"() {{{.*}}acc = "o", {{.*}}accumulate = 1 : i64, {{.*}}when = #[[REST]]}
-// CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "l", {{.*}}dst = "out", {{.*}}fn = "DIV", mode = "COL", rows = #[[ROWS]], when = #[[LAST]]}
+// CHECK-NEXT: "novella.vop"() {{{.*}}dst = "t", {{.*}}fn = "FILL", imm = 1.000000e+00 : f32, rows = 1 : i64, when = #[[LAST]]}
+// CHECK-NEXT: "novella.vop"() {a = "t", {{.*}}b = "l", {{.*}}dst = "t", {{.*}}fn = "DIV", rows = 1 : i64, when = #[[LAST]]}
+// CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "t", {{.*}}dst = "out", {{.*}}fn = "MUL", mode = "COL", rows = #[[ROWS]], when = #[[LAST]]}
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[LAST]]}
 // CHECK-NOT: novella.dma_store
 // CHECK: p = ["spad", {{[0-9]+}}, 8192, 2]{{.*}}grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}tiles = {expsub = 0 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 1 : i64, tk = 64 : i64, tq = 128 : i64}
@@ -104,13 +106,15 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 
 // A safe softmax (SDPA's, `_safe_softmax`): a query row whose keys are all masked gives 0. Its
 // P and O are 0 (the floored max makes exp(-inf) = 0) and so is its row sum l: the last step floors
-// l at f32's least normal before the divide (0 / 1.17e-38 = 0; any other row has l >= 1). The
-// unsafe @masked above divides by l directly, as torch.softmax gives NaN there.
+// l at f32's least normal before 1 / l (0 * 8.5e37 = 0; any other row has l >= 1). The unsafe @masked
+// above takes 1 / l directly, as torch.softmax gives NaN there.
 // LEGAL-LABEL: func.func @masked_safe
 // LEGAL: "novella.flash_attention"({{.*}}) {causal = 0 : i64, {{.*}}safe = true, scale = 1.000000e+00 : f32}
 // CHECK-LABEL: func.func @masked_safe
 // CHECK: "novella.vop"() {a = "l", {{.*}}dst = "l", {{.*}}fn = "MAX", imm = 1.17549435E-38 : f32, mode = "SCALAR", rows = 1 : i64, when = #[[LAST:[^}]*]]}
-// CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "l", {{.*}}dst = "out", {{.*}}fn = "DIV", mode = "COL", {{.*}}when = #[[LAST]]}
+// CHECK-NEXT: "novella.vop"() {{{.*}}dst = "t", {{.*}}fn = "FILL", {{.*}}when = #[[LAST]]}
+// CHECK-NEXT: "novella.vop"() {a = "t", {{.*}}b = "l", {{.*}}dst = "t", {{.*}}fn = "DIV", {{.*}}when = #[[LAST]]}
+// CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "t", {{.*}}dst = "out", {{.*}}fn = "MUL", mode = "COL", {{.*}}when = #[[LAST]]}
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out"
 // UNFUSED-LABEL: func.func @masked_safe
 // UNFUSED: "novella.softmax"({{.*}}) {safe = true}

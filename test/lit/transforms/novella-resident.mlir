@@ -103,8 +103,8 @@ module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths =
 // OFF-LABEL: func.func @attention
 // OFF-NOT: novella.resident
 // In its macro nothing is loaded or stored: the query's scaling MUL reads the region with the row stride of
-// the projection (64), the score MATMUL and P @ V read K and V there, the normalizing DIV writes the output
-// there.
+// the projection (64), the score MATMUL and P @ V read K and V there, the normalizing MUL (by 1 / l) writes
+// the output there.
 // MACRO-LABEL: func.func @attention
 // MACRO: a_stride = 64 : i64{{.*}}fn = "MUL"
 // MACRO-NOT: opcode = "LOAD"
@@ -115,7 +115,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths =
 // MACRO: b_stride = 64 : i64{{.*}}opcode = "MATMUL"
 // MACRO-NOT: opcode = "LOAD"
 // MACRO-NOT: opcode = "STORE"
-// MACRO: dst_stride = 64 : i64, fn = "DIV"
+// MACRO: dst_stride = 64 : i64, fn = "MUL"
 // MACRO-NOT: opcode = "LOAD"
 // MACRO-NOT: opcode = "STORE"
 // MACRO: rk = ["spad", 61440, 2048], rout = ["spad", 57344, 2048], rv = ["spad", 59392, 2048], rx = ["spad", 63488, 2048]{{.*}}kernel = "novella.flash_attention"

@@ -1,0 +1,129 @@
+"""The lookahead schedule of `novella.flash_attention` (`s_slots = 3`; `kernels/flash_attention.py`).
+
+The pipelined key/value loop of a query block (`Steps`, one more step per block) starts with a step of only
+the score MATMUL of its first tile and ends with a step of only the softmax of its last: at a block's edges
+one unit idles for about a tile's work, which at a few key tiles per block (T of a few hundred) is most of
+the block's time. The lookahead runs the blocks as one software pipeline: step j of block (bi, qi) (nk
+steps a block) runs the softmax and P @ V of key tile j and the score MATMUL of the next tile in grid order:
+tile j + 1, or at the block's last step tile 0 of the next block ((bi, qi + 1), or (bi + 1, 0) after a
+batch's last block), whose query it loads (the query buffer alternates between consecutive blocks,
+`q_blocks`) and scales after the softmax's last read of the scores. Every block's tile 0 has the third slot
+of the scores; tiles 1, 2, ... alternate in slots 1, 0, ... The op's first step also loads the first
+block's query and K tile 0 (into `k0`, once) and runs its MATMUL. Only without a mask, causal skip, window,
+paged cache or resident K (`flash_attention._ahead_ok`)."""
+
+from __future__ import annotations
+
+from .. import symbolic as sy
+from . import first
+from .support import ceildiv
+
+
+def _rows(t: int, total, index):
+    """min(t, total - index * t), or t (or total) where every tile is full."""
+    v = sy.as_int(total)
+    if v is not None and (v % t == 0 or v < t):
+        return min(v, t)
+    return [sy.const(t), total - index * t]
+
+
+class Ahead:
+    """The lookahead's expressions and ops on grid point (bi, qi, j) of a [tq, tk] tiling."""
+
+    def __init__(self, g, b, tq: int, tk: int):
+        bi, qi, j = b.d(0), b.d(1), b.d(2)
+        self.g, self.b, self.tq, self.tk = g, b, tq, tk
+        nk, nq = ceildiv(g.lk, tk), ceildiv(g.lq, tq)
+        self.nk = nk
+        wrap = sy.const(1) - sy.step(nq - 1 - qi)  # [qi == nq - 1]: the next block is batch bi + 1's first
+        self.next_bi, self.next_qi = bi + wrap, qi + 1 - wrap * nq
+        left = (g.batch - 1 - bi) + (nq - 1 - qi)  # 0 on the op's last block
+        back = sy.const(1) - sy.step(qi)  # [qi == 0]: the block before is batch bi - 1's last
+        self.prev_bi, self.prev_qi = bi - back, qi - 1 + back * nq
+        self.after_first = [("eq", j), ("ge", bi + qi - 1)]  # a block's first step, but the op's
+        self.op_last = [("eq", nk - 1 - j), ("eq", left)]
+        self.last, self.more = [("eq", nk - 1 - j)], [("ge", left - 1)]
+        self.start = first(0) + first(1) + first(2)
+        linear = bi * nq + qi  # the query's slot, as `load_query` with `q_blocks`
+        self.q_off = sy.mod(linear, 2) * (tq * g.d)
+        self.q_next = sy.mod(linear + 1, 2) * (tq * g.d)
+        self.k_tile = j + 1 - nk * sy.step(j + 2 - nk)  # the K LOAD's tile: j + 1, 0 at the block's last step
+        self.k_batch = bi + sy.step(j + qi + 3 - nk - nq)  # the next batch's at the batch's last step
+        self.k_rows = [sy.const(tk), g.lk - self.k_tile * tk, sy.gate(left + nk - 1 - j)]  # none at the op's end
+
+    def slot(self, tile):
+        """Offset in `s` of the scores of key tile `tile` (>= 0): tile 0 in slot 2, tile t in slot t mod 2."""
+        return (sy.mod(tile, 2) + (sy.const(1) - sy.step(tile)) * 2) * (self.tq * self.tk)
+
+    def first_block(self, e, tile_extent) -> None:
+        """At the op's first step: the first block's query (loaded and scaled, or scaled from its region),
+        K tile 0 into `k0` and its score MATMUL into slot 2."""
+        zero = sy.const(0)
+        self._query(zero, zero, zero, self.start, load=True)
+        g = self.g
+        self.b.load_rows("k0", 1, dram_offset=g.base(1, zero), dram_stride=g.row_stride(1), row_start=zero,
+                         row_bound=g.lk, rows=_rows(self.tk, g.lk, zero), cols=g.d, sram_stride=g.d,
+                         when=self.start)  # fmt: skip
+        e.qk(g.d, tile_extent(self.tk, g.lk, zero), self.start, self.slot(zero), zero, k=("k0", None, None))
+
+    def loads(self, load_kv, v_rows, width: int) -> None:
+        """The step's K tile (`k_tile` of batch `k_batch`), V tile j and the next block's query."""
+        g, j, tk = self.g, self.b.d(2), self.tk
+        if 1 not in g.kept:
+            load_kv(self.b, g, "k", 1, g.d, self.k_rows, self.k_tile * tk, g.d, tk, when=None, bi=self.k_batch)
+        if 2 not in g.kept:
+            load_kv(self.b, g, "v", 2, g.dv, v_rows, j * tk, width, tk, when=None)
+        if 0 not in g.kept:
+            self._query(self.next_bi, self.next_qi, self.q_next, self.last + self.more, load=True, scale=False)
+
+    def qk(self, e, tile_extent) -> None:
+        """The score MATMUL of tile j + 1, before the softmax of tile j (another slot)."""
+        j, tile = self.b.d(2), self.b.d(2) + 1
+        e.qk(self.g.d, tile_extent(self.tk, self.g.lk, tile), [("ge", self.nk - 2 - j)], self.slot(tile), self.q_off)
+
+    def next_block(self, e, tile_extent) -> None:
+        """At a block's last step, after the softmax's last read of the scores: the next block's query scaled,
+        and its first score MATMUL into slot 2."""
+        when = self.last + self.more
+        self._query(self.next_bi, self.next_qi, self.q_next, when, load=False)
+        e.qk(self.g.d, tile_extent(self.tk, self.g.lk, sy.const(0)), when, self.slot(sy.const(0)), self.q_next,
+             m=_rows(self.tq, self.g.lq, self.next_qi))  # fmt: skip
+
+    def _query(self, bi, qi, off, when, load: bool, scale: bool = True) -> None:
+        g, tq, b = self.g, self.tq, self.b
+        rows = _rows(tq, g.lq, qi)
+        region = g.kept.get(0)
+        if region is not None:
+            if scale:
+                stride = g.row_stride(0)
+                b.vop("MUL", "q", region, mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d,
+                      a_stride=stride, dst_offset=off, a_offset=g.base(0, bi) + qi * (tq * stride), when=when)  # fmt: skip
+            return
+        if load:
+            b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
+                        row_bound=g.lq, rows=rows, cols=g.d, buf_offset=off, when=when)  # fmt: skip
+        if scale:
+            b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
+                  dst_offset=off, a_offset=off, when=when)  # fmt: skip
+
+    def output_before(self, e) -> None:
+        """The previous block's output (O * 1 / l, stored) at a block's first step, after the softmax's first
+        part: so the vector unit starts the block while the previous one's last P @ V runs."""
+        self._output(e, self.prev_bi, self.prev_qi, self.after_first)
+
+    def output_last(self, e) -> None:
+        """The op's last block's output, at its last step."""
+        self._output(e, self.b.d(0), self.b.d(1), self.op_last)
+
+    def _output(self, e, bi, qi, when) -> None:
+        g, tq = self.g, self.tq
+        rows = _rows(tq, g.lq, qi)
+        keep = e.rows, e.out_off
+        e.rows = rows
+        if 3 in g.kept:
+            e.out_off = g.base(3, bi) + qi * (tq * g.row_stride(3))
+        e.normalize(when=when, safe=False)
+        e.rows, e.out_off = keep
+        if 3 not in g.kept:
+            self.b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
+                              row_bound=g.lq, rows=rows, cols=g.dv, when=when)  # fmt: skip

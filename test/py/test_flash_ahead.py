@@ -1,0 +1,76 @@
+"""Flash attention's lookahead (`kernels/flash_ahead.py`, `s_slots = 3`): a query block's last step runs the
+score MATMUL of the next block's first key tile (the next head's after a head's last block) and the next
+block's first step the previous block's output, so the units do not idle at the blocks' edges. Forced, it
+matches eager PyTorch (hazard checker on) at the least length (two key tiles), odd lengths, a partial last
+key tile and query block, and the maximum; it is offered only with two key tiles or more at every length;
+on `large` it is picked and beats the same tiles without it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from novella_mlir import compile_torch
+from novella_mlir.kernels.flash_attention import FlashAttention
+from simulator import load_config
+
+LARGE = Path(__file__).resolve().parents[2] / "simulator" / "configs" / "large.toml"
+
+
+class Attention(torch.nn.Module):
+    def forward(self, q, kv):
+        return F.scaled_dot_product_attention(q, kv, kv)
+
+
+def _compile(lo: int, hi: int, config=None):
+    q, kv = torch.randn(1, 6, lo + 1, 64), torch.randn(1, 6, lo + 1, 64)
+    return compile_torch(Attention(), q, kv, dynamic_dim=2, min_len=lo, max_len=hi, cache=False, config=config)
+
+
+def _tiles(npu) -> str:
+    (tiles,) = re.findall(r"novella.tiles = \{[^}]*\}", npu.ir("novella-tile"))
+    return tiles
+
+
+def _force(monkeypatch, s_slots: int, tk: int = 64) -> None:
+    """The cost model replaced: the candidates with `s_slots` score slots, the row sums of `ones` = 2 (P @ u)
+    and key tiles of `tk` cost 0, the rest 1."""
+    monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, c: float((c[4], c[3], c[1]) != (s_slots, 2, tk)))
+    monkeypatch.setattr(FlashAttention, "exhaustive", True)
+
+
+def test_the_lookahead_matches_eager(monkeypatch):
+    _force(monkeypatch, 3)
+    npu = _compile(65, 300)
+    tiles = _tiles(npu)
+    assert "s_slots = 3" in tiles and "q_blocks = 1" in tiles, tiles
+    assert "tk = 64 " in tiles, tiles
+    torch.manual_seed(0)
+    for t in (65, 66, 128, 129, 201, 300):  # two key tiles (one of a row), odd, full, partial, the maximum
+        q, kv = torch.randn(1, 6, t, 64), torch.randn(1, 6, t, 64)
+        y = npu(q, kv, check_hazards=True)
+        torch.testing.assert_close(y, F.scaled_dot_product_attention(q, kv, kv), rtol=1e-4, atol=1e-4)
+
+
+def test_no_lookahead_where_a_length_has_one_key_tile(monkeypatch):
+    _force(monkeypatch, 3)
+    assert "s_slots = 3" not in _tiles(_compile(1, 300))
+
+
+@pytest.mark.parametrize("t", [256, 500])
+def test_the_lookahead_is_picked_and_pays_on_large(monkeypatch, t):
+    config = load_config(LARGE)
+    picked = _compile(129, 1500, config)
+    assert "s_slots = 3" in _tiles(picked)
+    q, kv = torch.randn(1, 6, t, 64), torch.randn(1, 6, t, 64)
+    picked(q, kv)
+    with_it = picked.last_run.stats.cycles
+    _force(monkeypatch, 2, tk=int(re.search(r"tk = (\d+)", _tiles(picked)).group(1)))
+    without = _compile(129, 1500, config)
+    assert "s_slots = 2" in _tiles(without)
+    without(q, kv)
+    assert with_it < 0.9 * without.last_run.stats.cycles
