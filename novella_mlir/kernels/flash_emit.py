@@ -124,7 +124,7 @@ def query(b, g, t, tq: int, rows):
     """`flash_decode.load_query`, or with the query resident its scaling MUL from the region into `q` (no
     LOAD). Returns the block's offset in `q`."""
     region = g.kept.get(0)
-    if region is None:
+    if region is None or t.tiles.get("q_held"):
         return load_query(b, g, t, tq, rows)
     bi, qi, off = b.d(0), b.d(1), None
     if t.tiles.get("q_blocks"):  # as load_query's slots
