@@ -153,14 +153,16 @@ module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths =
 // CHECK: "novella.kv_append"(%arg3, {{.*}}novella.resident = {new = [[R]] : i64, new_size = 256 : i64}
 // OFF-LABEL: func.func @rope_append
 // OFF-NOT: novella.resident
-// The append COPYs the new rows from the region (no LOAD) and STOREs them into each sequence's page.
+// The append COPYs the first sequence's new rows from the region (no LOAD; its STOREs wait for that compute)
+// and STOREs them into each sequence's page, the other sequences' straight from the region.
 // MACRO-LABEL: func.func @rope_append
 // MACRO: rout = ["spad", [[K2:[0-9]+]], 256]
 // MACRO: rout = ["spad", [[R2:[0-9]+]], 256], rx = ["spad", [[K2]], 256]
 // MACRO-NOT: opcode = "LOAD"
-// MACRO: fn = "COPY"
-// MACRO: opcode = "STORE"
-// MACRO: rnew = ["spad", [[R2]], 256]
+// MACRO: fn = "COPY", mode = "TENSOR", opcode = "VEC", rows = 2 : i64
+// MACRO: opcode = "STORE", {{.*}}sram_addr = 0 : i64
+// MACRO: chain = 1 : i64, {{.*}}opcode = "STORE", {{.*}}sram_addr = {{[1-9][0-9]+}} : i64
+// MACRO: out = ["spad", 0, 64], rnew = ["spad", [[R2]], 256]
 module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
   func.func @rope_append(%arg0: tensor<4x1x64xf32> {novella.dram = affine_map<()[s0] -> (0)>}, %arg1: tensor<4x1x1x32xf32> {novella.dram = affine_map<()[s0] -> (4416)>}, %arg2: tensor<4x1x1x32xf32> {novella.dram = affine_map<()[s0] -> (4544)>}, %arg3: tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0, 32)>> {novella.dram = affine_map<()[s0] -> (2147483648)>}) -> tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0 + 1, 32)>> attributes {novella.dram_size = affine_map<()[s0] -> (5184)>} {
     %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (256)>} : () -> tensor<64x64xf32>
