@@ -309,7 +309,7 @@ class FlashAttention:
             _fill_ones(b, g, t, tk)
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
-        s.q_off = query(b, g, t, tq, rows)
+        s.q_off = query(b, g, t, tq, rows, None if s.pipelined else s.opening)
         s.place(e)
         s.loads(rows)
         if not s.pipelined or two:
@@ -346,7 +346,7 @@ def _heads_macro(g: Geometry, t, b, heads: int, n_syms: int) -> None:
         s = Steps(g, sb, tq, tk, False, ones)
         if ones:
             _fill_ones(sb, g, t, tk)
-        s.q_off = load_query(sb, g, t, tq, rows, emit=i == 0)
+        s.q_off = load_query(sb, g, t, tq, rows, emit=i == 0, opening=s.opening)
         parts.append((sb, s, Emit(sb, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))))
         fd.hold_output(g, parts[-1][2], sb)
     for i, (_, s, _) in enumerate(parts):

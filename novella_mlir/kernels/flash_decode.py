@@ -83,20 +83,22 @@ def rows_out(g) -> bool:
     return sy.as_int(g.base(3, sy.const(1))) == sy.as_int(g.lq) * g.dv and g.row_stride(3) == g.dv
 
 
-def load_query(b, g, t, tq: int, rows, emit: bool = True):
+def load_query(b, g, t, tq: int, rows, emit: bool = True, opening=None):
     """LOADs and scales the query block of step (bi, qi) at its first key/value step; or, held
     (`held_rows`), every batch's rows once at the first grid point (`emit`: not again for a step's
     other heads). Where the query is kept in the scratchpad (`Geometry.kept`) there is no LOAD: the rows
-    are scaled from the region, each head's at its first key tile where the heads take more grid steps than
-    the loads have slots (the loads of step 2 wait for the compute of step 0, which then does not scale every
-    head's rows). Returns the block's offset in `q`."""
+    are scaled from the region, each head's at its first key tile (`opening`: the guards of the head's
+    opening tile, its lane's first in a batched step, which has loads anyway: a MUL at a tile the lane skips
+    would make a step of it, whose token the chained loads after it wait for) where the heads take more grid
+    steps than the loads have slots (the loads of step 2 wait for the compute of step 0, which then does not
+    scale every head's rows). Returns the block's offset in `q`."""
     bi, qi, held = b.d(0), b.d(1), t.tiles.get("q_held", 0)
     if held:
         lq, src = sy.as_int(g.lq), g.kept.get(0, "q")
         at = bi * (lq * g.d)
         if src != "q" and sy.as_int(g.batch) > 2 * t.tiles.get("heads", 1):  # step 2's loads wait for step 0
             b.vop("MUL", "q", src, mode="SCALAR", imm=g.scale, rows=lq, cols=g.d, dst_stride=g.d, a_stride=g.d,
-                  dst_offset=at, a_offset=at, when=first(2))  # fmt: skip
+                  dst_offset=at, a_offset=at, when=opening or first(2))  # fmt: skip
         elif emit:
             once = first(0) + first(1) + first(2)
             if src == "q":
