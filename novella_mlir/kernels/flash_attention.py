@@ -64,7 +64,7 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import heads_major
 from ..machine import costmodel as cm
-from . import BufferPlan, Tiling, first, last, memoized, module_symbols, plan_lengths, resident
+from . import BufferPlan, Tiling, first, memoized, module_symbols, plan_lengths, resident
 from . import flash_cost as fc
 from . import flash_decode as fd
 from . import kv_cache as kv
@@ -101,8 +101,10 @@ class Geometry:
         if any(self.minor[i] for i in self.paged):
             raise ValueError("flash_attention: a paged KV cache is [1, heads, positions, head_dim], not heads-minor")
         self.kept = kept(resident.regions(op))  # operand (3: the result) -> its region (`--novella-resident`)
-        if self.kept and self.paged:
-            raise ValueError("flash_attention: a paged KV cache keeps no operand in the scratchpad")
+        if set(self.kept) - {0, 3} and self.paged:
+            raise ValueError(
+                "flash_attention: a paged KV cache is not kept in the scratchpad (its query and result may be)"
+            )
         self.mask = tv.shape(3) if len(op.operands) == 4 else None
         self.mask_div = 1  # batch bi reads mask bi floordiv mask_div (a mask per leading index: `_per_lead`)
         if self.mask is not None:
@@ -329,7 +331,7 @@ class FlashAttention:
             ahead.first_block(e, tile_extent)
             s.q_off = ahead.q_off
         else:
-            s.q_off = query(b, g, t, tq, rows)
+            s.q_off = query(b, g, t, tq, rows, None if s.pipelined else s.opening)
         s.place(e)
         if ahead:
             ahead.loads(load_kv, s.cols, s.width)
@@ -387,9 +389,9 @@ def _heads_macro(g: Geometry, t, b, heads: int, n_syms: int) -> None:
         s = Steps(g, sb, tq, tk, False, ones)
         if ones:
             _fill_ones(sb, g, t, tk)
-        s.q_off = load_query(sb, g, t, tq, rows, emit=i == 0)
+        s.q_off = load_query(sb, g, t, tq, rows, emit=i == 0, opening=s.opening)
         parts.append((sb, s, Emit(sb, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))))
-        parts[-1][2].out_off = sb.d(0) * (sy.as_int(g.lq) * g.dv)
+        fd.hold_output(g, parts[-1][2], sb)
     for i, (_, s, _) in enumerate(parts):
         s.loads(rows, mask=i == 0 or "mask" not in shared)
     for _, s, e in parts:
@@ -400,9 +402,7 @@ def _heads_macro(g: Geometry, t, b, heads: int, n_syms: int) -> None:
         e.part2(s.on, s.opening, s.rest)
     for _, s, e in parts:
         e.normalize(when=s.final, safe=g.safe and g.mask is not None)
-    held, steps = t.tiles["q_held"], sy.as_int(g.batch) // heads
-    b.store_rows("out", row_start=sy.const(0), row_bound=sy.const(held), rows=held, cols=g.dv,
-                 when=parts[0][1].final + last(0, sy.const(steps)))  # fmt: skip
+    fd.store_held(b, g, t, heads, parts[0][1].final)
 
 
 @memoized

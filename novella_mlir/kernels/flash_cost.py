@@ -292,11 +292,11 @@ def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule, dmas=None) -> lis
 def _hand_dmas(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int) -> tuple:
     """Step j's (LOADs, STORE) over a paged cache, as `_parts` takes them: priced (queue, data) here."""
     n, i = len(ws), j - sch.pipelined
-    loads = [cm.dma(t, r, dims.d, dims.contiguous[0])] if j == 0 else []
+    loads = [cm.dma(t, r, dims.d, dims.contiguous[0])] if j == 0 and 0 not in dims.kept else []
     k, v = s.kv(ws[j] if j < n else 0)[0], s.kv(ws[i] if i >= 0 else 0)[1]
     loads += [k if j < n or not dims.causal else None, v if i >= 0 or not dims.causal else None]
     loads.append(s.mask(r if i >= 0 else 0, ws[max(i, 0)]))
-    return loads, cm.dma(t, r, dims.dv, dims.contiguous[3]) if i == n - 1 else None
+    return loads, cm.dma(t, r, dims.dv, dims.contiguous[3]) if i == n - 1 and 3 not in dims.kept else None
 
 
 def _priced(t, moves) -> tuple:
@@ -408,20 +408,22 @@ def chained_ring(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
             ends.append(done)
         total += (ends[-1] - ends[-2]) * (n - min(n, 3))
     held = dims.batch * blocks[-1][0] if u > 1 else blocks[-1][0]  # several heads a step: every output at the end
-    return done + total + cm.dma(t, held, dims.dv, dims.contiguous[3])[0]
+    return done + total + (cm.dma(t, held, dims.dv, dims.contiguous[3])[0] if 3 not in dims.kept else 0.0)
 
 
 def _ring_step(t, dims: Dims, s: _Step, r: int, tk: int, ws: list[int], sch: Schedule, j: int) -> tuple:
     """(load queue cycles but latencies, of them the mask's and the output's, (QK, VECs before P @ V, P @ V, VECs after)) of
     step j of one head of the plain schedule: K and V as tk / page LOADs each (the pages past the sequence
     move nothing), the mask tile, the query at 0; the last step's output STORE holds the DRAM channel
-    for its data too."""
+    for its data too (a query or output kept in the scratchpad, `Dims.kept`, moves nothing)."""
     w, first, last = ws[j], j == 0, j == len(ws) - 1
     chains = [_page_chain(t, w, c, dims.page) for c in (dims.d, dims.dv)]
     queue = sum(q - t.dma_latency for q, _ in chains) + 2 * t.issue_cycles * (tk // dims.page - -(-w // dims.page))
     mask = s.mask(r, w)[0] - t.dma_latency if dims.masked else 0.0
-    queue += mask + (cm.dma(t, r, dims.d, dims.contiguous[0])[0] - t.dma_latency if first else 0.0)
-    out = cm.dma(t, r, dims.dv, dims.contiguous[3])[1] if last else 0.0
+    queue += mask + (
+        cm.dma(t, r, dims.d, dims.contiguous[0])[0] - t.dma_latency if first and 0 not in dims.kept else 0.0
+    )
+    out = cm.dma(t, r, dims.dv, dims.contiguous[3])[1] if last and 3 not in dims.kept else 0.0
     queue += out
     before = s.part1(w, first, False) + s.part2(w, first) + (cm.vec(t, r, dims.d, "mul") if first else 0.0)
     return queue, mask, out, (s.qk(w), before, s.pv(w), s.out(w) if last else 0.0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .. import symbolic as sy
 from ..machine.target import MAX_ROWS
-from . import first
+from . import first, last
 
 
 def held_rows(g) -> int:
@@ -83,19 +83,29 @@ def rows_out(g) -> bool:
     return sy.as_int(g.base(3, sy.const(1))) == sy.as_int(g.lq) * g.dv and g.row_stride(3) == g.dv
 
 
-def load_query(b, g, t, tq: int, rows, emit: bool = True):
+def load_query(b, g, t, tq: int, rows, emit: bool = True, opening=None):
     """LOADs and scales the query block of step (bi, qi) at its first key/value step; or, held
     (`held_rows`), every batch's rows once at the first grid point (`emit`: not again for a step's
-    other heads). Returns the block's offset in `q`."""
+    other heads). Where the query is kept in the scratchpad (`Geometry.kept`) there is no LOAD: the rows
+    are scaled from the region, each head's at its first key tile (`opening`: the guards of the head's
+    opening tile, its lane's first in a batched step, which has loads anyway: a MUL at a tile the lane skips
+    would make a step of it, whose token the chained loads after it wait for) where the heads take more grid
+    steps than the loads have slots (the loads of step 2 wait for the compute of step 0, which then does not
+    scale every head's rows). Returns the block's offset in `q`."""
     bi, qi, held = b.d(0), b.d(1), t.tiles.get("q_held", 0)
-    if held and not emit:
-        return bi * (sy.as_int(g.lq) * g.d)
     if held:
-        once = first(0) + first(1) + first(2)
-        b.load_rows("q", 0, row_start=sy.const(0), row_bound=sy.const(held), rows=held, cols=g.d, when=once)
-        b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=held, cols=g.d, dst_stride=g.d, a_stride=g.d,
-              when=once)  # fmt: skip
-        return bi * (sy.as_int(g.lq) * g.d)
+        lq, src = sy.as_int(g.lq), g.kept.get(0, "q")
+        at = bi * (lq * g.d)
+        if src != "q" and sy.as_int(g.batch) > 2 * t.tiles.get("heads", 1):  # step 2's loads wait for step 0
+            b.vop("MUL", "q", src, mode="SCALAR", imm=g.scale, rows=lq, cols=g.d, dst_stride=g.d, a_stride=g.d,
+                  dst_offset=at, a_offset=at, when=opening or first(2))  # fmt: skip
+        elif emit:
+            once = first(0) + first(1) + first(2)
+            if src == "q":
+                b.load_rows("q", 0, row_start=sy.const(0), row_bound=sy.const(held), rows=held, cols=g.d, when=once)
+            b.vop("MUL", "q", src, mode="SCALAR", imm=g.scale, rows=held, cols=g.d, dst_stride=g.d, a_stride=g.d,
+                  when=once)  # fmt: skip
+        return at
     off = None
     if t.tiles.get("q_blocks"):  # query block (bi, qi) in slot (bi * blocks + qi) mod 2
         off = sy.mod(bi * sy.ceildiv(g.lq, tq) + qi, 2) * (tq * g.d)
@@ -106,6 +116,23 @@ def load_query(b, g, t, tq: int, rows, emit: bool = True):
     b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
           dst_offset=off, a_offset=off, when=first(2))  # fmt: skip
     return off
+
+
+def hold_output(g, e, b) -> None:
+    """Points head b.d(0)'s normalized output at its rows of the held output: the `out` buffer, or the
+    result's region where it is kept in the scratchpad (`Geometry.kept`, rows as in DRAM: `rows_out`)."""
+    e.out_off = b.d(0) * (sy.as_int(g.lq) * g.dv)
+    if 3 in g.kept:
+        e.out, e.out_stride = g.kept[3], g.row_stride(3)
+
+
+def store_held(b, g, t, heads: int, when) -> None:
+    """The held output of every head, STOREd once at the last grid step (none where it is kept)."""
+    if 3 in g.kept:
+        return
+    held, steps = t.tiles["q_held"], sy.as_int(g.batch) // heads
+    b.store_rows("out", row_start=sy.const(0), row_bound=sy.const(held), rows=held, cols=g.dv,
+                 when=when + last(0, sy.const(steps)))  # fmt: skip
 
 
 def mask_row(g) -> bool:

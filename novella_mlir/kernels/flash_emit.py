@@ -145,12 +145,12 @@ class Emit:
                    b_stride=w if self.ones else 1, b_offset=off, dst_offset=self.out_off, when=when)  # fmt: skip
 
 
-def query(b, g, t, tq: int, rows):
+def query(b, g, t, tq: int, rows, opening=None):
     """`flash_decode.load_query`, or with the query resident its scaling MUL from the region into `q` (no
     LOAD). Returns the block's offset in `q`."""
     region = g.kept.get(0)
-    if region is None:
-        return load_query(b, g, t, tq, rows)
+    if region is None or t.tiles.get("q_held"):
+        return load_query(b, g, t, tq, rows, opening=opening)
     bi, qi, off = b.d(0), b.d(1), None
     if t.tiles.get("q_blocks"):  # as load_query's slots
         off = sy.mod(bi * sy.ceildiv(g.lq, tq) + qi, 2) * (tq * g.d)

@@ -142,14 +142,16 @@ class KvAppend:
     place at position `past` of each head (rows `ps * head_dim` apart). The new rows of every sequence
     are one contiguous [batch * heads, head_dim] block: where it fits twice (`whole`) it is one grid step,
     one LOAD and one COPY, then one STORE per sequence (each its own page), chained (docs/isa.md, STORE
-    `chain`): one exposed DMA latency for the batch. Else one grid step per sequence, `out` in two slots
+    `chain`): one exposed DMA latency for the batch. Where `--novella-resident` keeps the new rows, only the
+    first sequence's are COPYed (the step's compute, which its STOREs wait for) and the others STOREd
+    straight from the region. Else one grid step per sequence, `out` in two slots
     (a sequence's STORE runs under the next one's COPY)."""
 
     def _plan(self, budget, batch: int, heads: int, hd: int, whole: bool, kept: bool = False) -> BufferPlan:
         plan = BufferPlan(budget)
         if not kept:
             plan.add("in", "spad", (batch if whole else 1) * heads * hd)
-        plan.add("out", "spad", (batch if whole else 1) * heads * hd, stream=not whole)
+        plan.add("out", "spad", (batch if whole and not kept else 1) * heads * hd, stream=not whole)
         return plan
 
     def tile(self, op, tv, budget, options):
@@ -172,10 +174,11 @@ class KvAppend:
             return _concat().macro(op, tv, t, b)
         heads, past, hd = _geometry(tv.shape(0), "append", batched=True)
         if t.tiles.get("whole"):
-            n = info["batch"]
-            _new_rows(b, op, sy.const(0), n * heads, hd)
+            n, kept = info["batch"], "new" in resident.regions(op)
+            _new_rows(b, op, sy.const(0), (1 if kept else n) * heads, hd)
             for seq in range(n):
-                _store_heads(b, info, sy.const(seq), heads, past, hd, seq * heads * hd, chain=int(seq > 0))
+                src = RESIDENT["new"] if kept and seq else "out"
+                _store_heads(b, info, sy.const(seq), heads, past, hd, seq * heads * hd, chain=int(seq > 0), src=src)
             return
         seq = b.d(0)  # one grid point per sequence, all at position `past`
         _new_rows(b, op, seq * (heads * hd), heads, hd)
@@ -193,10 +196,10 @@ def _new_rows(b, op, at, rows: int, hd: int) -> None:
     )
 
 
-def _store_heads(b, info: dict, seq, heads: int, past, hd: int, at: int, chain: int = 0) -> None:
-    """STORE the `heads` rows of `out` from element `at` to position `past` of sequence `seq`'s heads."""
+def _store_heads(b, info: dict, seq, heads: int, past, hd: int, at: int, chain: int = 0, src: str = "out") -> None:
+    """STORE the `heads` rows of `src` from element `at` to position `past` of sequence `seq`'s heads."""
     f = {"chain": chain} if chain else {}
-    b.store("out", -1, dram_offset=page_offset(info, seq * heads, past), dram_stride=info["page_size"] * hd,
+    b.store(src, -1, dram_offset=page_offset(info, seq * heads, past), dram_stride=info["page_size"] * hd,
             row_start=0, row_step=1, row_bound=heads, rows=heads, cols=hd, sram_stride=hd,
             buf_offset=at, **f)  # fmt: skip
 

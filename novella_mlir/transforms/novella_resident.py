@@ -2,10 +2,10 @@
 
 After `--novella-fuse` (each program decides on its own graph, at its own planned length). The result of a
 linear (`novella.linear` / `novella.fused_linear`), a row norm (`novella.layer_norm` / `rms_norm`), an
-attention without a paged KV cache (`novella.flash_attention`: a prefill's or an encoder's), a
-`novella.generic` or a `novella.gather_rows` whose every reader is an op reading it in a role of `READS`
-(through row-major reshapes, which alias it: an attention's heads-minor q, k, v and output are strided views
-of the projections' rows), or a generic reading it whole as its input 0 (RoPE of a decode step's q and k; its
+attention (`novella.flash_attention`), a `novella.generic` or a `novella.gather_rows` whose every reader
+is an op reading it in a role of `READS` (through row-major reshapes, which alias it: an attention's
+heads-minor q, k, v and output are strided views of the projections' rows; an attention over a paged KV cache,
+a decode step's, reads its query only: `PAGED_READS`), or a generic reading it whole as its input 0 (RoPE of a decode step's q and k; its
 `rotate_half` twin is rotated in SRAM), is kept whole in a SPAD
 region when, at the lengths its tiles are planned for (which must bound the symbols: a shape bucket's
 upper ends, or the nominal length), it fits below the budget of every op from the producer to its
@@ -60,6 +60,7 @@ READS = {
     ATTENTION: {0: "x", 1: "k", 2: "v"},
     "novella.kv_append": {1: "new"},
 }
+PAGED_READS = {0: "x"}  # an attention over a paged KV cache (a decode step): its query only
 PRODUCERS = (*LINEAR_OPS, *NORMS, ATTENTION, GENERIC, "novella.gather_rows")
 IN_PLACE = {ATTENTION}  # ops that read and write their resident tensors where they are kept: no COPY
 OPTIONS = {"enable": (int, 1, "keep activations (the PRODUCERS' results) in the scratchpad for their readers", (0, 1))}
@@ -105,12 +106,13 @@ def _role(user, n: int) -> str | None:
         return None
     if role == "new" and PAGED_ATTR not in user.attributes:
         return None
-    return role if _takes_part(user) else None
+    if _paged(user):
+        return PAGED_READS.get(n)
+    return role
 
 
-def _takes_part(op) -> bool:
-    """An attention over a paged KV cache (a decode step) keeps nothing; every other op in `READS` may."""
-    return op.name != ATTENTION or all(paged_operand(op, i) is None for i in (1, 2))
+def _paged(op) -> bool:
+    return op.name == ATTENTION and any(paged_operand(op, i) is not None for i in (1, 2))
 
 
 def _decide(ops, i: int, target, symbols, placed: list) -> None:
@@ -118,7 +120,7 @@ def _decide(ops, i: int, target, symbols, placed: list) -> None:
     regions so far."""
     producer = ops[i]
     found, other = readers(producer.results[0])
-    if not found or other or not _takes_part(producer.operation) or not _rows_of(producer.results[0]):
+    if not found or other or not _rows_of(producer.results[0]):
         return
     last = max(j for j in range(i, len(ops)) if any(ops[j].operation == r.operation for r, _ in found))
     live = [o for o in ops[i : last + 1] if BUDGET in o.attributes]

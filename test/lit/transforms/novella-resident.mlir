@@ -153,14 +153,16 @@ module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths =
 // CHECK: "novella.kv_append"(%arg3, {{.*}}novella.resident = {new = [[R]] : i64, new_size = 256 : i64}
 // OFF-LABEL: func.func @rope_append
 // OFF-NOT: novella.resident
-// The append COPYs the new rows from the region (no LOAD) and STOREs them into each sequence's page.
+// The append COPYs the first sequence's new rows from the region (no LOAD; its STOREs wait for that compute)
+// and STOREs them into each sequence's page, the other sequences' straight from the region.
 // MACRO-LABEL: func.func @rope_append
 // MACRO: rout = ["spad", [[K2:[0-9]+]], 256]
 // MACRO: rout = ["spad", [[R2:[0-9]+]], 256], rx = ["spad", [[K2]], 256]
 // MACRO-NOT: opcode = "LOAD"
-// MACRO: fn = "COPY"
-// MACRO: opcode = "STORE"
-// MACRO: rnew = ["spad", [[R2]], 256]
+// MACRO: fn = "COPY", mode = "TENSOR", opcode = "VEC", rows = 2 : i64
+// MACRO: opcode = "STORE", {{.*}}sram_addr = 0 : i64
+// MACRO: chain = 1 : i64, {{.*}}opcode = "STORE", {{.*}}sram_addr = {{[1-9][0-9]+}} : i64
+// MACRO: out = ["spad", 0, 64], rnew = ["spad", [[R2]], 256]
 module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
   func.func @rope_append(%arg0: tensor<4x1x64xf32> {novella.dram = affine_map<()[s0] -> (0)>}, %arg1: tensor<4x1x1x32xf32> {novella.dram = affine_map<()[s0] -> (4416)>}, %arg2: tensor<4x1x1x32xf32> {novella.dram = affine_map<()[s0] -> (4544)>}, %arg3: tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0, 32)>> {novella.dram = affine_map<()[s0] -> (2147483648)>}) -> tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0 + 1, 32)>> attributes {novella.dram_size = affine_map<()[s0] -> (5184)>} {
     %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (256)>} : () -> tensor<64x64xf32>
@@ -177,5 +179,56 @@ module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
     }) {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>], novella.dram = affine_map<()[s0] -> (4928)>, novella.rotate_half = [2], novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0>} : (tensor<4x2x1x32xf32>, tensor<4x1x1x32xf32>, tensor<4x2x1x32xf32>, tensor<4x1x1x32xf32>) -> tensor<4x2x1x32xf32>
     %c = "novella.kv_append"(%arg3, %r) {dim = 2 : i64, novella.dram = affine_map<()[s0] -> (2147483648)>, novella.paged = {batch = 4 : i64, head_dim = 32 : i64, heads = 2 : i64, page_elems = 1024 : i64, page_size = 16 : i64, seq_pages = 4096 : i64, slot = 0 : i64}, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0, 32)>>, tensor<4x2x1x32xf32>) -> tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0 + 1, 32)>>
     return %c : tensor<4x2x?x32xf32, affine_map<()[s0] -> (4, 2, s0 + 1, 32)>>
+  }
+}
+
+// -----
+
+// A decode step's attention over the paged KV cache (GQA, one query row per head: the two query heads of a
+// cache head are its block's rows): it reads its query (q_proj's result) where it is kept, `x`, and writes
+// its output into a region (`out`) that o_proj reads; its key and value are the paged cache (`PAGED_READS`).
+// CHECK-LABEL: func.func @decode_attention
+// CHECK: "novella.linear"(%arg0, {{.*}}novella.resident = {out = [[Q:[0-9]+]] : i64, out_size = 64 : i64}
+// CHECK: "novella.flash_attention"({{.*}}novella.resident = {out = [[O:[0-9]+]] : i64, out_size = 64 : i64, x = [[Q]] : i64, x_size = 64 : i64}
+// CHECK: "novella.linear"({{.*}}novella.resident = {x = [[O]] : i64, x_size = 64 : i64}
+// OFF-LABEL: func.func @decode_attention
+// OFF-NOT: novella.resident
+// The held query rows of both cache heads (two grid steps) are scaled from the region into `q` at once (no
+// LOAD of them), the normalizing DIV writes each head's rows into the output's region, and nothing is
+// STOREd: the attention's LOADs are its key and value pages.
+// MACRO-LABEL: func.func @decode_attention
+// MACRO: kernel = "novella.linear"
+// MACRO: a_addr = [[Q2:[0-9]+]] : i64, {{.*}}fn = "MUL", imm = 2.500000e-01 : f32, mode = "SCALAR", opcode = "VEC", rows = 4 : i64
+// MACRO-NOT: opcode = "STORE"
+// MACRO: fn = "DIV", mode = "COL"
+// MACRO-NOT: opcode = "STORE"
+// MACRO: rout = ["spad", [[O2:[0-9]+]], 64], rx = ["spad", [[Q2]], 64]{{.*}}kernel = "novella.flash_attention"
+// MACRO: rx = ["spad", [[O2]], 64]{{.*}}kernel = "novella.linear"
+#map = affine_map<()[s0] -> (1, 2, s0, 16)>
+#map1 = affine_map<()[s0] -> (1, 2, s0 + 1, 16)>
+#map2 = affine_map<()[s0] -> (8640)>
+#map3 = affine_map<()[s0] -> (0)>
+#map4 = affine_map<()[s0] -> (4096)>
+#map5 = affine_map<()[s0] -> (4160)>
+#map6 = affine_map<()[s0] -> (8256)>
+#map7 = affine_map<()[s0] -> (8448)>
+#map8 = affine_map<()[s0] -> (2147483648)>
+#map9 = affine_map<()[s0] -> (2164260864)>
+#map10 = affine_map<()[s0] -> (8512)>
+#map11 = affine_map<()[s0] -> (8576)>
+module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
+  func.func @decode_attention(%arg0: tensor<1x1x64xf32> {novella.dram = affine_map<()[s0] -> (8320)>}, %arg1: tensor<1x2x?x16xf32, #map> {novella.dram = #map8}, %arg2: tensor<1x2x?x16xf32, #map> {novella.dram = #map9}, %arg3: tensor<1x2x1x16xf32> {novella.dram = affine_map<()[s0] -> (8384)>}, %arg4: tensor<1x2x1x16xf32> {novella.dram = affine_map<()[s0] -> (8416)>}) -> (tensor<1x1x64xf32>, tensor<1x2x?x16xf32, #map1>, tensor<1x2x?x16xf32, #map1>) attributes {novella.dram_size = #map2, novella.kv_cache = {args = {"1" = 0 : i64, "2" = 1 : i64}, page_size = 16 : i64, results = [1, 2], slots = [{head_dim = 16 : i64, heads = 2 : i64, page_elems = 512 : i64}, {head_dim = 16 : i64, heads = 2 : i64, page_elems = 512 : i64}]}} {
+    %0 = "novella.weight"() {name = "wq", novella.dram = #map3} : () -> tensor<64x64xf32>
+    %1 = "novella.weight"() {name = "bq", novella.dram = #map4} : () -> tensor<64xf32>
+    %2 = "novella.weight"() {name = "wo", novella.dram = #map5} : () -> tensor<64x64xf32>
+    %3 = "novella.weight"() {name = "bo", novella.dram = #map6} : () -> tensor<64xf32>
+    %4 = "novella.linear"(%arg0, %0, %1) {act = "none", novella.dram = #map7, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x1x64xf32>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<1x1x64xf32>
+    %5 = "novella.reshape"(%4) {novella.dram = #map7} : (tensor<1x1x64xf32>) -> tensor<1x4x1x16xf32>
+    %6 = "novella.kv_append"(%arg1, %arg3) {dim = 2 : i64, novella.dram = #map8, novella.paged = {head_dim = 16 : i64, heads = 2 : i64, page_elems = 512 : i64, page_size = 16 : i64, slot = 0 : i64}, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x2x?x16xf32, #map>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, #map1>
+    %7 = "novella.kv_append"(%arg2, %arg4) {dim = 2 : i64, novella.dram = #map9, novella.paged = {head_dim = 16 : i64, heads = 2 : i64, page_elems = 512 : i64, page_size = 16 : i64, slot = 1 : i64}, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x2x?x16xf32, #map>, tensor<1x2x1x16xf32>) -> tensor<1x2x?x16xf32, #map1>
+    %8 = "novella.flash_attention"(%5, %6, %7) {causal = 0 : i64, heads_minor = array<i64: 0, 0, 0, 0>, novella.dram = #map10, novella.kv_group = 2 : i64, novella.paged_key = {batch = 1 : i64, head_dim = 16 : i64, heads = 2 : i64, page_elems = 512 : i64, page_size = 16 : i64, seq_pages = 1 : i64, slot = 0 : i64}, novella.paged_value = {batch = 1 : i64, head_dim = 16 : i64, heads = 2 : i64, page_elems = 512 : i64, page_size = 16 : i64, seq_pages = 1 : i64, slot = 1 : i64}, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 1, 0>, safe = false, scale = 2.500000e-01 : f32} : (tensor<1x4x1x16xf32>, tensor<1x2x?x16xf32, #map1>, tensor<1x2x?x16xf32, #map1>) -> tensor<1x4x1x16xf32>
+    %9 = "novella.reshape"(%8) {novella.dram = #map10} : (tensor<1x4x1x16xf32>) -> tensor<1x1x64xf32>
+    %10 = "novella.linear"(%9, %2, %3) {act = "none", novella.dram = #map11, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x1x64xf32>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<1x1x64xf32>
+    return %10, %6, %7 : tensor<1x1x64xf32>, tensor<1x2x?x16xf32, #map1>, tensor<1x2x?x16xf32, #map1>
   }
 }
