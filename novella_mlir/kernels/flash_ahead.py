@@ -16,15 +16,8 @@ from __future__ import annotations
 
 from .. import symbolic as sy
 from . import first
+from .flash_emit import tile_extent
 from .support import ceildiv
-
-
-def _rows(t: int, total, index):
-    """min(t, total - index * t), or t (or total) where every tile is full."""
-    v = sy.as_int(total)
-    if v is not None and (v % t == 0 or v < t):
-        return min(v, t)
-    return [sy.const(t), total - index * t]
 
 
 class Ahead:
@@ -55,14 +48,14 @@ class Ahead:
         """Offset in `s` of the scores of key tile `tile` (>= 0): tile 0 in slot 2, tile t in slot t mod 2."""
         return (sy.mod(tile, 2) + (sy.const(1) - sy.step(tile)) * 2) * (self.tq * self.tk)
 
-    def first_block(self, e, tile_extent) -> None:
+    def first_block(self, e) -> None:
         """At the op's first step: the first block's query (loaded and scaled, or scaled from its region),
         K tile 0 into `k0` and its score MATMUL into slot 2."""
         zero = sy.const(0)
         self._query(zero, zero, zero, self.start, load=True)
         g = self.g
         self.b.load_rows("k0", 1, dram_offset=g.base(1, zero), dram_stride=g.row_stride(1), row_start=zero,
-                         row_bound=g.lk, rows=_rows(self.tk, g.lk, zero), cols=g.d, sram_stride=g.d,
+                         row_bound=g.lk, rows=tile_extent(self.tk, g.lk, zero), cols=g.d, sram_stride=g.d,
                          when=self.start)  # fmt: skip
         e.qk(g.d, tile_extent(self.tk, g.lk, zero), self.start, self.slot(zero), zero, k=("k0", None, None))
 
@@ -76,22 +69,22 @@ class Ahead:
         if 0 not in g.kept:
             self._query(self.next_bi, self.next_qi, self.q_next, self.last + self.more, load=True, scale=False)
 
-    def qk(self, e, tile_extent) -> None:
+    def qk(self, e) -> None:
         """The score MATMUL of tile j + 1, before the softmax of tile j (another slot)."""
         j, tile = self.b.d(2), self.b.d(2) + 1
         e.qk(self.g.d, tile_extent(self.tk, self.g.lk, tile), [("ge", self.nk - 2 - j)], self.slot(tile), self.q_off)
 
-    def next_block(self, e, tile_extent) -> None:
+    def next_block(self, e) -> None:
         """At a block's last step, after the softmax's last read of the scores: the next block's query scaled,
         and its first score MATMUL into slot 2."""
         when = self.last + self.more
         self._query(self.next_bi, self.next_qi, self.q_next, when, load=False)
         e.qk(self.g.d, tile_extent(self.tk, self.g.lk, sy.const(0)), when, self.slot(sy.const(0)), self.q_next,
-             m=_rows(self.tq, self.g.lq, self.next_qi))  # fmt: skip
+             m=tile_extent(self.tq, self.g.lq, self.next_qi))  # fmt: skip
 
     def _query(self, bi, qi, off, when, load: bool, scale: bool = True) -> None:
         g, tq, b = self.g, self.tq, self.b
-        rows = _rows(tq, g.lq, qi)
+        rows = tile_extent(tq, g.lq, qi)
         region = g.kept.get(0)
         if region is not None:
             if scale:
@@ -117,7 +110,7 @@ class Ahead:
 
     def _output(self, e, bi, qi, when) -> None:
         g, tq = self.g, self.tq
-        rows = _rows(tq, g.lq, qi)
+        rows = tile_extent(tq, g.lq, qi)
         keep = e.rows, e.out_off
         e.rows = rows
         if 3 in g.kept:

@@ -328,14 +328,14 @@ class FlashAttention:
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
         if ahead:
-            ahead.first_block(e, tile_extent)
+            ahead.first_block(e)
             s.q_off = ahead.q_off
         else:
             s.q_off = query(b, g, t, tq, rows, None if s.pipelined else s.opening)
         s.place(e)
         if ahead:
             ahead.loads(load_kv, s.cols, s.width)
-            ahead.qk(e, tile_extent)
+            ahead.qk(e)
         else:
             s.loads(rows)
         if not ahead and (not s.pipelined or two):
@@ -343,7 +343,7 @@ class FlashAttention:
         e.adds(None if g.mask is None else "ROW" if mask_row(g) else "TENSOR", g.causal, s.on, s.final)
         e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
         if ahead:  # after the softmax's last read of the scores
-            ahead.next_block(e, tile_extent)
+            ahead.next_block(e)
             ahead.output_before(e)
         elif s.pipelined and not two:  # after the last read of the one score buffer
             s.qk(e)

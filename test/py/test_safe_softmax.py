@@ -74,14 +74,20 @@ def test_sdpa_fully_masked_rows_are_zero(kind, fuse):
         _check(npu, module, _sdpa_inputs(kind, n), n, f"sdpa {kind} mask (fuse={fuse})")
 
 
-def test_flash_row_sums_on_the_vector_unit():
-    """`edge` keeps the row sums in a vector (no ones column of V, as `default` picks): the same zero rows."""
+@pytest.mark.parametrize("ones", [0, 2], ids=["rowsum", "sums"])
+def test_flash_row_sums_off_the_ones_column(monkeypatch, ones):
+    """The row sums by ROWSUM on the vector unit (`ones = 0`) or by l (+)= P @ u on the array (`ones = 2`),
+    forced (`default` picks V's ones column, checked above), on `edge`: the same zero rows."""
+    from novella_mlir.kernels.flash_attention import FlashAttention
+
+    monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, cand: float(cand[3] != ones))
+    monkeypatch.setattr(FlashAttention, "exhaustive", True)
     module, ds = BoolMask(), ({2: T}, {2: T}, {2: T}, {2: T, 3: T})
     cfg = load_config(Path(__file__).resolve().parents[2] / "simulator" / "configs" / "edge.toml")
     npu = compile_torch(module, *_sdpa_inputs("bool", 16), dynamic_shapes=ds, config=cfg, cache=False)
-    assert "ones = 0" in "".join(t for k, t in npu.stages.texts.items() if k.startswith("novella-tile"))
+    assert f"ones = {ones}" in "".join(t for k, t in npu.stages.texts.items() if k.startswith("novella-tile"))
     for n in LENGTHS:
-        _check(npu, module, _sdpa_inputs("bool", n), n, "sdpa on edge")
+        _check(npu, module, _sdpa_inputs("bool", n), n, f"sdpa on edge, ones = {ones}")
 
 
 class SafeSoftmax(torch.nn.Module):
