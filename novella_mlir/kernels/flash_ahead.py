@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .. import symbolic as sy
 from . import first
+from .flash_decode import load_block, scale_block
 from .flash_emit import tile_extent
 from .support import ceildiv
 
@@ -86,18 +87,10 @@ class Ahead:
         g, tq, b = self.g, self.tq, self.b
         rows = tile_extent(tq, g.lq, qi)
         region = g.kept.get(0)
-        if region is not None:
-            if scale:
-                stride = g.row_stride(0)
-                b.vop("MUL", "q", region, mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d,
-                      a_stride=stride, dst_offset=off, a_offset=g.base(0, bi) + qi * (tq * stride), when=when)  # fmt: skip
-            return
-        if load:
-            b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
-                        row_bound=g.lq, rows=rows, cols=g.d, buf_offset=off, when=when)  # fmt: skip
+        if load and region is None:
+            load_block(b, g, tq, rows, bi, qi, off, when)
         if scale:
-            b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
-                  dst_offset=off, a_offset=off, when=when)  # fmt: skip
+            scale_block(b, g, tq, rows, bi, qi, off, when, region)
 
     def output_before(self, e) -> None:
         """The previous block's output (O * 1 / l, stored) at a block's first step, after the softmax's first

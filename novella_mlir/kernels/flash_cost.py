@@ -212,14 +212,12 @@ def emitted_dmas(dims: Dims, tq: int, tk: int, sch: Schedule) -> dict:
         s = Steps(g, b, tq, tk, lag, sch.ones)
         if ahead:
             ahead.loads(load_kv, s.cols, s.width)
-        else:
-            query(b, g, _Tiling(sch.blocks), tq, rows)
-            s.loads(rows)
-        if ahead:
             e = Emit(b, rows, s.cols, tq, tk, g.dv, sch.ones, sch.expsub)
             ahead.output_before(e)
             ahead.output_last(e)
         else:
+            query(b, g, _Tiling(sch.blocks), tq, rows)
+            s.loads(rows)
             store(b, g, tq, rows, s.final)
         out = {}
         for step, (qi, j) in points.items():

@@ -111,11 +111,26 @@ def load_query(b, g, t, tq: int, rows, emit: bool = True, opening=None):
         off = sy.mod(bi * sy.ceildiv(g.lq, tq) + qi, 2) * (tq * g.d)
     elif next(buf for buf in t.buffers if buf.name == "q").alternate:  # batch bi's rows in slot bi mod 2
         off = sy.mod(bi, 2) * (tq * g.d)
-    b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
-                row_bound=g.lq, rows=rows, cols=g.d, buf_offset=off, when=first(2))  # fmt: skip
-    b.vop("MUL", "q", "q", mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=g.d,
-          dst_offset=off, a_offset=off, when=first(2))  # fmt: skip
+    load_block(b, g, tq, rows, bi, qi, off, first(2))
+    scale_block(b, g, tq, rows, bi, qi, off, first(2))
     return off
+
+
+def load_block(b, g, tq: int, rows, bi, qi, off, when) -> None:
+    """LOAD the rows of query block (bi, qi) into `q` at `off`."""
+    b.load_rows("q", 0, dram_offset=g.base(0, bi), dram_stride=g.row_stride(0), row_start=qi * tq,
+                row_bound=g.lq, rows=rows, cols=g.d, buf_offset=off, when=when)  # fmt: skip
+
+
+def scale_block(b, g, tq: int, rows, bi, qi, off, when, region=None) -> None:
+    """`q` at `off` = the scale times query block (bi, qi): read from its `region` where the query is kept in
+    the scratchpad (`Geometry.kept`), else in place."""
+    src, stride, at = "q", g.d, off
+    if region is not None:
+        src, stride = region, g.row_stride(0)
+        at = g.base(0, bi) + qi * (tq * stride)
+    b.vop("MUL", "q", src, mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=stride,
+          dst_offset=off, a_offset=at, when=when)  # fmt: skip
 
 
 def hold_output(g, e, b) -> None:

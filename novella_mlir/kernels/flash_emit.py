@@ -18,7 +18,7 @@ from ..dialects.fields import RESIDENT
 from . import first
 from . import kv_cache as kv
 from .attention import NEG_FLOOR, SUM_FLOOR
-from .flash_decode import Lanes, chained_loads, load_query, mask_row
+from .flash_decode import Lanes, chained_loads, load_query, mask_row, scale_block
 from .resident import OPERANDS
 from .support import ceildiv
 
@@ -156,9 +156,7 @@ def query(b, g, t, tq: int, rows, opening=None):
         off = sy.mod(bi * sy.ceildiv(g.lq, tq) + qi, 2) * (tq * g.d)
     elif next(buf for buf in t.buffers if buf.name == "q").alternate:
         off = sy.mod(bi, 2) * (tq * g.d)
-    stride = g.row_stride(0)
-    b.vop("MUL", "q", region, mode="SCALAR", imm=g.scale, rows=rows, cols=g.d, dst_stride=g.d, a_stride=stride,
-          dst_offset=off, a_offset=g.base(0, bi) + qi * (tq * stride), when=first(2))  # fmt: skip
+    scale_block(b, g, tq, rows, bi, qi, off, first(2), region)
     return off
 
 
