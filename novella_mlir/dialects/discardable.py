@@ -69,7 +69,7 @@ DECLARED = (
         "op",
         "tiles",
         "novella-resident",
-        "novella-tile, kernels (linear, layer_norm, rms_norm, flash_attention, generic, kv_append)",
+        "novella-tile, kernels (linear, fused_mlp, layer_norm, rms_norm, flash_attention, generic, kv_append)",
         "SPAD offsets (and sizes) of the tensors it keeps in the scratchpad: out, x, res, k, v, new",
     ),
     _A("novella.tiles", "op", "tiles", "novella-tile", "novella-macro-gen", "tile sizes by name"),

@@ -30,7 +30,7 @@ from ..dialects.novella import FusedMlpOp, linear_epilogue
 from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
 from ..symbolic.box import value_range
-from . import BufferPlan, TensorView, Tiling, first, last, memoized, module_symbols, plan_lengths, tile_rows
+from . import BufferPlan, TensorView, Tiling, first, last, memoized, module_symbols, plan_lengths, resident, tile_rows
 from . import linear_mlp_split as split
 from .elementwise import ACT_FNS, emit_act
 from .linear import LINEAR_OPS, _chain_loads, _plan_choice
@@ -46,9 +46,10 @@ ACTS = ("none", "relu", "gelu")
 class FusedMlp:
     """The kernel of `novella.fused_mlp` (module docstring); tiles {tm, hc}, chosen by `cost`."""
 
-    def _plan(self, target, tm, hc, k, h, n, residual, plan_type=BufferPlan):
+    def _plan(self, target, tm, hc, k, h, n, residual, plan_type=BufferPlan, direct=0):
         plan = plan_type(target)
-        plan.add("a", "spad", tm * k)
+        if not direct:  # x's rows, unless read where --novella-resident keeps them
+            plan.add("a", "spad", tm * k)
         plan.add("w10", "spad", hc * k)
         plan.add("w1", "spad", hc * k, stream=True)
         plan.add("w2", "spad", n * hc, stream=True)
@@ -64,7 +65,7 @@ class FusedMlp:
         plan.add("accy", "acc", tm * n)
         return plan
 
-    def candidates(self, target, k, h, n, residual) -> list[tuple[int, int]]:
+    def candidates(self, target, k, h, n, residual, direct=0) -> list[tuple[int, int]]:
         """(tm, hc) whose buffers fit, largest first (none where a row of x or of the output is more than a
         LOAD's or a MATMUL's columns: x's rows and the output block are taken whole)."""
         if max(k, n) > MAX_COLS:
@@ -74,16 +75,17 @@ class FusedMlp:
             (tm, hc)
             for tm in target.array_tiles(16)
             for hc in hcs
-            if self._plan(target, tm, hc, k, h, n, residual).fits()
+            if self._plan(target, tm, hc, k, h, n, residual, direct=direct).fits()
         ]
 
-    def choose(self, target, m, k, h, n, acts, residual):
+    def choose(self, target, m, k, h, n, acts, residual, direct=0):
         """(cycles, (tm, hc) or (tm, hc, pn)) of the cheapest fitting candidate for m rows, of both forms (the
-        output block in the accumulator, or summed in the scratchpad: `linear_mlp_split`), or (inf, None)."""
-        return min(_choose(self, target, m, k, h, n, acts, residual), split.choose(target, m, k, h, n, acts, residual),
-                   key=lambda c: c[0])  # fmt: skip
+        output block in the accumulator, or summed in the scratchpad: `linear_mlp_split`), or (inf, None).
+        `direct` (`_direct`): x is read where `--novella-resident` keeps it (no buffer, no LOAD of its rows)."""
+        return min(_choose(self, target, m, k, h, n, acts, residual, direct),
+                   split.choose(target, m, k, h, n, acts, residual, direct), key=lambda c: c[0])  # fmt: skip
 
-    def cost(self, target, m, k, h, n, acts, residual, tm, hc) -> float:
+    def cost(self, target, m, k, h, n, acts, residual, tm, hc, direct=0) -> float:
         """Predicted cycles: per row piece, its first step (the x rows and w1's first chunk too, and that
         chunk's MATMUL and VECs before the rest), its middle steps (w1's next chunk and w2's chunk LOADed
         under the MATMULs of both, the next chunk's VECs beside the second) and its last (w2's last
@@ -94,34 +96,36 @@ class FusedMlp:
             mm1, mm2 = cm.matmul(target, r, k, hc), cm.matmul(target, r, hc, n)
             hv = cm.vecs(target, _act_vecs(acts[0], r, hc))
             ev = cm.vecs(target, _act_vecs(acts[1], r, n, copy=False)) + residual * cm.vec(target, r, n)
-            w1, w2 = (hc, k, True), (n, hc, hc == h)
+            w1, w2, x = (hc, k, True), (n, hc, hc == h), [(r, k, True)] * (not direct)
             step = mm1 + max(mm2, hv)
             if chunks > 1:
-                groups.append(_group(target, [(r, k, True), w1, w1, w2], mm1 + hv + step, count, slots=1))
+                groups.append(_group(target, [*x, w1, w1, w2], mm1 + hv + step, count, slots=1))
                 groups.append(_group(target, [w1, w2], step, count * (chunks - 2)))
-            tail = [w2] + [(r, n, True)] * residual + [(r, k, True), w1] * (chunks == 1)
+            tail = [w2] + [(r, n, True)] * residual + [*x, w1] * (chunks == 1)
             head = mm1 + hv if chunks == 1 else 0.0
             groups.append(_group(target, tail, head + mm2 + ev, count, store=cm.dma(target, r, n, True)))
         return cm.pipeline(target, groups)
 
     def tile(self, op, tv, target, options):
         k, h, n, residual = _dims(tv, op)
-        m = sy.evaluate(tv.rows(0), plan_lengths(op))
-        _, tiles = self.choose(target, m, k, h, n, _acts(op), residual)
+        m, direct = sy.evaluate(tv.rows(0), plan_lengths(op)), _direct(op)
+        _, tiles = self.choose(target, m, k, h, n, _acts(op), residual, direct)
         if tiles is None:
-            self._plan(target, target.array_rows, target.array_cols, k, h, n, residual).check()
+            self._plan(target, target.array_rows, target.array_cols, k, h, n, residual, direct=direct).check()
         tm, hc, *pn = tiles
+        kept = resident.buffers(op)
         if pn:
             grid = [sy.ceildiv(tv.rows(0), tm), sy.const(2 * (h // hc) + 1)]
-            plan = split.plan(target, tm, hc, pn[0], k, h, n, residual)
-            return Tiling({"tm": tm, "hc": hc, "pn": pn[0]}, grid, plan.check())
+            plan = split.plan(target, tm, hc, pn[0], k, h, n, residual, direct=direct, act=_acts(op)[1])
+            return Tiling({"tm": tm, "hc": hc, "pn": pn[0]}, grid, plan.check() + kept)
         grid = [sy.ceildiv(tv.rows(0), tm), sy.const(h // hc)]
-        return Tiling({"tm": tm, "hc": hc}, grid, self._plan(target, tm, hc, k, h, n, residual).check())
+        plan = self._plan(target, tm, hc, k, h, n, residual, direct=direct)
+        return Tiling({"tm": tm, "hc": hc}, grid, plan.check() + kept)
 
     def macro(self, op, tv, t, b):
-        start = len(b.ops)
+        start, b = len(b.ops), resident.wrap(b, op)
         if "pn" in t.tiles:
-            split.emit(b, tv, _dims(tv, op), _acts(op), t.tiles)
+            split.emit(b, tv, _dims(tv, op), _acts(op), t.tiles, _direct(op))
         else:
             _emit(op, tv, t, b)
         _chain_loads(b.ops[start:])
@@ -146,15 +150,22 @@ def _dims(tv, op) -> tuple[int, int, int, bool]:
     return tv.cols(0), tv.static(1, 0), tv.static(3, 0), len(op.operands) > 5
 
 
+def _direct(op) -> int:
+    """The rows of x's region where x is kept in the scratchpad (`--novella-resident`: its rows at the lengths
+    the tiles are planned for, which bound the symbols), whose rows the MATMULs read there, else 0."""
+    kept = resident.regions(op).get("x")
+    return kept[1] // TensorView(op).cols(0) if kept else 0
+
+
 def _acts(op) -> tuple[str, str]:
     return ir.StringAttr(op.attributes["act1"]).value, ir.StringAttr(op.attributes["act"]).value
 
 
 @memoized
-def _choose(kernel, target, m, k, h, n, acts, residual):
+def _choose(kernel, target, m, k, h, n, acts, residual, direct):
     best = (math.inf, None)
-    for tm, hc in kernel.candidates(target, k, h, n, residual):
-        key = (kernel.cost(target, m, k, h, n, acts, residual, tm, hc), -min(tm, m), tm, -hc)
+    for tm, hc in kernel.candidates(target, k, h, n, residual, direct):
+        key = (kernel.cost(target, m, k, h, n, acts, residual, tm, hc, direct), -min(tm, m), tm, -hc)
         if best[1] is None or key < best[0]:
             best = (key, (tm, hc))
     return (best[0][0] if best[1] else math.inf), best[1]
@@ -169,7 +180,9 @@ def _emit(op, tv, t, b) -> None:
     c = b.d(1)
     ahead = [("ge", sy.const(chunks - 2) - c)]  # steps 0 .. chunks - 2: the next chunk's hidden units
     at_last = last(1, sy.const(chunks))
-    b.load_rows("a", 0, dram_stride=k, row_start=b.d(0) * tm, row_bound=m_total, rows=rows, cols=k, when=first(1))
+    direct = _direct(op)
+    if not direct:
+        b.load_rows("a", 0, dram_stride=k, row_start=b.d(0) * tm, row_bound=m_total, rows=rows, cols=k, when=first(1))
     for buf, operand, width in (("b1", 2, h), ("b2", 4, n)):
         r = _bias_rows(width, MAX_COLS)
         b.load_block(buf, operand, dram_offset=0, rows=r, cols=width // r, when=first(0) + first(1))
@@ -183,11 +196,12 @@ def _emit(op, tv, t, b) -> None:
     out_tile = dict(dram_offset=0, dram_stride=n, row_start=b.d(0) * tm, row_bound=m_total, cols=n, rows=rows)
     if residual:
         b.load_rows("res", 5, **out_tile, when=at_last)
-    _hidden(b, act1, rows, k, tm, hc, "w10", sy.const(0), first(1))
-    _hidden(b, act1, rows, k, tm, hc, "w1", c + sy.const(1), ahead, mma_only=True)
+    x = split.x_operand(b, direct, tm, k)
+    _hidden(b, act1, rows, k, tm, hc, "w10", sy.const(0), first(1), x)
+    _hidden(b, act1, rows, k, tm, hc, "w1", c + sy.const(1), ahead, x, mma_only=True)
     b.mma("accy", "h", "w2", lhs_offset=sy.mod(c, 2) * (tm * hc), a_stride=hc, b_stride=hc, acc_stride=n, m=rows,
           k=hc, n=n, accumulate=[c, sy.const(1)], transpose_b=1)  # fmt: skip
-    _hidden(b, act1, rows, k, tm, hc, "w1", c + sy.const(1), ahead, vec_only=True)
+    _hidden(b, act1, rows, k, tm, hc, "w1", c + sy.const(1), ahead, x, vec_only=True)
     geo = dict(rows=rows, cols=n, dst_stride=n, a_stride=n, b_stride=n, when=at_last)
     b.vop("ADD", "out", "accy", "b2", mode="ROW", **geo)
     emit_act(b, act, "out", "tmp", rows, n, n, when=at_last)
@@ -196,12 +210,13 @@ def _emit(op, tv, t, b) -> None:
     b.store_rows("out", **out_tile, when=at_last)
 
 
-def _hidden(b, act1, rows, k, tm, hc, w, chunk, when, mma_only=False, vec_only=False) -> None:
-    """Hidden chunk `chunk`: x @ `w`^T into its accumulator half, then + b1 and act1 into its hidden half."""
+def _hidden(b, act1, rows, k, tm, hc, w, chunk, when, x, mma_only=False, vec_only=False) -> None:
+    """Hidden chunk `chunk`: x @ `w`^T into its accumulator half, then + b1 and act1 into its hidden half
+    (`x`: the buffer of x's rows and its offset field, `linear_mlp_split.x_operand`)."""
     half = sy.mod(chunk, 2) * (tm * hc)
     if not vec_only:
-        b.mma("acch", "a", w, acc_offset=half, a_stride=k, b_stride=k, acc_stride=hc, m=rows, k=k, n=hc,
-              accumulate=0, transpose_b=1, when=when)  # fmt: skip
+        b.mma("acch", x[0], w, acc_offset=half, a_stride=k, b_stride=k, acc_stride=hc, m=rows, k=k, n=hc,
+              accumulate=0, transpose_b=1, when=when, **x[1])  # fmt: skip
     if not mma_only:
         geo = dict(rows=rows, cols=hc, dst_stride=hc, a_stride=hc, b_stride=hc, when=when)
         b.vop("ADD", "hb", "acch", "b1", mode="ROW", a_offset=half, b_offset=chunk * hc, **geo)

@@ -15,7 +15,8 @@ last reader and the cost model predicts fewer cycles:
   readers only lowered the budget of every op in between for one LOAD less, a loss on the encoder body);
 * each reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled (an
   append COPYs its new rows straight into the buffer it STOREs from);
-* but a linear's MATMULs read a resident x where it is (unless it normalizes x in place), and an attention
+* but a linear's MATMULs read a resident x where it is (unless it normalizes x in place), as a fused MLP's
+  do (`IN_PLACE`), and an attention
   (`IN_PLACE`) uses its resident q, k, v and output where they are, with no COPY (`kernels/flash_emit.py`);
 * every op from the producer to the last reader tiles below the region (its `novella.sram_budget` ends at
   the region's offset), so nothing else writes it while it is live; regions live at once stack downward
@@ -52,17 +53,19 @@ from .common import body_ops, check_symbols, functions, require_stage, set_attr
 NORMS = ("novella.layer_norm", "novella.rms_norm")  # a row tile LOADed from x, one STOREd, as a linear's
 ATTENTION = "novella.flash_attention"  # prefill / encoder (no paged KV cache): q, k, v and its output in place
 GENERIC = "novella.generic"
+MLP = "novella.fused_mlp"  # its MATMULs read a resident x where it is kept (`kernels/linear_mlp.py`)
 # op -> {operand index: the role it reads the operand in, where kept}; a linear's residual only with its
 # epilogue's, an append's new rows only into a paged cache, a generic's by `generic.resident_role`
 READS = {
     **{op: {0: "x", 3: "res"} for op in LINEAR_OPS},
     **{op: {0: "x"} for op in NORMS},
     ATTENTION: {0: "x", 1: "k", 2: "v"},
+    MLP: {0: "x"},
     "novella.kv_append": {1: "new"},
 }
 PAGED_READS = {0: "x"}  # an attention over a paged KV cache (a decode step): its query only
 PRODUCERS = (*LINEAR_OPS, *NORMS, ATTENTION, GENERIC, "novella.gather_rows")
-IN_PLACE = {ATTENTION}  # ops that read and write their resident tensors where they are kept: no COPY
+IN_PLACE = {ATTENTION, MLP}  # ops that read (and write) their resident tensors where they are kept: no COPY
 OPTIONS = {"enable": (int, 1, "keep activations (the PRODUCERS' results) in the scratchpad for their readers", (0, 1))}
 BUDGET = "novella.sram_budget"
 

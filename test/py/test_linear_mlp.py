@@ -4,6 +4,7 @@ hazard checker on; the cost model's decision per program (short buckets fuse, th
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,57 @@ def test_whisper_sized_mlp_on_the_large_config():
         x = torch.randn(1, length, 384, generator=torch.Generator().manual_seed(length))
         with torch.no_grad():
             torch.testing.assert_close(npu(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+class PreNormMlp(Mlp):
+    """`Mlp` on `layer_norm(x)`, the residual x: the norm's result is kept in the scratchpad
+    (`--novella-resident`) and the fused MLP's MATMULs read it there."""
+
+    def __init__(self, act, residual):
+        super().__init__(act=act, residual=residual)
+        self.norm = torch.nn.LayerNorm(64)
+
+    def forward(self, x):
+        y = self.fc2(self.act1(self.fc1(self.norm(x))))
+        y = torch.relu(y) if self.act else y
+        return x + y if self.residual else y
+
+
+@pytest.mark.parametrize(
+    "form,act,residual,tm",
+    [("split", False, True, 16), ("split", False, True, 32), ("split", True, True, 16), ("split", True, False, 16),
+     ("acc", False, True, 16)],
+)  # fmt: skip
+def test_mlp_reads_a_resident_norm_in_place(monkeypatch, form, act, residual, tm):
+    """Row blocks of tm (forced) over x kept on chip: no LOAD of x's rows, the MATMULs read the region `rx`;
+    the split form without an act after the sum, where x's rows are one block (T <= 32 at tm = 32), starts its
+    sums from the residual and has no buffer `a`. Eager at T = 1, a partial block, several blocks, hazards
+    checked."""
+    if form == "split":
+        every = linear_mlp_split.candidates
+        monkeypatch.setattr(linear_mlp.FusedMlp, "candidates", lambda self, *a: [])
+        monkeypatch.setattr(linear_mlp_split, "candidates", lambda *a: [c for c in every(*a) if c[:3:2] == (tm, 32)])
+    else:
+        every = linear_mlp.FusedMlp.candidates
+        monkeypatch.setattr(
+            linear_mlp.FusedMlp, "candidates", lambda self, *a: [c for c in every(self, *a) if c[0] == tm]
+        )
+        monkeypatch.setattr(linear_mlp_split, "candidates", lambda *a: [])
+    # fused as for one row block (x, which the fused op reads from DRAM unless kept, is no longer live there
+    # once the first linear has run), then tiled in blocks of tm
+    monkeypatch.setattr(linear_mlp, "_gain", lambda target, first, second: (1.0, 64))
+    torch.manual_seed(5)
+    model = PreNormMlp(act=act, residual=residual).eval()
+    npu = compile_torch(model, torch.randn(1, 16, 64), min_len=1, max_len=40, cache=False)
+    for at in (7, 37):
+        mlp = next(line for line in npu.ir("novella-tile", at=[at]).splitlines() if '"novella.fused_mlp"' in line)
+        assert "novella.resident = {x = " in mlp and f"tm = {tm}" in mlp and ("pn = 32" in mlp) == (form == "split")
+        macros = npu.ir("novella-schedule", at=[at]).split('"novella.macro"')[1:]  # each its region, then its fields
+        macro = next(m for m in macros if 'kernel = "novella.fused_mlp"' in m)
+        assert "rx = " in macro and "tensor = 0" not in macro  # no LOAD of x's rows
+        sums = residual and not act and tm >= (32 if at <= 32 else 128)  # the bucket's rows, which x's region holds
+        assert (re.search(r"[{ ]a = \[", macro) is not None) == (form == "split" and residual and not sums)
+    for length in (1, 7, 16, 32, 37, 40):
+        x = torch.randn(1, length, 64, generator=torch.Generator().manual_seed(length))
+        with torch.no_grad():
+            torch.testing.assert_close(npu(x, check_hazards=True), model(x), rtol=1e-4, atol=1e-4)
