@@ -146,7 +146,8 @@ class PreNormMlp(Mlp):
 )  # fmt: skip
 def test_mlp_reads_a_resident_norm_in_place(monkeypatch, form, act, residual, tm):
     """Row blocks of tm (forced) over x kept on chip: no LOAD of x's rows, the MATMULs read the region `rx`;
-    the split form without an act after the sum, where x's rows are one block (T <= 32 at tm = 32), starts its
+    the split form without an act after the sum, where x's rows are one block (T <= 32 at tm = 32 in the bucket
+    planned for 32 rows), starts its
     sums from the residual and has no buffer `a`. Eager at T = 1, a partial block, several blocks, hazards
     checked."""
     if form == "split":
@@ -165,14 +166,18 @@ def test_mlp_reads_a_resident_norm_in_place(monkeypatch, form, act, residual, tm
     torch.manual_seed(5)
     model = PreNormMlp(act=act, residual=residual).eval()
     npu = compile_torch(model, torch.randn(1, 16, 64), min_len=1, max_len=40, cache=False)
+    forms = set()
     for at in (7, 37):
         mlp = next(line for line in npu.ir("novella-tile", at=[at]).splitlines() if '"novella.fused_mlp"' in line)
         assert "novella.resident = {x = " in mlp and f"tm = {tm}" in mlp and ("pn = 32" in mlp) == (form == "split")
         macros = npu.ir("novella-schedule", at=[at]).split('"novella.macro"')[1:]  # each its region, then its fields
         macro = next(m for m in macros if 'kernel = "novella.fused_mlp"' in m)
         assert "rx = " in macro and "tensor = 0" not in macro  # no LOAD of x's rows
-        sums = residual and not act and tm >= (32 if at <= 32 else 128)  # the bucket's rows, which x's region holds
+        region_rows = int(re.search(r"x_size = (\d+)", mlp).group(1)) // 64  # its program's planned rows
+        sums = residual and not act and tm >= region_rows
+        forms.add(sums)
         assert (re.search(r"[{ ]a = \[", macro) is not None) == (form == "split" and residual and not sums)
+    assert (True in forms) == (residual and not act and tm == 32), "the residual-first sums form ran where due"
     for length in (1, 7, 16, 32, 37, 40):
         x = torch.randn(1, length, 64, generator=torch.Generator().manual_seed(length))
         with torch.no_grad():
