@@ -5,7 +5,9 @@ end); each input is loaded at the strides its indexing map gives (a broadcast di
 broadcast row is repeated by the DMA, a broadcast column is read in COL mode), a step's LOADs one DMA
 chain (one exposed latency). The body's ops run in
 order on SRAM buffers: an operand that is a constant is the VEC immediate (SCALAR mode), a value is
-freed after its last use, the yielded value is computed into the output buffer.
+freed after its last use, the yielded value is computed into the output buffer. A resident input 0 and
+result (`--novella-resident`) are read and written where they are kept (`in_place`), and RoPE's
+`rotate_half(x) * s` summed once is done on column halves (`rope_fusion.split_rotation`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from torch_mlir import ir
 
 from .. import symbolic as sy
+from ..dialects.fields import RESIDENT
 from . import BufferPlan, TensorView, Tiling, first, resident, rope_fusion
 from .pointwise import Geometry, Tile
 from .support import producer
@@ -388,27 +391,58 @@ class Generic:
         names["out"] = f"p{n + prog.temps}"
         rot, chain = rope_fusion.rotated(op), 0
         halves = {k: _loaded_twin(op, rot, k) for k in rot}
+        places = in_place(op, g, tl, rot)
         for k, o in enumerate(g.ops):  # a step's inputs as one DMA chain: one exposed latency
             if k in rot and halves[k] is None:
                 load_rotated(tl, f"p{k}", o, chain=chain)
-            elif k not in rot:
+            elif k not in rot and f"in{k}" not in places:
                 tl.load(f"p{k}", o, chain=chain, when=_once(g, t, o))
             chain = 1
+        steps, split = rope_fusion.split_rotation(prog.steps, halves, tl.tc // 2)
         for k, j in halves.items():
-            if j is not None:
-                rotate_in_sram(tl, f"p{k}", f"p{j}")
-        for fn, dst, a, bb, imm in prog.steps:
-            f = tl.geo()
+            if j is not None and k not in split:
+                rotate_in_sram(tl, f"p{k}", f"p{j}", places.get(f"in{j}"))
+        for fn, dst, a, bb, imm, half in steps:
+            f = tl.geo() if half is None else tl.geo(cols=tl.tc // 2)
             if isinstance(bb, tuple):
                 f.update(b=names[bb[1]], mode="COL", b_stride=1)
             elif bb is not None:
-                f["b"] = names[bb]
+                f.update(_placed("b", bb, names, places))
             elif fn == "FILL":
                 f["imm"] = imm
             elif fn not in UNARY.values() and fn != "COPY":
                 f.update(mode="SCALAR", imm=imm)
-            b.vop(fn, names[dst], names.get(a), **f)
-        tl.store(names["out"])
+            f.update(_placed("dst", dst, names, places))
+            f.update(_placed("a", a, names, places) if a is not None else {})
+            for role, at in zip(("dst", "a", "b"), half or ()):
+                if at:
+                    f[f"{role}_offset"] = f.get(f"{role}_offset", 0) + at
+            b.vop(fn, f.pop("dst"), f.pop("a", None), **f)
+        if "out" not in places:
+            tl.store(names["out"])
+
+
+def in_place(op, g: Geometry, tl: Tile, rot: set) -> dict:
+    """{"in0" / "out": (region, offset of the tile in it, row stride)}: a resident input 0 of whole rows
+    (`resident_role` "x", not rotated) the VECs read where it is kept, and a resident result they write
+    there: no COPY into or out of the tile's buffer."""
+    regions, out = resident.regions(op), {}
+    o = g.ops[0]
+    if "x" in regions and 0 not in rot and o.col_full:
+        start = tl._base(o.batch_strides) + tl.dc * tl.tc + tl.dr * tl.tm * o.cols
+        out["in0"] = (RESIDENT["x"], start, o.cols)
+    if "out" in regions:
+        start = tl._base(g.out_strides) + tl.dc * tl.tc + tl.dr * tl.tm * g.out_row
+        out["out"] = (RESIDENT["out"], start, g.out_row)
+    return out
+
+
+def _placed(role: str, name: str, names: dict, places: dict) -> dict:
+    """The VEC fields of operand `role` (dst, a, b) reading or writing program buffer `name`."""
+    if name not in places:
+        return {role: names[name]}
+    region, offset, stride = places[name]
+    return {role: region, f"{role}_offset": offset, f"{role}_stride": stride}
 
 
 def load_rotated(tl: Tile, buf: str, o, chain: int) -> None:
@@ -449,11 +483,14 @@ def _loaded_twin(op, rot: set, k: int) -> int | None:
     return None
 
 
-def rotate_in_sram(tl: Tile, dst: str, src: str) -> None:
-    """dst = rotate_half(src) on one tile of whole rows: -src's upper half, then src's lower half."""
-    h = tl.tc // 2
-    tl.b.vop("MUL", dst, src, **tl.geo(cols=h), a_offset=h, mode="SCALAR", imm=-1.0)
-    tl.b.vop("COPY", dst, src, **tl.geo(cols=h), dst_offset=h)
+def rotate_in_sram(tl: Tile, dst: str, src: str, place=None) -> None:
+    """dst = rotate_half(src) on one tile of whole rows: -src's upper half, then src's lower half; `place`:
+    (region, offset, row stride) where src is read in place (`in_place`)."""
+    h, at, geo = tl.tc // 2, 0, tl.geo(cols=tl.tc // 2)
+    if place is not None:
+        src, at, geo["a_stride"] = place
+    tl.b.vop("MUL", dst, src, **geo, a_offset=at + h, mode="SCALAR", imm=-1.0)
+    tl.b.vop("COPY", dst, src, **geo, dst_offset=h, **({"a_offset": at} if place is not None else {}))
 
 
 def _once(g: Geometry, t, o):

@@ -84,8 +84,11 @@ class GatherRows:
         b.load_rows("idx", 1, row_start=b.d(0) * tm, rows=rows, row_bound=n, cols=1, dram_stride=1, sram_stride=1)
         b.gather("rows", 0, idx="idx", dram_offset=col0, dram_stride=c, row_bound=rows_in_table, rows=rows,
                  cols=cols, sram_stride=tc)  # fmt: skip
-        b.vop("COPY", "out", "rows", rows=rows, cols=cols, dst_stride=tc, a_stride=tc)
-        b.store_rows("out", row_start=b.d(0) * tm, rows=rows, row_bound=n, cols=cols, dram_offset=col0,
+        src = "rows"
+        if "out" not in resident.regions(op):  # resident: the store is itself the step's COPY
+            b.vop("COPY", "out", "rows", rows=rows, cols=cols, dst_stride=tc, a_stride=tc)
+            src = "out"
+        b.store_rows(src, row_start=b.d(0) * tm, rows=rows, row_bound=n, cols=cols, dram_offset=col0,
                      dram_stride=c, sram_stride=tc)  # fmt: skip
 
 
@@ -177,9 +180,17 @@ class Concat:
                 col, cols = b.d(1), _extent(1, tc, w)
                 when = None if i == widest else [("ge", w - b.d(1) * tc - sy.const(1))]
             row = dict(row_start=b.d(0) * tm, rows=rows, row_bound=outer, cols=cols, sram_stride=tc, when=when)
-            b.load_rows(f"b{2 * i}", i, dram_offset=col * tc, dram_stride=w, **row)
-            b.vop("COPY", f"b{2 * i + 1}", f"b{2 * i}", rows=rows, cols=cols, dst_stride=tc, a_stride=tc, when=when)
+            src = _loaded_before(op, i) if widest is not None else None  # cat(x, x): x's tile loaded once
+            if src is None:
+                b.load_rows(f"b{2 * i}", i, dram_offset=col * tc, dram_stride=w, **row)
+                src = i
+            b.vop("COPY", f"b{2 * i + 1}", f"b{2 * src}", rows=rows, cols=cols, dst_stride=tc, a_stride=tc, when=when)
             b.store_rows(f"b{2 * i + 1}", dram_offset=off + col * tc, dram_stride=width, **row)
+
+
+def _loaded_before(op, i: int) -> int | None:
+    """An input before `i` that is the same value (so the same width, and the same tiles of it loaded)."""
+    return next((j for j in range(i) if op.operands[j] == op.operands[i]), None)
 
 
 def _sum(exprs):

@@ -90,3 +90,47 @@ def _last(v) -> int | None:
     """The static size of the last dim of `v`, or None."""
     n = ir.RankedTensorType(v.type).shape[-1]
     return None if ir.ShapedType.is_dynamic_size(n) else n
+
+
+def split_rotation(steps: list, halves: dict, h: int) -> tuple[list, set]:
+    """A generic's program `steps` ((fn, dst, a, b, imm) on named buffers, `generic.Planner`) with each
+    `rotate_half(x) * s` read only by a sum `u + ...` computed on the column halves instead: the product
+    of x's swapped halves and s (two half MULs, no negation), then `u - p` on the first half and `u + p` on
+    the second (x's negated upper half times s, added: the same float operations, bit for bit). `halves`:
+    {rotated input: the input holding x} (`generic._loaded_twin`). Returns the steps as (fn, dst, a, b,
+    imm, half), `half` None or the (dst, a, b) column offsets of a step over `h` columns, and the rotated
+    inputs no longer rotated in SRAM."""
+    out: list = [[(*s, None)] for s in steps]
+    split = set()
+    for k, j in halves.items():
+        rot, x = f"in{k}", f"in{j}"
+        found = None if j is None else _rotated_sum(steps, rot)
+        if found is None:
+            continue
+        (i, prod, s), (m, dst, u) = found
+        out[i] = [("MUL", prod, x, s, 0.0, (0, h, 0)), ("MUL", prod, x, s, 0.0, (h, 0, h))]
+        out[m] = [("SUB", dst, u, prod, 0.0, (0, 0, 0)), ("ADD", dst, u, prod, 0.0, (h, h, h))]
+        split.add(k)
+    return [s for group in out for s in group], split
+
+
+def _rotated_sum(steps: list, rot: str):
+    """((i, p, s), (m, dst, u)) where step i is the one read of `rot`, p = rot * s, and step m the one read
+    of p, dst = u + p; or None."""
+    uses = [i for i, st in enumerate(steps) if rot in st[2:4]]
+    if len(uses) != 1:
+        return None
+    i = uses[0]
+    fn, p, a, b, _ = steps[i]
+    s = b if a == rot else a
+    if fn != "MUL" or not isinstance(s, str) or rot in (s, p) or p == "out":
+        return None
+    later = [m for m in range(i + 1, len(steps)) if p in steps[m][2:4] or steps[m][1] == p]
+    if not later or p not in steps[later[0]][2:4] or any(p in steps[m][2:4] for m in later[1:]):
+        return None
+    m = later[0]
+    fn2, dst, a2, b2, _ = steps[m]
+    u = b2 if a2 == p else a2
+    if fn2 != "ADD" or not isinstance(u, str) or u == p:
+        return None
+    return (i, p, s), (m, dst, u)

@@ -16,8 +16,10 @@ last reader and the cost model predicts fewer cycles:
 * each reader COPYs its x (or residual) tiles from the region into the SRAM buffer its LOAD filled (an
   append COPYs its new rows straight into the buffer it STOREs from);
 * but a linear's MATMULs read a resident x where it is (unless it normalizes x in place), as a fused MLP's
-  do (`IN_PLACE`), and an attention
-  (`IN_PLACE`) uses its resident q, k, v and output where they are, with no COPY (`kernels/flash_emit.py`);
+  do (`IN_PLACE`), an attention (`IN_PLACE`) uses its resident q, k, v and output where they are, with no
+  COPY (`kernels/flash_emit.py`), and a generic's VECs read its resident input 0 (of whole rows) and write
+  its resident result where they are kept (`generic.in_place`; `_gain` still prices their COPYs: it errs
+  towards keeping less);
 * every op from the producer to the last reader tiles below the region (its `novella.sram_budget` ends at
   the region's offset), so nothing else writes it while it is live; regions live at once stack downward
   from the top of the scratchpad, and together take at most half of it (the kernels without a cost

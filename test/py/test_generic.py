@@ -163,3 +163,20 @@ def test_mask_select_of_a_compare_runs_no_ne_and_loads_its_scalars_once():
     for t in (1, 7, 65, 300):
         x = torch.randn(1, t, 32)
         torch.testing.assert_close(npu(x, check_hazards=t in (1, 65)), model(x))
+
+
+def test_cat_of_one_value_loads_it_once():
+    """cat((y, y), -1) (RoPE's frequencies): each of y's tiles is LOADed once and COPYed into both column ranges."""
+    model = Fn(_twice).eval()
+    npu = compile_torch(model, torch.randn(1, 8, 16), dynamic_dim=1, min_len=1, max_len=40, cache=False)
+    for t in LENGTHS:
+        x = torch.randn(1, t, 16)
+        torch.testing.assert_close(npu(x, check_hazards=t in (1, 17)), model(x), rtol=1e-6, atol=1e-6)
+    macro = re.search(r'novella\.macro"\(\) \(\{(.*?)kernel = "novella\.concat"', npu.ir("novella-macro-gen"), re.S)
+    body = macro.group(1).rsplit('novella.macro"() ({', 1)[-1]
+    assert body.count("dma_load") == 1 and body.count("dma_store") == 2
+
+
+def _twice(x):
+    y = x * 2.0
+    return torch.cat((y, y), dim=-1).sin()

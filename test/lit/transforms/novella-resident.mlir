@@ -157,6 +157,15 @@ module attributes {novella.symbols = {s0 = ["T", 1, 32]}, novella.plan_lengths =
 // and STOREs them into each sequence's page, the other sequences' straight from the region.
 // MACRO-LABEL: func.func @rope_append
 // MACRO: rout = ["spad", [[K2:[0-9]+]], 256]
+// The RoPE's VECs read the key where it is kept and write its result into its own region (no COPY in or
+// out); rotate_half(k) * sin is two half-width MULs of k's swapped halves, subtracted from the first half of
+// k * cos and added to its second (the negation folded into the SUB: the same float operations).
+// MACRO-NOT: fn = "COPY"
+// MACRO: cols = 16 : i64, {{.*}}fn = "MUL"
+// MACRO-NEXT: cols = 16 : i64, {{.*}}fn = "MUL"
+// MACRO-NEXT: cols = 32 : i64, {{.*}}fn = "MUL"
+// MACRO-NEXT: cols = 16 : i64, {{.*}}fn = "SUB"
+// MACRO-NEXT: cols = 16 : i64, {{.*}}fn = "ADD"
 // MACRO: rout = ["spad", [[R2:[0-9]+]], 256], rx = ["spad", [[K2]], 256]
 // MACRO-NOT: opcode = "LOAD"
 // MACRO: fn = "COPY", mode = "TENSOR", opcode = "VEC", rows = 2 : i64
