@@ -16,7 +16,7 @@ tf = pytest.importorskip("transformers")
 
 from hf_reference import greedy_reference as _reference  # noqa: E402
 from hf_reference import prompt as _prompt  # noqa: E402
-from lm_models import build  # noqa: E402
+from lm_models import shared_lm  # noqa: E402
 
 from novella_mlir.causal_lm import CausalLM, compile_causal_lm, load_causal_lm  # noqa: E402
 from novella_mlir.errors import InputError  # noqa: E402
@@ -28,12 +28,7 @@ NEW = 32
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def model(request):
-    hf = build(request.param, MAX_LEN)
-    return (
-        request.param,
-        hf,
-        compile_causal_lm(hf, max_len=MAX_LEN, page_size=16, cache=False),
-    )  # module scope: no user cache
+    return request.param, *shared_lm(request.param, MAX_LEN)  # the llama as test_resident_decode's
 
 
 @pytest.mark.parametrize("length", [1, 7, 33])
