@@ -6,9 +6,12 @@ NOVELLA_CACHE=0 is set when the test session starts, so module- and
 session-scoped fixtures (which run before any function-scoped fixture) do
 not read the user's cache either; every test also gets a private
 NOVELLA_CACHE_DIR. Tests of the cache itself turn it back on
-(test_compile_cache.py)."""
+(test_compile_cache.py). NOVELLA_SUITE_CACHE_DIR is one compile cache for the whole run (made by the
+controller, inherited by xdist's workers, removed at its end): `lm_models.shared_lm` shares a model's
+compile between the test files that compile it alike."""
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -17,6 +20,8 @@ from hypothesis import settings
 
 os.environ["NOVELLA_CACHE"] = "0"
 os.environ["NOVELLA_CACHE_DIR"] = tempfile.mkdtemp(prefix="novella-cache-")
+if "NOVELLA_SUITE_CACHE_DIR" not in os.environ:  # the controller (or a run without xdist): its workers inherit it
+    os.environ["NOVELLA_SUITE_CACHE_DIR"] = _SUITE_CACHE = tempfile.mkdtemp(prefix="novella-suite-cache-")
 
 # `suite` (the default) runs each property test on 40 examples; HYPOTHESIS_PROFILE=thorough on 500.
 settings.register_profile("suite", max_examples=40, deadline=None, database=None)
@@ -68,6 +73,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in QUICK_FILES:
             item.add_marker(pytest.mark.quick)
+
+
+def pytest_unconfigure(config):
+    if "_SUITE_CACHE" in globals():  # the process that made it, after its workers
+        shutil.rmtree(_SUITE_CACHE, ignore_errors=True)
 
 
 def pytest_configure(config):

@@ -3,8 +3,13 @@ decoding tests (test_causal_lm, test_engine, test_batched_decode)."""
 
 from __future__ import annotations
 
+import os
+from unittest import mock
+
 import numpy as np
 import torch
+
+_COMPILED: dict = {}
 
 
 def build(name: str, max_len: int):
@@ -25,6 +30,25 @@ def build(name: str, max_len: int):
         hf = tf.LlamaForCausalLM(cfg).eval()
     hf.generation_config.eos_token_id = None
     return hf
+
+
+def shared_lm(name: str, max_len: int, page_size: int = 16):
+    """(hf, lm): `build(name, max_len)` and its `compile_causal_lm`, shared by the test files that compile the
+    same model with the same options (test_causal_lm and test_resident_decode; test_engine and
+    test_batched_decode): a worker compiles it once (a fresh `CausalLM` over the same programs each call, so
+    one file's batched programs or sessions never reach another), and the workers of a run share the
+    entries of one compile cache (conftest's NOVELLA_SUITE_CACHE_DIR, removed at the end of the run)."""
+    from novella_mlir.causal_lm import CausalLM, compile_causal_lm
+
+    key = (name, max_len, page_size)
+    if key not in _COMPILED:
+        hf = build(name, max_len)
+        with mock.patch.dict(os.environ, {"NOVELLA_CACHE_DIR": os.environ["NOVELLA_SUITE_CACHE_DIR"]}):
+            _COMPILED[key] = hf, compile_causal_lm(hf, max_len=max_len, page_size=page_size, cache=True)
+    hf, lm = _COMPILED[key]
+    fresh = CausalLM(lm.prefill, lm.decode, lm.vocab, lm.max_len, lm.page_size, lm.n_pages, lm.compile_seconds)
+    fresh.hf_config, fresh.generation_config, fresh.max_batch = lm.hf_config, lm.generation_config, lm.max_batch
+    return hf, fresh
 
 
 def reference(hf, ids: list, n: int):

@@ -9,7 +9,7 @@ import torch
 
 tf = pytest.importorskip("transformers")
 
-from lm_models import build, check, prompt, reference  # noqa: E402
+from lm_models import build, check, prompt, reference, shared_lm  # noqa: E402
 
 from novella_mlir.causal_lm import CausalLM, compile_causal_lm  # noqa: E402
 from novella_mlir.decoding.batched import compile_batched  # noqa: E402
@@ -24,8 +24,7 @@ B = 4
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def model(request):
-    hf = build(request.param, MAX_LEN)
-    lm = compile_causal_lm(hf, max_len=MAX_LEN, page_size=PS, cache=False)
+    hf, lm = shared_lm(request.param, MAX_LEN, PS)  # as test_engine's
     return request.param, hf, compile_batched(hf, lm, (B,), cache=False)
 
 

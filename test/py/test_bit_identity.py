@@ -37,7 +37,7 @@ STATIC = {
 }
 JIT_VS_REFERENCE = {
     "mlp": tuple(range(1, 200)) + tuple(int(t) for t in RNG.integers(200, 2048, 20)) + (2047, 2048),
-    "mlp384": tuple(range(1, 131)) + (700,),
+    "mlp384": tuple(range(1, 131, 2)) + (2, 32, 64, 96, 128, 130, 700),  # every length: mlp's, the same JIT
     "layer": (2, 3) + BOUNDARIES[1:] + (191, 192, 193, 777, 1500),
 }
 

@@ -11,9 +11,9 @@ import torch
 
 tf = pytest.importorskip("transformers")
 
-from lm_models import build, check, prompt, reference  # noqa: E402
+from lm_models import check, prompt, reference, shared_lm  # noqa: E402
 
-from novella_mlir.causal_lm import CausalLM, compile_causal_lm  # noqa: E402
+from novella_mlir.causal_lm import CausalLM  # noqa: E402
 from novella_mlir.decoding.engine import BatchBoundError, Engine  # noqa: E402
 from novella_mlir.errors import InputError  # noqa: E402
 from novella_mlir.runtime.kv import KvCacheFullError  # noqa: E402
@@ -24,8 +24,7 @@ PS = 16
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def model(request):
-    hf = build(request.param, MAX_LEN)
-    return request.param, hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=PS, cache=False)
+    return request.param, *shared_lm(request.param, MAX_LEN, PS)  # as test_batched_decode's
 
 
 def test_requests_join_at_different_steps(model):

@@ -8,9 +8,8 @@ and the single-sequence one."""
 from __future__ import annotations
 
 import pytest
-from lm_models import build, check, prompt
+from lm_models import check, prompt, shared_lm
 
-from novella_mlir.causal_lm import compile_causal_lm
 from novella_mlir.decoding.batched import compile_batched
 from novella_mlir.decoding.engine import Engine
 
@@ -19,8 +18,8 @@ MAX_LEN, B = 96, 4
 
 @pytest.fixture(scope="module")
 def compiled():
-    hf = build("llama", MAX_LEN)
-    return hf, compile_batched(hf, compile_causal_lm(hf, max_len=MAX_LEN, page_size=16, cache=False), (B,), cache=False)
+    hf, lm = shared_lm("llama", MAX_LEN)  # as test_causal_lm's
+    return hf, compile_batched(hf, lm, (B,), cache=False)
 
 
 def _attention_macros(ir: str) -> list[str]:
