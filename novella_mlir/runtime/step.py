@@ -36,6 +36,7 @@ _has_sym = expr.has_symbol
 _MIX = np.random.default_rng(0).integers(1, 2**62, 64, dtype=np.int64) | 1  # `share`'s hash multipliers
 _F = isa.field(isa.Opcode.LOAD, "dram_base")
 _DMA = np.asarray([_F.lane, _F.offset, _F.mask], np.int64)  # every DMA's dram_base (`kv.py`)
+_I64 = np.dtype(np.int64)
 
 
 def _key(x):
@@ -236,12 +237,17 @@ class Stepper:
 
         self._one = len(art.symbols) == 1
         self._patch = _patch_numba.patch1 if self._one else _patch_numba.patch
+        self._entry = _patch_numba.entry(len(art.symbols))
+        self._ns = self.plan.n_syms
+        self._width = self._ns + self.plan.lanes if self._fast else -1  # -1: every step takes the key
+        self._blocks = None  # the block array the last step was given, if `_entry` takes it (`words`)
+        self._where = None  # `_locate`
         self._nb = _bucket_numba, _patch_numba  # bound once: an import costs a cold bucket
 
     def clear(self) -> None:
         """Forgets every bucket (the next step of each structure instantiates again)."""
         self.buckets.clear()
-        self._last = None
+        self._last = self._blocks = None
 
     def bucket(self, syms: tuple) -> tuple[Bucket, bool]:
         """The bucket of `syms` and whether it was instantiated now."""
@@ -254,35 +260,57 @@ class Stepper:
         b = self.buckets[k] = self._build(k, syms)
         if len(self.buckets) > self.cache_size:
             if self.buckets.popitem(last=False)[1] is self._last:
-                self._last = None
+                self._last = self._blocks = None
         return b, True
 
     def words(self, syms: tuple, blocks: np.ndarray) -> tuple[np.ndarray, bool]:
         """The bucket's words patched for `syms` (a tuple of ints) and `blocks` (in place), and whether
         it was new.
 
-        The last bucket is tried first: the patch checks the program's box and the bucket's key itself
-        (one compiled call per step, nothing else on the host). Symbol values outside every program's
-        box are an InputError (`Artifact.pick`)."""
-        at, lanes = syms, ()
-        if self.plan.lanes:  # the lane fields move no field: the patch takes the symbols, the bucket its lanes
-            syms = self.plan.full(syms)
-            at, lanes = syms[: self.plan.n_syms], syms[self.plan.n_syms :]
+        The last bucket is tried first when `syms` carry its lane fields (and its key needs no guards):
+        the patch checks the program's box and the bucket's key itself, one compiled call; when
+        `blocks` is the int64 vector the bucket's first step was given (`_takes`: `BatchStep.table` is,
+        every step), without numba's dispatch and on the arrays' addresses (`_patch_numba.entry`);
+        nothing else on the host: right after a simulator run (the host's caches cold) every Python
+        operation here costs a few hundred ns. Symbol values outside every program's box are an InputError (`Artifact.pick`)."""
         b = self._last
-        fast = b is not None and self._fast and b.lanes == lanes
-        status = self._patch(at[0] if self._one else at, b.state, blocks) if fast else -2
-        if status == 0:
-            return b.words, False
-        new = False
-        if status == -2:
-            syms = tuple(map(int, syms))
-            self.art.pick(syms)
-            b, new = self.bucket(syms)
-            status = self._patch(at[0] if self._one else at, b.state, blocks)
+        if b is not None and len(syms) == self._width and syms[self._ns :] == b.lanes:
+            at = syms[0] if self._one else syms[: self._ns]
+            if blocks is self._blocks:
+                status = self._entry(at, self._where or self._locate())
+            else:
+                status = self._patch(at, b.state, blocks)
+            if not status:
+                return b.words, False
+        return self._words(syms, blocks)
+
+    def _words(self, syms: tuple, blocks: np.ndarray) -> tuple[np.ndarray, bool]:
+        """`words` past its first try: the bucket looked up by the key (instantiated if new), then patched
+        by numba's dispatcher (any array type); `blocks` becomes the array `_entry` takes (`_takes`)."""
+        syms = tuple(map(int, self.plan.full(syms)))
+        at = syms[: self._ns]
+        self.art.pick(syms)
+        b, new = self.bucket(syms)
+        status = self._patch(at[0] if self._one else at, b.state, blocks)
         if status:
             self._fail(b, status, syms, blocks)
         self._last = b
+        self._takes(blocks)
         return b.words, new
+
+    def _takes(self, blocks) -> None:
+        """`blocks` becomes the array `words` gives `_entry` for the last bucket if it may take it (a
+        C-contiguous int64 vector, and a bucket whose key needs no guards)."""
+        ok = self._last is not None and self._fast and isinstance(blocks, np.ndarray) and blocks.dtype == _I64
+        self._blocks = blocks if ok and blocks.ndim == 1 and blocks.flags.c_contiguous else None
+        self._where = None
+
+    def _locate(self) -> tuple:
+        """`_entry`'s `where`: the addresses and sizes of the last bucket's state and of `_blocks` (both
+        held here), found when the same block array comes a second time (`BatchStep.table`)."""
+        st, at = self._last.state, self._nb[1].address
+        self._where = (at(st), st.size, at(self._blocks), self._blocks.size)
+        return self._where
 
     def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
         if status == -2:

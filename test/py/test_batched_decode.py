@@ -222,7 +222,8 @@ def test_batched_patch_equals_a_fresh_instantiation(model):
     through the same block array (`BatchStep.fill`, which rewrites only the lanes that changed, equal to
     `fill_slow`), bit for bit, over consecutive steps: every lane at its own past, row offset and lane
     field (`BatchStep.starts`: the key tiles it walks), lanes crossing pages, a lane's page replaced between two steps (as copy-on-write does),
-    two lanes leaving and joining again (the idle lanes' fields a page long: no bucket per step); then a
+    two lanes leaving and joining again (the idle lanes' fields a page long: no bucket per step), the
+    steps after a bucket's first patched through the compiled entry on the arrays' addresses; then a
     symbol outside the program and a freed page are refused."""
     import numpy as np
 
@@ -245,6 +246,7 @@ def test_batched_patch_equals_a_fresh_instantiation(model):
         return [Lane(5, p + k, (clock - p - r) // PS, t.blocks[: -(-(p + r + k + 1) // PS)], r)
                 for p, r, t in zip(pasts, offs, tables)]  # fmt: skip
 
+    entered = []
     try:
         for k in range(14):
             if k == 6:
@@ -254,9 +256,11 @@ def test_batched_patch_equals_a_fresh_instantiation(model):
             assert blocks.tolist() == step.fill_slow(running, clock + k).tolist()
             syms = (clock + k, *step.starts(running, clock + k))  # the lanes' fields: their own key tiles
             words, new = st.words(syms, blocks)
+            entered.append(st._blocks is blocks and st._where is not None)
             assert not (k == 10 and new)  # two idle lanes, the clock in step 9's page: their fields did not move
             ref = sess.reference(name, syms, BlockTable(blocks.tolist()))
             np.testing.assert_array_equal(words, ref, err_msg=f"step {k}")
+        assert any(entered) and not entered[0], entered  # a bucket's later steps: through `_patch_numba.entry`
         with pytest.raises(InputError, match="is outside every compiled program"):
             st.words((MAX_LEN,), blocks)  # the last bucket's own check refuses it too
         blocks[np.flatnonzero(blocks == tables[0].blocks[0])] = -1
