@@ -77,6 +77,18 @@ def _matmul_copy_b_acc(a, b, out, acc):
     np.add(out, acc, acc)
 
 
+def _with_rowmax(handler, args, acc, maxima):
+    """A MATMUL with `rowmax`: its product, then the row maxima of C (as the readable path's out.max(axis=1))."""
+    handler(*args)
+    np.maximum.reduce(acc, 1, None, maxima)
+
+
+def _with_rowsum(handler, args, dst, sums):
+    """A VEC with `rowsum`: its result, then the row sums of dst (as the readable path's np.sum(out, axis=1))."""
+    handler(*args)
+    sums[...] = np.add.reduce(dst, 1, None, None, False)
+
+
 def _binary(ufunc, a, b, dst):
     ufunc(a, b, out=dst)  # np.maximum / np.minimum take `out` by keyword only
 
@@ -149,20 +161,22 @@ class Forms:
             return
         c = {k: v[idx] for k, v in self.c.items()}
         names = ("a_addr", "a_stride", "b_addr", "b_stride", "acc_addr", "acc_stride", "m", "k", "n")
-        cols = [c[x].tolist() for x in (*names, "accumulate", "transpose_b")]
+        cols = [c[x].tolist() for x in (*names, "accumulate", "transpose_b", "rowmax", "max_addr")]
         v = self.views.get
-        for i, aa, ast, ba, bst, ca, cst, m, k, n, accum, tb in zip(idx.tolist(), *cols):
+        for i, aa, ast, ba, bst, ca, cst, m, k, n, accum, tb, rowmax, ma in zip(idx.tolist(), *cols):
             br, bc = (n, k) if tb else (k, n)
             spans = [self._span(0, False, aa, ast, m, k), self._span(0, False, ba, bst, br, bc)]
             if accum:
                 spans.append(self._span(1, False, ca, cst, m, n))
             spans.append(self._span(1, True, ca, cst, m, n))
+            if rowmax:  # the maxima: the readable path runs one with five accesses or no columns
+                spans.append(self._span(0, True, ma, m, 1, m) if len(spans) < 4 and n else None)
             if all(s is not None for s in spans):
-                self._prepare(
-                    i,
-                    spans,
-                    *self._matmul_call(v(0, aa, ast, m, k), v(0, ba, bst, br, bc), tb, v(1, ca, cst, m, n), accum),
-                )
+                acc = v(1, ca, cst, m, n)
+                call = self._matmul_call(v(0, aa, ast, m, k), v(0, ba, bst, br, bc), tb, acc, accum)
+                if rowmax:
+                    call = _with_rowmax, (*call, acc, v(0, ma, m, 1, m)[0])
+                self._prepare(i, spans, *call)
 
     def _matmul_call(self, a, b, tb, acc, accumulate):
         """(handler, args) of one MATMUL. B is handed to BLAS as the readable path hands it: a transposed
@@ -184,10 +198,31 @@ class Forms:
         names = ("fn", "mode", "dst_mem", "dst_addr", "dst_stride", "rows", "cols")
         names += ("a_mem", "a_addr", "a_stride", "b_mem", "b_addr", "b_stride")
         cols = [c[x].tolist() for x in names]
-        for i, fn, mode, dm, da, ds, rows, nc, am, aa, ast, bm, ba, bst, imm in zip(
-            idx.tolist(), *cols, c["imm"].tolist()
+        sums = [c[x].tolist() for x in ("rowsum", "sum_mem", "sum_addr")]
+        for i, fn, mode, dm, da, ds, rows, nc, am, aa, ast, bm, ba, bst, imm, rs, sm, sa in zip(
+            idx.tolist(), *cols, c["imm"].tolist(), *sums
         ):
             self._vec_one(i, VecFn(fn), mode, (dm, da, ds), rows, nc, (am, aa, ast), (bm, ba, bst), imm)
+            if rs:
+                self._rowsum(i, VecFn(fn), (dm, da, ds), rows, nc, (sm, sa))
+
+    def _rowsum(self, i, fn, dst, rows, cols, sums) -> None:
+        """Adds the row sums of dst (`rowsum`) to the prepared form of VEC i; without one (or with four
+        accesses already, or not elementwise) the readable path runs it."""
+        spans = self.spans[i]
+        if self.handler[i] is None or fn in REDUCE_FNS or fn == VecFn.TRANSPOSE or not spans or len(spans) > 3:
+            self.handler[i] = None
+            return
+        s_span = self._span(sums[0], True, sums[1], rows, 1, rows)
+        if s_span is None:
+            self.handler[i] = None
+            return
+        d_view, s_view = (
+            self.views.get(dst[0], dst[1], dst[2], rows, cols),
+            self.views.get(sums[0], sums[1], rows, 1, rows),
+        )
+        self.handler[i], self.args[i] = _with_rowsum, (self.handler[i], self.args[i], d_view, s_view[0])
+        self.spans[i] = (*spans, s_span)
 
     def _vec_one(self, i, fn, mode, dst, rows, cols, a, b, imm) -> None:
         if fn != VecFn.FILL and fn not in BINARY_OPS and fn not in REDUCE_OPS and fn not in UNARY_OPS:

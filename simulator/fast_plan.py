@@ -40,8 +40,8 @@ FAST_FIELDS = {
     Opcode.NOP: frozenset(_HEADER),
     Opcode.LOAD: frozenset(_HEADER + _DMA + ("cols", "chain")),  # chain: timing only (`chain` per word)
     Opcode.STORE: frozenset(_HEADER + _DMA + ("cols", "chain")),
-    Opcode.MATMUL: frozenset(_HEADER + _MATMUL + ("k", "n")),
-    Opcode.VEC: frozenset(_HEADER + _VEC + ("b_stride", "cols", "imm")),
+    Opcode.MATMUL: frozenset(_HEADER + _MATMUL + ("k", "n", "rowmax", "max_addr")),
+    Opcode.VEC: frozenset(_HEADER + _VEC + ("b_stride", "cols", "imm", "rowsum", "sum_mem", "sum_addr")),
 }
 
 

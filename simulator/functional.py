@@ -197,6 +197,10 @@ class FunctionalModel:
             out += self.acc.data[self._tile(self.acc, f["acc_addr"], f["acc_stride"], m, n)]
         self.acc.data[self._tile(self.acc, f["acc_addr"], f["acc_stride"], m, n, True)] = out
         self.effect.macs = m * k * n
+        if f.get("rowmax"):  # the drain's row maxima of C, a contiguous column of the scratchpad
+            if n == 0:
+                raise self.error("MATMUL rowmax needs n >= 1")
+            self.spad.data[self._rows(self.spad, [f["max_addr"]], m, True)[0]] = out.max(axis=1)
 
     def _operand_b(self, f: dict) -> np.ndarray:
         mode, unit = f["mode"], self._sram(f["b_mem"])
@@ -237,6 +241,15 @@ class FunctionalModel:
         unit = self._sram(f["dst_mem"])
         didx = self._tile(unit, f["dst_addr"], f["dst_stride"], rows, cols, True)
         unit.data[didx] = out
+        if f.get("rowsum"):
+            self._row_sums(fn, f, out)
+
+    def _row_sums(self, fn: VecFn, f: dict, out: np.ndarray) -> None:
+        """`rowsum`: the row sums of the result (as ROWSUM of dst), a contiguous column in `sum_mem`."""
+        if fn in REDUCE_FNS or fn == VecFn.TRANSPOSE or f["cols"] == 0:
+            raise self.error(f"{fn.name} has no rowsum output (an elementwise fn with cols >= 1 has)")
+        sums = self._sram(f["sum_mem"])
+        sums.data[self._rows(sums, [f["sum_addr"]], f["rows"], True)[0]] = REDUCE_OPS[VecFn.ROWSUM](out, axis=1)
 
     def exec_nop(self, f: dict) -> None:
         pass

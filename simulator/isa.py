@@ -188,6 +188,8 @@ _MATMUL = _fields(
     ("k", 2, 0, 12),
     ("n", 2, 12, 12),
     ("b_stride", 2, 24, 16),
+    ("rowmax", 3, 0, 1),
+    ("max_addr", 3, 1, 18),
 )
 _VEC = _fields(
     ("fn", 0, 8, 5),
@@ -204,6 +206,9 @@ _VEC = _fields(
     ("b_stride", 2, 0, 16),
     ("cols", 2, 16, 12),
     ("imm", 2, 32, 32),
+    ("rowsum", 3, 0, 1),
+    ("sum_mem", 3, 1, 1),
+    ("sum_addr", 3, 2, 18),
 )
 
 _GATHER = _fields(
@@ -399,7 +404,7 @@ def _dis_matmul(f: dict) -> str:
         f"acc[{f['acc_addr']} +{f['acc_stride']}] {op} spad[{f['a_addr']} "
         f"+{f['a_stride']}] @ spad[{f['b_addr']} +{f['b_stride']}]{t} "
         f"m={f['m']} k={f['k']} n={f['n']}"
-    )
+    ) + (f" rowmax->spad[{f['max_addr']}]" if f["rowmax"] else "")
 
 
 def _dis_vec(f: dict) -> str:
@@ -407,7 +412,8 @@ def _dis_vec(f: dict) -> str:
     dst = f"{_mem(f['dst_mem'])}[{f['dst_addr']} +{f['dst_stride']}]"
     a = f"{_mem(f['a_mem'])}[{f['a_addr']} +{f['a_stride']}]"
     b = f"{_mem(f['b_mem'])}[{f['b_addr']} +{f['b_stride']}]"
-    return f"{_fn_name(f['fn'])}.{mode} {dst} <- {a}, {b} imm={f['imm']:g} rows={f['rows']} cols={f['cols']}"
+    sums = f" rowsum->{_mem(f['sum_mem'])}[{f['sum_addr']}]" if f["rowsum"] else ""
+    return f"{_fn_name(f['fn'])}.{mode} {dst} <- {a}, {b} imm={f['imm']:g} rows={f['rows']} cols={f['cols']}{sums}"
 
 
 def format_instruction(inst: Instruction) -> str:

@@ -36,8 +36,9 @@ ROLES = {
         "acc": ("acc_offset", "acc_addr", "acc"),
         "lhs": ("lhs_offset", "a_addr", "spad"),
         "rhs": ("rhs_offset", "b_addr", "spad"),
+        "max": ("max_offset", "max_addr", "spad"),  # the row maxima of C (`rowmax`)
     },
-    "VEC": {r: (f"{r}_offset", f"{r}_addr", f"{r}_mem") for r in ("dst", "a", "b")},
+    "VEC": {r: (f"{r}_offset", f"{r}_addr", f"{r}_mem") for r in ("dst", "a", "b", "sum")},  # sum: `rowsum`'s
 }
 TILE_OPCODES = {
     "novella.dma_load": "LOAD",

@@ -33,7 +33,12 @@ EXPSUB (when the config lists it) does exp(s - max) in one pass where the scores
 dv + 1 columns, a beat more per row where dv is a multiple of the lanes), `SUMS` a MATMUL of its own,
 l (+)= P @ u with u a row of ones and l a column of the accumulator (the rescale of O keeps dv columns, l
 is rescaled as one row; on `large` a [6, T, 64] self-attention at T = 1500 went from 3.00M to 2.67M
-cycles, with the cost model's token ring fixed: `flash_cost._group`). Candidates (tiles, schedule, slots, ones) are
+cycles, with the cost model's token ring fixed: `flash_cost._group`). `FUSED` (no mask, causal skip or paged
+cache; with EXPSUB) takes neither unit's extra pass: the score MATMUL writes the row maxima as it drains
+(MATMUL `rowmax`, into `mx`, a column per score slot) and EXPSUB the row sums of p as it writes p (VEC
+`rowsum`, docs/isa.md), so a tile's vector work is one EXPSUB pass and its matrix work QK and P @ V of dv
+columns (on `large` the encoder body's attention at T = 256 went from 375K to 301K cycles, and the body at
+T = 1500 from 1.28x to 1.18x its compulsory roofline). Candidates (tiles, schedule, slots, ones) are
 scored by the cost model (`kernels/flash_cost.py`); the plain schedule remains a candidate and is
 the only one for a paged key/value cache without a causal skip (a step past the end would map a
 page the sequence does not have).
@@ -71,7 +76,20 @@ from . import kv_cache as kv
 from .attention import NEG_FLOOR
 from .flash_ahead import Ahead
 from .flash_decode import PER_HEAD, SubHead, chained_loads, held_rows, load_query, mask_row, plan_samples
-from .flash_emit import COLUMN, SUMS, Emit, Steps, kept, load_kv, mask_broadcast, query, store, tile_extent
+from .flash_emit import (
+    COLUMN,
+    FUSED,
+    SUMS,
+    Emit,
+    Steps,
+    kept,
+    lagged,
+    load_kv,
+    mask_broadcast,
+    query,
+    store,
+    tile_extent,
+)
 from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
@@ -198,6 +216,9 @@ def _plan(
         plan.add("out", "spad", held * dv if heads > 1 else tq * dv, stream=heads == 1)
     if s_slots == 3:  # the lookahead's first K tile (`flash_ahead`)
         plan.add("k0", "spad", tk * d)
+    if ones == FUSED:  # the row maxima of each score slot (the score MATMUL's `rowmax`), a tile's row sums
+        plan.add("mx", "spad", tq * s_slots)
+        plan.add("ls", "spad", tq)
     plan.add("s", "acc", tq * tk * s_slots)  # two: tile j's scores by d2 parity (macro-addressed, not streamed)
     plan.add("o", "acc", tq * width)
     for sub in range(1, heads):  # the step's other heads' own copies (`flash_decode.SubHead`)
@@ -243,7 +264,9 @@ class FlashAttention:
         pairs = pairs or [(min(tqs), min(tqs))]
         has_expsub = "expsub" in target.vector_functions
         onesv = (0, SUMS) if 2 in g.kept else (0, COLUMN, SUMS)  # a resident V has no column of ones
+        onesv += (FUSED,) * (has_expsub and g.mask is None and not g.causal and not g.paged)
         variants = [(p, ones, n) for p in schedules for ones in onesv for n in ((1, 2) if p else (1,))]
+        variants = [(p, ones, n) for p, ones, n in variants if ones != FUSED or not p or n == 2]  # on EXPSUB
         return [(tq, tk, p, ones, n, has_expsub and (not p or n == 2)) for tq, tk in pairs for p, ones, n in variants]
 
     def cost(self, target, dims: fc.Dims, cand) -> float:
@@ -276,7 +299,7 @@ class FlashAttention:
         tq, tk, pipelined, ones, s_slots, expsub, *blocks = cand
         heads = self.heads(g, syms, target, plan_lengths(op), cand, rows, held)
         plan = _plan(target, _sizes(g, rows, held, heads), *cand)
-        steps = ceildiv(g.lk, tk) + int(pipelined and s_slots != 3)  # the lookahead: nk steps a block
+        steps = ceildiv(g.lk, tk) + int(lagged(pipelined, s_slots))  # the lookahead: nk steps a block
         if g.window is not None and not pipelined:  # the tiles from the one holding position lk - W
             steps = ceildiv(g.lk, tk) - sy.floordiv(g.lk - g.window, tk)
         grid = [g.batch if heads == 1 else sy.const(sy.as_int(g.batch) // heads), ceildiv(g.lq, tq), steps]
@@ -313,7 +336,7 @@ class FlashAttention:
         tq, tk = t.tiles["tq"], t.tiles["tk"]
         ones, two = t.tiles.get("ones", 0), t.tiles.get("s_slots", 1) == 2
         ahead = Ahead(g, b, tq, tk) if t.tiles.get("s_slots", 1) == 3 else None
-        pipelined = bool(t.tiles.get("pipelined", 0)) and not ahead  # the lookahead: step j's softmax is tile j
+        pipelined = lagged(t.tiles.get("pipelined", 0), t.tiles.get("s_slots", 1))
         b = fd.Lanes(b, g, len(module_symbols(op))) if fd.lanes(g) and not pipelined else b
         s = Steps(g, b, tq, tk, pipelined, ones)
         rows = extent(1, tq, g.lq)
@@ -323,7 +346,7 @@ class FlashAttention:
             e.s_off = ir.AffineExpr.get_mod(s.i, sy.const(2)) * (tq * tk)
         if ahead:
             e.s_off = ahead.slot(b.d(2))
-        if ones:
+        if ones in (COLUMN, SUMS):
             _fill_ones(b, g, t, tk)
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
@@ -387,7 +410,7 @@ def _heads_macro(g: Geometry, t, b, heads: int, n_syms: int) -> None:
         sb = SubHead(b, heads, i, shared)
         sb = fd.Lanes(sb, g, n_syms) if fd.lanes(g) else sb
         s = Steps(g, sb, tq, tk, False, ones)
-        if ones:
+        if ones in (COLUMN, SUMS):
             _fill_ones(sb, g, t, tk)
         s.q_off = load_query(sb, g, t, tq, rows, emit=i == 0, opening=s.opening)
         parts.append((sb, s, Emit(sb, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))))

@@ -33,7 +33,7 @@ from ..machine import costmodel as cm
 from . import memoized
 from .emit_trace import LOAD, MMA, VEC, Dim, Trace, context, cycles
 from .flash_ahead import Ahead
-from .flash_emit import Emit, Steps, load_kv, query, store
+from .flash_emit import Emit, Steps, lagged, load_kv, query, store
 from .support import extent
 
 
@@ -195,7 +195,7 @@ def emitted_dmas(dims: Dims, tq: int, tk: int, sch: Schedule) -> dict:
     """{(rows, step key): (LOADs as (rows, cols, contiguous), the STORE's or None)} of the steps of every
     query block (`_step_key`), as the kernel emits them (`query`, `Steps.loads`, `store`, run into a
     `Trace`, read at the first grid point with that key) and the simulator charges them (rows in bounds)."""
-    points, blocks, lag = {}, set(), _lagged(sch)
+    points, blocks, lag = {}, set(), lagged(sch.pipelined, sch.s_slots)
     for qi, (r, keys) in enumerate(_blocks(dims, tq, tk)):
         if (r, keys) in blocks:
             continue
@@ -225,12 +225,6 @@ def emitted_dmas(dims: Dims, tq: int, tk: int, sch: Schedule) -> dict:
             st = [x[1:] for x in dmas if x[0] != LOAD]
             out[step] = tuple(x[1:] for x in dmas if x[0] == LOAD), st[0] if st else None
         return out
-
-
-def _lagged(sch: Schedule) -> bool:
-    """The softmax of step j is tile j - 1 (the pipelined loop, one more step a block), not tile j (the plain
-    one, or the lookahead's)."""
-    return sch.pipelined and sch.s_slots != 3
 
 
 def _page_chain(t, rows: int, cols: int, page: int) -> tuple[float, float]:
@@ -275,7 +269,7 @@ def block(t, dims: Dims, r: int, ws: list[int], sch: Schedule, dmas=None) -> lis
     """The steps of one query block of r rows over key tiles of widths ws (causal: the last is the diagonal),
     as (group, how many steps) in step order of first appearance: steps with the same tiles are alike
     (`_step_key`). `dmas`: `emitted_dmas`, the steps' LOADs and STORE (None: a paged cache's, `_hand_dmas`)."""
-    s, n, pipelined = _Step(t, dims, r, sch.ones, sch.expsub), len(ws), _lagged(sch)
+    s, n, pipelined = _Step(t, dims, r, sch.ones, sch.expsub), len(ws), lagged(sch.pipelined, sch.s_slots)
     steps: dict = {}
     for j in range(n + pipelined):
         key = _step_key(ws, j, pipelined)
@@ -307,7 +301,7 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
     """Step j's [loads, vector, matrix, chain, floor, store, resident] (see _group); `moves`: its LOADs' and
     STORE's (queue, data) cycles."""
     n, pipelined = len(ws), sch.pipelined
-    i = j - _lagged(sch)
+    i = j - lagged(sch.pipelined, sch.s_slots)
     first, last = i == 0, i == n - 1
     loads, out = moves
     qk = s.qk(ws[j]) if j < n else 0.0
@@ -336,10 +330,24 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
     return [loads, vec, mat, chain, floor, out, (j == 0 and not sch.blocks) or dims.causal]
 
 
+# The lookahead's (`flash_ahead`) block edges are priced optimistically, by about half a steady step a
+# query block: simulated / predicted of a [6, T, 64] self-attention on `large` (tq = tk = 128, FUSED) was
+# 1.22 at T = 256 (two key tiles a block), 1.12 at 500 (four) and 1.08 at 1000 (eight). Until the edges
+# are priced from the trace, a block of nk key tiles costs (nk + AHEAD_EDGE) / nk of the model's.
+AHEAD_EDGE = 0.5
+
+
 def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
     """Predicted cycles of the whole op (`costmodel.pipeline` over its steps, or `chained_ring` where its
     loads chain); `schedule`: Schedule's fields."""
     sch = Schedule(*schedule)
+    if sch.s_slots == 3:
+        nk = -(-dims.lk // tk)
+        return (nk + AHEAD_EDGE) / nk * _cost(t, dims, tq, tk, sch)
+    return _cost(t, dims, tq, tk, sch)
+
+
+def _cost(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
     if dims.page and tk > dims.page and not dims.causal and not sch.pipelined:
         return chained_ring(t, dims, tq, tk, sch)
     counts: Counter = Counter()

@@ -24,6 +24,13 @@ from .support import ceildiv
 
 RECIP_ROWS = 16  # blocks of fewer rows divide O by l: 1 / l costs two more VECs than the DIV's beats it saves
 COLUMN, SUMS = 1, 2  # `ones`: V carries a column of ones (O's last column is l), or l (+)= P @ u on its own
+FUSED = 3  # `ones`: the row maxima from the score MATMUL (`rowmax`), the row sums from EXPSUB (`rowsum`)
+
+
+def lagged(pipelined: bool, s_slots: int) -> bool:
+    """Whether step j's softmax is tile j - 1 (the pipelined loop, one more step a block) rather than tile j
+    (the plain loop, or the lookahead's, `s_slots = 3`): the kernel's grid and steps and the cost model's."""
+    return bool(pipelined) and s_slots != 3
 
 
 def kept(roles) -> dict[int, str]:
@@ -38,6 +45,7 @@ class Emit:
     def __init__(self, b, rows, cols, tq, tk, dv, ones: int, expsub: bool):
         self.b, self.rows, self.cols, self.tq, self.tk, self.dv = b, rows, cols, tq, tk, dv
         self.ones, self.sums = ones == COLUMN, ones == SUMS  # the row sums' MATMUL (`COLUMN`, `SUMS`)
+        self.fused = ones == FUSED
         self.expsub, self.s_off = expsub, None  # s_off: the softmax tile's score slot
         self.out_off = None  # the rows of `out` the block's output goes to (held: several heads)
         self.out, self.out_stride = "out", dv  # the output's buffer and row stride (a resident region's: wider)
@@ -48,9 +56,14 @@ class Emit:
         """S = Q @ K^T of a key tile of `cols` rows (K rows of d) into the score slot at `acc_offset`; `k`: K's
         (buffer, offset, row stride or None: d); `m`: the query rows (default the block's)."""
         m = self.rows if m is None else m
+        drain = dict(max="mx", max_offset=self._maxima(acc_offset), rowmax=1) if self.fused else {}
         self.b.mma("s", "q", k[0], a_stride=d, b_stride=k[2] or d, acc_stride=self.tk, m=m, k=d, n=cols,
                    accumulate=0, transpose_b=1, acc_offset=acc_offset, lhs_offset=lhs_offset, rhs_offset=k[1],
-                   when=when)  # fmt: skip
+                   when=when, **drain)  # fmt: skip
+
+    def _maxima(self, s_off):
+        """`FUSED`: the offset in `mx` of the row maxima of the scores at `s_off` (a slot of tq * tk)."""
+        return None if s_off is None else sy.floordiv(s_off, self.tk)
 
     def adds(self, mask_mode: str | None, causal: bool, on, final) -> None:
         """The mask tile added to the scores (`mask_mode`: the ADD's mode; None: no mask) and, causal, the
@@ -60,9 +73,9 @@ class Emit:
         if causal:
             self.tile("ADD", "s", "s", "tri", when=final)
 
-    def tile(self, fn, dst, a, other=None, mode="TENSOR", when=None):
+    def tile(self, fn, dst, a, other=None, mode="TENSOR", when=None, **extra):
         s = self.tk
-        f = dict(rows=self.rows, cols=self.cols, dst_stride=s, a_stride=s, b_stride=1 if mode == "COL" else s)
+        f = dict(rows=self.rows, cols=self.cols, dst_stride=s, a_stride=s, b_stride=1 if mode == "COL" else s, **extra)
         f.update(dst_offset=self.s_off if dst == "s" else None, a_offset=self.s_off if a == "s" else None)
         self.b.vop(fn, dst, a, other, mode=mode, when=when, **f)
 
@@ -78,6 +91,9 @@ class Emit:
 
     def part1(self, floor: bool, opening, rest) -> None:
         """Up to p = s - (new running max): the last reads of the scores."""
+        if self.fused:
+            self._part1_fused(opening, rest)
+            return
         self.reduce("ROWMAX", "m", "s", opening)
         if floor:
             self.row("MAX", "m", "m", mode="SCALAR", imm=NEG_FLOOR, when=opening)
@@ -87,13 +103,25 @@ class Emit:
         self.row("MAX", "cm", "cm", "m", when=rest)
         self.tile(shift, "p", "s", "cm", mode="COL", when=rest)
 
+    def _part1_fused(self, opening, rest) -> None:
+        """`FUSED`: the row maxima came with the scores (`mx`); p = exp(s - max) and its row sums (into `ls`:
+        l may still hold the previous block's sums, which the lookahead's output reads after this) in one
+        EXPSUB."""
+        at = self._maxima(self.s_off)
+        self.row("COPY", "m", "mx", when=opening, a_offset=at)
+        self.tile("EXPSUB", "p", "s", "m", mode="COL", when=opening, sum="ls", rowsum=1)
+        self.row("MAX", "cm", "mx", "m", when=rest, a_offset=at)
+        self.tile("EXPSUB", "p", "s", "cm", mode="COL", when=rest, sum="ls", rowsum=1)
+
     def part2(self, on, opening, rest) -> None:
         """p = exp(p), the running sum l and the output O (+)= P @ V, rescaled by exp(m_old - m)."""
         if not self.expsub:
             self.tile("EXP", "p", "p", when=on)
-        vector_sums = not (self.ones or self.sums)
+        vector_sums = not (self.ones or self.sums or self.fused)
         if vector_sums:
             self.reduce("ROWSUM", "l", "p", opening)
+        elif self.fused:
+            self.row("COPY", "l", "ls", when=opening)
         self.pv(0, opening)
         if self.expsub:  # t = exp(m_old - m) in one pass
             self.row("EXPSUB", "t", "m", "cm", when=rest)
@@ -105,8 +133,8 @@ class Emit:
             self.reduce("ROWSUM", "cm", "p", rest)
         if not self.ones:
             self.row("MUL", "l", "l", "t", when=rest)
-        if vector_sums:
-            self.row("ADD", "l", "l", "cm", when=rest)
+        if vector_sums or self.fused:
+            self.row("ADD", "l", "l", "ls" if self.fused else "cm", when=rest)
         w = self.width
         self.b.vop("MUL", "o", "o", "t", mode="COL", rows=self.rows, cols=w, dst_stride=w, a_stride=w,
                    b_stride=1, when=rest)  # fmt: skip

@@ -132,6 +132,24 @@ VEC_WORDS = [
     _vec(VecFn.EXP, dst_addr=65530),  # out of range on both paths
     encode(Opcode.MATMUL, m=5, k=7, n=3, a_stride=9, b_addr=100, b_stride=8, acc_stride=3, transpose_b=1),
     encode(Opcode.MATMUL, m=4, k=6, n=5, a_stride=6, b_addr=300, b_stride=5, acc_stride=20, accumulate=1),
+    encode(Opcode.MATMUL, m=5, k=7, n=3, a_stride=9, b_addr=100, b_stride=8, acc_stride=3, rowmax=1, max_addr=600),
+    encode(
+        Opcode.MATMUL,
+        m=4,
+        k=6,
+        n=5,
+        a_stride=6,
+        b_addr=300,
+        b_stride=5,
+        acc_stride=20,
+        accumulate=1,
+        rowmax=1,
+        max_addr=7,
+    ),  # five accesses (the maxima inside A): the readable path
+    _vec(VecFn.EXPSUB, mode=VecMode.COL, b_stride=1, rowsum=1, sum_addr=700),
+    _vec(VecFn.ADD, rowsum=1, sum_mem=1, sum_addr=3),
+    _vec(VecFn.MUL, mode=VecMode.SCALAR, imm=0.5, rowsum=1, sum_addr=402),  # the sums inside dst
+    _vec(VecFn.ROWSUM, rowsum=1, sum_addr=700),  # an error on both paths
     encode(Opcode.LOAD, sram_stride=6, dram_stride=10, rows=8, row_start=-3, row_step=2, row_bound=9, cols=6),
     encode(Opcode.LOAD, sram_stride=6, dram_stride=10, rows=4, row_start=9, row_step=1, row_bound=9, cols=6),
     encode(Opcode.LOAD, sram_stride=6, dram_stride=10, rows=3, row_start=2, row_step=0, row_bound=9, cols=6),

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from novella_mlir import compile_torch
 from novella_mlir.kernels.flash_attention import FlashAttention
+from novella_mlir.kernels.flash_emit import FUSED
 from simulator import load_config
 
 LARGE = Path(__file__).resolve().parents[2] / "simulator" / "configs" / "large.toml"
@@ -36,18 +37,22 @@ def _tiles(npu) -> str:
     return tiles
 
 
-def _force(monkeypatch, s_slots: int, tk: int = 64) -> None:
-    """The cost model replaced: the candidates with `s_slots` score slots, the row sums of `ones` = 2 (P @ u)
+def _force(monkeypatch, s_slots: int, tk: int = 64, ones: int = 2) -> None:
+    """The cost model replaced: the candidates with `s_slots` score slots, the row sums of `ones` (2: P @ u)
     and key tiles of `tk` cost 0, the rest 1."""
-    monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, c: float((c[4], c[3], c[1]) != (s_slots, 2, tk)))
+    want = (s_slots, ones, tk)
+    monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, c: float((c[4], c[3], c[1]) != want))
     monkeypatch.setattr(FlashAttention, "exhaustive", True)
 
 
-def test_the_lookahead_matches_eager(monkeypatch):
-    _force(monkeypatch, 3)
+@pytest.mark.parametrize("ones", [2, FUSED])
+def test_the_lookahead_matches_eager(monkeypatch, ones):
+    """With `FUSED` too: a block's opening EXPSUB writes its row sums beside l (`ls`), as the previous block's
+    output, normalized at this block's first step, still reads l."""
+    _force(monkeypatch, 3, ones=ones)
     npu = _compile(65, 300)
     tiles = _tiles(npu)
-    assert "s_slots = 3" in tiles and "q_blocks = 1" in tiles, tiles
+    assert "s_slots = 3" in tiles and "q_blocks = 1" in tiles and f"ones = {ones} " in tiles, tiles
     assert "tk = 64 " in tiles, tiles
     torch.manual_seed(0)
     for t in (65, 66, 128, 129, 201, 300):  # two key tiles (one of a row), odd, full, partial, the maximum

@@ -264,3 +264,25 @@ def test_a_bucket_whose_query_block_holds_every_row_alternates_it_between_heads(
         if progs[bucketed.artifact.pick([length])] in alternating and one_block:  # K/V read once: one query block
             weights = bucketed.artifact.weight_nbytes
             assert run.stats.dma_bytes_loaded == weights + x.numel() * 4 * 4, length
+
+
+@pytest.mark.parametrize("pipelined,s_slots", [(False, 1), (True, 2)])
+@pytest.mark.parametrize("kind", ["plain", "decode"])
+def test_fused_row_max_and_sums_match_eager(monkeypatch, kind, pipelined, s_slots):
+    """`FUSED` forced (the score MATMUL's `rowmax` gives the row maxima, EXPSUB's `rowsum` the row sums: no
+    ROWMAX or ROWSUM VEC is emitted), hazard checker on: 1, a tile's neighbours, odd and the maximum length.
+    (With the lookahead: test_flash_ahead.py.)"""
+    from novella_mlir.kernels.flash_attention import FlashAttention
+    from novella_mlir.kernels.flash_emit import FUSED
+
+    want = (pipelined, FUSED, s_slots)
+    monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, cand: float(cand[2:5] != want))
+    monkeypatch.setattr(FlashAttention, "exhaustive", True)
+    spec = _KINDS[kind]
+    model = _fused(spec["args"], spec["out"])
+    t = tiles(model.ir, "novella.flash_attention")
+    assert (t["pipelined"], t["ones"], t["s_slots"], t["expsub"]) == (*want, 1)
+    assert "ROWMAX" not in model.ir and "ROWSUM" not in model.ir and "rowmax = 1" in model.ir
+    for length in sorted({1, t["tk"] - 1, t["tk"] + 1, 201, MAX_LEN} - {0}):
+        xs = _inputs(kind, length)
+        torch.testing.assert_close(model(*xs), _reference(kind, xs), **TOL)

@@ -5,12 +5,14 @@
 // novella.flash_attention (kernels/flash_attention.py): one macro, grid (batch, query block,
 // key/value step); the scores stay in the accumulator ("s"), the running max "m" and sum "l" in the
 // scratchpad, the output accumulates in "o"; only "out" is stored, after the last key/value tile.
-// The cost model's pick at the nominal length: tq = 128 query rows, tk = 64 keys, pipelined: step
-// d2 runs the softmax and P @ V of tile d2 - 1 (its last reads of "s" first), then the score MATMUL
-// of tile d2 (so the matrix unit has it while the vector unit runs the exp), one step more per
-// query block. K of tile d2 and V of tile d2 - 1 stream through two slots unguarded (the steps past
-// either end load rows out of bounds); "p" has two slots, so the next softmax fills one while
-// P @ V reads the other.
+// The cost model's pick at the nominal length: tq = 128 query rows, tk = 32 keys, pipelined: step
+// d2 runs the score MATMUL of tile d2 into score slot d2 mod 2 (so the matrix unit has it while the
+// vector unit runs the exp of tile d2 - 1 from the other slot), one step more per query block; the
+// query alternates between consecutive blocks (q_blocks). `ones = 3` (FUSED): the score MATMUL also
+// writes the row maxima of its slot into "mx" (rowmax), and EXPSUB writes p = exp(s - max) and the
+// row sums of p into "ls" (rowsum), so no ROWMAX or ROWSUM pass reads the scores. K of tile d2 and V
+// of tile d2 - 1 stream through two slots unguarded (the steps past either end load rows out of
+// bounds); "p" has two slots, so the next softmax fills one while P @ V reads the other.
 
 // LEGAL-LABEL: func.func @sdpa
 // LEGAL-SAME: (%[[Q:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[K:.*]]: tensor<2x?x64xf32, {{.*}}>, %[[V:.*]]: tensor<2x?x64xf32
@@ -18,42 +20,49 @@
 // LEGAL-NOT: novella.matmul
 // LEGAL-NOT: novella.softmax
 // LEGAL: return %[[O]]
+// CHECK-DAG: #[[QSLOT:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d0 * (s0 ceildiv 128) + d1) mod 2) * 8192)>
 // CHECK-DAG: #[[ROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (128, d1 * -128 + s0)>
-// CHECK-DAG: #[[KROW:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 64)>
-// CHECK-DAG: #[[VROW:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d2 - 1) * 64)>
-// CHECK-DAG: #[[KROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d2 * -64 + s0 + ((d2 - s0 ceildiv 64 + 1) ceildiv 16777216) * 64, (-d2 + s0 ceildiv 64) * 16777216)>
-// CHECK-DAG: #[[VROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, (d2 - 1) * -64 + s0, d2 * 16777216)>
-// CHECK-DAG: #[[PREV:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, (d2 - 1) * -64 + s0)>
-// CHECK-DAG: #[[KEYS:.*]] = affine_map<(d0, d1, d2)[s0] -> (64, d2 * -64 + s0)>
-// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 64 + 1)>
+// CHECK-DAG: #[[KROW:.*]] = affine_map<(d0, d1, d2)[s0] -> (d2 * 32)>
+// CHECK-DAG: #[[VROW:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d2 - 1) * 32)>
+// CHECK-DAG: #[[KROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (32, d2 * -32 + s0 + ((d2 - s0 ceildiv 32 + 1) ceildiv 16777216) * 32, (-d2 + s0 ceildiv 32) * 16777216)>
+// CHECK-DAG: #[[VROWS:.*]] = affine_map<(d0, d1, d2)[s0] -> (32, (d2 - 1) * -32 + s0, d2 * 16777216)>
+// CHECK-DAG: #[[SQK:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d2 mod 2) * 4096)>
+// CHECK-DAG: #[[MQK:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d2 mod 2) * 128)>
+// CHECK-DAG: #[[MSOFT:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d2 - 1) mod 2) * 128)>
+// CHECK-DAG: #[[SSOFT:.*]] = affine_map<(d0, d1, d2)[s0] -> (((d2 - 1) mod 2) * 4096)>
+// CHECK-DAG: #[[PREV:.*]] = affine_map<(d0, d1, d2)[s0] -> (32, (d2 - 1) * -32 + s0)>
+// CHECK-DAG: #[[KEYS:.*]] = affine_map<(d0, d1, d2)[s0] -> (32, d2 * -32 + s0)>
+// CHECK-DAG: #[[GRID:.*]] = affine_map<()[s0] -> (2, s0 ceildiv 128, s0 ceildiv 32 + 1)>
 // CHECK-DAG: #[[FIRST:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 == 0)>
 // CHECK-DAG: #[[OPEN:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 - 1 == 0)>
 // CHECK-DAG: #[[REST:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 - 2 >= 0)>
-// CHECK-DAG: #[[QK:.*]] = affine_set<(d0, d1, d2)[s0] : (-d2 + s0 ceildiv 64 - 1 >= 0)>
-// CHECK-DAG: #[[ON:.*]] = affine_set<(d0, d1, d2)[s0] : (d2 - 1 >= 0)>
-// CHECK-DAG: #[[LAST:.*]] = affine_set<(d0, d1, d2)[s0] : (-(d2 - 1) + s0 ceildiv 64 - 1 == 0)>
+// CHECK-DAG: #[[QK:.*]] = affine_set<(d0, d1, d2)[s0] : (-d2 + s0 ceildiv 32 - 1 >= 0)>
+// CHECK-DAG: #[[LAST:.*]] = affine_set<(d0, d1, d2)[s0] : (-(d2 - 1) + s0 ceildiv 32 - 1 == 0)>
 // CHECK-LABEL: func.func @sdpa
 // CHECK-SAME: (%[[Q:[^:]*]]: tensor<2x?x64xf32, {{.*}}, %[[K:[^:]*]]: tensor<2x?x64xf32, {{.*}}, %[[V:[^:]*]]: tensor<2x?x64xf32
-// CHECK: "novella.dma_load"(%[[Q]]) {buffer = "q", {{.*}}rows = #[[ROWS]], {{.*}}when = #[[FIRST]]}
+// CHECK: "novella.dma_load"(%[[Q]]) {buf_offset = #[[QSLOT]], buffer = "q", {{.*}}rows = #[[ROWS]], {{.*}}when = #[[FIRST]]}
 // CHECK-NEXT: "novella.vop"() {a = "q", {{.*}}fn = "MUL", imm = 1.250000e-01 : f32, mode = "SCALAR", rows = #[[ROWS]], when = #[[FIRST]]}
 // CHECK-NEXT: "novella.dma_load"(%[[K]]) {buffer = "k", {{.*}}row_start = #[[KROW]], {{.*}}rows = #[[KROWS]], {{.*}}tensor = 1 : i64}
 // CHECK-NEXT: "novella.dma_load"(%[[V]]) {buffer = "v", {{.*}}row_start = #[[VROW]], {{.*}}rows = #[[VROWS]], {{.*}}tensor = 2 : i64}
-// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}cols = #[[PREV]], dst = "m", dst_stride = 1 : i64, fn = "ROWMAX", rows = #[[ROWS]], when = #[[OPEN]]}
-// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "m", {{.*}}dst = "p", {{.*}}fn = "SUB", mode = "COL", {{.*}}when = #[[OPEN]]}
-// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}dst = "cm", dst_stride = 1 : i64, fn = "ROWMAX", rows = #[[ROWS]], when = #[[REST]]}
-// CHECK-NEXT: "novella.vop"() {a = "cm", {{.*}}b = "m", {{.*}}dst = "cm", {{.*}}fn = "MAX", rows = 1 : i64, when = #[[REST]]}
-// CHECK-NEXT: "novella.vop"() {a = "s", {{.*}}b = "cm", {{.*}}dst = "p", {{.*}}fn = "SUB", mode = "COL", {{.*}}when = #[[REST]]}
-// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", {{.*}}lhs = "q", m = #[[ROWS]], n = #[[KEYS]], rhs = "k", transpose_b = 1 : i64, when = #[[QK]]}
-// CHECK-NEXT: "novella.vop"() {a = "p", {{.*}}fn = "EXP", {{.*}}when = #[[ON]]}
-// CHECK: "novella.mma"() {{{.*}}acc = "o", {{.*}}accumulate = 0 : i64, {{.*}}k = #[[PREV]], lhs = "p", {{.*}}rhs = "v", transpose_b = 0 : i64, when = #[[OPEN]]}
-// CHECK: "novella.vop"() {a = "o", {{.*}}b = "t", {{.*}}dst = "o", {{.*}}fn = "MUL", mode = "COL", rows = #[[ROWS]], when = #[[REST]]}
+// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "s", acc_offset = #[[SQK]], {{.*}}lhs = "q", {{.*}}m = #[[ROWS]], max = "mx", max_offset = #[[MQK]], n = #[[KEYS]], rhs = "k", rowmax = 1 : i64, transpose_b = 1 : i64, when = #[[QK]]}
+// CHECK-NEXT: "novella.vop"() {a = "mx", a_offset = #[[MSOFT]], {{.*}}dst = "m", {{.*}}fn = "COPY", rows = 1 : i64, when = #[[OPEN]]}
+// CHECK-NEXT: "novella.vop"() {a = "s", a_offset = #[[SSOFT]], {{.*}}b = "m", {{.*}}cols = #[[PREV]], dst = "p", {{.*}}fn = "EXPSUB", mode = "COL", rows = #[[ROWS]], rowsum = 1 : i64, sum = "ls", when = #[[OPEN]]}
+// CHECK-NEXT: "novella.vop"() {a = "mx", a_offset = #[[MSOFT]], {{.*}}b = "m", {{.*}}dst = "cm", {{.*}}fn = "MAX", rows = 1 : i64, when = #[[REST]]}
+// CHECK-NEXT: "novella.vop"() {a = "s", a_offset = #[[SSOFT]], {{.*}}b = "cm", {{.*}}dst = "p", {{.*}}fn = "EXPSUB", mode = "COL", rows = #[[ROWS]], rowsum = 1 : i64, sum = "ls", when = #[[REST]]}
+// CHECK-NEXT: "novella.vop"() {a = "ls", {{.*}}dst = "l", {{.*}}fn = "COPY", rows = 1 : i64, when = #[[OPEN]]}
+// CHECK-NEXT: "novella.mma"() {{{.*}}acc = "o", {{.*}}accumulate = 0 : i64, {{.*}}k = #[[PREV]], lhs = "p", {{.*}}rhs = "v", transpose_b = 0 : i64, when = #[[OPEN]]}
+// CHECK-NEXT: "novella.vop"() {a = "m", {{.*}}b = "cm", {{.*}}dst = "t", {{.*}}fn = "EXPSUB", rows = 1 : i64, when = #[[REST]]}
+// CHECK-NEXT: "novella.vop"() {a = "cm", {{.*}}dst = "m", {{.*}}fn = "COPY", rows = 1 : i64, when = #[[REST]]}
+// CHECK-NEXT: "novella.vop"() {a = "l", {{.*}}b = "t", {{.*}}dst = "l", {{.*}}fn = "MUL", rows = 1 : i64, when = #[[REST]]}
+// CHECK-NEXT: "novella.vop"() {a = "l", {{.*}}b = "ls", {{.*}}dst = "l", {{.*}}fn = "ADD", rows = 1 : i64, when = #[[REST]]}
+// CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "t", {{.*}}dst = "o", {{.*}}fn = "MUL", mode = "COL", rows = #[[ROWS]], when = #[[REST]]}
 // CHECK-NEXT: "novella.mma"() {{{.*}}acc = "o", {{.*}}accumulate = 1 : i64, {{.*}}when = #[[REST]]}
 // CHECK-NEXT: "novella.vop"() {{{.*}}dst = "t", {{.*}}fn = "FILL", imm = 1.000000e+00 : f32, rows = 1 : i64, when = #[[LAST]]}
 // CHECK-NEXT: "novella.vop"() {a = "t", {{.*}}b = "l", {{.*}}dst = "t", {{.*}}fn = "DIV", rows = 1 : i64, when = #[[LAST]]}
 // CHECK-NEXT: "novella.vop"() {a = "o", {{.*}}b = "t", {{.*}}dst = "out", {{.*}}fn = "MUL", mode = "COL", rows = #[[ROWS]], when = #[[LAST]]}
 // CHECK-NEXT: "novella.dma_store"() {buffer = "out", {{.*}}when = #[[LAST]]}
 // CHECK-NOT: novella.dma_store
-// CHECK: p = ["spad", {{[0-9]+}}, 8192, 2]{{.*}}grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}tiles = {expsub = 0 : i64, ones = 0 : i64, pipelined = 1 : i64, s_slots = 1 : i64, tk = 64 : i64, tq = 128 : i64}
+// CHECK: mx = ["spad", {{[0-9]+}}, 256]{{.*}}p = ["spad", {{[0-9]+}}, 4096, 2]{{.*}}grid = #[[GRID]], kernel = "novella.flash_attention", {{.*}}tiles = {expsub = 1 : i64, ones = 3 : i64, pipelined = 1 : i64, q_blocks = 1 : i64, s_slots = 2 : i64, tk = 32 : i64, tq = 128 : i64}
 // UNFUSED-LABEL: func.func @sdpa
 // UNFUSED: "novella.matmul"
 // UNFUSED: "novella.softmax"
@@ -174,7 +183,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // LEGAL: return %[[O]]
 // CHECK-DAG: #[[BASE:.*]] = affine_map<(d0, d1, d2)[s0] -> ((d0 floordiv 2) * (s0 * 128) + (d0 mod 2) * 64)>
 // CHECK-LABEL: func.func @heads
-// CHECK: "novella.dma_load"(%{{.*}}) {buffer = "q", cols = 64 : i64, dram_offset = #[[BASE]], dram_stride = 128 : i64
+// CHECK: "novella.dma_load"(%{{.*}}) {{{.*}}buffer = "q", cols = 64 : i64, dram_offset = #[[BASE]], dram_stride = 128 : i64
 // CHECK: "novella.dma_store"() {buffer = "out", cols = 64 : i64, dram_offset = #[[BASE]], dram_stride = 128 : i64
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @heads(%q: tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>, %k: tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>, %v: tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>>) -> tensor<1x?x2x64xf32, affine_map<()[s0] -> (1, s0, 2, 64)>> {
