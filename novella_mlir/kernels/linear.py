@@ -60,7 +60,7 @@ class Linear:
         plan.add("bias", "spad", tn if bt else n, stream=bool(bt))  # its block's columns, or the whole row
         if bt and deferred:
             plan.add("bias2", "spad", tn)
-        if not epi.direct:  # x kept in the scratchpad: the MATMULs read it there
+        if not epi.direct or epi.pre_norm:  # x kept in the scratchpad: the MATMULs read it there (`a`: squares)
             plan.add("a", "spad", tm * k if ws == 2 else tm * tk, stream=ws != 2)
         plan.add("out", "spad", tm * tn, stream=True)
         if deferred:  # the last block's own output buffer
@@ -345,6 +345,8 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
                 ]
                 for tm in tms:
                     cands += _by_tn(kernel, target, k, n, epi, tns, ra_tks, (tm, ws, acc, ra))
+    if epi.direct and epi.pre_norm and any(c[3] == 2 for c in cands):  # the norm of x read in place: once per
+        cands = [c for c in cands if c[3] == 2]  # row slab (else on every step, which the cost model underprices)
     return tuple(cands)
 
 

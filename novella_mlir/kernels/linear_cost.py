@@ -24,7 +24,8 @@ class Epilogue:
     `pre_norm`, a layer norm of the input rows before the MATMULs (`norm_input`: the A tile holds whole rows),
     or with `rms` an RMSNorm: the rows times the norm's weight before the MATMULs, each output row times its
     rsqrt(mean(x * x) + eps) in the epilogue (computed on the vector unit beside the MATMULs). `direct`: x is
-    kept in the scratchpad (`--novella-resident`) and the MATMULs read it there: no x LOADs, no `a` buffer."""
+    kept in the scratchpad (`--novella-resident`) and the MATMULs read it there: no x LOADs, no `a` buffer (an
+    RMSNorm prologue reads it there, its MATMULs `pa`: `a` holds its squares)."""
 
     act: str = "none"
     residual: bool = False
@@ -37,7 +38,7 @@ class Epilogue:
     def of(cls, op) -> Epilogue:
         residual, norm = linear_epilogue(op)
         pre = norm and norm_on_input(op.attributes)
-        direct = "x" in resident.regions(op) and not pre
+        direct = "x" in resident.regions(op) and (not pre or norm_is_rms(op))  # an RMSNorm prologue reads x there
         return cls(op.attributes["act"].value, residual, norm and not pre, pre, pre and norm_is_rms(op), direct)
 
     @property

@@ -55,7 +55,7 @@ def emit_matmul(g, acc) -> None:
                     when=first(2))  # fmt: skip
     slab = {"lhs_offset": b.d(2) * tk} if g.ws == 2 else {}  # the k step's columns of the row slab
     lhs, a_stride = ("pa" if g.epi.rms else "a"), k if g.ws == 2 else tk
-    if g.direct:
+    if g.direct and not g.epi.pre_norm:  # an RMSNorm prologue's MATMULs read `pa`
         lhs, a_stride, slab = RESIDENT["x"], k, {"lhs_offset": b.d(g.md) * (tm * k) + b.d(2) * tk}
     b.mma("acc", lhs, "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
           a_stride=a_stride, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=g.cols(b.d(g.nd)),
@@ -198,7 +198,16 @@ def _rms_prologue(g, at_first, when) -> None:
     b, k, rows = g.b, g.k, g.rows
     b.load_block("pw", 3 + g.has_residual, dram_offset=0, rows=1, cols=k, when=at_first)
     tile = dict(rows=rows, cols=k, dst_stride=k, a_stride=k, b_stride=k, **({"when": when} if when else {}))
-    b.vop("MUL", "pa", "a", "pw", mode="ROW", **tile)
+    src, at = _rows_of_x(g)
+    b.vop("MUL", "pa", src, "pw", mode="ROW", **tile, **({"a_offset": at} if at is not None else {}))
+
+
+def _rows_of_x(g) -> tuple:
+    """(buffer, offset) of the input rows an RMSNorm prologue reads: `a`, or with `direct` (x kept in the
+    scratchpad) the row slab's rows of x's region, read in place (no COPY into `a`)."""
+    if not g.direct:
+        return "a", None
+    return RESIDENT["x"], g.b.d(g.md) * (g.tm * g.k)
 
 
 def emit_prologue_tail(g, when) -> None:
@@ -216,8 +225,11 @@ def emit_prologue_tail(g, when) -> None:
         guard = {"when": [("eq", b.d(1)), ("eq", b.d(2) - j)]} if steps > 1 else {"when": when} if when else {}
         at = {"a_offset": j * tk} if steps > 1 else {}
         cols = tk if steps > 1 else k
-        b.vop("MUL", "a", "a", "a", rows=rows, cols=cols, dst_stride=k, a_stride=k, b_stride=k,
-              **({"dst_offset": j * tk, "b_offset": j * tk} if at else {}), **at, **guard)  # fmt: skip
+        src, base = _rows_of_x(g)  # squared into `a` (read in place from x's region with `direct`)
+        offs = {"dst_offset": j * tk, "a_offset": j * tk, "b_offset": j * tk} if at else {}
+        if base is not None:
+            offs.update(a_offset=base + sy.const(j * tk), b_offset=base + sy.const(j * tk))
+        b.vop("MUL", "a", src, src, rows=rows, cols=cols, dst_stride=k, a_stride=k, b_stride=k, **offs, **guard)
         b.vop("ROWSUM", "psum" if j else "pss", "a", rows=rows, cols=cols, dst_stride=1, a_stride=k, **at, **guard)
         col = column(rows, guard.get("when"))
         if j:

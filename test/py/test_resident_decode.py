@@ -7,6 +7,8 @@ and the single-sequence one."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from lm_models import check, prompt, shared_lm
 
@@ -66,3 +68,30 @@ def test_one_sequence_decodes_as_transformers(compiled):
     while not eng.done:
         eng.step()
     check(hf, req, "llama")
+
+
+def _macros(ir: str, kernel: str) -> list[str]:
+    """The text of every macro of `kernel` of a program after --novella-schedule (its body, then its buffers)."""
+    out, at = [], 0
+    while (end := ir.find(f'kernel = "{kernel}"', at)) >= 0:
+        out.append(ir[ir.rindex('"novella.macro"', 0, end) : ir.index("\n", end)])
+        at = end + 1
+    return out
+
+
+@pytest.mark.parametrize("program", ["decode", "batched"])
+def test_the_rms_prologue_reads_the_residual_stream_where_it_is_kept(compiled, program):
+    """q/k/v and gate/up, RMSNorm in their prologue, read x (kept in the scratchpad) in place: its rows times
+    the norm's weight and its squares come from the region, with no COPY of x into the `a` buffer."""
+    lm = compiled[1]
+    npu = lm.decode if program == "decode" else lm.batched[B]
+    found = 0
+    for macro in _macros(npu.ir("novella-schedule"), "novella.fused_linear"):
+        if "rx = " not in macro or "pa = " not in macro:
+            continue
+        found += 1
+        a = re.search(r'\ba = \["spad", (\d+)', macro).group(1)
+        insts = [line for line in macro.splitlines() if '"novella.inst"' in line]
+        assert not any('fn = "COPY"' in line and f"dst_addr = {a} : i64" in line for line in insts)
+        assert any('fn = "MUL", mode = "ROW"' in line and f"a_addr = {a} : i64" not in line for line in insts)
+    assert found >= 6  # two layers' q, k, v (and gate / up), the logits
