@@ -44,8 +44,8 @@ from .common import body_ops, check_symbols, from_attr, functions, set_attr
 
 OPTIONS = {
     "enable": (int, 1, "emit shape buckets when the cost model predicts a gain (0: one generic program)", (0, 1)),
-    "min-gain": (int, 5, "percent fewer predicted cycles a bucket needs at its upper end", (0, 1000)),
-    "max-buckets": (int, 3, "most buckets below the generic program, each nested in the one above", (1, 8)),
+    "min-gain": (int, 2, "percent fewer predicted cycles a bucket needs at its upper end", (0, 1000)),
+    "max-buckets": (int, 4, "most buckets below the generic program, each nested in the one above", (1, 8)),
 }
 
 ATTR = "novella.buckets"

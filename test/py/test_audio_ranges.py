@@ -160,13 +160,14 @@ def _stock(hf):
 
 def test_stock_wav2vec2():
     """transformers' Wav2Vec2Model (a 2-conv feature extractor, the positional conv with SamePad), random
-    weights, over waveforms of [20, 300] samples (1..29 frames; one frame up to T = 29)."""
+    weights, over waveforms of [20, 300] samples (1..29 frames; one frame up to T = 29), then a shape bucket
+    [30, 128] below the generic program."""
     import transformers as tf
 
     torch.manual_seed(0)
     model = _stock(tf.Wav2Vec2Model(_audio_config(tf.Wav2Vec2Config)))
-    npu = matches(model, wave, 20, 300, [20, 21, 29, 30, 147, 300], example=160)
-    assert [p.ranges for p in npu.artifact.programs] == [[[20, 29]], [[30, 300]]]
+    npu = matches(model, wave, 20, 300, [20, 21, 29, 30, 128, 129, 300], example=160)
+    assert [p.ranges for p in npu.artifact.programs] == [[[20, 29]], [[30, 128]], [[129, 300]]]
 
 
 def test_stock_wav2vec2_conformer_relative_positions():

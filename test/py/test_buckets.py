@@ -38,14 +38,15 @@ def _tm(program) -> int:
 
 def test_short_lengths_get_a_bucket_the_cost_model_chose(npu):
     progs = npu.artifact.programs
-    assert [p.ranges for p in progs] == [[[1, 64]], [[65, 256]], [[257, 1024]]]
+    assert [p.ranges for p in progs] == [[[1, 32]], [[33, 64]], [[65, 512]], [[513, 1024]]]
     assert (
-        progs[0].reason.startswith("shape bucket: tiles planned for T = 64 instead of 256")
+        progs[0].reason.startswith("shape bucket: tiles planned for T = 32 instead of 64")
         and "fewer cycles" in progs[0].reason
     )
-    assert progs[1].reason.startswith("shape bucket: tiles planned for T = 256 instead of 4096")
-    assert progs[2].reason == "generic"
-    assert progs[0].macros != progs[1].macros != progs[2].macros, "each bucket is tiled differently"
+    assert progs[1].reason.startswith("shape bucket: tiles planned for T = 64 instead of 512")
+    assert progs[2].reason.startswith("shape bucket: tiles planned for T = 512 instead of 4096")
+    assert progs[3].reason == "generic"
+    assert len({str(p.macros) for p in progs}) == 4, "each bucket is tiled differently"
 
 
 def test_every_bucket_matches_eager_at_its_edges(model, npu):
@@ -63,7 +64,7 @@ def test_every_bucket_matches_eager_at_its_edges(model, npu):
 def test_metadata_is_independent_of_max_len(model, npu):
     large = compile_torch(model, torch.randn(1, 16, 384), min_len=1, max_len=8192).artifact
     small = npu.artifact
-    assert [p.ranges for p in large.programs] == [[[1, 64]], [[65, 256]], [[257, 8192]]]
+    assert [p.ranges for p in large.programs] == [[[1, 32]], [[33, 64]], [[65, 512]], [[513, 8192]]]
     assert large.nbytes == small.nbytes
     assert large.program_nbytes(0) == small.program_nbytes(0)
 
@@ -85,19 +86,19 @@ def test_round_trip_and_inspect(npu, tmp_path, capsys):
     assert torch.equal(again(x), npu(x))
     assert cli.main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "programs: 3, picked at run time by the symbol values" in out
+    assert "programs: 4, picked at run time by the symbol values" in out
     macro, tile = npu.artifact.program_nbytes(0)
-    assert "#0 T in [1, 64]" in out and f"{macro + tile} B (macro {macro}, tile {tile})" in out
-    assert "boundaries (last value of each lower program): 64, 256" in out
-    assert "==== program 2: T in [257, 1024]" in out
+    assert "#0 T in [1, 32]" in out and f"{macro + tile} B (macro {macro}, tile {tile})" in out
+    assert "boundaries (last value of each lower program): 32, 64, 512" in out
+    assert "==== program 3: T in [513, 1024]" in out
 
 
 def test_one_program_artifact_reads_through(npu):
     art = npu.artifact
-    with pytest.raises(AttributeError, match="holds 3 programs .*T in \\[1, 64\\].*use artifact.programs"):
+    with pytest.raises(AttributeError, match="holds 4 programs .*T in \\[1, 32\\].*use artifact.programs"):
         art.macros  # noqa: B018
     view = art.view(0)
-    assert view.symbols == [["T", 1, 64]] and view.macros is art.programs[0].macros
+    assert view.symbols == [["T", 1, 32]] and view.macros is art.programs[0].macros
 
 
 def _predict(rows_gain):

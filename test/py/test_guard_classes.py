@@ -66,13 +66,15 @@ def test_the_frame_parity_splits_the_range_into_two_classes():
     assert [r for r, _ in keyed[:3]] == [(19, 22), (23, 26), (27, 30)]
 
 
-def test_a_pad_of_zero_frames_is_one_program_compiled_once():
+def test_a_pad_of_zero_frames_is_one_export_range_compiled_once():
     module = ConvPoolPad().eval()
     x = torch.randn(1, 100, 4)  # 24 frames: the example is in the class that does not pad
     npu = compile_torch(module, x, dynamic_dim=1, min_len=19, max_len=600, cache=False)
-    assert [p.ranges for p in npu.artifact.programs] == [[[19, 600]]]
+    # one export range: its only split is the cost model's shape buckets, not a guard class
+    assert [p.ranges for p in npu.artifact.programs] == [[[19, 512]], [[513, 600]]]
+    assert all(p.reason.startswith("shape bucket:") for p in npu.artifact.programs)
     # 19: the min (4 frames); 23: an odd frame count (5, padded); 270, 271: 66 frames, 64 + a partial tile
-    _check(npu, module, (19, 20, 23, 77, 270, 271, 599, 600), 4)
+    _check(npu, module, (19, 20, 23, 77, 270, 271, 512, 513, 600), 4)
 
 
 def test_the_proof_joins_the_class_a_pad_of_zero_computes_and_not_the_other_way():

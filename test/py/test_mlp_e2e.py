@@ -39,12 +39,9 @@ def test_mlp_matches_pytorch(mlp, length):
 
 def _linear_tiles(npu, at=None) -> list[dict]:
     """Each linear's tiles in the program that runs at T = `at` (None: the generic one)."""
-    found = re.findall(
-        r"novella.tiles = \{(?:acc_slots = (\d+) : i64, )?tk = (\d+) : i64, tm = (\d+) : i64, tn = (\d+) : i64, "
-        r"ws = (\d+) : i64\}",
-        npu.ir("novella-tile", at=None if at is None else [at]),
-    )
-    return [dict(zip(("acc_slots", "tk", "tm", "tn", "ws"), (int(v or 1) for v in f))) for f in found]
+    ir = npu.ir("novella-tile", at=None if at is None else [at])
+    found = [dict(re.findall(r"(\w+) = (\d+) : i64", body)) for body in re.findall(r"novella.tiles = \{([^}]*)\}", ir)]
+    return [{"acc_slots": 1, **{k: int(v) for k, v in f.items()}} for f in found if "tk" in f]
 
 
 def _row_tiles(npu, at) -> list[int]:
@@ -115,11 +112,11 @@ def test_stats_follow_from_shapes_and_tiling(mlp):
     [((32, 48, 16), 33), ((128, 512, 96), 130), ((16, 16, 16), 5), ((384, 1536, 384), 70)],
 )
 def test_mlp_shapes(dims, length):
-    """Each linear's tiles divide its dims, and a case whose tiling splits K (the MATMUL
-    accumulate path) is among them; numerics at T=1 and a partial row tile."""
+    """Each linear's tiles divide its dims in the program that runs at `length`, and a case whose tiling
+    there splits K (the MATMUL accumulate path) is among them; numerics at T=1 and a partial row tile."""
     model = _mlp(*dims)
     npu = compile_torch(model, torch.randn(1, 8, dims[0]), dynamic_dim=1, min_len=1, max_len=512)
-    tiles = _linear_tiles(npu)
+    tiles = _linear_tiles(npu, at=length)
     for (k, n), tile in zip(zip(dims[:2], dims[1:]), tiles):
         assert k % tile["tk"] == 0 and n % tile["tn"] == 0, (dims, tile)
     if dims == (384, 1536, 384):
