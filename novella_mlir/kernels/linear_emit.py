@@ -9,10 +9,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from .. import symbolic as sy
-from ..dialects.fields import RESIDENT
 from ..dialects.novella import GATED
 from ..machine.target import MAX_COLS
-from . import first
+from . import first, resident
 from .elementwise import emit_act
 from .emit_trace import Op, Trace, context
 from .normalization import column, emit_norm
@@ -56,7 +55,8 @@ def emit_matmul(g, acc) -> None:
     slab = {"lhs_offset": b.d(2) * tk} if g.ws == 2 else {}  # the k step's columns of the row slab
     lhs, a_stride = ("pa" if g.epi.rms else "a"), k if g.ws == 2 else tk
     if g.direct and not g.epi.pre_norm:  # an RMSNorm prologue's MATMULs read `pa`
-        lhs, a_stride, slab = RESIDENT["x"], k, {"lhs_offset": b.d(g.md) * (tm * k) + b.d(2) * tk}
+        lhs, at = resident.x_rows(b, g.md, tm, k)
+        a_stride, slab = k, {"lhs_offset": at + b.d(2) * tk}
     b.mma("acc", lhs, "w", acc_offset=acc, rhs_offset=b.d(2) * tk if g.ws == 1 else sy.const(0), **slab,
           a_stride=a_stride, b_stride=k if g.ws == 1 else tk, acc_stride=tn, m=g.rows, k=tk, n=g.cols(b.d(g.nd)),
           accumulate=sy.const(1) if g.res_acc else [b.d(2), sy.const(1)],
@@ -207,7 +207,7 @@ def _rows_of_x(g) -> tuple:
     scratchpad) the row slab's rows of x's region, read in place (no COPY into `a`)."""
     if not g.direct:
         return "a", None
-    return RESIDENT["x"], g.b.d(g.md) * (g.tm * g.k)
+    return resident.x_rows(g.b, g.md, g.tm, g.k)
 
 
 def emit_prologue_tail(g, when) -> None:

@@ -23,10 +23,9 @@ from __future__ import annotations
 import math
 
 from .. import symbolic as sy
-from ..dialects.fields import RESIDENT
 from ..machine import costmodel as cm
 from ..machine.target import MAX_COLS
-from . import BufferPlan, first, last, tile_rows
+from . import BufferPlan, first, last, resident, tile_rows
 from .elementwise import ACT_FNS, emit_act
 from .linear_emit import _bias_rows
 from .support import _pieces
@@ -156,7 +155,10 @@ def _sums_residual(residual: bool, direct: int, act: str, tm: int) -> bool:
 def x_operand(b, direct: int, tm: int, k: int) -> tuple[str, dict]:
     """The buffer the MATMULs read x's row block from, and its offset field: the region where
     `--novella-resident` keeps x, at the block's first row, or `a`, which the block's LOAD fills."""
-    return (RESIDENT["x"], {"lhs_offset": b.d(0) * (tm * k)}) if direct else ("a", {})
+    if not direct:
+        return "a", {}
+    region, at = resident.x_rows(b, 0, tm, k)
+    return region, {"lhs_offset": at}
 
 
 def _hidden_vecs(b, act1, rows, tm, hc, j, when) -> None:

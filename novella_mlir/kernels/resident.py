@@ -39,6 +39,12 @@ def buffers(op) -> list[Buffer]:
     return [Buffer(RESIDENT[role], "spad", off, size) for role, (off, size) in regions(op).items()]
 
 
+def x_rows(b, dim: int, tm: int, k: int) -> tuple[str, ir.AffineExpr]:
+    """Where a reader of a resident x (rows of k) reads its row block `b.d(dim)` of tm rows in place: the
+    region's buffer and the block's first element in it."""
+    return RESIDENT["x"], b.d(dim) * (tm * k)
+
+
 def wrap(b, op):
     """`b`, or a `Resident` over it where the op keeps tensors in the scratchpad."""
     return Resident(b, op) if regions(op) else b
