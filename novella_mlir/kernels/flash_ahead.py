@@ -17,7 +17,7 @@ from __future__ import annotations
 from .. import symbolic as sy
 from . import first
 from .flash_decode import load_block, scale_block
-from .flash_emit import tile_extent
+from .flash_emit import load_kv, tile_extent
 from .support import ceildiv
 
 
@@ -44,6 +44,21 @@ class Ahead:
         self.k_tile = j + 1 - nk * sy.step(j + 2 - nk)  # the K LOAD's tile: j + 1, 0 at the block's last step
         self.k_batch = bi + sy.step(j + qi + 3 - nk - nq)  # the next batch's at the batch's last step
         self.k_rows = [sy.const(tk), g.lk - self.k_tile * tk, sy.gate(left + nk - 1 - j)]  # none at the op's end
+
+    def step(self, e, s) -> None:
+        """A grid step's ops in program order (`Steps` s, `Emit` e, its scores in `slot(j)`): the op's first
+        block at its first step, this step's loads and score MATMUL of the next tile, the softmax of tile j,
+        the next block's query and first score MATMUL, the block before's output, P @ V, the op's last output."""
+        e.s_off = self.slot(self.b.d(2))
+        self.first_block(e)
+        s.q_off = self.q_off
+        self.loads(load_kv, s.cols, s.width)
+        self.qk(e)
+        e.part1(floor=False, opening=s.opening, rest=s.rest)
+        self.next_block(e)
+        self.output_before(e)
+        e.part2(s.on, s.opening, s.rest)
+        self.output_last(e)
 
     def slot(self, tile):
         """Offset in `s` of the scores of key tile `tile` (>= 0): tile 0 in slot 2, tile t in slot t mod 2."""

@@ -84,7 +84,6 @@ from .flash_emit import (
     Steps,
     kept,
     lagged,
-    load_kv,
     mask_broadcast,
     query,
     store,
@@ -344,36 +343,23 @@ class FlashAttention:
         if two:  # tile i's scores in slot i mod 2: the score MATMUL of tile d2 and the softmax of d2 - 1 never meet
             s.s_off = ir.AffineExpr.get_mod(b.d(2), sy.const(2)) * (tq * tk)
             e.s_off = ir.AffineExpr.get_mod(s.i, sy.const(2)) * (tq * tk)
-        if ahead:
-            e.s_off = ahead.slot(b.d(2))
         if ones in (COLUMN, SUMS):
             _fill_ones(b, g, t, tk)
         if g.causal:
             _staircase(b, tk, when=first(0) + first(1) + first(2))
-        if ahead:
-            ahead.first_block(e)
-            s.q_off = ahead.q_off
-        else:
-            s.q_off = query(b, g, t, tq, rows, None if s.pipelined else s.opening)
         s.place(e)
         if ahead:
-            ahead.loads(load_kv, s.cols, s.width)
-            ahead.qk(e)
-        else:
-            s.loads(rows)
-        if not ahead and (not s.pipelined or two):
+            ahead.step(e, s)
+            return
+        s.q_off = query(b, g, t, tq, rows, None if s.pipelined else s.opening)
+        s.loads(rows)
+        if not s.pipelined or two:
             s.qk(e)
         e.adds(None if g.mask is None else "ROW" if mask_row(g) else "TENSOR", g.causal, s.on, s.final)
         e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
-        if ahead:  # after the softmax's last read of the scores
-            ahead.next_block(e)
-            ahead.output_before(e)
-        elif s.pipelined and not two:  # after the last read of the one score buffer
+        if s.pipelined and not two:  # after the last read of the one score buffer
             s.qk(e)
         e.part2(s.on, s.opening, s.rest)
-        if ahead:
-            ahead.output_last(e)
-            return
         e.normalize(when=s.final, safe=g.safe and g.mask is not None)  # causal alone keeps the diagonal
         store(b, g, tq, rows, s.final)
 
