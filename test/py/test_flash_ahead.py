@@ -16,8 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from novella_mlir import compile_torch
+from novella_mlir.kernels import flash_cost
 from novella_mlir.kernels.flash_attention import FlashAttention
 from novella_mlir.kernels.flash_emit import FUSED
+from novella_mlir.machine.target import Target
 from simulator import load_config
 
 LARGE = Path(__file__).resolve().parents[2] / "simulator" / "configs" / "large.toml"
@@ -116,3 +118,20 @@ def test_the_lookahead_is_picked_and_pays_on_large(monkeypatch, t):
     assert "s_slots = 2" in _tiles(without)
     without(q, kv)
     assert with_it < 0.9 * without.last_run.stats.cycles
+
+
+@pytest.mark.parametrize("t, tk", [(256, 128), (500, 64)])
+def test_the_lookahead_is_priced_as_its_steps_run(monkeypatch, t, tk):
+    """`flash_cost.ahead_cycles` (the emitted steps timed in grid order) within 3% of the simulated cycles of a
+    [6, T, 64] self-attention on `large` (tq = 128, FUSED): two key tiles a block and eight."""
+    config = load_config(LARGE)
+    cand = (128, tk, True, FUSED, 3, True, True)
+    monkeypatch.setattr(FlashAttention, "cost", lambda self, target, dims, c: float(c != cand))
+    monkeypatch.setattr(FlashAttention, "exhaustive", True)
+    npu = _compile(t, t, config)
+    assert "s_slots = 3" in _tiles(npu) and f"tk = {tk} " in _tiles(npu)
+    q, kv = torch.randn(1, 6, t, 64), torch.randn(1, 6, t, 64)
+    npu(q, kv, check_hazards=False)
+    dims = flash_cost.Dims(6, t, t, 64, 64, False, False, (True,) * 4)
+    predicted = flash_cost.cost(Target.from_config(config), dims, *cand)
+    assert abs(predicted / npu.last_run.stats.cycles - 1) < 0.03, (predicted, npu.last_run.stats.cycles)
