@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from simulator import timing
+from simulator.isa import EXEC_UNITS
 
 from .. import symbolic as sy
 from ..machine import costmodel as cm
@@ -104,6 +105,35 @@ class Trace(MacroBuilder):
             out.append(Op(name, f.get("fn", ""), f["rows"], f["cols"], contiguous, when, buffer=f.get("buffer", "")))
         return tuple(out)
 
+    def run(self, t, points: list[dict], slotted=()) -> list[float]:
+        """The cycle each grid point's compute has retired (the last: its stores ended too) when the points run
+        in order, timed as the simulator does: the compute queue's in-order issue onto the two units and the
+        range scoreboard between them (`timing.ComputeUnits`), the DMA queues and the DRAM channel
+        (`timing.DmaQueue`, `Target`'s DMA formulas), and the token rule of two-slot loads and stores: step k's
+        loads wait for step k - 2's compute, its compute for its loads, its stores for its compute.
+        `slotted`: the two-slot buffers (slot k mod 2 at step k)."""
+        units = timing.ComputeUnits(_Units(t.issue_cycles, t.unit_queue_depth))
+        clock = _Clock(t)
+        issue, retired = 0, [0.0, 0.0]
+        for k, point in enumerate(points):
+            dims = tuple(point.get(i, 1) for i in range(self.n_dims))
+            issue = max(issue, clock.dmas(LOAD, self.dmas(point), retired[-2]))
+            if k:  # the step before's stores, after this step's loads (which wait for an earlier token)
+                clock.dmas(STORE, self.dmas(points[k - 1]), retired[-1])
+            for name, f in self.ops:
+                if name not in (VEC, MMA) or not holds(_when(f), point):
+                    continue
+                unit = EXEC_UNITS.index("matrix" if name == MMA else "vector")
+                issue = max(issue, units.room(unit))
+                work = (_mma_work if name == MMA else _vec_work)(t, f, dims)
+                units.execute(unit, issue, int(work), _ranges(name, f, dims, k, slotted))
+                issue += t.issue_cycles
+            retired.append(float(units.retired))
+        ends = retired[2:]
+        if ends:
+            ends[-1] = max(ends[-1], clock.dmas(STORE, self.dmas(points[-1]), ends[-1]))
+        return ends
+
     def dmas(self, point: dict) -> list[tuple[str, int, int, bool]]:
         """(kind, rows, cols, contiguous) of the LOADs and STOREs that run at grid point `point` {dim: index},
         their sizes evaluated there (`charged`): for emitters whose sizes are min-lists of the grid dims."""
@@ -161,3 +191,72 @@ def context() -> ir.Context:
     if ir.Context.current is None and not _CONTEXT:
         _CONTEXT.append(ir.Context())
     return ir.Context.current or _CONTEXT[0]
+
+
+@dataclass(frozen=True)
+class _Units:
+    """What `timing.ComputeUnits` reads of a config."""
+
+    issue_cycles: int
+    unit_queue_depth: int
+
+
+class _Clock:
+    """The DMA queues and the DRAM channel of `Trace.run`."""
+
+    def __init__(self, t):
+        self.t, self.dram = t, 0
+        self.queues = {LOAD: timing.DmaQueue(t.load_dma_engines), STORE: timing.DmaQueue(t.store_dma_engines)}
+
+    def dmas(self, kind: str, moves, ready: float) -> float:
+        """Runs a step's `kind` DMAs ((kind, rows, cols, contiguous)) once `ready`; their queue's retire point."""
+        q, t = self.queues[kind], self.t
+        for name, rows, cols, contiguous in moves:
+            if name != kind:
+                continue
+            start = max(q.free(), int(ready))
+            end = max(start + t.issue_cycles + t.dma_latency, self.dram) + int(cm.dma(t, rows, cols, contiguous)[1])
+            self.dram = end
+            q.run(start, t.issue_cycles, end)
+        return q.retired
+
+
+def _mma_work(t, f: dict, dims) -> float:
+    return cm.matmul(t, _size(f["m"], dims), _size(f["k"], dims), _size(f["n"], dims)) - t.issue_cycles
+
+
+def _vec_work(t, f: dict, dims) -> float:
+    return cm.vec(t, _size(f["rows"], dims), _size(f["cols"], dims), f["fn"]) - t.issue_cycles
+
+
+def _tile(buffer, write: bool, offset, stride, rows: int, cols: int, dims, k: int, slotted) -> tuple:
+    """A tile's (buffer, write, lo, hi) as the scoreboard compares them (bounds, not elements); a two-slot
+    buffer's slot far from the other."""
+    lo = (0 if offset is None else _size(offset, dims)) + (k % 2) * (1 << 40) * (buffer in slotted)
+    return buffer, write, lo, lo + max(0, _size(stride, dims) * (rows - 1)) + cols
+
+
+def _ranges(name: str, f: dict, dims, k: int, slotted) -> list[tuple]:
+    """The SRAM ranges of a traced VEC or MATMUL (`functional.exec_vec`, `exec_matmul`)."""
+    at = lambda *a: _tile(*a, dims, k, slotted)  # noqa: E731
+    if name == MMA:
+        m, kk, n = (_size(f[x], dims) for x in ("m", "k", "n"))
+        b_rows, b_cols = (n, kk) if f.get("transpose_b") else (kk, n)
+        out = [at(f["lhs"], False, f.get("lhs_offset"), f["a_stride"], m, kk),
+               at(f["rhs"], False, f.get("rhs_offset"), f["b_stride"], b_rows, b_cols),
+               at(f["acc"], True, f.get("acc_offset"), f["acc_stride"], m, n)]  # fmt: skip
+        if f.get("rowmax"):
+            out.append(at(f["max"], True, f.get("max_offset"), 1, 1, m))
+        return out
+    rows, cols = _size(f["rows"], dims), _size(f["cols"], dims)
+    reduce = f["fn"] in ("ROWMAX", "ROWSUM")
+    out = [at(f["dst"], True, f.get("dst_offset"), f.get("dst_stride", cols), rows, 1 if reduce else cols)]
+    if "a" in f:
+        out.append(at(f["a"], False, f.get("a_offset"), f.get("a_stride", cols), rows, cols))
+    mode = f.get("mode", "TENSOR")
+    if "b" in f and mode != "SCALAR":
+        shape = {"COL": (rows, 1), "ROW": (1, cols)}.get(mode, (rows, cols))
+        out.append(at(f["b"], False, f.get("b_offset"), 0 if mode == "ROW" else f.get("b_stride", cols), *shape))
+    if f.get("rowsum"):
+        out.append(at(f["sum"], True, f.get("sum_offset"), 1, 1, rows))
+    return out

@@ -20,7 +20,13 @@ two-slot overrated it by up to 16% on `large`, bench/costmodel.py's decode case.
 blocks of a prefill, `Schedule.blocks`, it does: the next block's query and first K/V tiles load
 under the last steps of the previous one.) The next step's
 loads, queued behind the query's, are that step's own period: counting them in the query's step too
-overrated a DMA-bound block (a decode query) by one step's loads."""
+overrated a DMA-bound block (a decode query) by one step's loads.
+
+The lookahead (`flash_ahead`, `s_slots = 3`) runs its query blocks as one pipeline, whose edges follow no
+step rule: its cost is its emitted steps timed one by one in grid order (`ahead_cycles`, `Trace.run`: the
+simulator's compute units and scoreboard, DMA queues, DRAM channel and token rule). A fixed allowance for
+the edges (half a steady step a block) overrated it by 10% on `large` at T = 256 (tq = tk = 128: 87.9K
+predicted, 79.5K simulated; now 80.2K)."""
 
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ from ..machine import costmodel as cm
 from . import memoized
 from .emit_trace import LOAD, MMA, VEC, Dim, Trace, context, cycles
 from .flash_ahead import Ahead
-from .flash_emit import Emit, Steps, lagged, load_kv, query, store
+from .flash_emit import Emit, Steps, lagged, query, store
 from .support import extent
 
 
@@ -158,7 +164,7 @@ class _Geometry:
     def __init__(self, key: tuple, lq: int, lk: int, batch: int = 1):
         self.d, self.dv, masked, self.causal, self.contiguous, broadcast, kept = key
         self.batch = sy.const(batch)
-        self.kept = {i: "r" for i in kept}
+        self.kept = {i: f"r{i}" for i in kept}
         self.lq, self.lk, self.mask = sy.const(lq), sy.const(lk), True if masked else None
         self.mask_rows, self.mask_stride, self.mask_div = sy.const(1) if broadcast else self.lq, sy.const(lq * lk), 1
         self.paged, self.window, self.group, self.packed, self.scale = {}, None, 1, False, 1.0
@@ -202,23 +208,16 @@ def emitted_dmas(dims: Dims, tq: int, tk: int, sch: Schedule) -> dict:
         blocks.add((r, keys))
         ws = widths(keys, tk)
         for j in range(len(ws) + lag):
-            if sch.s_slots == 3 or (r, _step_key(ws, j, lag)) not in points:  # the lookahead: not the op's first
+            if (r, _step_key(ws, j, lag)) not in points:
                 points[r, _step_key(ws, j, lag)] = (qi, j)
     key = (dims.d, dims.dv, dims.masked, dims.causal, dims.contiguous, dims.mask_broadcast, dims.kept)
     with context():
         g, b = _Geometry(key, dims.lq, dims.lk, dims.batch), Trace()
         rows = extent(1, tq, g.lq)
-        ahead = Ahead(g, b, tq, tk) if sch.s_slots == 3 else None
         s = Steps(g, b, tq, tk, lag, sch.ones)
-        if ahead:
-            ahead.loads(load_kv, s.cols, s.width)
-            e = Emit(b, rows, s.cols, tq, tk, g.dv, sch.ones, sch.expsub)
-            ahead.output_before(e)
-            ahead.output_last(e)
-        else:
-            query(b, g, _Tiling(sch.blocks), tq, rows)
-            s.loads(rows)
-            store(b, g, tq, rows, s.final)
+        query(b, g, _Tiling(sch.blocks), tq, rows)
+        s.loads(rows)
+        store(b, g, tq, rows, s.final)
         out = {}
         for step, (qi, j) in points.items():
             dmas = b.dmas({0: 0, 1: qi, 2: j})
@@ -301,22 +300,17 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
     """Step j's [loads, vector, matrix, chain, floor, store, resident] (see _group); `moves`: its LOADs' and
     STORE's (queue, data) cycles."""
     n, pipelined = len(ws), sch.pipelined
-    i = j - lagged(sch.pipelined, sch.s_slots)
+    i = j - pipelined
     first, last = i == 0, i == n - 1
     loads, out = moves
     qk = s.qk(ws[j]) if j < n else 0.0
     vec = mat = floor = 0.0
     div = s.out(ws[i]) if last else 0.0
-    ahead = sch.s_slots == 3  # the lookahead (`flash_ahead`): QK of the next tile, the next block's at the last
     scale = cm.vec(t, r, dims.d, "mul")
-    if ahead:  # and the output of the block before at the first step
-        qk, div = s.qk(ws[0] if last else ws[j + 1]), s.out(ws[-1]) if first else 0.0
     if i >= 0:
         p1, p2 = s.part1(ws[i], first, dims.causal and last), s.part2(ws[i], first)
         vec, mat = p1 + p2 + div, s.pv(ws[i])
-        if ahead and last:  # the next block's scale and QK(0) after the softmax's last read of the scores
-            vec, chain = vec + scale, p1 + scale + max(qk, p2 + mat)
-        elif not pipelined:
+        if not pipelined:
             chain = p1 + p2 + qk + mat + div
         elif sch.s_slots >= 2:  # QK(j) beside the whole softmax of j - 1
             chain = max(qk, p1 + p2) + mat + div
@@ -325,26 +319,41 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
         mat += qk
     else:
         chain = mat = qk
-    if j == 0 and not ahead:
+    if j == 0:
         vec, chain = vec + scale, chain + scale
     return [loads, vec, mat, chain, floor, out, (j == 0 and not sch.blocks) or dims.causal]
 
 
-# The lookahead's (`flash_ahead`) block edges are priced optimistically, by about half a steady step a
-# query block: simulated / predicted of a [6, T, 64] self-attention on `large` (tq = tk = 128, FUSED) was
-# 1.22 at T = 256 (two key tiles a block), 1.12 at 500 (four) and 1.08 at 1000 (eight). Until the edges
-# are priced from the trace, a block of nk key tiles costs (nk + AHEAD_EDGE) / nk of the model's.
-AHEAD_EDGE = 0.5
-
-
 def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
     """Predicted cycles of the whole op (`costmodel.pipeline` over its steps, or `chained_ring` where its
-    loads chain); `schedule`: Schedule's fields."""
+    loads chain); `schedule`: Schedule's fields. The lookahead (`flash_ahead`): its emitted steps timed one by
+    one (`ahead_cycles`), as its blocks' edges do not follow the steps' rule."""
     sch = Schedule(*schedule)
     if sch.s_slots == 3:
-        nk = -(-dims.lk // tk)
-        return (nk + AHEAD_EDGE) / nk * _cost(t, dims, tq, tk, sch)
+        return ahead_cycles(t, dims, tq, tk, sch)
     return _cost(t, dims, tq, tk, sch)
+
+
+AHEAD_BLOCKS = 6  # query blocks the lookahead's compute is timed over; the rest repeat the last three's
+
+
+@memoized
+def ahead_cycles(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
+    """Cycles of the lookahead as its emitted steps run (`Trace.run` over the ops `Ahead.step` emits, step by
+    step in grid order): of its first `AHEAD_BLOCKS` query blocks, the others at the last three's pace."""
+    key = (dims.d, dims.dv, dims.masked, dims.causal, dims.contiguous, dims.mask_broadcast, dims.kept)
+    nq, nk = -(-dims.lq // tq), -(-dims.lk // tk)
+    blocks = [(bi, qi) for bi in range(dims.batch) for qi in range(nq)]
+    timed = blocks[:AHEAD_BLOCKS]
+    with context():
+        g, b = _Geometry(key, dims.lq, dims.lk, dims.batch), Trace()
+        s = Steps(g, b, tq, tk, False, sch.ones)
+        ahead = Ahead(g, b, tq, tk, single=dims.lk <= tk)
+        ahead.step(Emit(b, extent(1, tq, g.lq), s.cols, tq, tk, g.dv, sch.ones, sch.expsub), s)
+        points = [{0: bi, 1: qi, 2: j} for bi, qi in timed for j in range(nk)]
+        ends = b.run(t, points, slotted=("k", "v", "p", "out"))[nk - 1 :: nk]
+    more = len(blocks) - len(timed)
+    return ends[-1] + (more and more * (ends[-1] - ends[-4]) / 3)
 
 
 def _cost(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
