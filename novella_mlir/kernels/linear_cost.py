@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+from torch_mlir import ir
 
 from ..dialects.novella import GATED, linear_epilogue, norm_is_rms
 from ..dialects.verify import norm_on_input
@@ -25,7 +26,8 @@ class Epilogue:
     or with `rms` an RMSNorm: the rows times the norm's weight before the MATMULs, each output row times its
     rsqrt(mean(x * x) + eps) in the epilogue (computed on the vector unit beside the MATMULs). `direct`: x is
     kept in the scratchpad (`--novella-resident`) and the MATMULs read it there: no x LOADs, no `a` buffer (an
-    RMSNorm prologue reads it there, its MATMULs `pa`: `a` holds its squares)."""
+    RMSNorm prologue reads it there, its MATMULs `pa`: `a` holds its squares). `bias`: the bias is not a
+    splat of zero (a model without biases gets one): where it is, the epilogue adds none."""
 
     act: str = "none"
     residual: bool = False
@@ -33,13 +35,15 @@ class Epilogue:
     pre_norm: bool = False
     rms: bool = False
     direct: bool = False
+    bias: bool = True
 
     @classmethod
     def of(cls, op) -> Epilogue:
         residual, norm = linear_epilogue(op)
         pre = norm and norm_on_input(op.attributes)
         direct = "x" in resident.regions(op) and (not pre or norm_is_rms(op))  # an RMSNorm prologue reads x there
-        return cls(op.attributes["act"].value, residual, norm and not pre, pre, pre and norm_is_rms(op), direct)
+        rms, bias = pre and norm_is_rms(op), not zero_splat(op.operands[2])
+        return cls(op.attributes["act"].value, residual, norm and not pre, pre, rms, direct, bias)
 
     @property
     def scratch(self) -> bool:
@@ -59,6 +63,13 @@ class Epilogue:
         in the scratchpad and one VEC less. That LOAD waits for the previous step's compute (the
         accumulator has one slot): the cost model takes it where the k loop has more than one step."""
         return self.residual and self.act == "none" and k_steps > 1 and not self.rms  # r * (res + x w) differs
+
+
+def zero_splat(value) -> bool:
+    """`value` is a weight every element of which is 0 (`novella.splat`)."""
+    owner = value.owner
+    attrs = owner.attributes if hasattr(owner, "attributes") else {}
+    return "novella.splat" in attrs and ir.FloatAttr(attrs["novella.splat"]).value == 0.0
 
 
 @memoized

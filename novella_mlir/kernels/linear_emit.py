@@ -77,34 +77,60 @@ def emit_epilogue(g, block, bufs, when) -> None:
     tn, n, epi = g.tn, g.n, dataclasses.replace(g.epi, residual=False) if g.res_acc else g.epi
     out_tile = dict(dram_offset=col * tn, dram_stride=n, row_start=row0, row_bound=g.m_total, sram_stride=tn)
     cols = g.cols(col)
-    if epi.residual:
-        b.load_rows(res, 3, **out_tile, rows=rows, cols=cols, when=when)
     geo = dict(rows=rows, cols=cols, dst_stride=tn, a_stride=tn, b_stride=tn, when=when)
-    bias, at = _bias_at(g, col, cols, bias, when)
+    gate = _in_place(b, 3, out_tile) if epi.residual and epi.act == GATED else None
+    if epi.residual and gate is None:
+        b.load_rows(res, 3, **out_tile, rows=rows, cols=cols, when=when)
+    fold = not epi.bias and not epi.rms and epi.residual and epi.act == "none"  # acc + res: no bias to add first
     if epi.rms:  # each row times its RMSNorm scale
         b.vop("MUL", out, "acc", "pss", mode="COL", a_offset=acc, **{**geo, "b_stride": 1})
-    b.vop(
-        "ADD", out, out if epi.rms else "acc", bias, mode="ROW", **({} if epi.rms else {"a_offset": acc}), **at, **geo
-    )
+    if epi.bias or not (epi.rms or fold):
+        bias, at = _bias_at(g, col, cols, bias, when)
+        b.vop(
+            "ADD", out, out if epi.rms else "acc", bias, mode="ROW", **({} if epi.rms else {"a_offset": acc}), **at,
+            **geo,
+        )  # fmt: skip
     if epi.act == GATED:
-        _emit_gate(b, out, res, geo)
+        _emit_gate(b, out, gate or (res, None, tn), geo)
     else:
         emit_act(b, epi.act, out, "tmp", rows, cols, tn, when=when)
     if epi.residual and epi.act != GATED:
-        b.vop("ADD", out, out, res, **geo)
+        b.vop("ADD", out, "acc" if fold else out, res, **({"a_offset": acc} if fold else {}), **geo)
     if epi.norm:
         emit_norm(b, out, "tmp", "mean", "var", "nw", "nb", out, rows, n, g.eps, when=when)
-    b.store_rows(out, **out_tile, rows=rows, cols=cols, when=when)
+    if not _store_in_place(b, out, out_tile, rows, cols, when):
+        b.store_rows(out, **out_tile, rows=rows, cols=cols, when=when)
 
 
-def _emit_gate(b, out: str, gate: str, geo: dict) -> None:
-    """`out` times silu(`gate`) = gate / (1 + exp(-gate)), the generic kernel's VECs of SwiGLU's product
-    (`tmp` the scratch, `gate` overwritten)."""
-    b.vop("MUL", "tmp", gate, mode="SCALAR", imm=-1.0, **geo)
+def _in_place(b, tensor: int, tile: dict):
+    """(buffer, offset, row stride) of a resident operand's tile where the epilogue reads it in place (None:
+    it is not resident, or the builder is the cost model's)."""
+    at = getattr(b, "region_at", None)
+    return at(tensor, tile["dram_offset"], tile["row_start"], tile["dram_stride"]) if at else None
+
+
+def _store_in_place(b, out: str, tile: dict, rows, cols, when) -> bool:
+    """Where the result is resident, the epilogue's last VEC (into `out`) writes its region instead (no COPY
+    from `out`); whether it did."""
+    region = _in_place(b, -1, tile)
+    last = b.ops[-1] if region is not None and b.ops else None
+    if last is None or last[0] != "novella.vop" or last[1]["dst"] != out or "dst_offset" in last[1]:
+        return False
+    name, offset, stride = region
+    last[1].update(dst=name, dst_offset=offset, dst_stride=stride, rows=resident.clipped(rows, tile))
+    return True
+
+
+def _emit_gate(b, out: str, gate: tuple, geo: dict) -> None:
+    """`out` times silu(gate) = gate / (1 + exp(-gate)), the generic kernel's VECs of SwiGLU's product
+    (`tmp` the scratch; `gate`: (buffer, offset or None, row stride), read only)."""
+    name, offset, stride = gate
+    g = {"a_stride": stride} | ({"a_offset": offset} if offset is not None else {})
+    b.vop("MUL", "tmp", name, mode="SCALAR", imm=-1.0, **{**geo, **g})
     b.vop("EXP", "tmp", "tmp", **geo)
     b.vop("ADD", "tmp", "tmp", mode="SCALAR", imm=1.0, **geo)
-    b.vop("DIV", gate, gate, "tmp", **geo)
-    b.vop("MUL", out, out, gate, **geo)
+    b.vop("DIV", "tmp", name, "tmp", **{**geo, **g})
+    b.vop("MUL", out, out, "tmp", **geo)
 
 
 def emit_spread_epilogue(g, block) -> None:
@@ -119,10 +145,11 @@ def emit_spread_epilogue(g, block) -> None:
     geo = dict(rows=rows, cols=g.cols(col), dst_stride=tn, a_stride=tn, b_stride=tn)
     ops = _InAcc(acc)
     at = lambda j: [("eq", b.d(2) - j), ("ge", b.d(1) - 1)]  # noqa: E731
-    bias, offset = _bias_at(g, col, geo["cols"], "bias", at(0))
     if epi.rms:
         ops.vop("MUL", "acc", "acc", "pss", mode="COL", **{**geo, "b_stride": 1})
-    ops.vop("ADD", "acc", "acc", bias, mode="ROW", **offset, **geo)
+    if epi.bias:
+        bias, offset = _bias_at(g, col, geo["cols"], "bias", at(0))
+        ops.vop("ADD", "acc", "acc", bias, mode="ROW", **offset, **geo)
     emit_act(ops, epi.act, "acc", "tmp", geo["rows"], geo["cols"], tn, out="acc" if epi.residual else "out")
     if epi.residual:
         ops.vop("ADD", "out", "acc", "res", **geo)

@@ -91,6 +91,12 @@ class Resident:
         self._copy(region, buffer, _e(dram_offset) + _e(row_start) * stride, f.pop("buf_offset", None), stride,
                    f.pop("sram_stride", _first(cols)), _rows(rows, _e(row_bound) - _e(row_start)), cols, f)  # fmt: skip
 
+    def region_at(self, tensor, dram_offset, row_start, stride):
+        """(region, offset, row stride) of a tile of resident operand `tensor` (-1: the result) whose first row is
+        `row_start` at column `dram_offset` in the tensor's row-major layout; None if it is not resident."""
+        region = self._tensors.get(tensor)
+        return None if region is None else (region, _e(dram_offset) + _e(row_start) * stride, stride)
+
     def _copy(self, dst, src, dst_offset, src_offset, dst_stride, src_stride, rows, cols, f) -> None:
         at = {k: v for k, v in (("dst_offset", dst_offset), ("a_offset", src_offset)) if v is not None}
         extra = {k: f[k] for k in ("when",) if k in f}
@@ -98,6 +104,12 @@ class Resident:
 
 
 _COPIED = frozenset(("dram_stride", "sram_stride", "buf_offset", "when", "chain", "row_step"))
+
+
+def clipped(rows, tile: dict) -> list:
+    """The rows of a tile (`rows` a size or a list whose minimum it is) at `tile`'s row_start below its
+    row_bound: what a COPY standing for its LOAD or STORE moves."""
+    return _rows(rows, _e(tile["row_bound"]) - _e(tile["row_start"]))
 
 
 def _plain(f: dict) -> None:

@@ -80,12 +80,13 @@ def run(module_op, options, config) -> None:
         top = min([spad] + [b.offset for m in _macros(fn) for b in tiling_of(m).buffers if b.name in _KEPT])
         for op in body_ops(fn):
             if op.operation.name == "novella.macro":
+                held = _drop_reloads(op, before, regions, box) if before is not None else set()
                 tiers = _early_tiers(op, before, regions, box) if early and before is not None else []
-                if early == 2 and before is not None:
+                if early == 2 and before is not None and not held:
                     tiers = _clear_of(op, before, regions, box, top, tiers)
                 if any(tiers) and _lead(op, tiers):
                     tiers = _early_tiers(op, before, regions, box)
-                _schedule(op, tiers)
+                _schedule(op, tiers, held)
                 before = op
 
 
@@ -169,13 +170,13 @@ def _holds(b, attrs) -> bool:
     return b.mem == _mem(attrs, "mem") and b.offset <= _base(attrs["sram_addr"]) < b.offset + b.size * b.slots
 
 
-def _schedule(macro, tiers: list[int]) -> None:
+def _schedule(macro, tiers: list[int], held: frozenset = frozenset()) -> None:
     ops = list(macro.regions[0].blocks[0].operations)
     buffers = tiling_of(macro).buffers
     alternating = [b for b in buffers if b.alternate]
     slotted = [b for b in buffers if b.slots > 1 and not b.alternate]
     insts = [(op.attributes, _addresses(op.attributes) if slotted else []) for op in ops]
-    resident = _resident(insts, slotted)
+    resident = _resident(insts, slotted) | held
     slotted = [b for b in slotted if b.name not in resident]
     loads = stores = 0
     slotted_loads = slotted_stores = 0
@@ -199,6 +200,77 @@ def _schedule(macro, tiers: list[int]) -> None:
     if any(tiers):
         schedule[EARLY] = tiers
     macro.operation.attributes["schedule"] = to_attr(schedule)
+
+
+def _drop_reloads(macro, prev, regions: dict, box: dict) -> set[str]:
+    """Erases the guarded LOADs of `macro` that repeat one of `prev` (the macro right before it in the IR): the
+    same template (fields, guard, tensor), whose SRAM buffer no other template of either macro writes, from a
+    tensor `prev` does not write, where `prev`'s grid is not empty at any length (so its LOAD ran); e.g. RoPE's
+    cos and sin, loaded at the first step of the q rotation and again of the k one. Returns the names of the
+    macro's buffers so kept (one slot: the data stays where `prev` put it)."""
+    mine, theirs = _templates(macro), _templates(prev)
+    written = regions.get(prev.results[0])
+    if written is None or any(
+        sy.as_int(e) is None or sy.as_int(e) < 1 for e in sy.map_results(prev.attributes["grid"])
+    ):
+        return set()
+    ours, others, dropped = tiling_of(macro).buffers, tiling_of(prev).buffers, []
+    for inst in mine:
+        twin = next((t for t in theirs if _same_load(inst, t)), None)
+        src = regions.get(inst.operands[0]) if twin is not None else None
+        if src is None or "slot" in twin.attributes or not sb.disjoint(src, written, box):
+            continue
+        buf, their = _buffer_of(inst, ours), _buffer_of(twin, others)
+        if buf is None or their is None or _writes(theirs, their, twin):
+            continue
+        if not _writes(mine, buf, inst) and not _writes(mine, their, inst):
+            dropped.append((inst, buf.name))
+    for inst, _ in dropped:
+        inst.operation.erase()
+    return {name for _, name in dropped}
+
+
+def _templates(macro) -> list:
+    return list(macro.regions[0].blocks[0].operations)
+
+
+def _same_load(inst, twin) -> bool:
+    """`inst` and `twin` are guarded LOADs of one tensor with equal fields."""
+    a, b = inst.attributes, twin.attributes
+    if ir.StringAttr(a["opcode"]).value != "LOAD" or "when" not in a or len(inst.operands) != 1:
+        return False
+    if len(twin.operands) != 1 or inst.operands[0] != twin.operands[0]:
+        return False
+    keys = _names(a) - {"slot"}
+    return keys == _names(b) - {"slot"} and all(str(a[k]) == str(b[k]) for k in keys)
+
+
+def _names(attrs) -> set[str]:
+    return {n if isinstance(n, str) else n.name for n in attrs}
+
+
+def _buffer_of(inst, buffers):
+    """The buffer a LOAD writes (None if none holds its address)."""
+    attrs = inst.attributes
+    return next((b for b in buffers if _holds(b, attrs)), None)
+
+
+_WRITES = {"dst_addr", "acc_addr"}
+
+
+def _writes(insts, buffer, but) -> bool:
+    """Some template of `insts` but `but` writes into `buffer` (a VEC's dst, a MATMUL's accumulator, a LOAD's
+    or GATHER's destination)."""
+    lo, hi = buffer.offset, buffer.offset + buffer.size * buffer.slots
+    for inst in insts:
+        if inst.operation == but.operation:
+            continue
+        opcode = ir.StringAttr(inst.attributes["opcode"]).value
+        for name, mem, at in _addresses(inst.attributes):
+            writes = name in _WRITES or (name == "sram_addr" and opcode in ("LOAD", "GATHER"))
+            if writes and mem == buffer.mem and lo <= at < hi:
+                return True
+    return False
 
 
 def _dram_regions(fn) -> dict:

@@ -181,7 +181,8 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // An RMSNorm prologue (no norm_bias) with the SwiGLU gate as the residual (act "swiglu"): the rows in
 // `a` times the norm's weight into `pa`, the MATMULs' A operand; after the MATMUL, beside it, each row's
 // squares summed into `pss` and turned into rsqrt(mean + eps); the epilogue scales each output row by
-// `pss`, adds the bias and multiplies by silu of the gate tile loaded into `res`.
+// `pss`, adds the bias and multiplies by silu of the gate tile loaded into `res` (read only: the quotient
+// gate / (1 + exp(-gate)) goes to `tmp`).
 // CHECK-LABEL: func.func @rms_swiglu
 // CHECK: "novella.dma_load"(%{{.*}}) {buffer = "pw", {{.*}}tensor = 4 : i64
 // CHECK: "novella.vop"() {a = "a", {{.*}}b = "pw", {{.*}}dst = "pa", {{.*}}fn = "MUL", mode = "ROW"
@@ -192,8 +193,8 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK: "novella.vop"() {a = "acc", {{.*}}b = "pss", {{.*}}fn = "MUL", mode = "COL"
 // CHECK: "novella.vop"() {{{.*}}b = "bias", {{.*}}fn = "ADD", mode = "ROW"
 // CHECK: "novella.vop"() {{{.*}}fn = "EXP"
-// CHECK: "novella.vop"() {a = "res", {{.*}}dst = "res", {{.*}}fn = "DIV"
-// CHECK: "novella.vop"() {a = "out", {{.*}}b = "res", {{.*}}dst = "out", {{.*}}fn = "MUL"
+// CHECK: "novella.vop"() {a = "res", {{.*}}b = "tmp", {{.*}}dst = "tmp", {{.*}}fn = "DIV"
+// CHECK: "novella.vop"() {a = "out", {{.*}}b = "tmp", {{.*}}dst = "out", {{.*}}fn = "MUL"
 // CHECK: kernel = "novella.fused_linear"
 module attributes {novella.symbols = {s0 = ["T", 1, 64]}} {
   func.func @rms_swiglu(%x: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, %g: tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>>, %w: tensor<96x64xf32>, %b: tensor<96xf32>, %nw: tensor<64xf32>) -> tensor<1x?x96xf32, affine_map<()[s0] -> (1, s0, 96)>> {

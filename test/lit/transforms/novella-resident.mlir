@@ -11,14 +11,16 @@
 // CHECK: "novella.linear"(%[[H]], {{.*}}novella.resident = {x = 63488 : i64, x_size = 2048 : i64}, novella.sram_budget = {acc = 16384 : i64, spad = 63488 : i64}
 // OFF-LABEL: func.func @chain
 // OFF-NOT: novella.resident
-// In the macros: the first writes each output tile into the region (a COPY, no STORE); the second's MATMULs
-// read their x tiles there (no LOAD of its tensor 0, no COPY: it does not normalize x in place); the region
-// is a buffer of both.
+// In the macros: the first writes each output tile into the region (its epilogue's last VEC, the RELU,
+// writes there: no COPY, no STORE); the second's MATMULs read their x tiles there (no LOAD of its tensor 0,
+// no COPY: it does not normalize x in place); the region is a buffer of both.
 // MACRO-LABEL: func.func @chain
 // MACRO: "novella.macro"
 // MACRO-NOT: opcode = "STORE"
-// MACRO: fn = "COPY"
+// MACRO-NOT: fn = "COPY"
+// MACRO: dst_addr = #{{.*}}, {{.*}}dst_stride = 64 : i64, fn = "RELU"
 // MACRO-NOT: opcode = "STORE"
+// MACRO-NOT: fn = "COPY"
 // MACRO: rout = ["spad", 63488, 2048]
 // MACRO-NOT: tensor = 0
 // MACRO-NOT: fn = "COPY"

@@ -96,3 +96,33 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
     return %0 : tensor<1x?x32xf32, #y>
   }
 }
+
+// -----
+
+// Two generics read the same broadcast tensor %c (RoPE's cos, read by the q and the k rotation), loaded at
+// the first step only into the same buffer: the second macro's LOAD of it is dropped (the first's left it
+// there, and nothing writes that buffer in either), and its reader takes no slot (the buffer keeps one).
+// CHECK-LABEL: func.func @reload
+// CHECK: "novella.macro"
+// CHECK: "novella.inst"(%arg2) {{{.*}}opcode = "LOAD", {{.*}}sram_addr = 512 : i64, {{.*}}when =
+// CHECK: kernel = "novella.generic"
+// CHECK-NEXT: "novella.macro"
+// CHECK-NOT: "novella.inst"(%arg2)
+// CHECK: b_addr = 512 : i64, {{.*}}fn = "MUL", {{.*}}slot = {a_addr = 256 : i64, dst_addr = 256 : i64}
+// CHECK-NOT: "novella.inst"(%arg2)
+// CHECK: kernel = "novella.generic"
+module attributes {novella.symbols = {s0 = ["T", 1, 64]}} {
+  func.func @reload(%q: tensor<8x4x1x32xf32> {novella.dram = affine_map<()[s0] -> (0)>}, %k: tensor<8x4x1x32xf32> {novella.dram = affine_map<()[s0] -> (8192)>}, %c: tensor<8x1x1x32xf32> {novella.dram = affine_map<()[s0] -> (16384)>}) -> (tensor<8x4x1x32xf32>, tensor<8x4x1x32xf32>) attributes {novella.dram_size = affine_map<()[s0] -> (36864)>} {
+    %0 = "novella.generic"(%q, %c) ({
+    ^bb0(%a: f32, %b: f32):
+      %m = arith.mulf %a, %b : f32
+      "novella.yield"(%m) : (f32) -> ()
+    }) {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>], novella.dram = affine_map<()[s0] -> (18432)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0>} : (tensor<8x4x1x32xf32>, tensor<8x1x1x32xf32>) -> tensor<8x4x1x32xf32>
+    %1 = "novella.generic"(%k, %c) ({
+    ^bb0(%a: f32, %b: f32):
+      %m = arith.mulf %a, %b : f32
+      "novella.yield"(%m) : (f32) -> ()
+    }) {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>], novella.dram = affine_map<()[s0] -> (26624)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0>} : (tensor<8x4x1x32xf32>, tensor<8x1x1x32xf32>) -> tensor<8x4x1x32xf32>
+    return %0, %1 : tensor<8x4x1x32xf32>, tensor<8x4x1x32xf32>
+  }
+}
