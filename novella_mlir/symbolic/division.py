@@ -7,7 +7,6 @@ is a polynomial division sympy does exactly: `s0 * 16 * 128 / s0` is 2048, `(s0 
 
 from __future__ import annotations
 
-import sympy
 from torch_mlir import ir
 
 from . import as_int, canon, const, sym
@@ -18,6 +17,8 @@ _OPAQUE = (ir.AffineFloorDivExpr, ir.AffineCeilDivExpr, ir.AffineModExpr)
 def quotient(num: list, den: list) -> ir.AffineExpr | None:
     """prod(num) / prod(den) as an affine expression when it is a polynomial with integer coefficients in
     the symbols and the floordiv/ceildiv/mod terms, else None."""
+    import sympy
+
     atoms: dict = {}
     n = sympy.Mul(*[_atomized(e, atoms) for e in num])
     d = sympy.Mul(*[_atomized(e, atoms) for e in den])
@@ -46,6 +47,8 @@ def quotient(num: list, den: list) -> ir.AffineExpr | None:
 def _atomized(e, atoms: dict):
     """`e` (an int or affine expression) in sympy, each symbol and each floordiv/ceildiv/mod term a symbol of
     `atoms` (sympy symbol -> its affine expression)."""
+    import sympy
+
     if isinstance(e, int):
         return sympy.Integer(e)
     e = canon(e)
@@ -60,6 +63,8 @@ def _atomized(e, atoms: dict):
 
 
 def _atom(e: ir.AffineExpr, atoms: dict):
+    import sympy
+
     for s, v in atoms.items():
         if v == e:  # affine expressions are uniqued in their context: equal terms are one object
             return s
