@@ -211,9 +211,12 @@ def entry(ns: int):
     return (patch1_at if ns == 1 else patch_at).compile((sym, t.int64))
 
 
-def where(st: np.ndarray, blocks: np.ndarray) -> np.ndarray:
-    """`patch1_at`'s `where` vector for state `st` and block table `blocks` (`address` of it is passed)."""
-    return np.asarray([address(st), st.size, address(blocks), blocks.size], np.int64)
+@nb.njit(cache=True)
+def where(out, st, blocks):
+    """Writes `patch1_at`'s `where` vector for state `st` and block table `blocks` into `out` (4 int64,
+    whose `address` the caller passes): one compiled call, a few us cheaper than reading two
+    `__array_interface__`s."""
+    out[0], out[1], out[2], out[3] = st.ctypes.data, st.size, blocks.ctypes.data, blocks.size
 
 
 def address(a: np.ndarray) -> int:

@@ -241,7 +241,9 @@ class Stepper:
         self._ns = self.plan.n_syms
         self._width = self._ns + self.plan.lanes if self._fast else -1  # -1: every step takes the key
         self._go = None  # the fast path's operands (`_takes`)
-        self._where = None  # the addresses `_go` passes (kept alive here)
+        self._where = np.zeros(4, np.int64)  # the addresses `_go` passes (`_patch_numba.where`)
+        self._where_at = _patch_numba.address(self._where)
+        self._seen = None  # the block array of the last step through the dispatcher (`_takes`)
         self._nb = _bucket_numba, _patch_numba  # bound once: an import costs a cold bucket
 
     def clear(self) -> None:
@@ -290,6 +292,18 @@ class Stepper:
                 return b.words, False
         return self._words(syms, blocks)
 
+    def _takes(self, blocks) -> None:
+        """`blocks` becomes the array the fast path of `words` takes (`_go`) when it comes a second time
+        in a row (its addresses cost a compiled call: an array given once is not worth it), if the last bucket may take it (a C-contiguous int64 vector, and a bucket whose key
+        needs no guards). The vector of addresses (`_patch_numba.where`) is the stepper's own."""
+        seen, self._seen = self._seen, blocks
+        b = self._last
+        if blocks is not seen or b is None or not self._fast or not isinstance(blocks, np.ndarray):
+            return
+        if blocks.dtype == _I64 and blocks.ndim == 1 and blocks.flags.c_contiguous:
+            self._nb[1].where(self._where, b.state, blocks)
+            self._go = (blocks, self._width, self._ns, b.lanes, self._entry, self._where_at, b.words)
+
     def _words(self, syms: tuple, blocks: np.ndarray) -> tuple[np.ndarray, bool]:
         """`words` past its first try: the bucket looked up by the key (instantiated if new), then patched
         by numba's dispatcher (any array type); `blocks` becomes the array `_entry` takes (`_takes`)."""
@@ -303,20 +317,9 @@ class Stepper:
             status = self._patch(at[0], b.state, blocks)
         if status:
             self._fail(b, status, syms, blocks)
-        self._last = b
+        self._last, self._go, self._seen = b, None, None
         self._takes(blocks)
         return b.words, new
-
-    def _takes(self, blocks) -> None:
-        """`blocks` becomes the array `words` gives `_entry` for the last bucket if it may take it (a
-        C-contiguous int64 vector, and a bucket whose key needs no guards): `_go`, the fast path's
-        operands (the vector of addresses `_patch_numba.where` kept alive in it)."""
-        b, self._go = self._last, None
-        ok = b is not None and self._fast and isinstance(blocks, np.ndarray) and blocks.dtype == _I64
-        if ok and blocks.ndim == 1 and blocks.flags.c_contiguous:
-            self._where = self._nb[1].where(b.state, blocks)
-            at = self._nb[1].address(self._where)
-            self._go = (blocks, self._width, self._ns, b.lanes, self._entry, at, b.words)
 
     def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
         if status == -2:
