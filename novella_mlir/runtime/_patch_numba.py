@@ -174,21 +174,28 @@ def _address(typingctx, addr):
     return nb.types.CPointer(nb.types.int64)(nb.types.int64), codegen
 
 
+@nb.njit(cache=True, inline="always")
+def _at(where):
+    """The state and the block table whose addresses and sizes the int64 vector at address `where` holds
+    (state address, its size, block table address, its size; the caller keeps all three alive)."""
+    w = nb.carray(_address(where), 4)
+    return nb.carray(_address(w[0]), w[1]), nb.carray(_address(w[2]), w[3])
+
+
 @nb.njit(cache=True)
 def patch1_at(s, where):
-    """`patch1` of the state and block table at `where`: (state address, its size, block table
-    address, its size), both int64 vectors the caller keeps alive. Four ints cost less to pass than two
-    arrays (numba unboxes an array into a struct and a reference every call: ~3 us right after a
-    simulator run, the host's caches cold)."""
-    st, blocks = nb.carray(_address(where[0]), where[1]), nb.carray(_address(where[2]), where[3])
+    """`patch1` of the state and block table at `where` (`_at`). Two ints cost less to pass than two
+    arrays or a tuple (numba unboxes an array into a struct and a reference, and each int of a tuple is
+    an object of its own: right after a simulator run, the host's caches cold, each costs its misses)."""
+    st, blocks = _at(where)
     _part(st, SCRATCH)[0] = s
     return _patch(st, blocks, 1)
 
 
 @nb.njit(cache=True)
 def patch_at(syms, where):
-    """`patch` of the state and block table at `where` (`patch1_at`)."""
-    st, blocks = nb.carray(_address(where[0]), where[1]), nb.carray(_address(where[2]), where[3])
+    """`patch` of the state and block table at `where` (`_at`)."""
+    st, blocks = _at(where)
     sc = _part(st, SCRATCH)
     for k in range(len(syms)):
         sc[k] = syms[k]
@@ -200,8 +207,16 @@ def entry(ns: int):
     numba's dispatch: the dispatcher types every argument at every call, ~3-4 us right after a
     simulator run. The entry unboxes by its signature: the caller passes exactly those types."""
     t = nb.types
-    where = t.UniTuple(t.int64, 4)
-    return patch1_at.compile((t.int64, where)) if ns == 1 else patch_at.compile((t.UniTuple(t.int64, ns), where))
+    sym = t.int64 if ns == 1 else t.UniTuple(t.int64, ns)
+    return (patch1_at if ns == 1 else patch_at).compile((sym, t.int64))
+
+
+@nb.njit(cache=True)
+def where(out, st, blocks):
+    """Writes `patch1_at`'s `where` vector for state `st` and block table `blocks` into `out` (4 int64,
+    whose `address` the caller passes): one compiled call, a few us cheaper than reading two
+    `__array_interface__`s."""
+    out[0], out[1], out[2], out[3] = st.ctypes.data, st.size, blocks.ctypes.data, blocks.size
 
 
 def address(a: np.ndarray) -> int:
@@ -232,7 +247,8 @@ def _patch(st, blocks, ns):
             marks[refs[k]] = 0
         meta[NREF], meta[TOP] = 0, 0
     remapped = not warm or blocks.size < meta[TOP]
-    for k in range(meta[NREF] if not remapped else 0):
+    n_ref = meta[NREF]
+    for k in range(n_ref if not remapped else 0):
         if blocks[refs[k]] != prev[refs[k]]:
             remapped = True
             break
@@ -243,10 +259,40 @@ def _patch(st, blocks, ns):
         rc = _remap(st, warm, words, blocks, meta, refs, prev, marks)
         if rc:
             return rc
-    for k in range(meta[NREF]):
+        n_ref = 0
+    for k in range(n_ref, meta[NREF]):  # the entries listed before, unless remapped, equal their PREV
         prev[refs[k]] = blocks[refs[k]]
     meta[WARM] = 1
     return 0
+
+
+@nb.njit(cache=True)
+def _keeps(st, v, key_ex, key):
+    """Whether symbol value v (a program of one symbol) gives grid extents `key` (`key_ex`'s values)."""
+    sc = _part(st, SCRATCH)
+    sc[0] = v
+    nd = _part(st, META)[NDIMS]
+    for m in range(key.size):
+        if minimum(key_ex, 0, m, sc, 1, 1 + nd) != key[m]:
+            return False
+    return True
+
+
+@nb.njit(cache=True)
+def narrow(st, s, lo, hi, key_ex, key):
+    """For a bucket of a program of one symbol whose key (`key`, the values of `key_ex`) value `s` gives:
+    BOX set to the values around `s` within the program's box [lo, hi] whose key is the bucket's, every
+    one checked, and KEYV emptied (its header range), so that a step's key check is the box check
+    (`_patch`: no interpreter). Returns the new box."""
+    box = _part(st, BOX)
+    a, b = s, s
+    while a > lo and _keeps(st, a - 1, key_ex, key):
+        a -= 1
+    while b < hi and _keeps(st, b + 1, key_ex, key):
+        b += 1
+    box[0], box[1] = a, b
+    st[2 + 3 * KEYV] = st[1 + 3 * KEYV]
+    return a, b
 
 
 @nb.njit(cache=True)

@@ -155,6 +155,7 @@ class Session:
             + [v for pe, sb in zip(self.page_elems, self.slot_base.tolist()) for v in (pe, sb)],
             np.int64,
         )
+        self._held: dict = {}  # per program: (a copy of the block list, its array) of the last step (`_blocks`)
         self.steppers = {
             name: Stepper(
                 m.artifact,
@@ -190,6 +191,20 @@ class Session:
         phys = self.pool_base + blocks[tr.page] * self.block_elems + self.slot_base[tr.slot] + tr.offset
         _BASE.put(tr.words, phys, tr.rows)
         return tr.words
+
+    def _blocks(self, name: str, blocks: list) -> np.ndarray:
+        """The int64 array of a sequence's block list for program `name`: one array per program, rewritten
+        in place when the list changed (a new one when its length did), so that a step's patch takes the
+        array it took last step (`Stepper.words`' compiled entry, not numba's dispatcher)."""
+        held = self._held.get(name)
+        if held is not None and held[0] == blocks:
+            return held[1]
+        if held is not None and len(held[0]) == len(blocks):
+            held[1][:] = blocks
+        else:
+            held = (None, np.asarray(blocks, np.int64))
+        self._held[name] = (list(blocks), held[1])
+        return held[1]
 
     def _translate(self, words: np.ndarray, seg: int) -> Translation:
         words = np.array(words, dtype=np.uint64, copy=True)
@@ -234,7 +249,7 @@ class Session:
         art = self.models[name].artifact
         seg = self.segments[name]
         t0 = time.perf_counter()
-        blocks = table if isinstance(table, np.ndarray) else np.asarray(table.blocks, np.int64)
+        blocks = table if isinstance(table, np.ndarray) else self._blocks(name, table.blocks)
         words, new = self.steppers[name].words(tuple(syms), blocks)
         t1 = time.perf_counter()
         for i, x in inputs.items():

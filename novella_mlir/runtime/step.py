@@ -240,14 +240,16 @@ class Stepper:
         self._entry = _patch_numba.entry(len(art.symbols))
         self._ns = self.plan.n_syms
         self._width = self._ns + self.plan.lanes if self._fast else -1  # -1: every step takes the key
-        self._blocks = None  # the block array the last step was given, if `_entry` takes it (`words`)
-        self._where = None  # `_locate`
+        self._go = None  # the fast path's operands (`_takes`)
+        self._where = np.zeros(4, np.int64)  # the addresses `_go` passes (`_patch_numba.where`)
+        self._where_at = _patch_numba.address(self._where)
+        self._seen = None  # the block array of the last step through the dispatcher (`_takes`)
         self._nb = _bucket_numba, _patch_numba  # bound once: an import costs a cold bucket
 
     def clear(self) -> None:
         """Forgets every bucket (the next step of each structure instantiates again)."""
         self.buckets.clear()
-        self._last = self._blocks = None
+        self._last = self._go = None
 
     def bucket(self, syms: tuple) -> tuple[Bucket, bool]:
         """The bucket of `syms` and whether it was instantiated now."""
@@ -260,29 +262,47 @@ class Stepper:
         b = self.buckets[k] = self._build(k, syms)
         if len(self.buckets) > self.cache_size:
             if self.buckets.popitem(last=False)[1] is self._last:
-                self._last = self._blocks = None
+                self._last = self._go = None
         return b, True
 
     def words(self, syms: tuple, blocks: np.ndarray) -> tuple[np.ndarray, bool]:
         """The bucket's words patched for `syms` (a tuple of ints) and `blocks` (in place), and whether
         it was new.
 
-        The last bucket is tried first when `syms` carry its lane fields (and its key needs no guards):
-        the patch checks the program's box and the bucket's key itself, one compiled call; when
-        `blocks` is the int64 vector the bucket's first step was given (`_takes`: `BatchStep.table` is,
-        every step), without numba's dispatch and on the arrays' addresses (`_patch_numba.entry`);
-        nothing else on the host: right after a simulator run (the host's caches cold) every Python
-        operation here costs a few hundred ns. Symbol values outside every program's box are an InputError (`Artifact.pick`)."""
+        When `blocks` is the int64 vector the last bucket's steps were given (`_takes`: `BatchStep.table`
+        is, every step; `kv.Session` keeps one per program for a single sequence) and `syms` carry the
+        bucket's lane fields (and its key needs no guards), the patch checks the program's box and the
+        bucket's key itself, one compiled call without numba's dispatch on the address of a vector of
+        the arrays' addresses (`_patch_numba.entry`), its operands one tuple (`_go`): right after a
+        simulator run (the host's caches cold) every Python object touched costs its cache misses.
+        Else the last bucket is tried through the dispatcher. Symbol values outside every program's
+        box are an InputError (`Artifact.pick`)."""
+        go = self._go
+        if go is not None:
+            held, width, ns, lanes, call, at, words = go
+            if blocks is held and len(syms) == width and syms[ns:] == lanes:
+                if not call(syms[0] if ns == 1 else syms[:ns], at):
+                    return words, False
+                return self._words(syms, blocks)
         b = self._last
         if b is not None and len(syms) == self._width and syms[self._ns :] == b.lanes:
-            at = syms[0] if self._one else syms[: self._ns]
-            if blocks is self._blocks:
-                status = self._entry(at, self._where or self._locate())
-            else:
-                status = self._patch(at, b.state, blocks)
+            status = self._patch(syms[0] if self._one else syms[: self._ns], b.state, blocks)
             if not status:
+                self._takes(blocks)
                 return b.words, False
         return self._words(syms, blocks)
+
+    def _takes(self, blocks) -> None:
+        """`blocks` becomes the array the fast path of `words` takes (`_go`) when it comes a second time
+        in a row (its addresses cost a compiled call: an array given once is not worth it), if the last bucket may take it (a C-contiguous int64 vector, and a bucket whose key
+        needs no guards). The vector of addresses (`_patch_numba.where`) is the stepper's own."""
+        seen, self._seen = self._seen, blocks
+        b = self._last
+        if blocks is not seen or b is None or not self._fast or not isinstance(blocks, np.ndarray):
+            return
+        if blocks.dtype == _I64 and blocks.ndim == 1 and blocks.flags.c_contiguous:
+            self._nb[1].where(self._where, b.state, blocks)
+            self._go = (blocks, self._width, self._ns, b.lanes, self._entry, self._where_at, b.words)
 
     def _words(self, syms: tuple, blocks: np.ndarray) -> tuple[np.ndarray, bool]:
         """`words` past its first try: the bucket looked up by the key (instantiated if new), then patched
@@ -292,25 +312,14 @@ class Stepper:
         self.art.pick(syms)
         b, new = self.bucket(syms)
         status = self._patch(at[0] if self._one else at, b.state, blocks)
+        if status == -2 and self._one:  # the bucket's key again, beyond the values its box holds
+            self._narrow(b, syms)
+            status = self._patch(at[0], b.state, blocks)
         if status:
             self._fail(b, status, syms, blocks)
-        self._last = b
+        self._last, self._go, self._seen = b, None, None
         self._takes(blocks)
         return b.words, new
-
-    def _takes(self, blocks) -> None:
-        """`blocks` becomes the array `words` gives `_entry` for the last bucket if it may take it (a
-        C-contiguous int64 vector, and a bucket whose key needs no guards)."""
-        ok = self._last is not None and self._fast and isinstance(blocks, np.ndarray) and blocks.dtype == _I64
-        self._blocks = blocks if ok and blocks.ndim == 1 and blocks.flags.c_contiguous else None
-        self._where = None
-
-    def _locate(self) -> tuple:
-        """`_entry`'s `where`: the addresses and sizes of the last bucket's state and of `_blocks` (both
-        held here), found when the same block array comes a second time (`BatchStep.table`)."""
-        st, at = self._last.state, self._nb[1].address
-        self._where = (at(st), st.size, at(self._blocks), self._blocks.size)
-        return self._where
 
     def _fail(self, b: Bucket, status: int, syms, blocks) -> None:
         if status == -2:
@@ -366,8 +375,19 @@ class Stepper:
             nf = int(groups[0, 2]) if len(groups) else len(perm)
             free = rows[perm[:nf]]  # not grouped: columns 11, 12, 14 as they were
             state = self._state(syms[: p.n_syms], kv, free, hot, forms, groups, dims, pages, slot, words)
-        return Bucket(key, pn.words_of(state), p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
-                      state, tuple(syms[p.n_syms :]))  # fmt: skip
+        b = Bucket(key, pn.words_of(state), p.table, (rows, perm, cols), hot, dims, forms, groups, pages, p.whats,
+                   state, tuple(syms[p.n_syms :]))  # fmt: skip
+        self._narrow(b, syms)
+        return b
+
+    def _narrow(self, b: Bucket, syms) -> None:
+        """A bucket of a program of one symbol checks its key by its box (`_patch_numba.narrow`): the
+        values around `syms[0]` that give its grid extents (a step outside them, if the key's values are
+        not contiguous, narrows it again there: `_words`)."""
+        if self._one:
+            lo, hi = self._layout[2][self.art.pick(syms)][0].tolist()
+            key = np.asarray(b.key[: len(self.plan.grid_progs)], np.int64)
+            self._nb[1].narrow(b.state, int(syms[0]), lo, hi, self.plan.key_table(), key)
 
     def _constants(self) -> tuple:
         """What every bucket's state holds alike: (block table entries, stack depth, per program its box,

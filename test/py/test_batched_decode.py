@@ -255,8 +255,8 @@ def test_batched_patch_equals_a_fresh_instantiation(model):
             blocks = step.fill(running, clock + k)
             assert blocks.tolist() == step.fill_slow(running, clock + k).tolist()
             syms = (clock + k, *step.starts(running, clock + k))  # the lanes' fields: their own key tiles
+            entered.append(st._go is not None and st._go[0] is blocks)  # the compiled entry is tried
             words, new = st.words(syms, blocks)
-            entered.append(st._blocks is blocks and st._where is not None)
             assert not (k == 10 and new)  # two idle lanes, the clock in step 9's page: their fields did not move
             ref = sess.reference(name, syms, BlockTable(blocks.tolist()))
             np.testing.assert_array_equal(words, ref, err_msg=f"step {k}")
