@@ -242,7 +242,7 @@ def _same_load(inst, twin) -> bool:
     if len(twin.operands) != 1 or inst.operands[0] != twin.operands[0]:
         return False
     keys = _names(a) - {"slot"}
-    return keys == _names(b) - {"slot"} and all(str(a[k]) == str(b[k]) for k in keys)
+    return keys == _names(b) - {"slot"} and all(a[k] == b[k] for k in keys)
 
 
 def _names(attrs) -> set[str]:
