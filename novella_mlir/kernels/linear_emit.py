@@ -105,8 +105,7 @@ def emit_epilogue(g, block, bufs, when) -> None:
 def _in_place(b, tensor: int, tile: dict):
     """(buffer, offset, row stride) of a resident operand's tile where the epilogue reads it in place (None:
     it is not resident, or the builder is the cost model's)."""
-    at = getattr(b, "region_at", None)
-    return at(tensor, tile["dram_offset"], tile["row_start"], tile["dram_stride"]) if at else None
+    return resident.region_at(b, tensor, tile["dram_offset"], tile["row_start"], tile["dram_stride"])
 
 
 def _store_in_place(b, out: str, tile: dict, rows, cols, when) -> bool:

@@ -91,12 +91,6 @@ class Resident:
         self._copy(region, buffer, _e(dram_offset) + _e(row_start) * stride, f.pop("buf_offset", None), stride,
                    f.pop("sram_stride", _first(cols)), _rows(rows, _e(row_bound) - _e(row_start)), cols, f)  # fmt: skip
 
-    def region_at(self, tensor, dram_offset, row_start, stride):
-        """(region, offset, row stride) of a tile of resident operand `tensor` (-1: the result) whose first row is
-        `row_start` at column `dram_offset` in the tensor's row-major layout; None if it is not resident."""
-        region = self._tensors.get(tensor)
-        return None if region is None else (region, _e(dram_offset) + _e(row_start) * stride, stride)
-
     def _copy(self, dst, src, dst_offset, src_offset, dst_stride, src_stride, rows, cols, f) -> None:
         at = {k: v for k, v in (("dst_offset", dst_offset), ("a_offset", src_offset)) if v is not None}
         extra = {k: f[k] for k in ("when",) if k in f}
@@ -104,6 +98,14 @@ class Resident:
 
 
 _COPIED = frozenset(("dram_stride", "sram_stride", "buf_offset", "when", "chain", "row_step"))
+
+
+def region_at(b, tensor, dram_offset, row_start, stride):
+    """(region, offset, row stride) of a tile of operand `tensor` (-1: the result) whose first row is
+    `row_start` at column `dram_offset` in the tensor's row-major layout, where builder `b` keeps it in the
+    scratchpad; None if it does not (not resident, or `b` is not a `Resident`: the cost model's)."""
+    region = b._tensors.get(tensor) if isinstance(b, Resident) else None
+    return None if region is None else (region, _e(dram_offset) + _e(row_start) * stride, stride)
 
 
 def clipped(rows, tile: dict) -> list:
