@@ -213,7 +213,7 @@ def _plan(
         plan.add("u", "spad", tk)
     if 3 not in kept_:  # several heads: all held
         plan.add("out", "spad", held * dv if heads > 1 else tq * dv, stream=heads == 1)
-    if s_slots == 3:  # the lookahead's first K tile (`flash_ahead`)
+    if s_slots == 3 and 1 not in kept_:  # the lookahead's first K tile (`flash_ahead`)
         plan.add("k0", "spad", tk * d)
     if ones == FUSED:  # the row maxima of each score slot (the score MATMUL's `rowmax`), a tile's row sums
         plan.add("mx", "spad", tq * s_slots)
@@ -245,9 +245,11 @@ class FlashAttention:
     last read of a single score buffer; `blocks` (`q_blocks`), pipelined where the plan has several query
     blocks (not causal, no window, not paged): the query buffer alternates between consecutive blocks, so a
     block's query loads under the previous block's last steps; with it, `s_slots = 3` is the lookahead
-    (`kernels/flash_ahead.py`: the blocks as one pipeline, where every length has two key tiles or more; on
-    `large` a [6, T, 64] self-attention at T = 256 went from 119K to 93K cycles). The cost model (`kernels/flash_cost.py`) takes the cheapest
-    that fits the SRAM at the nominal length."""
+    (`kernels/flash_ahead.py`: the blocks, or the heads of one block each, as one pipeline, where every length
+    has two key tiles or more, or one and the query is kept: `_ahead_tiles`; on `large` a [6, T, 64]
+    self-attention at T = 256 went from 119K to 93K cycles, then 71K with the next block's score MATMUL before
+    the softmax). The cost model (`kernels/flash_cost.py`) takes the cheapest that fits the SRAM at the
+    nominal length."""
 
     exhaustive = False  # bench/costmodel.py's protocol: every fitting candidate is scored
 
@@ -276,10 +278,10 @@ class FlashAttention:
         `held_rows`, kept only where a candidate with one query block fits)."""
         cands = self.candidates(g, syms, target, options)
         if rows and not held:  # several query blocks: each may load under the previous one's compute
+            pipes = [c for c in cands if c[2] and c[4] == 2 and not g.paged]
             cands += [(*c, True) for c in cands if rows > c[0] and c[2] and not g.paged]
-            if _ahead_ok(g):  # the lookahead (`flash_ahead`): three score slots, two key tiles or more
-                lk = sy.evaluate(g.lk, [s.lo for s in syms])
-                cands += [(*c[:4], 3, *c[5:]) for c in cands if len(c) > 6 and c[4] == 2 and lk > c[1]]
+            if _ahead_ok(g):  # the lookahead (`flash_ahead`): three score slots
+                cands += [(*c[:4], 3, c[5], True) for c in pipes if _ahead_tiles(g, syms, c[1]) is not None]
         lq = sy.as_int(g.lq) or 0
         fitting = held and tuple(c for c in _fitting(target, _sizes(g, rows, held), tuple(cands)) if c[0] >= lq)
         dims = tuple(dims_of(g, syms, at) for at in plan_samples(g, plan))
@@ -334,7 +336,9 @@ class FlashAttention:
             return _heads_macro(g, t, b, t.tiles["heads"], len(module_symbols(op)))
         tq, tk = t.tiles["tq"], t.tiles["tk"]
         ones, two = t.tiles.get("ones", 0), t.tiles.get("s_slots", 1) == 2
-        ahead = Ahead(g, b, tq, tk) if t.tiles.get("s_slots", 1) == 3 else None
+        ahead = None
+        if t.tiles.get("s_slots", 1) == 3:
+            ahead = Ahead(g, b, tq, tk, single=_ahead_tiles(g, module_symbols(op), tk))
         pipelined = lagged(t.tiles.get("pipelined", 0), t.tiles.get("s_slots", 1))
         b = fd.Lanes(b, g, len(module_symbols(op))) if fd.lanes(g) and not pipelined else b
         s = Steps(g, b, tq, tk, pipelined, ones)
@@ -365,10 +369,19 @@ class FlashAttention:
 
 
 def _ahead_ok(g: Geometry) -> bool:
-    """Whether the lookahead (`flash_ahead.Ahead`) may run: no mask, causal skip, window, paged cache or
-    resident K (and, `choose`, at least two key tiles at every length: with one, a block's query would load
-    into the slot of the block before last while the op's first block, loaded a step late, still used it)."""
-    return g.mask is None and not g.causal and g.window is None and not g.paged and 1 not in g.kept
+    """Whether the lookahead (`flash_ahead.Ahead`) may run: no mask, causal skip, window or paged cache (and
+    `_ahead_tiles`)."""
+    return g.mask is None and not g.causal and g.window is None and not g.paged
+
+
+def _ahead_tiles(g: Geometry, syms, tk: int) -> bool | None:
+    """Whether the lookahead's blocks have one key tile (`Ahead.single`) at every length, which it takes only
+    where the query is kept in the scratchpad (a block's query LOAD would write the slot the op's first block,
+    a step late, still reads), or else two or more at every length (False); None: neither."""
+    lo, hi = (sy.evaluate(g.lk, [getattr(s, end) for s in syms]) for end in ("lo", "hi"))
+    if lo > tk:
+        return False
+    return True if hi <= tk and 0 in g.kept else None
 
 
 def _fill_ones(b, g: Geometry, t, tk: int) -> None:

@@ -164,7 +164,7 @@ class _Geometry:
     def __init__(self, key: tuple, lq: int, lk: int, batch: int = 1):
         self.d, self.dv, masked, self.causal, self.contiguous, broadcast, kept = key
         self.batch = sy.const(batch)
-        self.kept = {i: "r" for i in kept}
+        self.kept = {i: f"r{i}" for i in kept}
         self.lq, self.lk, self.mask = sy.const(lq), sy.const(lk), True if masked else None
         self.mask_rows, self.mask_stride, self.mask_div = sy.const(1) if broadcast else self.lq, sy.const(lq * lk), 1
         self.paged, self.window, self.group, self.packed, self.scale = {}, None, 1, False, 1.0
@@ -348,7 +348,7 @@ def ahead_cycles(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
     with context():
         g, b = _Geometry(key, dims.lq, dims.lk, dims.batch), Trace()
         s = Steps(g, b, tq, tk, False, sch.ones)
-        ahead = Ahead(g, b, tq, tk)
+        ahead = Ahead(g, b, tq, tk, single=dims.lk <= tk)
         ahead.step(Emit(b, extent(1, tq, g.lq), s.cols, tq, tk, g.dv, sch.ones, sch.expsub), s)
         points = [{0: bi, 1: qi, 2: j} for bi, qi in timed for j in range(nk)]
         ends = b.run(t, points, slotted=("k", "v", "p", "out"))[nk - 1 :: nk]

@@ -2,8 +2,9 @@
 score MATMUL of the next block's first key tile (the next head's after a head's last block) and the next
 block's first step the previous block's output, so the units do not idle at the blocks' edges. Forced, it
 matches eager PyTorch (hazard checker on) at the least length (two key tiles), odd lengths, a partial last
-key tile and query block, and the maximum; it is offered only with two key tiles or more at every length;
-on `large` it is picked and beats the same tiles without it."""
+key tile and query block, and the maximum; it is offered only with two key tiles or more at every length, or
+one at every length where the query is kept in the scratchpad (`Ahead.single`); on `large` it is picked and
+beats the same tiles without it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,20 @@ LARGE = Path(__file__).resolve().parents[2] / "simulator" / "configs" / "large.t
 class Attention(torch.nn.Module):
     def forward(self, q, kv):
         return F.scaled_dot_product_attention(q, kv, kv)
+
+
+class Projected(torch.nn.Module):
+    """q, k, v projections, a [1, 3, T, 32] self-attention and o_proj: `--novella-resident` keeps the
+    attention's operands and output in the scratchpad."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(96, 96) for _ in range(4))
+
+    def forward(self, x):
+        heads = lambda y: y.view(1, x.shape[1], 3, 32).transpose(1, 2)  # noqa: E731
+        a = F.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)), heads(self.v(x)))
+        return self.o(a.transpose(1, 2).reshape(1, x.shape[1], 96))
 
 
 def _compile(lo: int, hi: int, config=None):
@@ -66,6 +81,28 @@ def test_the_lookahead_matches_eager(monkeypatch, ones):
 def test_no_lookahead_where_a_length_has_one_key_tile(monkeypatch):
     _force(monkeypatch, 3)
     assert "s_slots = 3" not in _tiles(_compile(1, 300))
+
+
+def test_one_key_tile_with_the_query_kept_matches_eager(monkeypatch):
+    """Compiled over [1, 40]: the shape bucket [1, 16] (one key tile of 32 at every length) with q, k, v and
+    the output kept runs the lookahead, its blocks' scores alternating between two slots, K read from its
+    region; [17, 40] has two key tiles at 17 or more."""
+    monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, c: float((c[4], c[1]) != (3, 32)))
+    monkeypatch.setattr(FlashAttention, "exhaustive", True)
+    torch.manual_seed(0)
+    model = Projected().eval()
+    npu = compile_torch(model, torch.randn(1, 8, 96), dynamic_dim=1, min_len=1, max_len=40, cache=False,
+                        pass_options={"novella-resident": {"enable": 1}})  # fmt: skip
+    tiles = re.findall(r"novella.tiles = \{[^}]*\}", npu.ir("novella-tile", at=[8]))
+    (tiles,) = [x for x in tiles if "tq = " in x]
+    assert "s_slots = 3" in tiles and "tk = 32 " in tiles, tiles
+    line = next(x for x in npu.ir("novella-resident", at=[8]).splitlines() if '"novella.flash_attention"' in x)
+    assert all(f"{role} = " in line for role in ("x", "k", "v", "out")), line
+    for t in (1, 2, 7, 16, 17, 40):
+        x = torch.randn(1, t, 96)
+        with torch.no_grad():
+            ref = model(x)
+        torch.testing.assert_close(npu(x, check_hazards=True), ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("t", [256, 500])
