@@ -27,9 +27,13 @@ from .support import ceildiv
 
 
 class Ahead:
-    """The lookahead's expressions and ops on grid point (bi, qi, j) of a [tq, tk] tiling."""
+    """The lookahead's expressions and ops on grid point (bi, qi, j) of a [tq, tk] tiling; `one`: one query
+    block a batch at every length, whose blocks before and after are written without nq (at the grid's and the
+    lengths' zero point, which `--novella-schedule`'s `_movable` reads, qi - 1 + nq would be -1: the previous
+    block's output a whole tq rows below its resident region, a tq larger than the region there, so the pass
+    took it for a buffer of the macro and moved it)."""
 
-    def __init__(self, g, b, tq: int, tk: int, single: bool = False):
+    def __init__(self, g, b, tq: int, tk: int, single: bool = False, one: bool = False):
         bi, qi, j = b.d(0), b.d(1), b.d(2)
         self.g, self.b, self.tq, self.tk, self.single = g, b, tq, tk, single
         nk, nq = ceildiv(g.lk, tk), ceildiv(g.lq, tq)
@@ -39,6 +43,8 @@ class Ahead:
         left = (g.batch - 1 - bi) + (nq - 1 - qi)  # 0 on the op's last block
         back = sy.const(1) - sy.step(qi)  # [qi == 0]: the block before is batch bi - 1's last
         self.prev_bi, self.prev_qi = bi - back, qi - 1 + back * nq
+        if one:  # one block a batch at every length (`one_block`): the block before is block 0 of batch bi - 1
+            self.next_bi, self.next_qi, self.prev_bi, self.prev_qi = bi + 1, sy.const(0), bi - 1, sy.const(0)
         self.after_first = [("eq", j), ("ge", bi + qi - 1)]  # a block's first step, but the op's
         self.op_last = [("eq", nk - 1 - j), ("eq", left)]
         self.last, self.more = [("eq", nk - 1 - j)], [("ge", left - 1)]
@@ -135,18 +141,24 @@ class Ahead:
         self._output(e, self.prev_bi, self.prev_qi, self.after_first)
 
     def output_last(self, e) -> None:
-        """The op's last block's output, at its last step."""
-        self._output(e, self.b.d(0), self.b.d(1), self.op_last)
+        """The op's last block's output, at its last step. With one key tile (`single`) that step also writes the
+        block before's output (`output_before`) into `out`, whose STORE runs after all of the step's compute
+        (`runtime/tokens.py`: a step's stores wait for its last compute): this one goes through the slot of `p`
+        that the step's P @ V has just read (`staging`; dv <= tk, `flash_attention._ahead_tiles`)."""
+        staging = "p" if self.single and 3 not in self.g.kept else "out"
+        self._output(e, self.b.d(0), self.b.d(1), self.op_last, staging)
 
-    def _output(self, e, bi, qi, when) -> None:
+    def _output(self, e, bi, qi, when, staging: str = "out") -> None:
         g, tq = self.g, self.tq
         rows = tile_extent(tq, g.lq, qi)
-        keep = e.rows, e.out_off
+        keep = e.rows, e.out_off, e.out, e.out_stride
         e.rows = rows
         if 3 in g.kept:
             e.out_off = g.base(3, bi) + qi * (tq * g.row_stride(3))
+        else:
+            e.out, e.out_stride = staging, g.dv
         e.normalize(when=when, safe=False)
-        e.rows, e.out_off = keep
+        e.rows, e.out_off, e.out, e.out_stride = keep
         if 3 not in g.kept:
-            self.b.store_rows("out", dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
+            self.b.store_rows(staging, dram_offset=g.base(3, bi), dram_stride=g.row_stride(3), row_start=qi * tq,
                               row_bound=g.lq, rows=rows, cols=g.dv, when=when)  # fmt: skip

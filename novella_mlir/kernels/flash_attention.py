@@ -338,7 +338,8 @@ class FlashAttention:
         ones, two = t.tiles.get("ones", 0), t.tiles.get("s_slots", 1) == 2
         ahead = None
         if t.tiles.get("s_slots", 1) == 3:
-            ahead = Ahead(g, b, tq, tk, single=_ahead_tiles(g, module_symbols(op), tk))
+            syms = module_symbols(op)
+            ahead = Ahead(g, b, tq, tk, single=_ahead_tiles(g, syms, tk), one=_one_block(g, syms, tq))
         pipelined = lagged(t.tiles.get("pipelined", 0), t.tiles.get("s_slots", 1))
         b = fd.Lanes(b, g, len(module_symbols(op))) if fd.lanes(g) and not pipelined else b
         s = Steps(g, b, tq, tk, pipelined, ones)
@@ -377,11 +378,17 @@ def _ahead_ok(g: Geometry) -> bool:
 def _ahead_tiles(g: Geometry, syms, tk: int) -> bool | None:
     """Whether the lookahead's blocks have one key tile (`Ahead.single`) at every length, which it takes only
     where the query is kept in the scratchpad (a block's query LOAD would write the slot the op's first block,
-    a step late, still reads), or else two or more at every length (False); None: neither."""
+    a step late, still reads) and the op's last output fits the slot of `p` it goes through where the output
+    is stored (`Ahead.output_last`), or else two or more at every length (False); None: neither."""
     lo, hi = (sy.evaluate(g.lk, [getattr(s, end) for s in syms]) for end in ("lo", "hi"))
     if lo > tk:
         return False
-    return True if hi <= tk and 0 in g.kept else None
+    return True if hi <= tk and 0 in g.kept and (3 in g.kept or g.dv <= tk) else None
+
+
+def _one_block(g: Geometry, syms, tq: int) -> bool:
+    """Whether the query has one block of `tq` rows at every length (`Ahead`'s `one`)."""
+    return sy.evaluate(g.lq, [s.hi for s in syms] or [0]) <= tq
 
 
 def _fill_ones(b, g: Geometry, t, tk: int) -> None:

@@ -348,7 +348,7 @@ def ahead_cycles(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
     with context():
         g, b = _Geometry(key, dims.lq, dims.lk, dims.batch), Trace()
         s = Steps(g, b, tq, tk, False, sch.ones)
-        ahead = Ahead(g, b, tq, tk, single=dims.lk <= tk)
+        ahead = Ahead(g, b, tq, tk, single=dims.lk <= tk, one=dims.lq <= tq)
         ahead.step(Emit(b, extent(1, tq, g.lq), s.cols, tq, tk, g.dv, sch.ones, sch.expsub), s)
         points = [{0: bi, 1: qi, 2: j} for bi, qi in timed for j in range(nk)]
         ends = b.run(t, points, slotted=("k", "v", "p", "out"))[nk - 1 :: nk]

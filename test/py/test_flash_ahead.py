@@ -9,11 +9,13 @@ beats the same tiles without it."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from goldens import ROOT
 
 from novella_mlir import compile_torch
 from novella_mlir.kernels import flash_cost
@@ -31,17 +33,19 @@ class Attention(torch.nn.Module):
 
 
 class Projected(torch.nn.Module):
-    """q, k, v projections, a [1, 3, T, 32] self-attention and o_proj: `--novella-resident` keeps the
-    attention's operands and output in the scratchpad."""
+    """q, k, v projections, a [1, 3, T, 32] self-attention and o_proj (`o_proj`; else the attention is the
+    result): `--novella-resident` keeps the attention's operands and (with o_proj) output in the scratchpad."""
 
-    def __init__(self):
+    def __init__(self, o_proj: bool = True):
         super().__init__()
         self.q, self.k, self.v, self.o = (torch.nn.Linear(96, 96) for _ in range(4))
+        self.o_proj = o_proj
 
     def forward(self, x):
         heads = lambda y: y.view(1, x.shape[1], 3, 32).transpose(1, 2)  # noqa: E731
         a = F.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)), heads(self.v(x)))
-        return self.o(a.transpose(1, 2).reshape(1, x.shape[1], 96))
+        a = a.transpose(1, 2).reshape(1, x.shape[1], 96)
+        return self.o(a) if self.o_proj else a
 
 
 def _compile(lo: int, hi: int, config=None):
@@ -83,26 +87,58 @@ def test_no_lookahead_where_a_length_has_one_key_tile(monkeypatch):
     assert "s_slots = 3" not in _tiles(_compile(1, 300))
 
 
-def test_one_key_tile_with_the_query_kept_matches_eager(monkeypatch):
+@pytest.mark.parametrize("o_proj", [True, False])
+def test_one_key_tile_with_the_query_kept_matches_eager(monkeypatch, o_proj):
     """Compiled over [1, 40]: the shape bucket [1, 16] (one key tile of 32 at every length) with q, k, v and
-    the output kept runs the lookahead, its blocks' scores alternating between two slots, K read from its
-    region; [17, 40] has two key tiles at 17 or more."""
+    (o_proj) the output kept runs the lookahead, its blocks' scores alternating between two slots, K read from
+    its region; [17, 40] has two key tiles at 17 or more. Without o_proj the output is stored: the op's last
+    step normalizes two blocks (the one before and its own), and its STOREs run after all of its compute, so
+    the last block's output goes through `p` (in `out`, it overwrote the rows of the block before: heads 1 of 3
+    wrong at every length)."""
     monkeypatch.setattr(FlashAttention, "cost", lambda self, t, dims, c: float((c[4], c[1]) != (3, 32)))
     monkeypatch.setattr(FlashAttention, "exhaustive", True)
     torch.manual_seed(0)
-    model = Projected().eval()
+    model = Projected(o_proj).eval()
     npu = compile_torch(model, torch.randn(1, 8, 96), dynamic_dim=1, min_len=1, max_len=40, cache=False,
                         pass_options={"novella-resident": {"enable": 1}})  # fmt: skip
     tiles = re.findall(r"novella.tiles = \{[^}]*\}", npu.ir("novella-tile", at=[8]))
     (tiles,) = [x for x in tiles if "tq = " in x]
     assert "s_slots = 3" in tiles and "tk = 32 " in tiles, tiles
     line = next(x for x in npu.ir("novella-resident", at=[8]).splitlines() if '"novella.flash_attention"' in x)
-    assert all(f"{role} = " in line for role in ("x", "k", "v", "out")), line
+    assert all(f"{role} = " in line for role in ("x", "k", "v")) and ("out = " in line) == o_proj, line
     for t in (1, 2, 7, 16, 17, 40):
         x = torch.randn(1, t, 96)
         with torch.no_grad():
             ref = model(x)
         torch.testing.assert_close(npu(x, check_hazards=True), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_one_query_block_a_head_with_the_output_kept_matches_eager_on_large():
+    """Two whisper-tiny layers on `large` over [65, 128]: the second's attention (its output kept for o_proj)
+    runs the lookahead over the heads, one query block each (tq = 256), two key tiles of 64. Its previous
+    block's output address, at the grid's and the lengths' zero point, must stay near its region: written with
+    qi - 1 + nq it was tq rows below, and `--novella-schedule` moved it with the macro's buffers (max error 4.9;
+    test_configs' encoder on large at T = 65 alike)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import models
+
+    body = models.WhisperBody().eval()
+    body.layers = body.layers[:2]
+    npu = compile_torch(body, torch.randn(1, 65, 384), dynamic_dim=1, min_len=65, max_len=128, cache=False,
+                        config=load_config(LARGE))  # fmt: skip
+    lines = [x for x in npu.ir("novella-tile", at=[65]).splitlines() if '"novella.flash_attention"' in x]
+    tiles = re.search(r"novella.tiles = \{[^}]*\}", lines[1]).group(0)
+    assert (
+        "s_slots = 3" in tiles
+        and "tq = 256 " in tiles
+        and "tk = 64 " in tiles
+        and "novella.resident = {out = " in lines[1]
+    ), tiles
+    for t in (65, 97, 128):
+        x = torch.randn(1, t, 384)
+        with torch.no_grad():
+            ref = body(x)
+        torch.testing.assert_close(npu(x, check_hazards=True), ref, rtol=1e-4, atol=2e-5)
 
 
 @pytest.mark.parametrize("t", [256, 500])
