@@ -168,7 +168,7 @@ def schedule(queue, pops, pushes, fixed, data, chain, latency, unit, ic, depth, 
     retired = 0
     dram_free = 0
     for step in range(n):
-        best, bstart = -1, 0
+        best, bstart = np.int64(-1), np.int64(0)  # not literals: numba would compile _races and _begin for them
         for q in range(3):
             h = heads[q]
             if h >= qlen[q]:

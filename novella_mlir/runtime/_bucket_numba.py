@@ -187,7 +187,7 @@ def _prepare(syms, ex, fields, dims, memo, slots, keys, ranges, kforms, count):
                     bound += ex[at + 2 * fields[i, c] + 1] - ex[at + 2 * fields[i, c]]
     forms = np.zeros((bound, 1 + width), np.int64)
     terms = np.zeros(fields.shape[0], np.int64)
-    k, bad, full = 0, -1, 0
+    k, bad, full = np.int64(0), -1, 0  # k not a literal: numba would compile _keep for it as well
     for i in range(fields.shape[0]):
         j = first[i]
         if j != i:

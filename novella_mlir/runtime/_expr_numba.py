@@ -79,7 +79,7 @@ def minimum(ex, at, m, sc, dims_at, stack_at):
     return v
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")  # no compile per literal `at`
 def depth(ex, at):
     """A stack deep enough for every expression of the table at ex[at:] (its longest token run)."""
     d = 1

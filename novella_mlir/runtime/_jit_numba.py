@@ -31,12 +31,12 @@ _L, _C, _S = (isa.QUEUES.index(q) for q in ("load", "compute", "store"))  # the 
 _NQ = len(isa.QUEUES)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")  # inlined in numba's IR: no compile per literal k
 def _part(tab, k):
     return tab[tab[2 + k] : (tab[3 + k] if k < 11 else tab.size)]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")
 def _rows(tab, k, cols):
     part = _part(tab, k)
     return part.reshape((part.size // cols, cols))
@@ -238,7 +238,9 @@ def instantiate(syms, tab, t_base, limit):
                 step += 1
         if t_start[ti] >= 0:
             t_end[ti] = w
-    info[0] = 0 if _tokens(words, wstep, wq, wslot, w, step, s_load, s_store, s_bar, s_before) else 2
+    # np.int64: numba would compile _tokens again for each literal type inference tries on the way
+    ok = _tokens(words, wstep, wq, wslot, np.int64(w), np.int64(step), s_load, s_store, s_bar, s_before)
+    info[0] = 0 if ok else 2
     info[1], info[2] = w, step
     return words[:w], info
 

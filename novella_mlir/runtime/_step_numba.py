@@ -34,7 +34,7 @@ numba_cache.ensure(__file__)
 MAX_ATOMS = 4  # floordivs per field in its forms (`_bucket_numba.prepare`)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, inline="always")  # no compile per literal n_dims
 def _scratch(syms, n_dims, stack):
     """[symbols | dims | stack] (`_expr_numba`), the symbols set."""
     sc = np.zeros(syms.size + n_dims + stack, np.int64)
@@ -382,7 +382,7 @@ def _forms_of(ex, fields, i, dims, ns, stk, atoms, out):
         m, other = other, m
     if m < 0 or (other >= 0 and ex[at + 2 * other + 1] - ex[at + 2 * other] > 1):
         return -1
-    na = 0
+    na = np.int64(0)  # not a literal: numba would compile _symbolic for it as well
     add = np.zeros(stk.shape[1], np.int64)
     if other >= 0:
         na = _symbolic(ex, ex[items + ex[at + 2 * other]], dims, ns, stk, atoms, na)
