@@ -16,8 +16,9 @@ row its cache slot (paged rows) and SLOTS per slot its window base, page element
 not a power of two) and offset in the block; PAGES the page addresses no symbol moves (word, lane,
 offset, mask, page, offset in the block); META [1 if the words hold the last patch, used entries,
 one past the highest used entry, stack depth, NFREE, grid dims]; MEMO each group's value at the last
-patch; PREV the block table at the used entries; REFS the used entries (each once) then a mark (a byte) per
-entry; KV the session's layout (pool base, block elements, vbase, vspan, then per cache slot its
+patch; PREV the block of each used entry at the last patch, in REFS' order (read in sequence); REFS
+the used entries (each once) then a mark (a byte) per entry (1: used, 2: its block changed this
+step); KV the session's layout (pool base, block elements, vbase, vspan, then per cache slot its
 page elements and offset in the block); BOX the program's [lo, hi] per symbol; SCRATCH the
 symbols, dims, the interpreter's stack and the forms' atoms; WORDS the bucket's words (`words_of`).
 """
@@ -240,19 +241,15 @@ def _patch(st, blocks, ns):
     words = _words(st)
     refs, prev = _part(st, REFS), _part(st, PREV)
     marks = _marks(refs, prev.size)
-    warm = meta[WARM] == 1
+    warm = meta[WARM] == 1 and blocks.size >= meta[TOP]
     meta[WARM] = 0
     if not warm:
         for k in range(meta[NREF]):
             marks[refs[k]] = 0
         meta[NREF], meta[TOP] = 0, 0
-    remapped = not warm or blocks.size < meta[TOP]
+    remapped = _changed(blocks, meta, refs, prev, marks) if warm else True
     n_ref = meta[NREF]
-    for k in range(n_ref if not remapped else 0):
-        if blocks[refs[k]] != prev[refs[k]]:
-            remapped = True
-            break
-    rc = _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev, marks)
+    rc = _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, marks)
     if rc:
         return rc
     if remapped:
@@ -261,9 +258,22 @@ def _patch(st, blocks, ns):
             return rc
         n_ref = 0
     for k in range(n_ref, meta[NREF]):  # the entries listed before, unless remapped, equal their PREV
-        prev[refs[k]] = blocks[refs[k]]
+        prev[k] = blocks[refs[k]]
+        marks[refs[k]] = 1
     meta[WARM] = 1
     return 0
+
+
+@nb.njit(cache=True, inline="always")
+def _changed(blocks, meta, refs, prev, marks):
+    """Whether a block table entry the words use changed since the last patch (PREV[k]: entry REFS[k]
+    then, in the list's order: read in sequence); each changed one is marked 2."""
+    out = False
+    for k in range(meta[NREF]):
+        if blocks[refs[k]] != prev[k]:
+            marks[refs[k]] = 2
+            out = True
+    return out
 
 
 @nb.njit(cache=True)
@@ -306,14 +316,14 @@ def _remap(st, warm, words, blocks, meta, refs, prev, marks):
         p = pages[j, 4]
         if p >= blocks.size or p >= half or blocks[p] < 0:
             return -1
-        if not warm or blocks[p] != prev[p]:
+        if not warm or marks[p] == 2:
             _put(words, pages[j, 0], pages[j, 1], pages[j, 2], pages[j, 3], kv[0] + blocks[p] * kv[1] + pages[j, 5])
         _use(p, meta, refs, marks)
     return 0
 
 
 @nb.njit(cache=True, inline="always")
-def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev, marks):
+def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, marks):
     """The rows without a form (the interpreter's, every step), then each group's value: the rows of a
     group that moved are written, and when an entry the words use changed, the paged rows whose entry
     it is. A row's write is written out here, without calls that take arrays (numba counts their
@@ -325,7 +335,7 @@ def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev, marks):
     slot, slots = _part(st, SLOT), _rows(st, SLOTS)
     ex, free, fdims = _part(st, EX), _rows(st, FREE), _rows(st, FDIMS)
     atoms = sc[sc.size - MAX_ATOMS :]
-    half, nf, nd = prev.size, meta[NFREE], meta[NDIMS]
+    half, nf, nd = st[2 + 3 * PREV] - st[1 + 3 * PREV], meta[NFREE], meta[NDIMS]
     for g in range(-1 if nf else 0, memo.size):
         if g < 0:
             lo, hi, moved, val = 0, nf, True, 0
@@ -339,7 +349,7 @@ def _sweep(st, sc, ns, warm, remapped, words, blocks, meta, refs, prev, marks):
         for i in range(lo, hi):
             if not moved:
                 p = at[i]
-                if p < 0 or (p < blocks.size and blocks[p] == prev[p]):
+                if p < 0 or marks[p] != 2:
                     continue
             c, v = hot[i, 0], val + hot[i, 1]
             if g < 0:
