@@ -134,15 +134,14 @@ class Trace(MacroBuilder):
             ends[-1] = max(ends[-1], clock.dmas(STORE, self.dmas(points[-1]), ends[-1]))
         return ends
 
-    def dmas(self, point: dict) -> list[tuple[str, int, int, bool, bool]]:
-        """(kind, rows, cols, contiguous, chained) of the LOADs and STOREs that run at grid point `point`
-        {dim: index}, their sizes evaluated there (`charged`): for emitters whose sizes are min-lists of the grid
-        dims. `chained`: the DMA continues its queue's chain (docs/isa.md, LOAD `chain`)."""
+    def dmas(self, point: dict) -> list[tuple[str, int, int, bool]]:
+        """(kind, rows, cols, contiguous) of the LOADs and STOREs that run at grid point `point` {dim: index},
+        their sizes evaluated there (`charged`): for emitters whose sizes are min-lists of the grid dims."""
         dims = tuple(point.get(i, 1) for i in range(self.n_dims))
         out = []
         for name, f in self.ops:
             if name in (LOAD, STORE) and holds(_when(f), point):
-                out.append((name, *charged(f, dims), bool(f.get("chain"))))
+                out.append((name, *charged(f, dims)))
         return out
 
 
@@ -210,15 +209,15 @@ class _Clock:
         self.queues = {LOAD: timing.DmaQueue(t.load_dma_engines), STORE: timing.DmaQueue(t.store_dma_engines)}
 
     def dmas(self, kind: str, moves, ready: float) -> float:
-        """Runs a step's `kind` DMAs (`Trace.dmas`) once `ready`; their queue's retire point."""
+        """Runs a step's `kind` DMAs ((kind, rows, cols, contiguous)) once `ready`; their queue's retire point."""
         q, t = self.queues[kind], self.t
-        for name, rows, cols, contiguous, chained in moves:
+        for name, rows, cols, contiguous in moves:
             if name != kind:
                 continue
-            start = max(q.free(chained), int(ready))  # chained: once the queue has issued (`TimingModel.start_time`)
+            start = max(q.free(), int(ready))
             end = max(start + t.issue_cycles + t.dma_latency, self.dram) + int(cm.dma(t, rows, cols, contiguous)[1])
             self.dram = end
-            q.run(start, t.issue_cycles, end, chained)
+            q.run(start, t.issue_cycles, end)
         return q.retired
 
 

@@ -51,7 +51,7 @@ query head `bi` the cache head `bi floordiv novella.kv_group`. A one-row query o
 (decode) is packed: grid dim 0 walks the cache heads, and the `kv_group` query heads sharing one
 are the rows of its query block, so each key/value page is loaded once per cache head; a decode
 step loads every head's query rows once and a per-sequence mask as one row, and a grid step takes a few
-heads (`heads`, `FlashAttention.heads`; `flash_steps.heads_macro`), so that one step's loads run under the compute
+heads (`heads`, `FlashAttention.heads`; `_heads_macro`), so that one step's loads run under the compute
 of the step before and its heads' MATMULs and softmaxes interleave (`flash_decode.py`). With a
 sliding window (`novella.kv_window = W`: the op's own mask keeps the last W positions) the key/value
 grid walks only the tiles from the one holding position lk - W (at most W / tk + 1 steps, whatever
@@ -69,21 +69,27 @@ from torch_mlir import ir
 from .. import symbolic as sy
 from ..dialects.novella import heads_major
 from ..machine import costmodel as cm
-from . import BufferPlan, Tiling, memoized, module_symbols, plan_lengths, resident
+from . import BufferPlan, Tiling, first, memoized, module_symbols, plan_lengths, resident
 from . import flash_cost as fc
 from . import flash_decode as fd
 from . import kv_cache as kv
-from .flash_decode import PER_HEAD, chained_loads, held_rows, mask_row, plan_samples
+from .attention import NEG_FLOOR
+from .flash_ahead import Ahead
+from .flash_decode import PER_HEAD, SubHead, chained_loads, held_rows, load_query, mask_row, plan_samples
 from .flash_emit import (
     COLUMN,
     FUSED,
     SUMS,
+    Emit,
+    Steps,
     kept,
     lagged,
     mask_broadcast,
+    query,
+    store,
+    tile_extent,
 )
-from .flash_steps import ahead_tiles, emit
-from .support import _candidates, _flag, ceildiv, mul, upper
+from .support import _candidates, _flag, ceildiv, extent, mul, upper
 
 CAUSAL_ATTR = "novella.causal"  # on an `add` of scores and a top-left causal mask (set by the frontend)
 
@@ -240,7 +246,7 @@ class FlashAttention:
     blocks (not causal, no window, not paged): the query buffer alternates between consecutive blocks, so a
     block's query loads under the previous block's last steps; with it, `s_slots = 3` is the lookahead
     (`kernels/flash_ahead.py`: the blocks, or the heads of one block each, as one pipeline, where every length
-    has two key tiles or more, or one and the query is kept: `ahead_tiles`; on `large` a [6, T, 64]
+    has two key tiles or more, or one and the query is kept: `_ahead_tiles`; on `large` a [6, T, 64]
     self-attention at T = 256 went from 119K to 93K cycles, then 71K with the next block's score MATMUL before
     the softmax). The cost model (`kernels/flash_cost.py`) takes the cheapest that fits the SRAM at the
     nominal length."""
@@ -275,7 +281,7 @@ class FlashAttention:
             pipes = [c for c in cands if c[2] and c[4] == 2 and not g.paged]
             cands += [(*c, True) for c in cands if rows > c[0] and c[2] and not g.paged]
             if _ahead_ok(g):  # the lookahead (`flash_ahead`): three score slots
-                cands += [(*c[:4], 3, c[5], True) for c in pipes if ahead_tiles(g, syms, c[1]) is not None]
+                cands += [(*c[:4], 3, c[5], True) for c in pipes if _ahead_tiles(g, syms, c[1]) is not None]
         lq = sy.as_int(g.lq) or 0
         fitting = held and tuple(c for c in _fitting(target, _sizes(g, rows, held), tuple(cands)) if c[0] >= lq)
         dims = tuple(dims_of(g, syms, at) for at in plan_samples(g, plan))
@@ -326,13 +332,106 @@ class FlashAttention:
 
     def macro(self, op, tv, t, b):
         g = Geometry(op, tv)
-        emit(g, t, b, module_symbols(op))
+        if t.tiles.get("heads", 1) > 1:
+            return _heads_macro(g, t, b, t.tiles["heads"], len(module_symbols(op)))
+        tq, tk = t.tiles["tq"], t.tiles["tk"]
+        ones, two = t.tiles.get("ones", 0), t.tiles.get("s_slots", 1) == 2
+        ahead = None
+        if t.tiles.get("s_slots", 1) == 3:
+            syms = module_symbols(op)
+            ahead = Ahead(g, b, tq, tk, single=_ahead_tiles(g, syms, tk), one=_one_block(g, syms, tq))
+        pipelined = lagged(t.tiles.get("pipelined", 0), t.tiles.get("s_slots", 1))
+        b = fd.Lanes(b, g, len(module_symbols(op))) if fd.lanes(g) and not pipelined else b
+        s = Steps(g, b, tq, tk, pipelined, ones)
+        rows = extent(1, tq, g.lq)
+        e = Emit(b, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))
+        if two:  # tile i's scores in slot i mod 2: the score MATMUL of tile d2 and the softmax of d2 - 1 never meet
+            s.s_off = ir.AffineExpr.get_mod(b.d(2), sy.const(2)) * (tq * tk)
+            e.s_off = ir.AffineExpr.get_mod(s.i, sy.const(2)) * (tq * tk)
+        if ones in (COLUMN, SUMS):
+            _fill_ones(b, g, t, tk)
+        if g.causal:
+            _staircase(b, tk, when=first(0) + first(1) + first(2))
+        s.place(e)
+        if ahead:
+            ahead.step(e, s)
+            return
+        s.q_off = query(b, g, t, tq, rows, None if s.pipelined else s.opening)
+        s.loads(rows)
+        if not s.pipelined or two:
+            s.qk(e)
+        e.adds(None if g.mask is None else "ROW" if mask_row(g) else "TENSOR", g.causal, s.on, s.final)
+        e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
+        if s.pipelined and not two:  # after the last read of the one score buffer
+            s.qk(e)
+        e.part2(s.on, s.opening, s.rest)
+        e.normalize(when=s.final, safe=g.safe and g.mask is not None)  # causal alone keeps the diagonal
+        store(b, g, tq, rows, s.final)
 
 
 def _ahead_ok(g: Geometry) -> bool:
     """Whether the lookahead (`flash_ahead.Ahead`) may run: no mask, causal skip, window or paged cache (and
-    `ahead_tiles`)."""
+    `_ahead_tiles`)."""
     return g.mask is None and not g.causal and g.window is None and not g.paged
+
+
+def _ahead_tiles(g: Geometry, syms, tk: int) -> bool | None:
+    """Whether the lookahead's blocks have one key tile (`Ahead.single`) at every length, which it takes only
+    where the query is kept in the scratchpad (a block's query LOAD would write the slot the op's first block,
+    a step late, still reads) and the op's last output fits the slot of `p` it goes through where the output
+    is stored (`Ahead.output_last`), or else two or more at every length (False); None: neither."""
+    lo, hi = (sy.evaluate(g.lk, [getattr(s, end) for s in syms]) for end in ("lo", "hi"))
+    if lo > tk:
+        return False
+    return True if hi <= tk and 0 in g.kept and (3 in g.kept or g.dv <= tk) else None
+
+
+def _one_block(g: Geometry, syms, tq: int) -> bool:
+    """Whether the query has one block of `tq` rows at every length (`Ahead`'s `one`)."""
+    return sy.evaluate(g.lq, [s.hi for s in syms] or [0]) <= tq
+
+
+def _fill_ones(b, g: Geometry, t, tk: int) -> None:
+    """The ones column of every slot of V (its rows a tile may hold), once; the loads write the others.
+    `SUMS`: the row of ones `u`, once."""
+    if t.tiles.get("ones") == SUMS:
+        b.vop("FILL", "u", imm=1.0, rows=1, cols=tk, dst_stride=tk, when=first(0) + first(1) + first(2))
+        return
+    slots = next(buf.slots for buf in t.buffers if buf.name == "v")
+    for slot in range(slots):
+        b.vop("FILL", "v", imm=1.0, rows=tile_extent(tk, g.lk, sy.const(0)), cols=1, dst_stride=g.dv + 1,
+              dst_offset=sy.const(slot * tk * (g.dv + 1) + g.dv), when=first(0) + first(1) + first(2))  # fmt: skip
+
+
+def _heads_macro(g: Geometry, t, b, heads: int, n_syms: int) -> None:
+    """A decode step of `heads` heads (`flash_decode.SubHead`, the plain schedule) in phases, so that their
+    work interleaves: every head's loads, every score MATMUL (the next head's beside this one's softmax),
+    every softmax with its P @ V, every output. A batched step's heads each follow their lane
+    (`flash_decode.Lanes`)."""
+    tq, tk, ones = t.tiles["tq"], t.tiles["tk"], t.tiles.get("ones", 0)
+    rows = extent(1, tq, g.lq)
+    shared = fd.shared(g, heads)
+    parts = []
+    for i in range(heads):
+        sb = SubHead(b, heads, i, shared)
+        sb = fd.Lanes(sb, g, n_syms) if fd.lanes(g) else sb
+        s = Steps(g, sb, tq, tk, False, ones)
+        if ones in (COLUMN, SUMS):
+            _fill_ones(sb, g, t, tk)
+        s.q_off = load_query(sb, g, t, tq, rows, emit=i == 0, opening=s.opening)
+        parts.append((sb, s, Emit(sb, rows, s.cols, tq, tk, g.dv, ones, bool(t.tiles.get("expsub", 0)))))
+        fd.hold_output(g, parts[-1][2], sb)
+    for i, (_, s, _) in enumerate(parts):
+        s.loads(rows, mask=i == 0 or "mask" not in shared)
+    for _, s, e in parts:
+        s.qk(e)
+    for _, s, e in parts:
+        e.adds(None if g.mask is None else "ROW" if mask_row(g) else "TENSOR", False, s.on, s.final)
+        e.part1(floor=g.mask is not None, opening=s.opening, rest=s.rest)
+        e.part2(s.on, s.opening, s.rest)
+    for _, s, e in parts:
+        e.normalize(when=s.final, safe=g.safe and g.mask is not None)
+    fd.store_held(b, g, t, heads, parts[0][1].final)
 
 
 @memoized
@@ -349,3 +448,16 @@ def _cheapest(kernel, target, dims, cands: tuple) -> tuple:
 
     bounds = [sum(fc.lower_bound(target, d, *c) for d in at) for c in cands]
     return cands[cm.least_by_bound(bounds, key, kernel.exhaustive)[-1]]
+
+
+def _staircase(b, t: int, when) -> None:
+    """tri[r, c] = 0 for c <= r, NEG_FLOOR above: FILL NEG_FLOOR, then doubling (S_2n = [[S_n, NEG_FLOOR], [0, S_n]])."""
+    f = dict(dst_stride=t, a_stride=t, when=when)
+    b.vop("FILL", "tri", imm=NEG_FLOOR, rows=t, cols=t, **f)
+    b.vop("FILL", "tri", imm=0.0, rows=1, cols=1, **f)
+    n = 1
+    while n < t:
+        h = min(n, t - n)
+        b.vop("FILL", "tri", imm=0.0, rows=h, cols=n, dst_offset=sy.const(n * t), **f)
+        b.vop("COPY", "tri", "tri", rows=h, cols=h, dst_offset=sy.const(n * t + n), **f)
+        n *= 2

@@ -7,8 +7,7 @@ p = s - max; `part2`: the rest), its matrix work the score MATMUL of one tile an
 the VECs and MATMULs `flash_emit.Emit` writes, run into an `emit_trace.Trace` and priced with the
 simulator's formulas (`emitted`, `step_cycles`). Its LOADs and STORE are the kernel's too (`query`,
 `flash_emit.Steps.loads`, `flash_emit.store`), read at the step's grid point with the rows the simulator
-moves (`emitted_dmas`), except over a paged cache (`_hand_dmas`, `_page_chain`; where its loads chain, the
-emitted steps timed: `flash_chain.chained_cycles`); how they
+moves (`emitted_dmas`), except over a paged cache (`_hand_dmas`, `_page_chain`, `chained_ring`); how they
 chain, overlap and floor the step (`_parts`, `_group`) is the schedule's rule, here.
 Pipelined, step j runs part1(j-1), QK(j), part2(j-1), PV(j-1): the next step's MATMULs never wait
 for this step's VECs, so the units overlap (`Group.overlap`) and a steady step costs the busier
@@ -40,7 +39,6 @@ from ..machine import costmodel as cm
 from . import memoized
 from .emit_trace import LOAD, MMA, VEC, Dim, Trace, context, cycles
 from .flash_ahead import Ahead
-from .flash_chain import chained_cycles
 from .flash_emit import Emit, Steps, lagged, query, store
 from .support import extent
 
@@ -223,8 +221,8 @@ def emitted_dmas(dims: Dims, tq: int, tk: int, sch: Schedule) -> dict:
         out = {}
         for step, (qi, j) in points.items():
             dmas = b.dmas({0: 0, 1: qi, 2: j})
-            st = [x[1:4] for x in dmas if x[0] != LOAD]
-            out[step] = tuple(x[1:4] for x in dmas if x[0] == LOAD), st[0] if st else None
+            st = [x[1:] for x in dmas if x[0] != LOAD]
+            out[step] = tuple(x[1:] for x in dmas if x[0] == LOAD), st[0] if st else None
         return out
 
 
@@ -262,7 +260,7 @@ class Schedule:
     s_slots: int = 1
     expsub: bool = False
     blocks: bool = False  # the query alternates between consecutive query blocks (`q_blocks`)
-    heads: int = 1  # heads per grid step (`flash_decode.SubHead`; `flash_chain` only)
+    heads: int = 1  # heads per grid step (`flash_decode.SubHead`; `chained_ring` only)
     shared: bool = True  # the step's heads read one mask
 
 
@@ -327,7 +325,7 @@ def _parts(t, dims: Dims, s: _Step, r: int, ws: list[int], sch: Schedule, j: int
 
 
 def cost(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
-    """Predicted cycles of the whole op (`costmodel.pipeline` over its steps, or `flash_chain.chained_cycles` where its
+    """Predicted cycles of the whole op (`costmodel.pipeline` over its steps, or `chained_ring` where its
     loads chain); `schedule`: Schedule's fields. The lookahead (`flash_ahead`): its emitted steps timed one by
     one (`ahead_cycles`), as its blocks' edges do not follow the steps' rule."""
     sch = Schedule(*schedule)
@@ -360,7 +358,7 @@ def ahead_cycles(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
 
 def _cost(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
     if dims.page and tk > dims.page and not dims.causal and not sch.pipelined:
-        return chained_cycles(t, dims, tq, tk, sch)
+        return chained_ring(t, dims, tq, tk, sch)
     counts: Counter = Counter()
     dmas = None if dims.page else emitted_dmas(dims, tq, tk, sch)
     for (r, keys), n_blocks in _query_blocks(dims, tq, tk).items():
@@ -397,3 +395,64 @@ def lower_bound(t, dims: Dims, tq: int, tk: int, *schedule) -> float:
         mask = (1 if dims.mask_row else r) * lk * dims.masked
         elems += n * (q * r * dims.d + lk * (k * dims.d + v * dims.dv) + mask + out * r * dims.dv)
     return dims.batch * max(mat, vec, elems * 4 / t.dram_bytes_per_cycle)
+
+
+def chained_ring(t, dims: Dims, tq: int, tk: int, sch: Schedule) -> float:
+    """Cycles of a plain schedule whose loads all continue the load queue's DMA chain
+    (`flash_decode.chained_loads`), step by step in order: the loads of step k go into the slots step
+    k - 2 used, so they start when its compute pushed its token, and their data follows one DMA latency
+    later unless the queue is still moving the data of step k - 1; step k computes when its loads are in
+    and step k - 1 is done. A query block's last tile is partial: a short one holds little data, so the
+    next block's first loads wait for the whole compute of the tile before it (its own slot's). Blocks
+    are alike: three are stepped, the rest repeat the last one's period."""
+    u = sch.heads
+    blocks = [(r, keys, n * dims.batch // u) for (r, keys), n in _query_blocks(dims, tq, tk).items()]
+    load = done = 0.0  # the load queue's end, the compute's end
+    tokens, total = [0.0, 0.0], 0.0  # the compute's end after each step; the blocks not stepped
+    for r, keys, n in blocks:
+        s, ws = _Step(t, dims, r, sch.ones, sch.expsub), widths(keys, tk)
+        steps = [_ring_step(t, dims, s, r, tk, ws, sch, j) for j in range(len(ws))]
+        steps = [(u * data - (u - 1) * mask * sch.shared - (u > 1) * u * out, interleaved(u, *parts))
+                 for data, mask, out, parts in steps]  # fmt: skip
+        ends = [done]
+        for _ in range(min(n, 3)):
+            for data, chain in steps:
+                load = max(load, tokens[-2] + t.issue_cycles + t.dma_latency) + data
+                done = max(load, done) + chain
+                tokens.append(done)
+            ends.append(done)
+        total += (ends[-1] - ends[-2]) * (n - min(n, 3))
+    held = dims.batch * blocks[-1][0] if u > 1 else blocks[-1][0]  # several heads a step: every output at the end
+    return done + total + (cm.dma(t, held, dims.dv, dims.contiguous[3])[0] if 3 not in dims.kept else 0.0)
+
+
+def _ring_step(t, dims: Dims, s: _Step, r: int, tk: int, ws: list[int], sch: Schedule, j: int) -> tuple:
+    """(load queue cycles but latencies, of them the mask's and the output's, (QK, VECs before P @ V, P @ V, VECs after)) of
+    step j of one head of the plain schedule: K and V as tk / page LOADs each (the pages past the sequence
+    move nothing), the mask tile, the query at 0; the last step's output STORE holds the DRAM channel
+    for its data too (a query or output kept in the scratchpad, `Dims.kept`, moves nothing)."""
+    w, first, last = ws[j], j == 0, j == len(ws) - 1
+    chains = [_page_chain(t, w, c, dims.page) for c in (dims.d, dims.dv)]
+    queue = sum(q - t.dma_latency for q, _ in chains) + 2 * t.issue_cycles * (tk // dims.page - -(-w // dims.page))
+    mask = s.mask(r, w)[0] - t.dma_latency if dims.masked else 0.0
+    queue += mask + (
+        cm.dma(t, r, dims.d, dims.contiguous[0])[0] - t.dma_latency if first and 0 not in dims.kept else 0.0
+    )
+    out = cm.dma(t, r, dims.dv, dims.contiguous[3])[1] if last and 3 not in dims.kept else 0.0
+    queue += out
+    before = s.part1(w, first, False) + s.part2(w, first) + (cm.vec(t, r, dims.d, "mul") if first else 0.0)
+    return queue, mask, out, (s.qk(w), before, s.pv(w), s.out(w) if last else 0.0)
+
+
+def interleaved(u: int, qk: float, before: float, pv: float, after: float) -> float:
+    """The compute of a step of u heads (`flash_attention._heads_macro`): the score MATMULs back to back on
+    the matrix unit, each head's softmax on the vector unit once its scores are in, its P @ V once the
+    softmax and the P @ V before it are done, the outputs' VECs last. One head: their sum."""
+    mat, vec, ends = u * qk, 0.0, []
+    for h in range(u):
+        vec = max(vec, (h + 1) * qk) + before
+        mat = max(mat, vec) + pv
+        ends.append(mat)
+    for end in ends:
+        vec = max(vec, end) + after
+    return max(mat, vec)

@@ -13,7 +13,7 @@ of step k - 2 frees, so with one head per step each head waited for a DMA latenc
 and the compute of the head two before, in series (measured 335 cycles per head of a 17-key
 attention whose K/V data is 280). With several, the step's loads are in flight under the compute of
 the step before, and its score MATMULs run while the vector unit does the softmax of the heads
-before them (priced as they run: `flash_chain.chained_cycles`).
+before them (`flash_cost.interleaved`).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ SAMPLES = 7  # lengths a decode step's tiles are scored at
 def plan_samples(g, plan: list[int]) -> list[list[int]]:
     """The symbol values an attention over a paged cache is scored at: a decode step's key/value tiles
     serve every past length, and the last tile of a head is partial. Where it holds a few rows, the next
-    head's first loads wait for the whole compute of the tile before it (`flash_chain.chained_cycles`): a
+    head's first loads wait for the whole compute of the tile before it (`flash_cost.chained_ring`): a
     cost at one length (the plan's, 4097 keys: one row) prices that tail at its worst for every tk. So
     the lengths from half the plan's to it, `SAMPLES` apart by a step no power of two divides (the tails
     of every tk spread), and their costs add up; the plan's alone elsewhere."""

@@ -86,6 +86,16 @@ def test_an_emitter_change_moves_the_price(monkeypatch):
     assert after >= before + tiles * fc.cm.vec(target, 64, 64, "exp")
 
 
+def test_a_step_of_several_heads_interleaves_their_units():
+    """`interleaved` (a decode step of several heads, `flash_attention._heads_macro`): one head is its parts
+    in series; two heads of a 17-key decode attention (QK 96, softmax 57 before P @ V, P @ V 96, the
+    normalization 24: the simulator's figures of `bench/decode.py`'s LLaMA) take 408 cycles, as the
+    simulator ran them, not 2 * 273: the second score MATMUL runs beside the first softmax."""
+    assert fc.interleaved(1, 96, 57, 96, 24) == 96 + 57 + 96 + 24
+    assert fc.interleaved(2, 96, 57, 96, 24) == 408
+    assert fc.interleaved(4, 96, 57, 96, 24) == 8 * 96 + 24  # the matrix unit's work, then the last divide
+
+
 def test_chained_ring_prices_several_heads_per_step_below_one():
     """At B = 32 (64 cache heads of 17 keys, two query rows each) one head per step waits for a DMA latency,
     its data and the compute of the head two before; two per step are bound by the DRAM channel."""
