@@ -51,8 +51,7 @@ class Ahead:
         self.start = first(0) + first(1) + first(2)
         linear = bi * nq + qi  # the query's slot, as `load_query` with `q_blocks`
         self.parity = sy.mod(linear, 2), sy.mod(linear + 1, 2)  # this block's and the next one's
-        self.q_off = sy.mod(linear, 2) * (tq * g.d)
-        self.q_next = sy.mod(linear + 1, 2) * (tq * g.d)
+        self.q_off, self.q_next = (p * (tq * g.d) for p in self.parity)
         self.k_tile = j + 1 - nk * sy.step(j + 2 - nk)  # the K LOAD's tile: j + 1, 0 at the block's last step
         self.k_batch = bi + sy.step(j + qi + 3 - nk - nq)  # the next batch's at the batch's last step
         self.k_rows = [sy.const(tk), g.lk - self.k_tile * tk, sy.gate(left + nk - 1 - j)]  # none at the op's end

@@ -278,9 +278,9 @@ class FlashAttention:
         `held_rows`, kept only where a candidate with one query block fits)."""
         cands = self.candidates(g, syms, target, options)
         if rows and not held:  # several query blocks: each may load under the previous one's compute
-            pipes = [c for c in cands if c[2] and c[4] == 2 and not g.paged]
+            pipes = [c for c in cands if c[2] and c[4] == 2]
             cands += [(*c, True) for c in cands if rows > c[0] and c[2] and not g.paged]
-            if _ahead_ok(g):  # the lookahead (`flash_ahead`): three score slots
+            if _ahead_ok(g):  # the lookahead (`flash_ahead`, never paged): three score slots
                 cands += [(*c[:4], 3, c[5], True) for c in pipes if _ahead_tiles(g, syms, c[1]) is not None]
         lq = sy.as_int(g.lq) or 0
         fitting = held and tuple(c for c in _fitting(target, _sizes(g, rows, held), tuple(cands)) if c[0] >= lq)
