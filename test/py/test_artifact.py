@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
-from pathlib import Path
 
+import models
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import models  # noqa: E402
-
-import novella_mlir  # noqa: E402
-from novella_mlir import ArtifactError, artifact  # noqa: E402
-from simulator import load_config  # noqa: E402
+import novella_mlir
+from novella_mlir import ArtifactError, artifact
+from simulator import load_config
 
 
 @pytest.fixture(scope="module")

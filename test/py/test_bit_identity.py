@@ -14,18 +14,13 @@ instantiates the words straight from the IR after --novella-schedule
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+import models
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import models  # noqa: E402
-
-from novella_mlir.runtime.jit import Jit  # noqa: E402
-from novella_mlir.testing import oracle, streams  # noqa: E402
-from simulator import isa  # noqa: E402
+from novella_mlir.runtime.jit import Jit
+from novella_mlir.testing import oracle, streams
+from simulator import isa
 
 MAX = {"mlp": 2048, "mlp384": 1500, "layer": 1500}
 RNG = np.random.default_rng(1234)

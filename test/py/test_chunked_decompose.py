@@ -55,7 +55,7 @@ def _failing_since(prog, start: int) -> list[tuple]:
         r = prog.range_constraints.get(free[0]) if len(free) == 1 else None
         try:
             bad = guards.failing_lengths(g.expr, int(r.lower), int(r.upper)) if r is not None else []
-        except Exception:  # noqa: BLE001 - a guard numpy cannot evaluate (or an unbounded symbol) is not checked
+        except Exception:
             continue
         if bad:
             out.append((g.expr, bad))

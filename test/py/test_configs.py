@@ -8,19 +8,16 @@ The default config is what every other test runs on; here edge (8x8, 64 KiB) and
 from __future__ import annotations
 
 import re
-import sys
 
+import models
 import pytest
+import test_transformer_ops as ops
 import torch
 from goldens import ROOT
 
 from novella_mlir import compile_torch
 from novella_mlir.machine.target import Target
 from simulator import load_config
-
-sys.path.insert(0, str(ROOT / "bench"))
-import models  # noqa: E402
-import test_transformer_ops as ops  # noqa: E402
 
 CONFIGS = {name: load_config(ROOT / "simulator" / "configs" / f"{name}.toml") for name in ("edge", "large")}
 MAX_LEN = 130

@@ -23,22 +23,19 @@ from __future__ import annotations
 
 import functools
 import re
-import sys
 from collections import Counter
 
 import goldens
+import models
 import numpy as np
 import pytest
 import torch
-from goldens import GOLDEN, ROOT
+from goldens import GOLDEN
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from novella_mlir.testing import oracle
 from simulator import isa
-
-sys.path.insert(0, str(ROOT / "bench"))
-import models  # noqa: E402
 
 PROGRAMS = {
     "mlp": ("mlp", 2048, (1, 100, 2048)),

@@ -8,8 +8,7 @@ model) matches eager too."""
 
 from __future__ import annotations
 
-import sys
-
+import models
 import numpy as np
 import pytest
 import torch
@@ -21,9 +20,6 @@ from novella_mlir.machine.target import Target
 from novella_mlir.runtime.executor import Executor
 from simulator import Opcode, Simulator, encode, load_config
 from simulator.config import ConfigError
-
-sys.path.insert(0, str(ROOT / "bench"))
-import models  # noqa: E402
 
 DEFAULT = load_config()
 DUAL = load_config(ROOT / "simulator" / "configs" / "dual_dma.toml")

@@ -10,14 +10,12 @@ before the speed work (the timing model must not change).
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
 import goldens  # noqa: E402
 import models  # noqa: E402
 import test_simulator as hand  # noqa: E402

@@ -9,13 +9,11 @@ beats the same tiles without it."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from goldens import ROOT
 
 from novella_mlir import compile_torch
 from novella_mlir.kernels import flash_cost
@@ -119,7 +117,6 @@ def test_one_query_block_a_head_with_the_output_kept_matches_eager_on_large():
     block's output address, at the grid's and the lengths' zero point, must stay near its region: written with
     qi - 1 + nq it was tq rows below, and `--novella-schedule` moved it with the macro's buffers (max error 4.9;
     test_configs' encoder on large at T = 65 alike)."""
-    sys.path.insert(0, str(ROOT / "bench"))
     import models
 
     body = models.WhisperBody().eval()

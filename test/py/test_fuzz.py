@@ -7,17 +7,12 @@ regression test below."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+import fuzz
 import pytest
 import torch
 from hypothesis import HealthCheck, given, seed, settings
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import fuzz  # noqa: E402
-
-from novella_mlir import compile_torch  # noqa: E402
+from novella_mlir import compile_torch
 
 
 @seed(0)

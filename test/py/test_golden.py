@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import difflib
 import json
-import sys
 
 import goldens
+import models
 import pytest
-from goldens import GOLDEN, ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))
-import models  # noqa: E402
+from goldens import GOLDEN
 
 KEYS = ("symbols", "inputs", "outputs", "dram_size", "weight_layout", "macros", "tiles")
 MODELS = {"mlp": ("mlp", 2048), "mlp384": ("mlp384", 1500), "whisper_layer": ("layer", 1500)}

@@ -258,7 +258,7 @@ def test_last_run_is_per_thread_and_run_returns_it(npu):
                 _, run = npu.run(torch.randn(1, length + 1, 16))
                 if run.symbols["T"] != length + 1:
                     bad.append(length)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 errors.append(e)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
-from pathlib import Path
 
+import models
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import models  # noqa: E402
-
-from novella_mlir.runtime import expr, jit_kernel  # noqa: E402
-from novella_mlir.runtime.jit import Jit  # noqa: E402
-from simulator import isa  # noqa: E402
+from novella_mlir.runtime import expr, jit_kernel
+from novella_mlir.runtime.jit import Jit
+from simulator import isa
 
 TOKEN_FIELDS = {"pop_prev", "pop_next", "push_prev", "push_next"}
 

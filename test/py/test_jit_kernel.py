@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+import models
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import models  # noqa: E402
-
-from novella_mlir.runtime import _jit_numba, jit_kernel, tokens  # noqa: E402
-from novella_mlir.runtime.jit import Jit  # noqa: E402
+from novella_mlir.runtime import _jit_numba, jit_kernel, tokens
+from novella_mlir.runtime.jit import Jit
 
 MAX = {"mlp": 2048, "layer": 1500, "encoder": 1500}
 

@@ -126,7 +126,7 @@ def test_concurrent_generate_calls_give_the_serial_results(lm):
         try:
             results[i] = [t.tolist() for t in npu.generate((prompts * 2)[i], max_new_tokens=10)]
             assert len(npu.last_run.logits) == len((prompts * 2)[i])  # this thread's run
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(serial))]

@@ -5,18 +5,14 @@ All five lengths of the issue: bench/models_e2e.py."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-import stock_models  # noqa: E402
+import stock_models
 
-from novella_mlir import compile_torch  # noqa: E402
+from novella_mlir import compile_torch
 
 CI_LENGTHS = ("min", "partial", "max")
 

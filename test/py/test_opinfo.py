@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("expecttest")  # torch.testing._internal needs it
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import opinfo  # noqa: E402  (bench/opinfo.py)
 import opinfo_harness as h  # noqa: E402

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ from novella_mlir.testing import oracle
 from simulator import isa
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
 import models  # noqa: E402
 
 # lower bound, 63/64/65 around the row tile, a partial tile (100), the attention kv tile (512/513), the max

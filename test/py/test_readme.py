@@ -8,13 +8,10 @@ import contextlib
 import functools
 import io
 import re
-import sys
 
 import pytest
+import tables
 from goldens import GOLDEN, ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))
-import tables  # noqa: E402
 
 README = (ROOT / "README.md").read_text()
 BLOCKS = re.findall(r"^```python\n(.*?)^```", README, re.S | re.M)
