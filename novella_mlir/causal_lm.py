@@ -187,6 +187,14 @@ class CausalLM:
         self.batched: dict = {}  # batch size -> the batched decode program (batched.compile_batched)
         self.max_batch: int | None = None
 
+    def fresh(self, n_pages: int | None = None) -> CausalLM:
+        """A CausalLM over the same compiled programs and settings, with its own sessions, runs and batched
+        programs; `n_pages` gives it a different page pool."""
+        lm = CausalLM(self.prefill, self.decode, self.vocab, self.max_len, self.page_size,
+                      self.n_pages if n_pages is None else n_pages, self.compile_seconds)  # fmt: skip
+        lm.hf_config, lm.generation_config, lm.max_batch = self.hf_config, self.generation_config, self.max_batch
+        return lm
+
     @property
     def nbytes(self) -> int:
         """MacroMeta + TileMeta bytes of both programs."""

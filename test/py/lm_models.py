@@ -38,7 +38,7 @@ def shared_lm(name: str, max_len: int, page_size: int = 16):
     test_batched_decode): a worker compiles it once (a fresh `CausalLM` over the same programs each call, so
     one file's batched programs or sessions never reach another), and the workers of a run share the
     entries of one compile cache (conftest's NOVELLA_SUITE_CACHE_DIR, removed at the end of the run)."""
-    from novella_mlir.causal_lm import CausalLM, compile_causal_lm
+    from novella_mlir.causal_lm import compile_causal_lm
 
     key = (name, max_len, page_size)
     if key not in _COMPILED:
@@ -46,9 +46,7 @@ def shared_lm(name: str, max_len: int, page_size: int = 16):
         with mock.patch.dict(os.environ, {"NOVELLA_CACHE_DIR": os.environ["NOVELLA_SUITE_CACHE_DIR"]}):
             _COMPILED[key] = hf, compile_causal_lm(hf, max_len=max_len, page_size=page_size, cache=True)
     hf, lm = _COMPILED[key]
-    fresh = CausalLM(lm.prefill, lm.decode, lm.vocab, lm.max_len, lm.page_size, lm.n_pages, lm.compile_seconds)
-    fresh.hf_config, fresh.generation_config, fresh.max_batch = lm.hf_config, lm.generation_config, lm.max_batch
-    return hf, fresh
+    return hf, lm.fresh()
 
 
 def reference(hf, ids: list, n: int):

@@ -11,7 +11,7 @@ tf = pytest.importorskip("transformers")
 
 from lm_models import build, check, prompt, reference, shared_lm  # noqa: E402
 
-from novella_mlir.causal_lm import CausalLM, compile_causal_lm  # noqa: E402
+from novella_mlir.causal_lm import compile_causal_lm  # noqa: E402
 from novella_mlir.decoding.batched import compile_batched  # noqa: E402
 from novella_mlir.decoding.engine import BatchBoundError, Engine  # noqa: E402
 from novella_mlir.errors import InputError  # noqa: E402
@@ -98,8 +98,8 @@ def test_shared_prefix_in_the_batched_step(model):
 
 def test_small_pool_preempts_in_the_batched_step(model):
     name, hf, lm = model
-    small = CausalLM(lm.prefill, lm.decode, lm.vocab, lm.max_len, lm.page_size, n_pages=7)
-    small.batched, small.max_batch = lm.batched, lm.max_batch
+    small = lm.fresh(n_pages=7)
+    small.batched = lm.batched
     eng = Engine(small)
     reqs = [eng.add(prompt(t, seed=30 + t), n) for t, n in ((20, 30), (33, 12), (7, 20))]
     eng.run_all()

@@ -18,7 +18,7 @@ from hf_reference import greedy_reference as _reference  # noqa: E402
 from hf_reference import prompt as _prompt  # noqa: E402
 from lm_models import shared_lm  # noqa: E402
 
-from novella_mlir.causal_lm import CausalLM, compile_causal_lm, load_causal_lm  # noqa: E402
+from novella_mlir.causal_lm import compile_causal_lm, load_causal_lm  # noqa: E402
 from novella_mlir.errors import InputError  # noqa: E402
 from novella_mlir.runtime.kv import KvCacheFullError  # noqa: E402
 
@@ -149,7 +149,7 @@ def test_bad_input_names_the_limit(model):
         lm.generate(torch.zeros(1, 0, dtype=torch.long), max_new_tokens=1)
     with pytest.raises(InputError, match=r"token id 512 is outside the vocabulary \[0, 512\)"):
         lm.generate(torch.tensor([[3, 512]]), max_new_tokens=1)
-    small = CausalLM(lm.prefill, lm.decode, lm.vocab, lm.max_len, lm.page_size, n_pages=2)
+    small = lm.fresh(n_pages=2)
     with pytest.raises(KvCacheFullError, match="out of pages: 3 more needed, 2 free of 2"):
         small.generate(_prompt(40, 1), max_new_tokens=4)
     with pytest.raises(KvCacheFullError, match="needs 3 pages .* more than the whole pool of 2"):
