@@ -429,10 +429,10 @@ def in_place(op, g: Geometry, tl: Tile, rot: set) -> dict:
     regions, out = resident.regions(op), {}
     o = g.ops[0]
     if "x" in regions and 0 not in rot and o.col_full:
-        start = tl._base(o.batch_strides) + tl.dc * tl.tc + tl.dr * tl.tm * o.cols
+        start = tl.batch_offset(o.batch_strides) + tl.dc * tl.tc + tl.dr * tl.tm * o.cols
         out["in0"] = (RESIDENT["x"], start, o.cols)
     if "out" in regions:
-        start = tl._base(g.out_strides) + tl.dc * tl.tc + tl.dr * tl.tm * g.out_row
+        start = tl.batch_offset(g.out_strides) + tl.dc * tl.tc + tl.dr * tl.tm * g.out_row
         out["out"] = (RESIDENT["out"], start, g.out_row)
     return out
 
@@ -452,7 +452,7 @@ def load_rotated(tl: Tile, buf: str, o, chain: int) -> None:
     for i, (col, at) in enumerate(((h, 0), (0, h))):
         f = dict(row_start=tl.dr * tl.tm, rows=tl.rows, row_bound=tl.g.r, cols=h, sram_stride=tl.tc)
         f = {**f, "chain": 1} if chain or i else f
-        base = tl._base(o.batch_strides) + col
+        base = tl.batch_offset(o.batch_strides) + col
         tl.b.load_rows(buf, o.slot, dram_offset=base, dram_stride=o.cols, buf_offset=at, **f)
     tl.b.vop("MUL", buf, buf, **tl.geo(cols=h), mode="SCALAR", imm=-1.0)
 

@@ -135,7 +135,8 @@ class Tile:
         self.rows = _extent(nb, self.tm, g.r)
         self.cols = _extent(nb + 1, self.tc, g.c)
 
-    def _base(self, strides):
+    def batch_offset(self, strides):
+        """The DRAM offset of this tile's batch indices under `strides` (zero strides skipped)."""
         out = sy.const(0)
         for d, s in zip(self.bdims, strides):
             if sy.as_int(s) != 0:
@@ -145,7 +146,7 @@ class Tile:
     def load(self, buf: str, op: Operand, chain: int = 0, when=None) -> None:
         """LOAD operand `op` into `buf` ([rows, tc], or [rows, 1] for a broadcast column); `chain`: the LOAD
         continues the load queue's previous DMA (docs/isa.md, LOAD `chain`); `when`: its guard."""
-        offset = self._base(op.batch_strides) + (self.dc * self.tc if op.col_full else sy.const(0))
+        offset = self.batch_offset(op.batch_strides) + (self.dc * self.tc if op.col_full else sy.const(0))
         cols = self.cols if op.col_full else 1
         f = dict(sram_stride=self.tc if op.col_full else 1, **({"chain": chain} if chain else {}))
         f.update({"when": when} if when else {})
@@ -157,7 +158,7 @@ class Tile:
                         rows=self.rows, cols=cols, **f)  # fmt: skip
 
     def store(self, buf: str) -> None:
-        offset = self._base(self.g.out_strides) + self.dc * self.tc
+        offset = self.batch_offset(self.g.out_strides) + self.dc * self.tc
         self.b.store_rows(buf, row_start=self.dr * self.tm, rows=self.rows, row_bound=self.g.r, cols=self.cols,
                           dram_offset=offset, dram_stride=self.g.out_row, sram_stride=self.tc)  # fmt: skip
 
