@@ -194,13 +194,13 @@ class Group:
         return ((self.chain or self.compute) + t.issue_cycles + t.dma_latency + self.dram) / min(slots)
 
 
-def retire_floor(chain: float, next_load: float, next_compute: float) -> float:
+def retire_floor(chain: float, next_load: float, next_compute: float, slots: int = 2) -> float:
     """The least period of an overlapped step whose compute chain (first MATMUL to last VEC) takes `chain`
-    cycles when the next step is a different one taking `next_compute` (e.g. a linear's last k step, with
-    its epilogue, then the next block's first): compute retires in order, and the loads of step k + 2 (the
-    slot step k read) wait for step k's retirement, then take `next_load` before step k + 2 computes, so
-    P(k) + P(k + 1) >= chain + next_load (`_ring` splits that evenly between two equal steps)."""
-    return chain + next_load - next_compute
+    cycles when the next steps are different ones taking `next_compute` (e.g. a linear's last k step, with
+    its epilogue, then the next block's first): compute retires in order, and the loads of step k + slots
+    (the slot step k read) wait for step k's retirement, then take `next_load` before that step computes, so
+    P(k) + ... + P(k + slots - 1) >= chain + next_load (`_ring` splits that evenly between equal steps)."""
+    return chain + next_load - (slots - 1) * next_compute
 
 
 def pipeline(t: Target, groups: list[Group]) -> float:

@@ -68,5 +68,7 @@ def test_fitting_test_adds_up_as_the_plan():
 
 def _with_res_acc(tiles, k, epi) -> list:
     """Each (tm, tn, tk, ws, acc) with the residual in the scratchpad, and in the accumulator where allowed,
-    each with the resident bias row and with a bias tile per output block."""
-    return [(*c, ra, bt) for c in tiles for ra in (0, 1) for bt in (0, 1) if not ra or epi.res_in_acc(k // c[2])]
+    each with the resident bias row and with a bias tile per output block, each with two slots for the
+    streamed loads and with three (`ring`)."""
+    return [(*c, ra, bt, ring) for c in tiles for ra in (0, 1) for bt in (0, 1) for ring in (0, 3)
+            if not ra or epi.res_in_acc(k // c[2])]  # fmt: skip
