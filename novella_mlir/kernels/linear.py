@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 from torch_mlir import ir
 
@@ -174,7 +173,20 @@ class Linear:
             best = min((self.cost(target, dims, c), -min(c[0], m), -c[1], c[0], i) for i, c in enumerate(cands))
         else:
             best = self._pruned(target, dims, cands)
-        return best[:3], cands[best[-1]], self._plan(target, cands[best[-1]], k, n, epi)
+        cand, cost = self._ring(target, dims, cands[best[-1]], best[0])
+        return (cost, *best[1:3]), cand, self._plan(target, cand, k, n, epi)
+
+    def _ring(self, target, dims, cand, cost) -> tuple:
+        """(candidate, cost): the winner `cand`, or its tiles with a third slot (`ring`), any tk and bias form,
+        where that costs less. Priced only beside the winner (`_rings`), in the order of their lower bounds
+        until one exceeds the least cost: a few where x and W tiles stream, not a second candidate list."""
+        m, k, n, epi = dims
+        rings = _rings(self, target, k, n, epi, cand)
+        if not rings:
+            return cand, cost
+        bounds = lc.lower_bounds(target, m, k, n, rings, epi)
+        best = cm.least_by_bound(bounds, lambda i: (self.cost(target, dims, rings[i]), i), self.exhaustive, (cost, -1))
+        return (cand, cost) if best[1] < 0 else (rings[best[1]], best[0])
 
     def _pruned(self, target, dims, cands):
         """The least (cost, -min(tm, M), -tn, tm, index), scoring by class (`linear_cost.classes`) in the order
@@ -327,11 +339,8 @@ def _choose(kernel, target, m, k, n, epi, tile_m):
 def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
     """The candidates (tm, tn, tk, ws, acc_slots, res_acc, bias_tile, ring) whose buffers fit, in search order;
     they do not depend on M (memoized: the search runs for every planned M). `ring`: the slots of the streamed
-    LOAD buffers (x's tile, the weight tile, a residual or bias tile), the target's two or, where both x and W
-    tiles stream (output-stationary, x not resident), three: a load may run two steps ahead of the compute, not
-    one (0: the target's). Where one operand stays on chip the model's gain from a third slot (a smaller tk to
-    fit it) was within its error and lost in the simulator (whisper body, large config, T = 16: q, k, v and the
-    out projection each +1k to +4k cycles). `res_acc` (the residual loaded into the
+    LOAD buffers (x's tile, the weight tile, a residual or bias tile), here 0 (the target's two); a third slot
+    is priced beside the winner only (`Linear._ring`). `res_acc` (the residual loaded into the
     accumulator, `Epilogue.res_in_acc`) is a choice where the epilogue allows it and the k loop has two
     steps. `bias_tile` (each output block's bias columns loaded with its epilogue, not the whole row on the
     first step) only where it lets a larger tk fit: with the same tiles it is one DMA per block more."""
@@ -344,20 +353,37 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
             if epi.rms and ws == 1 and acc > 1:  # the deferred epilogue's rows are not this step's: their scales
                 continue
             for ra in (0, 1) if epi.res_in_acc(2) else (0,):
-                ra_tks = [
-                    t
-                    for t in tks
-                    if (not ra or epi.res_in_acc(k // t))
-                    and (ws == 2 or t == k or not epi.pre_norm)
-                    and (acc != lc.SPREAD or epi.spreads(k // t, ra))
-                ]
-                for tm, ring in itertools.product(
-                    tms, (0, 3) if target.buffer_slots == 2 and ws == 0 and not epi.direct else (0,)
-                ):
-                    cands += _by_tn(kernel, target, k, n, epi, tns, ra_tks, (tm, ws, acc, ra, ring))
+                ra_tks = _k_tiles(tks, k, epi, ws, acc, ra)
+                for tm in tms:
+                    cands += _by_tn(kernel, target, k, n, epi, tns, ra_tks, (tm, ws, acc, ra, 0))
     if epi.direct and epi.pre_norm and any(c[3] == 2 for c in cands):  # the norm of x read in place: once per
         cands = [c for c in cands if c[3] == 2]  # row slab (else on every step, which the cost model underprices)
     return tuple(cands)
+
+
+def _k_tiles(tks, k, epi, ws, acc, ra) -> list:
+    """The k tiles of `tks` that (ws, acc_slots, res_acc) allows."""
+    return [
+        t
+        for t in tks
+        if (not ra or epi.res_in_acc(k // t))
+        and (ws == 2 or t == k or not epi.pre_norm)
+        and (acc != lc.SPREAD or epi.spreads(k // t, ra))
+    ]
+
+
+@memoized
+def _rings(kernel, target, k, n, epi, cand) -> tuple:
+    """`cand`'s tiles but tk and bias_tile with a third slot for the streamed loads (`ring`) that fit
+    (`_by_tn`), where both x and W tiles stream (output-stationary, x not resident) on a target of two
+    slots. Where one operand stays on chip the model's gain from a third slot (a smaller tk to fit it) was
+    within its error and lost in the simulator (whisper body, large config, T = 16: q, k, v and the out
+    projection each +1k to +4k cycles)."""
+    tm, tn, _, ws, acc, ra = cand[:6]
+    if target.buffer_slots != 2 or ws != 0 or epi.direct:
+        return ()
+    tks = _k_tiles(target.divisors(k, target.array_rows), k, epi, ws, acc, ra)
+    return tuple(_by_tn(kernel, target, k, n, epi, [tn], tks, (tm, ws, acc, ra, 3)))
 
 
 def _by_tn(kernel, target, k, n, epi, tns, tks, c) -> list:

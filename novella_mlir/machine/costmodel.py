@@ -71,12 +71,12 @@ def total(steps: list[tuple[StepCost, int]], slots: int) -> float:
     return max(sum((c.load + c.compute + c.store) * n for c, n in steps), dram)
 
 
-def least_by_bound(bounds, key, exhaustive: bool = False) -> tuple:
+def least_by_bound(bounds, key, exhaustive: bool = False, best: tuple | None = None) -> tuple:
     """The least of key(i) over candidates i, each key a tuple whose first item is the candidate's cost
     and `bounds[i]` at most that cost: scored in the order of their bounds (ties in index order) until a
     bound exceeds the least cost so far (`exhaustive`: every candidate). An exact shortcut of the tile
-    searches: a candidate not scored costs more than the least."""
-    best = None
+    searches: a candidate not scored costs more than the least. `best`: a key already known, which a
+    candidate replaces only where its key is less."""
     for i in np.argsort(np.asarray(bounds), kind="stable").tolist():
         if best is not None and bounds[i] > best[0] * (1 + 1e-9) and not exhaustive:
             break

@@ -112,14 +112,19 @@ def test_token_rule_distance_is_the_load_slots():
 
 def test_the_cost_model_chooses_the_ring():
     """Whisper-tiny's fc2 shape at T = 2048 (DRAM-bound, x and W tiles streamed): a third slot lets the loads
-    run two steps ahead, and the model takes it; fc1's (weight-stationary, compute-bound) keeps two."""
+    run two steps ahead, and the model takes it; fc1's (weight-stationary, compute-bound) keeps two. The
+    third slot is no fitting candidate of its own: it is priced beside the two-slot winner only, with its
+    tm, tn, ws, acc_slots and res_acc (`_rings`); none beside fc1's."""
     target = Target.from_config(load_config(None))
     fc2 = linear.LINEAR.choose(target, 2048, 1536, 384, Epilogue(act="relu"), {})
     assert fc2[1][-1] == 3 and {b.name: b.slots for b in fc2[2].buffers}["a"] == 3
     fc1 = linear.LINEAR.choose(target, 2048, 384, 1536, Epilogue(act="gelu"), {})
     assert fc1[1][-1] == 0 and {b.name: b.slots for b in fc1[2].buffers}["a"] == 2
-    cands = linear._fitting(linear.LINEAR, target, 1536, 384, Epilogue(act="relu"), 0)
-    assert {c[-1] for c in cands} == {0, 3}
+    relu = Epilogue(act="relu")
+    assert {c[-1] for c in linear._fitting(linear.LINEAR, target, 1536, 384, relu, 0)} == {0}
+    rings = linear._rings(linear.LINEAR, target, 1536, 384, relu, fc2[1])
+    assert fc2[1] in rings and all(c[:2] + c[3:6] == fc2[1][:2] + fc2[1][3:6] and c[-1] == 3 for c in rings)
+    assert linear._rings(linear.LINEAR, target, 384, 1536, Epilogue(act="gelu"), fc1[1]) == ()
 
 
 def _buffers(entries: dict) -> ir.DictAttr:
