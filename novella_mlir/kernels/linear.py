@@ -177,8 +177,8 @@ class Linear:
         return (cost, *best[1:3]), cand, self._plan(target, cand, k, n, epi)
 
     def _ring(self, target, dims, cand, cost) -> tuple:
-        """(candidate, cost): the winner `cand`, or its tiles with a third slot (`ring`), any tk and bias form,
-        where that costs less. Priced only beside the winner (`_rings`), in the order of their lower bounds
+        """(candidate, cost): the winner `cand`, or its tiles with a third slot (`ring`) and any tk, accumulator
+        halves and bias form, where that costs less. Priced only beside the winner (`_rings`), in the order of their lower bounds
         until one exceeds the least cost: a few where x and W tiles stream, not a second candidate list."""
         m, k, n, epi = dims
         rings = _rings(self, target, k, n, epi, cand)
@@ -374,16 +374,18 @@ def _k_tiles(tks, k, epi, ws, acc, ra) -> list:
 
 @memoized
 def _rings(kernel, target, k, n, epi, cand) -> tuple:
-    """`cand`'s tiles but tk and bias_tile with a third slot for the streamed loads (`ring`) that fit
-    (`_by_tn`), where both x and W tiles stream (output-stationary, x not resident) on a target of two
+    """`cand`'s tm, tn, ws and res_acc with a third slot for the streamed loads (`ring`), any tk, accumulator
+    halves and bias form that fit (`_by_tn`), where both x and W tiles stream (output-stationary, x not resident) on a target of two
     slots. Where one operand stays on chip the model's gain from a third slot (a smaller tk to fit it) was
     within its error and lost in the simulator (whisper body, large config, T = 16: q, k, v and the out
     projection each +1k to +4k cycles)."""
-    tm, tn, _, ws, acc, ra = cand[:6]
+    tm, tn, _, ws, _, ra = cand[:6]
     if target.buffer_slots != 2 or ws != 0 or epi.direct:
         return ()
-    tks = _k_tiles(target.divisors(k, target.array_rows), k, epi, ws, acc, ra)
-    return tuple(_by_tn(kernel, target, k, n, epi, [tn], tks, (tm, ws, acc, ra, 3)))
+    tks, out = target.divisors(k, target.array_rows), []
+    for acc in (lc.SPREAD, 2, 1):
+        out += _by_tn(kernel, target, k, n, epi, [tn], _k_tiles(tks, k, epi, ws, acc, ra), (tm, ws, acc, ra, 3))
+    return tuple(out)
 
 
 def _by_tn(kernel, target, k, n, epi, tns, tks, c) -> list:
