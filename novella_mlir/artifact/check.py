@@ -374,6 +374,11 @@ def _inst(t, f: str, n: int, dims: int, functions) -> None:
     for name, stride in _type(t.get("slot", {}), dict, f + ".slot").items():
         if name not in layout:
             raise _Bad(f"{f}.slot.{name}", f"'{name}' is not a field of {opcode}")
+        if isinstance(stride, list):  # [stride, slots]: three or more slots
+            if len(stride) != 2:
+                raise _Bad(f"{f}.slot.{name}", f"expected a stride or [stride, slots], got {_short(stride)}")
+            _int(stride[1], f"{f}.slot.{name}[1]", 3, MAX_SLOTS)
+            stride = stride[0]
         _int(stride, f"{f}.slot.{name}", 0, 1 << layout[name].bits)
     _type(t["when"], list, f + ".when")
     for k, c in enumerate(t["when"]):

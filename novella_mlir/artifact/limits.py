@@ -6,6 +6,6 @@ MAX_GRID_DIMS = 8
 MAX_PROGRAM = 256  # tokens of one expression
 MAX_CONST = 1 << 40
 MAX_STEPS = 1 << 24  # grid points of all tiles at the upper bound
-MAX_SLOTS = 2  # ping-pong (--novella-schedule)
+MAX_SLOTS = 4  # slots of a streamed buffer, token step distances (--novella-schedule)
 INPUT_DTYPES = ("float32", "int64", "int32", "int16", "int8", "uint8", "bool")
 MAX_PROGRAMS = 16

@@ -15,6 +15,8 @@ from torch_mlir import ir
 
 from simulator import isa
 
+from ..artifact.limits import MAX_SLOTS
+
 MEMS = {"spad": isa.Mem.SPAD, "acc": isa.Mem.ACC}
 SCHEDULE = ("load_slots", "store_slots")
 # The optional `schedule` entry of `--novella-schedule`: per template, how early a LOAD or GATHER may
@@ -89,12 +91,12 @@ def macro_fields(kernel: str, grid, tiles, buffers, dram) -> dict:
     }
 
 
-_SHAPE = '["spad"|"acc", offset, size(, 2(, alternate))]'
+_SHAPE = '["spad"|"acc", offset, size(, slots(, alternate))]'
 
 
 def buffer_entries(buffers: ir.DictAttr) -> dict[str, tuple]:
-    """{name: (mem, offset, size, slots)} of a macro's `buffers` (or a tiled op's `novella.buffers`);
-    a fifth element 1 marks slots the kernel alternates itself (`Buffer.alternate`)."""
+    """{name: (mem, offset, size, slots)} of a macro's `buffers` (or a tiled op's `novella.buffers`): slots
+    2 to MAX_SLOTS if given; a fifth element 1 marks two slots the kernel alternates itself (`Buffer.alternate`)."""
     out = {}
     for i in range(len(buffers)):
         entry = buffers[i]
@@ -102,9 +104,10 @@ def buffer_entries(buffers: ir.DictAttr) -> dict[str, tuple]:
         if len(v) not in (3, 4, 5) or v[0] not in MEMS or not all(isinstance(x, int) for x in v[1:]):
             raise FieldError(f"buffer '{entry.name}' must be {_SHAPE}, got {entry.attr}")
         mem, offset, size, *slots = v
-        if offset < 0 or size < 1 or slots not in ([], [2], [2, 1]):
+        if offset < 0 or size < 1 or not (slots in ([], [2, 1]) or (len(slots) == 1 and 2 <= slots[0] <= MAX_SLOTS)):
             raise FieldError(
-                f"buffer '{entry.name}' needs offset >= 0, size >= 1, slots 2 and alternate 1 if given, got {v}"
+                f"buffer '{entry.name}' needs offset >= 0, size >= 1, slots 2..{MAX_SLOTS} and alternate 1 (with "
+                f"slots 2) if given, got {v}"
             )
         out[entry.name] = (mem, offset, size, slots[0] if slots else 1)
     return out
@@ -128,14 +131,17 @@ def check_macro(op) -> None:
     for i in range(len(tiles)):
         if not isinstance(tiles[i].attr, ir.IntegerAttr) or tiles[i].attr.value < 0:
             raise FieldError(f"tile '{tiles[i].name}' must be an integer >= 0, got {tiles[i].attr}")
-    buffer_entries(ir.DictAttr(op.attributes["buffers"]))
+    most = max([1] + [e[3] for e in buffer_entries(ir.DictAttr(op.attributes["buffers"])).values()])
     schedule = ir.DictAttr(op.attributes["schedule"])
     got = {schedule[i].name: schedule[i].attr for i in range(len(schedule))}
     early = got.pop(EARLY, None)
     if sorted(got) != sorted(SCHEDULE) or any(
-        not isinstance(a, ir.IntegerAttr) or a.value not in (1, 2) for a in got.values()
+        not isinstance(a, ir.IntegerAttr) or not 1 <= a.value <= most for a in got.values()
     ):
-        raise FieldError(f"schedule must be {{load_slots = 1|2, store_slots = 1|2}}, got {schedule}")
+        raise FieldError(
+            f"schedule must be {{load_slots = 1..{most}, store_slots = 1..{most}}} (the most slots of a buffer), "
+            f"got {schedule}"
+        )
     if early is not None:
         _check_early(early, len(op.regions[0].blocks[0].operations))
 
@@ -288,13 +294,24 @@ def _check_inst(attrs: tuple, n_operands: int, n_dims: int) -> None:
 
 
 def _check_slot(a, layout) -> None:
-    """Address field -> slot stride; a stride 0 marks a LOAD into slots its kernel alternates itself."""
+    """Address field -> slot stride (two slots), or [stride, slots] (3..MAX_SLOTS); a stride 0 marks a LOAD
+    into slots its kernel alternates itself."""
     if not isinstance(a, ir.DictAttr):
         raise FieldError(f"'slot' must map address fields to strides, got {a}")
     for i in range(len(a)):
         k, v = a[i].name, a[i].attr
-        if not k.endswith("_addr") or k not in layout or not isinstance(v, ir.IntegerAttr) or v.value < 0:
-            raise FieldError(f"'slot' must map address fields to strides >= 0, got {k} = {v}")
+        if not k.endswith("_addr") or k not in layout or not _slot_entry(v):
+            raise FieldError(
+                f"'slot' must map address fields to strides >= 0 or [stride > 0, slots 3..{MAX_SLOTS}], got {k} = {v}"
+            )
+
+
+def _slot_entry(v) -> bool:
+    """A stride >= 0, or [stride > 0, slots 3..MAX_SLOTS]."""
+    if isinstance(v, ir.IntegerAttr):
+        return v.value >= 0
+    pair = [x.value for x in ir.ArrayAttr(v) if isinstance(x, ir.IntegerAttr)] if isinstance(v, ir.ArrayAttr) else []
+    return len(pair) == 2 == len(ir.ArrayAttr(v)) and pair[0] > 0 and 3 <= pair[1] <= MAX_SLOTS
 
 
 def result_dram(op) -> ir.Attribute | None:

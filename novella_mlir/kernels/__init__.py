@@ -74,8 +74,9 @@ def plan_lengths(op) -> list[int]:
 class Buffer:
     """A named SRAM buffer of one kernel: `mem` is "spad" or "acc"; sizes in elements.
 
-    `slots = 2`: a ping-pong buffer, streamed one tile per grid step; slot 1 follows slot 0
-    (`size` is one slot). `--novella-schedule` alternates the slots by step parity, unless `alternate`:
+    `slots = n >= 2`: a ring of n slots, streamed one tile per grid step; slot i + 1 follows slot i
+    (`size` is one slot). `--novella-schedule` cycles the slots by the step index mod n, unless `alternate`
+    (two slots):
     the kernel picks the slot with an address expression of the grid (e.g. a block's parity), and a
     guarded LOAD into it writes a slot that no template of the step before addresses."""
 
@@ -105,10 +106,11 @@ class BufferPlan:
         self.used = {"spad": 0, "acc": 0}
         self.buffers: list[Buffer] = []
 
-    def add(self, name: str, mem: str, size: int, stream: bool = False, alternate: bool = False) -> None:
-        """`stream`: a tile of it is loaded (or stored) every grid step; it gets the target's slots.
+    def add(self, name: str, mem: str, size: int, stream: bool = False, alternate: bool = False, ring: int = 0) -> None:
+        """`stream`: a tile of it is loaded (or stored) every grid step; it gets the target's slots, or `ring`
+        (a deeper ring the kernel's cost model chose) where the target streams at all.
         `alternate`: the target's slots, which the kernel alternates itself (`Buffer.alternate`)."""
-        slots = self.slots if stream or alternate else 1
+        slots = (ring if ring and self.slots > 1 else self.slots) if stream or alternate else 1
         self.buffers.append(Buffer(name, mem, self.used[mem], size, slots, alternate and slots > 1))
         self.used[mem] += size * slots
 

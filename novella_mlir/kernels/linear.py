@@ -53,22 +53,22 @@ class Linear:
     exhaustive = False  # score every fitting candidate, no bound (bench/costmodel.py, which replaces `cost`)
 
     def _plan(self, target, cand, k, n, epi: Epilogue, plan_type=BufferPlan):
-        tm, tn, tk, ws, acc, ra, bt = cand
+        tm, tn, tk, ws, acc, ra, bt, ring = cand
         deferred = acc > 1
         plan = plan_type(target)
-        plan.add("w", "spad", tn * k if ws == 1 else tn * tk, stream=ws != 1)
-        plan.add("bias", "spad", tn if bt else n, stream=bool(bt))  # its block's columns, or the whole row
+        plan.add("w", "spad", tn * k if ws == 1 else tn * tk, stream=ws != 1, ring=ring)
+        plan.add("bias", "spad", tn if bt else n, stream=bool(bt), ring=ring)  # its block's columns, or the row
         if bt and deferred:
             plan.add("bias2", "spad", tn)
         if not epi.direct or epi.pre_norm:  # x kept in the scratchpad: the MATMULs read it there (`a`: squares)
-            plan.add("a", "spad", tm * k if ws == 2 else tm * tk, stream=ws != 2)
+            plan.add("a", "spad", tm * k if ws == 2 else tm * tk, stream=ws != 2, ring=ring)
         plan.add("out", "spad", tm * tn, stream=True)
         if deferred:  # the last block's own output buffer
             plan.add("out2", "spad", tm * tn, stream=True)
         if epi.scratch:
             plan.add("tmp", "spad", tm * tn)
         if epi.residual and not ra:
-            plan.add("res", "spad", tm * tn, stream=True)
+            plan.add("res", "spad", tm * tn, stream=True, ring=ring)
             if deferred:
                 plan.add("res2", "spad", tm * tn)
         if epi.norm:
@@ -98,9 +98,9 @@ class Linear:
         * two halves: deferred to the next block along grid dim 1, on its first k step, beside its MATMUL
           (the step's chain is the longer of the two), with that step's residual load and the STORE;
           dim 1's last block runs its own after its MATMUL, as with one half."""
-        (m, k, n, epi), (tm, tn, tk, ws, acc, ra, bt) = dims, cand
+        (m, k, n, epi), (tm, tn, tk, ws, acc, ra, bt, ring) = dims, cand
         n_blocks, k_steps = -(-n // tn), k // tk
-        steps, known, tiles = [], lc.steps_of(target, k, n, epi), (tn, tk, ws, acc, ra, bt)
+        steps, known, tiles = [], lc.steps_of(target, k, n, epi), (tn, tk, ws, acc, ra, bt, ring)
 
         def add(r, count, j, head, deferred, lead=False):
             if count:  # `cm.pipeline` drops empty groups
@@ -167,13 +167,26 @@ class Linear:
             tms = [tile_m] if tile_m else target.array_tiles(16)
             tns = ([n] if n <= target.max_cols else []) if epi.norm else target.col_tiles(n)
             tks = target.divisors(k, target.array_rows)
-            return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1, 0, 0), k, n, epi)
+            return None, None, self._plan(target, (tms[-1], (tns or [n])[-1], tks[-1], 0, 1, 0, 0, 0), k, n, epi)
         dims = (m, k, n, epi)
         if self.exhaustive:
             best = min((self.cost(target, dims, c), -min(c[0], m), -c[1], c[0], i) for i, c in enumerate(cands))
         else:
             best = self._pruned(target, dims, cands)
-        return best[:3], cands[best[-1]], self._plan(target, cands[best[-1]], k, n, epi)
+        cand, cost = self._ring(target, dims, cands[best[-1]], best[0])
+        return (cost, *best[1:3]), cand, self._plan(target, cand, k, n, epi)
+
+    def _ring(self, target, dims, cand, cost) -> tuple:
+        """(candidate, cost): the winner `cand`, or its tiles with a third slot (`ring`) and any tk, accumulator
+        halves and bias form, where that costs less. Priced only beside the winner (`_rings`), in the order of their lower bounds
+        until one exceeds the least cost: a few where x and W tiles stream, not a second candidate list."""
+        m, k, n, epi = dims
+        rings = _rings(self, target, k, n, epi, cand)
+        if not rings:
+            return cand, cost
+        bounds = lc.lower_bounds(target, m, k, n, rings, epi)
+        best = cm.least_by_bound(bounds, lambda i: (self.cost(target, dims, rings[i]), i), self.exhaustive, (cost, -1))
+        return (cand, cost) if best[1] < 0 else (rings[best[1]], best[0])
 
     def _pruned(self, target, dims, cands):
         """The least (cost, -min(tm, M), -tn, tm, index), scoring by class (`linear_cost.classes`) in the order
@@ -204,7 +217,7 @@ class Linear:
         best = self.choose(target, m, k, n, Epilogue.of(op), options)
         if best[0] is None:
             best[2].check()
-        (tm, tn, tk, ws, acc, ra, bt), plan = best[1], best[2]
+        (tm, tn, tk, ws, acc, ra, bt, ring), plan = best[1], best[2]
         m_grid = sy.ceildiv(tv.rows(0), tm)
         grid = (
             [sy.const(-(-n // tn)), m_grid, sy.const(k // tk)]
@@ -218,6 +231,8 @@ class Linear:
             tiles["res_acc"] = 1
         if bt:
             tiles["bias_tile"] = 1
+        if ring > 2:
+            tiles["ring"] = ring
         return Tiling(tiles, grid, plan.buffers + resident.buffers(op))
 
     def macro(self, op, tv, t, b):
@@ -311,8 +326,8 @@ def _first_true(n: int, pred) -> int:
 class _Usage(BufferPlan):
     """A BufferPlan that only adds up the sizes (the fitting test of the search)."""
 
-    def add(self, name: str, mem: str, size: int, stream: bool = False) -> None:
-        self.used[mem] += size * (self.slots if stream else 1)
+    def add(self, name: str, mem: str, size: int, stream: bool = False, ring: int = 0) -> None:
+        self.used[mem] += size * ((ring if ring and self.slots > 1 else self.slots) if stream else 1)
 
 
 @memoized
@@ -322,9 +337,11 @@ def _choose(kernel, target, m, k, n, epi, tile_m):
 
 @memoized
 def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
-    """The candidates (tm, tn, tk, ws, acc_slots, res_acc, bias_tile) whose buffers fit, in search order; they
-    do not depend on M (memoized: the search runs for every planned M). `res_acc` (the residual loaded into
-    the accumulator, `Epilogue.res_in_acc`) is a choice where the epilogue allows it and the k loop has two
+    """The candidates (tm, tn, tk, ws, acc_slots, res_acc, bias_tile, ring) whose buffers fit, in search order;
+    they do not depend on M (memoized: the search runs for every planned M). `ring`: the slots of the streamed
+    LOAD buffers (x's tile, the weight tile, a residual or bias tile), here 0 (the target's two); a third slot
+    is priced beside the winner only (`Linear._ring`). `res_acc` (the residual loaded into the
+    accumulator, `Epilogue.res_in_acc`) is a choice where the epilogue allows it and the k loop has two
     steps. `bias_tile` (each output block's bias columns loaded with its epilogue, not the whole row on the
     first step) only where it lets a larger tk fit: with the same tiles it is one DMA per block more."""
     tms = [tile_m] if tile_m else target.array_tiles(16)
@@ -336,37 +353,58 @@ def _fitting(kernel, target, k, n, epi, tile_m) -> tuple:
             if epi.rms and ws == 1 and acc > 1:  # the deferred epilogue's rows are not this step's: their scales
                 continue
             for ra in (0, 1) if epi.res_in_acc(2) else (0,):
-                ra_tks = [
-                    t
-                    for t in tks
-                    if (not ra or epi.res_in_acc(k // t))
-                    and (ws == 2 or t == k or not epi.pre_norm)
-                    and (acc != lc.SPREAD or epi.spreads(k // t, ra))
-                ]
+                ra_tks = _k_tiles(tks, k, epi, ws, acc, ra)
                 for tm in tms:
-                    cands += _by_tn(kernel, target, k, n, epi, tns, ra_tks, (tm, ws, acc, ra))
+                    cands += _by_tn(kernel, target, k, n, epi, tns, ra_tks, (tm, ws, acc, ra, 0))
     if epi.direct and epi.pre_norm and any(c[3] == 2 for c in cands):  # the norm of x read in place: once per
         cands = [c for c in cands if c[3] == 2]  # row slab (else on every step, which the cost model underprices)
     return tuple(cands)
 
 
+def _k_tiles(tks, k, epi, ws, acc, ra) -> list:
+    """The k tiles of `tks` that (ws, acc_slots, res_acc) allows."""
+    return [
+        t
+        for t in tks
+        if (not ra or epi.res_in_acc(k // t))
+        and (ws == 2 or t == k or not epi.pre_norm)
+        and (acc != lc.SPREAD or epi.spreads(k // t, ra))
+    ]
+
+
+@memoized
+def _rings(kernel, target, k, n, epi, cand) -> tuple:
+    """`cand`'s tm, tn, ws and res_acc with a third slot for the streamed loads (`ring`), any tk, accumulator
+    halves and bias form that fit (`_by_tn`), where both x and W tiles stream (output-stationary, x not resident) on a target of two
+    slots. Where one operand stays on chip the model's gain from a third slot (a smaller tk to fit it) was
+    within its error and lost in the simulator (whisper body, large config, T = 16: q, k, v and the out
+    projection each +1k to +4k cycles)."""
+    tm, tn, _, ws, _, ra = cand[:6]
+    if target.buffer_slots != 2 or ws != 0 or epi.direct:
+        return ()
+    tks, out = target.divisors(k, target.array_rows), []
+    for acc in (lc.SPREAD, 2, 1):
+        out += _by_tn(kernel, target, k, n, epi, [tn], _k_tiles(tks, k, epi, ws, acc, ra), (tm, ws, acc, ra, 3))
+    return tuple(out)
+
+
 def _by_tn(kernel, target, k, n, epi, tns, tks, c) -> list:
-    """`_fitting`'s candidates of c = (tm, ws, acc, res_acc) over the column tiles `tns` and the k tiles `tks`
+    """`_fitting`'s candidates of c = (tm, ws, acc, res_acc, ring) over the column tiles `tns` and the k tiles `tks`
     (largest first): a smaller tn fits from the same tk on, or sooner, so the fitting tks of each are a
     tail of `tks`, found by bisection from the previous tn's (per bias form)."""
-    tm, ws, acc, ra = c
+    tm, ws, acc, ra, ring = c
     out, firsts = [], [len(tks)] * 2
     # ws = 0: halves alternate over n; ws = 2: a slab read by one column block is ws = 0
     for tn in [t for t in tns if (acc == 1 or ws == 1 or n > t) and (ws != 2 or n > t)]:
         for bt in (0, 1) if n > tn else (0,):
 
             def fits(i, tn=tn, bt=bt) -> bool:
-                return kernel._plan(target, (tm, tn, tks[i], ws, acc, ra, bt), k, n, epi, _Usage).fits()
+                return kernel._plan(target, (tm, tn, tks[i], ws, acc, ra, bt, ring), k, n, epi, _Usage).fits()
 
             firsts[bt] = _first_true(firsts[bt], fits)
-        out += [(tm, tn, tk, ws, acc, ra, 0) for tk in tks[firsts[0] :]]
+        out += [(tm, tn, tk, ws, acc, ra, 0, ring) for tk in tks[firsts[0] :]]
         if n > tn:
-            out += [(tm, tn, tk, ws, acc, ra, 1) for tk in tks[firsts[1] : firsts[0]]]
+            out += [(tm, tn, tk, ws, acc, ra, 1, ring) for tk in tks[firsts[1] : firsts[0]]]
     return out
 
 

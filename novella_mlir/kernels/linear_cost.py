@@ -82,13 +82,13 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None, lead=False) 
     """`Group.terms` of the grid steps of `Linear.cost` over r rows at k step j (`head`: a column block's
     or row slab's first step, loading what stays resident; `deferred`: two accumulator halves, the epilogue
     in the next block's first k step), whatever their count and tm (tiles: tn, tk, ws, acc, res_acc,
-    bias_tile; the same at every M and every tm >= r: remembered across the searches in `steps_of`). Its
+    bias_tile, ring: the streamed loads' slots, 0 for two; the same at every M and every tm >= r: remembered across the searches in `steps_of`). Its
     tile LOADs and MATMUL (`emitted_body`), the epilogue's and the prologue's LOADs, VECs and STORE
     (`emitted`, `emitted_prologue`) are what the emitter writes at this step's grid point (`memo`:
     `steps_of`'s dict, which also holds them by kind and size; `lead`: a later k step of the row's first
     block, input-stationary); the op's first step's own LOADs are `first_loads`."""
-    tn, tk, ws, acc, in_acc, bias_tile = tiles
-    k_steps = k // tk
+    tn, tk, ws, acc, in_acc, bias_tile, ring = tiles
+    k_steps, ring = k // tk, ring or 2
     spread = deferred and acc == SPREAD
     at = j == (0 if deferred and not spread else k_steps - 1)  # the step with the STORE (and the epilogue)
     work = _memo(memo, epilogue_work, target, epi, r, tn, n, k_steps if spread else 0, (in_acc, bias_tile))
@@ -113,11 +113,11 @@ def step(target, k, n, epi, tiles, r, j, head, deferred, memo=None, lead=False) 
     else:
         mm += pre[1]  # the rows' layer norm before this step's MATMUL, in series
     c, vector = (max(mm, v + beside), 0.0) if deferred else (max(mm, beside) + v, v)  # deferred: the longer
-    floor = cm.retire_floor(c, lq, mm) if (at or n_vecs) and k_steps > 1 else 0.0
+    floor = cm.retire_floor(c, lq, mm, ring) if (at or n_vecs) and k_steps > 1 else 0.0
     if spread and at:  # the compute two steps on waits for this STORE, whose data shares the DRAM with loads
         floor = max(floor, cm.retire_floor(c, st + ld, mm))
     single = head or (in_acc and j == 0)  # a LOAD into a one-slot buffer: after the previous step's compute
-    group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if single else 2, 2, vector=vector, overlap=True,
+    group = cm.Group(lq, c, st * at, ld + sd * at, 1, 1 if single else ring, 2, vector=vector, overlap=True,
                      vector_wait=head_vec, issues=1 + n_vecs + pre[3] + pre[5], floor=floor)  # fmt: skip
     period, fill = group.terms(target)
     return period, fill + target.issue_cycles + target.dma_latency
@@ -212,8 +212,8 @@ def emitted_body(epi, r, k, n, tiles) -> tuple:
 
 def _geometry(tiles) -> tuple:
     """What of `step`'s tiles the body's `TraceGeometry` holds: (tn, tk, ws, res_acc, bias_tile), not the
-    accumulator slots."""
-    tn, tk, ws, _, in_acc, bias_tile = tiles
+    accumulator slots nor the ring."""
+    tn, tk, ws, _, in_acc, bias_tile, _ = tiles
     return tn, tk, ws, in_acc, bias_tile
 
 
@@ -292,7 +292,7 @@ def lower_bounds(target, m, k, n, cands, epi: Epilogue) -> np.ndarray:
     one step of each output tile with the epilogue its STORE, and weight-stationary, on the first step of
     each column block (one slot), its MATMUL after the weight slab's load; input-stationary (ws = 2), the
     row slab loads on no step's floor. The fill is not negative."""
-    tm, tn, tk, ws, acc, _, _ = np.asarray(cands, dtype=np.int64).reshape(-1, 7).T
+    tm, tn, tk, ws, acc, _, _, _ = np.asarray(cands, dtype=np.int64).reshape(-1, 8).T
     blocks, k_steps = -(-n // tn), k // tk
     full, rem = m // tm, m % tm
     w_reads = np.where(ws == 1, 1, full + (rem > 0))

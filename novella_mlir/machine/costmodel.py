@@ -71,12 +71,12 @@ def total(steps: list[tuple[StepCost, int]], slots: int) -> float:
     return max(sum((c.load + c.compute + c.store) * n for c, n in steps), dram)
 
 
-def least_by_bound(bounds, key, exhaustive: bool = False) -> tuple:
+def least_by_bound(bounds, key, exhaustive: bool = False, best: tuple | None = None) -> tuple:
     """The least of key(i) over candidates i, each key a tuple whose first item is the candidate's cost
     and `bounds[i]` at most that cost: scored in the order of their bounds (ties in index order) until a
     bound exceeds the least cost so far (`exhaustive`: every candidate). An exact shortcut of the tile
-    searches: a candidate not scored costs more than the least."""
-    best = None
+    searches: a candidate not scored costs more than the least. `best`: a key already known, which a
+    candidate replaces only where its key is less."""
     for i in np.argsort(np.asarray(bounds), kind="stable").tolist():
         if best is not None and bounds[i] > best[0] * (1 + 1e-9) and not exhaustive:
             break
@@ -194,13 +194,13 @@ class Group:
         return ((self.chain or self.compute) + t.issue_cycles + t.dma_latency + self.dram) / min(slots)
 
 
-def retire_floor(chain: float, next_load: float, next_compute: float) -> float:
+def retire_floor(chain: float, next_load: float, next_compute: float, slots: int = 2) -> float:
     """The least period of an overlapped step whose compute chain (first MATMUL to last VEC) takes `chain`
-    cycles when the next step is a different one taking `next_compute` (e.g. a linear's last k step, with
-    its epilogue, then the next block's first): compute retires in order, and the loads of step k + 2 (the
-    slot step k read) wait for step k's retirement, then take `next_load` before step k + 2 computes, so
-    P(k) + P(k + 1) >= chain + next_load (`_ring` splits that evenly between two equal steps)."""
-    return chain + next_load - next_compute
+    cycles when the next steps are different ones taking `next_compute` (e.g. a linear's last k step, with
+    its epilogue, then the next block's first): compute retires in order, and the loads of step k + slots
+    (the slot step k read) wait for step k's retirement, then take `next_load` before that step computes, so
+    P(k) + ... + P(k + slots - 1) >= chain + next_load (`_ring` splits that evenly between equal steps)."""
+    return chain + next_load - (slots - 1) * next_compute
 
 
 def pipeline(t: Target, groups: list[Group]) -> float:

@@ -9,7 +9,8 @@ range, var range, then the tensor-relative dram_base: has, slot, lane,
 offset, mask, lo, hi, min id (-1: constant), constant; then 1 if it loads
 into a ping-pong slot, plus 2 x its early tier (`schedule.early`). A var
 row: lane, offset, mask, lo, hi, min id (-1: constant), constant, slot
-stride (added times the step parity within the macro).
+stride and slots (the stride added times the step index within the macro
+mod the slots).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _tokens(words, wstep, wq, wslot, n, n_steps, s_load, s_store, s_bar, s_befor
         b = s_bar[k]
         if b != macro:
             macro, leading = b, True
-        d = 2 if s_load[k] >= 2 and not unslotted[k] else 1
+        d = 1 if unslotted[k] else s_load[k]
         tier = wslot[w] >> 1
         need = max(k - d, b)
         leading = leading and tier > 0 and b >= 0 and k == b + 1 and s_before[k] >= -1
@@ -144,7 +145,7 @@ def instantiate(syms, tab, t_base, limit):
     tile_macro, tile_ndim, tile_grid = _part(tab, 1), _part(tab, 2), _rows(tab, 3, n_dims)
     base_range, base_slot, base_expr = _rows(tab, 4, 2), _part(tab, 5), _part(tab, 6)
     macro_range, t_rows = _rows(tab, 7, 4), _rows(tab, 8, 15)
-    guard_kind, guard_expr, var_rows = _part(tab, 9), _part(tab, 10), _rows(tab, 11, 8)
+    guard_kind, guard_expr, var_rows = _part(tab, 9), _part(tab, 10), _rows(tab, 11, 9)
     nt = tile_macro.size
     ext = np.zeros((nt, n_dims), np.int64)
     npts = np.zeros(nt, np.int64)
@@ -211,7 +212,7 @@ def instantiate(syms, tab, t_base, limit):
                 for vi in range(t_rows[t, 3], t_rows[t, 4]):
                     e = var_rows[vi, 5]
                     v = var_rows[vi, 6] if e < 0 else _memo_min(e, tab, sc, ns, memo, stamp, point)
-                    v += var_rows[vi, 7] * ((step - step0) % 2)
+                    v += var_rows[vi, 7] * ((step - step0) % var_rows[vi, 8])
                     if not _field(words, w, var_rows, vi, 0, v):
                         info[0] = 1
                         return words, info

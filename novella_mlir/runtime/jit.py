@@ -8,8 +8,8 @@ one rule (below) evaluated over the whole program, so they live in no
 per-tile list.
 
 Dependency tokens and ping-pong slots are what `--novella-schedule` wrote:
-each template's `slot` (address field -> slot stride, added times the step
-parity) and each macro's `schedule` (the token step distances); the flags
+each template's `slot` (address field -> slot stride, or [stride, slots], added
+times the step index mod the slots) and each macro's `schedule` (the token step distances); the flags
 are evaluated over the whole program by the one rule in `runtime/tokens.py`.
 A barrier step, a single NOP, separates consecutive macros so DRAM written
 by one is read by the next only after its stores finish; the leading loads
@@ -83,8 +83,9 @@ class _Plan:
                 f = layout.get(name)
                 self.var.append((f, progs, (self.guard, f, _key(progs))))
         self.dram = layout.get("dram_base") if self.relative else None
-        self.slot = []  # (field, its value program(s), slot stride): value + stride * (step mod 2)
-        for name, stride in t.slot.items():
+        self.slot = []  # (field, its value program(s), slot stride, slots): value + stride * (step mod slots)
+        for name, entry in t.slot.items():
+            stride, n = tokens.slot_of(entry)
             f = layout.get(name)
             if f is None or name == "dram_base":
                 self.ok = False
@@ -93,15 +94,15 @@ class _Plan:
             self.var = [v for v in self.var if v[0] is not f]
             if name in t.const:
                 self.base[f.lane] &= ~np.uint64(f.mask << f.offset)
-            self.slot.append((f, progs, int(stride)))
+            self.slot.append((f, progs, stride, n))
         self.slotted = "sram_addr" in t.slot
 
-    def encode(self, syms, dims, count, memo: dict, parity=None) -> np.ndarray | None:
+    def encode(self, syms, dims, count, memo: dict, step=None) -> np.ndarray | None:
         """Words for the `count` selected grid points, or None if a field is out of range.
 
         `memo` holds the encoded bits of (guard, field, expression) within one
         expansion: templates of a macro share many fields (rows, strides).
-        `parity`: the step parity of each selected point (for slotted fields)."""
+        `step`: the step index of each selected point (for slotted fields)."""
         lanes = list(self.base)
         for f, progs, key in self.var:
             if key not in memo:
@@ -109,8 +110,8 @@ class _Plan:
             if memo[key] is None:
                 return None
             lanes[f.lane] = lanes[f.lane] | memo[key]
-        for f, progs, stride in self.slot:
-            bits = _field_bits(f, np.asarray(expr.evaluate_min(progs, syms, dims), np.int64) + stride * parity)
+        for f, progs, stride, n in self.slot:
+            bits = _field_bits(f, np.asarray(expr.evaluate_min(progs, syms, dims), np.int64) + stride * (step % n))
             if bits is None:
                 return None
             lanes[f.lane] = lanes[f.lane] | bits
@@ -300,7 +301,7 @@ class Jit:
         out = np.empty((len(step), isa.LANES), np.uint64)
         queue = np.empty(len(step), np.int64)
         dram, memo, selected = [], {}, {(): (n, dims)}
-        point_parity = (np.cumsum(nonempty) - 1) % 2
+        point_step = np.cumsum(nonempty) - 1
         slotted = np.zeros(len(step), bool)
         tiers = mm.schedule.get("early")
         early = np.zeros(len(step), np.int64) if tiers else None
@@ -312,8 +313,8 @@ class Jit:
             if count == 0:
                 continue
             at = pos[m, j] if t.when else pos[:, j]
-            parity = point_parity[m] if plan.slot else None
-            words = plan.encode(syms, sel, count, memo, parity) if plan.ok else None
+            at_step = point_step[m] if plan.slot else None
+            words = plan.encode(syms, sel, count, memo, at_step) if plan.ok else None
             if words is None:
                 return None
             out[at] = words

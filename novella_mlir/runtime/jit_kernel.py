@@ -8,7 +8,7 @@ length is then a single call to `instantiate`, which walks the tiles, their
 grid points and templates, evaluates the expressions with Python's integer
 semantics (floor division, non-negative modulo), encodes the words and sets
 the dependency tokens by the rule in `tokens.py` over the whole program,
-ping-pong slots (`slot` strides, `schedule` step distances) included.
+slots (`slot` strides and counts, `schedule` step distances) included.
 
 It produces the same words as the NumPy expansion in `jit.py`, which
 remains the reference (and the path for anything the tables cannot express,
@@ -22,6 +22,7 @@ import numpy as np
 from simulator import isa
 
 from . import expr
+from .tokens import slot_of
 
 _QUEUE = {q: i for i, q in enumerate(isa.QUEUES)}
 OK, BAD_FIELD, NO_COMPUTE, LONG = 0, 1, 2, 3
@@ -96,12 +97,12 @@ class Tables:
         for name, progs in t.var.items():
             if (relative and name == "dram_base") or name in t.slot:
                 continue
-            self._var_row(layout.get(name), progs, 0)
-        for name, stride in t.slot.items():  # value + stride * (step mod 2), as `jit._Plan`
+            self._var_row(layout.get(name), progs, (0, 1))
+        for name, entry in t.slot.items():  # value + stride * (step mod slots), as `jit._Plan`
             if name == "dram_base":
                 self.ok = False
                 continue
-            self._var_row(layout.get(name), t.var.get(name), int(stride), t.const.get(name, 0))
+            self._var_row(layout.get(name), t.var.get(name), slot_of(entry), t.const.get(name, 0))
         dram = [0] * 9
         if relative:
             f = layout.get("dram_base")
@@ -114,13 +115,14 @@ class Tables:
         queue = _QUEUE[isa.QUEUE_OF[op]]
         return [queue, g0, len(self.guard_kind), v0, len(self.var_rows), *dram, int("sram_addr" in t.slot)]
 
-    def _var_row(self, f, progs, stride: int, const=0) -> None:
-        """A variable field: lane, offset, mask, lo, hi, min id (-1: constant), constant, slot stride."""
+    def _var_row(self, f, progs, slot: tuple, const=0) -> None:
+        """A variable field: lane, offset, mask, lo, hi, min id (-1: constant), constant, slot stride, slots
+        (`slot`: the last two)."""
         if f is None or f.name in isa.FLOAT_FIELDS or f.name == "opcode" or isinstance(const, float):
             self.ok = False
             return
         self.var_rows.append(
-            [f.lane, f.offset, f.mask, f.lo, f.hi, self._min(progs) if progs else -1, int(const), stride]
+            [f.lane, f.offset, f.mask, f.lo, f.hi, self._min(progs) if progs else -1, int(const), *slot]
         )
 
     def _freeze(self) -> None:
@@ -138,7 +140,7 @@ class Tables:
             i64(self.t_rows, (0, 15)),
             i64(self.guard_kind),
             i64(self.guard_expr),
-            i64(self.var_rows, (0, 8)),
+            i64(self.var_rows, (0, 9)),
         )
         stack = max([b - a for a, b in self.ex.ranges] + [0]) + 1
         offsets, pos = [], 2 + len(parts)

@@ -3,7 +3,7 @@
 The one implementation, used by the JIT (`jit.py`) and the reference
 expansion (`testing/streams.py`); the numba kernel (`_jit_numba.py`) is a compiled
 copy, tested bit for bit against it. Its inputs are what the IR says:
-each word's step, queue, whether it loads into a ping-pong slot
+each word's step, queue, whether it loads into a ring of slots
 (`slot` of its template) and how early it may load (`early` of its macro's
 `schedule`), and each step's `load_slots` / `store_slots` (the `schedule`
 field of its macro; 1 on barrier steps).
@@ -11,8 +11,9 @@ field of its macro; 1 on barrier steps).
 With L/C/S the load, compute and store instructions of step k (a barrier
 NOP is a compute-only step; `b` is the barrier before k's macro, -1 for the
 first macro):
-* L waits for the compute of step need_l(k) = max(k - d, b), where d = 2 if
-  `load_slots` is 2 and every load of the step is slotted, else 1. Compute
+* L waits for the compute of step need_l(k) = max(k - d, b), where d is
+  `load_slots` (2 to MAX_SLOTS: its buffers' fewest slots) if every load of
+  the step is slotted, else 1: step k's slot was last read by step k - d. Compute
   runs in order, so one token from that step suffices: the first L pops C2L
   unless an earlier load already waited for that compute (or a later
   one), and the last C of step need_l(k) pushes it.
@@ -41,6 +42,12 @@ from simulator import isa
 
 _HEADER = {f.name: f for f in isa.LAYOUT[isa.Opcode.NOP]}
 LOAD, COMPUTE, STORE = 0, 1, 2
+
+
+def slot_of(v) -> tuple[int, int]:
+    """(stride, slots) of a template's `slot` entry: a stride (two slots) or [stride, slots]; step k
+    adds stride * (k mod slots) to the field."""
+    return (int(v[0]), int(v[1])) if isinstance(v, (list, tuple)) else (int(v), 2)
 
 
 def _edges(step, queue, q, n_steps):
@@ -95,7 +102,7 @@ def flags(step, queue, slotted, load_slots, store_slots, barrier_before, early=N
     unslotted = np.zeros(n_steps, bool)
     is_load = queue == LOAD
     np.logical_or.at(unslotted, step[is_load & ~slotted], True)
-    dist = np.where((load_slots >= 2) & ~unslotted, 2, 1)
+    dist = np.where(unslotted, 1, np.asarray(load_slots, np.int64))
     loads = np.flatnonzero(is_load)
     tier = np.zeros(len(loads), np.int64) if early is None else np.asarray(early)[loads]
     need_l = _load_needs(step[loads], tier, dist, barrier_before, barrier_before if before is None else before)

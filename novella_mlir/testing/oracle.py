@@ -128,7 +128,7 @@ class _Inst:
             self.base = dram_of(op.operands[0])
         self.fields = {k: v for k, v in attrs.items() if k not in _NOT_FIELDS}
         slot = ir.DictAttr(attrs["slot"]) if "slot" in attrs else None
-        self.slot = {slot[i].name: ir.IntegerAttr(slot[i].attr).value for i in range(len(slot))} if slot else {}
+        self.slot = {slot[i].name: _stride(slot[i].attr) for i in range(len(slot))} if slot else {}
 
     def selected(self, point, syms) -> bool:
         for eq, m in self.guard:
@@ -137,7 +137,7 @@ class _Inst:
                 return False
         return True
 
-    def values(self, point, syms, parity: int) -> dict:
+    def values(self, point, syms, index: int) -> dict:
         out = {}
         for name, a in self.fields.items():
             if isinstance(a, ir.AffineMapAttr):
@@ -150,8 +150,8 @@ class _Inst:
                 out[name] = float(ir.FloatAttr(a).value)
             else:
                 out[name] = int(ir.IntegerAttr(a).value)
-        for name, stride in self.slot.items():
-            out[name] += stride * parity
+        for name, (stride, n) in self.slot.items():
+            out[name] += stride * (index % n)
         if self.base is not None:
             out["dram_base"] = out.get("dram_base", 0) + _eval_exprs(self.base, (), syms)[0]
         return out
@@ -188,7 +188,7 @@ def _macro_steps(macro, name, syms, dram_of, early: bool) -> list[list[Word]]:
     steps = []
     for point in itertools.product(*[range(e) for e in extents]):
         step = [
-            Word(inst.opcode, inst.values(point, syms, len(steps) % 2), Origin(name, kernel, point, j),
+            Word(inst.opcode, inst.values(point, syms, len(steps)), Origin(name, kernel, point, j),
                  "sram_addr" in inst.slot, load_slots, store_slots, tiers[j] if tiers else 0)
             for j, inst in enumerate(insts)
             if inst.selected(point, syms)
@@ -200,8 +200,8 @@ def _macro_steps(macro, name, syms, dram_of, early: bool) -> list[list[Word]]:
 
 def _set_tokens(steps: list[list[Word]]) -> None:
     """The token rule of docs/design.md, step by step over the program (barriers are steps):
-    step k's loads wait for the compute of step max(k - d, barrier) (d = 2 when its macro has
-    load_slots 2 and all its loads are slotted), its compute for the stores of the latest store
+    step k's loads wait for the compute of step max(k - d, barrier) (d = its macro's load_slots when all
+    its loads are slotted, else 1), its compute for the stores of the latest store
     step <= k - store_slots; a wait already implied by an earlier one (queues run in order) is dropped.
     In a macro's first step its leading loads of early tier 1 wait for the step before the barrier
     instead, of tier 2 for the barrier before the previous macro (-1: none)."""
@@ -214,7 +214,7 @@ def _set_tokens(steps: list[list[Word]]) -> None:
         if step[0].origin.inst < 0:
             barrier, before, leading = k, barrier, True
         if loads:
-            d = 2 if loads[0].load_slots == 2 and all(w.slotted for w in loads) else 1
+            d = loads[0].load_slots if all(w.slotted for w in loads) else 1
             for w in loads:
                 leading = leading and w.early > 0 and k == barrier + 1
                 need = (barrier - 1 if w.early == 1 else before) if leading else max(k - d, barrier)
@@ -291,3 +291,10 @@ def compare(words: np.ndarray, oracle: OracleProgram, what: str = "JIT") -> None
     if len(words) != len(oracle.words):
         where = oracle.insts[n].origin if n < len(oracle.insts) else "after the IR's last word"
         raise OracleMismatch(f"{what} has {len(words)} words, the IR gives {len(oracle.words)}; first extra at {where}")
+
+
+def _stride(a) -> tuple[int, int]:
+    """(stride, slots) of a `slot` entry: a stride (two slots) or [stride, slots]."""
+    if isinstance(a, ir.ArrayAttr):
+        return ir.IntegerAttr(a[0]).value, ir.IntegerAttr(a[1]).value
+    return ir.IntegerAttr(a).value, 2

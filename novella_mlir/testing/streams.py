@@ -169,7 +169,7 @@ def _guard(t, syms, point) -> bool:
     return True
 
 
-def _step_insts(mm, syms, point, bases, parity: int, early: bool) -> list:
+def _step_insts(mm, syms, point, bases, index: int, early: bool) -> list:
     """[(queue, fields, opcode, slotted, early tier), ...] of one grid point, in template order."""
     out = []
     tiers = mm.schedule.get("early") if early else None
@@ -179,8 +179,9 @@ def _step_insts(mm, syms, point, bases, parity: int, early: bool) -> list:
         fields = dict(t.const)
         for name, progs in t.var.items():
             fields[name] = min(_eval(p, syms, point) for p in progs)
-        for name, stride in t.slot.items():
-            fields[name] = fields.get(name, 0) + stride * parity
+        for name, entry in t.slot.items():
+            stride, n = tokens.slot_of(entry)
+            fields[name] = fields.get(name, 0) + stride * (index % n)
         if t.tensor is not None:
             fields["dram_base"] = fields.get("dram_base", 0) + bases[t.tensor]
         op = isa.Opcode[t.opcode]
@@ -203,7 +204,7 @@ def reference_steps(artifact, syms) -> list[tuple]:
         schedule = (mm.schedule.get("load_slots", 1), mm.schedule.get("store_slots", 1))
         macro = []
         for point in itertools.product(*(range(e) for e in extents)):
-            insts = _step_insts(mm, syms, point, bases, len(macro) % 2, ran)
+            insts = _step_insts(mm, syms, point, bases, len(macro), ran)
             if insts:
                 macro.append((insts, schedule))
         if macro and steps:

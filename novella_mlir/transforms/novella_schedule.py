@@ -1,10 +1,11 @@
 """--novella-schedule: ping-pong slots and step distances of the dependency tokens.
 
 Runs after `--novella-inst-gen`. For every macro whose tiling gave a buffer
-two slots (`novella.buffers` entry `[mem, offset, size, 2]`), each
-instruction template that addresses that buffer gets `slot = {field = size}`:
-at grid step k (counted over the macro's steps) the JIT adds
-`size * (k mod 2)` to that address field, so step k uses slot k mod 2.
+n >= 2 slots (`novella.buffers` entry `[mem, offset, size, n]`), each
+instruction template that addresses that buffer gets `slot = {field = size}`
+(two slots) or `slot = {field = [size, n]}`: at grid step k (counted over the
+macro's steps) the JIT adds `size * (k mod n)` to that address field, so step
+k uses slot k mod n.
 
 A buffer whose kernel alternates its two slots itself (`novella.buffers`
 entry `[mem, offset, size, 2, 1]`, e.g. a query block's rows by head
@@ -21,13 +22,14 @@ outlives the step, so it keeps its two slots.
 The macro's declared `schedule = {load_slots, store_slots}` (1 and 1 from
 `--novella-macro-gen`) becomes the step
 distances of the token rule (docs/design.md, "Dependency tokens"):
-* `load_slots = 2` when every LOAD into a streamed buffer is slotted: the
-  loads of step k then wait only for the compute of step k - 2 (the last
-  user of their slot), so they run under the compute of step k - 1. A step
-  that also loads a single-slot (resident) buffer waits for step k - 1.
-* `store_slots = 2` when every STORE reads a slotted buffer: the compute of
-  step k then waits only for the stores of step k - 2, so stores run under
-  the next step's compute.
+* `load_slots = n` when every LOAD into a streamed buffer is slotted, n the
+  fewest slots of the buffers they write: the loads of step k then wait only
+  for the compute of step k - n (the last user of their slot), so they run
+  up to n - 1 steps ahead. A step that also loads a single-slot (resident)
+  buffer waits for step k - 1.
+* `store_slots = n` when every STORE reads a slotted buffer (n: the fewest
+  slots of those): the compute of step k then waits only for the stores of
+  step k - n, so stores run under the next steps' compute.
 Barriers between macros are steps of their own (one NOP): a macro's loads
 wait for the barrier, the barrier for every store before it.
 
@@ -127,14 +129,19 @@ def _addresses(attrs) -> list[tuple[str, str, int]]:
     return out
 
 
-def _slots_of(addresses, slotted) -> dict[str, int]:
-    """{address field: slot stride} of the fields (`_addresses`) that point into a two-slot buffer."""
+def _slots_of(addresses, slotted) -> dict[str, tuple[int, int]]:
+    """{address field: (slot stride, slots)} of the fields (`_addresses`) that point into a slotted buffer."""
     out = {}
     for name, mem, addr in addresses:
         for b in slotted:
             if b.mem == mem and b.offset <= addr < b.offset + b.size:
-                out[name] = b.size
+                out[name] = (b.size, b.slots)
     return out
+
+
+def _slot_attr(fields: dict) -> dict:
+    """The `slot` attribute of `_slots_of`: a stride for two slots, [stride, slots] for more."""
+    return {k: stride if n == 2 else [stride, n] for k, (stride, n) in fields.items()}
 
 
 def _resident(insts, slotted) -> set[str]:
@@ -178,25 +185,20 @@ def _schedule(macro, tiers: list[int], held: frozenset = frozenset()) -> None:
     insts = [(op.attributes, _addresses(op.attributes) if slotted else []) for op in ops]
     resident = _resident(insts, slotted) | held
     slotted = [b for b in slotted if b.name not in resident]
-    loads = stores = 0
-    slotted_loads = slotted_stores = 0
+    loads, stores = [], []  # the slots of each LOAD's / STORE's buffer (1: unslotted)
     for op, (attrs, addresses) in zip(ops, insts):
         fields = _slots_of(addresses, slotted) if slotted else {}
         opcode = ir.StringAttr(attrs["opcode"]).value
         if opcode == "LOAD" and any(_holds(b, attrs) for b in alternating):
-            fields["sram_addr"] = 0
+            fields["sram_addr"] = (0, 2)
         if fields:
-            set_attr(op, "slot", fields)
+            set_attr(op, "slot", _slot_attr(fields))
+        n = fields["sram_addr"][1] if "sram_addr" in fields else 1
         if opcode in ("LOAD", "GATHER") and ("when" not in attrs or "sram_addr" in fields):
-            loads += 1  # a guarded load into two slots (its data used in its step only) counts too
-            slotted_loads += "sram_addr" in fields
+            loads.append(n)  # a guarded load into slots (its data used in its step only) counts too
         elif opcode == "STORE":
-            stores += 1
-            slotted_stores += "sram_addr" in fields
-    schedule = {
-        "load_slots": 2 if loads and slotted_loads == loads else 1,
-        "store_slots": 2 if stores and slotted_stores == stores else 1,
-    }
+            stores.append(n)
+    schedule = {"load_slots": min(loads, default=1), "store_slots": min(stores, default=1)}
     if any(tiers):
         schedule[EARLY] = tiers
     macro.operation.attributes["schedule"] = to_attr(schedule)

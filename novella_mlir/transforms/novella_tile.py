@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import symbolic as sy
+from ..artifact.limits import MAX_SLOTS
 from ..errors import TileFitError
 from ..kernels import TensorView
 from ..machine.target import MAX_ROWS, Target
@@ -18,7 +19,13 @@ from .common import PassError, body_ops, check_symbols, from_attr, functions, re
 
 OPTIONS = {
     "tile-m": (int, 0, "row tile size for every op (0: chosen per op from the SRAM budget)", (0, MAX_ROWS)),
-    "slots": (int, 2, "slots of a streamed buffer (2: double buffering, 1: single)", (1, 2)),
+    "slots": (
+        int,
+        2,
+        "slots of a streamed buffer (2: double buffering, 1: single, 3 or more: a deeper ring "
+        "for every streamed buffer)",
+        (1, MAX_SLOTS),
+    ),
 }
 
 

@@ -76,15 +76,15 @@ def test_the_step_is_priced_from_the_emitted_loads_and_matmul():
     first step's own LOADs (`first_loads`: the bias row, once), and the MATMUL's sizes."""
     forget()
     epi = lc.Epilogue("relu")
-    streamed = lc.emitted_body(epi, 16, 80, 384, (32, 16, 0, 1, 0, 0))  # ws = 0: x and w tiles each step
+    streamed = lc.emitted_body(epi, 16, 80, 384, (32, 16, 0, 1, 0, 0, 0))  # ws = 0: x and w tiles each step
     assert _loads(streamed, lc._point(False, 2)) == [("w", 32, 16, False), ("a", 16, 16, False)]
     assert _loads(streamed, lc.OP_FIRST)[-1] == ("bias", 1, 384, True)
     assert [(op.rows, op.k, op.cols) for op in streamed if op.kind == lc.MMA] == [(16, 16, 32)]
-    slab = lc.emitted_body(epi, 16, 80, 384, (32, 16, 1, 1, 1, 0))  # ws = 1, res_acc: the column's slab
+    slab = lc.emitted_body(epi, 16, 80, 384, (32, 16, 1, 1, 1, 0, 0))  # ws = 1, res_acc: the column's slab
     assert _loads(slab, lc._point(True, 0)) == [("w", 32, 80, True), ("a", 16, 16, False), ("acc", 16, 32, False)]
     assert _loads(slab, lc._point(False, 1)) == [("a", 16, 16, False)]
     t = Target.from_config(load_config())
-    assert lc.first_loads(t, 80, 384, epi, (32, 16, 1, 1, 1, 0)) == cm.dma(t, 1, 384, True)[1] + t.issue_cycles
+    assert lc.first_loads(t, 80, 384, epi, (32, 16, 1, 1, 1, 0, 0)) == cm.dma(t, 1, 384, True)[1] + t.issue_cycles
 
 
 def test_an_emitted_load_moves_the_price_as_it_moves_the_simulated_cycles(monkeypatch):
@@ -92,7 +92,7 @@ def test_an_emitted_load_moves_the_price_as_it_moves_the_simulated_cycles(monkey
     about what it adds to the simulated cycles, for a tiling of each loop order (ws = 1, and ws = 0 with the deferred epilogue)."""
     index, cands = (
         CASES["linear 80->384 relu"],
-        [(16, 32, 16, 1, 1, 0, 0), (16, 16, 40, 0, 2, 0, 0)],
+        [(16, 32, 16, 1, 1, 0, 0, 0), (16, 16, 40, 0, 2, 0, 0, 0)],
     )
     t, dims = Target.from_config(bench._config("edge")), (LENGTH, 80, 384, lc.Epilogue("relu"))
     emit_loads = linear_emit.emit_loads

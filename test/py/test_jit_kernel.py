@@ -25,7 +25,7 @@ def test_kernel_equals_numpy_expansion(name):
         jit.instantiate([art.symbols[0][1]])
         assert jit._tables.ok
         assert any(t.slot for m in art.macros for t in m.insts)  # ping-pong slots are what is compared
-        assert any(m.schedule.get("load_slots") == 2 for m in art.macros)
+        assert any(m.schedule.get("load_slots", 1) >= 2 for m in art.macros)
         jit._tables.limit = 1 << 62  # the kernel for every length, however long
         lo, hi = art.symbols[0][1:]
         for t in [t for t in _lengths(lo, hi) if lo <= t <= hi]:
@@ -68,7 +68,7 @@ def _random_program(rng):
         else:
             words = [1] * int(rng.integers(1, 3)) + [0] * int(rng.integers(0, 4)) + [2] * int(rng.integers(0, 3))
             words = list(rng.permutation(words))
-            schedule = tuple(int(x) for x in rng.integers(1, 3, 2))
+            schedule = tuple(int(x) for x in rng.integers(1, 4, 2))  # token distances 1 to 3
         step += [k] * len(words)
         queue += words
         slotted += [bool(q == 0 and rng.random() < 0.8) for q in words]

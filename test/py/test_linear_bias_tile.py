@@ -34,7 +34,7 @@ def _with_bias_tiles(monkeypatch):
 
     def both(kernel, target, k, n, epi, tns, tks, c):
         out = by_tn(kernel, target, k, n, epi, tns, tks, c)
-        return out + [(*cand[:6], 1) for cand in out if not cand[6] and n > cand[1]]
+        return out + [(*cand[:6], 1, cand[7]) for cand in out if not cand[6] and n > cand[1]]
 
     monkeypatch.setattr(linear, "_by_tn", both)
 

@@ -55,7 +55,7 @@ def test_the_prologue_runs_on_the_first_step_input_stationary():
 def test_an_emitter_change_moves_the_price(monkeypatch):
     """One more VEC in the GELU emitter (no cost-model edit) costs its cycles in the prediction."""
     target = Target.from_config(load_config())
-    dims, cand = (256, 384, 1536, linear_cost.Epilogue("gelu")), (128, 128, 384, 0, 1, 0, 0)
+    dims, cand = (256, 384, 1536, linear_cost.Epilogue("gelu")), (128, 128, 384, 0, 1, 0, 0, 0)
     forget()
     before = linear.Linear().cost(target, dims, cand)
     emit_act = elementwise.emit_act
@@ -82,7 +82,12 @@ def test_the_step_body_is_traced_once_per_class_and_sized_by_its_rows():
         linear_cost.Epilogue("none", pre_norm=True, rms=True),
     )
     for epi in epis:
-        for tiles in ((32, 16, 0, 1, 0, 0), (32, 16, 1, 2, 1, 0), (64, 32, 2, 3, 0, 1), (48, 80, 1, 1, 1, 1)):
+        for tiles in (
+            (32, 16, 0, 1, 0, 0, 0),
+            (32, 16, 1, 2, 1, 0, 3),
+            (64, 32, 2, 3, 0, 1, 0),
+            (48, 80, 1, 1, 1, 1, 3),
+        ):
             for r in (1, 7, 16, 64, 300):
                 body = linear_cost.emitted_body(epi, r, 80, 384, tiles)
                 assert body == linear_cost._body_trace(epi, r, 80, 384, linear_cost._geometry(tiles)), (epi, tiles, r)

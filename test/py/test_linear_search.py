@@ -56,17 +56,32 @@ def test_lower_bound_is_at_most_the_cost(config):
             assert bound <= lin.cost(target, (m, k, n, epi), cand) + 1e-6, (cand, epi)
 
 
+def test_lower_bound_is_at_most_the_cost_with_three_slots():
+    """The same of a third slot for the streamed loads (`ring`), which the search prices beside the winner
+    where x and W tiles stream (ws = 0): an MLP's second linear (where the search takes it), row tiles of 4
+    array rows and one accumulator half, at a DRAM-bound M."""
+    lin, m, rows = linear.Linear(), 300, BASE.array_rows
+    for (k, n), act in itertools.product(SHAPES[2:3], EPILOGUES):
+        epi = act if isinstance(act, linear.Epilogue) else linear.Epilogue(act)
+        tiles = itertools.product((4 * rows,), BASE.divisors(n), BASE.divisors(k, rows), (0,), (1,))
+        cands = _with_res_acc(tiles, k, epi, rings=(3,))
+        for cand, bound in zip(cands, linear_cost.lower_bounds(BASE, m, k, n, cands, epi)):
+            assert bound <= lin.cost(BASE, (m, k, n, epi), cand) + 1e-6, (cand, epi)
+
+
 def test_fitting_test_adds_up_as_the_plan():
     lin, target = linear.Linear(), BASE.with_budget({"spad": 4096, "acc": BASE.budget_acc})
     for (k, n), act in itertools.product(SHAPES, EPILOGUES):
         epi = act if isinstance(act, linear.Epilogue) else linear.Epilogue(act)
         tiles = itertools.product((16, 64), target.divisors(n), target.divisors(k, 16), (0, 1), (1, 2))
-        for cand in _with_res_acc(tiles, k, epi):
+        for cand in _with_res_acc(tiles, k, epi, rings=(0, 3)):
             full, usage = lin._plan(target, cand, k, n, epi), lin._plan(target, cand, k, n, epi, linear._Usage)
             assert usage.used == full.used and usage.fits() == full.fits(), (cand, epi)
 
 
-def _with_res_acc(tiles, k, epi) -> list:
+def _with_res_acc(tiles, k, epi, rings=(0,)) -> list:
     """Each (tm, tn, tk, ws, acc) with the residual in the scratchpad, and in the accumulator where allowed,
-    each with the resident bias row and with a bias tile per output block."""
-    return [(*c, ra, bt) for c in tiles for ra in (0, 1) for bt in (0, 1) if not ra or epi.res_in_acc(k // c[2])]
+    each with the resident bias row and with a bias tile per output block, each with each of `rings` (the
+    streamed loads' slots: 0, the target's two; 3)."""
+    return [(*c, ra, bt, ring) for c in tiles for ra in (0, 1) for bt in (0, 1) for ring in rings
+            if not ra or epi.res_in_acc(k // c[2])]  # fmt: skip

@@ -86,9 +86,9 @@ def test_spread_is_priced_and_chosen():
     assert not linear_cost.Epilogue("none").spreads(3, False)  # one VEC: nothing to spread
     assert not linear_cost.Epilogue("none", residual=True).spreads(3, True)  # its residual in the accumulator
     lin = linear.Linear()
-    cand = (128, 16, 128, 2, linear_cost.SPREAD, 0, 0)
+    cand = (128, 16, 128, 2, linear_cost.SPREAD, 0, 0, 0)
     spread = lin.cost(target, (256, 384, 1536, epi), cand)
-    one_step = lin.cost(target, (256, 384, 1536, epi), (*cand[:4], 2, 0, 0))
+    one_step = lin.cost(target, (256, 384, 1536, epi), (*cand[:4], 2, 0, 0, 0))
     assert spread < 0.95 * one_step
     assert lin.choose(target, 256, 384, 1536, epi, {})[1][4] == linear_cost.SPREAD
     assert lin.choose(target, 128, 256, 64, linear_cost.Epilogue("relu"), {})[1][4] != linear_cost.SPREAD

@@ -95,7 +95,7 @@ def test_a_macro_schedule_outside_the_token_rule_is_refused(lowered):
     _macro(lowered).attributes["schedule"] = ir.DictAttr.get(
         {"load_slots": fields.i64(3), "store_slots": fields.i64(1)}
     )
-    assert "schedule must be {load_slots = 1|2, store_slots = 1|2}" in _errors(lowered)
+    assert "schedule must be {load_slots = 1..2, store_slots = 1..2} (the most slots of a buffer)" in _errors(lowered)
 
 
 def test_an_undeclared_annotation_is_named(lowered):

@@ -168,7 +168,7 @@ module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
 // CHECK-LABEL: func.func @deep_linear
 // CHECK: "novella.dma_load"(%{{.*}}) {buffer = "w", chain = 1 : i64, cols = [[TK:[0-9]+]] : i64
 // CHECK: "novella.dma_load"(%{{.*}}) {buffer = "a", chain = 1 : i64, cols = [[TK]] : i64
-// CHECK: tiles = {tk = [[TK]] : i64, {{.*}}ws = 0 : i64}
+// CHECK: tiles = {{{.*}}tk = [[TK]] : i64, {{.*}}ws = 0 : i64}
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
   func.func @deep_linear(%h: tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>, %w: tensor<8x4096xf32>, %b: tensor<8xf32>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>> {
     %0 = "novella.linear"(%h, %w, %b) {act = "none"} : (tensor<1x?x4096xf32, affine_map<()[s0] -> (1, s0, 4096)>>, tensor<8x4096xf32>, tensor<8xf32>) -> tensor<1x?x8xf32, affine_map<()[s0] -> (1, s0, 8)>>

@@ -2,6 +2,7 @@
 // RUN: novella-opt %s --novella-tile=slots=1 --novella-macro-gen --novella-inst-gen --novella-schedule --split-input-file | FileCheck %s --check-prefix=ONE
 // RUN: novella-opt %s --novella-tile --novella-macro-gen --novella-inst-gen --novella-schedule=early=1 --split-input-file | FileCheck %s --check-prefix=E1
 // RUN: novella-opt %s --novella-tile --novella-macro-gen --novella-inst-gen --novella-schedule=early=0 --split-input-file | FileCheck %s --check-prefix=E0
+// RUN: novella-opt %s --novella-tile=slots=3 --novella-macro-gen --novella-inst-gen --novella-schedule --split-input-file | FileCheck %s --check-prefix=THREE
 
 // A linear over T rows (`?`): x and the output stream through two slots (their
 // novella.buffers entries end in 2), so every template that addresses them gets the
@@ -30,6 +31,13 @@
 // ONE-LABEL: func.func @linear
 // ONE-NOT: slot =
 // ONE: schedule = {load_slots = 1 : i64, store_slots = 1 : i64}
+// With three slots per streamed buffer (`--novella-tile=slots=3`) each slotted field's entry is [stride, 3]
+// (the JIT adds stride * (step mod 3)) and the token distances are 3: a load runs two steps ahead.
+// THREE-LABEL: func.func @linear
+// THREE: opcode = "LOAD", {{.*}}slot = {sram_addr = [1024, 3]}, sram_addr = 2080 : i64
+// THREE: opcode = "MATMUL", slot = {a_addr = [1024, 3]}
+// THREE: opcode = "STORE", {{.*}}slot = {sram_addr = [512, 3]}
+// THREE: buffers = {a = ["spad", 2080, 1024, 3], {{.*}}w = ["spad", 0, 2048]}, {{.*}}schedule = {load_slots = 3 : i64, store_slots = 3 : i64}
 #x = affine_map<()[s0] -> (1, s0, 64)>
 #y = affine_map<()[s0] -> (1, s0, 32)>
 module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
@@ -124,5 +132,28 @@ module attributes {novella.symbols = {s0 = ["T", 1, 64]}} {
       "novella.yield"(%m) : (f32) -> ()
     }) {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>], novella.dram = affine_map<()[s0] -> (26624)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0>} : (tensor<8x4x1x32xf32>, tensor<8x1x1x32xf32>) -> tensor<8x4x1x32xf32>
     return %0, %1 : tensor<8x4x1x32xf32>, tensor<8x4x1x32xf32>
+  }
+}
+
+// -----
+
+// The cost model's ring (`ring` in the linear's tiles): whisper-tiny's fc2 shape over T rows (`?`), planned
+// at the nominal length, is DRAM-bound with x and W tiles streamed; a third slot for both (and a smaller
+// tk, to fit) lets their loads run two steps ahead. The loads' distance is 3, the output keeps two slots
+// (its STORE's distance 2).
+// CHECK-LABEL: func.func @ring
+// CHECK: opcode = "LOAD", {{.*}}slot = {sram_addr = [4096, 3]}, sram_addr = 0 : i64
+// CHECK-NEXT: opcode = "LOAD", {{.*}}slot = {sram_addr = [4096, 3]}, sram_addr = 12672 : i64
+// CHECK: opcode = "MATMUL", slot = {a_addr = [4096, 3], b_addr = [4096, 3]}
+// CHECK: opcode = "STORE", {{.*}}slot = {sram_addr = 16384 : i64}
+// CHECK: buffers = {a = ["spad", 12672, 4096, 3], {{.*}}out = ["spad", 24960, 16384, 2], w = ["spad", 0, 4096, 3]}, {{.*}}schedule = {load_slots = 3 : i64, store_slots = 2 : i64}, tiles = {ring = 3 : i64
+#x = affine_map<()[s0] -> (1, s0, 1536)>
+#y = affine_map<()[s0] -> (1, s0, 384)>
+module attributes {novella.symbols = {s0 = ["T", 1, 2048]}} {
+  func.func @ring(%x: tensor<1x?x1536xf32, #x> {novella.dram = affine_map<()[s0] -> (590208)>}) -> tensor<1x?x384xf32, #y> {
+    %w = "novella.weight"() {name = "w", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<384x1536xf32>
+    %b = "novella.weight"() {name = "b", novella.dram = affine_map<()[s0] -> (589824)>} : () -> tensor<384xf32>
+    %0 = "novella.linear"(%x, %w, %b) {act = "relu", novella.dram = affine_map<()[s0] -> (s0 * 1536 + 590208)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x1536xf32, #x>, tensor<384x1536xf32>, tensor<384xf32>) -> tensor<1x?x384xf32, #y>
+    return %0 : tensor<1x?x384xf32, #y>
   }
 }

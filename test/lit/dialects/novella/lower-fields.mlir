@@ -32,7 +32,7 @@ func.func @macro_without_schedule() -> tensor<16xf32> {
 // -----
 
 func.func @macro_bad_schedule() -> tensor<16xf32> {
-  // expected-error @+1 {{schedule must be {load_slots = 1|2, store_slots = 1|2}}}
+  // expected-error @+1 {{schedule must be {load_slots = 1..1, store_slots = 1..1} (the most slots of a buffer)}}
   %0 = "novella.macro"() ({
   }) {kernel = "novella.relu", grid = affine_map<() -> (1)>, buffers = {}, dram = affine_map<() -> (0)>, schedule = {load_slots = 3 : i64, store_slots = 1 : i64}, tiles = {}} : () -> tensor<16xf32>
   return %0 : tensor<16xf32>
@@ -41,9 +41,9 @@ func.func @macro_bad_schedule() -> tensor<16xf32> {
 // -----
 
 func.func @macro_bad_buffer() -> tensor<16xf32> {
-  // expected-error @+1 {{buffer 'a' needs offset >= 0, size >= 1, slots 2 and alternate 1 if given, got ['spad', 0, 16, 3]}}
+  // expected-error @+1 {{buffer 'a' needs offset >= 0, size >= 1, slots 2..4 and alternate 1 (with slots 2) if given, got ['spad', 0, 16, 5]}}
   %0 = "novella.macro"() ({
-  }) {kernel = "novella.relu", grid = affine_map<() -> (1)>, buffers = {a = ["spad", 0, 16, 3]}, dram = affine_map<() -> (0)>, schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {}} : () -> tensor<16xf32>
+  }) {kernel = "novella.relu", grid = affine_map<() -> (1)>, buffers = {a = ["spad", 0, 16, 5]}, dram = affine_map<() -> (0)>, schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {}} : () -> tensor<16xf32>
   return %0 : tensor<16xf32>
 }
 
@@ -93,7 +93,7 @@ func.func @inst_token_bits() -> tensor<16xf32> {
 
 func.func @inst_bad_slot() -> tensor<16xf32> {
   %0 = "novella.macro"() ({
-    // expected-error @+1 {{'slot' must map address fields to strides >= 0, got rows = 16 : i64}}
+    // expected-error @+1 {{'slot' must map address fields to strides >= 0 or [stride > 0, slots 3..4], got rows = 16 : i64}}
     "novella.inst"() {opcode = "VEC", fn = "RELU", rows = 16 : i64, slot = {rows = 16 : i64}} : () -> ()
   }) {kernel = "novella.relu", grid = affine_map<() -> (1)>, buffers = {}, dram = affine_map<() -> (0)>, schedule = {load_slots = 1 : i64, store_slots = 1 : i64}, tiles = {}} : () -> tensor<16xf32>
   return %0 : tensor<16xf32>
