@@ -23,7 +23,7 @@ from .artifact import cache as compile_cache
 from .artifact.extract import extract as extract_program
 from .compiled import CompiledModel, load  # noqa: F401 (importable from here, as before)
 from .errors import CompileError, NovellaError
-from .frontend import explain, exporting, ranges
+from .frontend import explain, export_memo, exporting, ranges
 from .runtime.step import with_lanes
 from .transforms.common import forget_ir_memos
 from .transforms.registry import BACKEND_PIPELINE, run_passes
@@ -144,6 +144,13 @@ def compile_torch(
 
     `buckets=False` compiles one generic program per export range: no shape buckets (`--novella-buckets`,
     where the cost model may add a program tiled for short lengths)."""
+    with export_memo.scope():  # each distinct export once per top-level compile (the parts' compiles share it)
+        return _compile_cached(module, example_args, dynamic_dim, min_len, max_len, dynamic_shapes, config,
+                               dump_dir, decomposition_table, pass_options, cache, buckets)  # fmt: skip
+
+
+def _compile_cached(module, example_args, dynamic_dim, min_len, max_len, dynamic_shapes, config, dump_dir,
+                    decomposition_table, pass_options, cache, buckets) -> CompiledModel:  # fmt: skip
     config = config or load_config()
     example_args = _unaliased(example_args)
     if dynamic_shapes is None:

@@ -22,7 +22,7 @@ from torch.fx.experimental import _config as fx_config
 
 from ..errors import NovellaError
 from . import explain as messages
-from . import guard_classes, guards
+from . import export_memo, guard_classes, guards
 from .dynspec import aligned_specs, at_size, dim_items, spec_dims
 from .guards import GUARD, describe, explain, failing_lengths, lengths_in_words  # noqa: F401 - failing_lengths: API
 
@@ -173,7 +173,7 @@ def _check_length_one(module, args, dynamic_dim: int, prog, bounds) -> None:
         one.append(a)
     try:
         with fx_config.patch(backed_size_oblivious=False):
-            static = torch.export.export(module, tuple(one), strict=False)
+            static = export_memo.export(module, one)
     except Exception:  # noqa: BLE001 - no trace at T = 1 to compare with: keep the symbolic one
         return
     if _canonical(prog.graph, True) != _canonical(static.graph, False):
@@ -261,7 +261,7 @@ def differs_at_one(module, args, spec, prog) -> str | None:
             args1, spec1 = at_size(module, args, spec, name, size)
             try:
                 with fx_config.patch(backed_size_oblivious=False):
-                    small = torch.export.export(module, tuple(args1), dynamic_shapes=spec1, strict=False)
+                    small = export_memo.export(module, args1, dynamic_shapes=spec1)
             except Exception:  # noqa: BLE001 - no trace at that size to compare with: keep the symbolic one
                 continue
             subs = {s: (size if n == name else sympy.Symbol(n, integer=True)) for s, n in names.items()}
@@ -284,12 +284,8 @@ def _named_dim_export(module, args, spec, dims: dict, oblivious: bool):
     `oblivious`: trace sizes size-obliviously and defer undecidable guards to asserts."""
     try:
         with fx_config.patch(backed_size_oblivious=oblivious):
-            prog = torch.export.export(
-                module,
-                tuple(args),
-                dynamic_shapes=spec,
-                strict=False,
-                prefer_deferred_runtime_asserts_over_guards=oblivious,
+            prog = export_memo.export(
+                module, args, dynamic_shapes=spec, prefer_deferred_runtime_asserts_over_guards=oblivious
             )
     except Exception as e:  # torch raises many kinds; keep the guard, drop the trace
         return explain(str(e), *_single(dims)) if GUARD.search(str(e)) else e
@@ -343,11 +339,8 @@ def unproved(cond, box: dict, where: str = "") -> str:
 def _dynamic_export(module, args, dynamic_dim, lo, hi):
     try:
         with fx_config.patch(backed_size_oblivious=True):
-            prog = torch.export.export(
-                module,
-                tuple(args),
-                dynamic_shapes=_dyn(module, args, dynamic_dim, Dim.DYNAMIC(min=lo, max=hi)),
-                strict=False,
+            prog = export_memo.export(
+                module, args, dynamic_shapes=_dyn(module, args, dynamic_dim, Dim.DYNAMIC(min=lo, max=hi))
             )
     except Exception:
         return None, None

@@ -236,16 +236,31 @@ def keyed_runs(conds, lo: int, hi: int) -> list[tuple[tuple[int, int], tuple]]:
     return [((lo + a, lo + b), tuple(keys[a].tolist())) for a, b in zip(starts, ends)]
 
 
-def small_size_hint(prog) -> bool:
+def small_size_hint(prog, lo: int, hi: int) -> bool:
     """Whether a size computed from the length is 0 or 1 at the example (a patch grid `W // 32` of one
     column): torch records guards such as `Eq(W // 32, 1)` on it, which a later retrace (decompositions)
-    takes as facts and specializes the size to 1. An example at the top of the range has no such size."""
+    takes as facts and specializes the size to 1. An example at the top of the range has no such size.
+    A size of that value at every length of [lo, hi] (a chunk count of 1 in a one-chunk range, a
+    `Min(1, chunks)`) is no such size: its specialization holds, and a retrace at the top would keep it."""
+    seen = set()
     for n in prog.graph.nodes:
         v = n.meta.get("val")
         for d in v.shape if isinstance(v, torch.Tensor) else ():
             if isinstance(d, torch.SymInt) and d.node.hint is not None and d.node.hint <= 1:
-                return True
+                if d.node.expr not in seen and not _constant(d.node.expr, d.node.hint, prog, lo, hi):
+                    return True
+                seen.add(d.node.expr)
     return False
+
+
+def _constant(expr, value: int, prog, lo: int, hi: int) -> bool:
+    """Whether the size `expr` (each of its symbols the length, all backed) is `value` at every length of [lo, hi]."""
+    if not expr.free_symbols or not expr.free_symbols <= set(prog.range_constraints):
+        return False
+    try:
+        return not failing_lengths(sympy.Eq(expr.xreplace({s: T for s in expr.free_symbols}), value), lo, hi)
+    except Exception:  # noqa: BLE001 - a size numpy cannot evaluate: not known constant
+        return False
 
 
 def failing(prog, lo: int, hi: int) -> list[tuple]:

@@ -21,7 +21,7 @@ from torch_mlir.extras.fx_importer import FxImporter, FxImporterHooks
 from .. import symbolic as sy
 from ..dialects.novella import WeightOp
 from ..errors import NovellaError
-from . import dtypes, explain, exporting, guard_code, ties
+from . import dtypes, explain, export_memo, exporting, guard_code, ties
 from .complex_pairs import complex_as_pairs
 from .hops import inline_wrappers
 from .own_decompositions import own_decompositions
@@ -213,7 +213,7 @@ def export_static(module: torch.nn.Module, args):
     """torch.export at the example's shapes (one length: a static program)."""
     try:
         with explain.quiet(), symbolic_kernels(), every_frame(), uncached_fake_dispatch():
-            return torch.export.export(module.eval(), tuple(args), strict=False)
+            return export_memo.export(module.eval(), args)
     except Exception as e:  # torch raises many kinds; keep the message, drop the trace
         raise exporting.NovellaError(f"torch.export failed: {str(e).splitlines()[0]}") from None
 

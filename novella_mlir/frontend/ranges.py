@@ -85,7 +85,7 @@ def compile_range(c: Compilers, module, example_args, dynamic_dim, min_len, max_
         example_args = tuple(_resized(a, dynamic_dim, min_len) for a in example_args)
     try:
         prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len, join)
-        if guards.small_size_hint(prog) and lo < hi:  # re-trace where no size is 0 or 1
+        if lo < hi and guards.small_size_hint(prog, lo, hi):  # re-trace where no size is 0 or 1
             example_args = tuple(_resized(a, dynamic_dim, hi) for a in example_args)
             prog = traced("export", _export, module, example_args, dynamic_dim, lo, hi, min_len, max_len, join)
         joined = guard_classes.joined(prog)
