@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from sim_setup import loaded
 
 from novella_mlir import compile_torch
-from novella_mlir.runtime import expr
-from simulator import HazardError, Simulator, isa
+from simulator import HazardError, isa
 
 POP_NEXT = 1 << next(f.offset for f in isa.LAYOUT[isa.Opcode.NOP] if f.name == "pop_next")
 
@@ -55,27 +55,16 @@ def test_two_slots_match_eager_and_overlap(compiled):
     assert s2.token_waits["C2L"]["cycles"] < s1.token_waits["C2L"]["cycles"], "loads wait less for compute"
 
 
-def _sim(npu, length, check_hazards=True):
-    ex = npu.executor
-    x = np.random.default_rng(0).standard_normal((1, length, 64)).astype(np.float32)
-    syms = ex.bind([x])
-    sim = Simulator(ex.config, int(expr.evaluate(ex.art.dram_size, syms)), check_hazards=check_hazards)
-    for name, (off, _) in ex.art.weight_layout.items():
-        sim.dram.write(off, ex.art.weights[name].ravel())
-    sim.dram.write(int(expr.evaluate(ex.art.inputs[0].dram, syms)), x.ravel())
-    return sim, ex.jit.instantiate(syms).words.copy()
-
-
 def test_dropped_two_slot_token_is_a_race(compiled):
     """Clear the C2L pop of a slotted load in the middle of the first linear: the load then
     overwrites the slot that the compute of two steps before may still read."""
     _, npus = compiled
-    sim, words = _sim(npus[2], 700)
+    sim, words = loaded(npus[2], 700)
     sim.run(words)  # clean as compiled
     loads = [i for i, w in enumerate(words) if isa.decode(w).opcode == isa.Opcode.LOAD and int(w[0]) & POP_NEXT]
     victim = loads[len(loads) // 4]
     words[victim, 0] &= ~np.uint64(POP_NEXT)
-    sim, _ = _sim(npus[2], 700)
+    sim, _ = loaded(npus[2], 700)
     with pytest.raises(HazardError, match="with no dependency token ordering them"):
         sim.run(words)
 
@@ -114,6 +103,6 @@ def test_early_tiers_that_ignore_sram_are_a_race(monkeypatch):
     npu = compile_torch(model, torch.randn(1, 16, 64), min_len=1, max_len=2048, buckets=False, cache=False,
                         pass_options={"novella-schedule": {"early": 1}})  # fmt: skip
     assert "early = [2" in npu.ir("novella-schedule")
-    sim, words = _sim(npu, 700)
+    sim, words = loaded(npu, 700)
     with pytest.raises(HazardError, match="with no dependency token ordering them"):
         sim.run(words)

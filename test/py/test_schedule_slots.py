@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from sim_setup import loaded
 from torch_mlir import ir
 
 from novella_mlir import compile_torch
@@ -21,9 +22,9 @@ from novella_mlir.dialects.context import make_context
 from novella_mlir.kernels import linear
 from novella_mlir.kernels.linear_cost import Epilogue
 from novella_mlir.machine.target import Target
-from novella_mlir.runtime import expr, jit_kernel, tokens
+from novella_mlir.runtime import jit_kernel, tokens
 from novella_mlir.testing import oracle, streams
-from simulator import HazardError, Simulator, isa, load_config
+from simulator import HazardError, isa, load_config
 
 POP_NEXT = 1 << next(f.offset for f in isa.LAYOUT[isa.Opcode.NOP] if f.name == "pop_next")
 PUSH_PREV = 1 << next(f.offset for f in isa.LAYOUT[isa.Opcode.NOP] if f.name == "push_prev")
@@ -74,25 +75,14 @@ def test_three_slot_words_match_the_ir_oracle_and_the_reference(three, length):
     np.testing.assert_array_equal(kernel_words, words)
 
 
-def _sim(npu, length):
-    ex = npu.executor
-    x = np.random.default_rng(0).standard_normal((1, length, 64)).astype(np.float32)
-    syms = ex.bind([x])
-    sim = Simulator(ex.config, int(expr.evaluate(ex.art.dram_size, syms)), check_hazards=True)
-    for name, (off, _) in ex.art.weight_layout.items():
-        sim.dram.write(off, ex.art.weights[name].ravel())
-    sim.dram.write(int(expr.evaluate(ex.art.inputs[0].dram, syms)), x.ravel())
-    return sim, ex.jit.instantiate(syms).words.copy()
-
-
 def test_dropped_three_slot_token_is_a_race(three):
     """Clear the C2L pop of a slotted load in the middle of the first linear: it then overwrites the slot
     that the compute of three steps before may still read."""
-    sim, words = _sim(three[1], 700)
+    sim, words = loaded(three[1], 700)
     sim.run(words)
     loads = [i for i, w in enumerate(words) if isa.decode(w).opcode == isa.Opcode.LOAD and int(w[0]) & POP_NEXT]
     words[loads[len(loads) // 4], 0] &= ~np.uint64(POP_NEXT)
-    sim, _ = _sim(three[1], 700)
+    sim, _ = loaded(three[1], 700)
     with pytest.raises(HazardError, match="with no dependency token ordering them"):
         sim.run(words)
 
