@@ -309,6 +309,13 @@ class FlashAttention:
                  **({"q_blocks": 1} if blocks else {}), **({"heads": heads} if heads > 1 else {})}  # fmt: skip
         return Tiling(tiles, grid, plan.buffers + resident.buffers(op))
 
+    def predicted(self, op, tv, target) -> float:
+        """Cycles at the plan lengths of the candidate `tile` chooses under `target` (`--novella-resident`
+        prices a lowered SRAM budget with it)."""
+        g, syms, plan = Geometry(op, tv), module_symbols(op), plan_lengths(op)
+        cand, _ = self.choose(g, syms, target, {}, plan, _halves_rows(g, syms, plan), held_rows(g))
+        return sum(self.cost(target, dims_of(g, syms, at), cand) for at in plan_samples(g, plan))
+
     def heads(self, g: Geometry, syms, target, plan, cand: tuple, rows: int, held: int) -> int:
         """A grid step's heads (`flash_decode.SubHead`) where a decode step's loads chain (held query rows,
         the plain schedule): of 1, 2, 4 and 8, those that divide the batch, fit, and cost no more than one

@@ -22,16 +22,20 @@ last reader and the cost model predicts fewer cycles:
   towards keeping less);
 * every op from the producer to the last reader tiles below the region (its `novella.sram_budget` ends at
   the region's offset), so nothing else writes it while it is live; regions live at once stack downward
-  from the top of the scratchpad, and together take at most `share` percent of it (50: the kernels without a
-  cost model, the flash attention's among them, keep the other half; what tiling below it costs them is not
-  priced. On the encoder body, 75 keeps one of q, k, v on chip at T <= 64, 1.3% fewer cycles at T = 64 on
-  the default config, but 1.8% more at T = 256 on the large one, where the attention's tiles shrink).
+  from the top of the scratchpad, and together take at most `share` percent of it (50) where an op without a
+  cost model tiles under them (a norm, a fused MLP, a decode step's attention: what tiling below it costs them
+  is not priced). Beyond it, per program (a shape bucket's plan), only where every op under the region has one
+  and none but an attention reading it in place is predicted to lose anything (at the plan 512 of `large`,
+  a k of 75% of the scratchpad was predicted to cost its two linears 10K cycles each and cost them 54K at
+  T = 256): on the encoder body, q of the T <= 64 program beside the norm's result, 2284K cycles at T = 64
+  on the default config instead of 2311K (1.27x to 1.26x), 1848K at T = 16 instead of 1872K.
 
 The decision is `novella.resident` on the producer (`out`, `out_size`) and on each reader (its role, `x`,
 `res`, `k`, `v` or `new`, and its size): SPAD offsets the kernels read (`kernels/resident.py`), which become buffers of the
 macros (`fields.RESIDENT`) that `--novella-schedule` never moves. Priced as the DMA cycles of the STORE
 and LOADs it removes (`costmodel.dma`) against the COPYs (`costmodel.vec`) and, for ops with a cost model
-(`predict`), their predicted cycles below the lowered budget against their own."""
+(`predict`, a prefill attention's `predicted`), their predicted cycles below the lowered budget against their
+own; an attention that reads the region in place is priced reading it there, in place of its LOAD's DMA."""
 
 from __future__ import annotations
 
@@ -73,6 +77,7 @@ IN_PLACE = {ATTENTION, MLP}  # ops that read (and write) their resident tensors 
 OPTIONS = {
     "enable": (int, 1, "keep activations (the PRODUCERS' results) in the scratchpad for their readers", (0, 1)),
     "share": (int, 50, "percent of the scratchpad the regions live at once may take together", (0, 100)),
+    "priced": (int, 1, "past `share` where every op under the region is priced and loses nothing", (0, 1)),
 }
 BUDGET = "novella.sram_budget"
 
@@ -87,7 +92,7 @@ def run(module_op, options, config) -> None:
         ops, placed = body_ops(fn), []
         for i, op in enumerate(ops):
             if op.operation.name in PRODUCERS:
-                _decide(ops, i, target, symbols, placed, options.get("share", 50))
+                _decide(ops, i, target, symbols, placed, options.get("share", 50), options.get("priced", 1))
 
 
 def readers(value) -> tuple[list, bool]:
@@ -125,9 +130,10 @@ def _paged(op) -> bool:
     return op.name == ATTENTION and any(paged_operand(op, i) is not None for i in (1, 2))
 
 
-def _decide(ops, i: int, target, symbols, placed: list, share: int) -> None:
+def _decide(ops, i: int, target, symbols, placed: list, share: int, priced: int) -> None:
     """Keeps the result of `ops[i]` resident if it pays and the regions live with it take at most `share`
-    percent of the scratchpad; `placed`: (first op, last op, offset, size) of the regions so far."""
+    percent of the scratchpad (more if `priced`, see the module docstring); `placed`: (first op, last op,
+    offset, size) of the regions so far."""
     producer = ops[i]
     found, other = readers(producer.results[0])
     if not found or other or not _rows_of(producer.results[0]):
@@ -138,8 +144,10 @@ def _decide(ops, i: int, target, symbols, placed: list, share: int) -> None:
     if size is None:
         return
     offset = _highest(target.spad_elems, size, [(o, n) for a, z, o, n in placed if a <= last and i <= z])
-    floor = target.spad_elems * (100 - share) // 100
-    if offset < floor or _gain(target, producer, found, live, offset) <= 0:
+    above = offset < target.spad_elems * (100 - share) // 100  # only where every op below is priced
+    if offset < 0 or (above and (not priced or any(_pricer(o) is None for o in live))):
+        return
+    if _gain(target, producer, found, live, offset, size, above) <= 0:
         return
     placed.append((i, last, offset, size))
     for o in live:
@@ -182,19 +190,24 @@ def _mark(op, entries: dict) -> None:
     set_attr(op, ATTR, {**old, **entries})
 
 
-def _gain(target, producer, found, live, offset: int) -> float:
+def _gain(target, producer, found, live, offset: int, size: int, above: bool = False) -> float:
     """Predicted cycles saved: the DMA of the STORE and of each reader's LOADs, less the COPYs and what the
-    lowered budget costs the ops that tile under it (none of them may stop fitting)."""
+    lowered budget costs the ops that tile under it (none of them may stop fitting). An attention reading the
+    region prices it itself: its cycles reading it in place below `offset` against its cycles now. `above`
+    the share, no other op may lose anything (-1)."""
     rows, cols = _view(producer)
-    saved = (len(found) + 1) * cm.dma(target, rows, cols, True)[1]
+    dma = cm.dma(target, rows, cols, True)[1]
+    saved = (len(found) + 1) * dma
     copied = [op for op in (producer, *(r for r, _ in found)) if op.operation.name not in IN_PLACE]
     copies = len(copied) * cm.vec(target, rows, cols, "copy")
+    roles = {r: role for r, role in found if r.name == ATTENTION and _pricer(r) is not None}
     lost = 0.0
-    for o in live:
-        extra = _loss(target, o, offset)
-        if extra is None:
+    for o in sorted(live, key=lambda o: o.operation.name == ATTENTION):  # the dearest to price last
+        role = roles.get(o.operation)
+        extra = _loss(target, o, offset, role and {role: offset, f"{role}_size": size})
+        if extra is None or (above and extra > 0 and not role):
             return -1.0
-        lost += extra
+        lost += extra - (dma if role else 0.0)
     return saved - copies - lost
 
 
@@ -203,19 +216,37 @@ def _view(op) -> tuple[int, int]:
     return sy.evaluate(tv.rows(-1), at), tv.cols(-1)
 
 
-def _loss(target, op, offset: int) -> float | None:
-    """Predicted cycles `op` loses tiling below `offset` (0 without a cost model), None if it no longer fits."""
+def _loss(target, op, offset: int, kept: dict | None = None) -> float | None:
+    """Predicted cycles `op` loses tiling below `offset` (0 without a cost model), None if it no longer fits;
+    `kept`: the region's entries in its `novella.resident` (an attention reading it in place), priced with them."""
     kernel = get_kernel(op.operation.name)
     budget = from_attr(op.attributes[BUDGET])
     low = target.with_budget({**budget, "spad": min(budget["spad"], offset)})
-    tv = TensorView(op)
+    price = _pricer(op)
+    full = price(target.with_budget(budget)) if price else 0.0
+    old = op.attributes[ATTR] if ATTR in op.attributes else None
+    if kept:
+        _mark(op, kept)
     try:
-        kernel.tile(op, tv, low, {})
+        if op.operation.name != ATTENTION or not price:  # an attention's price is its tile's choice
+            kernel.tile(op, TensorView(op), low, {})
+        less = price(low) if price else 0.0
     except (TileFitError, ValueError):
         return None
-    if not hasattr(kernel, "predict"):
-        return 0.0
-    at = plan_lengths(op)
-    full = kernel.predict(op, tv, target.with_budget(budget), {}, at, at)
-    less = kernel.predict(op, tv, low, {}, at, at)
-    return max((less or 0.0) - (full or 0.0), 0.0)
+    finally:
+        if kept and old is None:
+            del op.attributes[ATTR]
+        elif kept:
+            op.attributes[ATTR] = old
+    return less - full if kept else max(less - full, 0.0)
+
+
+def _pricer(op):
+    """target -> `op`'s predicted cycles at its plan lengths under `target`'s budget; None without a cost model
+    (such ops keep the scratchpad's `share`: what a lower budget costs them is not priced)."""
+    kernel, tv, at = get_kernel(op.operation.name), TensorView(op), plan_lengths(op)
+    if hasattr(kernel, "predict"):
+        return lambda t: kernel.predict(op, tv, t, {}, at, at) or 0.0
+    if op.operation.name == ATTENTION and not _paged(op.operation):
+        return lambda t: kernel.predicted(op, tv, t)
+    return None

@@ -116,13 +116,14 @@ def test_one_query_block_a_head_with_the_output_kept_matches_eager_on_large():
     runs the lookahead over the heads, one query block each (tq = 256), two key tiles of 64. Its previous
     block's output address, at the grid's and the lengths' zero point, must stay near its region: written with
     qi - 1 + nq it was tq rows below, and `--novella-schedule` moved it with the macro's buffers (max error 4.9;
-    test_configs' encoder on large at T = 65 alike)."""
+    test_configs' encoder on large at T = 65 alike). Regions within half the scratchpad (`priced=0`): past it
+    more of q, k and v is kept, and the attention's tiles are others."""
     import models
 
     body = models.WhisperBody().eval()
     body.layers = body.layers[:2]
     npu = compile_torch(body, torch.randn(1, 65, 384), dynamic_dim=1, min_len=65, max_len=128, cache=False,
-                        config=load_config(LARGE))  # fmt: skip
+                        config=load_config(LARGE), pass_options={"novella-resident": {"priced": 0}})  # fmt: skip
     lines = [x for x in npu.ir("novella-tile", at=[65]).splitlines() if '"novella.flash_attention"' in x]
     tiles = re.search(r"novella.tiles = \{[^}]*\}", lines[1]).group(0)
     assert (

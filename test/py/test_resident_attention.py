@@ -7,6 +7,8 @@ elements each there, fit in half the scratchpad)."""
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,23 @@ def test_only_the_query_kept_where_the_rest_does_not_fit():
         x = torch.randn(1, t, D, generator=torch.Generator().manual_seed(t))
         with torch.no_grad():
             torch.testing.assert_close(npu(x, check_hazards=True), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_the_query_kept_beyond_the_share_where_every_op_under_it_is_priced():
+    """A whisper-tiny layer over [33, 64] (default config): the norm's result (the projections' x) and q, 96 KiB
+    each, take 75% of the scratchpad, past the 50% `share`: the linears under q's region are predicted to lose
+    nothing and the attention prices reading q in place. Eager at T = 33, 47 and 64, hazard checking on."""
+    sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
+    import models
+
+    body = models.WhisperBody().eval()
+    body.layers = body.layers[:1]
+    npu = compile_torch(body, torch.randn(1, 40, 384), dynamic_dim=1, min_len=33, max_len=64, cache=False)
+    ir = npu.ir("novella-resident", at=[64])
+    flash = next(line for line in ir.splitlines() if '"novella.flash_attention"' in line)
+    q = int(re.search(r"novella.resident = \{[^}]*\bx = (\d+)", flash).group(1))
+    assert q < load_config().spad_elems // 2 and "x_size = 24576" in flash  # the regions above q: over half
+    for t in (33, 47, 64):
+        x = torch.randn(1, t, 384, generator=torch.Generator().manual_seed(t))
+        with torch.no_grad():
+            torch.testing.assert_close(npu(x, check_hazards=True), body(x), rtol=1e-4, atol=2e-5)

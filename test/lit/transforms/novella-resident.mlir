@@ -2,6 +2,7 @@
 // RUN: novella-opt %s --novella-resident=enable=0 --split-input-file | FileCheck %s --check-prefix=OFF
 // RUN: novella-opt %s --split-input-file --novella-resident --novella-tile --novella-macro-gen --novella-inst-gen --novella-schedule | FileCheck %s --check-prefix=MACRO
 // RUN: novella-opt %s --novella-resident=share=75 --split-input-file | FileCheck %s --check-prefix=WIDE
+// RUN: novella-opt %s --novella-resident=priced=0 --split-input-file | FileCheck %s --check-prefix=HALF
 
 // linear -> linear at T in [1, 32] (d = 64; a shape bucket, its tiles planned for T = 32): the hidden [1, T, 64] is 2048 elements at T = 32, kept at the
 // top of the scratchpad (65536 - 2048). The first linear writes it there and does not store it (its one
@@ -248,10 +249,15 @@ module attributes {novella.symbols = {s0 = ["past", 1, 1023]}} {
 // -----
 
 // linear -> linear at T in [1, 40] with a wide hidden [1, T, 1024] (planned for T = 40: 40960 elements, more
-// than half the scratchpad): it stays in DRAM, the regions take at most half of it by default (`share`); with
-// share=75 it is kept at 65536 - 40960 = 24576.
+// than half the scratchpad, the `share`): kept at 65536 - 40960 = 24576 all the same, as both linears have a
+// cost model and are predicted to lose nothing tiling below it (@wide_norm: a norm has none); with priced=0
+// the regions never take more than the share.
+// HALF-LABEL: func.func @wide
+// HALF-NOT: novella.resident
+// HALF-LABEL: func.func @wide_norm
 // CHECK-LABEL: func.func @wide
-// CHECK-NOT: novella.resident
+// CHECK: "novella.linear"(%arg0, {{.*}}novella.resident = {out = 24576 : i64, out_size = 40960 : i64}
+// CHECK: "novella.linear"({{.*}}novella.resident = {x = 24576 : i64, x_size = 40960 : i64}
 // WIDE-LABEL: func.func @wide
 // WIDE: "novella.linear"(%arg0, {{.*}}novella.resident = {out = 24576 : i64, out_size = 40960 : i64}
 // WIDE: "novella.linear"({{.*}}novella.resident = {x = 24576 : i64, x_size = 40960 : i64}
@@ -263,6 +269,32 @@ module attributes {novella.symbols = {s0 = ["T", 1, 40]}, novella.plan_lengths =
     %b2 = "novella.weight"() {name = "b2", novella.dram = affine_map<()[s0] -> (132096)>} : () -> tensor<64xf32>
     %h = "novella.linear"(%arg0, %w1, %b1) {act = "relu", novella.dram = affine_map<()[s0] -> (s0 * 64 + 132160)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1024x64xf32>, tensor<1024xf32>) -> tensor<1x?x1024xf32, affine_map<()[s0] -> (1, s0, 1024)>>
     %y = "novella.linear"(%h, %w2, %b2) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 1088 + 132160)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x1024xf32, affine_map<()[s0] -> (1, s0, 1024)>>, tensor<64x1024xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %y : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
+
+// -----
+
+// The same hidden read by a layer norm, which has no cost model: beyond the share nothing is kept under it
+// (what tiling below the region costs it is not priced); with share=75 the hidden is kept at 24576 (the
+// norm's result, 40960 more, then fits nowhere).
+// CHECK-LABEL: func.func @wide_norm
+// CHECK-NOT: novella.resident
+// WIDE-LABEL: func.func @wide_norm
+// WIDE: "novella.linear"(%arg0, {{.*}}novella.resident = {out = 24576 : i64, out_size = 40960 : i64}
+// WIDE: "novella.layer_norm"({{.*}}novella.resident = {x = 24576 : i64, x_size = 40960 : i64}
+// WIDE-NOT: novella.resident
+module attributes {novella.symbols = {s0 = ["T", 1, 40]}, novella.plan_lengths = [40]} {
+  func.func @wide_norm(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (134208)>}) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 2176 + 134208)>} {
+    %w1 = "novella.weight"() {name = "w1", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<1024x64xf32>
+    %b1 = "novella.weight"() {name = "b1", novella.dram = affine_map<()[s0] -> (65536)>} : () -> tensor<1024xf32>
+    %w2 = "novella.weight"() {name = "w2", novella.dram = affine_map<()[s0] -> (66560)>} : () -> tensor<64x1024xf32>
+    %b2 = "novella.weight"() {name = "b2", novella.dram = affine_map<()[s0] -> (132096)>} : () -> tensor<64xf32>
+    %g = "novella.weight"() {name = "g", novella.dram = affine_map<()[s0] -> (132160)>} : () -> tensor<1024xf32>
+    %bt = "novella.weight"() {name = "bt", novella.dram = affine_map<()[s0] -> (133184)>} : () -> tensor<1024xf32>
+    %h = "novella.linear"(%arg0, %w1, %b1) {act = "relu", novella.dram = affine_map<()[s0] -> (s0 * 64 + 134208)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1024x64xf32>, tensor<1024xf32>) -> tensor<1x?x1024xf32, affine_map<()[s0] -> (1, s0, 1024)>>
+    %n = "novella.layer_norm"(%h, %g, %bt) {eps = 9.99999974E-6 : f32, novella.dram = affine_map<()[s0] -> (s0 * 1088 + 134208)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x1024xf32, affine_map<()[s0] -> (1, s0, 1024)>>, tensor<1024xf32>, tensor<1024xf32>) -> tensor<1x?x1024xf32, affine_map<()[s0] -> (1, s0, 1024)>>
+    %y = "novella.linear"(%n, %w2, %b2) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 2112 + 134208)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x1024xf32, affine_map<()[s0] -> (1, s0, 1024)>>, tensor<64x1024xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
     return %y : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
   }
 }
