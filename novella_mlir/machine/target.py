@@ -46,8 +46,8 @@ class Target:
     issue_cycles: int
     vector_functions: tuple[str, ...]
     fn_cycles: dict = field(default_factory=dict, hash=False, compare=False)
-    budget_spad: int = 0  # the SRAM one op may tile into (elements); 0: all of it
-    budget_acc: int = 0
+    budget_spad: int | None = None  # the SRAM one op may tile into (elements); None: all of it (0 is none)
+    budget_acc: int | None = None
     buffer_slots: int = 2  # slots of a streamed buffer: 2 = double buffering (loads of step i+1 under compute i)
     unit_queue_depth: int = 16  # FIFO entries in front of the matrix and of the vector unit (config compute.*)
     col_tile_cols: int = 512  # columns of a row-tiled kernel's tile when its width is symbolic or too wide
@@ -68,7 +68,8 @@ class Target:
     @property
     def budget(self) -> dict[str, int]:
         """SRAM elements an op's buffers may use, per memory."""
-        return {"spad": self.budget_spad or self.spad_elems, "acc": self.budget_acc or self.acc_elems}
+        spad, acc = self.budget_spad, self.budget_acc
+        return {"spad": self.spad_elems if spad is None else spad, "acc": self.acc_elems if acc is None else acc}
 
     def with_budget(self, budget: dict[str, int]) -> Target:
         return dataclasses.replace(self, budget_spad=budget["spad"], budget_acc=budget["acc"])

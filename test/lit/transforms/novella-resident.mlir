@@ -298,3 +298,21 @@ module attributes {novella.symbols = {s0 = ["T", 1, 40]}, novella.plan_lengths =
     return %y : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
   }
 }
+
+// -----
+
+// The wide hidden planned for T = 64 is the whole scratchpad (65536 elements): only the offset 0 is left, a
+// budget of no element for the linears, where nothing fits (not "no budget"): it stays in DRAM.
+// CHECK-LABEL: func.func @whole
+// CHECK-NOT: novella.resident
+module attributes {novella.symbols = {s0 = ["T", 1, 64]}, novella.plan_lengths = [64]} {
+  func.func @whole(%arg0: tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> {novella.dram = affine_map<()[s0] -> (132160)>}) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>> attributes {novella.dram_size = affine_map<()[s0] -> (s0 * 1152 + 132160)>} {
+    %w1 = "novella.weight"() {name = "w1", novella.dram = affine_map<()[s0] -> (0)>} : () -> tensor<1024x64xf32>
+    %b1 = "novella.weight"() {name = "b1", novella.dram = affine_map<()[s0] -> (65536)>} : () -> tensor<1024xf32>
+    %w2 = "novella.weight"() {name = "w2", novella.dram = affine_map<()[s0] -> (66560)>} : () -> tensor<64x1024xf32>
+    %b2 = "novella.weight"() {name = "b2", novella.dram = affine_map<()[s0] -> (132096)>} : () -> tensor<64xf32>
+    %h = "novella.linear"(%arg0, %w1, %b1) {act = "relu", novella.dram = affine_map<()[s0] -> (s0 * 64 + 132160)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>, tensor<1024x64xf32>, tensor<1024xf32>) -> tensor<1x?x1024xf32, affine_map<()[s0] -> (1, s0, 1024)>>
+    %y = "novella.linear"(%h, %w2, %b2) {act = "none", novella.dram = affine_map<()[s0] -> (s0 * 1088 + 132160)>, novella.sram_budget = {acc = 16384 : i64, spad = 65536 : i64}} : (tensor<1x?x1024xf32, affine_map<()[s0] -> (1, s0, 1024)>>, tensor<64x1024xf32>, tensor<64xf32>) -> tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+    return %y : tensor<1x?x64xf32, affine_map<()[s0] -> (1, s0, 64)>>
+  }
+}
