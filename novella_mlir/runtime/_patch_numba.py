@@ -347,7 +347,7 @@ def _ahead(words, forms, groups, memo, hot, sc, ns, atoms):
     for g in range(memo.size):
         if _form(forms, groups[g, 0], groups[g, 1], sc, ns, atoms) != memo[g]:
             for i in range(groups[g, 2], groups[g, 3]):
-                _prefetch(at + (hot[i, 0] >> 24) * 32)
+                _prefetch(at + (hot[i, 0] >> 24) * words.strides[0])
 
 
 @nb.njit(cache=True, inline="always")
