@@ -178,8 +178,9 @@ class Linear:
 
     def _ring(self, target, dims, cand, cost) -> tuple:
         """(candidate, cost): the winner `cand`, or its tiles with a third slot (`ring`) and any tk, accumulator
-        halves and bias form, where that costs less. Priced only beside the winner (`_rings`), in the order of their lower bounds
-        until one exceeds the least cost: a few where x and W tiles stream, not a second candidate list."""
+        halves and bias form, where that costs less. Priced only beside the winner (`_rings`), in the order of
+        their lower bounds until one exceeds the least cost: a few where x and W tiles stream, not a second
+        candidate list."""
         m, k, n, epi = dims
         rings = _rings(self, target, k, n, epi, cand)
         if not rings:
@@ -375,10 +376,10 @@ def _k_tiles(tks, k, epi, ws, acc, ra) -> list:
 @memoized
 def _rings(kernel, target, k, n, epi, cand) -> tuple:
     """`cand`'s tm, tn, ws and res_acc with a third slot for the streamed loads (`ring`), any tk, accumulator
-    halves and bias form that fit (`_by_tn`), where both x and W tiles stream (output-stationary, x not resident) on a target of two
-    slots. Where one operand stays on chip the model's gain from a third slot (a smaller tk to fit it) was
-    within its error and lost in the simulator (whisper body, large config, T = 16: q, k, v and the out
-    projection each +1k to +4k cycles)."""
+    halves and bias form that fit (`_by_tn`), where both x and W tiles stream (output-stationary, x not
+    resident) on a target of two slots. Where one operand stays on chip the model's gain from a third slot
+    (a smaller tk to fit it) was within its error and lost in the simulator (whisper body, large config,
+    T = 16: q, k, v and the out projection each +1k to +4k cycles)."""
     tm, tn, _, ws, _, ra = cand[:6]
     if target.buffer_slots != 2 or ws != 0 or epi.direct:
         return ()
